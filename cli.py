@@ -1,0 +1,281 @@
+"""tpsim command line: predict, show, trace, profiles, models (simulator; no torch needed);
+bench, check, calibrate, compare (harness; need the [hw] extra)."""
+from __future__ import annotations
+
+import functools
+import json
+import sys
+
+import click
+
+from sim.model import MODELS, get_model, valid_tp
+from sim.profile import ProfileError, builtin_names, load_profile, read_raw, sources
+from sim.schedule import COMM, SCHEDULE_HELP, build
+from sim.stack import ATTENTION_IMPLS, DECODE_KV, DTYPE_BYTES, HEADS, PREFILL_LOGITS, Stack, Step
+from sim.trace import chrome_trace, write_json_atomic
+
+DEFAULT_SCHEDULES = ("standard", "ladder", "parallel", "spd:0.7", "upper-bound")
+
+
+class TpsimError(click.ClickException):
+    """A user mistake: one line on stderr, exit code 2, no traceback."""
+
+    exit_code = 2
+
+
+def user_errors(fn):
+    """Turn ValueError (bad model, TP, schedule, profile...) into a one-line error, exit 2."""
+    @functools.wraps(fn)
+    def wrapper(*a, **kw):
+        try:
+            return fn(*a, **kw)
+        except (ValueError, ProfileError) as e:
+            raise TpsimError(str(e)) from None
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="tpsim")
+def main():
+    """Predict and measure tensor-parallel LLM inference under different compute/communication
+    schedules: standard (Megatron), ladder (Ladder Residual), spd (Sync-Point Drop), parallel
+    (PaLM-style attention+MLP), upper-bound (no communication)."""
+
+
+def workload_options(fn):
+    """Options shared by predict, trace and sweep: the model, cluster and serving stack."""
+    opts = [
+        click.option("--model", required=True, help=f"Model preset, or NAME[:K] for its first K layers. "
+                                                     f"One of: {', '.join(MODELS)}"),
+        click.option("--tp", type=int, required=True, help="Tensor-parallel degree (GPUs per model replica)."),
+        click.option("--profile", default="h100-sxm", show_default=True,
+                     help="Built-in profile name or path to a profile JSON (see `tpsim profiles list`)."),
+        click.option("--batch", type=int, default=1, show_default=True, help="Sequences per batch."),
+        click.option("--prompt", "prompt_len", type=int, default=1024, show_default=True, help="Prompt tokens."),
+        click.option("--gen", "gen_len", type=int, default=512, show_default=True, help="Generated tokens."),
+        click.option("--gpus-per-node", type=int, default=None,
+                     help="GPUs per node (default: the profile's); TP beyond it spans nodes."),
+        click.option("--dtype", type=click.Choice(list(DTYPE_BYTES)), default="fp16", show_default=True),
+        click.option("--head", type=click.Choice(HEADS), default="replicated", show_default=True,
+                     help="LM head replicated on every rank, or split over the vocabulary + all-gather."),
+        click.option("--attention", type=click.Choice(ATTENTION_IMPLS), default="math", show_default=True,
+                     help="Attention kernel: math SDPA (materialized scores) or fused flash."),
+        click.option("--kv", type=click.Choice(DECODE_KV), default="static", show_default=True,
+                     help="Attention reads the whole static KV cache (masked) or only its filled part."),
+        click.option("--prefill-logits", type=click.Choice(PREFILL_LOGITS), default="all", show_default=True,
+                     help="Logits for every prompt position, or only the last."),
+        click.option("--expand-gqa/--no-expand-gqa", default=True, show_default=True,
+                     help="Repeat K/V heads to the query head count before attention."),
+        click.option("--decode-graphs/--no-decode-graphs", default=True, show_default=True,
+                     help="Decode under CUDA graphs (torch.compile reduce-overhead)."),
+        click.option("--prefill-graphs/--no-prefill-graphs", default=False, show_default=True,
+                     help="Prefill under CUDA graphs."),
+        click.option("--collective", default="nccl", show_default=True,
+                     help="Collective implementation: a table key of the profile (nccl, custom, gloo)."),
+    ]
+    for o in reversed(opts):
+        fn = o(fn)
+    return fn
+
+
+def make_workload(model, tp, profile, batch, prompt_len, gen_len, gpus_per_node, dtype, head, attention, kv,
+                  prefill_logits, expand_gqa, decode_graphs, prefill_graphs, collective):
+    from sim.predict import Workload
+    stack = Stack(dtype=dtype, head=head, attention=attention, kv=kv, prefill_logits=prefill_logits,
+                  expand_gqa=expand_gqa, prefill_graphs=prefill_graphs, decode_graphs=decode_graphs,
+                  collective=collective)
+    return Workload(get_model(model), tp, load_profile(profile), batch, prompt_len, gen_len, stack, gpus_per_node)
+
+
+@main.command()
+@workload_options
+@click.option("--schedule", "schedules", multiple=True, metavar="SPEC",
+              help=f"Repeatable. {SCHEDULE_HELP}. Default: {' '.join(DEFAULT_SCHEDULES)}.")
+@click.option("--exact", is_flag=True, help="Simulate every rank and decode step (with the profile's jitter).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+@user_errors
+def predict(schedules, exact, as_json, **kw):
+    """Predict prefill time, decode time, tokens/s and speedup over standard TP per schedule."""
+    from sim.predict import predict as run
+    w = make_workload(**kw)
+    schedules = list(schedules) or list(DEFAULT_SCHEDULES)
+    preds = run(w, schedules, exact=exact, record=False)
+    out = {"model": w.model.name, "tp": w.tp, "profile": w.profile.name, "batch": w.batch,
+           "prompt_len": w.prompt_len, "gen_len": w.gen_len, "schedules": [p.to_dict() for p in preds]}
+    if as_json:
+        click.echo(json.dumps(out, indent=1))
+        return
+    from rich.console import Console
+    from rich.table import Table
+    t = Table(title=f"{w.model.name}  TP{w.tp} ({w.nodes} node{'s' * (w.nodes > 1)})  profile {w.profile.name}  "
+                    f"batch {w.batch}  prompt {w.prompt_len}  gen {w.gen_len}  {w.stack.dtype}",
+              title_justify="left")
+    for col in ("schedule", "prefill ms", "decode ms", "ms/token", "tokens/s", "speedup", "exposed comm ms"):
+        t.add_column(col, justify="left" if col == "schedule" else "right")
+    for p in preds:
+        per_tok = p.decode_s / (w.gen_len - 1) * 1e3 if w.gen_len > 1 else float("nan")
+        t.add_row(p.schedule, f"{p.prefill_s * 1e3:.1f}", f"{p.decode_s * 1e3:.1f}", f"{per_tok:.3f}",
+                  f"{p.tokens_per_s:.1f}", f"{p.speedup:.3f}x", f"{p.exposed_comm_s * 1e3:.1f}")
+    console = Console(width=max(100, Console().width))
+    console.print(t)
+    console.print("ms/token: one decode step.  exposed comm: time the compute stream waited for collectives "
+                  "(prefill + all decode steps).  speedup: tokens/s over standard.", style="dim")
+
+
+@main.command()
+@click.option("--model", required=True, help="Model preset (e.g. tiny, llama-3.1-70b).")
+@click.option("--schedule", "spec", default="standard", show_default=True, help=SCHEDULE_HELP)
+@click.option("--tp", type=int, default=2, show_default=True)
+@click.option("--layer", type=int, default=None, help="Layer to show (default: layer 1, or the 2nd ladder layer).")
+@click.option("--phase", type=click.Choice(["decode", "prefill"]), default="decode", show_default=True)
+@click.option("--batch", type=int, default=1, show_default=True)
+@click.option("--prompt", "prompt_len", type=int, default=1024, show_default=True)
+@click.option("--gen", "gen_len", type=int, default=512, show_default=True)
+@user_errors
+def show(model, spec, tp, layer, phase, batch, prompt_len, gen_len):
+    """Print one layer's ops in issue order with what each waits for, to check a schedule by eye."""
+    from rich.console import Console
+    from rich.table import Table
+    m = get_model(model)
+    stack = Stack()
+    step = (Step.prefill(batch, prompt_len, gen_len, stack) if phase == "prefill"
+            else Step.decode(batch, prompt_len, gen_len, 1, stack))
+    s = build(spec, m, tp, step, stack)
+    if layer is None:
+        layer = min(m.layers - 1, (s.ladder_layers[0] + 1) if s.ladder_layers else 1)
+    if not 0 <= layer < m.layers:
+        raise ValueError(f"--layer must be in 0..{m.layers - 1}")
+    idx = [i for i, op in enumerate(s.ops) if op.layer == layer]
+    nxt = [i for i, op in enumerate(s.ops) if op.layer == layer + 1]
+    lo, hi = idx[0], (nxt[0] if nxt else len(s.ops))
+    t = Table(title=f"{spec}: ops issued for layer {layer} of {m.name} (TP{tp}, {phase}), in issue order",
+              title_justify="left")
+    for col in ("#", "op", "kind", "stream", "waits for", "shape"):
+        t.add_column(col)
+    for i in range(lo, hi):
+        op = s.ops[i]
+        deps = [(d.name + (" (async, awaited here)" if d.is_comm and not op.is_comm else "")) for d in s.deps(op)]
+        shape = " ".join(f"{k}={v}" for k, v in op.attrs)
+        t.add_row(str(i), op.name, op.kind, op.stream, ", ".join(deps) or "-", shape,
+                  style="cyan" if op.stream == COMM else None)
+    Console(width=160).print(t)
+    click.echo(f"{len(s.ops)} ops per forward pass, {len(s.collectives)} collectives"
+               + (f"; ladder layers {s.ladder_layers[0]}..{s.ladder_layers[-1]}" if s.ladder_layers else "")
+               + (f"; SPD blocks {_ranges(s.spd_layers)}" if s.spd_layers else ""))
+
+
+def _ranges(xs) -> str:
+    out, start = [], None
+    for i, x in enumerate(xs):
+        if start is None:
+            start = x
+        if i + 1 == len(xs) or xs[i + 1] != x + 1:
+            out.append(f"{start}" if start == x else f"{start}-{x}")
+            start = None
+    return ",".join(out)
+
+
+@main.command()
+@workload_options
+@click.option("--schedule", "spec", default="ladder", show_default=True, help=SCHEDULE_HELP)
+@click.option("--ranks", type=int, default=None, help="Ranks to simulate and show (default: all TP ranks).")
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="Trace JSON to write.")
+@user_errors
+def trace(spec, ranks, out_path, **kw):
+    """Write a Chrome/Perfetto trace of one prefill and one decode step (a track per rank and stream)."""
+    from sim.engine import Interference, simulate
+    from sim.cost import CostModel
+    w = make_workload(**kw)
+    ranks = w.tp if ranks is None else ranks
+    if not 1 <= ranks <= w.tp:
+        raise ValueError(f"--ranks must be in 1..{w.tp}")
+    cost = CostModel(w.profile, w.stack, w.gpus_per_node)
+    inter = Interference(w.profile.compute_slowdown, w.profile.comm_slowdown)
+    records, offset = [], 0.0
+    steps = [w.prefill_step()] + ([w.decode_step(1)] if w.gen_len > 1 else [])
+    summary = []
+    for step in steps:
+        res = simulate(w.schedule(spec, step),
+                       lambda op, ph=step.phase: cost.comm_s(op, ph) if op.is_comm else cost.compute_s(op, ph),
+                       ranks=ranks, interference=inter)
+        records += [r.__class__(r.op, r.rank, r.stream, r.start_s + offset, r.end_s + offset, r.phase, r.kind)
+                    for r in res.records]
+        summary.append(f"{step.phase} {res.duration_s * 1e3:.3f} ms (exposed comm {res.exposed_comm_s * 1e3:.3f} ms)")
+        offset += res.duration_s
+    write_json_atomic(out_path, chrome_trace(records, label=spec))
+    click.echo(f"wrote {out_path}: {len(records)} events, {ranks} rank(s); " + "; ".join(summary)
+               + ". Open it in ui.perfetto.dev or chrome://tracing.")
+
+
+@main.group()
+def profiles():
+    """List built-in hardware profiles or show one with the source of every number."""
+
+
+@profiles.command("list")
+@user_errors
+def profiles_list():
+    """Built-in profiles and what they describe."""
+    from rich.console import Console
+    from rich.table import Table
+    t = Table()
+    for col in ("name", "GPUs/node", "description"):
+        t.add_column(col)
+    for name in builtin_names():
+        p = load_profile(name)
+        t.add_row(name, str(p.gpus_per_node), p.description)
+    Console(width=140).print(t)
+
+
+@profiles.command("show")
+@click.argument("name")
+@user_errors
+def profiles_show(name):
+    """Every value of profile NAME (or a JSON path) with where it came from."""
+    from rich.console import Console
+    from rich.table import Table
+    p = load_profile(name)
+    data, path = read_raw(name)
+    t = Table(title=f"{p.name}: {p.description}  ({path})", title_justify="left")
+    for col in ("field", "value", "source"):
+        t.add_column(col, overflow="fold")
+    for field, value, source in sources(data):
+        t.add_row(field, value, source)
+    Console(width=180).print(t)
+
+
+@main.command()
+def models():
+    """Model presets with their shapes and valid TP degrees."""
+    from rich.console import Console
+    from rich.table import Table
+    t = Table()
+    for col in ("name", "params", "layers", "hidden", "heads", "kv", "head_dim", "ffn", "vocab", "TP"):
+        t.add_column(col, justify="left" if col == "name" else "right")
+    for m in MODELS.values():
+        n = m.param_count()
+        t.add_row(m.name, f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M", str(m.layers), str(m.hidden),
+                  str(m.heads), str(m.kv_heads), str(m.head_dim), str(m.ffn), str(m.vocab),
+                  ",".join(map(str, valid_tp(m, 16))))
+    Console(width=140).print(t)
+
+
+def _register_optional() -> None:
+    """Harness and calibration commands, from packages that import torch lazily."""
+    for module, names in (("hw.commands", ("bench", "check")),
+                          ("calib.commands", ("calibrate",)),
+                          ("calib.compare", ("compare",))):
+        try:
+            mod = __import__(module, fromlist=list(names))
+        except ImportError:
+            continue
+        for n in names:
+            cmd = getattr(mod, n, None)
+            if isinstance(cmd, click.Command):
+                main.add_command(cmd, n)
+
+
+_register_optional()
+
+if __name__ == "__main__":
+    sys.exit(main())

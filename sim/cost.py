@@ -1,0 +1,242 @@
+"""Op -> seconds, from a Profile.
+
+Compute ops: a measured time when the profile has one for the op's exact shape; interpolated
+(log-log) along the op's size axis when it has neighbours; otherwise a roofline
+max(flops / (peak * eff), bytes / (bw * eff)) per kernel, with the efficiency curves of the
+profile. Launch overhead: on a GPU the CPU queues kernels ahead of the GPU, so an op costs
+max(GPU time, its kernels' launch time); on a CPU device the two add up.
+
+Collectives: a measured latency-vs-bytes table for the (collective, group, scope, mode, impl),
+interpolated in log-log; beyond its largest size, extended at the fitted bandwidth; without a
+table, the NCCL-style ring model base + steps * hop + bytes / algbw (FACTS.md §4).
+"""
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+
+from .profile import CollectiveTable, LinkModel, Profile
+from .schedule import Op
+from .stack import DTYPE_BYTES, Stack
+
+# The attr each kind's measured points are interpolated along.
+SWEEP_ATTR = {"gemm": "m", "attention": "kv_len", "rmsnorm": "rows", "swiglu": "rows",
+              "add": "rows", "embed": "rows", "sample": "rows"}
+
+
+@dataclass(frozen=True)
+class Work:
+    """One kernel's worth of work: FLOPs, bytes moved, kernels launched."""
+
+    flops: float
+    bytes: float
+    kernels: int
+    matmul: bool = False      # limited by matrix throughput (gemm efficiency) vs memory
+
+
+def op_work(op: Op, graphs: bool) -> list[Work]:
+    """What one compute op does. Eager PyTorch runs unfused elementwise kernels; under CUDA
+    graphs the decode step is torch.compile'd (reduce-overhead), which fuses them."""
+    e = DTYPE_BYTES[op.dtype]
+    a = dict(op.attrs)
+    k = op.kind
+    if k == "gemm":
+        m, n, kk = a["m"], a["n"], a["k"]
+        return [Work(2.0 * m * n * kk, e * (m * kk + kk * n + m * n), 1, matmul=True)]
+    if k == "attention":
+        return _attention_work(a, e, graphs)
+    if k == "rmsnorm":
+        # eager: x.float(), pow, mean, rsqrt, mul, mul(weight), .to(dtype): fp32 passes over [rows, width]
+        el = a["rows"] * a["width"]
+        return [Work(4.0 * el, 2 * e * el, 1)] if graphs else [Work(4.0 * el, 7 * 4 * el, 6)]
+    if k == "swiglu":
+        el = a["rows"] * a["width"]
+        return [Work(4.0 * el, 3 * e * el, 1)] if graphs else [Work(4.0 * el, 5 * e * el, 2)]
+    if k == "add":
+        el = a["rows"] * a["width"]
+        return [Work(float(el), 3 * e * el, 1)]
+    if k == "embed":
+        el = a["rows"] * a["width"]
+        return [Work(0.0, 2 * e * el, 1)]
+    if k == "sample":
+        # argmax over the last position's logits per sequence: [batch, vocab]
+        return [Work(float(a["batch"] * a["vocab"]), e * a["batch"] * a["vocab"], 2)]
+    raise ValueError(f"no compute cost for op kind {k!r} ({op.name})")
+
+
+def _attention_work(a: dict, e: int, graphs: bool) -> list[Work]:
+    """RoPE + KV-cache write (+ GQA expand) + SDPA over kv_len keys. Per rank:
+    q [b, q, H, d], cache [b, kv, Hk, d]; math SDPA materializes scores [b, H, q, kv]."""
+    b, q, kv = a["batch"], a["q_len"], a["kv_len"]
+    h, hk, d = a["heads"], a["kv_heads"], a["head_dim"]
+    fused = 1 if graphs else 0
+    out = [Work(6.0 * b * q * (h + hk) * d, 2 * e * b * q * (h + hk) * d, 1 if fused else 8),   # RoPE on q, k
+           Work(0.0, 4 * e * b * q * hk * d, 2)]                                                # cache write k, v
+    hkv = hk
+    if a["expand_gqa"] and hk < h:
+        out.append(Work(0.0, 2 * e * b * kv * d * (hk + h), 2))        # repeat_interleave K, V
+        hkv = h
+    flops = 4.0 * b * h * q * kv * d                                    # QK^T and PV
+    qo_kv = e * (2 * b * h * q * d + 2 * b * hkv * kv * d)
+    if a["impl"] == "math":
+        scores = b * h * q * kv
+        # bmm -> scale/mask -> softmax (fp32) -> cast -> bmm: ~6 passes over the score matrix
+        out.append(Work(flops, qo_kv + 6 * e * scores, 1 if fused else 6, matmul=True))
+    else:
+        out.append(Work(flops, qo_kv, 1, matmul=True))
+    return out
+
+
+def roofline_s(profile: Profile, works: list[Work], dtype: str) -> float:
+    peak = profile.peak_flops.get(dtype) or max(profile.peak_flops.values())
+    t = 0.0
+    for w in works:
+        t_flops = w.flops / (peak * profile.gemm_efficiency(max(w.flops, 1.0))) if w.matmul else 0.0
+        t_bytes = w.bytes / (profile.mem_bytes_per_s * profile.memory_efficiency(max(w.bytes, 1.0)))
+        t += max(t_flops, t_bytes)
+    return t
+
+
+class CostModel:
+    """Prices the ops of one workload on one profile; caches by op signature."""
+
+    def __init__(self, profile: Profile, stack: Stack, gpus_per_node: int | None = None):
+        self.profile, self.stack = profile, stack
+        self.gpus_per_node = gpus_per_node or profile.gpus_per_node
+        self._cache: dict = {}
+        self._points = _index_points(profile)
+
+    # -- compute
+
+    def compute_s(self, op: Op, phase: str) -> float:
+        key = (op.signature, phase)
+        t = self._cache.get(key)
+        if t is None:
+            t = self._cache[key] = self._compute_s(op, self.stack.graphs(phase))
+        return t
+
+    def _compute_s(self, op: Op, graphs: bool) -> float:
+        measured = self._measured(op, graphs)
+        if measured is not None:
+            return measured
+        works = op_work(op, graphs)
+        gpu = roofline_s(self.profile, works, op.dtype)
+        launch = sum(w.kernels for w in works) * self.profile.launch_s["graph" if graphs else "eager"]
+        return max(gpu, launch) if self.profile.device == "cuda" else gpu + launch
+
+    def _measured(self, op: Op, graphs: bool) -> float | None:
+        sweep = SWEEP_ATTR.get(op.kind)
+        attrs = dict(op.attrs)
+        if sweep is None or sweep not in attrs:
+            return None
+        rest = tuple(sorted((k, v) for k, v in op.attrs if k != sweep))
+        pts = self._points.get((op.kind, op.dtype, rest))
+        if not pts:
+            return None
+        xs = [p[0] for p in pts]
+        x = attrs[sweep]
+        i = bisect.bisect_left(xs, x)
+        if i < len(xs) and xs[i] == x:
+            return pts[i][1]
+        if 0 < i < len(xs):
+            return _loglog(x, pts[i - 1], pts[i])
+        # outside the measured range: the roofline's shape, anchored on the nearest measured point
+        near = pts[0] if i == 0 else pts[-1]
+        near_op = Op(op.name, op.kind, op.inputs, op.outputs,
+                     tuple((k, near[0] if k == sweep else v) for k, v in op.attrs), op.dtype)
+        r_here = roofline_s(self.profile, op_work(op, graphs), op.dtype)
+        r_near = roofline_s(self.profile, op_work(near_op, graphs), op.dtype)
+        return near[1] * (r_here / r_near if r_near > 0 else 1.0)
+
+    # -- collectives
+
+    def scope(self, group: int) -> str:
+        return "node" if group <= self.gpus_per_node else "net"
+
+    def comm_s(self, op: Op, phase: str) -> float:
+        key = (op.signature, phase)
+        t = self._cache.get(key)
+        if t is None:
+            a = dict(op.attrs)
+            nbytes = DTYPE_BYTES[op.dtype] * a["rows"] * a["width"]
+            if op.kind == "all_gather":
+                nbytes *= a["group"]            # nccl-tests convention: size of the gathered output
+            mode = "graph" if self.stack.graphs(phase) else "eager"
+            t = self._cache[key] = self.collective_s(op.kind, nbytes, a["group"], mode)
+        return t
+
+    def collective_s(self, collective: str, nbytes: float, group: int, mode: str) -> float:
+        scope = self.scope(group)
+        impl = self.stack.collective
+        table = _find_table(self.profile, collective, group, scope, mode, impl)
+        extra = 0.0
+        if table is None:
+            other = "graph" if mode == "eager" else "eager"
+            table = _find_table(self.profile, collective, group, scope, other, impl)
+            if table is not None and mode == "eager":
+                extra = self.profile.eager_extra_s
+        if table is not None:
+            return extra + _table_s(table, nbytes, self._link(scope), collective, group)
+        if group == 1:
+            return 0.0                  # nothing to exchange; measured group-1 tables win above
+        extra = self.profile.eager_extra_s if mode == "eager" else 0.0
+        return extra + ring_s(self._link(scope), collective, nbytes, group)
+
+    def _link(self, scope: str) -> tuple[LinkModel, ...]:
+        return self.profile.link_models.get(scope) or self.profile.link_models["node"]
+
+
+def ring_s(protocols: tuple[LinkModel, ...], collective: str, nbytes: float, group: int) -> float:
+    """NCCL's choice: the fastest enabled protocol for this size (FACTS.md §4).
+
+    Ring all-reduce: 2(n-1) steps at algbw = busbw * n / (2(n-1)); all-gather and
+    reduce-scatter: n-1 steps at algbw = busbw * n / (n-1). A protocol whose hop is paid once
+    (NVLS: the switch reduces) has latency base + hop whatever n."""
+    n = group
+    if n <= 1:
+        return 0.0
+    if collective == "all_reduce":
+        steps, bw_factor = 2 * (n - 1), n / (2 * (n - 1))
+    else:
+        steps, bw_factor = n - 1, n / (n - 1)
+    return min(p.base_s + (steps if p.per_step else 1) * p.hop_s + nbytes / (p.busbw_gbps * 1e9 * bw_factor)
+               for p in protocols)
+
+
+def _find_table(profile: Profile, collective, group, scope, mode, impl) -> CollectiveTable | None:
+    for t in profile.collective_tables:
+        if (t.collective, t.group, t.scope, t.mode, t.impl) == (collective, group, scope, mode, impl):
+            return t
+    return None
+
+
+def _table_s(t: CollectiveTable, nbytes: float, link: tuple[LinkModel, ...], collective: str, group: int) -> float:
+    xs = t.bytes
+    if nbytes <= xs[0]:
+        return t.time_s[0]              # latency floor: below the smallest size nothing gets cheaper
+    if nbytes >= xs[-1]:
+        # extend at the model's bandwidth from the largest measured point
+        slope = ring_s(link, collective, 2 * xs[-1], group) - ring_s(link, collective, xs[-1], group)
+        return t.time_s[-1] + (nbytes - xs[-1]) * slope / xs[-1]
+    i = bisect.bisect_left(xs, nbytes)
+    return _loglog(nbytes, (xs[i - 1], t.time_s[i - 1]), (xs[i], t.time_s[i]))
+
+
+def _loglog(x: float, p0: tuple, p1: tuple) -> float:
+    (x0, y0), (x1, y1) = p0, p1
+    f = (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0))
+    return math.exp(math.log(y0) + f * (math.log(y1) - math.log(y0)))
+
+
+def _index_points(profile: Profile) -> dict:
+    """(kind, dtype, attrs without the sweep attr) -> sorted [(sweep value, time_s)]; first wins."""
+    idx: dict = {}
+    for p in profile.compute_points:
+        sweep = SWEEP_ATTR.get(p.kind)
+        attrs = dict(p.attrs)
+        if sweep not in attrs:
+            continue
+        rest = tuple((k, v) for k, v in p.attrs if k != sweep)
+        idx.setdefault((p.kind, p.dtype, rest), {}).setdefault(attrs[sweep], p.time_s)
+    return {k: sorted(v.items()) for k, v in idx.items()}

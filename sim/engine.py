@@ -1,0 +1,191 @@
+"""SimPy engine: one forward pass of a Schedule on every rank, op by op.
+
+Per rank there are two processes, as on a GPU: the compute stream runs compute ops in issue
+order, each once its inputs exist; the comm stream takes collectives in issue order, waits for
+their input, then arrives at the collective's rendezvous. A collective starts when the last
+rank of its group arrives (so a late rank delays everyone) and ends for all ranks together.
+
+Interference: while a rank's compute stream and a collective it takes part in run at once,
+compute progresses at 1/compute_slowdown of its speed and the collective at 1/comm_slowdown
+(a collective runs at the pace of its slowest rank). Rates are re-evaluated whenever a stream
+starts or stops, so partial overlap is charged exactly.
+
+The engine knows nothing of costs: it takes `op_time(op) -> seconds`, so tests can pin
+timelines with hand-written integer costs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import simpy
+
+from .schedule import COMM, COMPUTE, TOKENS, Op, Schedule
+from .trace import Record
+
+_EPS = 1e-15
+
+
+@dataclass(frozen=True)
+class Interference:
+    compute_slowdown: float = 1.0     # factor on compute while a collective runs on the rank
+    comm_slowdown: float = 1.0        # factor on a collective while compute runs on any of its ranks
+
+    def __post_init__(self) -> None:
+        if self.compute_slowdown < 1.0 or self.comm_slowdown < 1.0:
+            raise ValueError("slowdown factors must be >= 1")
+
+    @property
+    def active(self) -> bool:
+        return self.compute_slowdown > 1.0 or self.comm_slowdown > 1.0
+
+
+@dataclass
+class StepResult:
+    """Timeline of one forward pass."""
+
+    duration_s: float                 # until the last rank finished its last op
+    exposed_comm_s: float             # rank 0's compute stream blocked waiting on collectives
+    records: list[Record] = field(default_factory=list)
+
+
+class _Rank:
+    def __init__(self, env: simpy.Environment, rank: int):
+        self.rank = rank
+        self.values: dict[str, simpy.Event] = {}
+        self.comm_queue = simpy.Store(env)
+        self.compute_busy = False
+        self.comm_busy = False
+        self.changed = env.event()    # fires (and is replaced) whenever a stream starts/stops
+        self.exposed_s = 0.0
+        self.done_s = 0.0
+        self.finished = False
+
+    def set_busy(self, env: simpy.Environment, stream: str, busy: bool) -> None:
+        setattr(self, f"{stream}_busy", busy)
+        old, self.changed = self.changed, env.event()
+        old.succeed()
+
+
+class _Collective:
+    """Rendezvous of one collective op across the simulated ranks."""
+
+    def __init__(self, env: simpy.Environment, n: int):
+        self.arrived = 0
+        self.n = n
+        self.done = env.event()
+        self.start_s = 0.0
+
+
+def simulate(schedule: Schedule, op_time: Callable[[Op], float], ranks: int = 1,
+             interference: Interference = Interference(), rank_delay_s: tuple[float, ...] = (),
+             jitter_s: float = 0.0, seed: int = 0, record: bool = True) -> StepResult:
+    """Run one forward pass of `schedule` on `ranks` simulated ranks.
+
+    ranks=1 is the representative-rank fast path: with symmetric ranks and no skew or jitter
+    every rank's timeline is the same, so one rank gives the exact answer. `rank_delay_s[r]`
+    starts rank r late; `jitter_s` adds an exponential delay (that mean) before each rank's
+    arrival at each collective.
+    """
+    env = simpy.Environment()
+    rs = [_Rank(env, r) for r in range(ranks)]
+    colls: dict[str, _Collective] = {}
+    records: list[Record] = []
+    rng = np.random.default_rng(seed)
+    phase = schedule.step.phase
+    times = {op.name: op_time(op) for op in schedule.ops}
+    for name, t in times.items():
+        if not t >= 0:
+            raise ValueError(f"op {name}: time must be >= 0, got {t}")
+
+    def event(rank: _Rank, value: str) -> simpy.Event:
+        ev = rank.values.get(value)
+        if ev is None:
+            ev = rank.values[value] = env.event()
+        return ev
+
+    def run_for(base_s: float, rate: Callable[[], float], watch: Callable[[], list[simpy.Event]]):
+        """Advance `base_s` seconds of work at a rate that may change whenever `watch` fires."""
+        remaining = base_s
+        if not interference.active:
+            if remaining > 0:
+                yield env.timeout(remaining)
+            return
+        while remaining > _EPS:
+            r, t0 = rate(), env.now
+            timeout = env.timeout(remaining / r)
+            yield env.any_of([timeout] + watch())
+            if timeout.processed or timeout.triggered and env.now - t0 >= remaining / r - _EPS:
+                return
+            remaining -= (env.now - t0) * r
+
+    def compute_stream(rank: _Rank):
+        if rank.rank < len(rank_delay_s) and rank_delay_s[rank.rank] > 0:
+            yield env.timeout(rank_delay_s[rank.rank])
+        for op in schedule.ops:
+            if op.is_comm:
+                rank.comm_queue.put(op)           # issue async; the comm stream takes it from here
+                continue
+            pending = [event(rank, v) for v in op.inputs if v != TOKENS and not event(rank, v).triggered]
+            if pending:
+                t0 = env.now
+                yield env.all_of(pending)
+                if env.now > t0:
+                    rank.exposed_s += env.now - t0
+                    if record:
+                        records.append(Record(f"wait:{op.name}", rank.rank, "wait", t0, env.now, phase, "wait"))
+            start = env.now
+            rank.set_busy(env, COMPUTE, True) if interference.active else None
+            slow = interference.compute_slowdown
+            yield from run_for(times[op.name], lambda: 1.0 / slow if rank.comm_busy else 1.0,
+                               lambda: [rank.changed])
+            rank.set_busy(env, COMPUTE, False) if interference.active else None
+            if record:
+                records.append(Record(op.name, rank.rank, COMPUTE, start, env.now, phase, op.kind))
+            for v in op.outputs:
+                event(rank, v).succeed()
+        rank.done_s = env.now
+        rank.finished = True
+
+    def comm_stream(rank: _Rank):
+        while True:
+            op = yield rank.comm_queue.get()
+            pending = [event(rank, v) for v in op.inputs if not event(rank, v).triggered]
+            if pending:
+                yield env.all_of(pending)
+            if jitter_s > 0:
+                yield env.timeout(float(rng.exponential(jitter_s)))
+            c = colls.get(op.name)
+            if c is None:
+                c = colls[op.name] = _Collective(env, ranks)
+            c.arrived += 1
+            if c.arrived == c.n:
+                env.process(drive(op, c))
+            yield c.done
+            for v in op.outputs:
+                event(rank, v).succeed()
+
+    def drive(op: Op, c: _Collective):
+        c.start_s = env.now
+        for r in rs:
+            r.set_busy(env, COMM, True) if interference.active else None
+        slow = interference.comm_slowdown
+        yield from run_for(times[op.name],
+                           lambda: 1.0 / slow if any(r.compute_busy for r in rs) else 1.0,
+                           lambda: [r.changed for r in rs])
+        for r in rs:
+            r.set_busy(env, COMM, False) if interference.active else None
+            if record:
+                records.append(Record(op.name, r.rank, COMM, c.start_s, env.now, phase, op.kind))
+        c.done.succeed()
+
+    for r in rs:
+        env.process(compute_stream(r))
+        env.process(comm_stream(r))
+    env.run()
+    stalled = [r.rank for r in rs if not r.finished]
+    if stalled:     # an op waits for a value no op produces in time: a schedule bug, never silent
+        raise RuntimeError(f"schedule {schedule.name}: simulation stalled on ranks {stalled}")
+    return StepResult(max(r.done_s for r in rs), rs[0].exposed_s,
+                      sorted(records, key=lambda x: (x.rank, x.start_s, x.stream)))

@@ -1,0 +1,144 @@
+"""A workload in, a prediction per schedule out (the benchmark protocol of DESIGN.md).
+
+prefill_s: one forward pass over batch x prompt (it produces token 1).
+decode_s:  the remaining gen-1 steps, each one token per sequence.
+tokens/s:  batch * gen / (prefill_s + decode_s); speedup: over the standard schedule.
+
+Fast path (default): one representative rank (ranks are symmetric without jitter) and, when
+decode attention reads only the filled cache, decode steps simulated at sampled positions and
+integrated over the growing KV length (a step's time is piecewise linear in it). Exact mode:
+every rank and every decode step, with the profile's jitter.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .cost import CostModel
+from .engine import Interference, StepResult, simulate
+from .model import ModelSpec
+from .profile import Profile
+from .schedule import Schedule, build
+from .stack import Stack, Step
+
+DECODE_SAMPLES = 17       # sampled decode positions on the fast path (when steps differ)
+
+
+@dataclass(frozen=True)
+class Workload:
+    model: ModelSpec
+    tp: int
+    profile: Profile
+    batch: int = 1
+    prompt_len: int = 1024
+    gen_len: int = 512
+    stack: Stack = Stack()
+    gpus_per_node: int | None = None      # None: the profile's
+
+    def __post_init__(self) -> None:
+        for name in ("batch", "prompt_len", "gen_len"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.gpus_per_node is not None and self.gpus_per_node < 1:
+            raise ValueError(f"gpus_per_node must be >= 1, got {self.gpus_per_node}")
+        self.model.shard(self.tp)         # raises a ValueError naming valid TP degrees
+
+    @property
+    def nodes(self) -> int:
+        per = self.gpus_per_node or self.profile.gpus_per_node
+        return -(-self.tp // per)
+
+    def schedule(self, spec: str, step: Step) -> Schedule:
+        return build(spec, self.model, self.tp, step, self.stack)
+
+    def prefill_step(self) -> Step:
+        return Step.prefill(self.batch, self.prompt_len, self.gen_len, self.stack)
+
+    def decode_step(self, j: int) -> Step:
+        return Step.decode(self.batch, self.prompt_len, self.gen_len, j, self.stack)
+
+
+@dataclass
+class Prediction:
+    schedule: str
+    prefill_s: float
+    decode_s: float
+    exposed_comm_s: float
+    batch: int
+    gen_len: int
+    speedup: float = 1.0
+    prefill: StepResult | None = field(default=None, repr=False)        # timeline of the prefill
+    decode: StepResult | None = field(default=None, repr=False)         # timeline of decode step 1
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.batch * self.gen_len / (self.prefill_s + self.decode_s)
+
+    def to_dict(self) -> dict:
+        return {"schedule": self.schedule, "prefill_s": self.prefill_s, "decode_s": self.decode_s,
+                "tokens_per_s": self.tokens_per_s, "speedup": self.speedup,
+                "exposed_comm_s": self.exposed_comm_s}
+
+
+class Simulator:
+    """Simulates schedules of one workload; shares one cost cache across them."""
+
+    def __init__(self, workload: Workload, exact: bool = False, record: bool = True):
+        self.w, self.exact, self.record = workload, exact, record
+        p = workload.profile
+        self.cost = CostModel(p, workload.stack, workload.gpus_per_node)
+        self.interference = Interference(p.compute_slowdown, p.comm_slowdown)
+
+    def step(self, spec: str, step: Step, record: bool | None = None) -> StepResult:
+        sched = self.w.schedule(spec, step)
+        phase = step.phase
+        cost = self.cost
+
+        def op_time(op):
+            return cost.comm_s(op, phase) if op.is_comm else cost.compute_s(op, phase)
+
+        ranks = self.w.tp if self.exact else 1
+        jitter = self.w.profile.jitter_s if self.exact else 0.0
+        return simulate(sched, op_time, ranks=ranks, interference=self.interference, jitter_s=jitter,
+                        record=self.record if record is None else record)
+
+    def predict(self, spec: str) -> Prediction:
+        w = self.w
+        pre = self.step(spec, w.prefill_step())
+        steps = list(range(1, w.gen_len))
+        first = self.step(spec, w.decode_step(1)) if steps else None
+        if not steps:
+            decode_s, decode_exposed = 0.0, 0.0
+        elif self.exact:
+            res = [first] + [self.step(spec, w.decode_step(j), record=False) for j in steps[1:]]
+            decode_s = sum(r.duration_s for r in res)
+            decode_exposed = sum(r.exposed_comm_s for r in res)
+        elif w.stack.kv == "static":
+            # every decode step reads the whole static cache: all steps are the same step
+            decode_s = first.duration_s * len(steps)
+            decode_exposed = first.exposed_comm_s * len(steps)
+        else:
+            sample = sorted(set(np.linspace(1, steps[-1], min(DECODE_SAMPLES, len(steps))).round().astype(int)))
+            res = {1: first} | {j: self.step(spec, w.decode_step(j), record=False) for j in sample if j != 1}
+            js = np.array(sorted(res))
+            decode_s = float(np.interp(steps, js, [res[j].duration_s for j in js]).sum())
+            decode_exposed = float(np.interp(steps, js, [res[j].exposed_comm_s for j in js]).sum())
+        return Prediction(spec, pre.duration_s, decode_s, pre.exposed_comm_s + decode_exposed,
+                          w.batch, w.gen_len, prefill=pre, decode=first)
+
+
+def predict(workload: Workload, schedules: list[str], exact: bool = False, record: bool = True) -> list[Prediction]:
+    """Predictions for `schedules` (in order), each with its speedup over standard.
+
+    Standard is always simulated; it is listed in the output only if asked for."""
+    sim = Simulator(workload, exact=exact, record=record)
+    for spec in schedules:                 # fail fast on a bad spec, before any simulation
+        workload.schedule(spec, workload.decode_step(1) if workload.gen_len > 1 else workload.prefill_step())
+    base = sim.predict("standard")
+    out = []
+    for spec in schedules:
+        p = base if spec == "standard" else sim.predict(spec)
+        p.speedup = p.tokens_per_s / base.tokens_per_s
+        out.append(p)
+    return out

@@ -1,0 +1,354 @@
+"""Hardware profiles: what one op and one collective cost on a cluster, with provenance.
+
+A profile is a versioned JSON file (format "tpsim-profile", version 1; README "Profile format").
+Every number sits next to the `source` it came from, as {"value": x, "source": "..."}, or a table
+carries one `source` for all its points. Loading validates the file and names the bad field and
+the file on any problem. `"extends": "h100-sxm"` completes a partial profile from a base one:
+sections merge key by key, and measured tables are put in front of the base's (the first match wins).
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+FORMAT, VERSION = "tpsim-profile", 1
+SCOPES = ("node", "net")          # collective within one node, or spanning nodes
+MODES = ("eager", "graph")        # collective launched eagerly or replayed in a CUDA graph
+
+
+class ProfileError(ValueError):
+    """A profile that cannot be used; the message names the file and the field."""
+
+
+@dataclass(frozen=True)
+class Curve:
+    """Piecewise-linear in log(x): efficiency as a function of work size (flops or bytes)."""
+
+    x: tuple[float, ...]
+    y: tuple[float, ...]
+
+    def __call__(self, v: float) -> float:
+        if len(self.x) == 1 or v <= self.x[0]:
+            return self.y[0]
+        if v >= self.x[-1]:
+            return self.y[-1]
+        lv = math.log(v)
+        for i in range(1, len(self.x)):
+            if v <= self.x[i]:
+                l0, l1 = math.log(self.x[i - 1]), math.log(self.x[i])
+                t = (lv - l0) / (l1 - l0)
+                return self.y[i - 1] + t * (self.y[i] - self.y[i - 1])
+        return self.y[-1]
+
+
+@dataclass(frozen=True)
+class ComputePoint:
+    """One measured op time (from `tpsim calibrate` or an imported database)."""
+
+    kind: str
+    attrs: tuple[tuple[str, int | str], ...]
+    dtype: str
+    time_s: float
+
+
+@dataclass(frozen=True)
+class CollectiveTable:
+    """Measured latency vs message size for one collective configuration."""
+
+    collective: str       # all_reduce | all_gather | reduce_scatter
+    group: int            # ranks in the group
+    scope: str            # node | net
+    mode: str             # eager | graph
+    impl: str             # nccl | custom | gloo | ...
+    bytes: tuple[float, ...]
+    time_s: tuple[float, ...]
+    source: str
+
+
+@dataclass(frozen=True)
+class LinkModel:
+    """One NCCL algorithm/protocol: time = base + steps * hop + bytes / algbw (FACTS.md §4)."""
+
+    name: str             # e.g. "ring_ll", "ring_simple", "nvls"
+    base_s: float
+    hop_s: float
+    busbw_gbps: float     # bus bandwidth (nccl-tests convention), GB/s = 1e9 B/s
+    per_step: bool = True  # hop paid per ring step (ring/tree) or once (NVLS)
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    gpus_per_node: int
+    memory_gib: float
+    device: str                                  # "cuda" | "cpu": how launches overlap compute
+    peak_flops: dict                             # dtype -> FLOP/s of dense matrix math
+    mem_bytes_per_s: float
+    gemm_efficiency: Curve                       # achieved/peak FLOP/s vs flops per kernel
+    memory_efficiency: Curve                     # achieved/peak bandwidth vs bytes per kernel
+    launch_s: dict                               # mode ("eager"/"graph") -> seconds per kernel launch
+    compute_points: tuple[ComputePoint, ...]
+    collective_tables: tuple[CollectiveTable, ...]
+    link_models: dict                            # scope -> tuple[LinkModel, ...] (fastest wins)
+    eager_extra_s: float                         # extra per collective in eager mode when only graph data exists
+    compute_slowdown: float                      # factor on compute while a collective runs on the rank
+    comm_slowdown: float                         # factor on a collective while compute runs on the rank
+    jitter_s: float                              # mean per-rank launch delay (exact mode only)
+    source_path: str = ""
+    raw: dict = field(default_factory=dict, compare=False, repr=False)
+
+
+# ------------------------------------------------------------------ loading
+
+def builtin_dir() -> Path:
+    """calib/profiles/ beside sim/ (in the source tree and in site-packages alike).
+
+    Read as data files, not imported, so sim/ still depends on nothing above it."""
+    return Path(__file__).resolve().parent.parent / "calib" / "profiles"
+
+
+def builtin_names() -> list[str]:
+    d = builtin_dir()
+    return sorted(p.stem for p in d.glob("*.json")) if d.is_dir() else []
+
+
+def resolve(name_or_path: str) -> Path:
+    """A built-in name ("h100-sxm") or a path to a profile JSON."""
+    p = Path(name_or_path)
+    if p.suffix == ".json" or os.sep in name_or_path:
+        if not p.is_file():
+            raise ProfileError(f"profile file not found: {name_or_path}")
+        return p
+    cand = builtin_dir() / f"{name_or_path}.json"
+    if not cand.is_file():
+        raise ProfileError(f"unknown profile {name_or_path!r}; built-in profiles: {', '.join(builtin_names())} "
+                           f"(or give a path to a profile .json)")
+    return cand
+
+
+def read_raw(name_or_path: str, _seen: tuple = ()) -> tuple[dict, Path]:
+    """The profile's JSON with its `extends` chain merged in (base first)."""
+    path = resolve(name_or_path)
+    if str(path.resolve()) in _seen:
+        raise ProfileError(f"profile {path}: 'extends' forms a cycle")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ProfileError(f"profile {path}: not valid JSON (line {e.lineno} column {e.colno}: {e.msg})") from None
+    if not isinstance(data, dict):
+        raise ProfileError(f"profile {path}: top level must be a JSON object")
+    if data.get("format") != FORMAT:
+        raise ProfileError(f"profile {path}: field 'format' must be {FORMAT!r}, got {data.get('format')!r}")
+    if data.get("version") != VERSION:
+        raise ProfileError(f"profile {path}: field 'version' must be {VERSION}, got {data.get('version')!r}")
+    base = data.get("extends")
+    if base:
+        base_data, _ = read_raw(base, _seen + (str(path.resolve()),))
+        data = merge(base_data, data)
+    return data, path
+
+
+_PREPEND_LISTS = {("collectives", "tables"), ("compute", "tables")}
+
+
+def merge(base: dict, child: dict, _path: tuple = ()) -> dict:
+    """Child over base, key by key; measured tables of the child go before the base's."""
+    out = copy.deepcopy(base)
+    for k, v in child.items():
+        p = _path + (k,)
+        if p in _PREPEND_LISTS and isinstance(v, list):
+            out[k] = copy.deepcopy(v) + out.get(k, [])
+        elif isinstance(v, dict) and isinstance(out.get(k), dict) and not _is_leaf(v):
+            out[k] = merge(out[k], v, p)
+        else:
+            out[k] = copy.deepcopy(v)
+    out.pop("extends", None) if not _path else None
+    return out
+
+
+def _is_leaf(v: dict) -> bool:
+    return "value" in v
+
+
+def load_profile(name_or_path: str) -> Profile:
+    data, path = read_raw(name_or_path)
+    return parse(data, str(path))
+
+
+def parse(data: dict, where: str = "<profile>") -> Profile:
+    g = _Getter(data, where)
+    name = g.str_("name")
+    peak = {dt: g.num(f"compute.matmul_tflops.{dt}") * 1e12 for dt in g.obj("compute.matmul_tflops")}
+    if not peak:
+        raise ProfileError(f"profile {where}: field 'compute.matmul_tflops' needs at least one dtype")
+    links = {}
+    for scope in g.obj("collectives.model"):
+        if scope not in SCOPES:
+            raise ProfileError(f"profile {where}: field 'collectives.model.{scope}': scope must be one of {SCOPES}")
+        links[scope] = tuple(g.protocol(f"collectives.model.{scope}.{name}", name)
+                             for name in g.obj(f"collectives.model.{scope}"))
+        if not links[scope]:
+            raise ProfileError(f"profile {where}: field 'collectives.model.{scope}' lists no protocol")
+    if "node" not in links:
+        raise ProfileError(f"profile {where}: field 'collectives.model.node' is missing")
+    device = g.str_("device", default="cuda")
+    if device not in ("cuda", "cpu"):
+        raise ProfileError(f"profile {where}: field 'device' must be cuda or cpu, got {device!r}")
+    return Profile(
+        name=name,
+        description=g.str_("description", default=""),
+        gpus_per_node=int(g.num("gpus_per_node", positive=True)),
+        memory_gib=g.num("memory_gib", positive=True),
+        device=device,
+        peak_flops=peak,
+        mem_bytes_per_s=g.num("compute.memory_gbps", positive=True) * 1e9,
+        gemm_efficiency=g.curve("compute.gemm_efficiency", "flops"),
+        memory_efficiency=g.curve("compute.memory_efficiency", "bytes"),
+        launch_s={m: g.num(f"compute.launch_us.{m}") * 1e-6 for m in MODES},
+        compute_points=g.compute_points(),
+        collective_tables=g.collective_tables(),
+        link_models=links,
+        eager_extra_s=g.num("collectives.eager_extra_us", default=0.0) * 1e-6,
+        compute_slowdown=g.num("overlap.compute_slowdown", min_=1.0),
+        comm_slowdown=g.num("overlap.comm_slowdown", min_=1.0),
+        jitter_s=g.num("jitter.launch_us", default=0.0) * 1e-6,
+        source_path=where,
+        raw=data,
+    )
+
+
+class _Getter:
+    """Typed access to a profile dict; every failure names the field and the file."""
+
+    def __init__(self, data: dict, where: str):
+        self.data, self.where = data, where
+
+    def fail(self, path: str, msg: str):
+        raise ProfileError(f"profile {self.where}: field '{path}' {msg}")
+
+    def get(self, path: str, default=...):
+        cur = self.data
+        for part in path.split("."):
+            if not isinstance(cur, dict) or part not in cur:
+                if default is not ...:
+                    return default
+                self.fail(path, "is missing")
+            cur = cur[part]
+        return cur
+
+    def obj(self, path: str) -> dict:
+        v = self.get(path)
+        if not isinstance(v, dict):
+            self.fail(path, "must be an object")
+        return v
+
+    def str_(self, path: str, default=...) -> str:
+        v = self.get(path, default)
+        if not isinstance(v, str):
+            self.fail(path, f"must be a string, got {v!r}")
+        return v
+
+    def num(self, path: str, default=..., positive: bool = False, min_: float | None = None) -> float:
+        v = self.get(path, default)
+        if isinstance(v, dict):           # {"value": x, "source": "..."}
+            if "value" not in v:
+                self.fail(path, "is an object without 'value'")
+            if not v.get("source"):
+                self.fail(path, "has no 'source' (every number states where it came from)")
+            v = v["value"]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            self.fail(path, f"must be a number, got {v!r}")
+        if positive and v <= 0:
+            self.fail(path, f"must be positive, got {v}")
+        if min_ is not None and v < min_:
+            self.fail(path, f"must be >= {min_}, got {v}")
+        return float(v)
+
+    def protocol(self, path: str, name: str) -> LinkModel:
+        p = self.obj(path)
+        if not p.get("source"):
+            self.fail(path, "has no 'source'")
+        hop = p.get("hop", "per_step")
+        if hop not in ("per_step", "once"):
+            self.fail(f"{path}.hop", f"must be per_step or once, got {hop!r}")
+        return LinkModel(name, self.num(f"{path}.base_us", min_=0.0) * 1e-6, self.num(f"{path}.hop_us", min_=0.0) * 1e-6,
+                         self.num(f"{path}.busbw_gbps", positive=True), hop == "per_step")
+
+    def curve(self, path: str, xkey: str) -> Curve:
+        c = self.obj(path)
+        if not c.get("source"):
+            self.fail(path, "has no 'source'")
+        xs, ys = c.get(xkey), c.get("efficiency")
+        if not isinstance(xs, list) or not isinstance(ys, list) or len(xs) != len(ys) or not xs:
+            self.fail(path, f"needs equal-length non-empty lists '{xkey}' and 'efficiency'")
+        if any(not isinstance(v, (int, float)) or v <= 0 for v in xs) or list(xs) != sorted(xs):
+            self.fail(path, f"'{xkey}' must be positive and increasing")
+        if any(not isinstance(v, (int, float)) or not 0 < v <= 1 for v in ys):
+            self.fail(path, "'efficiency' values must be in (0, 1]")
+        return Curve(tuple(map(float, xs)), tuple(map(float, ys)))
+
+    def compute_points(self) -> tuple[ComputePoint, ...]:
+        out = []
+        for ti, t in enumerate(self.get("compute.tables", [])):
+            p = f"compute.tables[{ti}]"
+            if not isinstance(t, dict) or not t.get("source") or not isinstance(t.get("points"), list):
+                self.fail(p, "must be an object with 'source' and a list 'points'")
+            for pi, pt in enumerate(t["points"]):
+                try:
+                    attrs = tuple(sorted((str(k), v) for k, v in pt["attrs"].items()))
+                    time_s = float(pt["time_s"])
+                    if not time_s > 0:
+                        raise ValueError
+                    out.append(ComputePoint(str(pt["kind"]), attrs, str(pt.get("dtype", "fp16")), time_s))
+                except (KeyError, TypeError, ValueError, AttributeError):
+                    self.fail(f"{p}.points[{pi}]", "needs 'kind', 'attrs' (object) and a positive 'time_s'")
+        return tuple(out)
+
+    def collective_tables(self) -> tuple[CollectiveTable, ...]:
+        out = []
+        for ti, t in enumerate(self.get("collectives.tables", [])):
+            p = f"collectives.tables[{ti}]"
+            if not isinstance(t, dict):
+                self.fail(p, "must be an object")
+            for key in ("collective", "group", "scope", "mode", "bytes", "time_us", "source"):
+                if key not in t:
+                    self.fail(f"{p}.{key}", "is missing")
+            if t["scope"] not in SCOPES:
+                self.fail(f"{p}.scope", f"must be one of {SCOPES}")
+            if t["mode"] not in MODES:
+                self.fail(f"{p}.mode", f"must be one of {MODES}")
+            b, us = t["bytes"], t["time_us"]
+            if (not isinstance(b, list) or not isinstance(us, list) or len(b) != len(us) or not b
+                    or any(not isinstance(v, (int, float)) or v <= 0 for v in b + us)):
+                self.fail(p, "needs equal-length lists 'bytes' and 'time_us' of positive numbers")
+            if list(b) != sorted(b):
+                self.fail(f"{p}.bytes", "must be increasing")
+            out.append(CollectiveTable(str(t["collective"]), int(t["group"]), t["scope"], t["mode"],
+                                       str(t.get("impl", "nccl")), tuple(map(float, b)),
+                                       tuple(v * 1e-6 for v in us), str(t["source"])))
+        return tuple(out)
+
+
+def sources(data: dict, prefix: str = "") -> list[tuple[str, str, str]]:
+    """(field, value, source) for every sourced number and table, for `tpsim profiles show`."""
+    out = []
+    for k, v in data.items():
+        path = f"{prefix}{k}"
+        if isinstance(v, dict) and "value" in v:
+            out.append((path, str(v["value"]), str(v.get("source", ""))))
+        elif isinstance(v, dict) and "source" in v:
+            keys = [kk for kk in v if kk not in ("source",)]
+            out.append((path, f"table ({', '.join(keys)})", str(v["source"])))
+        elif isinstance(v, dict):
+            out.extend(sources(v, path + "."))
+        elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            for i, x in enumerate(v):
+                label = ", ".join(f"{kk}={x[kk]}" for kk in ("collective", "group", "scope", "mode", "impl") if kk in x)
+                n = len(x.get("bytes", x.get("points", [])))
+                out.append((f"{path}[{i}]", f"{label} ({n} points)".strip(), str(x.get("source", ""))))
+    return out

@@ -1,0 +1,355 @@
+"""The schedule IR: one forward pass as an ordered list of ops, and the builders.
+
+A `Schedule` is what both interpreters run. The simulator (sim.engine) turns each op into a
+timed event; the harness (hw.runner) turns it into a torch kernel or a torch.distributed call.
+Ops are listed in *issue order* on each rank. Compute ops run one after another on the compute
+stream and each waits until its inputs exist; collectives are issued to the comm stream when
+the issue order reaches them (async), start once every rank has issued them, and their output
+is awaited only by the op that reads it. So "blocking all-reduce" (standard) and "async
+all-reduce awaited later" (ladder) differ only in op order and dataflow, never in op semantics.
+
+Dataflow of each schedule: ../shared/reference/FACTS.md §1.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .model import ModelSpec, Shard
+from .stack import Stack, Step
+
+COMPUTE, COMM = "compute", "comm"
+
+# kind -> stream. The harness implements each kind; the cost model prices each kind.
+KINDS = {
+    "embed": COMPUTE,       # token ids [B, S] -> x [B, S, hidden] (replicated table)
+    "rmsnorm": COMPUTE,     # [rows, width] -> [rows, width]
+    "gemm": COMPUTE,        # [m, k] @ [k, n] -> [m, n]; param names the weight shard
+    "attention": COMPUTE,   # qkv [B, S, qkv_dim/tp] -> o [B, S, q_dim/tp]; RoPE, cache write, SDPA
+    "swiglu": COMPUTE,      # [rows, 2*width] -> silu(a) * b [rows, width]
+    "add": COMPUTE,         # a + b, both [rows, width]
+    "sample": COMPUTE,      # logits [B, vocab] -> next token ids [B] (greedy argmax)
+    "all_reduce": COMM,     # sum over the TP group, [rows, width] in and out
+    "all_gather": COMM,     # concat over the TP group along the last dim
+}
+
+TOKENS = "tokens"           # the one external input of every forward pass
+
+
+@dataclass(frozen=True)
+class Op:
+    """One kernel or collective of one rank's forward pass."""
+
+    name: str                                   # unique, e.g. "L3.attn.allreduce"
+    kind: str                                   # a key of KINDS
+    inputs: tuple[str, ...]                     # value names read (must exist before it runs)
+    outputs: tuple[str, ...]                    # value names written
+    attrs: tuple[tuple[str, int | str], ...]    # shapes and options, e.g. (("m", 4), ("n", 1280), ("k", 8192))
+    dtype: str = "fp16"
+    layer: int | None = None                    # transformer layer, None for embed/head/sample
+    param: str | None = None                    # weight or state the op uses, e.g. "L3.wqkv", "L3.kv"
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"op {self.name}: unknown kind {self.kind!r}; choose from {', '.join(KINDS)}")
+
+    @property
+    def stream(self) -> str:
+        return KINDS[self.kind]
+
+    @property
+    def is_comm(self) -> bool:
+        return self.stream == COMM
+
+    def attr(self, key: str) -> int | str:
+        for k, v in self.attrs:
+            if k == key:
+                return v
+        raise KeyError(f"op {self.name} has no attr {key!r}")
+
+    @property
+    def signature(self) -> tuple:
+        """What determines the op's cost: equal signatures cost the same."""
+        return (self.kind, self.attrs, self.dtype)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """One forward pass (prefill or one decode step) of one schedule, as every rank runs it."""
+
+    name: str                   # the spec it was built from, e.g. "ladder:16"
+    model: ModelSpec
+    tp: int
+    step: Step
+    stack: Stack
+    ops: tuple[Op, ...]
+    ladder_layers: tuple[int, ...] = ()
+    spd_layers: tuple[int, ...] = ()
+    producer: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        seen: dict[str, Op] = {}
+        names = set()
+        for op in self.ops:
+            if op.name in names:
+                raise ValueError(f"schedule {self.name}: duplicate op name {op.name}")
+            names.add(op.name)
+            for v in op.inputs:
+                if v != TOKENS and v not in seen:
+                    raise ValueError(f"schedule {self.name}: op {op.name} reads {v!r} before any op writes it")
+            for v in op.outputs:
+                seen[v] = op
+        self.producer.update(seen)
+
+    @property
+    def collectives(self) -> list[Op]:
+        return [op for op in self.ops if op.is_comm]
+
+    def deps(self, op: Op) -> list[Op]:
+        """The ops whose outputs `op` waits for."""
+        return [self.producer[v] for v in op.inputs if v != TOKENS]
+
+    def layer_ops(self, layer: int) -> list[Op]:
+        return [op for op in self.ops if op.layer == layer]
+
+
+# ---------------------------------------------------------------- builders
+
+class _Builder:
+    """Appends ops with the shapes of one (model, tp, step, stack)."""
+
+    def __init__(self, model: ModelSpec, tp: int, step: Step, stack: Stack):
+        self.model, self.tp, self.step, self.stack = model, tp, step, stack
+        self.shard: Shard = model.shard(tp)
+        self.rows = step.tokens          # activations are [batch * q_len, hidden]
+        self.ops: list[Op] = []
+
+    def add_op(self, name, kind, inputs, outputs, attrs, layer=None, param=None) -> str:
+        self.ops.append(Op(name, kind, tuple(inputs), tuple(outputs), tuple(attrs),
+                           self.stack.dtype, layer, param))
+        return outputs[0]
+
+    # -- pieces shared by every schedule
+
+    def embed(self) -> str:
+        return self.add_op("embed", "embed", [TOKENS], ["embed.x"],
+                           [("rows", self.rows), ("width", self.model.hidden), ("vocab", self.model.vocab)],
+                           param="embed")
+
+    def attn(self, i: int, x: str, norm: bool = True) -> str:
+        """Attention of layer i on residual x (or on an already-normed x): returns partial P_r."""
+        s, p = self.shard, f"L{i}.attn"
+        n = self.norm(f"{p}.norm", x, i, f"L{i}.attn_norm") if norm else x
+        qkv = self.add_op(f"{p}.qkv", "gemm", [n], [f"{p}.qkv_out"],
+                          [("m", self.rows), ("n", s.qkv_dim), ("k", s.hidden)], i, f"L{i}.wqkv")
+        st = self.step
+        o = self.add_op(f"{p}.sdpa", "attention", [qkv], [f"{p}.sdpa_out"],
+                        [("batch", st.batch), ("q_len", st.q_len), ("start_pos", st.start_pos),
+                         ("kv_len", st.kv_len), ("heads", s.heads), ("kv_heads", s.kv_heads),
+                         ("head_dim", s.head_dim), ("expand_gqa", int(self.stack.expand_gqa)),
+                         ("impl", self.stack.attention)], i, f"L{i}.kv")
+        return self.add_op(f"{p}.out", "gemm", [o], [f"{p}.partial"],
+                           [("m", self.rows), ("n", s.hidden), ("k", s.q_dim)], i, f"L{i}.wo")
+
+    def mlp(self, i: int, x: str, norm: bool = True) -> str:
+        """SwiGLU MLP of layer i on residual x: returns partial Z_r."""
+        s, p = self.shard, f"L{i}.mlp"
+        n = self.norm(f"{p}.norm", x, i, f"L{i}.mlp_norm") if norm else x
+        up = self.add_op(f"{p}.up", "gemm", [n], [f"{p}.up_out"],
+                         [("m", self.rows), ("n", 2 * s.ffn), ("k", s.hidden)], i, f"L{i}.w13")
+        g = self.add_op(f"{p}.act", "swiglu", [up], [f"{p}.act_out"],
+                        [("rows", self.rows), ("width", s.ffn)], i)
+        return self.add_op(f"{p}.down", "gemm", [g], [f"{p}.partial"],
+                           [("m", self.rows), ("n", s.hidden), ("k", s.ffn)], i, f"L{i}.w2")
+
+    def norm(self, name: str, x: str, layer: int | None, param: str, rows: int | None = None) -> str:
+        return self.add_op(name, "rmsnorm", [x], [f"{name}_out"],
+                           [("rows", rows or self.rows), ("width", self.model.hidden)], layer, param)
+
+    def all_reduce(self, name: str, x: str, layer: int | None) -> str:
+        return self.add_op(name, "all_reduce", [x], [f"{name}_out"],
+                           [("rows", self.rows), ("width", self.model.hidden), ("group", self.tp)], layer)
+
+    def add(self, name: str, a: str, b: str, out: str, layer: int | None) -> str:
+        return self.add_op(name, "add", [a, b], [out], [("rows", self.rows), ("width", self.model.hidden)], layer)
+
+    def head(self, x: str) -> str:
+        """Final norm, LM head (replicated or vocab-parallel + all-gather), greedy sampling."""
+        m, st = self.model, self.step
+        rows = st.batch * st.logits_len      # prefill "last": only the last position per sequence
+        n = self.norm("final.norm", x, None, "final_norm", rows)
+        vocab_parallel = self.stack.head == "vocab-parallel" and self.tp > 1
+        n_vocab = -(-m.vocab // self.tp) if vocab_parallel else m.vocab   # padded shard
+        logits = self.add_op("head", "gemm", [n], ["head.logits"],
+                             [("m", rows), ("n", n_vocab), ("k", m.hidden)], None, "head")
+        if vocab_parallel:
+            logits = self.add_op("head.allgather", "all_gather", [logits], ["head.logits_all"],
+                                 [("rows", rows), ("width", n_vocab), ("group", self.tp)])
+        return self.add_op("sample", "sample", [logits], ["next_tokens"],
+                           [("batch", st.batch), ("rows", rows), ("vocab", m.vocab)])
+
+    # -- layer bodies (FACTS.md §1); x is the layer's input residual, the return its output
+
+    def standard_layer(self, i: int, x: str, comm: bool = True) -> str:
+        p = self.attn(i, x)
+        if comm:
+            p = self.all_reduce(f"L{i}.attn.allreduce", p, i)
+        h = self.add(f"L{i}.attn.add", x, p, f"L{i}.h", i)
+        z = self.mlp(i, h)
+        if comm:
+            z = self.all_reduce(f"L{i}.mlp.allreduce", z, i)
+        return self.add(f"L{i}.mlp.add", h, z, f"L{i}.x", i)
+
+    def spd_layer(self, i: int, x: str) -> str:
+        """SPD block: rank r feeds its MLP X + P_r; one all-reduce of P_r + Z_r; X added after it."""
+        p = self.attn(i, x)
+        h = self.add(f"L{i}.attn.add", x, p, f"L{i}.h", i)        # local: no sync point
+        z = self.mlp(i, h)
+        s = self.add(f"L{i}.mlp.sum", p, z, f"L{i}.pz", i)         # P_r + Z_r
+        s = self.all_reduce(f"L{i}.mlp.allreduce", s, i)
+        return self.add(f"L{i}.mlp.add", x, s, f"L{i}.x", i)
+
+    def parallel_layer(self, i: int, x: str) -> str:
+        """PaLM/GPT-J: attn and mlp both read norm(x); one all-reduce of their summed partials."""
+        n = self.norm(f"L{i}.norm", x, i, f"L{i}.attn_norm")
+        p = self.attn(i, n, norm=False)
+        z = self.mlp(i, n, norm=False)
+        s = self.add(f"L{i}.mlp.sum", p, z, f"L{i}.pz", i)
+        s = self.all_reduce(f"L{i}.allreduce", s, i)
+        return self.add(f"L{i}.add", x, s, f"L{i}.x", i)
+
+    def ladder_layers(self, first: int, x: str) -> str:
+        """Ladder on layers first..L-1, as the Ladder authors' TP inference code runs it.
+
+        Module m reads a residual that lacks module m-1's output; m-1's all-reduce is awaited
+        just before the add that needs it, so it overlaps m's compute. The first ladder layer
+        sees zeros as the previous modules' outputs; after the last, both pending sums are added.
+        """
+        r, pending = x, None      # pending: (layer, attn all-reduce value, mlp all-reduce value)
+        for i in range(first, self.model.layers):
+            if pending:
+                r = self.add(f"L{pending[0]}.attn.add", r, pending[1], f"L{pending[0]}.h", pending[0])
+            a = self.all_reduce(f"L{i}.attn.allreduce", self.attn(i, r), i)          # launched async
+            if pending:
+                r = self.add(f"L{pending[0]}.mlp.add", r, pending[2], f"L{pending[0]}.x", pending[0])
+            m = self.all_reduce(f"L{i}.mlp.allreduce", self.mlp(i, r), i)            # launched async
+            pending = (i, a, m)
+        i, a, m = pending
+        r = self.add(f"L{i}.attn.add", r, a, f"L{i}.h", i)
+        return self.add(f"L{i}.mlp.add", r, m, f"L{i}.x", i)
+
+    def finish(self, name: str, **kw) -> Schedule:
+        return Schedule(name, self.model, self.tp, self.step, self.stack, tuple(self.ops), **kw)
+
+
+def build_standard(b: _Builder, name: str) -> Schedule:
+    x = b.embed()
+    for i in range(b.model.layers):
+        x = b.standard_layer(i, x)
+    b.head(x)
+    return b.finish(name)
+
+
+def build_upper_bound(b: _Builder, name: str) -> Schedule:
+    """Standard with every all-reduce removed: each rank adds its own partials (speed ceiling only)."""
+    x = b.embed()
+    for i in range(b.model.layers):
+        x = b.standard_layer(i, x, comm=False)
+    b.head(x)
+    return b.finish(name)
+
+
+def build_parallel(b: _Builder, name: str) -> Schedule:
+    x = b.embed()
+    for i in range(b.model.layers):
+        x = b.parallel_layer(i, x)
+    b.head(x)
+    return b.finish(name)
+
+
+def build_ladder(b: _Builder, name: str, upper: int | None = None) -> Schedule:
+    """Ladder on the upper `upper` layers (all when None); standard below them."""
+    layers = b.model.layers
+    k = layers if upper is None else upper
+    if not 1 <= k <= layers:
+        raise ValueError(f"ladder:K needs 1 <= K <= {layers} layers of {b.model.name}, got {k}")
+    x = b.embed()
+    for i in range(layers - k):
+        x = b.standard_layer(i, x)
+    x = b.ladder_layers(layers - k, x)
+    b.head(x)
+    return b.finish(name, ladder_layers=tuple(range(layers - k, layers)))
+
+
+def build_spd(b: _Builder, name: str, layers: tuple[int, ...] = ()) -> Schedule:
+    chosen = set(layers)
+    x = b.embed()
+    for i in range(b.model.layers):
+        x = b.spd_layer(i, x) if i in chosen else b.standard_layer(i, x)
+    b.head(x)
+    return b.finish(name, spd_layers=tuple(sorted(chosen)))
+
+
+# name -> builder; feeds the CLI's choices. Arguments after ':' are parsed by parse_schedule.
+SCHEDULES = {
+    "standard": build_standard,
+    "ladder": build_ladder,
+    "spd": build_spd,
+    "parallel": build_parallel,
+    "upper-bound": build_upper_bound,
+}
+
+SCHEDULE_HELP = ("standard | ladder | ladder:K (upper K layers) | spd:F (fraction F of blocks from the top) "
+                 "| spd:3,5,9-12 (layer list; one layer as spd:[7]) | parallel | upper-bound")
+
+
+def parse_schedule(spec: str, n_layers: int) -> tuple[str, dict]:
+    """'ladder:16' -> ('ladder', {'upper': 16}); 'spd:0.7' -> ('spd', {'layers': (...)})."""
+    base, _, arg = spec.partition(":")
+    if base not in SCHEDULES:
+        raise ValueError(f"unknown schedule {spec!r}; choose from: {SCHEDULE_HELP}")
+    if not arg:
+        if base == "spd":
+            raise ValueError("spd needs an argument: spd:F (fraction of blocks) or spd:3,5,7 (layers)")
+        return base, {}
+    if base == "ladder":
+        try:
+            return base, {"upper": int(arg)}
+        except ValueError:
+            raise ValueError(f"bad ladder spec {spec!r}; use ladder or ladder:K (K = upper layers)") from None
+    if base == "spd":
+        return base, {"layers": _spd_layers(spec, arg, n_layers)}
+    raise ValueError(f"schedule {base!r} takes no argument (got {spec!r})")
+
+
+def _spd_layers(spec: str, arg: str, n_layers: int) -> tuple[int, ...]:
+    list_form = "," in arg or "-" in arg or arg.startswith("[")
+    if not list_form:
+        try:
+            frac = float(arg)
+        except ValueError:
+            raise ValueError(f"bad spd spec {spec!r}; use spd:F with 0<=F<=1 or spd:3,5,7") from None
+        if not 0.0 <= frac <= 1.0:
+            raise ValueError(f"spd fraction must be within 0..1, got {frac}")
+        k = round(frac * n_layers)
+        return tuple(range(n_layers - k, n_layers))          # counted from the top block down
+    out: set[int] = set()
+    for part in arg.strip("[]").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            lo, _, hi = part.partition("-")
+            rng = range(int(lo), int(hi or lo) + 1)
+        except ValueError:
+            raise ValueError(f"bad spd layer list {spec!r}; use e.g. spd:3,5,9-12") from None
+        for i in rng:
+            if not 0 <= i < n_layers:
+                raise ValueError(f"spd layer {i} outside 0..{n_layers - 1}")
+            out.add(i)
+    return tuple(sorted(out))
+
+
+def build(spec: str, model: ModelSpec, tp: int, step: Step, stack: Stack = Stack()) -> Schedule:
+    """Build the ops of one forward pass of schedule `spec` (see SCHEDULE_HELP)."""
+    base, kwargs = parse_schedule(spec, model.layers)
+    return SCHEDULES[base](_Builder(model, tp, step, stack), spec, **kwargs)

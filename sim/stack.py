@@ -1,0 +1,93 @@
+"""The software stack a prediction describes, and the shapes of one forward pass.
+
+Defaults follow the Ladder Residual paper's gpt-fast-style harness (DESIGN.md, "Benchmark
+protocol"); every choice is a field so users can describe their own serving stack instead.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
+
+HEADS = ("replicated", "vocab-parallel")
+ATTENTION_IMPLS = ("math", "flash")
+DECODE_KV = ("static", "filled")
+PREFILL_LOGITS = ("all", "last")
+
+
+@dataclass(frozen=True)
+class Stack:
+    """How the serving stack runs the model (all but `dtype` change which ops run or their cost)."""
+
+    dtype: str = "fp16"
+    head: str = "replicated"          # LM head replicated on every rank, or split over vocab + all-gather
+    attention: str = "math"           # math SDPA (materialized scores) or a fused flash kernel
+    kv: str = "static"                # attend over the whole static cache (masked) or only the filled part
+    prefill_logits: str = "all"       # logits for every prompt position, or only the last
+    expand_gqa: bool = True           # repeat K/V heads to the query head count before attention
+    prefill_graphs: bool = False      # prefill under CUDA graphs
+    decode_graphs: bool = True        # decode under CUDA graphs (torch.compile reduce-overhead)
+    collective: str = "nccl"          # collective implementation: a key into the profile's tables
+
+    def __post_init__(self) -> None:
+        _check("dtype", self.dtype, tuple(DTYPE_BYTES))
+        _check("head", self.head, HEADS)
+        _check("attention", self.attention, ATTENTION_IMPLS)
+        _check("kv", self.kv, DECODE_KV)
+        _check("prefill_logits", self.prefill_logits, PREFILL_LOGITS)
+
+    @property
+    def dtype_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    def graphs(self, phase: str) -> bool:
+        return self.prefill_graphs if phase == "prefill" else self.decode_graphs
+
+
+def _check(field: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"unknown {field} {value!r}; choose from: {', '.join(choices)}")
+
+
+@dataclass(frozen=True)
+class Step:
+    """Shapes of one forward pass over a batch.
+
+    prefill: q_len = prompt, start_pos = 0.  decode step j (j = 1..gen-1): q_len = 1,
+    start_pos = prompt + j - 1. kv_len is what attention reads: the whole static cache
+    (prompt + gen) or only the filled part (start_pos + q_len).
+    """
+
+    phase: str          # "prefill" | "decode"
+    batch: int
+    q_len: int
+    start_pos: int
+    kv_len: int
+    logits_len: int     # positions per sequence whose logits the head computes
+
+    def __post_init__(self) -> None:
+        if self.phase not in ("prefill", "decode"):
+            raise ValueError(f"phase must be prefill or decode, got {self.phase!r}")
+        if min(self.batch, self.q_len, self.kv_len, self.logits_len) < 1 or self.start_pos < 0:
+            raise ValueError(f"bad step shape {self}")
+        if self.kv_len < self.start_pos + self.q_len:
+            raise ValueError(f"kv_len {self.kv_len} < start_pos + q_len ({self.start_pos + self.q_len})")
+
+    @property
+    def tokens(self) -> int:
+        return self.batch * self.q_len
+
+    @staticmethod
+    def prefill(batch: int, prompt_len: int, gen_len: int, stack: Stack) -> "Step":
+        kv = prompt_len + gen_len if stack.kv == "static" else prompt_len
+        logits = prompt_len if stack.prefill_logits == "all" else 1
+        return Step("prefill", batch, prompt_len, 0, kv, logits)
+
+    @staticmethod
+    def decode(batch: int, prompt_len: int, gen_len: int, j: int, stack: Stack) -> "Step":
+        """Decode step j in 1..gen_len-1 (it consumes generated token j, at position prompt+j-1)."""
+        if not 1 <= j <= gen_len - 1:
+            raise ValueError(f"decode step {j} outside 1..{gen_len - 1}")
+        start = prompt_len + j - 1
+        kv = prompt_len + gen_len if stack.kv == "static" else start + 1
+        return Step("decode", batch, 1, start, kv, 1)

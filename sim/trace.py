@@ -1,0 +1,74 @@
+"""Per-op timing records, shared by the simulator and the hardware harness.
+
+A simulated and a measured run of the same schedule emit records with the same op names, so
+per-op error is a join on (phase, op, rank), not a guess. Records export to the Chrome trace
+event format, which chrome://tracing and ui.perfetto.dev open: one process per rank, one
+thread per stream.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from typing import Iterable
+
+
+@dataclass(frozen=True)
+class Record:
+    op: str            # op name from the schedule IR, e.g. "L3.attn.allreduce"
+    rank: int
+    stream: str        # "compute" | "comm" (| "wait" for time blocked on a collective)
+    start_s: float
+    end_s: float
+    phase: str = ""    # "prefill" | "decode" (| "" when not known)
+    kind: str = ""     # op kind, e.g. "gemm"
+
+    @property
+    def dur_s(self) -> float:
+        return self.end_s - self.start_s
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @staticmethod
+    def from_dict(d: dict) -> "Record":
+        return Record(d["op"], int(d["rank"]), d["stream"], float(d["start_s"]), float(d["end_s"]),
+                      d.get("phase", ""), d.get("kind", ""))
+
+
+_STREAM_TID = {"compute": 0, "comm": 1, "wait": 2}
+
+
+def chrome_trace(records: Iterable[Record], label: str = "") -> dict:
+    """Chrome/Perfetto trace JSON: pid = rank, tid = stream, times in microseconds."""
+    events, seen = [], set()
+    for r in records:
+        tid = _STREAM_TID.get(r.stream, 3)
+        if (r.rank, tid) not in seen:
+            seen.add((r.rank, tid))
+            events.append({"ph": "M", "name": "thread_name", "pid": r.rank, "tid": tid,
+                           "args": {"name": r.stream}})
+            events.append({"ph": "M", "name": "process_name", "pid": r.rank, "tid": tid,
+                           "args": {"name": f"{label} rank {r.rank}".strip()}})
+        events.append({"ph": "X", "name": r.op, "cat": f"{r.phase},{r.kind}".strip(","),
+                       "pid": r.rank, "tid": tid, "ts": r.start_s * 1e6, "dur": r.dur_s * 1e6,
+                       "args": {"phase": r.phase, "kind": r.kind}})
+    return {"traceEvents": events, "displayTimeUnit": "ns"}
+
+
+def write_json_atomic(path: str | os.PathLike, obj) -> None:
+    """Write JSON so that readers see the old file or the whole new one, never a torn write."""
+    path = os.fspath(path)
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f, indent=1)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
