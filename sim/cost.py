@@ -7,8 +7,10 @@ profile. Launch overhead: on a GPU the CPU queues kernels ahead of the GPU, so a
 max(GPU time, its kernels' launch time); on a CPU device the two add up.
 
 Collectives: a measured latency-vs-bytes table for the (collective, group, scope, mode, impl),
-interpolated in log-log; beyond its largest size, extended at the fitted bandwidth; without a
-table, the NCCL-style ring model base + steps * hop + bytes / algbw (FACTS.md §4).
+interpolated in log-log; beyond its largest size, extended at the derived model's bandwidth;
+without a table, derived from the profile's topology graph (sim/topology.py: ring / tree / NVLS /
+two-level over the bottleneck links), or, for a profile without a topology section, the
+NCCL-style protocol model base + steps * hop + bytes / algbw (FACTS.md §4).
 """
 from __future__ import annotations
 
@@ -167,6 +169,14 @@ class CostModel:
         return t
 
     def collective_s(self, collective: str, nbytes: float, group: int, mode: str) -> float:
+        """Seconds for one collective of `nbytes` (nccl-tests size convention) over `group` ranks.
+
+        In order: (1) a measured table for (collective, group, scope, mode, impl); (2) the same
+        table measured in the other mode (plus the profile's eager_extra when eager is asked and
+        only graph data exists); (3) the topology model of the profile (sim/topology.py), plus
+        eager_extra in eager mode; (4) without a topology, the NCCL protocol model
+        `collectives.model`. A non-NCCL impl (custom all-reduce) without a table for this group
+        is priced as NCCL: that is what serving stacks fall back to where their kernel cannot run."""
         scope = self.scope(group)
         impl = self.stack.collective
         table = _find_table(self.profile, collective, group, scope, mode, impl)
@@ -177,11 +187,34 @@ class CostModel:
             if table is not None and mode == "eager":
                 extra = self.profile.eager_extra_s
         if table is not None:
-            return extra + _table_s(table, nbytes, self._link(scope), collective, group)
+            return extra + _table_s(table, nbytes, lambda b: self.derived_s(collective, b, group))
         if group == 1:
             return 0.0                  # nothing to exchange; measured group-1 tables win above
         extra = self.profile.eager_extra_s if mode == "eager" else 0.0
-        return extra + ring_s(self._link(scope), collective, nbytes, group)
+        return extra + self.derived_s(collective, nbytes, group)
+
+    def derived_s(self, collective: str, nbytes: float, group: int) -> float:
+        """The unmeasured path: topology model if the profile has one that covers the group,
+        else the protocol model (graph-mode device time, no eager overhead)."""
+        if group <= 1:
+            return 0.0
+        topo = self.topology()
+        if topo is not None and (group <= self.gpus_per_node or topo.spec.multi_node):
+            return topo.collective_s(collective, nbytes, group, self.gpus_per_node)
+        scope = self.scope(group)
+        if not self.profile.link_models:
+            raise ValueError(f"profile {self.profile.name}: no measured table, no topology NICs and no "
+                             f"collectives.model to price a {collective} over {group} ranks ({scope})")
+        return ring_s(self._link(scope), collective, nbytes, group)
+
+    def topology(self):
+        """The profile's TopologyModel (built once per CostModel), or None."""
+        if self.profile.topology is None:
+            return None
+        if getattr(self, "_topology", None) is None:
+            from .topology import TopologyModel
+            self._topology = TopologyModel(self.profile.topology)
+        return self._topology
 
     def _link(self, scope: str) -> tuple[LinkModel, ...]:
         return self.profile.link_models.get(scope) or self.profile.link_models["node"]
@@ -211,13 +244,14 @@ def _find_table(profile: Profile, collective, group, scope, mode, impl) -> Colle
     return None
 
 
-def _table_s(t: CollectiveTable, nbytes: float, link: tuple[LinkModel, ...], collective: str, group: int) -> float:
+def _table_s(t: CollectiveTable, nbytes: float, derived) -> float:
+    """Log-log interpolation in a measured table; beyond its largest size, extended at the
+    derived model's marginal cost per byte (its bandwidth), from the largest measured point."""
     xs = t.bytes
     if nbytes <= xs[0]:
         return t.time_s[0]              # latency floor: below the smallest size nothing gets cheaper
     if nbytes >= xs[-1]:
-        # extend at the model's bandwidth from the largest measured point
-        slope = ring_s(link, collective, 2 * xs[-1], group) - ring_s(link, collective, xs[-1], group)
+        slope = derived(2 * xs[-1]) - derived(xs[-1])
         return t.time_s[-1] + (nbytes - xs[-1]) * slope / xs[-1]
     i = bisect.bisect_left(xs, nbytes)
     return _loglog(nbytes, (xs[i - 1], t.time_s[i - 1]), (xs[i], t.time_s[i]))

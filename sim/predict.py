@@ -4,10 +4,12 @@ prefill_s: one forward pass over batch x prompt (it produces token 1).
 decode_s:  the remaining gen-1 steps, each one token per sequence.
 tokens/s:  batch * gen / (prefill_s + decode_s); speedup: over the standard schedule.
 
-Fast path (default): one representative rank (ranks are symmetric without jitter) and, when
-decode attention reads only the filled cache, decode steps simulated at sampled positions and
-integrated over the growing KV length (a step's time is piecewise linear in it). Exact mode:
-every rank and every decode step, with the profile's jitter.
+Fast path (default): one representative rank (ranks are symmetric without jitter); each run of
+identical layers simulated for WARM_LAYERS layers and once more with one layer added, the
+difference being the run's steady per-layer period (layers repeat, so the timeline does too);
+and, when decode attention reads only the filled cache, decode steps simulated at sampled
+positions and integrated over the growing KV length (a step's time is piecewise linear in it).
+Exact mode: every rank, every layer and every decode step, with the profile's jitter.
 """
 from __future__ import annotations
 
@@ -19,10 +21,11 @@ from .cost import CostModel
 from .engine import Interference, StepResult, simulate
 from .model import ModelSpec
 from .profile import Profile
-from .schedule import Schedule, build
+from .schedule import Schedule, build, build_plan, plan_of, runs
 from .stack import Stack, Step
 
 DECODE_SAMPLES = 17       # sampled decode positions on the fast path (when steps differ)
+WARM_LAYERS = 3           # layers of a run simulated before its per-layer period is taken as steady
 
 
 @dataclass(frozen=True)
@@ -91,9 +94,38 @@ class Simulator:
         self.interference = Interference(p.compute_slowdown, p.comm_slowdown)
 
     def step(self, spec: str, step: Step, record: bool | None = None) -> StepResult:
-        sched = self.w.schedule(spec, step)
-        phase = step.phase
-        cost = self.cost
+        """The full timeline of one forward pass (every layer)."""
+        return self._simulate(self.w.schedule(spec, step), self.record if record is None else record)
+
+    def step_time(self, spec: str, step: Step) -> tuple[float, float]:
+        """(duration_s, exposed_comm_s) of one forward pass; compressed over repeated layers
+        on the fast path, the full timeline in exact mode."""
+        if self.exact:
+            r = self.step(spec, step, record=False)
+            return r.duration_s, r.exposed_comm_s
+        plan = plan_of(spec, self.w.model.layers)
+        rs = runs(plan)
+        short = [min(end - first, WARM_LAYERS) for _, first, end in rs]
+        base = self._plan_time(spec, rs, short, step)
+        dur, exp = base
+        for j, (_, first, end) in enumerate(rs):
+            extra = (end - first) - short[j]
+            if extra > 0:
+                longer = short[:j] + [short[j] + 1] + short[j + 1:]
+                d1, e1 = self._plan_time(spec, rs, longer, step)
+                dur += extra * (d1 - base[0])
+                exp += extra * (e1 - base[1])
+        return dur, exp
+
+    def _plan_time(self, spec: str, rs, counts: list[int], step: Step) -> tuple[float, float]:
+        plan = tuple(k for (k, _, _), n in zip(rs, counts) for _ in range(n))
+        model = self.w.model.truncated(len(plan)) if len(plan) < self.w.model.layers else self.w.model
+        sched = build_plan(spec, plan, model, self.w.tp, step, self.w.stack)
+        r = self._simulate(sched, record=False)
+        return r.duration_s, r.exposed_comm_s
+
+    def _simulate(self, sched: Schedule, record: bool) -> StepResult:
+        phase, cost = sched.step.phase, self.cost
 
         def op_time(op):
             return cost.comm_s(op, phase) if op.is_comm else cost.compute_s(op, phase)
@@ -101,31 +133,30 @@ class Simulator:
         ranks = self.w.tp if self.exact else 1
         jitter = self.w.profile.jitter_s if self.exact else 0.0
         return simulate(sched, op_time, ranks=ranks, interference=self.interference, jitter_s=jitter,
-                        record=self.record if record is None else record)
+                        record=record)
 
     def predict(self, spec: str) -> Prediction:
         w = self.w
-        pre = self.step(spec, w.prefill_step())
+        pre_s, pre_exp = self.step_time(spec, w.prefill_step())
         steps = list(range(1, w.gen_len))
-        first = self.step(spec, w.decode_step(1)) if steps else None
         if not steps:
             decode_s, decode_exposed = 0.0, 0.0
-        elif self.exact:
-            res = [first] + [self.step(spec, w.decode_step(j), record=False) for j in steps[1:]]
-            decode_s = sum(r.duration_s for r in res)
-            decode_exposed = sum(r.exposed_comm_s for r in res)
-        elif w.stack.kv == "static":
-            # every decode step reads the whole static cache: all steps are the same step
-            decode_s = first.duration_s * len(steps)
-            decode_exposed = first.exposed_comm_s * len(steps)
+        elif self.exact or w.stack.kv == "filled":
+            # decode steps differ (growing KV length): all of them, or sampled and integrated
+            js = steps if self.exact else sorted(set(
+                np.linspace(1, steps[-1], min(DECODE_SAMPLES, len(steps))).round().astype(int)))
+            res = [self.step_time(spec, w.decode_step(j)) for j in js]
+            decode_s = float(np.interp(steps, js, [r[0] for r in res]).sum())
+            decode_exposed = float(np.interp(steps, js, [r[1] for r in res]).sum())
         else:
-            sample = sorted(set(np.linspace(1, steps[-1], min(DECODE_SAMPLES, len(steps))).round().astype(int)))
-            res = {1: first} | {j: self.step(spec, w.decode_step(j), record=False) for j in sample if j != 1}
-            js = np.array(sorted(res))
-            decode_s = float(np.interp(steps, js, [res[j].duration_s for j in js]).sum())
-            decode_exposed = float(np.interp(steps, js, [res[j].exposed_comm_s for j in js]).sum())
-        return Prediction(spec, pre.duration_s, decode_s, pre.exposed_comm_s + decode_exposed,
-                          w.batch, w.gen_len, prefill=pre, decode=first)
+            # every decode step reads the whole static cache: all steps are the same step
+            d, e = self.step_time(spec, w.decode_step(1))
+            decode_s, decode_exposed = d * len(steps), e * len(steps)
+        p = Prediction(spec, pre_s, decode_s, pre_exp + decode_exposed, w.batch, w.gen_len)
+        if self.record:          # full timelines of the prefill and of decode step 1, for traces and joins
+            p.prefill = self.step(spec, w.prefill_step())
+            p.decode = self.step(spec, w.decode_step(1)) if steps else None
+        return p
 
 
 def predict(workload: Workload, schedules: list[str], exact: bool = False, record: bool = True) -> list[Prediction]:

@@ -4,7 +4,13 @@ A profile is a versioned JSON file (format "tpsim-profile", version 1; README "P
 Every number sits next to the `source` it came from, as {"value": x, "source": "..."}, or a table
 carries one `source` for all its points. Loading validates the file and names the bad field and
 the file on any problem. `"extends": "h100-sxm"` completes a partial profile from a base one:
-sections merge key by key, and measured tables are put in front of the base's (the first match wins).
+sections merge key by key, and measured tables are put in front of the base's (the first match wins);
+an object carrying `"replace": true` replaces the base's object whole instead (a P2P-off twin
+replaces `collectives`, since none of the P2P-on measurements apply to it).
+
+An optional `topology` section (sim/topology.py) describes the box's links; when present it prices
+every collective that has no measured table, and `collectives.model` (the plain NCCL protocol
+model) becomes optional and is used only where the topology cannot answer.
 """
 from __future__ import annotations
 
@@ -14,6 +20,8 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .topology import INTRA_KINDS, LINK_CLASSES, NcclLatency, TopologySpec
 
 FORMAT, VERSION = "tpsim-profile", 1
 SCOPES = ("node", "net")          # collective within one node, or spanning nodes
@@ -101,6 +109,7 @@ class Profile:
     jitter_s: float                              # mean per-rank launch delay (exact mode only)
     source_path: str = ""
     raw: dict = field(default_factory=dict, compare=False, repr=False)
+    topology: TopologySpec | None = field(default=None, compare=False, repr=False)
 
 
 # ------------------------------------------------------------------ loading
@@ -161,7 +170,9 @@ def merge(base: dict, child: dict, _path: tuple = ()) -> dict:
     out = copy.deepcopy(base)
     for k, v in child.items():
         p = _path + (k,)
-        if p in _PREPEND_LISTS and isinstance(v, list):
+        if isinstance(v, dict) and v.get("replace") is True:
+            out[k] = {kk: copy.deepcopy(vv) for kk, vv in v.items() if kk != "replace"}
+        elif p in _PREPEND_LISTS and isinstance(v, list):
             out[k] = copy.deepcopy(v) + out.get(k, [])
         elif isinstance(v, dict) and isinstance(out.get(k), dict) and not _is_leaf(v):
             out[k] = merge(out[k], v, p)
@@ -176,8 +187,24 @@ def _is_leaf(v: dict) -> bool:
 
 
 def load_profile(name_or_path: str) -> Profile:
+    """Read, merge `extends`, validate. Errors name the file (and the base it extends) and field."""
     data, path = read_raw(name_or_path)
-    return parse(data, str(path))
+    where = str(path)
+    with open(path) as f:
+        base = json.load(f).get("extends")
+    if base:
+        where = f"{path} (extends {base})"
+    return parse(data, where)
+
+
+def describe(name_or_path: str) -> list[tuple[str, str, str]]:
+    """(field, value, source) for every sourced number and table of a profile, `extends` merged,
+    after validating it (so what is shown is what `load_profile` uses). For `tpsim profiles show`."""
+    data, path = read_raw(name_or_path)
+    prof = load_profile(name_or_path)
+    out = [("name", prof.name, str(path)), ("description", prof.description, "")]
+    out += sources({k: v for k, v in data.items() if k not in ("format", "version", "name", "description")})
+    return out
 
 
 def parse(data: dict, where: str = "<profile>") -> Profile:
@@ -186,16 +213,18 @@ def parse(data: dict, where: str = "<profile>") -> Profile:
     peak = {dt: g.num(f"compute.matmul_tflops.{dt}") * 1e12 for dt in g.obj("compute.matmul_tflops")}
     if not peak:
         raise ProfileError(f"profile {where}: field 'compute.matmul_tflops' needs at least one dtype")
+    topology = g.topology(int(g.num("gpus_per_node", positive=True))) if "topology" in data else None
     links = {}
-    for scope in g.obj("collectives.model"):
+    for scope in (g.obj("collectives.model") if topology is None or "model" in g.obj("collectives") else {}):
         if scope not in SCOPES:
             raise ProfileError(f"profile {where}: field 'collectives.model.{scope}': scope must be one of {SCOPES}")
         links[scope] = tuple(g.protocol(f"collectives.model.{scope}.{name}", name)
                              for name in g.obj(f"collectives.model.{scope}"))
         if not links[scope]:
             raise ProfileError(f"profile {where}: field 'collectives.model.{scope}' lists no protocol")
-    if "node" not in links:
-        raise ProfileError(f"profile {where}: field 'collectives.model.node' is missing")
+    if "node" not in links and topology is None:
+        raise ProfileError(f"profile {where}: field 'collectives.model.node' is missing "
+                           f"(or give a 'topology' section to derive collective costs from)")
     device = g.str_("device", default="cuda")
     if device not in ("cuda", "cpu"):
         raise ProfileError(f"profile {where}: field 'device' must be cuda or cpu, got {device!r}")
@@ -219,6 +248,7 @@ def parse(data: dict, where: str = "<profile>") -> Profile:
         jitter_s=g.num("jitter.launch_us", default=0.0) * 1e-6,
         source_path=where,
         raw=data,
+        topology=topology,
     )
 
 
@@ -268,6 +298,74 @@ class _Getter:
         if min_ is not None and v < min_:
             self.fail(path, f"must be >= {min_}, got {v}")
         return float(v)
+
+    def sourced(self, path: str, types: tuple, default=...):
+        """A non-numeric value (string, bool) given as {"value": v, "source": "..."} or bare."""
+        v = self.get(path, default)
+        if isinstance(v, dict):
+            if "value" not in v:
+                self.fail(path, "is an object without 'value'")
+            if not v.get("source"):
+                self.fail(path, "has no 'source' (every number states where it came from)")
+            v = v["value"]
+        if not isinstance(v, types):
+            self.fail(path, f"must be {' or '.join(t.__name__ for t in types)}, got {v!r}")
+        return v
+
+    def topology(self, gpus_per_node: int) -> TopologySpec:
+        t = "topology"
+        self.obj(t)
+        intra = self.sourced(f"{t}.intra", (str,))
+        if intra not in INTRA_KINDS:
+            self.fail(f"{t}.intra", f"must be one of {INTRA_KINDS}, got {intra!r}")
+        nv = self.num(f"{t}.nvlink_gbps", positive=True) if intra == "nvswitch" else \
+            self.num(f"{t}.nvlink_gbps", default=0.0, min_=0.0)
+        sockets = int(self.num(f"{t}.sockets", positive=True))
+        nic = self.num(f"{t}.nic_gbps", default=0.0, min_=0.0)
+        nics = int(self.num(f"{t}.nics_per_node", default=0.0, min_=0.0))
+        if (nic > 0) != (nics > 0):
+            self.fail(f"{t}.nics_per_node" if nic > 0 else f"{t}.nic_gbps",
+                      "must be given with the other of nic_gbps / nics_per_node (both or neither)")
+        lat = self._nccl(f"{t}.nccl")
+        try:
+            return TopologySpec(
+                gpus_per_node=gpus_per_node, intra=intra,
+                p2p=self.sourced(f"{t}.p2p", (bool,)),
+                nvlink_gbps=nv,
+                nvls_busbw_gbps=self.num(f"{t}.nvls_busbw_gbps", default=0.0, min_=0.0),
+                ll_busbw_cap_gbps=self.num(f"{t}.ll_busbw_cap_gbps", default=0.0, min_=0.0),
+                ll_payload=self.num(f"{t}.nccl.ll_payload", positive=True),
+                ll128_payload=self.num(f"{t}.nccl.ll128_payload", positive=True),
+                pcie_gbps=self.num(f"{t}.pcie_gbps", positive=True),
+                gpus_per_pcie_switch=int(self.num(f"{t}.gpus_per_pcie_switch", positive=True)),
+                sockets=sockets,
+                host_mem_gbps=self.num(f"{t}.host_mem_gbps", positive=True),
+                cpu_link_gbps=self.num(f"{t}.cpu_link_gbps", positive=True) if sockets > 1 else
+                self.num(f"{t}.cpu_link_gbps", default=0.0, min_=0.0),
+                nic_gbps=nic, nics_per_node=nics, latency=lat,
+                latency_offset_us=self.num(f"{t}.latency_offset_us", default=0.0),
+                sources={k: v.get("source", "") for k, v in self.obj(t).items() if isinstance(v, dict)},
+            )
+        except ValueError as e:
+            self.fail(t, str(e))
+
+    def _nccl(self, path: str) -> NcclLatency:
+        """NCCL's latency constants: base_us per (algorithm_protocol), hop_us per link class."""
+        n = self.obj(path)
+        if not n.get("source"):
+            self.fail(path, "has no 'source'")
+        base = self.obj(f"{path}.base_us")
+        for key in ("ring_ll", "ring_ll128", "ring_simple", "nvls"):
+            if key not in base:
+                self.fail(f"{path}.base_us.{key}", "is missing")
+        hops = {}
+        for cls in LINK_CLASSES:
+            h = self.obj(f"{path}.hop_us.{cls}")
+            for key in ("ll", "ll128", "simple"):
+                if key not in h:
+                    self.fail(f"{path}.hop_us.{cls}.{key}", "is missing")
+            hops[cls] = {k: self.num(f"{path}.hop_us.{cls}.{k}", min_=0.0) for k in h}
+        return NcclLatency({k: self.num(f"{path}.base_us.{k}", min_=0.0) for k in base}, hops)
 
     def protocol(self, path: str, name: str) -> LinkModel:
         p = self.obj(path)
@@ -339,6 +437,8 @@ def sources(data: dict, prefix: str = "") -> list[tuple[str, str, str]]:
     out = []
     for k, v in data.items():
         path = f"{prefix}{k}"
+        if k == "replace":
+            continue
         if isinstance(v, dict) and "value" in v:
             out.append((path, str(v["value"]), str(v.get("source", ""))))
         elif isinstance(v, dict) and "source" in v:

@@ -82,8 +82,7 @@ class Schedule:
     step: Step
     stack: Stack
     ops: tuple[Op, ...]
-    ladder_layers: tuple[int, ...] = ()
-    spd_layers: tuple[int, ...] = ()
+    plan: tuple[str, ...] = ()      # the kind of each layer (LAYER_KINDS)
     producer: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -99,6 +98,14 @@ class Schedule:
             for v in op.outputs:
                 seen[v] = op
         self.producer.update(seen)
+
+    @property
+    def ladder_layers(self) -> tuple[int, ...]:
+        return tuple(i for i, k in enumerate(self.plan) if k == "ladder")
+
+    @property
+    def spd_layers(self) -> tuple[int, ...]:
+        return tuple(i for i, k in enumerate(self.plan) if k == "spd")
 
     @property
     def collectives(self) -> list[Op]:
@@ -217,15 +224,15 @@ class _Builder:
         s = self.all_reduce(f"L{i}.allreduce", s, i)
         return self.add(f"L{i}.add", x, s, f"L{i}.x", i)
 
-    def ladder_layers(self, first: int, x: str) -> str:
-        """Ladder on layers first..L-1, as the Ladder authors' TP inference code runs it.
+    def ladder_layers(self, first: int, end: int, x: str) -> str:
+        """Ladder on layers first..end-1, as the Ladder authors' TP inference code runs it.
 
         Module m reads a residual that lacks module m-1's output; m-1's all-reduce is awaited
         just before the add that needs it, so it overlaps m's compute. The first ladder layer
         sees zeros as the previous modules' outputs; after the last, both pending sums are added.
         """
         r, pending = x, None      # pending: (layer, attn all-reduce value, mlp all-reduce value)
-        for i in range(first, self.model.layers):
+        for i in range(first, end):
             if pending:
                 r = self.add(f"L{pending[0]}.attn.add", r, pending[1], f"L{pending[0]}.h", pending[0])
             a = self.all_reduce(f"L{i}.attn.allreduce", self.attn(i, r), i)          # launched async
@@ -237,65 +244,74 @@ class _Builder:
         r = self.add(f"L{i}.attn.add", r, a, f"L{i}.h", i)
         return self.add(f"L{i}.mlp.add", r, m, f"L{i}.x", i)
 
-    def finish(self, name: str, **kw) -> Schedule:
-        return Schedule(name, self.model, self.tp, self.step, self.stack, tuple(self.ops), **kw)
+    def layers(self, plan: tuple[str, ...]) -> str:
+        """Embedding, the layers as `plan` says (one LAYER_KINDS entry per layer), head."""
+        x = self.embed()
+        for kind, first, end in runs(plan):
+            if kind == "ladder":
+                x = self.ladder_layers(first, end, x)
+                continue
+            for i in range(first, end):
+                if kind == "standard":
+                    x = self.standard_layer(i, x)
+                elif kind == "upper-bound":
+                    x = self.standard_layer(i, x, comm=False)
+                elif kind == "spd":
+                    x = self.spd_layer(i, x)
+                elif kind == "parallel":
+                    x = self.parallel_layer(i, x)
+                else:
+                    raise ValueError(f"unknown layer kind {kind!r}; choose from {', '.join(LAYER_KINDS)}")
+        return self.head(x)
 
 
-def build_standard(b: _Builder, name: str) -> Schedule:
-    x = b.embed()
-    for i in range(b.model.layers):
-        x = b.standard_layer(i, x)
-    b.head(x)
-    return b.finish(name)
+LAYER_KINDS = ("standard", "ladder", "spd", "parallel", "upper-bound")
 
 
-def build_upper_bound(b: _Builder, name: str) -> Schedule:
+def runs(plan: tuple[str, ...]) -> list[tuple[str, int, int]]:
+    """Maximal runs of equal layer kinds: [(kind, first, end), ...]."""
+    out: list[tuple[str, int, int]] = []
+    for i, k in enumerate(plan):
+        if out and out[-1][0] == k:
+            out[-1] = (k, out[-1][1], i + 1)
+        else:
+            out.append((k, i, i + 1))
+    return out
+
+
+# Schedule name -> plan function (spec arguments -> the kind of every layer). Feeds the CLI's choices.
+def plan_standard(n: int) -> tuple[str, ...]:
+    return ("standard",) * n
+
+
+def plan_upper_bound(n: int) -> tuple[str, ...]:
     """Standard with every all-reduce removed: each rank adds its own partials (speed ceiling only)."""
-    x = b.embed()
-    for i in range(b.model.layers):
-        x = b.standard_layer(i, x, comm=False)
-    b.head(x)
-    return b.finish(name)
+    return ("upper-bound",) * n
 
 
-def build_parallel(b: _Builder, name: str) -> Schedule:
-    x = b.embed()
-    for i in range(b.model.layers):
-        x = b.parallel_layer(i, x)
-    b.head(x)
-    return b.finish(name)
+def plan_parallel(n: int) -> tuple[str, ...]:
+    return ("parallel",) * n
 
 
-def build_ladder(b: _Builder, name: str, upper: int | None = None) -> Schedule:
+def plan_ladder(n: int, upper: int | None = None) -> tuple[str, ...]:
     """Ladder on the upper `upper` layers (all when None); standard below them."""
-    layers = b.model.layers
-    k = layers if upper is None else upper
-    if not 1 <= k <= layers:
-        raise ValueError(f"ladder:K needs 1 <= K <= {layers} layers of {b.model.name}, got {k}")
-    x = b.embed()
-    for i in range(layers - k):
-        x = b.standard_layer(i, x)
-    x = b.ladder_layers(layers - k, x)
-    b.head(x)
-    return b.finish(name, ladder_layers=tuple(range(layers - k, layers)))
+    k = n if upper is None else upper
+    if not 1 <= k <= n:
+        raise ValueError(f"ladder:K needs 1 <= K <= {n} layers, got {k}")
+    return ("standard",) * (n - k) + ("ladder",) * k
 
 
-def build_spd(b: _Builder, name: str, layers: tuple[int, ...] = ()) -> Schedule:
+def plan_spd(n: int, layers: tuple[int, ...] = ()) -> tuple[str, ...]:
     chosen = set(layers)
-    x = b.embed()
-    for i in range(b.model.layers):
-        x = b.spd_layer(i, x) if i in chosen else b.standard_layer(i, x)
-    b.head(x)
-    return b.finish(name, spd_layers=tuple(sorted(chosen)))
+    return tuple("spd" if i in chosen else "standard" for i in range(n))
 
 
-# name -> builder; feeds the CLI's choices. Arguments after ':' are parsed by parse_schedule.
 SCHEDULES = {
-    "standard": build_standard,
-    "ladder": build_ladder,
-    "spd": build_spd,
-    "parallel": build_parallel,
-    "upper-bound": build_upper_bound,
+    "standard": plan_standard,
+    "ladder": plan_ladder,
+    "spd": plan_spd,
+    "parallel": plan_parallel,
+    "upper-bound": plan_upper_bound,
 }
 
 SCHEDULE_HELP = ("standard | ladder | ladder:K (upper K layers) | spd:F (fraction F of blocks from the top) "
@@ -349,7 +365,22 @@ def _spd_layers(spec: str, arg: str, n_layers: int) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
+def plan_of(spec: str, n_layers: int) -> tuple[str, ...]:
+    """The kind of each of `n_layers` layers under schedule `spec` (see SCHEDULE_HELP)."""
+    base, kwargs = parse_schedule(spec, n_layers)
+    return SCHEDULES[base](n_layers, **kwargs)
+
+
+def build_plan(name: str, plan: tuple[str, ...], model: ModelSpec, tp: int, step: Step,
+               stack: Stack = Stack()) -> Schedule:
+    """The ops of one forward pass whose layers follow `plan` (len(plan) == model.layers)."""
+    if len(plan) != model.layers:
+        raise ValueError(f"plan has {len(plan)} layers, model {model.name} has {model.layers}")
+    b = _Builder(model, tp, step, stack)
+    b.layers(plan)
+    return Schedule(name, model, tp, step, stack, tuple(b.ops), plan=tuple(plan))
+
+
 def build(spec: str, model: ModelSpec, tp: int, step: Step, stack: Stack = Stack()) -> Schedule:
     """Build the ops of one forward pass of schedule `spec` (see SCHEDULE_HELP)."""
-    base, kwargs = parse_schedule(spec, model.layers)
-    return SCHEDULES[base](_Builder(model, tp, step, stack), spec, **kwargs)
+    return build_plan(spec, plan_of(spec, model.layers), model, tp, step, stack)

@@ -1,0 +1,355 @@
+"""Collective cost derived from a topology graph, for configurations nobody measured.
+
+A profile's `topology` section (README "Profile format") declares a node: GPUs, how they reach
+each other (NVSwitch or PCIe), PCIe switches, CPU sockets with their host memory, NICs and the
+inter-node fabric, each link with a sourced bandwidth. `build_graph` turns it into a networkx
+DiGraph, one edge per link direction, each edge naming the *resource* it consumes (a full-duplex
+link has one resource per direction; host memory is one resource that writes and reads share).
+
+Pricing follows NCCL's own cost model (FACTS.md §4, tuning.cc): for every enabled (algorithm,
+protocol), `time = base + steps * hop + bytes / algbw`, and the fastest wins. What the topology
+adds is *which* hop latency applies (NVLink, PCI, network) and the bandwidth: every ring edge
+(rank r -> r+1) is routed through the graph and the busbw is the tightest resource,
+capacity / (number of ring edges routed over it). This is what changes when placement or links
+change:
+
+- one node, NVSwitch, P2P on: ring over NVLink, NVLS (in-switch reduction) when the switch has it.
+- P2P off (NCCL_P2P_DISABLE=1): every edge goes GPU -> PCIe -> host memory -> PCIe -> GPU
+  (NCCL's SHM transport): PCI hop latency, no LL128, no NVLS; two GPUs behind one PCIe switch
+  share its uplink and all flows of a socket share its memory bandwidth.
+- spanning nodes: a flat ring (one channel per NIC, each crossing the fabric through another NIC),
+  a tree (NCCL's inter-node default for small messages) and the two-level all-reduce
+  (intra-node reduce-scatter -> inter-node all-reduce of 1/g of the data over the GPU's own NIC
+  -> intra-node all-gather); the fastest wins.
+
+`latency_offset_us` shifts every derived time by a per-box constant: the median difference between
+measured small-message latencies and this model on that box (stated as a derivation in the
+profile). Beyond these mechanisms nothing is fitted.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+INTRA_KINDS = ("nvswitch", "pcie")
+PROTOCOLS = ("ll", "ll128", "simple")
+LINK_CLASSES = ("nvlink", "pci", "net")
+
+
+@dataclass(frozen=True)
+class NcclLatency:
+    """NCCL's latency constants (µs): base per (algorithm, protocol), hop per link class.
+
+    base keys: ring_ll, ring_ll128, ring_simple, tree_ll, tree_ll128, tree_simple, nvls.
+    hop keys: hop[link_class][key] with key ll/ll128/simple (ring), tree_ll..., nvls (whole op)."""
+
+    base_us: dict
+    hop_us: dict
+
+
+@dataclass(frozen=True)
+class TopologySpec:
+    """The declarative `topology` section of a profile (bandwidths in GB/s per direction)."""
+
+    gpus_per_node: int
+    intra: str                      # nvswitch | pcie
+    p2p: bool                       # NCCL P2P transport (NVLink / PCIe) on; off = host shared memory
+    nvlink_gbps: float              # per-GPU NVLink bandwidth a ring achieves (busbw); 0 for pcie boxes
+    nvls_busbw_gbps: float          # NVLS all-reduce busbw at gpus_per_node ranks; 0 = no NVLS
+    ll_busbw_cap_gbps: float        # NCCL's LL bandwidth cap for one node; 0 = none
+    ll_payload: float               # fraction of LL line bandwidth that is payload (0.5)
+    ll128_payload: float            # fraction for LL128 (~0.92)
+    pcie_gbps: float                # GPU <-> PCIe switch, and switch <-> CPU uplink
+    gpus_per_pcie_switch: int
+    sockets: int
+    host_mem_gbps: float            # per socket, reads and writes together
+    cpu_link_gbps: float            # socket <-> socket per direction
+    nic_gbps: float                 # per NIC per direction; 0 = single node only
+    nics_per_node: int
+    latency: NcclLatency
+    latency_offset_us: float = 0.0
+    sources: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        if self.intra not in INTRA_KINDS:
+            raise ValueError(f"topology intra must be one of {INTRA_KINDS}, got {self.intra!r}")
+        if self.intra == "nvswitch" and self.nvlink_gbps <= 0:
+            raise ValueError("topology with intra 'nvswitch' needs nvlink_gbps > 0")
+        if self.gpus_per_node < 1 or self.gpus_per_pcie_switch < 1 or self.sockets < 1:
+            raise ValueError("topology counts (gpus_per_node, gpus_per_pcie_switch, sockets) must be >= 1")
+
+    @property
+    def multi_node(self) -> bool:
+        return self.nic_gbps > 0 and self.nics_per_node > 0
+
+
+# ------------------------------------------------------------------ the graph
+
+def gpu(k: int, i: int) -> str:
+    return f"n{k}.gpu{i}"
+
+
+def _switch_of(spec: TopologySpec, i: int) -> int:
+    return i // spec.gpus_per_pcie_switch
+
+
+def _socket_of_switch(spec: TopologySpec, s: int) -> int:
+    switches = math.ceil(spec.gpus_per_node / spec.gpus_per_pcie_switch)
+    return min(spec.sockets - 1, s * spec.sockets // switches)
+
+
+def _nic_of(spec: TopologySpec, i: int) -> int:
+    """NIC used by local GPU i: the rail it sits on (NICs spread evenly over the GPUs)."""
+    return i * spec.nics_per_node // spec.gpus_per_node
+
+
+def build_graph(spec: TopologySpec, nodes: int = 1) -> nx.DiGraph:
+    """Nodes x (GPUs, NVSwitch, PCIe switches, CPU sockets, host memory, NICs) + one fabric.
+
+    Edge attributes: gbps (capacity), res (resource name; shared capacity), cls (link class)."""
+    g = nx.DiGraph()
+
+    def link(a: str, b: str, gbps: float, cls: str, res: str | None = None, duplex: bool = True):
+        g.add_edge(a, b, gbps=gbps, cls=cls, res=res or f"{a}->{b}")
+        if duplex:
+            g.add_edge(b, a, gbps=gbps, cls=cls, res=res or f"{b}->{a}")
+
+    n = spec.gpus_per_node
+    switches = math.ceil(n / spec.gpus_per_pcie_switch)
+    for k in range(nodes):
+        for c in range(spec.sockets):
+            cpu, mem = f"n{k}.cpu{c}", f"n{k}.mem{c}"
+            g.add_node(cpu, kind="cpu")
+            g.add_node(mem, kind="mem")
+            # host memory: one pool of bandwidth for writes and reads alike
+            link(cpu, mem, spec.host_mem_gbps, "pci", res=f"{mem}.bw")
+        for c in range(spec.sockets - 1):
+            link(f"n{k}.cpu{c}", f"n{k}.cpu{c + 1}", spec.cpu_link_gbps, "pci")
+        for s in range(switches):
+            link(f"n{k}.pcisw{s}", f"n{k}.cpu{_socket_of_switch(spec, s)}", spec.pcie_gbps, "pci")
+        for i in range(n):
+            g.add_node(gpu(k, i), kind="gpu", node=k, local=i)
+            link(gpu(k, i), f"n{k}.pcisw{_switch_of(spec, i)}", spec.pcie_gbps, "pci")
+            if spec.intra == "nvswitch":
+                link(gpu(k, i), f"n{k}.nvswitch", spec.nvlink_gbps, "nvlink")
+        if spec.multi_node:
+            for j in range(spec.nics_per_node):
+                nic = f"n{k}.nic{j}"
+                owner = min(i for i in range(n) if _nic_of(spec, i) == j) if any(
+                    _nic_of(spec, i) == j for i in range(n)) else 0
+                link(nic, f"n{k}.pcisw{_switch_of(spec, owner)}", spec.pcie_gbps, "pci")
+                link(nic, "fabric", spec.nic_gbps, "net")
+    return g
+
+
+def route(g: nx.DiGraph, spec: TopologySpec, a: tuple[int, int], b: tuple[int, int]) -> list[str]:
+    """The path NCCL's transport takes from GPU a=(node, local) to GPU b."""
+    (ka, ia), (kb, ib) = a, b
+    src, dst = gpu(ka, ia), gpu(kb, ib)
+    if ka != kb:
+        # GPUDirect RDMA: GPU -> its PCIe switch -> its rail's NIC -> fabric -> NIC -> GPU
+        na, nb = f"n{ka}.nic{_nic_of(spec, ia)}", f"n{kb}.nic{_nic_of(spec, ib)}"
+        return (_pci_path(g, src, na) + ["fabric"] + _pci_path(g, nb, dst))
+    if not spec.p2p:
+        # SHM transport: through a buffer in host memory (on the receiver's socket)
+        mem = f"n{kb}.mem{_socket_of_switch(spec, _switch_of(spec, ib))}"
+        cpu = mem.replace("mem", "cpu")
+        return _pci_path(g, src, cpu) + [mem] + _pci_path(g, cpu, dst)
+    if spec.intra == "nvswitch":
+        return [src, f"n{ka}.nvswitch", dst]
+    return _pci_path(g, src, dst)
+
+
+def _pci_path(g: nx.DiGraph, a: str, b: str) -> list[str]:
+    """Shortest path that avoids NVSwitch, host memory and the fabric (plain PCIe / CPU links)."""
+    view = nx.subgraph_view(g, filter_node=lambda v: v in (a, b) or not (
+        v.endswith("nvswitch") or ".mem" in v or v == "fabric"))
+    return nx.shortest_path(view, a, b)
+
+
+def ring_busbw_gbps(g: nx.DiGraph, spec: TopologySpec, ranks: list[tuple[int, int]], channels: int = 1) -> float:
+    """Bus bandwidth of ring channels over `ranks` (node-major order): the tightest resource.
+
+    Channel c rotates the order inside each node so that its node-crossing edges leave from
+    different GPUs (and NICs), as NCCL's rings over multi-rail nodes do; each channel carries
+    1/channels of the data."""
+    load: dict = {}
+    cap: dict = {}
+    for c in range(channels):
+        for a, b in _ring_edges(ranks, c):
+            path = route(g, spec, a, b)
+            for u, v in zip(path, path[1:]):
+                e = g.edges[u, v]
+                load[e["res"]] = load.get(e["res"], 0.0) + 1.0 / channels
+                cap[e["res"]] = e["gbps"]
+    return min(cap[r] / load[r] for r in load) if load else math.inf
+
+
+def _ring_edges(ranks: list[tuple[int, int]], channel: int) -> list[tuple]:
+    by_node: dict = {}
+    for k, i in ranks:
+        by_node.setdefault(k, []).append((k, i))
+    order = []
+    for k in sorted(by_node):
+        loc = by_node[k]
+        r = (channel + 1) % len(loc)
+        order.extend(loc[r:] + loc[:r])
+    return list(zip(order, order[1:] + order[:1]))
+
+
+def _hop_class(g: nx.DiGraph, spec: TopologySpec, a, b) -> str:
+    path = route(g, spec, a, b)
+    classes = {g.edges[u, v]["cls"] for u, v in zip(path, path[1:])}
+    return "net" if "net" in classes else "nvlink" if classes == {"nvlink"} else "pci"
+
+
+# ------------------------------------------------------------------ pricing
+
+class TopologyModel:
+    """Collective time (seconds) from a TopologySpec; builds and caches one graph per node count."""
+
+    def __init__(self, spec: TopologySpec):
+        self.spec = spec
+        self._graphs: dict = {}
+        self._cache: dict = {}
+
+    def graph(self, nodes: int) -> nx.DiGraph:
+        if nodes not in self._graphs:
+            self._graphs[nodes] = build_graph(self.spec, nodes)
+        return self._graphs[nodes]
+
+    def placement(self, group: int, gpus_per_node: int | None = None) -> list[tuple[int, int]]:
+        """Ranks fill nodes in order, `gpus_per_node` (default: all the node's GPUs) per node."""
+        per = min(gpus_per_node or self.spec.gpus_per_node, self.spec.gpus_per_node)
+        nodes = math.ceil(group / per)
+        if nodes > 1 and not self.spec.multi_node:
+            raise ValueError(f"group of {group} spans {nodes} nodes but the topology declares no NICs "
+                             f"(nic_gbps, nics_per_node)")
+        base, extra = divmod(group, nodes)
+        out = []
+        for k in range(nodes):
+            out.extend((k, i) for i in range(base + (1 if k < extra else 0)))
+        return out
+
+    def collective_s(self, collective: str, nbytes: float, group: int, gpus_per_node: int | None = None) -> float:
+        if group <= 1:
+            return 0.0
+        ranks = self.placement(group, gpus_per_node)
+        terms = self._terms(collective, tuple(ranks))
+        t_us = min(lat + nbytes / (bw * 1e3) for lat, bw, _ in terms)
+        return max(t_us + self.spec.latency_offset_us, 0.0) * 1e-6
+
+    def choices(self, collective: str, nbytes: float, group: int, gpus_per_node: int | None = None) -> list:
+        """[(name, seconds)] for every candidate, fastest first (for explanations and tests)."""
+        ranks = self.placement(group, gpus_per_node)
+        out = [(name, (lat + nbytes / (bw * 1e3) + self.spec.latency_offset_us) * 1e-6)
+               for lat, bw, name in self._terms(collective, tuple(ranks))]
+        return sorted(out, key=lambda x: x[1])
+
+    def busbw_gbps(self, collective: str, group: int, gpus_per_node: int | None = None) -> float:
+        """Large-message bus bandwidth the model predicts (nccl-tests convention)."""
+        ranks = self.placement(group, gpus_per_node)
+        algbw = max(bw for _, bw, _ in self._terms(collective, tuple(ranks)))
+        n = group
+        return algbw * (2 * (n - 1) / n if collective == "all_reduce" else (n - 1) / n)
+
+    # (latency µs, algbw GB/s, name) per candidate algorithm/protocol
+    def _terms(self, collective: str, ranks: tuple) -> list[tuple[float, float, str]]:
+        key = (collective, ranks)
+        if key not in self._cache:
+            self._cache[key] = self._derive_terms(collective, list(ranks))
+        return self._cache[key]
+
+    def _derive_terms(self, collective: str, ranks: list) -> list[tuple[float, float, str]]:
+        spec, lat = self.spec, self.spec.latency
+        n = len(ranks)
+        nodes = len({k for k, _ in ranks})
+        g = self.graph(nodes)
+        local = [r for r in ranks if r[0] == 0]
+        intra_cls = _hop_class(g, spec, local[0], local[1]) if len(local) > 1 else "net"
+        ar = collective == "all_reduce"
+        steps = 2 * (n - 1) if ar else n - 1
+        to_alg = n / (2 * (n - 1)) if ar else n / (n - 1)     # busbw -> algbw
+
+        channels = spec.nics_per_node if nodes > 1 else 1
+        ring_bus = ring_busbw_gbps(g, spec, ranks, channels)
+        inter_steps = min(steps, (2 * nodes if ar else nodes - 1) if nodes > 1 else 0)
+        protos = self._protocols(intra_cls, nodes)
+        terms = []
+        for p, payload, cap in protos:
+            hop_in = lat.hop_us[intra_cls][p] if nodes == 1 or len(local) > 1 else 0.0
+            hop_net = lat.hop_us["net"][p] if nodes > 1 else 0.0
+            t_lat = lat.base_us[f"ring_{p}"] + (steps - inter_steps) * hop_in + inter_steps * hop_net
+            bus = min(ring_bus * payload, cap) if cap else ring_bus * payload
+            terms.append((t_lat, bus * to_alg, f"ring/{p}"))
+        if ar:
+            terms += self._tree_terms(g, ranks, local, nodes, intra_cls, protos)
+            if nodes == 1 and spec.p2p and spec.intra == "nvswitch" and spec.nvls_busbw_gbps > 0:
+                # NVLS: the switch reduces; each GPU moves S(1 + 1/n) each way, so
+                # algbw = B * n / (n + 1) with B from the measured busbw at gpus_per_node ranks.
+                m = spec.gpus_per_node
+                b = spec.nvls_busbw_gbps * (m + 1) / (2 * (m - 1))
+                terms.append((lat.base_us["nvls"] + lat.hop_us["nvlink"]["nvls"], b * n / (n + 1), "nvls"))
+            if nodes > 1 and len(local) > 1:
+                terms += self._two_level_terms(g, ranks, local, nodes, intra_cls)
+        return terms
+
+    def _protocols(self, link_cls: str, nodes: int) -> list[tuple[str, float, float]]:
+        """(protocol, payload fraction, busbw cap) enabled on this path (FACTS.md §4):
+        LL128 only over NVLink inside a node (and P2P on); LL capped on one node."""
+        spec = self.spec
+        out = [("ll", spec.ll_payload, spec.ll_busbw_cap_gbps if nodes == 1 else 0.0),
+               ("simple", 1.0, 0.0)]
+        if link_cls == "nvlink" and nodes == 1:
+            out.insert(1, ("ll128", spec.ll128_payload, 0.0))
+        return out
+
+    def _tree_terms(self, g, ranks, local, nodes, intra_cls, protos) -> list:
+        """Double binary tree: a chain inside each node, a binary tree across nodes.
+        Latency: base + 2 * ((g - 1) intra hops + ceil(log2 nodes) network hops);
+        algbw: the chain's link (each GPU sends and receives the whole message once per direction)
+        and, across nodes, the node's NICs shared by the two trees."""
+        spec, lat = self.spec, self.spec.latency
+        per_node = len(local)
+        chain_bw = ring_busbw_gbps(g, spec, local) if per_node > 1 else math.inf
+        net_bw = spec.nic_gbps * spec.nics_per_node if nodes > 1 else math.inf
+        bw = min(chain_bw, net_bw)
+        if not math.isfinite(bw):
+            return []
+        out = []
+        for p, payload, cap in protos:
+            if p == "ll128":
+                continue
+            key = f"tree_{p}"
+            if key not in lat.base_us:
+                continue
+            hop_in = lat.hop_us[intra_cls].get(key, lat.hop_us[intra_cls][p]) if per_node > 1 else 0.0
+            hop_net = lat.hop_us["net"].get(key, lat.hop_us["net"][p]) if nodes > 1 else 0.0
+            t_lat = lat.base_us[key] + 2 * ((per_node - 1) * hop_in + math.ceil(math.log2(nodes)) * hop_net)
+            b = min(bw * payload, cap) if cap else bw * payload
+            out.append((t_lat, b, f"tree/{p}"))
+        return out
+
+    def _two_level_terms(self, g, ranks, local, nodes, intra_cls) -> list:
+        """Reduce-scatter in the node, all-reduce of 1/g across nodes on each GPU's rail,
+        all-gather in the node. Time = sum of the three (not pipelined)."""
+        spec, lat = self.spec, self.spec.latency
+        gl = len(local)
+        intra_bus = ring_busbw_gbps(g, spec, local)
+        # across nodes: GPU i of every node forms one ring over its rail's NIC
+        rail = [(k, local[0][1]) for k in range(nodes)]
+        nics_share = spec.nic_gbps * spec.nics_per_node / gl      # NICs shared by the node's GPUs
+        inter_bus = min(ring_busbw_gbps(g, spec, rail), nics_share)
+        out = []
+        for p, payload, _ in self._protocols(intra_cls, 1):
+            if p == "ll128":
+                continue
+            hop_in, hop_net = lat.hop_us[intra_cls][p], lat.hop_us["net"][p]
+            t_lat = (lat.base_us[f"ring_{p}"] + 2 * (gl - 1) * hop_in + 2 * (nodes - 1) * hop_net)
+            # seconds per byte of the whole message S, as 1/algbw
+            per_byte = (2 * (gl - 1) / gl) / (intra_bus * payload) \
+                + (2 * (nodes - 1) / nodes) / gl / (inter_bus * payload)
+            out.append((t_lat, 1.0 / per_byte, f"two-level/{p}"))
+        return out

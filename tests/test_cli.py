@@ -1,0 +1,103 @@
+"""The CLI as users call it: outputs, JSON shape, and one-line errors with exit code 2."""
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from cli import main
+
+
+def run(*args):
+    return CliRunner().invoke(main, list(args))
+
+
+def test_predict_json_shape():
+    r = run("predict", "--model", "llama-3.1-70b", "--tp", "8", "--profile", "h100-sxm", "--batch", "4",
+            "--prompt", "1024", "--gen", "512", "--schedule", "standard", "--schedule", "ladder",
+            "--schedule", "parallel", "--schedule", "upper-bound", "--schedule", "spd:0.7", "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert {k: out[k] for k in ("model", "tp", "profile", "batch", "prompt_len", "gen_len")} == {
+        "model": "llama-3.1-70b", "tp": 8, "profile": "h100-sxm", "batch": 4, "prompt_len": 1024, "gen_len": 512}
+    assert [s["schedule"] for s in out["schedules"]] == ["standard", "ladder", "parallel", "upper-bound", "spd:0.7"]
+    for s in out["schedules"]:
+        assert set(s) == {"schedule", "prefill_s", "decode_s", "tokens_per_s", "speedup", "exposed_comm_s"}
+        assert s["tokens_per_s"] == pytest.approx(4 * 512 / (s["prefill_s"] + s["decode_s"]))
+    assert out["schedules"][0]["speedup"] == 1.0
+
+
+def test_predict_without_standard_still_has_speedup():
+    r = run("predict", "--model", "llama-3.1-8b", "--tp", "4", "--schedule", "ladder", "--json")
+    out = json.loads(r.output)
+    assert [s["schedule"] for s in out["schedules"]] == ["ladder"] and out["schedules"][0]["speedup"] > 1
+
+
+def test_predict_table():
+    r = run("predict", "--model", "llama-3.1-8b", "--tp", "2", "--gen", "16")
+    assert r.exit_code == 0, r.output
+    for s in ("standard", "ladder", "parallel", "spd:0.7", "upper-bound", "tokens/s", "speedup"):
+        assert s in r.output
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["--model", "llama-9", "--tp", "8"], "unknown model 'llama-9'; choose from: llama-3.2-1b"),
+    (["--model", "llama-3.1-70b", "--tp", "8", "--profile", "nope"], "unknown profile 'nope'; built-in profiles:"),
+    (["--model", "llama-2-13b", "--tp", "16"], "does not divide the 40 attention heads"),
+    (["--model", "tiny", "--tp", "2", "--schedule", "ladderx"], "unknown schedule 'ladderx'; choose from"),
+])
+def test_user_errors_are_one_line_exit_2(args, msg):
+    r = run("predict", *args)
+    assert r.exit_code == 2
+    assert msg in r.output
+    assert "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
+
+
+def test_malformed_profile(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "tpsim-profile", "version": 1, "name": ')
+    r = run("predict", "--model", "tiny", "--tp", "2", "--profile", str(bad))
+    assert r.exit_code == 2 and str(bad) in r.output and "not valid JSON" in r.output
+    partial = tmp_path / "partial.json"
+    partial.write_text(json.dumps({"format": "tpsim-profile", "version": 1, "name": "x",
+                                   "compute": {"memory_gbps": {"value": 1000, "source": "test"}}}))
+    r = run("predict", "--model", "tiny", "--tp", "2", "--profile", str(partial))
+    assert r.exit_code == 2 and "field '" in r.output and str(partial) in r.output
+
+
+def test_partial_profile_extends_builtin(tmp_path):
+    p = tmp_path / "mine.json"
+    p.write_text(json.dumps({"format": "tpsim-profile", "version": 1, "name": "mine", "extends": "h100-sxm",
+                             "collectives": {"tables": [{"collective": "all_reduce", "group": 8, "scope": "node",
+                                                         "mode": "graph", "impl": "nccl", "bytes": [1024, 1 << 20],
+                                                         "time_us": [100.0, 200.0], "source": "test"}]}}))
+    slow = json.loads(run("predict", "--model", "llama-3.1-70b", "--tp", "8", "--profile", str(p), "--json").output)
+    base = json.loads(run("predict", "--model", "llama-3.1-70b", "--tp", "8", "--json").output)
+    assert slow["profile"] == "mine"
+    assert slow["schedules"][0]["decode_s"] > base["schedules"][0]["decode_s"]
+
+
+def test_show_ladder_marks_async_waits():
+    r = run("show", "--schedule", "ladder", "--model", "tiny")
+    assert r.exit_code == 0, r.output
+    assert "L1.attn.allreduce" in r.output and "async, awaited here" in r.output
+
+
+def test_trace_writes_perfetto_json(tmp_path):
+    out = tmp_path / "t.json"
+    r = run("trace", "--model", "tiny", "--tp", "2", "--schedule", "ladder", "--prompt", "8", "--gen", "4",
+            "--out", str(out))
+    assert r.exit_code == 0, r.output
+    ev = json.loads(out.read_text())["traceEvents"]
+    spans = [e for e in ev if e["ph"] == "X"]
+    assert {e["pid"] for e in spans} == {0, 1}                       # a track per rank
+    assert {e["tid"] for e in spans} >= {0, 1}                       # and per stream
+    assert {e["args"]["phase"] for e in spans} == {"prefill", "decode"}
+
+
+def test_profiles_and_models_list():
+    r = run("profiles", "list")
+    assert r.exit_code == 0 and "h100-sxm" in r.output
+    r = run("profiles", "show", "h100-sxm")
+    assert r.exit_code == 0 and "datasheet" in r.output
+    r = run("models")
+    assert r.exit_code == 0 and "llama-3.1-405b" in r.output
