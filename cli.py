@@ -123,6 +123,59 @@ def predict(schedules, exact, as_json, **kw):
 
 
 @main.command()
+@click.option("--model", "models", multiple=True, required=True, help="Model preset; repeatable.")
+@click.option("--tp", "tps", type=int, multiple=True, required=True, help="TP degree; repeatable.")
+@click.option("--batch", "batches", type=int, multiple=True, default=(1,), show_default=True, help="Repeatable.")
+@click.option("--profile", "profiles_", multiple=True, default=("h100-sxm",), show_default=True,
+              help="Profile name or JSON path; repeatable.")
+@click.option("--schedule", "schedules", multiple=True, metavar="SPEC",
+              help=f"Repeatable (standard is always included). Default: {' '.join(DEFAULT_SCHEDULES[1:])}.")
+@click.option("--bw-scale", "bw_scales", type=float, multiple=True, default=(1.0,), show_default=True,
+              help="What-if: interconnect bandwidth times this; repeatable.")
+@click.option("--lat-scale", "lat_scales", type=float, multiple=True, default=(1.0,), show_default=True,
+              help="What-if: collective latency times this; repeatable.")
+@click.option("--prompt", "prompt_len", type=int, default=1024, show_default=True)
+@click.option("--gen", "gen_len", type=int, default=512, show_default=True)
+@click.option("--jobs", type=int, default=1, show_default=True, help="Worker processes.")
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False),
+              help="CSV to write (a .json beside it holds the same rows). A sweep killed midway "
+                   "resumes from OUT.partial.jsonl when rerun with the same --out.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="PNG of speedups: heatmaps over TP (or lines over --bw-scale when swept).")
+@user_errors
+def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, prompt_len, gen_len, jobs,
+          out_path, plot_path):
+    """What-if grid from the simulator alone: models x TP x batch x profile x link scaling -> CSV (+ plot)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+    from sim import sweep as sw
+    for p in profiles_:
+        load_profile(p)                       # a bad profile fails before any work
+    for m in models:
+        get_model(m)
+    scheds = tuple(dict.fromkeys(("standard",) + (schedules or DEFAULT_SCHEDULES[1:])))
+    from sim.schedule import parse_schedule
+    for spec in scheds:
+        parse_schedule(spec, 10 ** 6)
+    points = sw.grid(models, tps, batches, profiles_, prompt_len, gen_len, bw_scales, lat_scales)
+    checkpoint = f"{out_path}.partial.jsonl"
+    with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                  TimeRemainingColumn(), transient=True, disable=not sys.stderr.isatty()) as bar:
+        task = bar.add_task("sweep", total=len(points))
+        rows = sw.sweep(points, scheds, jobs=jobs, checkpoint=checkpoint,
+                        progress=lambda done, total: bar.update(task, completed=done))
+    sw.write_text_atomic(out_path, sw.to_csv(rows))
+    write_json_atomic(str(out_path).rsplit(".", 1)[0] + ".json", rows)
+    import os
+    os.remove(checkpoint)
+    failed = sorted({r["error"] for r in rows if r["error"]})
+    click.echo(f"wrote {out_path}: {len(points)} points, {len(rows)} rows"
+               + (f"; {len(failed)} kind(s) of failed point, e.g. {failed[0]}" if failed else ""))
+    if plot_path:
+        sw.plot(rows, plot_path)
+        click.echo(f"wrote {plot_path}")
+
+
+@main.command()
 @click.option("--model", required=True, help="Model preset (e.g. tiny, llama-3.1-70b).")
 @click.option("--schedule", "spec", default="standard", show_default=True, help=SCHEDULE_HELP)
 @click.option("--tp", type=int, default=2, show_default=True)

@@ -13,7 +13,7 @@ Exact mode: every rank, every layer and every decode step, with the profile's ji
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -38,8 +38,12 @@ class Workload:
     gen_len: int = 512
     stack: Stack = Stack()
     gpus_per_node: int | None = None      # None: the profile's
+    comm_bw_scale: float = 1.0            # what-if: interconnect bandwidth x this
+    comm_lat_scale: float = 1.0           # what-if: collective latency x this
 
     def __post_init__(self) -> None:
+        if not (self.comm_bw_scale > 0 and self.comm_lat_scale > 0):
+            raise ValueError("bandwidth and latency scales must be positive")
         for name in ("batch", "prompt_len", "gen_len"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -124,11 +128,22 @@ class Simulator:
         r = self._simulate(sched, record=False)
         return r.duration_s, r.exposed_comm_s
 
+    def comm_s(self, op, phase: str) -> float:
+        """A collective's time, with the workload's what-if link scaling applied:
+        lat_scale * t(0 bytes) + (t - t(0 bytes)) / bw_scale."""
+        t = self.cost.comm_s(op, phase)
+        bw, lat = self.w.comm_bw_scale, self.w.comm_lat_scale
+        if bw == 1.0 and lat == 1.0:
+            return t
+        tiny = replace(op, attrs=tuple((k, 1 if k in ("rows", "width") else v) for k, v in op.attrs))
+        t0 = min(self.cost.comm_s(tiny, phase), t)
+        return lat * t0 + (t - t0) / bw
+
     def _simulate(self, sched: Schedule, record: bool) -> StepResult:
         phase, cost = sched.step.phase, self.cost
 
         def op_time(op):
-            return cost.comm_s(op, phase) if op.is_comm else cost.compute_s(op, phase)
+            return self.comm_s(op, phase) if op.is_comm else cost.compute_s(op, phase)
 
         ranks = self.w.tp if self.exact else 1
         jitter = self.w.profile.jitter_s if self.exact else 0.0

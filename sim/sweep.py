@@ -1,0 +1,208 @@
+"""What-if grids from the simulator alone: models x TP x batch x profile x link scaling.
+
+Each grid point runs `predict` for the listed schedules (standard always included) and yields
+one row per schedule. Points are independent, so they fan out over processes (`jobs`); finished
+points are appended to a checkpoint file as they complete (one JSON line each), so a killed sweep
+restarted with the same output continues where it stopped; the final CSV is written atomically.
+
+Link scaling answers "what if the interconnect were k times faster/slower": every collective's
+time t(bytes) is split into its zero-byte latency t0 and the rest, and becomes
+lat_scale * t0 + (t - t0) / bw_scale.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+import json
+import os
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+from .model import get_model
+from .predict import Workload, predict
+from .profile import load_profile
+from .stack import Stack
+
+COLUMNS = ["model", "tp", "batch", "prompt_len", "gen_len", "profile", "bw_scale", "lat_scale", "schedule",
+           "prefill_s", "decode_s", "tokens_per_s", "speedup", "exposed_comm_s", "error"]
+
+
+@dataclass(frozen=True)
+class Point:
+    model: str
+    tp: int
+    batch: int
+    prompt_len: int
+    gen_len: int
+    profile: str
+    bw_scale: float = 1.0
+    lat_scale: float = 1.0
+
+    @property
+    def key(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+def grid(models: Iterable[str], tps: Iterable[int], batches: Iterable[int], profiles: Iterable[str],
+         prompt_len: int = 1024, gen_len: int = 512, bw_scales: Iterable[float] = (1.0,),
+         lat_scales: Iterable[float] = (1.0,)) -> list[Point]:
+    return [Point(m, tp, b, prompt_len, gen_len, p, bw, lat) for m, tp, b, p, bw, lat in
+            itertools.product(models, tps, batches, profiles, bw_scales, lat_scales)]
+
+
+def run_point(point: Point, schedules: tuple[str, ...], stack: Stack = Stack()) -> list[dict]:
+    """Rows for one grid point; a point that cannot run (say TP not dividing the heads) gives
+    one row with its error, so the rest of the grid still completes."""
+    base = asdict(point)
+    try:
+        w = Workload(get_model(point.model), point.tp, load_profile(point.profile), point.batch,
+                     point.prompt_len, point.gen_len, stack, comm_bw_scale=point.bw_scale,
+                     comm_lat_scale=point.lat_scale)
+        preds = predict(w, list(schedules), record=False)
+    except ValueError as e:
+        return [base | {"schedule": "", "error": str(e)}]
+    return [base | p.to_dict() | {"error": ""} for p in preds]
+
+
+def _run_chunk(points: list[Point], schedules: tuple[str, ...], stack: Stack) -> list[tuple[str, list[dict]]]:
+    return [(p.key, run_point(p, schedules, stack)) for p in points]
+
+
+def sweep(points: list[Point], schedules: tuple[str, ...], stack: Stack = Stack(), jobs: int = 1,
+          checkpoint: str | os.PathLike | None = None,
+          progress: Callable[[int, int], None] | None = None) -> list[dict]:
+    """All rows of the grid, in grid order. With `checkpoint`, finished points are read back
+    from it and skipped, and every newly finished point is appended to it at once."""
+    done: dict[str, list[dict]] = read_checkpoint(checkpoint) if checkpoint else {}
+    todo = [p for p in points if p.key not in done]
+    total, finished = len(points), len(points) - len(todo)
+    if progress:
+        progress(finished, total)
+    if checkpoint:
+        Path(checkpoint).parent.mkdir(parents=True, exist_ok=True)
+    sink = open(checkpoint, "a") if checkpoint else None
+    if sink and sink.tell() and not Path(checkpoint).read_bytes().endswith(b"\n"):
+        sink.write("\n")                     # seal a torn last line before appending
+    try:
+        def record(key: str, rows: list[dict]) -> None:
+            nonlocal finished
+            done[key] = rows
+            finished += 1
+            if sink:
+                sink.write(json.dumps({"key": key, "rows": rows}) + "\n")
+                sink.flush()
+            if progress:
+                progress(finished, total)
+
+        if jobs <= 1 or len(todo) < 2:
+            for p in todo:
+                record(p.key, run_point(p, schedules, stack))
+        else:
+            # chunks amortize process start-up; several per worker keep the progress bar moving
+            size = max(1, min(64, len(todo) // (jobs * 4)))
+            chunks = [todo[i:i + size] for i in range(0, len(todo), size)]
+            with ProcessPoolExecutor(max_workers=jobs) as ex:
+                futs = [ex.submit(_run_chunk, c, schedules, stack) for c in chunks]
+                for f in as_completed(futs):
+                    for key, rows in f.result():
+                        record(key, rows)
+    finally:
+        if sink:
+            sink.close()
+    return [row for p in points for row in done[p.key]]
+
+
+def read_checkpoint(path: str | os.PathLike) -> dict[str, list[dict]]:
+    """Finished points from a checkpoint; a torn last line (killed mid-write) is ignored."""
+    out: dict[str, list[dict]] = {}
+    if not Path(path).exists():
+        return out
+    for line in Path(path).read_text().splitlines():
+        try:
+            d = json.loads(line)
+            out[d["key"]] = d["rows"]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            continue
+    return out
+
+
+def to_csv(rows: list[dict]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: r.get(k, "") for k in COLUMNS})
+    return buf.getvalue()
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def iter_rows(rows: list[dict], **match) -> Iterator[dict]:
+    for r in rows:
+        if all(r.get(k) == v for k, v in match.items()):
+            yield r
+
+
+def plot(rows: list[dict], path: str | os.PathLike) -> None:
+    """Speedup over standard: heatmaps (model x TP) per schedule and profile, one batch per
+    figure row when batches vary; line plots over bandwidth scale when that was swept."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    ok = [r for r in rows if not r.get("error") and r["schedule"] != "standard"]
+    if not ok:
+        raise ValueError("nothing to plot: every grid point failed or only standard was swept")
+    scheds = list(dict.fromkeys(r["schedule"] for r in ok))
+    profiles = list(dict.fromkeys(r["profile"] for r in ok))
+    bws = sorted({r["bw_scale"] for r in ok})
+    if len(bws) > 1:
+        keys = list(dict.fromkeys((r["model"], r["tp"], r["batch"]) for r in ok))
+        fig, axes = plt.subplots(1, len(profiles), figsize=(6 * len(profiles), 4.2), squeeze=False)
+        for ax, prof in zip(axes[0], profiles):
+            for s in scheds:
+                for m, tp, b in keys:
+                    pts = sorted((r["bw_scale"], r["speedup"]) for r in iter_rows(ok, schedule=s, profile=prof,
+                                                                                   model=m, tp=tp, batch=b))
+                    if pts:
+                        ax.plot(*zip(*pts), marker="o", label=f"{s} {m} TP{tp} b{b}")
+            ax.set_xscale("log")
+            ax.axhline(1.0, color="grey", lw=0.8)
+            ax.set(title=prof, xlabel="interconnect bandwidth scale", ylabel="speedup over standard")
+            ax.legend(fontsize=7)
+    else:
+        models = list(dict.fromkeys(r["model"] for r in ok))
+        tps = sorted({r["tp"] for r in ok})
+        batches = sorted({r["batch"] for r in ok})
+        panels = [(s, p, b) for b in batches for s in scheds for p in profiles]
+        ncol = len(scheds) * len(profiles)
+        fig, axes = plt.subplots(len(batches), ncol, figsize=(2.6 * ncol + 2.5, (0.4 * len(models) + 1.2) * len(batches)),
+                                 squeeze=False, gridspec_kw={"hspace": 0.5, "wspace": 0.08})
+        vmax = max(r["speedup"] for r in ok)
+        for n, (ax, (s, p, b)) in enumerate(zip(axes.flat, panels)):
+            z = np.full((len(models), len(tps)), np.nan)
+            for r in iter_rows(ok, schedule=s, profile=p, batch=b):
+                z[models.index(r["model"]), tps.index(r["tp"])] = r["speedup"]
+            im = ax.imshow(z, cmap="viridis", vmin=1.0, vmax=vmax, aspect="auto")
+            for (i, j), v in np.ndenumerate(z):
+                if not np.isnan(v):
+                    ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7,
+                            color="white" if v < (1 + vmax) / 2 else "black")
+            ax.set_xticks(range(len(tps)), [f"TP{t}" for t in tps], fontsize=7)
+            ax.set_yticks(range(len(models)), models if n % ncol == 0 else [], fontsize=7)
+            ax.set_title(f"{s} | {p} | batch {b}", fontsize=8)
+        fig.colorbar(im, ax=axes, shrink=0.8, label="speedup over standard")
+    fig.suptitle("tpsim sweep: predicted speedup over standard TP", fontsize=10)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)

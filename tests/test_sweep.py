@@ -1,0 +1,56 @@
+"""Sweeps: grid rows, failed points, resume from a checkpoint, parallel = serial, link scaling."""
+import json
+
+from click.testing import CliRunner
+
+from cli import main
+from sim import sweep as sw
+
+
+def test_failed_point_does_not_stop_the_grid():
+    pts = sw.grid(["llama-2-13b"], [8, 16], [1], ["h100-sxm"], 128, 8)
+    rows = sw.sweep(pts, ("standard", "ladder"))
+    assert [r["schedule"] for r in rows] == ["standard", "ladder", ""]
+    assert "does not divide the 40 attention heads" in rows[2]["error"]
+
+
+def test_parallel_equals_serial():
+    pts = sw.grid(["llama-3.2-1b", "llama-3.1-8b"], [2, 4], [1, 4], ["h100-sxm"], 128, 8)
+    a = sw.sweep(pts, ("standard", "ladder", "spd:0.5"), jobs=1)
+    b = sw.sweep(pts, ("standard", "ladder", "spd:0.5"), jobs=2)
+    assert a == b
+
+
+def test_resume_skips_finished_points(tmp_path):
+    pts = sw.grid(["llama-3.2-1b"], [2, 4, 8], [1], ["h100-sxm"], 128, 8)
+    ck = tmp_path / "ck.jsonl"
+    # a checkpoint holding point 0 with a sentinel value, then a torn line (killed mid-write)
+    sentinel = [dict(json.loads(pts[0].key), schedule="standard", tokens_per_s=-1.0, error="")]
+    ck.write_text(json.dumps({"key": pts[0].key, "rows": sentinel}) + "\n" + '{"key": "torn')
+    seen = []
+    rows = sw.sweep(pts, ("standard",), checkpoint=ck, progress=lambda d, t: seen.append((d, t)))
+    assert rows[0]["tokens_per_s"] == -1.0                      # not recomputed
+    assert all(r["tokens_per_s"] > 0 for r in rows[1:])
+    assert seen[0] == (1, 3) and seen[-1] == (3, 3)
+    assert len(sw.read_checkpoint(ck)) == 3
+
+
+def test_link_scaling():
+    pts = sw.grid(["llama-3.1-70b"], [8], [1], ["h100-sxm"], 128, 8, bw_scales=[0.1, 1.0], lat_scales=[1.0, 4.0])
+    rows = {(r["bw_scale"], r["lat_scale"], r["schedule"]): r for r in sw.sweep(pts, ("standard", "ladder"))}
+    std = lambda bw, lat: rows[(bw, lat, "standard")]["decode_s"]  # noqa: E731
+    assert std(0.1, 1.0) > std(1.0, 1.0) and std(1.0, 4.0) > std(1.0, 1.0)
+    assert rows[(1.0, 4.0, "ladder")]["speedup"] > rows[(1.0, 1.0, "ladder")]["speedup"]
+
+
+def test_sweep_cli_writes_csv_json_plot(tmp_path):
+    out = tmp_path / "s.csv"
+    r = CliRunner().invoke(main, ["sweep", "--model", "llama-3.2-1b", "--tp", "2", "--tp", "4", "--batch", "1",
+                                  "--batch", "8", "--schedule", "ladder", "--gen", "8", "--prompt", "64",
+                                  "--out", str(out), "--plot", str(tmp_path / "s.png")])
+    assert r.exit_code == 0, r.output
+    lines = out.read_text().splitlines()
+    assert lines[0].startswith("model,tp,batch") and len(lines) == 1 + 4 * 2
+    assert len(json.loads((tmp_path / "s.json").read_text())) == 8
+    assert (tmp_path / "s.png").stat().st_size > 10_000
+    assert not (tmp_path / "s.csv.partial.jsonl").exists()
