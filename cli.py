@@ -315,17 +315,18 @@ def models():
 
 def _register_optional() -> None:
     """Harness and calibration commands, from packages that import torch lazily."""
-    for module, names in (("hw.commands", ("bench", "check")),
-                          ("calib.commands", ("calibrate",)),
-                          ("calib.compare", ("compare",))):
+    import importlib
+    for module, attrs in (("hw.commands", ("bench_cmd", "check_cmd")),
+                          ("calib.commands", ("calibrate_cmd",)),
+                          ("calib.compare", ("compare_cmd",))):
         try:
-            mod = __import__(module, fromlist=list(names))
+            mod = importlib.import_module(module)
         except ImportError:
             continue
-        for n in names:
-            cmd = getattr(mod, n, None)
+        for attr in attrs:
+            cmd = getattr(mod, attr, None)
             if isinstance(cmd, click.Command):
-                main.add_command(cmd, n)
+                main.add_command(cmd)
 
 
 _register_optional()

@@ -180,7 +180,7 @@ def predict(workload: Workload, schedules: list[str], exact: bool = False, recor
     Standard is always simulated; it is listed in the output only if asked for."""
     sim = Simulator(workload, exact=exact, record=record)
     for spec in schedules:                 # fail fast on a bad spec, before any simulation
-        workload.schedule(spec, workload.decode_step(1) if workload.gen_len > 1 else workload.prefill_step())
+        plan_of(spec, workload.model.layers)
     base = sim.predict("standard")
     out = []
     for spec in schedules:

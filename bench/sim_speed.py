@@ -1,0 +1,145 @@
+"""Simulator speed, fast path vs exact, engine throughput, memory over a long sweep, and peers.
+
+    python bench/sim_speed.py            # everything (about two minutes on 2 cores)
+    python bench/sim_speed.py --quick    # skip the 10,000-point memory sweep
+
+Prints one table; every number comes from this one run. Exact mode simulates every rank, every
+layer and every decode step; rows marked "est." time a stated fraction of the work and scale it.
+Peers: GenZ (pip install genz-llm) answering the same standard-TP question (prefill + decode
+latency of one configuration), and AIConfigurator if it is importable.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import resource
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from sim import sweep as sw  # noqa: E402
+from sim.model import get_model  # noqa: E402
+from sim.predict import Simulator, Workload, predict  # noqa: E402
+from sim.profile import load_profile  # noqa: E402
+
+ALL = ["standard", "ladder", "parallel", "spd:0.7", "upper-bound"]
+
+
+def timed(fn, repeats: int = 3) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def sweep_points(n: int) -> list[sw.Point]:
+    models = ["llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b",
+              "llama-2-7b", "llama-2-70b", "codellama-34b", "ladder-1b", "ladder-3b"]
+    pts = sw.grid(models, [1, 2, 4, 8, 16], [1, 2, 4, 8, 16, 32, 64], ["h100-sxm"], 1024, 512,
+                  bw_scales=[0.25, 0.5, 1.0, 2.0])
+    return (pts * (n // len(pts) + 1))[:n]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="skip the 10,000-point memory sweep")
+    ap.add_argument("--jobs", type=int, default=2)
+    args = ap.parse_args()
+    h100 = load_profile("h100-sxm")
+    rows = []
+
+    def row(what, fast_s, exact_s, note=""):
+        rows.append((what, fast_s, exact_s, note))
+        print(f"  {what:44} fast {fast_s * 1e3:9.1f} ms   exact {exact_s * 1e3:10.1f} ms   "
+              f"ratio {exact_s / fast_s:7.1f}x  {note}", flush=True)
+
+    print("prediction time (best of 3)")
+    w70 = Workload(get_model("llama-3.1-70b"), 8, h100, batch=1, prompt_len=1024, gen_len=512)
+    fast = timed(lambda: predict(w70, ALL, record=False))
+    # exact: every rank and step; gen 512 -> time gen 33 (32 decode steps) and scale the decode part
+    w70s = Workload(get_model("llama-3.1-70b"), 8, h100, batch=1, prompt_len=1024, gen_len=33)
+    t_pre = timed(lambda: [Simulator(w70s, exact=True, record=False).step_time(s, w70s.prefill_step())
+                           for s in ALL], 1)
+    t_33 = timed(lambda: predict(w70s, ALL, exact=True, record=False), 1)
+    exact = t_pre + (t_33 - t_pre) * 511 / 32
+    row("(a) 70B TP8, 5 schedules, gen 512", fast, exact, "exact est. from gen 33")
+
+    w405 = Workload(get_model("llama-3.1-405b"), 16, h100, batch=1, prompt_len=1024, gen_len=512)
+    fast = timed(lambda: predict(w405, ["standard", "ladder"], record=False))
+    w405s = Workload(get_model("llama-3.1-405b"), 16, h100, batch=1, prompt_len=1024, gen_len=5)
+    t_pre = timed(lambda: [Simulator(w405s, exact=True, record=False).step_time(s, w405s.prefill_step())
+                           for s in ("standard", "ladder")], 1)
+    t_5 = timed(lambda: predict(w405s, ["standard", "ladder"], exact=True, record=False), 1)
+    exact = t_pre + (t_5 - t_pre) * 511 / 4
+    row("(b) 405B TP16 (2 nodes), std+ladder, gen 512", fast, exact, "exact est. from gen 5")
+
+    pts = sweep_points(1000)
+    t_fast = timed(lambda: sw.sweep(pts, ("standard", "ladder"), jobs=args.jobs), 1)
+    few = pts[:: 100]
+    t_few = timed(lambda: [predict(Workload(get_model(p.model), p.tp, h100, p.batch, p.prompt_len, 17), ["ladder"],
+                                   exact=True, record=False) for p in few if p.tp in (1, 2, 4, 8, 16)
+                           and get_model(p.model).heads % p.tp == 0], 1)
+    row(f"(c) 1,000-point sweep, std+ladder, {args.jobs} jobs", t_fast, t_few * 100 * 511 / 16 / args.jobs,
+        "exact est. from 10 points at gen 17")
+
+    print("\nengine throughput")
+    sim = Simulator(Workload(get_model("llama-3.1-70b"), 8, h100), exact=True, record=False)
+    sched = w70.schedule("ladder", w70.decode_step(1))
+    t0 = time.perf_counter()
+    res = sim._simulate(sched, record=False)
+    dt = time.perf_counter() - t0
+    print(f"  70B TP8 ladder decode step, 8 ranks: {res.events} events in {dt * 1e3:.1f} ms "
+          f"= {res.events / dt / 1e3:.0f}k events/s")
+
+    print("\npeers, same question: llama-3.1-70b TP8 H100, batch 1, prompt 1024, gen 512, standard TP")
+    t_tpsim = timed(lambda: predict(w70, ["standard"], record=False), 5)
+    p = predict(w70, ["standard"], record=False)[0]
+    print(f"  tpsim fast path   {t_tpsim * 1e3:8.1f} ms/query   decode {p.decode_s / 511 * 1e3:.2f} ms/token")
+    try:
+        from GenZ import decode_moddeling, prefill_moddeling
+        system = {"Flops": 989, "Memory_size": 80, "Memory_BW": 3350, "ICN": 450, "real_values": True}
+
+        def genz():
+            pre = prefill_moddeling(model="meta-llama/Llama-3.1-70B", batch_size=1, input_tokens=1024,
+                                    system_name=system, bits="bf16", tensor_parallel=8)
+            dec = decode_moddeling(model="meta-llama/Llama-3.1-70B", batch_size=1, input_tokens=1024,
+                                   output_tokens=512, system_name=system, bits="bf16", tensor_parallel=8)
+            return pre, dec
+        genz()
+        t_genz = timed(genz, 5)
+        _, dec = genz()
+        print(f"  GenZ (genz-llm)   {t_genz * 1e3:8.1f} ms/query   decode {dec['Latency']:.2f} ms/token   "
+              f"tpsim/GenZ time ratio {t_tpsim / t_genz:.2f}")
+    except ImportError:
+        print("  GenZ: not installed (pip install genz-llm)")
+    try:
+        import aiconfigurator  # noqa: F401
+        print("  AIConfigurator: importable; its CLI answers a different question (best serving config "
+              "search), so no like-for-like timing here")
+    except ImportError:
+        print("  AIConfigurator: not installed")
+
+    if not args.quick:
+        print("\nmemory over a 10,000-point sweep (one process, std+ladder)")
+        pts = sweep_points(10_000)
+        tracemalloc.start()
+        marks = {}
+        t0 = time.perf_counter()
+        for i in range(0, 10_000, 1000):
+            sw.sweep(pts[i:i + 1000], ("standard", "ladder"), jobs=1)
+            gc.collect()
+            marks[i + 1000] = (tracemalloc.get_traced_memory()[0], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+        tracemalloc.stop()
+        for n in (1000, 5000, 10000):
+            print(f"  after {n:6d} points: live Python heap {marks[n][0] / 2**20:6.2f} MiB, "
+                  f"peak RSS {marks[n][1] / 1024:6.1f} MiB")
+        print(f"  ({time.perf_counter() - t0:.0f} s under tracemalloc)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,240 @@
+"""The benchmark protocol (DESIGN.md): measured tokens/s of each schedule on this machine.
+
+Per schedule one *generation* = prefill of batch x prompt (produces token 1) + gen-1 decode steps
+with the static KV cache, greedy tokens fed back. Every schedule is warmed up, then measured
+`repeats` times *interleaved* (A B C, B C A, C A B, ...) so drift and noise (+-15% on small
+machines) hit every schedule alike. Each rank times its own passes after a barrier; a pass lasts
+as long as its slowest rank, so per repeat we take the max over ranks, then report the median
+over repeats with the spread. Standard always runs: speedup is over it (median of the per-repeat
+paired ratios is reported in the spread as well).
+
+exposed_comm_s is communication the compute stream could not hide: on CPU the time ranks spent
+blocked in work.wait() (mean over ranks, median over repeats); on CUDA the compute stream's
+blocked time from CUDA events of one recorded prefill + one decode step, decode scaled by gen-1.
+
+Run as `torchrun --nproc-per-node N -m hw.bench [tpsim bench options]` or `tpsim bench --nproc N`.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+from sim.schedule import build
+from sim.trace import write_json_atomic
+from hw import dist as hwdist
+from hw.dist import RunConfig
+from hw.memory import GIB, check_fits, estimate
+from hw.model import build_rank_model
+from hw.runner import DecodeGraph, Runner
+
+
+def worker(config: dict) -> int:
+    """Entry point of one rank (hw.dist launches it; torchrun reaches it through hw.commands)."""
+    cfg = RunConfig.from_dict(config)
+    if cfg.fault:
+        os.environ[hwdist.FAULT_ENV] = cfg.fault
+    ctx = hwdist.init_from_env(cfg.backend, cfg.device, cfg.timeout_s)
+    try:
+        result = run_bench(cfg, ctx)
+        if ctx.rank == 0:
+            if cfg.out:
+                write_json_atomic(cfg.out, result)
+            if cfg.print_result:
+                import json
+                print(json.dumps(result, indent=1) if cfg.json else format_result(result), flush=True)
+    finally:
+        hwdist.shutdown()
+    return 0
+
+
+def capacity_bytes(cfg: RunConfig, world: int) -> tuple[int, str]:
+    """Per-rank memory capacity and where the number came from."""
+    if cfg.gpu_mem_gib:
+        return int(cfg.gpu_mem_gib * GIB), f"--gpu-mem-gib {cfg.gpu_mem_gib:g}"
+    if cfg.device == "cuda":
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        return int(props.total_memory), props.name
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return ram // world, f"host RAM / {world} ranks"
+
+
+def _sync(cfg: RunConfig) -> None:
+    if cfg.device == "cuda":
+        torch.cuda.synchronize()
+
+
+def run_bench(cfg: RunConfig, ctx: hwdist.DistContext) -> dict:
+    model, stack = cfg.model_spec(), cfg.stack()
+    tp = ctx.world
+    if cfg.tp != tp:
+        raise ValueError(f"--tp {cfg.tp} but {tp} processes were started")
+    est = estimate(model, tp, cfg.batch, cfg.prompt_len, cfg.gen_len, stack, cfg.device)
+    cap, where = capacity_bytes(cfg, tp)
+    check_fits(est, cap, where)
+    specs = list(dict.fromkeys(["standard", *cfg.schedules]))
+    pre_step, dec_step = cfg.steps()
+    plans = {s: (build(s, model, tp, pre_step, stack),
+                 build(s, model, tp, dec_step, stack) if dec_step else None) for s in specs}
+    rm = build_rank_model(model, tp, ctx.rank, batch=cfg.batch, max_seq=cfg.prompt_len + cfg.gen_len,
+                          dtype=cfg.dtype, device=ctx.device, seed=cfg.seed, head=cfg.head)
+    group, cpu = dist.group.WORLD, hwdist.cpu_group()
+    runner = Runner(rm, group, rank=ctx.rank, compile=cfg.compile)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    prompt = torch.randint(0, model.vocab, (cfg.batch, cfg.prompt_len), generator=gen).to(rm.device)
+    graphs: dict[str, DecodeGraph] = {}
+
+    if cfg.decode_graphs and dec_step is not None:
+        for s in specs:                                     # every rank captures the same spec together,
+            graphs[s] = DecodeGraph(runner, plans[s][1])    # before warm-up and timing
+
+    def generation(spec: str) -> tuple[float, float, float]:
+        pre, dec = plans[spec]
+        dist.barrier(group=cpu)
+        _sync(cfg)
+        hwdist.fault_point(ctx.rank, "prefill")
+        t0 = time.perf_counter()
+        res = runner.forward(pre, prompt, 0)
+        _sync(cfg)
+        t1 = time.perf_counter()
+        wait_s, nxt = res.wait_s, res.next_tokens
+        for j in range(1, cfg.gen_len):
+            hwdist.fault_point(ctx.rank, "decode")
+            pos = cfg.prompt_len + j - 1
+            if spec in graphs:
+                res = graphs[spec].replay(nxt.view(-1, 1), pos)
+            else:
+                res = runner.forward(dec, nxt.view(-1, 1), pos)
+            wait_s += res.wait_s
+            nxt = res.next_tokens
+        _sync(cfg)
+        return t1 - t0, time.perf_counter() - t1, wait_s
+
+    for _ in range(cfg.warmup):
+        for s in specs:
+            generation(s)
+    samples: dict[str, list] = {s: [] for s in specs}
+    for rep in range(cfg.repeats):
+        k = rep % len(specs)
+        for s in specs[k:] + specs[:k]:                   # interleaved, rotating the start
+            samples[s].append(generation(s))
+    records = {s: _recorded_passes(runner, plans[s], prompt, cfg, cpu) for s in specs}
+    everything = [None] * tp
+    dist.all_gather_object(everything, {"samples": samples, "records": records, "env": _rank_env(ctx)},
+                           group=cpu)
+    return assemble(cfg, model.name, specs, everything, est.to_dict())
+
+
+def _recorded_passes(runner: Runner, plan, prompt, cfg: RunConfig, cpu) -> list[dict]:
+    """Per-op records of one eager prefill and one eager decode step (after a barrier each)."""
+    pre, dec = plan
+    runner.timing = True
+    try:
+        out = []
+        dist.barrier(group=cpu)
+        res = runner.forward(pre, prompt, 0)
+        out += res.records
+        if dec is not None:
+            dist.barrier(group=cpu)
+            out += runner.forward(dec, res.next_tokens.view(-1, 1), cfg.prompt_len).records
+    finally:
+        runner.timing = False
+    return [r.to_dict() for r in out]
+
+
+def _median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else 0.0
+
+
+def _spread(xs: list[float]) -> dict:
+    """min / quartiles / max of a sample (quartiles collapse to the median below 2 points)."""
+    if not xs:
+        return {}
+    q = statistics.quantiles(xs, n=4, method="inclusive") if len(xs) > 1 else [xs[0]] * 3
+    return {"min": min(xs), "p25": q[0], "median": q[1], "p75": q[2], "max": max(xs), "n": len(xs)}
+
+
+def assemble(cfg: RunConfig, model_name: str, specs: list[str], per_rank: list[dict], memory: dict) -> dict:
+    """Combine every rank's samples into the `tpsim predict --json` shape (+ records, spread, env)."""
+    tokens = cfg.batch * cfg.gen_len
+    reps = cfg.repeats
+    rows = []
+    base_tps: list[float] = []
+    for s in specs:
+        pre = [max(r["samples"][s][i][0] for r in per_rank) for i in range(reps)]
+        dec = [max(r["samples"][s][i][1] for r in per_rank) for i in range(reps)]
+        wait = [statistics.fmean(r["samples"][s][i][2] for r in per_rank) for i in range(reps)]
+        skew = [max(sum(r["samples"][s][i][:2]) for r in per_rank) - min(sum(r["samples"][s][i][:2])
+                for r in per_rank) for i in range(reps)]
+        tps = [tokens / (p + d) for p, d in zip(pre, dec)]
+        if s == "standard":
+            base_tps = tps
+        recs = [rec for r in per_rank for rec in r["records"][s]]
+        if cfg.device == "cuda":                     # GPU-side blocked time from the recorded passes
+            w = lambda ph: sum(x["end_s"] - x["start_s"] for x in recs  # noqa: E731
+                               if x["stream"] == "wait" and x["phase"] == ph) / len(per_rank)
+            exposed = w("prefill") + (cfg.gen_len - 1) * w("decode")
+        else:
+            exposed = _median(wait)
+        p_s, d_s = _median(pre), _median(dec)
+        rows.append({"schedule": s, "prefill_s": p_s, "decode_s": d_s, "tokens_per_s": tokens / (p_s + d_s),
+                     "speedup": None, "exposed_comm_s": exposed,
+                     "spread": {"prefill_s": _spread(pre), "decode_s": _spread(dec), "tokens_per_s": _spread(tps),
+                                "speedup": _spread([a / b for a, b in zip(tps, base_tps)]),
+                                "rank_skew_s": _spread(skew)},
+                     "records": recs})
+    std = rows[0]["tokens_per_s"]
+    for r in rows:
+        r["speedup"] = r["tokens_per_s"] / std
+    return {"model": model_name, "tp": cfg.tp, "profile": "measured", "batch": cfg.batch,
+            "prompt_len": cfg.prompt_len, "gen_len": cfg.gen_len, "dtype": cfg.dtype,
+            "stack": {k: getattr(cfg, k) for k in ("head", "attention", "kv", "prefill_logits",
+                                                    "expand_gqa", "decode_graphs", "compile")},
+            "repeats": cfg.repeats, "warmup": cfg.warmup, "schedules": rows, "memory": memory,
+            "env": _env(cfg, per_rank)}
+
+
+def _rank_env(ctx: hwdist.DistContext) -> dict:
+    dev = torch.cuda.get_device_name(ctx.device) if ctx.device.startswith("cuda") else (
+        platform.processor() or platform.machine())
+    return {"rank": ctx.rank, "hostname": socket.gethostname(), "device": dev}
+
+
+def _env(cfg: RunConfig, per_rank: list[dict]) -> dict:
+    nccl = None
+    if cfg.device == "cuda":
+        try:
+            nccl = ".".join(map(str, torch.cuda.nccl.version()))
+        except Exception:   # noqa: BLE001 - builds without NCCL
+            nccl = None
+    knobs = {k: v for k, v in os.environ.items() if k.startswith(("NCCL_", "TORCH_NCCL_", "OMP_NUM_THREADS"))}
+    return {"torch": torch.__version__, "nccl": nccl, "cuda": torch.version.cuda, "python": sys.version.split()[0],
+            "backend": cfg.backend, "device": cfg.device, "world_size": cfg.tp, "env_vars": knobs,
+            "hostnames": sorted({r["env"]["hostname"] for r in per_rank}),
+            "devices": [r["env"]["device"] for r in per_rank], "cpu_count": os.cpu_count()}
+
+
+def format_result(result: dict) -> str:
+    head = (f"{result['model']}  TP {result['tp']}  batch {result['batch']}  prompt {result['prompt_len']}  "
+            f"gen {result['gen_len']}  {result['dtype']}  {result['env']['backend']}/{result['env']['device']}  "
+            f"(median of {result['repeats']}, interleaved)")
+    lines = [head, f"{'schedule':<14}{'prefill ms':>12}{'decode ms':>12}{'tok/s':>10}{'speedup':>9}"
+             f"{'spread':>16}{'exposed ms':>12}"]
+    for r in result["schedules"]:
+        sp = r["spread"]["speedup"]
+        lines.append(f"{r['schedule']:<14}{r['prefill_s'] * 1e3:>12.2f}{r['decode_s'] * 1e3:>12.2f}"
+                     f"{r['tokens_per_s']:>10.1f}{r['speedup']:>8.2f}x"
+                     f"{'  ' + format(sp.get('min', 0), '.2f') + '-' + format(sp.get('max', 0), '.2f') + 'x':>16}"
+                     f"{r['exposed_comm_s'] * 1e3:>12.2f}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":      # torchrun --nproc-per-node N -m hw.bench [options]
+    from hw.commands import bench_cmd
+    bench_cmd()

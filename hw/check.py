@@ -1,0 +1,255 @@
+"""Numerics of each schedule on the current backend, against single-process references.
+
+The reference is a plain-torch Llama forward on the *full* weights (hw.model.full_weights, the
+same tensors every TP degree shards), written independently of hw.runner and of the schedule
+IR: its own attention (einsum over all heads, reads only the filled cache), its own MLP, and each
+schedule's dataflow straight from FACTS.md §1:
+
+  standard  h = x + attn(norm(x));  x' = h + mlp(norm(h))                 (== TP standard)
+  parallel  x' = x + attn(norm(x)) + mlp(norm(x))
+  ladder    R += a_{i-1}; a_i = attn(norm R); R += m_{i-1}; m_i = mlp(norm R); ...; R += a_L + m_L
+  spd       per TP rank r: P_r = attention heads of r through wo's columns of r;
+            Z_r = mlp over FFN columns of r applied to norm(x + P_r); x' = x + sum_r (P_r + Z_r)
+            (SPD's output depends on the TP degree by definition, so its reference takes tp)
+  upper-bound  only checked to run (its outputs are meaningless by design)
+
+Compared: prefill logits and every decode step's logits with the KV cache, teacher-forced (the
+same random tokens for both), error = max|tp - ref| / max(1, max|ref|).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import torch
+import torch.nn.functional as F
+
+from sim.model import ModelSpec
+from sim.schedule import build, parse_schedule
+from sim.trace import write_json_atomic
+from hw import dist as hwdist
+from hw.dist import RunConfig
+from hw.model import NORM_EPS, ROPE_THETA, build_rank_model, full_weights
+from hw.runner import Runner
+
+TOLERANCE = {"fp32": 1e-4, "fp16": 3e-2, "bf16": 1e-1}
+
+
+class Reference:
+    """Single-process forward of one schedule's definition on full weights (fp32)."""
+
+    def __init__(self, model: ModelSpec, w: dict[str, torch.Tensor], spec: str, tp: int, batch: int,
+                 max_seq: int):
+        self.m, self.w, self.tp = model, w, tp
+        self.kind, kw = parse_schedule(spec, model.layers)
+        self.ladder_from = model.layers - kw.get("upper", model.layers) if self.kind == "ladder" else None
+        self.spd_layers = set(kw.get("layers", ()))
+        dev = w["embed"].device
+        shape = (model.layers, batch, max_seq, model.kv_heads, model.head_dim)
+        self.k_cache = torch.zeros(shape, device=dev)
+        self.v_cache = torch.zeros(shape, device=dev)
+        inv = 1.0 / ROPE_THETA ** (torch.arange(0, model.head_dim, 2, device=dev).float() / model.head_dim)
+        ang = torch.arange(max_seq, device=dev).float()[:, None] * inv[None, :]      # [S, hd/2]
+        self.cos, self.sin = ang.cos(), ang.sin()
+
+    # -- pieces
+
+    def _norm(self, x: torch.Tensor, name: str) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + NORM_EPS) * self.w[name]
+
+    def _rope(self, x: torch.Tensor, start: int) -> torch.Tensor:
+        """x [B, S, h, D]; rotate pairs (i, i + D/2) by position * freq_i."""
+        S, half = x.shape[1], x.shape[-1] // 2
+        cos = self.cos[start:start + S][None, :, None, :]
+        sin = self.sin[start:start + S][None, :, None, :]
+        a, b = x[..., :half], x[..., half:]
+        return torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1)
+
+    def _heads(self, i: int, x: torch.Tensor, start: int) -> torch.Tensor:
+        """Per-head attention outputs of layer i, before wo: [B, S, heads, D]."""
+        m, w = self.m, self.w
+        B, S, _ = x.shape
+        n = self._norm(x, f"L{i}.attn_norm")
+        q = (n @ w[f"L{i}.wq"].T).view(B, S, m.heads, m.head_dim)
+        k = (n @ w[f"L{i}.wk"].T).view(B, S, m.kv_heads, m.head_dim)
+        v = (n @ w[f"L{i}.wv"].T).view(B, S, m.kv_heads, m.head_dim)
+        q, k = self._rope(q, start), self._rope(k, start)
+        self.k_cache[i, :, start:start + S] = k
+        self.v_cache[i, :, start:start + S] = v
+        end = start + S
+        group = m.heads // m.kv_heads
+        K = self.k_cache[i, :, :end].repeat_interleave(group, dim=2)         # [B, end, heads, D]
+        V = self.v_cache[i, :, :end].repeat_interleave(group, dim=2)
+        s = torch.einsum("bqhd,bkhd->bhqk", q, K) / math.sqrt(m.head_dim)
+        qpos = torch.arange(start, end, device=x.device)[:, None]
+        s = s.masked_fill(torch.arange(end, device=x.device)[None, :] > qpos, float("-inf"))
+        return torch.einsum("bhqk,bkhd->bqhd", s.softmax(-1), V)
+
+    def _attn_partial(self, o: torch.Tensor, i: int, r: int | None = None) -> torch.Tensor:
+        """o [B, S, heads, D] -> through wo: all heads, or only rank r's heads (P_r)."""
+        B, S, H, D = o.shape
+        wo = self.w[f"L{i}.wo"]                                     # [hidden, heads*D]
+        if r is None:
+            return o.reshape(B, S, H * D) @ wo.T
+        n = H // self.tp
+        return o[:, :, r * n:(r + 1) * n].reshape(B, S, n * D) @ wo[:, r * n * D:(r + 1) * n * D].T
+
+    def _mlp(self, i: int, x: torch.Tensor, r: int | None = None) -> torch.Tensor:
+        """SwiGLU MLP of layer i on residual x: all FFN columns, or only rank r's (Z_r)."""
+        w, f = self.w, self.m.ffn
+        cols = slice(None) if r is None else slice(r * f // self.tp, (r + 1) * f // self.tp)
+        n = self._norm(x, f"L{i}.mlp_norm")
+        return (F.silu(n @ w[f"L{i}.w1"][cols].T) * (n @ w[f"L{i}.w3"][cols].T)) @ w[f"L{i}.w2"][:, cols].T
+
+    # -- layers per schedule definition
+
+    def _standard(self, i, x, start):
+        h = x + self._attn_partial(self._heads(i, x, start), i)
+        return h + self._mlp(i, h)
+
+    def _parallel(self, i, x, start):
+        # attn and mlp both read norm(x) with attn_norm: this schedule has no separate mlp_norm
+        o = self._heads(i, x, start)
+        w = self.w
+        n = self._norm(x, f"L{i}.attn_norm")
+        z = (F.silu(n @ w[f"L{i}.w1"].T) * (n @ w[f"L{i}.w3"].T)) @ w[f"L{i}.w2"].T
+        return x + (self._attn_partial(o, i) + z)
+
+    def _spd(self, i, x, start):
+        o = self._heads(i, x, start)
+        total = torch.zeros_like(x)
+        for r in range(self.tp):
+            p = self._attn_partial(o, i, r)
+            total = total + (p + self._mlp(i, x + p, r))
+        return x + total
+
+    def forward(self, tokens: torch.Tensor, start: int) -> torch.Tensor:
+        """tokens [B, S] at positions start.. -> logits [B*S, vocab]."""
+        m = self.m
+        x = self.w["embed"][tokens]                                  # [B, S, hidden]
+        first_ladder = self.ladder_from if self.ladder_from is not None else m.layers
+        for i in range(first_ladder):
+            if self.kind == "parallel":
+                x = self._parallel(i, x, start)
+            elif self.kind == "spd" and i in self.spd_layers:
+                x = self._spd(i, x, start)
+            else:
+                x = self._standard(i, x, start)
+        a = z = None
+        for i in range(first_ladder, m.layers):                    # ladder: module m reads R lacking m-1
+            if a is not None:
+                x = x + a
+            a_new = self._attn_partial(self._heads(i, x, start), i)
+            if z is not None:
+                x = x + z
+            z = self._mlp(i, x)
+            a = a_new
+        if a is not None:
+            x = (x + a) + z
+        logits = self._norm(x, "final_norm") @ self.w["head"].T
+        return logits.reshape(-1, m.vocab)
+
+
+def _compare(tp_logits: torch.Tensor, ref: torch.Tensor, batch: int, vocab: int) -> float:
+    got = tp_logits.float()[:, :vocab]                     # drop vocab-parallel padding
+    if got.shape[0] != ref.shape[0]:                        # prefill_logits="last"
+        ref = ref.view(batch, -1, vocab)[:, -1]
+    return ((got - ref).abs().max() / ref.abs().max().clamp(min=1.0)).item()
+
+
+def run_check(cfg: RunConfig, ctx: hwdist.DistContext) -> list[dict]:
+    """Every schedule: TP run vs its reference; returns rows {schedule, prefill_err, decode_err, ok}."""
+    import torch.distributed as dist
+    model, stack = cfg.model_spec(), cfg.stack()
+    tp = ctx.world
+    if cfg.tp != tp:
+        raise ValueError(f"--tp {cfg.tp} but {tp} processes were started")
+    max_seq = cfg.prompt_len + cfg.gen_len
+    rm = build_rank_model(model, tp, ctx.rank, batch=cfg.batch, max_seq=max_seq, dtype=cfg.dtype,
+                          device=ctx.device, seed=cfg.seed, head=cfg.head)
+    runner = Runner(rm, dist.group.WORLD, rank=ctx.rank)
+    full = full_weights(model, seed=cfg.seed, dtype=torch.float32, device=ctx.device)
+    g = torch.Generator().manual_seed(cfg.seed + 1)
+    tokens = torch.randint(0, model.vocab, (cfg.batch, max_seq - 1), generator=g).to(ctx.device)
+    pre_step, dec_step = cfg.steps()
+    tol = TOLERANCE[cfg.dtype]
+    rows = []
+    for spec in cfg.schedules:
+        pre = build(spec, model, tp, pre_step, stack)
+        dec = build(spec, model, tp, dec_step, stack) if dec_step else None
+        rm.reset_cache()
+        outs = [runner.forward(pre, tokens[:, :cfg.prompt_len], 0).logits]
+        for j in range(1, cfg.gen_len):                        # teacher-forced decode steps
+            pos = cfg.prompt_len + j - 1
+            outs.append(runner.forward(dec, tokens[:, pos:pos + 1], pos).logits)
+        finite = all(bool(torch.isfinite(o).all()) for o in outs)
+        if spec.partition(":")[0] == "upper-bound":
+            rows.append({"schedule": spec, "prefill_err": None, "decode_err": None, "decode_steps": len(outs) - 1,
+                         "ok": finite, "note": "run only (outputs meaningless by design)"})
+            continue
+        ref = Reference(model, full, spec, tp, cfg.batch, max_seq)
+        errs = [_compare(outs[0], ref.forward(tokens[:, :cfg.prompt_len], 0), cfg.batch, model.vocab)]
+        for j in range(1, cfg.gen_len):
+            pos = cfg.prompt_len + j - 1
+            errs.append(_compare(outs[j], ref.forward(tokens[:, pos:pos + 1], pos), cfg.batch, model.vocab))
+        dec_err = max(errs[1:]) if len(errs) > 1 else 0.0
+        rows.append({"schedule": spec, "prefill_err": errs[0], "decode_err": dec_err,
+                     "decode_steps": len(errs) - 1, "ok": finite and max(errs) <= tol, "tolerance": tol})
+    return rows
+
+
+def worker(config: dict) -> int:
+    cfg = RunConfig.from_dict(config)
+    if cfg.fault:
+        os.environ[hwdist.FAULT_ENV] = cfg.fault
+    ctx = hwdist.init_from_env(cfg.backend, cfg.device, cfg.timeout_s)
+    try:
+        torch.set_default_dtype(torch.float32)
+        rows = run_check(cfg, ctx)
+        import torch.distributed as dist
+        every = [None] * ctx.world
+        dist.all_gather_object(every, rows, group=hwdist.cpu_group())
+        merged = _merge(every)
+        result = {"model": cfg.model_spec().name, "tp": ctx.world, "dtype": cfg.dtype, "backend": cfg.backend,
+                  "device": cfg.device, "batch": cfg.batch, "prompt_len": cfg.prompt_len, "gen_len": cfg.gen_len,
+                  "ok": all(r["ok"] for r in merged), "schedules": merged}
+        if ctx.rank == 0:
+            if cfg.out:
+                write_json_atomic(cfg.out, result)
+            if cfg.print_result:
+                print(json.dumps(result, indent=1) if cfg.json else format_check(result), flush=True)
+    finally:
+        hwdist.shutdown()
+    return 0 if (not cfg.print_result or result["ok"]) else 1
+
+
+def _merge(per_rank: list[list[dict]]) -> list[dict]:
+    """Worst error over ranks per schedule (every rank holds the full logits)."""
+    out = []
+    for rows in zip(*per_rank):
+        r = dict(rows[0])
+        for key in ("prefill_err", "decode_err"):
+            vals = [x[key] for x in rows if x[key] is not None]
+            r[key] = max(vals) if vals else None
+        r["ok"] = all(x["ok"] for x in rows)
+        out.append(r)
+    return out
+
+
+def format_check(result: dict) -> str:
+    lines = [f"check {result['model']}  TP {result['tp']}  {result['dtype']}  {result['backend']}/{result['device']}  "
+             f"batch {result['batch']}  prompt {result['prompt_len']}  gen {result['gen_len']}",
+             f"{'schedule':<14}{'prefill err':>13}{'decode err':>13}{'steps':>7}  result"]
+    for r in result["schedules"]:
+        fmt = lambda e: "-" if e is None else f"{e:.2e}"  # noqa: E731
+        lines.append(f"{r['schedule']:<14}{fmt(r['prefill_err']):>13}{fmt(r['decode_err']):>13}"
+                     f"{r['decode_steps']:>7}  {'ok' if r['ok'] else 'FAIL'}"
+                     + (f"  ({r['note']})" if r.get("note") else ""))
+    lines.append("all schedules match their references" if result["ok"] else "numerics check FAILED")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":      # torchrun --nproc-per-node N -m hw.check [options]
+    from hw.commands import check_cmd
+    check_cmd()

@@ -1,0 +1,196 @@
+"""`tpsim bench` and `tpsim check`: click commands the top-level cli registers.
+
+Torch is imported inside the commands only, so `import cli` works without the [hw] extra.
+Each command runs in one of two modes:
+  * launcher (default): starts --nproc local rank processes itself (hw.dist.launch), watches
+    them (a rank exiting nonzero stops the rest; --timeout-s bounds every collective) and
+    prints rank 0's result;
+  * rank (under torchrun, detected by RANK/WORLD_SIZE in the environment): this process *is*
+    one rank, e.g. `torchrun --nproc-per-node 8 -m hw.bench --device cuda --backend nccl ...`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+import click
+
+from sim.schedule import SCHEDULE_HELP
+from sim.stack import ATTENTION_IMPLS, DECODE_KV, DTYPE_BYTES, HEADS, PREFILL_LOGITS
+
+
+class UsageFail(click.ClickException):
+    """A user mistake (bad option, model does not fit): exit code 2."""
+
+    exit_code = 2
+
+
+def _under_torchrun() -> bool:
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def _common(f):
+    """Options shared by bench and check (applied bottom-up)."""
+    opts = [
+        click.option("--model", default="tiny", show_default=True, help="preset name; NAME[:K] = first K layers"),
+        click.option("--layers", type=int, default=None, help="run only the first K layers of the model"),
+        click.option("--tp", "--nproc", "tp", type=int, default=2, show_default=True,
+                     help="TP degree = number of rank processes"),
+        click.option("--batch", type=int, default=1, show_default=True),
+        click.option("--prompt", "prompt_len", type=int, default=None, help="prompt tokens [default: bench 1024, check 16]"),
+        click.option("--gen", "gen_len", type=int, default=None, help="generated tokens, prefill makes the 1st [default: bench 512, check 9]"),
+        click.option("--schedule", "schedules", multiple=True, help=SCHEDULE_HELP),
+        click.option("--backend", type=click.Choice(["gloo", "nccl"]), default=None,
+                     help="collective backend [default: nccl on cuda, gloo on cpu]"),
+        click.option("--device", type=click.Choice(["cpu", "cuda", "auto"]), default="auto", show_default=True),
+        click.option("--dtype", type=click.Choice(list(DTYPE_BYTES)), default=None,
+                     help="[default: fp16 on cuda; fp32 on cpu]"),
+        click.option("--attention", type=click.Choice(ATTENTION_IMPLS), default="math", show_default=True),
+        click.option("--kv", type=click.Choice(DECODE_KV), default="static", show_default=True),
+        click.option("--head", type=click.Choice(HEADS), default="replicated", show_default=True),
+        click.option("--prefill-logits", type=click.Choice(PREFILL_LOGITS), default="all", show_default=True),
+        click.option("--expand-gqa/--no-expand-gqa", default=True, show_default=True),
+        click.option("--seed", type=int, default=0, show_default=True),
+        click.option("--timeout-s", type=float, default=300.0, show_default=True,
+                     help="a collective (or rank start-up) that waits longer ends the run with an error"),
+        click.option("--deadline-s", type=float, default=None, help="bound on the whole run (launcher kills all)"),
+        click.option("--json", "as_json", is_flag=True, help="print the result as JSON"),
+        click.option("--out", type=click.Path(dir_okay=False), default=None, help="write the result JSON here"),
+        click.option("--fault", default=None, hidden=True, help="test hook RANK:PHASE:exit|hang"),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def _config(kind: str, **kw):
+    """Options -> validated RunConfig (UsageFail on user mistakes)."""
+    from hw.dist import RunConfig
+    device = kw.pop("device")
+    if device == "auto":
+        device = "cuda" if _cuda_available() else "cpu"
+    backend = kw.pop("backend") or ("nccl" if device == "cuda" else "gloo")
+    dtype = kw.pop("dtype") or ("fp16" if device == "cuda" else "fp32")
+    schedules = kw.pop("schedules") or (("standard", "ladder", "parallel", "upper-bound")
+                                        if kind == "bench" else
+                                        ("standard", "ladder", "spd:0.5", "parallel", "upper-bound"))
+    defaults = {"bench": (1024, 512), "check": (16, 9)}[kind]
+    kw["prompt_len"] = kw["prompt_len"] or defaults[0]
+    kw["gen_len"] = kw["gen_len"] or defaults[1]
+    kw.pop("deadline_s", None)
+    if kw.get("decode_graphs", False) is None:
+        kw["decode_graphs"] = device == "cuda" and kw["kv"] == "static"
+    as_json = kw.pop("as_json")
+    try:
+        cfg = RunConfig(device=device, backend=backend, dtype=dtype, schedules=tuple(schedules),
+                        json=as_json, **kw)
+        cfg.validate()
+    except ValueError as e:
+        raise UsageFail(str(e)) from None
+    return cfg
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def _run(target: str, cfg, deadline_s: float | None) -> dict | None:
+    """Launcher or rank mode; returns rank 0's result dict (launcher mode) or None (rank mode)."""
+    from dataclasses import replace
+    from hw.dist import WorkerFailed, launch
+    mod, _, fn = target.partition(":")
+    if _under_torchrun():
+        from importlib import import_module
+        rc = getattr(import_module(mod), fn)(replace(cfg, print_result=True).to_dict())
+        raise SystemExit(rc)
+    out = cfg.out
+    tmp = None
+    if out is None:
+        fd, tmp = tempfile.mkstemp(prefix="tpsim-", suffix=".json")
+        os.close(fd)
+        os.unlink(tmp)
+        out = tmp
+    try:
+        launch(target, replace(cfg, out=os.path.abspath(out)).to_dict(), cfg.tp,
+               timeout_s=cfg.timeout_s, deadline_s=deadline_s)
+        with open(out) as f:
+            return json.load(f)
+    except WorkerFailed as e:
+        raise click.ClickException(str(e)) from None
+    finally:
+        if tmp and os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _memory_gate(cfg) -> None:
+    """Refuse before starting processes when the run cannot fit (UsageFail with the numbers)."""
+    from hw.memory import GIB, DoesNotFit, check_fits, estimate
+    est = estimate(cfg.model_spec(), cfg.tp, cfg.batch, cfg.prompt_len, cfg.gen_len, cfg.stack(), cfg.device)
+    if cfg.gpu_mem_gib:
+        cap, where = int(cfg.gpu_mem_gib * GIB), f"a {cfg.gpu_mem_gib:g} GiB device (--gpu-mem-gib)"
+    elif cfg.device == "cuda":
+        import torch
+        props = torch.cuda.get_device_properties(0)
+        cap, where = props.total_memory, props.name
+    else:
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        cap, where = ram // cfg.tp, f"host RAM shared by {cfg.tp} ranks"
+    try:
+        check_fits(est, cap, where)
+    except DoesNotFit as e:
+        raise UsageFail(str(e)) from None
+
+
+@click.command("bench")
+@_common
+@click.option("--repeats", type=int, default=5, show_default=True, help="measured generations per schedule")
+@click.option("--warmup", type=int, default=1, show_default=True, help="unmeasured generations per schedule")
+@click.option("--graphs/--no-graphs", "decode_graphs", default=None,
+              help="decode under CUDA graphs [default: on for cuda with --kv static, else off]")
+@click.option("--compile", "compile_", is_flag=True, help="torch.compile the per-op kernels")
+@click.option("--gpu-mem-gib", type=float, default=None, help="per-rank memory to plan against [default: the device's]")
+def bench_cmd(deadline_s, compile_, **kw):
+    """Measure tokens/s of each schedule (interleaved repeats; standard always included)."""
+    cfg = _config("bench", compile=compile_, deadline_s=deadline_s, **kw)
+    _memory_gate(cfg)
+    result = _run("hw.bench:worker", cfg, deadline_s)
+    if result is None:
+        return
+    from hw.bench import format_result
+    click.echo(json.dumps(result, indent=1) if cfg.json else format_result(result))
+    if cfg.out and not cfg.json:
+        click.echo(f"wrote {cfg.out}")
+
+
+@click.command("check")
+@_common
+def check_cmd(deadline_s, **kw):
+    """Numerics: each schedule's TP output vs its single-process reference (nonzero exit on failure)."""
+    cfg = _config("check", deadline_s=deadline_s, **kw)
+    result = _run("hw.check:worker", cfg, deadline_s)
+    if result is None:
+        return
+    from hw.check import format_check
+    click.echo(json.dumps(result, indent=1) if cfg.json else format_check(result))
+    if not result["ok"]:
+        raise SystemExit(1)
+
+
+bench_cmd.name, check_cmd.name = "bench", "check"
+
+
+@click.group()
+def main() -> None:
+    """tpsim hardware harness (bench, check)."""
+
+
+main.add_command(bench_cmd)
+main.add_command(check_cmd)
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,387 @@
+"""Run a sim.Schedule on one TP rank: compute ops -> torch kernels, collectives -> torch.distributed.
+
+The runner keeps a dict value-name -> tensor. Ops run in the schedule's issue order. A
+collective is issued with `async_op=True` when the order reaches it and its work handle is
+waited exactly when the first op that reads its output runs: "blocking" (standard) and
+"overlapped" (ladder) differ only in where the IR puts the reader, never in runner code.
+Each value is freed after its last reader, so live activations stay a few layers' worth.
+
+Streams. On CPU/gloo the collective runs on gloo's background threads, so it overlaps CPU
+compute for real (sharing cores). On CUDA the collective is issued from a dedicated comm
+stream that first waits on an event recorded on the compute stream after the producer; the
+consumer makes the compute stream wait on the work (GPU-side; the CPU never blocks), and the
+end of each pass joins the comm stream back (needed for CUDA-graph capture).
+
+Positions. One decode schedule serves every decode step: start_pos (an int, or a 0-d device
+tensor under CUDA graphs) is an argument of `forward`, not read from the ops' attrs; with
+kv="filled" the attended length is start_pos + q_len, as the IR's kv_len says.
+
+Timing (`timing=True`) emits one sim.trace.Record per op, times in seconds from the pass start:
+  CPU   compute: perf_counter around the kernel call.
+        comm:    start = issue; end = when the collective completed (a future callback on
+                 gloo's thread; the wait's return when no callback fired first).
+        wait:    named after the collective, the time the reader spent blocked in work.wait()
+                 -- the *exposed* communication.
+  CUDA  CUDA events: compute on the compute stream, comm from its launch on the comm stream to
+        its completion, wait = time the compute stream was blocked on the work.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from sim.schedule import TOKENS, Op, Schedule
+from sim.trace import Record
+from hw.model import NORM_EPS, RankModel
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Per-schedule bookkeeping computed once: when values die and which collectives copy."""
+
+    last_use: dict[str, int]          # value -> index of the last op that reads it
+    clone_input: frozenset[str]       # collective op names whose input is read again after issue
+    keep: frozenset[str]              # values returned from forward (never freed)
+
+
+def make_plan(sched: Schedule) -> Plan:
+    last: dict[str, int] = {}
+    readers: dict[str, list[int]] = {}
+    for i, op in enumerate(sched.ops):
+        for v in op.inputs:
+            last[v] = i
+            readers.setdefault(v, []).append(i)
+    clone = set()
+    for i, op in enumerate(sched.ops):
+        if op.is_comm and any(j > i for j in readers.get(op.inputs[0], []) if j != i):
+            clone.add(op.name)
+    sample = [op for op in sched.ops if op.kind == "sample"]
+    keep = {"next_tokens"} | ({sample[-1].inputs[0]} if sample else set())
+    return Plan(last, frozenset(clone), frozenset(keep))
+
+
+@dataclass
+class _Pending:
+    """A collective in flight: its work handle and how to turn the buffer into the value."""
+
+    op: Op
+    work: object
+    buf: torch.Tensor
+    finish: Callable[[torch.Tensor], torch.Tensor]
+    src: torch.Tensor | None = None                  # the input, kept alive until the wait
+    issue_s: float = 0.0
+    done_s: list = field(default_factory=list)      # filled by the completion callback (CPU)
+    events: tuple = ()                               # (start, end) CUDA events
+
+
+@dataclass
+class PassResult:
+    logits: torch.Tensor        # the sample op's input [rows, vocab(+pad)]
+    next_tokens: torch.Tensor   # [batch]
+    records: list[Record]
+    wait_s: float               # CPU time blocked in work.wait() this pass (exposed comm on CPU)
+
+
+class Runner:
+    """Executes schedules on one rank. `group` None means a single process (no collectives allowed)."""
+
+    def __init__(self, rm: RankModel, group=None, *, rank: int = 0, timing: bool = False,
+                 compile: bool = False):
+        self.rm = rm
+        self.group = group
+        self.rank = rank
+        self.timing = timing
+        self.cuda = rm.device.type == "cuda"
+        self.comm_stream = torch.cuda.Stream(device=rm.device) if self.cuda else None
+        self._plans: dict[int, Plan] = {}
+        self._arange = torch.arange(rm.max_seq, device=rm.device)
+        self.kernels: dict[str, Callable] = dict(KERNELS)
+        if compile:
+            # Compile the per-op kernels only: the dispatch loop and torch.distributed stay eager.
+            self.kernels = {k: (torch.compile(f, dynamic=False) if k in _COMPILABLE else f)
+                            for k, f in KERNELS.items()}
+
+    def plan(self, sched: Schedule) -> Plan:
+        key = id(sched)
+        if key not in self._plans:
+            self._plans[key] = make_plan(sched)
+        return self._plans[key]
+
+    # ------------------------------------------------------------------ one pass
+
+    def forward(self, sched: Schedule, tokens: torch.Tensor, start_pos: int | torch.Tensor) -> PassResult:
+        """Run one forward pass; tokens [batch, q_len] (int64), returns logits and next tokens."""
+        st = sched.step
+        if tuple(tokens.shape) != (st.batch, st.q_len):
+            raise ValueError(f"tokens shape {tuple(tokens.shape)} != schedule step [{st.batch}, {st.q_len}]")
+        if sched.collectives and self.group is None and sched.tp > 1:
+            raise ValueError(f"schedule {sched.name} has collectives but the runner has no process group")
+        plan = self.plan(sched)
+        ctx = _Ctx(self, sched, start_pos)
+        vals: dict[str, torch.Tensor] = {TOKENS: tokens}
+        pending: dict[str, _Pending] = {}
+        records: list[Record] = []
+        t0 = time.perf_counter()
+        base_ev = self._event() if (self.timing and self.cuda) else None
+        cuda_recs: list[tuple] = []
+        wait_s = 0.0
+        for i, op in enumerate(sched.ops):
+            for v in op.inputs:                          # wait exactly when a reader needs it
+                if v in pending:
+                    wait_s += self._wait(pending.pop(v), vals, v, sched, t0, records, cuda_recs)
+            if op.is_comm:
+                x = vals[op.inputs[0]]
+                if op.name in plan.clone_input:
+                    x = x.clone()
+                pending[op.outputs[0]] = self._issue(op, x, t0)
+            else:
+                args = [vals[v] for v in op.inputs]
+                if self.timing:
+                    if self.cuda:
+                        e0 = self._event()
+                        out = self.kernels[op.kind](ctx, op, *args)
+                        cuda_recs.append((op.name, "compute", op.kind, e0, self._event()))
+                    else:
+                        s = time.perf_counter()
+                        out = self.kernels[op.kind](ctx, op, *args)
+                        records.append(Record(op.name, self.rank, "compute", s - t0,
+                                              time.perf_counter() - t0, st.phase, op.kind))
+                else:
+                    out = self.kernels[op.kind](ctx, op, *args)
+                vals[op.outputs[0]] = out
+            for v in op.inputs:                          # free values after their last reader
+                if plan.last_use.get(v) == i and v not in plan.keep and v != TOKENS:
+                    vals.pop(v, None)
+        for v in list(pending):                          # nothing should be left; be safe
+            wait_s += self._wait(pending.pop(v), vals, v, sched, t0, records, cuda_recs)
+        if self.cuda:
+            torch.cuda.current_stream().wait_stream(self.comm_stream)    # join for graph capture
+        if cuda_recs:
+            torch.cuda.synchronize()
+            for name, stream, kind, e0, e1 in cuda_recs:
+                records.append(Record(name, self.rank, stream, base_ev.elapsed_time(e0) / 1e3,
+                                      base_ev.elapsed_time(e1) / 1e3, st.phase, kind))
+        logits_name = [op for op in sched.ops if op.kind == "sample"][-1].inputs[0]
+        return PassResult(vals[logits_name], vals["next_tokens"], records, wait_s)
+
+    # ------------------------------------------------------------------ collectives
+
+    def _event(self, stream=None):
+        e = torch.cuda.Event(enable_timing=True)
+        e.record(stream or torch.cuda.current_stream())
+        return e
+
+    def _issue(self, op: Op, x: torch.Tensor, t0: float) -> _Pending:
+        import torch.distributed as dist
+        if op.kind == "all_reduce":
+            buf, call = x, (lambda b: dist.all_reduce(b, group=self.group, async_op=True))
+            finish = _identity
+        elif op.kind == "all_gather":
+            # [rows, w] from each rank -> gathered [tp*rows, w] -> [rows, tp*w] (concat on last dim)
+            rows, width = x.shape
+            tp = op.attr("group")
+            buf = torch.empty(tp * rows, width, dtype=x.dtype, device=x.device)
+            call = (lambda b: dist.all_gather_into_tensor(b, x.contiguous(), group=self.group, async_op=True))
+            finish = (lambda b: b.view(tp, rows, width).permute(1, 0, 2).reshape(rows, tp * width))
+        else:
+            raise ValueError(f"op {op.name}: no collective for kind {op.kind}")
+        if self.cuda:
+            # The comm stream waits for the compute stream (i.e. the producer) via an internal
+            # event; plain events keep this legal inside CUDA-graph capture.
+            self.comm_stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(self.comm_stream):
+                e0 = self._event(self.comm_stream) if self.timing else None
+                work = call(buf)
+                e1 = None
+                if self.timing:                                    # completion marker on the comm stream
+                    work.wait()
+                    e1 = self._event(self.comm_stream)
+            # x stays referenced until the consumer's wait, so the allocator cannot hand its memory
+            # to a compute-stream op while the collective may still read it.
+            return _Pending(op, work, buf, finish, src=x, events=(e0, e1))
+        p = _Pending(op, None, buf, finish, src=x, issue_s=time.perf_counter() - t0)
+        p.work = call(buf)
+        if self.timing:
+            done = p.done_s
+            try:
+                p.work.get_future().then(lambda _f: done.append(time.perf_counter() - t0))
+            except (RuntimeError, AttributeError):    # backends without futures: use the wait's return
+                pass
+        return p
+
+    def _wait(self, p: _Pending, vals, v, sched, t0, records, cuda_recs) -> float:
+        phase = sched.step.phase
+        if self.cuda:
+            w0 = self._event() if self.timing else None
+            p.work.wait()                       # compute stream waits on the collective (GPU side)
+            if self.timing:
+                cuda_recs.append((p.op.name, "comm", p.op.kind, *p.events))
+                cuda_recs.append((p.op.name, "wait", p.op.kind, w0, self._event()))
+            vals[v] = p.finish(p.buf)
+            return 0.0
+        s = time.perf_counter()
+        p.work.wait()
+        e = time.perf_counter()
+        if self.timing:
+            done = p.done_s[0] if p.done_s else e - t0
+            records.append(Record(p.op.name, self.rank, "comm", p.issue_s, min(done, e - t0), phase, p.op.kind))
+            records.append(Record(p.op.name, self.rank, "wait", s - t0, e - t0, phase, p.op.kind))
+        vals[v] = p.finish(p.buf)
+        return e - s
+
+
+def _identity(b: torch.Tensor) -> torch.Tensor:
+    return b
+
+
+class _Ctx:
+    """What kernels need besides their inputs: the rank's model and the pass's positions."""
+
+    def __init__(self, runner: Runner, sched: Schedule, start_pos: int | torch.Tensor):
+        self.rm = runner.rm
+        self.step = sched.step
+        self.stack = sched.stack
+        q = sched.step.q_len
+        self.arange = runner._arange                                    # [max_seq]
+        if isinstance(start_pos, torch.Tensor):
+            if sched.stack.kv != "static":
+                raise ValueError("a device-tensor start_pos (CUDA graphs) needs kv='static'")
+            self.positions = start_pos + runner._arange[:q]             # [q_len]
+            self.kv_len = self.rm.max_seq
+        else:
+            if start_pos + q > self.rm.max_seq:
+                raise ValueError(f"positions up to {start_pos + q} exceed the KV cache ({self.rm.max_seq})")
+            self.positions = runner._arange[start_pos:start_pos + q]
+            self.kv_len = self.rm.max_seq if sched.stack.kv == "static" else start_pos + q
+
+
+# ---------------------------------------------------------------------- kernels
+# Activations are 2-D [rows = batch * q_len, width], as the IR's attrs say.
+
+def _embed(ctx: _Ctx, op: Op, tokens: torch.Tensor) -> torch.Tensor:
+    return F.embedding(tokens.reshape(-1), ctx.rm.weights["embed"])          # [rows, hidden]
+
+
+def _rmsnorm(ctx: _Ctx, op: Op, x: torch.Tensor) -> torch.Tensor:
+    rows = op.attr("rows")
+    if x.shape[0] != rows:               # final norm with last-position logits: [B*S, H] -> [B, H]
+        x = x.view(ctx.step.batch, -1, x.shape[-1])[:, -1]
+    xf = x.float()
+    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + NORM_EPS)
+    return y.to(x.dtype) * ctx.rm.weights[op.param]
+
+
+def _gemm(ctx: _Ctx, op: Op, x: torch.Tensor) -> torch.Tensor:
+    return F.linear(x, ctx.rm.weights[op.param])           # [m, k] @ W[n, k]^T -> [m, n]
+
+
+def _swiglu(ctx: _Ctx, op: Op, x: torch.Tensor) -> torch.Tensor:
+    a, b = x.chunk(2, dim=-1)                               # [rows, 2f] -> [rows, f]
+    return F.silu(a) * b
+
+
+def _add(ctx: _Ctx, op: Op, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return a + b
+
+
+def _sample(ctx: _Ctx, op: Op, logits: torch.Tensor) -> torch.Tensor:
+    b = op.attr("batch")
+    last = logits.view(b, -1, logits.shape[-1])[:, -1, :op.attr("vocab")]   # drop vocab padding
+    return last.argmax(dim=-1)                                              # [batch]
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    a, b = x.chunk(2, dim=-1)
+    return torch.cat([-b, a], dim=-1)
+
+
+def _attention(ctx: _Ctx, op: Op, qkv: torch.Tensor) -> torch.Tensor:
+    """qkv [rows, (H + 2*KVH) * D] -> o [rows, H * D]: RoPE, cache write, causal SDPA over the cache."""
+    rm = ctx.rm
+    B, S = ctx.step.batch, ctx.step.q_len
+    H, KVH, D = op.attr("heads"), op.attr("kv_heads"), op.attr("head_dim")
+    x = qkv.view(B, S, H + 2 * KVH, D)
+    q, k, v = x.split([H, KVH, KVH], dim=2)                 # [B, S, h, D]
+    pos = ctx.positions                                     # [S]
+    cos, sin = rm.cos[pos][None, :, None, :], rm.sin[pos][None, :, None, :]
+    q = (q.float() * cos + rotate_half(q.float()) * sin).to(qkv.dtype)
+    k = (k.float() * cos + rotate_half(k.float()) * sin).to(qkv.dtype)
+    kc, vc = rm.kv[op.param]                                # [B, max_seq, KVH, D]
+    kc.index_copy_(1, pos, k)
+    vc.index_copy_(1, pos, v)
+    L = ctx.kv_len
+    keys, vals = kc[:, :L].transpose(1, 2), vc[:, :L].transpose(1, 2)     # [B, KVH, L, D]
+    qh = q.transpose(1, 2)                                                # [B, H, S, D]
+    mask = ctx.arange[:L][None, :] <= pos[:, None]                        # [S, L] causal over cache
+    expand = bool(op.attr("expand_gqa"))
+    if expand and H != KVH:
+        keys = keys.repeat_interleave(H // KVH, dim=1)                    # [B, H, L, D]
+        vals = vals.repeat_interleave(H // KVH, dim=1)
+    if op.attr("impl") == "flash":
+        o = F.scaled_dot_product_attention(qh, keys, vals, attn_mask=mask,
+                                           enable_gqa=(not expand and H != KVH))
+    else:                                                                 # math: materialized scores
+        G = H // keys.shape[1]
+        qg = qh.reshape(B, keys.shape[1], G, S, D)                        # heads grouped by KV head
+        s = torch.matmul(qg, keys.unsqueeze(2).transpose(-1, -2)) / math.sqrt(D)   # [B, KVH', G, S, L]
+        s = s.masked_fill(~mask, float("-inf"))
+        p = torch.softmax(s, dim=-1, dtype=torch.float32).to(qkv.dtype)
+        o = torch.matmul(p, vals.unsqueeze(2)).reshape(B, H, S, D)
+    return o.transpose(1, 2).reshape(B * S, H * D)
+
+
+KERNELS: dict[str, Callable] = {
+    "embed": _embed, "rmsnorm": _rmsnorm, "gemm": _gemm, "attention": _attention,
+    "swiglu": _swiglu, "add": _add, "sample": _sample,
+}
+_COMPILABLE = ("rmsnorm", "swiglu", "attention")
+
+
+# ---------------------------------------------------------------------- CUDA graphs
+
+class DecodeGraph:
+    """One decode step of one schedule captured as a CUDA graph; replay with new token/position.
+
+    All ranks must capture together (the collectives inside are captured too); one collective
+    is run before capture so NCCL's lazy communicator init happens outside it. Needs kv='static'
+    (the attended length must not change between replays).
+    """
+
+    def __init__(self, runner: Runner, sched: Schedule, warmup: int = 2, pool=None):
+        if not runner.cuda:
+            raise ValueError("CUDA graphs need --device cuda")
+        if sched.stack.kv != "static":
+            raise ValueError("decode CUDA graphs need --kv static (the attended length must be fixed)")
+        import torch.distributed as dist
+        self.runner, self.sched = runner, sched
+        dev = runner.rm.device
+        st = sched.step
+        self.tokens = torch.zeros(st.batch, 1, dtype=torch.long, device=dev)
+        self.pos = torch.tensor(st.start_pos, dtype=torch.long, device=dev)
+        timing, runner.timing = runner.timing, False
+        try:
+            if runner.group is not None:
+                dist.all_reduce(torch.zeros(1, device=dev), group=runner.group)
+            side = torch.cuda.Stream(device=dev)
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):                 # warm-up allocations outside capture
+                for _ in range(warmup):
+                    runner.forward(sched, self.tokens, self.pos)
+            torch.cuda.current_stream().wait_stream(side)
+            torch.cuda.synchronize()
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph, pool=pool):
+                self.out = runner.forward(sched, self.tokens, self.pos)
+        finally:
+            runner.timing = timing
+
+    def replay(self, tokens: torch.Tensor, start_pos: int) -> PassResult:
+        self.tokens.copy_(tokens)
+        self.pos.fill_(start_pos)
+        self.graph.replay()
+        return self.out

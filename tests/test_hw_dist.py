@@ -1,0 +1,116 @@
+"""Real multi-process runs on gloo (spawned rank processes, real process groups)."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from click.testing import CliRunner
+
+pytest.importorskip("torch")
+
+from hw.commands import bench_cmd, check_cmd  # noqa: E402
+from sim.model import get_model  # noqa: E402
+from sim.schedule import build  # noqa: E402
+from sim.stack import Stack, Step  # noqa: E402
+
+pytestmark = pytest.mark.hw
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SMALL = ["--model", "tiny", "--prompt", "16", "--gen", "9", "--device", "cpu", "--backend", "gloo"]
+ALL5 = ["--schedule", "standard", "--schedule", "ladder", "--schedule", "spd:0.5", "--schedule", "parallel",
+        "--schedule", "upper-bound"]
+
+
+def _check(tp, *extra):
+    res = CliRunner().invoke(check_cmd, [*SMALL, "--tp", str(tp), *ALL5, "--json", *extra])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["ok"] and out["tp"] == tp
+    rows = {r["schedule"]: r for r in out["schedules"]}
+    assert list(rows) == ["standard", "ladder", "spd:0.5", "parallel", "upper-bound"]
+    for name, r in rows.items():
+        assert r["ok"] and r["decode_steps"] >= 8
+        if name != "upper-bound":
+            assert r["prefill_err"] < 1e-4 and r["decode_err"] < 1e-4
+    return out
+
+
+def test_check_tp2_all_schedules():
+    _check(2)
+
+
+def test_check_tp4_all_schedules():
+    _check(4, "--batch", "2")
+
+
+def test_check_tp2_other_stack():
+    _check(2, "--head", "vocab-parallel", "--attention", "flash", "--kv", "filled",
+           "--prefill-logits", "last", "--no-expand-gqa")
+
+
+def test_bench_json_records_match_ir(tmp_path):
+    out_path = tmp_path / "bench.json"
+    cmd = [sys.executable, "-m", "hw.commands", "bench", "--backend", "gloo", "--nproc", "2", "--model", "tiny",
+           "--schedule", "standard", "--schedule", "ladder", "--json", "--prompt", "16", "--gen", "9",
+           "--repeats", "2", "--warmup", "1", "--device", "cpu", "--out", str(out_path)]
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d == json.loads(out_path.read_text())
+    for k in ("model", "tp", "profile", "batch", "prompt_len", "gen_len", "schedules", "env"):
+        assert k in d
+    assert d["profile"] == "measured" and d["tp"] == 2 and d["env"]["world_size"] == 2
+    assert d["env"]["backend"] == "gloo" and d["env"]["torch"]
+    m, st = get_model("tiny"), Stack(dtype="fp32", collective="gloo")
+    rows = {r["schedule"]: r for r in d["schedules"]}
+    assert list(rows) == ["standard", "ladder"] and rows["standard"]["speedup"] == 1.0
+    for spec, r in rows.items():
+        assert r["tokens_per_s"] == pytest.approx(1 * 9 / (r["prefill_s"] + r["decode_s"]))
+        assert r["spread"]["decode_s"]["n"] == 2 and r["exposed_comm_s"] >= 0
+        for phase, step in [("prefill", Step.prefill(1, 16, 9, st)), ("decode", Step.decode(1, 16, 9, 1, st))]:
+            ir = build(spec, m, 2, step, st)
+            for rank in (0, 1):
+                recs = [x for x in r["records"] if x["phase"] == phase and x["rank"] == rank]
+                assert {x["op"] for x in recs if x["stream"] == "compute"} == {o.name for o in ir.ops if not o.is_comm}
+                assert {x["op"] for x in recs if x["stream"] == "comm"} == {o.name for o in ir.collectives}
+                assert all(x["end_s"] >= x["start_s"] >= 0 for x in recs)
+
+
+def test_rank_death_ends_run_quickly():
+    t = time.monotonic()
+    res = CliRunner().invoke(bench_cmd, [*SMALL, "--tp", "2", "--repeats", "1", "--timeout-s", "60",
+                                         "--fault", "1:decode:exit"])
+    assert time.monotonic() - t < 30
+    assert res.exit_code == 1
+    assert "rank 1 of 2 exited with code 17" in res.output and "stopped the other ranks" in res.output
+
+
+def test_hung_rank_times_out():
+    t = time.monotonic()
+    res = CliRunner().invoke(bench_cmd, [*SMALL, "--tp", "2", "--repeats", "1", "--timeout-s", "4",
+                                         "--fault", "1:prefill:hang"])
+    assert time.monotonic() - t < 30
+    assert res.exit_code == 1
+    assert "timed out" in res.output and "rank 1: injected fault, hanging" in res.output
+
+
+def test_user_errors_exit_2():
+    r = CliRunner().invoke(check_cmd, [*SMALL, "--tp", "3"])
+    assert r.exit_code == 2 and "TP 3" in r.output
+    r = CliRunner().invoke(bench_cmd, [*SMALL, "--schedule", "zigzag"])
+    assert r.exit_code == 2 and "unknown schedule" in r.output
+    r = CliRunner().invoke(bench_cmd, [*SMALL, "--device", "cpu", "--backend", "nccl"])
+    assert r.exit_code == 2 and "nccl" in r.output
+
+
+def test_torchrun_rank_mode_and_layers():
+    """`torchrun -m hw.check` runs each process as one rank; --layers truncates the model."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           "-m", "hw.check", "--model", "toy-512", "--layers", "1", "--prompt", "8", "--gen", "9",
+           "--device", "cpu", "--schedule", "standard", "--schedule", "ladder", "--json"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    d = json.loads(p.stdout)
+    assert d["ok"] and d["model"] == "toy-512[:1]" and d["tp"] == 2
