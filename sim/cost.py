@@ -245,14 +245,14 @@ def _find_table(profile: Profile, collective, group, scope, mode, impl) -> Colle
 
 
 def _table_s(t: CollectiveTable, nbytes: float, derived) -> float:
-    """Log-log interpolation in a measured table; beyond its largest size, extended at the
-    derived model's marginal cost per byte (its bandwidth), from the largest measured point."""
+    """Log-log interpolation in a measured table; beyond its largest size, the largest measured
+    point plus what the derived model adds between that size and this one (its bandwidth, with
+    the protocol it would pick at these sizes)."""
     xs = t.bytes
     if nbytes <= xs[0]:
         return t.time_s[0]              # latency floor: below the smallest size nothing gets cheaper
     if nbytes >= xs[-1]:
-        slope = derived(2 * xs[-1]) - derived(xs[-1])
-        return t.time_s[-1] + (nbytes - xs[-1]) * slope / xs[-1]
+        return t.time_s[-1] + max(derived(nbytes) - derived(xs[-1]), 0.0)
     i = bisect.bisect_left(xs, nbytes)
     return _loglog(nbytes, (xs[i - 1], t.time_s[i - 1]), (xs[i], t.time_s[i]))
 

@@ -48,6 +48,19 @@ class StepResult:
     duration_s: float                 # until the last rank finished its last op
     exposed_comm_s: float             # rank 0's compute stream blocked waiting on collectives
     records: list[Record] = field(default_factory=list)
+    events: int = 0                   # SimPy events scheduled (engine throughput benchmarks)
+
+
+class _CountingEnv(simpy.Environment):
+    """An Environment that counts the events it schedules."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.n_events = 0
+
+    def schedule(self, event, priority=simpy.core.NORMAL, delay=0) -> None:
+        self.n_events += 1
+        super().schedule(event, priority, delay)
 
 
 class _Rank:
@@ -88,7 +101,7 @@ def simulate(schedule: Schedule, op_time: Callable[[Op], float], ranks: int = 1,
     starts rank r late; `jitter_s` adds an exponential delay (that mean) before each rank's
     arrival at each collective.
     """
-    env = simpy.Environment()
+    env = _CountingEnv()
     rs = [_Rank(env, r) for r in range(ranks)]
     colls: dict[str, _Collective] = {}
     records: list[Record] = []
@@ -127,14 +140,15 @@ def simulate(schedule: Schedule, op_time: Callable[[Op], float], ranks: int = 1,
             if op.is_comm:
                 rank.comm_queue.put(op)           # issue async; the comm stream takes it from here
                 continue
-            pending = [event(rank, v) for v in op.inputs if v != TOKENS and not event(rank, v).triggered]
+            pending = [v for v in op.inputs if v != TOKENS and not event(rank, v).triggered]
             if pending:
                 t0 = env.now
-                yield env.all_of(pending)
+                yield env.all_of([event(rank, v) for v in pending])
                 if env.now > t0:
                     rank.exposed_s += env.now - t0
-                    if record:
-                        records.append(Record(f"wait:{op.name}", rank.rank, "wait", t0, env.now, phase, "wait"))
+                    if record:       # named after the collective waited for, as the harness names it
+                        awaited = schedule.producer[pending[-1]]
+                        records.append(Record(awaited.name, rank.rank, "wait", t0, env.now, phase, awaited.kind))
             start = env.now
             rank.set_busy(env, COMPUTE, True) if interference.active else None
             slow = interference.compute_slowdown
@@ -188,4 +202,4 @@ def simulate(schedule: Schedule, op_time: Callable[[Op], float], ranks: int = 1,
     if stalled:     # an op waits for a value no op produces in time: a schedule bug, never silent
         raise RuntimeError(f"schedule {schedule.name}: simulation stalled on ranks {stalled}")
     return StepResult(max(r.done_s for r in rs), rs[0].exposed_s,
-                      sorted(records, key=lambda x: (x.rank, x.start_s, x.stream)))
+                      sorted(records, key=lambda x: (x.rank, x.start_s, x.stream)), env.n_events)

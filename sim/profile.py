@@ -215,6 +215,9 @@ def parse(data: dict, where: str = "<profile>") -> Profile:
         raise ProfileError(f"profile {where}: field 'compute.matmul_tflops' needs at least one dtype")
     topology = g.topology(int(g.num("gpus_per_node", positive=True))) if "topology" in data else None
     links = {}
+    if topology is None and "model" not in g.obj("collectives"):
+        g.fail("collectives.model", "is missing (a profile needs a 'topology' section or a "
+                                    "'collectives.model' to price collectives it has no table for)")
     for scope in (g.obj("collectives.model") if topology is None or "model" in g.obj("collectives") else {}):
         if scope not in SCOPES:
             raise ProfileError(f"profile {where}: field 'collectives.model.{scope}': scope must be one of {SCOPES}")
@@ -334,6 +337,7 @@ class _Getter:
                 nvlink_gbps=nv,
                 nvls_busbw_gbps=self.num(f"{t}.nvls_busbw_gbps", default=0.0, min_=0.0),
                 ll_busbw_cap_gbps=self.num(f"{t}.ll_busbw_cap_gbps", default=0.0, min_=0.0),
+                ll_busbw_cap_multi_node_gbps=self.num(f"{t}.ll_busbw_cap_multi_node_gbps", default=0.0, min_=0.0),
                 ll_payload=self.num(f"{t}.nccl.ll_payload", positive=True),
                 ll128_payload=self.num(f"{t}.nccl.ll128_payload", positive=True),
                 pcie_gbps=self.num(f"{t}.pcie_gbps", positive=True),

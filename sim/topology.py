@@ -60,6 +60,7 @@ class TopologySpec:
     nvlink_gbps: float              # per-GPU NVLink bandwidth a ring achieves (busbw); 0 for pcie boxes
     nvls_busbw_gbps: float          # NVLS all-reduce busbw at gpus_per_node ranks; 0 = no NVLS
     ll_busbw_cap_gbps: float        # NCCL's LL bandwidth cap for one node; 0 = none
+    ll_busbw_cap_multi_node_gbps: float  # the same cap when the group spans nodes; 0 = none
     ll_payload: float               # fraction of LL line bandwidth that is payload (0.5)
     ll128_payload: float            # fraction for LL128 (~0.92)
     pcie_gbps: float                # GPU <-> PCIe switch, and switch <-> CPU uplink
@@ -299,10 +300,10 @@ class TopologyModel:
 
     def _protocols(self, link_cls: str, nodes: int) -> list[tuple[str, float, float]]:
         """(protocol, payload fraction, busbw cap) enabled on this path (FACTS.md §4):
-        LL128 only over NVLink inside a node (and P2P on); LL capped on one node."""
+        LL128 only over NVLink inside a node (and P2P on); LL capped (tuning.cc llMaxBws)."""
         spec = self.spec
-        out = [("ll", spec.ll_payload, spec.ll_busbw_cap_gbps if nodes == 1 else 0.0),
-               ("simple", 1.0, 0.0)]
+        cap = spec.ll_busbw_cap_gbps if nodes == 1 else spec.ll_busbw_cap_multi_node_gbps
+        out = [("ll", spec.ll_payload, cap), ("simple", 1.0, 0.0)]
         if link_cls == "nvlink" and nodes == 1:
             out.insert(1, ("ll128", spec.ll128_payload, 0.0))
         return out
@@ -345,14 +346,16 @@ class TopologyModel:
         nics_share = spec.nic_gbps * spec.nics_per_node / gl      # NICs shared by the node's GPUs
         inter_bus = min(ring_busbw_gbps(g, spec, rail), nics_share)
         out = []
-        for p, payload, _ in self._protocols(intra_cls, 1):
-            if p == "ll128":
+        inter_caps = {p: cap for p, _, cap in self._protocols("net", nodes)}
+        for p, payload, cap in self._protocols(intra_cls, 1):
+            if p == "ll128" or p not in inter_caps:
                 continue
             hop_in, hop_net = lat.hop_us[intra_cls][p], lat.hop_us["net"][p]
             # three NCCL calls, each with its base latency
             t_lat = (3 * lat.base_us[f"ring_{p}"] + 2 * (gl - 1) * hop_in + 2 * (nodes - 1) * hop_net)
+            b_in = min(intra_bus * payload, cap) if cap else intra_bus * payload
+            b_net = min(inter_bus * payload, inter_caps[p]) if inter_caps[p] else inter_bus * payload
             # seconds per byte of the whole message S, as 1/algbw
-            per_byte = (2 * (gl - 1) / gl) / (intra_bus * payload) \
-                + (2 * (nodes - 1) / nodes) / gl / (inter_bus * payload)
+            per_byte = (2 * (gl - 1) / gl) / b_in + (2 * (nodes - 1) / nodes) / gl / b_net
             out.append((t_lat, 1.0 / per_byte, f"two-level/{p}"))
         return out

@@ -1,0 +1,370 @@
+"""Regenerate tpsim's built-in profiles from the aiconfigurator 0.12.0 measured database + FACTS.md.
+
+Not part of tpsim at run time (the profiles are data files); kept so every derived number in
+calib/profiles/*.json can be regenerated and checked. Needs pandas + pyarrow and the unpacked
+aiconfigurator-core 0.12.0 wheel (the measured tables ship inside it):
+    pip download aiconfigurator-core==0.12.0 --no-deps -d /tmp/aic
+    unzip -q /tmp/aic/aiconfigurator_core-0.12.0-*.whl -d /tmp/aic/core
+    python calib/profiles/_derive_builtin.py /tmp/aic/core/aiconfigurator_core/systems/data calib/profiles
+Run from the tpsim repo root (it imports sim.profile / sim.topology to derive the latency offset).
+"""
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, ".")
+from sim.profile import parse  # noqa: E402
+from sim.topology import TopologyModel  # noqa: E402
+
+AIC = "aiconfigurator 0.12.0 (PyPI aiconfigurator-core 0.12.0, NVIDIA)"
+DATA = Path(sys.argv[1])
+OUT = Path(sys.argv[2])
+
+
+def sv(value, source):
+    return {"value": value, "source": source}
+
+
+# ---------------------------------------------------------------- compute
+
+def gemm_curves(system, rel, kernel, peak_tflops, bw_gbps):
+    d = pd.read_parquet(DATA / system / "gemm" / rel / "gemm_perf.parquet")
+    d = d[(d.kernel_source == kernel) & (d.gemm_dtype == "bfloat16")]
+    m, n, k, t = (d[c].to_numpy(float) for c in ("m", "n", "k", "latency"))
+    t = t * 1e-3
+    flops = 2 * m * n * k
+    nbytes = 2 * (m * k + k * n + m * n)
+    peak, bw = peak_tflops * 1e12, bw_gbps * 1e9
+    comp = flops / peak >= nbytes / bw
+
+    def binned(x, y, lo, hi):
+        xs, ys = [], []
+        edges = 10 ** np.arange(lo, hi + 0.5, 0.5)
+        for a, b in zip(edges, edges[1:]):
+            sel = (x >= a) & (x < b)
+            if sel.sum() >= 5:
+                xs.append(float(f"{math.sqrt(a * b):.3g}"))
+                ys.append(round(float(min(1.0, max(1e-4, np.median(y[sel])))), 4))
+        return xs, ys
+
+    gx, gy = binned(flops[comp], flops[comp] / t[comp] / peak, 5, 15)
+    mem = m <= 16
+    mx, my = binned(nbytes[mem], nbytes[mem] / t[mem] / bw, 3, 11)
+    src = (f"{AIC} database: systems/data/{system}/gemm/{rel}/gemm_perf.parquet, kernel_source {kernel}, bf16")
+    gemm = {"flops": gx, "efficiency": gy,
+            "source": f"derived: {src}; {int(comp.sum())} compute-bound shapes (flops/peak >= bytes/bw), "
+                      f"median achieved/peak per half-decade of flops"}
+    memc = {"bytes": mx, "efficiency": my,
+            "source": f"derived: {src}; {int(mem.sum())} memory-bound shapes (m <= 16), median achieved "
+                      f"bytes/s / datasheet HBM bandwidth per half-decade of bytes (bytes = 2(mk+kn+mn))"}
+    floor_us = round(float(t.min() * 1e6), 2)
+    floor_src = (f"derived: smallest kernel time in {src} ({floor_us} us, tiny shapes): the floor one kernel "
+                 f"costs when replayed back to back, as aiconfigurator times kernels")
+    return gemm, memc, floor_us, floor_src
+
+
+def eager_launch(system, rel):
+    f = DATA / system / "comm" / "vllm" / rel / "custom_allreduce_perf.parquet"
+    d = pd.read_parquet(f)
+    d = d.assign(num_gpus=d.num_gpus.astype(int), message_size=d.message_size.astype(int))
+    small = d[d.message_size <= 2048]
+    e = small[small.kernel_source.str.contains("eager")].set_index(["num_gpus", "message_size"]).latency
+    g = small[small.kernel_source.str.contains("graph")].set_index(["num_gpus", "message_size"]).latency
+    diff = ((e - g).dropna() * 1e3 / 2)
+    v = round(float(diff.median()), 2)
+    return v, (f"derived: (eager - graph) / 2 kernels for vLLM's custom all-reduce at <= 2048 elements, "
+               f"2/4/8 GPUs, median ({AIC} database: systems/data/{system}/comm/vllm/{rel}/"
+               f"custom_allreduce_perf.parquet); eager = copy into the registered buffer + the all-reduce "
+               f"kernel, launched from Python, so this is per eager kernel launch including Python dispatch "
+               f"(an upper estimate for plain torch ops)")
+
+
+# ---------------------------------------------------------------- collectives
+
+def nccl_tables(system, ver):
+    f = DATA / system / "comm" / "nccl" / ver / "nccl_perf.parquet"
+    d = pd.read_parquet(f)
+    d = d[d.nccl_dtype == "half"]
+    out = []
+    for op in ("all_reduce", "all_gather", "reduce_scatter"):
+        for n in sorted(d.num_gpus.unique()):
+            g = d[(d.op_name == op) & (d.num_gpus == n)].groupby("message_size").latency.median().sort_index()
+            out.append({"collective": op, "group": int(n), "scope": "node", "mode": "graph", "impl": "nccl",
+                        "bytes": [int(2 * s) for s in g.index], "time_us": [round(float(v) * 1e3, 3) for v in g],
+                        "source": f"{AIC} database: systems/data/{system}/comm/nccl/{ver}/nccl_perf.parquet "
+                                  f"(NCCL {ver}, fp16, {op}, {n} GPUs); message_size is fp16 elements (nccl-tests "
+                                  f"count: busbw at 512 MiB is NVLS-class only if so), all_gather size = gathered "
+                                  f"output; back-to-back device time, filed as graph mode (agrees with "
+                                  f"sglang#22734 H200 graph-mode NCCL within 10%)"})
+    return out
+
+
+def custom_tables(system, rel):
+    f = DATA / system / "comm" / "vllm" / rel / "custom_allreduce_perf.parquet"
+    d = pd.read_parquet(f)
+    d = d.assign(num_gpus=d.num_gpus.astype(int), message_size=d.message_size.astype(int))
+    out = []
+    for mode in ("graph", "eager"):
+        for n in sorted(d.num_gpus.unique()):
+            g = d[(d.kernel_source.str.contains(mode)) & (d.num_gpus == n)].groupby("message_size").latency \
+                .median().sort_index()
+            out.append({"collective": "all_reduce", "group": int(n), "scope": "node", "mode": mode, "impl": "custom",
+                        "bytes": [int(2 * s) for s in g.index], "time_us": [round(float(v) * 1e3, 3) for v in g],
+                        "source": f"{AIC} database: systems/data/{system}/comm/vllm/{rel}/custom_allreduce_perf.parquet "
+                                  f"(vLLM custom all-reduce, {mode}, bf16, {n} GPUs; message_size in elements)"})
+    return out
+
+
+def nccl_latency():
+    return {
+        "source": "NCCL src/graph/tuning.cc v2.30 latency constants (FACTS.md §4): base per algorithm/protocol, "
+                  "hop per link class; LL payload 50%, LL128 ~92-95% (0.92 taken)",
+        "base_us": {"ring_ll": 6.6, "ring_ll128": 14.0, "ring_simple": 8.4, "tree_ll": 6.8, "nvls": 0.0},
+        "hop_us": {"nvlink": {"ll": 0.6, "ll128": 1.9, "simple": 3.4, "tree_ll": 0.6, "nvls": 25.0},
+                   "pci": {"ll": 1.0, "ll128": 2.5, "simple": 5.7, "tree_ll": 1.0},
+                   "net": {"ll": 2.7, "ll128": 4.0, "simple": 14.0, "tree_ll": 5.0, "nvls": 18.0}},
+        "ll_payload": 0.5, "ll128_payload": 0.92,
+    }
+
+
+def latency_offset(prof: dict, tables: list, where: str):
+    """The shift o minimizing max |log((model + o) / measured)| over small all-reduce points (<= 4 KiB)."""
+    p = parse(json.loads(json.dumps(prof)), where)
+    tm = TopologyModel(p.topology)
+    pts = []
+    for t in tables:
+        if t["collective"] != "all_reduce" or t["impl"] != "nccl" or t["mode"] != "graph":
+            continue
+        for b, us in zip(t["bytes"], t["time_us"]):
+            if b <= 4096:
+                pts.append((tm.collective_s("all_reduce", b, t["group"]) * 1e6, us))
+    best = min((max(abs(math.log((m + o) / y)) for m, y in pts), o)
+               for o in np.arange(-5.0, 10.0, 0.01) if all(m + o > 0 for m, _ in pts))
+    return round(float(best[1]), 2), len(pts), best[0]
+
+
+OVERLAP = {
+    "compute_slowdown": sv(1.21, "FACTS.md §7: Concerto measured an 18-24% slowdown of work overlapped with "
+                                 "communication (A800); midpoint 21% taken (measured on A800, applied to this GPU). "
+                                 "Worst case not modelled: a 132-block GEMM with a concurrent 24-block NCCL kernel "
+                                 "nearly doubled on H100 (second wave)"),
+    "comm_slowdown": sv(1.21, "FACTS.md §7: Concerto's 18-24% slowdown of overlapped work (A800), midpoint 21%, "
+                              "applied to the collective too (it loses SMs and HBM bandwidth to the GEMM)"),
+}
+JITTER = {"launch_us": sv(0.0, "not modelled: no per-rank launch-skew measurement is available for this box; 0 means "
+                               "the simulator adds none, not that real ranks have none")}
+
+
+def write(name, prof):
+    """indent=1, but lists of numbers on one line (tables stay readable in a diff)."""
+    import re
+    text = json.dumps(prof, indent=1, ensure_ascii=False)
+    text = re.sub(r"\[\s*([-0-9.e+,\s]+?)\s*\]", lambda m: "[" + ", ".join(m.group(1).split()).replace(",,", ",") + "]",
+                  text)
+    (OUT / f"{name}.json").write_text(text + "\n")
+
+
+# ---------------------------------------------------------------- boxes
+
+def nvswitch_box(name, desc, system, nccl_ver, gemm_rel, vllm_rel, mem_gib, mem_src, tflops, tflops_src,
+                 hbm, hbm_src, topo, extra_tables=(), eager_extra=None):
+    gemm, memc, floor_us, floor_src = gemm_curves(system, gemm_rel, "sglang_torch_linear"
+                                                   if system != "a100_sxm" else "sglang", tflops, hbm)
+    eager_us, eager_src = eager_launch(system, vllm_rel)
+    tables = list(extra_tables) + nccl_tables(system, nccl_ver) + custom_tables(system, vllm_rel)
+    prof = {
+        "format": "tpsim-profile", "version": 1, "name": name, "description": desc, "device": "cuda",
+        "gpus_per_node": sv(8, topo.pop("_gpus_src")),
+        "memory_gib": sv(mem_gib, mem_src),
+        "compute": {
+            "matmul_tflops": {"fp16": sv(tflops, tflops_src), "bf16": sv(tflops, tflops_src)},
+            "memory_gbps": sv(hbm, hbm_src),
+            "gemm_efficiency": gemm, "memory_efficiency": memc,
+            "launch_us": {"eager": sv(eager_us, eager_src), "graph": sv(floor_us, floor_src)},
+        },
+        "collectives": {"eager_extra_us": eager_extra, "tables": tables},
+        "topology": topo,
+        "overlap": OVERLAP, "jitter": JITTER,
+    }
+    off, npts, err = latency_offset(prof, tables, name)
+    prof["topology"]["latency_offset_us"] = sv(off, (
+        f"derived: the shift minimizing the largest relative error (then {math.expm1(err):.0%}) of the topology "
+        f"model against {npts} small all-reduce points (<= 4 KiB, 2/4/8 GPUs) of the aiconfigurator NCCL "
+        f"table above"))
+    return prof
+
+
+def main():
+    h100_eager = [1024, 16384, 65536, 262144, 1048576], [19.35, 20.7, 23.1, 24.8, 32.4]
+    t_eager_h100 = {"collective": "all_reduce", "group": 8, "scope": "node", "mode": "eager", "impl": "nccl",
+                    "bytes": h100_eager[0], "time_us": h100_eager[1],
+                    "source": "Triton-distributed#57: 8xH100 torch.distributed all_reduce, eager (FACTS.md §6; "
+                              "the <=1 KB range 19.2-19.5 and 16-64 KiB range 20.7-23.1 as end points)"}
+    # eager extra for H100: Triton-distributed#57 eager minus aiconfigurator graph at the same sizes (8 GPUs)
+    g8 = [t for t in nccl_tables("h100_sxm", "2.29.2") if t["collective"] == "all_reduce" and t["group"] == 8][0]
+    gi = dict(zip(g8["bytes"], g8["time_us"]))
+    diffs = [e - gi[b] for b, e in zip(*h100_eager) if b in gi]
+    h100_extra = sv(round(statistics.median(diffs), 2),
+                    f"derived: median over {len(diffs)} sizes (1 KiB-1 MiB) of Triton-distributed#57 8xH100 eager "
+                    f"all_reduce minus the aiconfigurator 0.12.0 h100_sxm NCCL 2.29.2 table (graph), diffs "
+                    f"{[round(x, 2) for x in diffs]} us")
+
+    nvl_lat = nccl_latency()
+    h100_topo = {
+        "_gpus_src": "NVIDIA DGX H100 datasheet: 8x H100 SXM5 per system",
+        "intra": sv("nvswitch", "NVIDIA DGX H100 datasheet: 4x NVSwitch (NVLink4), all 8 GPUs one hop apart"),
+        "p2p": sv(True, "NCCL default (NCCL_P2P_DISABLE unset): P2P transport over NVLink"),
+        "nvlink_gbps": sv(367, "ring busbw NCCL reaches on 8xH100 SXM over NVLink: 365-370 GB/s (NVIDIA/nccl#1455, "
+                               "nccl-tests#212); matches NCCL's own 18 links x 20.6 GB/s (tuning, FACTS.md §4)"),
+        "nvls_busbw_gbps": sv(480, "NVLS all-reduce busbw ~480 GB/s at 8xH100 (NVIDIA/nccl#1455, nccl-tests#212)"),
+        "ll_busbw_cap_gbps": sv(141, "NCCL tuning.cc LL cap on a single Hopper node: 141 GB/s busbw (FACTS.md §4)"),
+        "ll_busbw_cap_multi_node_gbps": sv(45, "NCCL tuning.cc llMaxBws, Hopper, 2 nodes: 45 GB/s ('avg of ring & "
+                                               "tree'); 35 beyond 2 nodes is not modelled"),
+        "pcie_gbps": sv(48, "NCCL's PCIe Gen5 x16 bandwidth (FACTS.md §4); H100 SXM host link is PCIe Gen5 x16"),
+        "gpus_per_pcie_switch": sv(2, "DGX H100 user guide system topology: GPUs in pairs behind 4 PCIe switches, "
+                                      "each with its NICs"),
+        "sockets": sv(2, "NVIDIA DGX H100 datasheet: 2x Intel Xeon Platinum 8480C"),
+        "host_mem_gbps": sv(307, "theoretical per socket: 8 channels DDR5-4800 x 8 B (Xeon 8480C, Intel ark)"),
+        "cpu_link_gbps": sv(128, "theoretical: 4 UPI links at 16 GT/s, ~32 GB/s each per direction (Xeon 8480C, "
+                                 "Intel ark); never the bottleneck in these paths"),
+        "nic_gbps": sv(50, "NVIDIA DGX H100 datasheet: ConnectX-7 400 Gb/s InfiniBand = 50 GB/s per NIC"),
+        "nics_per_node": sv(8, "NVIDIA DGX H100 datasheet: 8x single-port ConnectX-7 for the compute fabric"),
+        "nccl": nvl_lat,
+    }
+    h100 = nvswitch_box(
+        "h100-sxm", "8x H100 SXM5 80GB per node (DGX H100: NVSwitch, NCCL over NVLink in a node, 8x400 Gb/s "
+                    "InfiniBand across nodes); PyTorch eager or CUDA graphs",
+        "h100_sxm", "2.29.2", "sglang/0.5.14", "0.24.0", 80, "NVIDIA H100 SXM5 datasheet: 80 GB HBM3",
+        989.4, "NVIDIA H100 SXM5 datasheet: dense FP16/BF16 Tensor Core 989.4 TFLOPS",
+        3350, "NVIDIA H100 SXM5 datasheet: HBM3 3.35 TB/s", h100_topo, [t_eager_h100], h100_extra)
+    write("h100-sxm", h100)
+
+    # H200: same box as DGX H100 with H200 GPUs
+    h200_topo = json.loads(json.dumps(h100_topo))
+    h200_topo.pop("latency_offset_us")
+    h200_topo["_gpus_src"] = "NVIDIA DGX H200 datasheet: 8x H200 SXM per system"
+    h200_topo["intra"]["source"] = "NVIDIA DGX H200 datasheet: 4x NVSwitch (NVLink4, 900 GB/s per GPU)"
+    h200_topo["nvlink_gbps"] = sv(367, "ring busbw 367 GB/s at 8xH200 (FACTS.md §6: NVIDIA/nccl#1455, nccl-tests#212)")
+    h200_topo["nvls_busbw_gbps"] = sv(482, "NVLS all-reduce busbw 482 GB/s at 8xH200 (FACTS.md §6)")
+    h200_topo["sockets"]["source"] = "NVIDIA DGX H200 datasheet: 2x Intel Xeon Platinum 8480C"
+    h200_topo["nic_gbps"]["source"] = "NVIDIA DGX H200 datasheet: ConnectX-7 400 Gb/s = 50 GB/s per NIC"
+    h200_topo["nics_per_node"]["source"] = "NVIDIA DGX H200 datasheet: 8x single-port ConnectX-7"
+    # sglang#22734 H200 eager NCCL (FACTS.md §6), range end points at the range's end sizes
+    s_eager = ([2048, 8192, 16384, 65536, 262144, 1048576], [17.2, 19.8, 18.8, 22.4, 19.5, 25.9])
+    s_graph = ([2048, 8192, 16384, 65536, 262144, 1048576], [16.8, 17.2, 17.8, 19.9, 20.3, 27.0])
+    t_eager_h200 = {"collective": "all_reduce", "group": 8, "scope": "node", "mode": "eager", "impl": "nccl",
+                    "bytes": s_eager[0], "time_us": s_eager[1],
+                    "source": "sglang#22734: 8xH200 NCCL all_reduce through torch, eager (FACTS.md §6; ranges "
+                              "2-8 KiB and 16-64 KiB taken as their end points)"}
+    d = [e - g for e, g in zip(s_eager[1], s_graph[1])]
+    h200_extra = sv(round(statistics.median(d), 2), f"derived: median of eager - graph NCCL all_reduce in "
+                                                     f"sglang#22734 (8xH200, same sizes): {[round(x, 2) for x in d]} us")
+    h200 = nvswitch_box(
+        "h200-sxm", "8x H200 SXM 141GB per node (DGX H200: NVSwitch, NCCL over NVLink, 8x400 Gb/s InfiniBand)",
+        "h200_sxm", "2.29.2", "sglang/0.5.14", "0.24.0", 141, "NVIDIA H200 datasheet: 141 GB HBM3e",
+        989.4, "NVIDIA H200 SXM datasheet: dense FP16/BF16 Tensor Core 989 TFLOPS (1,979 with sparsity)",
+        4800, "NVIDIA H200 datasheet: HBM3e 4.8 TB/s", h200_topo, [t_eager_h200], h200_extra)
+    write("h200-sxm", h200)
+
+    a100_topo = {
+        "_gpus_src": "NVIDIA DGX A100 datasheet: 8x A100 SXM4 per system",
+        "intra": sv("nvswitch", "NVIDIA DGX A100 datasheet: 6x NVSwitch (NVLink3, 600 GB/s per GPU)"),
+        "p2p": sv(True, "NCCL default (NCCL_P2P_DISABLE unset): P2P transport over NVLink"),
+        "nvlink_gbps": sv(204, "ring busbw NCCL reaches on 8xA100 SXM: ~200-208 GB/s (FACTS.md §6, public "
+                               "nccl-tests); NCCL's own 12 links x 20 GB/s = 240 overstates it"),
+        "ll_busbw_cap_gbps": sv(87.7, "NCCL tuning.cc llMaxBws, Ampere single node: 87.7 GB/s"),
+        "ll_busbw_cap_multi_node_gbps": sv(22.5, "NCCL tuning.cc llMaxBws, Ampere, 2 nodes: 22.5 GB/s ('avg of "
+                                                 "ring & tree'); 19.0 beyond 2 nodes is not modelled"),
+        "pcie_gbps": sv(24, "NCCL's PCIe Gen4 x16 bandwidth (FACTS.md §4); A100 SXM4 host link is PCIe Gen4 x16"),
+        "gpus_per_pcie_switch": sv(2, "DGX A100 user guide system topology: 4 PCIe Gen4 switches, 2 GPUs + 2 NICs each"),
+        "sockets": sv(2, "NVIDIA DGX A100 datasheet: 2x AMD EPYC 7742"),
+        "host_mem_gbps": sv(204.8, "theoretical per socket: 8 channels DDR4-3200 x 8 B (EPYC 7742, AMD spec)"),
+        "cpu_link_gbps": sv(128, "theoretical: EPYC 7742 socket-to-socket xGMI, 4 x16 links ~32 GB/s each per "
+                                 "direction (AMD spec); never the bottleneck in these paths"),
+        "nic_gbps": sv(25, "NVIDIA DGX A100 datasheet: ConnectX-6 200 Gb/s HDR InfiniBand = 25 GB/s per NIC"),
+        "nics_per_node": sv(8, "NVIDIA DGX A100 datasheet: 8x single-port ConnectX-6 for the compute fabric"),
+        "nccl": nvl_lat,
+    }
+    a100 = nvswitch_box(
+        "a100-sxm", "8x A100 SXM4 80GB per node (DGX A100: NVSwitch, NCCL over NVLink, 8x200 Gb/s InfiniBand)",
+        "a100_sxm", "2.27.3", "sglang/0.5.10", "0.14.0", 80, "NVIDIA A100 datasheet: 80 GB HBM2e",
+        312, "NVIDIA A100 datasheet: dense FP16/BF16 Tensor Core 312 TFLOPS",
+        2039, "NVIDIA A100 80GB SXM datasheet: HBM2e 2,039 GB/s", a100_topo, [],
+        sv(h100_extra["value"], "transferred from h100-sxm (eager overhead is host software, not the GPU): "
+                                + h100_extra["source"]))
+    write("a100-sxm", a100)
+
+    l40_topo = {
+        "_gpus_src": "aiconfigurator 0.12.0 systems/l40s.yaml: num_gpus_per_node 8 (the measured server)",
+        "intra": sv("pcie", "NVIDIA L40S datasheet: no NVLink; GPUs talk over PCIe Gen4 x16"),
+        "p2p": sv(True, "NCCL default: P2P over PCIe where the platform allows it; the aiconfigurator l40s system "
+                        "file models intra-node traffic at PCIe bandwidth"),
+        "ll_busbw_cap_gbps": sv(87.7, "NCCL tuning.cc llMaxBws, Ampere-class index (Ada, sm89) single node: 87.7 GB/s"),
+        "ll_busbw_cap_multi_node_gbps": sv(22.5, "NCCL tuning.cc llMaxBws, Ampere-class index, 2 nodes: 22.5 GB/s"),
+        "pcie_gbps": sv(24, "NCCL's PCIe Gen4 x16 bandwidth (FACTS.md §4); L40S is PCIe Gen4 x16 (datasheet)"),
+        "gpus_per_pcie_switch": sv(2, "assumed: a typical 8-GPU PCIe server puts 2 GPUs behind each of 4 PCIe "
+                                      "switches; the measured server's layout is not published"),
+        "sockets": sv(2, "assumed: 2-socket host (typical 8-GPU PCIe server); not given by aiconfigurator"),
+        "host_mem_gbps": sv(307, "assumed: Xeon 8480-class host, 8 channels DDR5-4800 x 8 B per socket"),
+        "cpu_link_gbps": sv(128, "assumed: 4 UPI links at 16 GT/s (~32 GB/s each per direction), Xeon 8480-class"),
+        "nic_gbps": sv(50, "aiconfigurator 0.12.0 systems/l40s.yaml: inter_node_bw 50e9 B/s per GPU (1:1 CX7 NDR "
+                           "400 Gb/s, as aiconfigurator assumes)"),
+        "nics_per_node": sv(8, "aiconfigurator 0.12.0 systems/l40s.yaml: one 400 Gb/s NIC per GPU (1:1)"),
+        "nccl": nvl_lat,
+    }
+    gemm, memc, floor_us, floor_src = gemm_curves("l40s", "sglang/0.5.14", "sglang_torch_linear", 362.05, 864)
+    eager_us, eager_src = eager_launch("l40s", "0.22.0")
+    tables = nccl_tables("l40s", "2.27.3") + custom_tables("l40s", "0.22.0")
+    l40 = {
+        "format": "tpsim-profile", "version": 1, "name": "l40s-pcie",
+        "description": "8x L40S 48GB PCIe per node (no NVLink: NCCL over PCIe), 400 Gb/s NIC per GPU",
+        "device": "cuda",
+        "gpus_per_node": sv(8, l40_topo.pop("_gpus_src")),
+        "memory_gib": sv(48, "NVIDIA L40S datasheet: 48 GB GDDR6"),
+        "compute": {
+            "matmul_tflops": {"fp16": sv(362.05, "NVIDIA L40S datasheet: FP16/BF16 Tensor 362.05 TFLOPS dense "
+                                                 "(733 with sparsity)"),
+                              "bf16": sv(362.05, "NVIDIA L40S datasheet: BF16 Tensor 362.05 TFLOPS dense")},
+            "memory_gbps": sv(864, "NVIDIA L40S datasheet: GDDR6 864 GB/s"),
+            "gemm_efficiency": gemm, "memory_efficiency": memc,
+            "launch_us": {"eager": sv(eager_us, eager_src), "graph": sv(floor_us, floor_src)},
+        },
+        "collectives": {"eager_extra_us": sv(h100_extra["value"], "transferred from h100-sxm (host software "
+                                                                   "overhead): " + h100_extra["source"]),
+                        "tables": tables},
+        "topology": l40_topo, "overlap": OVERLAP, "jitter": JITTER,
+    }
+    off, npts, err = latency_offset(l40, tables, "l40s-pcie")
+    l40["topology"]["latency_offset_us"] = sv(off, (
+        f"derived: the shift minimizing the largest relative error (then {math.expm1(err):.0%}) of the topology "
+        f"model against {npts} small all-reduce points (<= 4 KiB, 2/4/8 GPUs) of the aiconfigurator l40s NCCL "
+        f"table above"))
+    write("l40s-pcie", l40)
+
+    for base, pcie in (("h100-sxm", "Gen5"), ("a100-sxm", "Gen4")):
+        twin = {
+            "format": "tpsim-profile", "version": 1, "extends": base, "name": f"{base}-p2p-off",
+            "description": f"{base} with NCCL_P2P_DISABLE=1: GPU-to-GPU traffic through host shared memory "
+                           f"(PCIe {pcie} x16 to the CPU and back): PCI latency column, no LL128, no NVLS",
+            "topology": {"p2p": sv(False, "NCCL_P2P_DISABLE=1 (NCCL docs): P2P transport off, SHM transport "
+                                          "through host memory (FACTS.md §4)")},
+            "collectives": {
+                "replace": True,
+                "eager_extra_us": sv(h100_extra["value"] if base == "h100-sxm" else a100["collectives"]
+                                     ["eager_extra_us"]["value"],
+                                     f"as {base} (host software overhead, independent of the transport)"),
+                "tables": [],
+            },
+        }
+        write(f"{base}-p2p-off", twin)
+
+
+if __name__ == "__main__":
+    main()
