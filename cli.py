@@ -70,8 +70,9 @@ def workload_options(fn):
                      help="Decode under CUDA graphs (torch.compile reduce-overhead)."),
         click.option("--prefill-graphs/--no-prefill-graphs", default=False, show_default=True,
                      help="Prefill under CUDA graphs."),
-        click.option("--collective", default="nccl", show_default=True,
-                     help="Collective implementation: a table key of the profile (nccl, custom, gloo)."),
+        click.option("--collective", default="auto", show_default=True,
+                     help="Collective implementation, a table key of the profile (nccl, custom, gloo); "
+                          "auto: the profile's default_impl."),
     ]
     for o in reversed(opts):
         fn = o(fn)

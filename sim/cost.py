@@ -178,7 +178,7 @@ class CostModel:
         `collectives.model`. A non-NCCL impl (custom all-reduce) without a table for this group
         is priced as NCCL: that is what serving stacks fall back to where their kernel cannot run."""
         scope = self.scope(group)
-        impl = self.stack.collective
+        impl = self.stack.collective if self.stack.collective != "auto" else self.profile.default_impl
         table = _find_table(self.profile, collective, group, scope, mode, impl)
         extra = 0.0
         if table is None:

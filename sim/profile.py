@@ -104,6 +104,7 @@ class Profile:
     collective_tables: tuple[CollectiveTable, ...]
     link_models: dict                            # scope -> tuple[LinkModel, ...] (fastest wins)
     eager_extra_s: float                         # extra per collective in eager mode when only graph data exists
+    default_impl: str                            # collective implementation the cluster runs ("nccl", "gloo")
     compute_slowdown: float                      # factor on compute while a collective runs on the rank
     comm_slowdown: float                         # factor on a collective while compute runs on the rank
     jitter_s: float                              # mean per-rank launch delay (exact mode only)
@@ -246,6 +247,7 @@ def parse(data: dict, where: str = "<profile>") -> Profile:
         collective_tables=g.collective_tables(),
         link_models=links,
         eager_extra_s=g.num("collectives.eager_extra_us", default=0.0) * 1e-6,
+        default_impl=g.str_("collectives.default_impl", default="nccl"),
         compute_slowdown=g.num("overlap.compute_slowdown", min_=1.0),
         comm_slowdown=g.num("overlap.comm_slowdown", min_=1.0),
         jitter_s=g.num("jitter.launch_us", default=0.0) * 1e-6,

@@ -27,7 +27,7 @@ class Stack:
     expand_gqa: bool = True           # repeat K/V heads to the query head count before attention
     prefill_graphs: bool = False      # prefill under CUDA graphs
     decode_graphs: bool = True        # decode under CUDA graphs (torch.compile reduce-overhead)
-    collective: str = "nccl"          # collective implementation: a key into the profile's tables
+    collective: str = "auto"          # collective implementation (a profile table's impl); auto: the profile's default
 
     def __post_init__(self) -> None:
         _check("dtype", self.dtype, tuple(DTYPE_BYTES))

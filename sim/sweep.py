@@ -12,6 +12,7 @@ lat_scale * t0 + (t - t0) / bw_scale.
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import itertools
 import json
@@ -25,6 +26,9 @@ from .model import get_model
 from .predict import Workload, predict
 from .profile import load_profile
 from .stack import Stack
+
+# Points of one sweep share a few profiles: parse each once per process (bounded, so memory stays flat).
+_load_profile = functools.lru_cache(maxsize=64)(load_profile)
 
 COLUMNS = ["model", "tp", "batch", "prompt_len", "gen_len", "profile", "bw_scale", "lat_scale", "schedule",
            "prefill_s", "decode_s", "tokens_per_s", "speedup", "exposed_comm_s", "error"]
@@ -58,7 +62,7 @@ def run_point(point: Point, schedules: tuple[str, ...], stack: Stack = Stack()) 
     one row with its error, so the rest of the grid still completes."""
     base = asdict(point)
     try:
-        w = Workload(get_model(point.model), point.tp, load_profile(point.profile), point.batch,
+        w = Workload(get_model(point.model), point.tp, _load_profile(point.profile), point.batch,
                      point.prompt_len, point.gen_len, stack, comm_bw_scale=point.bw_scale,
                      comm_lat_scale=point.lat_scale)
         preds = predict(w, list(schedules), record=False)
