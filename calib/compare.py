@@ -1,0 +1,419 @@
+"""Simulated vs measured: run the harness and the simulator on the same workloads with the same
+profile, and show per op and end to end where the prediction is right and where it is wrong.
+
+For each grid point (model, TP, batch) the harness (`hw.bench`) measures every schedule, and the
+simulator predicts the same workload with the same profile and the same serving stack. Reported:
+predicted vs measured prefill, decode and tokens/s with relative errors; the error of the
+predicted *speedup* over standard (what users decide on) and whether its sign (faster or slower
+than standard) agrees; and a per-op join of simulated and measured records on (phase, op,
+stream), ordered by each op's contribution to the end-to-end error.
+
+Measured JSONs are saved per point as they finish, so a rerun with the same --out-dir skips
+finished points; a point that fails is reported and the rest of the grid still runs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from sim.model import get_model
+from sim.predict import Prediction, Simulator, Workload
+from sim.profile import ProfileError, load_profile
+from sim.stack import Stack
+from sim.trace import write_json_atomic
+
+QUICK_MODELS = ("toy-512", "toy-1024")
+DEFAULT_SCHEDULES = ("standard", "ladder", "parallel", "spd:0.5", "upper-bound")
+
+
+@dataclass(frozen=True)
+class Point:
+    model: str
+    tp: int
+    batch: int
+    prompt_len: int
+    gen_len: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.model}_tp{self.tp}_b{self.batch}_p{self.prompt_len}_g{self.gen_len}"
+
+
+class CompareError(ValueError):
+    """A grid point that cannot be compared; the message says why."""
+
+
+# ------------------------------------------------------------------ measuring
+
+def measure(point: Point, schedules: tuple[str, ...], out_dir: Path, backend: str = "gloo", device: str = "cpu",
+            repeats: int = 3, warmup: int = 1, timeout_s: float = 120.0, deadline_s: float = 900.0) -> dict:
+    """Run `tpsim bench` for one point (or reuse its saved result) and return the measured JSON."""
+    from hw.dist import RunConfig, launch
+    path = out_dir / "measured" / f"{point.key}.json"
+    if path.exists():
+        try:
+            return json.loads(path.read_text())
+        except json.JSONDecodeError:
+            path.unlink()                   # a torn file cannot happen (atomic writes), but never trust it
+    cfg = RunConfig(model=point.model, tp=point.tp, batch=point.batch, prompt_len=point.prompt_len,
+                    gen_len=point.gen_len, schedules=tuple(schedules), backend=backend, device=device,
+                    dtype="fp32" if device == "cpu" else "fp16", repeats=repeats, warmup=warmup,
+                    timeout_s=timeout_s, decode_graphs=device == "cuda", out=str(path))
+    cfg.validate()
+    launch("hw.bench:worker", cfg.to_dict(), point.tp, timeout_s=timeout_s, deadline_s=deadline_s)
+    return json.loads(path.read_text())
+
+
+# ------------------------------------------------------------------ predicting the same workload
+
+def workload_of(measured: dict, profile) -> Workload:
+    """The simulator's Workload for a measured run: same model, shapes and serving stack."""
+    for key in ("model", "tp", "batch", "prompt_len", "gen_len", "schedules"):
+        if key not in measured:
+            raise CompareError(f"measured JSON lacks {key!r}: is it the output of `tpsim bench --json`?")
+    try:
+        model = get_model(measured["model"])
+    except ValueError as e:
+        raise CompareError(f"measured JSON is for {measured['model']!r}: {e}") from None
+    st = measured.get("stack", {})
+    env = measured.get("env", {})
+    stack = Stack(dtype=measured.get("dtype", "fp16"), head=st.get("head", "replicated"),
+                  attention=st.get("attention", "math"), kv=st.get("kv", "static"),
+                  prefill_logits=st.get("prefill_logits", "all"), expand_gqa=st.get("expand_gqa", True),
+                  prefill_graphs=False, decode_graphs=bool(st.get("decode_graphs", False)),
+                  collective=env.get("backend", "nccl"))
+    return Workload(model, int(measured["tp"]), profile, int(measured["batch"]), int(measured["prompt_len"]),
+                    int(measured["gen_len"]), stack)
+
+
+def check_profile_covers(w: Workload) -> None:
+    """The profile must price this workload's collectives with the harness's implementation."""
+    impl = w.stack.collective
+    if w.tp > 1 and not any(t.impl == impl for t in w.profile.collective_tables):
+        have = sorted({t.impl for t in w.profile.collective_tables}) or ["none"]
+        raise CompareError(f"profile {w.profile.name} has no collective tables for {impl!r} "
+                           f"(it has: {', '.join(have)}); calibrate with --backend {impl} first")
+
+
+# ------------------------------------------------------------------ joining
+
+def _rel(pred: float, meas: float) -> float:
+    return (pred - meas) / meas if meas else float("nan")
+
+
+def op_join(measured_records: list[dict], pred: Prediction, gen_len: int) -> list[dict]:
+    """Per (phase, op, stream): measured median duration over ranks vs simulated duration, and the
+    op's contribution to the end-to-end error (x1 for prefill, x(gen-1) for decode)."""
+    meas: dict[tuple, list[float]] = {}
+    for r in measured_records:
+        meas.setdefault((r["phase"], r["op"], r["stream"]), []).append(r["end_s"] - r["start_s"])
+    sim: dict[tuple, float] = {}
+    for res in (pred.prefill, pred.decode):
+        for r in (res.records if res else []):
+            if r.rank == 0:
+                sim[(r.phase, r.op, r.stream)] = sim.get((r.phase, r.op, r.stream), 0.0) + r.dur_s
+    rows = []
+    for key in sorted(set(meas) | set(sim)):
+        phase, op, stream = key
+        m = statistics.median(meas[key]) if key in meas else 0.0
+        s = sim.get(key, 0.0)
+        times = 1 if phase == "prefill" else max(gen_len - 1, 0)
+        rows.append({"phase": phase, "op": op, "stream": stream, "measured_s": m, "predicted_s": s,
+                     "rel_err": _rel(s, m) if m else None, "contribution_s": (s - m) * times})
+    rows.sort(key=lambda r: -abs(r["contribution_s"]))
+    return rows
+
+
+def compare_point(measured: dict, profile, schedules: tuple[str, ...] | None = None) -> dict:
+    """Predicted vs measured for every schedule of one measured run."""
+    w = workload_of(measured, profile)
+    check_profile_covers(w)
+    rows_m = {r["schedule"]: r for r in measured["schedules"]}
+    wanted = [s for s in (schedules or rows_m) if s in rows_m]
+    if "standard" not in rows_m:
+        raise CompareError("measured JSON has no standard run: speedups need it")
+    missing = [s for s in (schedules or ()) if s not in rows_m]
+    sim = Simulator(w, record=True)
+    base = sim.predict("standard")
+    out = []
+    for spec in dict.fromkeys(["standard", *wanted]):
+        p = base if spec == "standard" else sim.predict(spec)
+        p.speedup = p.tokens_per_s / base.tokens_per_s
+        m = rows_m[spec]
+        sp = m.get("spread", {}).get("speedup", {})
+        noise = bool(sp) and sp.get("p25", 1) <= 1.0 <= sp.get("p75", 1) and spec != "standard"
+        out.append({
+            "schedule": spec,
+            "measured": {k: m[k] for k in ("prefill_s", "decode_s", "tokens_per_s", "speedup", "exposed_comm_s")},
+            "predicted": p.to_dict(),
+            "err": {k: _rel(getattr(p, k), m[k]) for k in ("prefill_s", "decode_s", "tokens_per_s")},
+            "speedup_err": p.speedup - m["speedup"],
+            "sign_match": spec == "standard" or (p.speedup >= 1.0) == (m["speedup"] >= 1.0),
+            "measured_speedup_within_noise": noise,
+            "ops": op_join(m.get("records", []), p, w.gen_len),
+        })
+    return {"model": w.model.name, "tp": w.tp, "batch": w.batch, "prompt_len": w.prompt_len,
+            "gen_len": w.gen_len, "profile": profile.name, "missing_schedules": missing, "schedules": out,
+            "env": measured.get("env", {})}
+
+
+def summarize(points: list[dict]) -> dict:
+    """Median |error| of tokens/s and |speedup error| per schedule, and sign agreement."""
+    by: dict[str, list[dict]] = {}
+    for pt in points:
+        for s in pt.get("schedules", []):
+            by.setdefault(s["schedule"], []).append(s)
+    out = {}
+    for spec, xs in by.items():
+        out[spec] = {"points": len(xs),
+                     "median_abs_err_tokens_per_s": statistics.median(abs(x["err"]["tokens_per_s"]) for x in xs),
+                     "median_abs_err_prefill_s": statistics.median(abs(x["err"]["prefill_s"]) for x in xs),
+                     "median_abs_err_decode_s": statistics.median(abs(x["err"]["decode_s"]) for x in xs),
+                     "median_abs_speedup_err": statistics.median(abs(x["speedup_err"]) for x in xs),
+                     "sign_matches": sum(x["sign_match"] for x in xs),
+                     "sign_mismatches_within_noise": sum((not x["sign_match"]) and x["measured_speedup_within_noise"]
+                                                         for x in xs)}
+    return out
+
+
+# ------------------------------------------------------------------ reports
+
+def write_report(result: dict, out_dir: Path) -> list[Path]:
+    """compare.json, report.md and its PNG plots under out_dir."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out_dir / "compare.json", result)
+    pngs = _plots(result, out_dir)
+    md = [f"# tpsim compare: simulated vs measured", "",
+          f"Profile `{result['profile']}`; {len(result['points'])} grid point(s)"
+          + (f", {len(result['failed'])} failed" if result["failed"] else "") + ".", "",
+          "## Summary per schedule", "",
+          "| schedule | points | median abs err tokens/s | prefill | decode | median abs speedup err | sign matches |",
+          "|---|---|---|---|---|---|---|"]
+    for spec, s in result["summary"].items():
+        md.append(f"| {spec} | {s['points']} | {s['median_abs_err_tokens_per_s']:.1%} | "
+                  f"{s['median_abs_err_prefill_s']:.1%} | {s['median_abs_err_decode_s']:.1%} | "
+                  f"{s['median_abs_speedup_err']:.3f} | {s['sign_matches']}/{s['points']} |")
+    for png in pngs:
+        md += ["", f"![{png.stem}]({png.name})"]
+    for pt in result["points"]:
+        md += ["", f"## {pt['model']} TP{pt['tp']} batch {pt['batch']} prompt {pt['prompt_len']} gen {pt['gen_len']}",
+               "", "| schedule | measured tok/s | predicted tok/s | err | measured speedup | predicted speedup | sign |",
+               "|---|---|---|---|---|---|---|"]
+        for s in pt["schedules"]:
+            md.append(f"| {s['schedule']} | {s['measured']['tokens_per_s']:.1f} | {s['predicted']['tokens_per_s']:.1f} | "
+                      f"{s['err']['tokens_per_s']:+.1%} | {s['measured']['speedup']:.3f} | "
+                      f"{s['predicted']['speedup']:.3f} | {'ok' if s['sign_match'] else 'WRONG'}"
+                      f"{' (measured within noise)' if s['measured_speedup_within_noise'] else ''} |")
+        std = pt["schedules"][0]
+        md += ["", "Largest per-op contributors to the standard schedule's error (predicted - measured, "
+               "x1 prefill, x(gen-1) decode):", "", "| phase | op | stream | measured ms | predicted ms | contribution ms |",
+               "|---|---|---|---|---|---|"]
+        for o in std["ops"][:8]:
+            md.append(f"| {o['phase']} | {o['op']} | {o['stream']} | {o['measured_s'] * 1e3:.3f} | "
+                      f"{o['predicted_s'] * 1e3:.3f} | {o['contribution_s'] * 1e3:+.2f} |")
+    for f in result["failed"]:
+        md += ["", f"**Failed point** {f['point']}: {f['error']}"]
+    path = out_dir / "report.md"
+    tmp = path.with_name(".tmp-report.md")
+    tmp.write_text("\n".join(md) + "\n")
+    os.replace(tmp, path)
+    return [out_dir / "compare.json", path, *pngs]
+
+
+def _plots(result: dict, out_dir: Path) -> list[Path]:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    pts = result["points"]
+    if not pts:
+        return []
+    out = []
+    # predicted vs measured tokens/s
+    fig, ax = plt.subplots(figsize=(5, 4.5))
+    specs = list(dict.fromkeys(s["schedule"] for p in pts for s in p["schedules"]))
+    allv = []
+    for spec in specs:
+        xs = [s["measured"]["tokens_per_s"] for p in pts for s in p["schedules"] if s["schedule"] == spec]
+        ys = [s["predicted"]["tokens_per_s"] for p in pts for s in p["schedules"] if s["schedule"] == spec]
+        ax.scatter(xs, ys, label=spec)
+        allv += xs + ys
+    lo, hi = min(allv) * 0.8, max(allv) * 1.2
+    ax.plot([lo, hi], [lo, hi], color="grey", lw=0.8)
+    ax.fill_between([lo, hi], [lo * 0.85, hi * 0.85], [lo * 1.15, hi * 1.15], color="grey", alpha=0.15, label="±15%")
+    ax.set(xscale="log", yscale="log", xlabel="measured tokens/s", ylabel="predicted tokens/s",
+           title="tokens/s: predicted vs measured")
+    ax.legend(fontsize=7)
+    out.append(out_dir / "scatter.png")
+    fig.savefig(out[-1], dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    # speedup bars per point and schedule
+    fig, ax = plt.subplots(figsize=(max(5, 1.4 * len(pts) * (len(specs) - 1)), 3.8))
+    labels, meas, pred = [], [], []
+    for p in pts:
+        for s in p["schedules"][1:]:
+            labels.append(f"{p['model']}\nTP{p['tp']} b{p['batch']}\n{s['schedule']}")
+            meas.append(s["measured"]["speedup"])
+            pred.append(s["predicted"]["speedup"])
+    x = range(len(labels))
+    ax.bar([i - 0.2 for i in x], meas, 0.4, label="measured")
+    ax.bar([i + 0.2 for i in x], pred, 0.4, label="predicted")
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set_xticks(list(x), labels, fontsize=6)
+    ax.set(ylabel="speedup over standard", title="speedup over standard: measured vs predicted")
+    ax.legend(fontsize=7)
+    out.append(out_dir / "speedup.png")
+    fig.savefig(out[-1], dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    # one decode step, side by side: measured (rank 0) and simulated, for the first non-standard schedule
+    p = pts[0]
+    s = next((s for s in p["schedules"] if s["schedule"] == "ladder"), p["schedules"][-1])
+    timeline = result.get("timelines", {}).get(f"{p['model']}|{p['tp']}|{p['batch']}|{s['schedule']}")
+    if timeline:
+        fig, ax = plt.subplots(figsize=(11, 2.8))
+        colors = {"compute": "tab:blue", "comm": "tab:orange", "wait": "tab:red"}
+        rows = [("measured", "compute"), ("measured", "comm"), ("measured", "wait"),
+                ("simulated", "compute"), ("simulated", "comm"), ("simulated", "wait")]
+        for y, (src, stream) in enumerate(rows):
+            spans = [(r["start_s"] * 1e3, (r["end_s"] - r["start_s"]) * 1e3) for r in timeline[src]
+                     if r["stream"] == stream]
+            ax.broken_barh(spans, (y - 0.4, 0.8), color=colors[stream])
+        ax.set_yticks(range(len(rows)), [f"{a} {b}" for a, b in rows], fontsize=7)
+        ax.set(xlabel="ms", title=f"one decode step, rank 0: {p['model']} TP{p['tp']} {s['schedule']}")
+        out.append(out_dir / "timeline.png")
+        fig.savefig(out[-1], dpi=110, bbox_inches="tight")
+        plt.close(fig)
+    return out
+
+
+def _timeline(measured: dict, spec: str, pred: dict | None, profile) -> dict:
+    """Rank-0 records of one decode step, measured and simulated."""
+    rec = next((r.get("records", []) for r in measured["schedules"] if r["schedule"] == spec), [])
+    meas = [r for r in rec if r["rank"] == 0 and r["phase"] == "decode"]
+    sim = Simulator(workload_of(measured, profile), record=True)
+    res = sim.step(spec, sim.w.decode_step(1)) if sim.w.gen_len > 1 else None
+    return {"measured": meas, "simulated": [r.to_dict() for r in (res.records if res else []) if r.rank == 0]}
+
+
+# ------------------------------------------------------------------ the command
+
+def run_compare(points: list[Point], schedules: tuple[str, ...], out_dir: Path, profile_arg: str | None,
+                backend: str, device: str, nproc: int, quick: bool, repeats: int, measured_files: tuple[str, ...],
+                timeout_s: float, echo=print) -> dict:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if profile_arg is None and not measured_files:
+        from calib.run import calibrate
+        models = tuple(dict.fromkeys(p.model for p in points))
+        echo(f"calibrating {backend} on {nproc} ranks for {', '.join(models)} -> {out_dir / 'profile.json'}")
+        calibrate(backend, nproc, models, tuple(sorted({p.tp for p in points})), tuple(sorted({p.batch for p in points})),
+                  points[0].prompt_len, points[0].gen_len, quick, out_dir / "profile.json")
+        profile_arg = str(out_dir / "profile.json")
+    if profile_arg is None:
+        raise CompareError("--measured needs --profile: the profile to predict with")
+    profile = load_profile(profile_arg)
+    measured_runs: list[tuple[str, dict | Exception]] = []
+    for f in measured_files:
+        try:
+            measured_runs.append((f, json.loads(Path(f).read_text())))
+        except (OSError, json.JSONDecodeError) as e:
+            measured_runs.append((f, CompareError(f"cannot read measured JSON {f}: {e}")))
+    if not measured_files:
+        for i, p in enumerate(points):
+            echo(f"[{i + 1}/{len(points)}] bench {p.key} ({len(schedules)} schedules, {repeats} repeats)")
+            try:
+                measured_runs.append((p.key, measure(p, schedules, out_dir, backend, device, repeats=repeats,
+                                                     timeout_s=timeout_s)))
+            except Exception as e:          # noqa: BLE001 - a failed point is reported, the grid goes on
+                measured_runs.append((p.key, e))
+    results, failed, timelines = [], [], {}
+    for name, m in measured_runs:
+        if isinstance(m, Exception):
+            failed.append({"point": name, "error": str(m).splitlines()[0]})
+            continue
+        try:
+            pt = compare_point(m, profile, schedules if not measured_files else None)
+            results.append(pt)
+            spec = "ladder" if any(s["schedule"] == "ladder" for s in pt["schedules"]) else pt["schedules"][-1]["schedule"]
+            timelines[f"{pt['model']}|{pt['tp']}|{pt['batch']}|{spec}"] = _timeline(m, spec, None, profile)
+        except (CompareError, ValueError, ProfileError) as e:
+            failed.append({"point": name, "error": str(e)})
+    result = {"profile": profile.name, "profile_path": profile.source_path, "points": results, "failed": failed,
+              "summary": summarize(results), "timelines": timelines}
+    write_report(result, out_dir)
+    return result
+
+
+class _Fail(click.ClickException):
+    exit_code = 2
+
+
+@click.command("compare")
+@click.option("--backend", type=click.Choice(["gloo", "nccl"]), default="gloo", show_default=True)
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None, help="Default: cpu for gloo, cuda for nccl.")
+@click.option("--nproc", type=int, default=2, show_default=True, help="Ranks to launch (= TP unless --tp).")
+@click.option("--quick", is_flag=True, help=f"Small grid ({', '.join(QUICK_MODELS)}; prompt 32, gen 16, 3 repeats) "
+                                            "and a quick calibration: a few minutes on a 2-core box.")
+@click.option("--profile", "profile_arg", default=None,
+              help="Profile to predict with (built-in or JSON). Default: calibrate this machine first.")
+@click.option("--model", "models", multiple=True, help="Repeatable.")
+@click.option("--tp", "tps", type=int, multiple=True, help="Repeatable; default --nproc.")
+@click.option("--batch", "batches", type=int, multiple=True, default=(1,), show_default=True)
+@click.option("--prompt", "prompt_len", type=int, default=None, help="Default 32 with --quick, else 128.")
+@click.option("--gen", "gen_len", type=int, default=None, help="Default 16 with --quick, else 64.")
+@click.option("--schedule", "schedules", multiple=True, help=f"Repeatable. Default: {' '.join(DEFAULT_SCHEDULES)}.")
+@click.option("--repeats", type=int, default=None, help="Measured generations per schedule (3 quick, 5 else).")
+@click.option("--measured", "measured_files", multiple=True, type=click.Path(dir_okay=False),
+              help="Compare existing `tpsim bench --json` outputs (e.g. from a GPU cluster) instead of running.")
+@click.option("--out-dir", default="compare-out", show_default=True, type=click.Path(file_okay=False),
+              help="compare.json, report.md, plots, measured/*.json (reused on rerun), profile.json.")
+@click.option("--timeout-s", type=float, default=120.0, show_default=True, help="Per collective / rank timeout.")
+def compare_cmd(backend, device, nproc, quick, profile_arg, models, tps, batches, prompt_len, gen_len, schedules,
+                repeats, measured_files, out_dir, timeout_s):
+    """Run the harness and the simulator on the same grid and report where the prediction is right."""
+    device = device or ("cpu" if backend == "gloo" else "cuda")
+    models = models or (QUICK_MODELS if quick or not measured_files else ())
+    prompt_len = prompt_len or (32 if quick else 128)
+    gen_len = gen_len or (16 if quick else 64)
+    repeats = repeats or (3 if quick else 5)
+    schedules = tuple(dict.fromkeys(("standard",) + (schedules or DEFAULT_SCHEDULES)))
+    try:
+        for m in models:
+            get_model(m)
+        if profile_arg:
+            load_profile(profile_arg)
+        points = [Point(m, tp, b, prompt_len, gen_len) for m in models for tp in (tps or (nproc,)) for b in batches]
+        result = run_compare(points, schedules, Path(out_dir), profile_arg, backend, device, nproc, quick, repeats,
+                             tuple(measured_files), timeout_s, echo=click.echo)
+    except (ValueError, ProfileError) as e:
+        raise _Fail(str(e)) from None
+    _print_summary(result, Path(out_dir))
+
+
+def _print_summary(result: dict, out_dir: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    t = Table(title=f"simulated vs measured (profile {result['profile']})", title_justify="left")
+    for col in ("point", "schedule", "meas tok/s", "pred tok/s", "err", "meas speedup", "pred speedup", "sign"):
+        t.add_column(col, justify="left" if col in ("point", "schedule") else "right")
+    for pt in result["points"]:
+        for s in pt["schedules"]:
+            t.add_row(f"{pt['model']} TP{pt['tp']} b{pt['batch']}", s["schedule"],
+                      f"{s['measured']['tokens_per_s']:.1f}", f"{s['predicted']['tokens_per_s']:.1f}",
+                      f"{s['err']['tokens_per_s']:+.1%}", f"{s['measured']['speedup']:.3f}",
+                      f"{s['predicted']['speedup']:.3f}",
+                      "ok" if s["sign_match"] else ("noise" if s["measured_speedup_within_noise"] else "WRONG"))
+    c = Console(width=120)
+    c.print(t)
+    for spec, s in result["summary"].items():
+        c.print(f"{spec:12} median |err| tokens/s {s['median_abs_err_tokens_per_s']:.1%}  "
+                f"speedup sign {s['sign_matches']}/{s['points']}")
+    for f in result["failed"]:
+        c.print(f"[red]failed[/red] {f['point']}: {f['error']}")
+    c.print(f"report: {out_dir / 'report.md'}  data: {out_dir / 'compare.json'}")
