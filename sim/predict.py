@@ -25,7 +25,7 @@ from .schedule import Schedule, build, build_plan, plan_of, runs
 from .stack import Stack, Step
 
 DECODE_SAMPLES = 17       # sampled decode positions on the fast path (when steps differ)
-WARM_LAYERS = 3           # layers of a run simulated before its per-layer period is taken as steady
+WARM_LAYERS = 2           # layers of a run simulated before its per-layer period is taken as steady
 
 
 @dataclass(frozen=True)
