@@ -55,7 +55,8 @@ def workload_options(fn):
         click.option("--gen", "gen_len", type=int, default=512, show_default=True, help="Generated tokens."),
         click.option("--gpus-per-node", type=int, default=None,
                      help="GPUs per node (default: the profile's); TP beyond it spans nodes."),
-        click.option("--dtype", type=click.Choice(list(DTYPE_BYTES)), default="fp16", show_default=True),
+        click.option("--dtype", type=click.Choice(list(DTYPE_BYTES)), default=None,
+                     help="Default: the profile's stack_defaults, else fp16."),
         click.option("--head", type=click.Choice(HEADS), default="replicated", show_default=True,
                      help="LM head replicated on every rank, or split over the vocabulary + all-gather."),
         click.option("--attention", type=click.Choice(ATTENTION_IMPLS), default="math", show_default=True,
@@ -66,10 +67,11 @@ def workload_options(fn):
                      help="Logits for every prompt position, or only the last."),
         click.option("--expand-gqa/--no-expand-gqa", default=True, show_default=True,
                      help="Repeat K/V heads to the query head count before attention."),
-        click.option("--decode-graphs/--no-decode-graphs", default=True, show_default=True,
-                     help="Decode under CUDA graphs (torch.compile reduce-overhead)."),
-        click.option("--prefill-graphs/--no-prefill-graphs", default=False, show_default=True,
-                     help="Prefill under CUDA graphs."),
+        click.option("--decode-graphs/--no-decode-graphs", default=None,
+                     help="Decode under CUDA graphs (torch.compile reduce-overhead). Default: the profile's "
+                          "stack_defaults, else on."),
+        click.option("--prefill-graphs/--no-prefill-graphs", default=None,
+                     help="Prefill under CUDA graphs. Default: the profile's stack_defaults, else off."),
         click.option("--collective", default="auto", show_default=True,
                      help="Collective implementation, a table key of the profile (nccl, custom, gloo); "
                           "auto: the profile's default_impl."),
@@ -82,10 +84,13 @@ def workload_options(fn):
 def make_workload(model, tp, profile, batch, prompt_len, gen_len, gpus_per_node, dtype, head, attention, kv,
                   prefill_logits, expand_gqa, decode_graphs, prefill_graphs, collective):
     from sim.predict import Workload
-    stack = Stack(dtype=dtype, head=head, attention=attention, kv=kv, prefill_logits=prefill_logits,
-                  expand_gqa=expand_gqa, prefill_graphs=prefill_graphs, decode_graphs=decode_graphs,
-                  collective=collective)
-    return Workload(get_model(model), tp, load_profile(profile), batch, prompt_len, gen_len, stack, gpus_per_node)
+    prof = load_profile(profile)
+    given = dict(dtype=dtype, head=head, attention=attention, kv=kv, prefill_logits=prefill_logits,
+                 expand_gqa=expand_gqa, prefill_graphs=prefill_graphs, decode_graphs=decode_graphs,
+                 collective=None if collective == "auto" else collective)
+    # what the user said wins; then what the profile's cluster runs by default; then Stack's defaults
+    stack = Stack(**(prof.stack_defaults | {k: v for k, v in given.items() if v is not None}))
+    return Workload(get_model(model), tp, prof, batch, prompt_len, gen_len, stack, gpus_per_node)
 
 
 @main.command()

@@ -22,6 +22,9 @@ from .profile import CollectiveTable, LinkModel, Profile
 from .schedule import Op
 from .stack import DTYPE_BYTES, Stack
 
+# Attrs that never change an op's cost (where in the cache a step writes): not part of a lookup key.
+COST_FREE_ATTRS = {"start_pos"}
+
 # The attr each kind's measured points are interpolated along.
 SWEEP_ATTR = {"gemm": "m", "attention": "kv_len", "rmsnorm": "rows", "swiglu": "rows",
               "add": "rows", "embed": "rows", "sample": "rows"}
@@ -132,7 +135,7 @@ class CostModel:
         attrs = dict(op.attrs)
         if sweep is None or sweep not in attrs:
             return None
-        rest = tuple(sorted((k, v) for k, v in op.attrs if k != sweep))
+        rest = tuple(sorted((k, v) for k, v in op.attrs if k != sweep and k not in COST_FREE_ATTRS))
         pts = self._points.get((op.kind, op.dtype, rest))
         if not pts:
             return None
@@ -271,6 +274,6 @@ def _index_points(profile: Profile) -> dict:
         attrs = dict(p.attrs)
         if sweep not in attrs:
             continue
-        rest = tuple((k, v) for k, v in p.attrs if k != sweep)
+        rest = tuple((k, v) for k, v in p.attrs if k != sweep and k not in COST_FREE_ATTRS)
         idx.setdefault((p.kind, p.dtype, rest), {}).setdefault(attrs[sweep], p.time_s)
     return {k: sorted(v.items()) for k, v in idx.items()}

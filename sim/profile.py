@@ -105,6 +105,7 @@ class Profile:
     link_models: dict                            # scope -> tuple[LinkModel, ...] (fastest wins)
     eager_extra_s: float                         # extra per collective in eager mode when only graph data exists
     default_impl: str                            # collective implementation the cluster runs ("nccl", "gloo")
+    stack_defaults: dict                         # Stack fields this cluster runs by default (e.g. fp32, no graphs on CPU)
     compute_slowdown: float                      # factor on compute while a collective runs on the rank
     comm_slowdown: float                         # factor on a collective while compute runs on the rank
     jitter_s: float                              # mean per-rank launch delay (exact mode only)
@@ -172,15 +173,24 @@ def merge(base: dict, child: dict, _path: tuple = ()) -> dict:
     for k, v in child.items():
         p = _path + (k,)
         if isinstance(v, dict) and v.get("replace") is True:
-            out[k] = {kk: copy.deepcopy(vv) for kk, vv in v.items() if kk != "replace"}
+            out[k] = _strip_replace(v)
         elif p in _PREPEND_LISTS and isinstance(v, list):
             out[k] = copy.deepcopy(v) + out.get(k, [])
         elif isinstance(v, dict) and isinstance(out.get(k), dict) and not _is_leaf(v):
             out[k] = merge(out[k], v, p)
         else:
-            out[k] = copy.deepcopy(v)
+            out[k] = _strip_replace(v)
     out.pop("extends", None) if not _path else None
     return out
+
+
+def _strip_replace(v):
+    """A copy without `"replace": true` markers (they only steer merging; a base may lack the key)."""
+    if isinstance(v, dict):
+        return {k: _strip_replace(x) for k, x in v.items() if not (k == "replace" and x is True)}
+    if isinstance(v, list):
+        return [_strip_replace(x) for x in v]
+    return copy.deepcopy(v)
 
 
 def _is_leaf(v: dict) -> bool:
@@ -204,7 +214,9 @@ def describe(name_or_path: str) -> list[tuple[str, str, str]]:
     data, path = read_raw(name_or_path)
     prof = load_profile(name_or_path)
     out = [("name", prof.name, str(path)), ("description", prof.description, "")]
-    out += sources({k: v for k, v in data.items() if k not in ("format", "version", "name", "description")})
+    # raw calibration points and stack defaults carry no numbers of the cost model
+    out += sources({k: v for k, v in data.items()
+                    if k not in ("format", "version", "name", "description", "raw", "stack_defaults")})
     return out
 
 
@@ -248,6 +260,7 @@ def parse(data: dict, where: str = "<profile>") -> Profile:
         link_models=links,
         eager_extra_s=g.num("collectives.eager_extra_us", default=0.0) * 1e-6,
         default_impl=g.str_("collectives.default_impl", default="nccl"),
+        stack_defaults=g.stack_defaults(),
         compute_slowdown=g.num("overlap.compute_slowdown", min_=1.0),
         comm_slowdown=g.num("overlap.comm_slowdown", min_=1.0),
         jitter_s=g.num("jitter.launch_us", default=0.0) * 1e-6,
@@ -372,6 +385,21 @@ class _Getter:
                     self.fail(f"{path}.hop_us.{cls}.{key}", "is missing")
             hops[cls] = {k: self.num(f"{path}.hop_us.{cls}.{k}", min_=0.0) for k in h}
         return NcclLatency({k: self.num(f"{path}.base_us.{k}", min_=0.0) for k in base}, hops)
+
+    def stack_defaults(self) -> dict:
+        d = self.get("stack_defaults", {})
+        if not isinstance(d, dict):
+            self.fail("stack_defaults", "must be an object")
+        from .stack import Stack
+        known = set(Stack.__dataclass_fields__)
+        bad = sorted(set(d) - known)
+        if bad:
+            self.fail(f"stack_defaults.{bad[0]}", f"is not a stack field; known: {', '.join(sorted(known))}")
+        try:
+            Stack(**d)
+        except (TypeError, ValueError) as e:
+            self.fail("stack_defaults", f"is invalid: {e}")
+        return dict(d)
 
     def protocol(self, path: str, name: str) -> LinkModel:
         p = self.obj(path)

@@ -62,7 +62,9 @@ def run_point(point: Point, schedules: tuple[str, ...], stack: Stack = Stack()) 
     one row with its error, so the rest of the grid still completes."""
     base = asdict(point)
     try:
-        w = Workload(get_model(point.model), point.tp, _load_profile(point.profile), point.batch,
+        prof = _load_profile(point.profile)
+        stack = replace(stack, **{k: v for k, v in prof.stack_defaults.items() if getattr(Stack(), k) == getattr(stack, k)})
+        w = Workload(get_model(point.model), point.tp, prof, point.batch,
                      point.prompt_len, point.gen_len, stack, comm_bw_scale=point.bw_scale,
                      comm_lat_scale=point.lat_scale)
         preds = predict(w, list(schedules), record=False)

@@ -1,0 +1,205 @@
+"""Collective latency sweeps: all-reduce / all-gather / reduce-scatter vs message size, per group size.
+
+Sizes follow nccl-tests (FACTS.md §5): all-reduce and reduce-scatter `bytes` is the full input
+buffer, all-gather `bytes` the gathered output -- the convention sim.cost prices with.
+
+Timing. Every trial starts after a barrier of the whole world (ranks outside a sub-group wait at
+it). CPU: perf_counter around one blocking call. GPU eager: CUDA events around `inner`
+back-to-back calls on the current stream, divided by `inner`; CPU: perf_counter around each of
+`inner` back-to-back blocking calls (each a full round trip), the trial's value their median --
+robust to the ranks' skew leaving the barrier and to the preemptions of a shared host; GPU graph: the same calls captured
+once in a CUDA graph and replayed between events. Per trial the slowest rank's time counts (a
+collective ends when its last rank does); the table keeps the median over trials. Sizes are
+interleaved within a trial so drift hits all sizes alike.
+
+The NCCL environment (the knobs of FACTS.md §8 and torch.cuda.nccl.version()) is recorded with
+every sweep, because NCCL reads it once at communicator init: each env setting needs its own launch.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+from sim.stack import DTYPE_BYTES
+
+NCCL_KNOBS = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_NVLS_ENABLE", "NCCL_P2P_DISABLE", "NCCL_MAX_NCHANNELS",
+              "NCCL_MIN_NCHANNELS", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE", "NCCL_IB_DISABLE",
+              "TORCH_NCCL_HIGH_PRIORITY")
+
+
+def pow2_sizes(lo_bytes: int, hi_bytes: int, step: int = 1) -> list[int]:
+    """lo, lo*2^step, ... <= hi (powers of two)."""
+    out, b = [], lo_bytes
+    while b <= hi_bytes:
+        out.append(b)
+        b <<= step
+    return out
+
+
+def legal_size(collective: str, nbytes: int, group: int, elem: int) -> int:
+    """Round up so every rank's buffer holds whole elements (and splits evenly over the group)."""
+    unit = elem * (group if collective in ("all_gather", "reduce_scatter") else 1)
+    return max(unit, -(-int(nbytes) // unit) * unit)
+
+
+def nccl_env() -> dict:
+    """The NCCL knobs set in this process's environment and the NCCL version torch links."""
+    env = {k: os.environ[k] for k in NCCL_KNOBS if k in os.environ}
+    try:
+        v = torch.cuda.nccl.version() if torch.cuda.is_available() else None
+        env["nccl_version"] = ".".join(map(str, v)) if isinstance(v, tuple) else v
+    except (AttributeError, RuntimeError):
+        env["nccl_version"] = None
+    env["torch"] = torch.__version__
+    return env
+
+
+class _Call:
+    """One collective on preallocated buffers; `run()` issues it (blocking on CPU)."""
+
+    def __init__(self, collective: str, nbytes: int, group_size: int, pg, dtype: torch.dtype, device):
+        elem = torch.tensor([], dtype=dtype).element_size()
+        n = nbytes // elem
+        self.collective = collective
+        if collective == "all_reduce":
+            self.buf = torch.ones(n, dtype=dtype, device=device)                      # [n] in and out
+            self.run = lambda: dist.all_reduce(self.buf, group=pg)
+        elif collective == "all_gather":
+            self.inp = torch.ones(n // group_size, dtype=dtype, device=device)        # [n/g] -> [n]
+            self.buf = torch.empty(n, dtype=dtype, device=device)
+            self.run = lambda: dist.all_gather_into_tensor(self.buf, self.inp, group=pg)
+        elif collective == "reduce_scatter":
+            self.inp = torch.ones(n, dtype=dtype, device=device)                      # [n] -> [n/g]
+            self.buf = torch.empty(n // group_size, dtype=dtype, device=device)
+            self.run = lambda: dist.reduce_scatter_tensor(self.buf, self.inp, group=pg)
+        else:
+            raise ValueError(f"unknown collective {collective!r}")
+
+
+def sweep(collective: str, sizes: list[int], group_size: int, *, mode: str, dtype: str, device: str,
+          trials: int, warmup: int = 2, inner: int = 10, world_barrier=None) -> dict[int, list[float]]:
+    """This rank's seconds per call of `collective` for each size over ranks 0..group_size-1.
+
+    Every rank of the world must call this (sub-group creation and barriers are collective);
+    ranks outside the group return {}. Sizes must already be legal (`legal_size`)."""
+    world, rank = dist.get_world_size(), dist.get_rank()
+    if not 1 <= group_size <= world:
+        raise ValueError(f"group size {group_size} outside 1..{world}")
+    pg = subgroup(group_size)
+    inside = rank < group_size
+    barrier = world_barrier or dist.barrier
+    from hw.model import torch_dtype
+    td = torch_dtype(dtype)
+    cuda = device.startswith("cuda")
+    calls = {b: _Call(collective, b, group_size, pg, td, device) for b in sizes} if inside else {}
+    graphs = {}
+    if inside:
+        for c in calls.values():
+            for _ in range(warmup):
+                c.run()
+        if cuda:
+            torch.cuda.synchronize()
+        if mode == "graph":
+            graphs = {b: _capture(c, inner) for b, c in calls.items()}
+    times: dict[int, list[float]] = {b: [] for b in calls}
+    for t in range(trials):
+        order = sizes[t % len(sizes):] + sizes[:t % len(sizes)]    # rotate: interleave sizes over trials
+        for b in order:
+            barrier()
+            if not inside:
+                continue
+            reps = inner_for(b, inner)
+            if not cuda:
+                per = []
+                for _ in range(reps):
+                    s = time.perf_counter()
+                    calls[b].run()
+                    per.append(time.perf_counter() - s)
+                times[b].append(statistics.median(per))
+                continue
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            if mode == "graph":
+                graphs[b].replay()
+            else:
+                for _ in range(reps):
+                    calls[b].run()
+            e1.record()
+            e1.synchronize()
+            times[b].append(e0.elapsed_time(e1) / 1e3 / (inner if mode == "graph" else reps))
+    barrier()
+    return times
+
+
+_SUBGROUPS: dict[int, object] = {}
+
+
+def subgroup(size: int):
+    """The process group of ranks 0..size-1 (None = the world). new_group is collective: every rank
+    creates every sub-group, in the same order, once per process."""
+    if size == dist.get_world_size():
+        return None
+    if size not in _SUBGROUPS:
+        _SUBGROUPS[size] = dist.new_group(ranks=list(range(size)))
+    return _SUBGROUPS[size]
+
+
+def inner_for(nbytes: int, inner: int) -> int:
+    """Back-to-back calls per trial: `inner` up to 256 KiB, fewer for large messages (time-bound)."""
+    return max(1, min(inner, (inner << 18) // max(nbytes, 1)))
+
+
+def _capture(call: _Call, inner: int):
+    """`inner` back-to-back calls captured in one CUDA graph (the communicator already exists:
+    warm-up calls ran before, as capture needs)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        call.run()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(inner):
+            call.run()
+    torch.cuda.synchronize()
+    return g
+
+
+def max_over_ranks(per_rank: list[dict[int, list[float]]]) -> dict[int, list[float]]:
+    """Per size and trial, the slowest rank's time (ranks outside the group sent {})."""
+    ranks = [r for r in per_rank if r]
+    out = {}
+    for b in ranks[0]:
+        out[b] = [max(r[b][i] for r in ranks) for i in range(min(len(r[b]) for r in ranks))]
+    return out
+
+
+def points(collective: str, group: int, mode: str, impl: str, per_trial: dict[int, list[float]]) -> list[dict]:
+    """Raw points: one per size, the median over trials of the per-trial max over ranks."""
+    return [{"collective": collective, "group": group, "mode": mode, "impl": impl, "bytes": b,
+             "time_us": round(statistics.median(ts) * 1e6, 3), "trials": len(ts),
+             "p10_us": round(_q(ts, 0.1) * 1e6, 3), "p90_us": round(_q(ts, 0.9) * 1e6, 3)}
+            for b, ts in sorted(per_trial.items())]
+
+
+def _q(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
+
+
+def model_bytes(schedules, dtype: str) -> dict[tuple[str, int], set[int]]:
+    """(collective, group) -> the exact message sizes (nccl-tests convention) the schedules' comm
+    ops move: rows * width * dtype bytes, all-gather counted as its gathered output."""
+    out: dict[tuple[str, int], set[int]] = {}
+    e = DTYPE_BYTES[dtype]
+    for sched in schedules:
+        for op in sched.collectives:
+            a = dict(op.attrs)
+            b = e * a["rows"] * a["width"] * (a["group"] if op.kind == "all_gather" else 1)
+            out.setdefault((op.kind, a["group"]), set()).add(b)
+    return out

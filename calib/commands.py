@@ -1,0 +1,119 @@
+"""`tpsim calibrate`: measure this machine into a profile JSON (the top-level cli registers
+`calibrate_cmd`). Also runnable alone: `python -m calib.commands calibrate ...`.
+
+Launcher mode (default) starts --nproc local ranks; under torchrun (RANK/WORLD_SIZE set) this
+process is one rank and rank 0 writes the profile. Torch is imported inside the command only.
+"""
+from __future__ import annotations
+
+import os
+
+import click
+
+from sim.stack import ATTENTION_IMPLS, DECODE_KV, DTYPE_BYTES, HEADS, PREFILL_LOGITS
+
+
+class UsageFail(click.ClickException):
+    """A user mistake (bad option, unknown model): exit code 2."""
+
+    exit_code = 2
+
+
+@click.command("calibrate")
+@click.option("--backend", type=click.Choice(["gloo", "nccl"]), default="gloo", show_default=True,
+              help="gloo: CPU ranks; nccl: one GPU per rank")
+@click.option("--nproc", type=int, default=2, show_default=True,
+              help="local rank processes to launch (ignored under torchrun: the world size counts)")
+@click.option("--models", "--model", "models", multiple=True, help="model preset whose op shapes to time; repeatable")
+@click.option("--tp", "tps", type=int, multiple=True, help="TP degrees [default: every valid one up to the ranks]")
+@click.option("--batch", "batches", type=int, multiple=True, help="batch sizes; repeatable [default: 1]")
+@click.option("--prompt", "prompts", type=int, multiple=True, help="prompt lengths; repeatable [default: 1024]")
+@click.option("--gen", "gens", type=int, multiple=True, help="generated tokens; repeatable [default: 512]")
+@click.option("--dtype", type=click.Choice(list(DTYPE_BYTES)), default=None, help="[default: fp32 on cpu, fp16 on cuda]")
+@click.option("--kv", "kvs", type=click.Choice(DECODE_KV), multiple=True, help="[default: static]; repeatable")
+@click.option("--attention", "attentions", type=click.Choice(ATTENTION_IMPLS), multiple=True, help="[default: math]")
+@click.option("--head", "heads", type=click.Choice(HEADS), multiple=True, help="[default: replicated]")
+@click.option("--prefill-logits", "prefill_logits", type=click.Choice(PREFILL_LOGITS), multiple=True,
+              help="[default: all]")
+@click.option("--collective", "collectives", type=click.Choice(["all_reduce", "all_gather", "reduce_scatter"]),
+              multiple=True, help="collectives to sweep [default: all_reduce with --quick, else all three]")
+@click.option("--parts", "parts", type=click.Choice(["device", "collectives", "compute", "overlap"]), multiple=True,
+              help="what to measure [default: all]; a subset needs --extends")
+@click.option("--nccl-env", "envs", multiple=True, metavar="K=V[,K=V]",
+              help="also sweep collectives under this NCCL setting (own launch, own table tag); repeatable")
+@click.option("--impl", default="", help="table tag of the collectives measured [default: the backend name]")
+@click.option("--quick", is_flag=True, help="fewer sizes and trials (a few minutes on a CPU box)")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="profile JSON to write")
+@click.option("--extends", default=None, help="base profile completing a partial calibration (e.g. h100-sxm)")
+@click.option("--name", default=None, help="profile name [default: the --out file's stem]")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--timeout-s", type=float, default=300.0, show_default=True,
+              help="a collective (or rank start-up) that waits longer ends the run")
+@click.option("--stop-after", type=int, default=None, hidden=True, help="test hook: stop after N groups")
+def calibrate_cmd(backend, nproc, models, tps, batches, prompts, gens, quick, out, extends, **kw):
+    """Measure collectives, the exact compute ops of the schedules and their overlap on this
+    machine; write a profile (raw points kept beside the fits). Rerun the same command to resume
+    an interrupted calibration (state in OUT.state.json)."""
+    from calib.run import CalibConfig, CalibrationStopped, calibrate, run_here
+    opts = {k: v for k, v in kw.items() if v not in (None, ())}
+    for src_, dst in (("kvs", "kvs"), ("attentions", "attentions"), ("heads", "heads"),
+                      ("prefill_logits", "prefill_logits"), ("collectives", "collectives"),
+                      ("parts", "parts"), ("envs", "envs")):
+        if src_ in opts:
+            opts[dst] = tuple(opts.pop(src_))
+    common = dict(models=models, tps=tps, batches=batches or (1,), prompt_len=prompts or (1024,),
+                  gen_len=gens or (512,), quick=quick, out=out, extends=extends)
+    try:
+        if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+            dev = "cuda" if backend == "nccl" else "cpu"
+            opts.setdefault("dtype", "fp16" if dev == "cuda" else "fp32")
+            cfg = CalibConfig(out=os.path.abspath(out), backend=backend, device=dev, models=tuple(models),
+                              tps=tuple(tps), batches=tuple(common["batches"]),
+                              prompt_lens=tuple(common["prompt_len"]), gen_lens=tuple(common["gen_len"]),
+                              quick=quick, extends=extends, **opts)
+            path = run_here(cfg)
+        else:
+            path = _with_progress(lambda cb: calibrate(backend, nproc, progress=cb, **common, **opts))
+    except CalibrationStopped as e:
+        raise click.ClickException(str(e)) from None
+    except ValueError as e:
+        raise UsageFail(str(e)) from None
+    if path is not None:
+        _summary(str(path))
+
+
+def _with_progress(run):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    with Progress(TextColumn("calibrating"), BarColumn(), MofNCompleteColumn(), TextColumn("groups"),
+                  TimeElapsedColumn(), transient=False) as bar:
+        task = bar.add_task("calibrate", total=None)
+
+        def cb(done, total, _name):
+            bar.update(task, completed=done, total=total)
+        return run(cb)
+
+
+def _summary(path: str) -> None:
+    import json
+    with open(path) as f:
+        p = json.load(f)
+    click.echo(f"wrote {path}")
+    ov = p.get("overlap", {})
+    if "compute_slowdown" in ov:
+        click.echo(f"  overlap: compute x{ov['compute_slowdown']['value']}, comm x{ov['comm_slowdown']['value']}")
+    for t in p.get("collectives", {}).get("tables", [])[:4]:
+        pairs = ", ".join(f"{b}B {u:.0f}us" for b, u in list(zip(t["bytes"], t["time_us"]))[::max(1, len(t["bytes"]) // 4)])
+        click.echo(f"  {t['impl']} {t['collective']} g{t['group']} {t['mode']}: {pairs}")
+    n = sum(len(t["points"]) for t in p.get("compute", {}).get("tables", []))
+    click.echo(f"  compute points: {n}")
+
+
+@click.group()
+def main() -> None:
+    """tpsim calibration (calibrate)."""
+
+
+main.add_command(calibrate_cmd)
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,206 @@
+"""Time the exact compute ops the schedules emit, with the kernels the harness runs.
+
+Shapes. For one (model, TP, batch, prompt, gen, stack) case, the unique `Op.signature`s of the
+five schedules (standard, ladder, parallel, spd:1, upper-bound) over the prefill step and the
+decode steps: one decode step with kv="static" (every step has the same shape), with kv="filled"
+the decode positions the simulator's fast path samples (sim.predict.DECODE_SAMPLES), so
+lookups hit measured points exactly. Points keep every attr of the op (cost.py matches on all).
+
+Inputs. Each signature is timed on the very tensors it sees in a real pass: a one-layer copy of the
+model (every layer has the same shapes) is run op by op through hw.runner.KERNELS, collectives
+replaced by a local stand-in of the right shape (all-reduce: identity; all-gather: tiled), and
+the first input of each signature is kept. Timing calls the same kernel on them again.
+
+Timing. CPU: perf_counter around one kernel call, so the time includes the Python/dispatch
+overhead of the harness's call path (intended: a CPU profile adds launch overhead to device time).
+GPU: CUDA events around `inner` back-to-back calls / inner. Signatures are interleaved within a
+trial; every rank times concurrently (as in a TP run, where ranks share the host); the point is
+the median over all ranks' trials.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+
+from sim.schedule import TOKENS
+
+from calib.shapes import ShapeCase
+
+
+@dataclass
+class _Sample:
+    """One signature's representative op, its pass context and its real input tensors."""
+
+    op: object
+    ctx: object
+    args: list
+
+
+def capture(case: ShapeCase, device: str, dtype: str, seed: int = 0) -> dict[tuple, _Sample]:
+    """signature -> (op, ctx, input tensors) from a pass of each schedule over a 1-layer model."""
+    from hw.model import build_rank_model
+    from hw.runner import KERNELS, Runner, _Ctx
+    one = case.model.truncated(1)
+    max_seq = case.prompt_len + case.gen_len
+    rm = build_rank_model(one, case.tp, 0, batch=case.batch, max_seq=max_seq, dtype=dtype,
+                          device=device, seed=seed, head=case.stack.head)
+    runner = Runner(rm)
+    want = set(case.signatures())
+    got: dict[tuple, _Sample] = {}
+    gen = torch.Generator(device=device).manual_seed(seed)
+    with torch.no_grad():
+        for sched in case.schedules(one):
+            if want <= set(got):
+                break
+            st = sched.step
+            ctx = _Ctx(runner, sched, st.start_pos)
+            tokens = torch.randint(0, case.model.vocab, (st.batch, st.q_len), generator=gen, device=device)
+            vals = {TOKENS: tokens}
+            for op in sched.ops:
+                args = [vals[v] for v in op.inputs]
+                if op.is_comm:
+                    # [rows, w] -> all-reduce: [rows, w]; all-gather: [rows, group * w]
+                    out = args[0] if op.kind == "all_reduce" else args[0].repeat(1, op.attr("group"))
+                else:
+                    if op.signature in want and op.signature not in got:
+                        got[op.signature] = _Sample(op, ctx, args)
+                    out = KERNELS[op.kind](ctx, op, *args)
+                vals[op.outputs[0]] = out
+    missing = want - set(got)
+    if missing:
+        raise RuntimeError(f"internal: a one-layer pass did not produce ops {sorted(missing)[:3]}")
+    return {s: got[s] for s in case.signatures()}
+
+
+def time_samples(samples: dict[tuple, _Sample], *, device: str, trials: int, warmup: int = 2,
+                 inner: int = 10, barrier=None) -> dict[tuple, list[float]]:
+    """Seconds per call of each signature's kernel, `trials` each, interleaved."""
+    from hw.runner import KERNELS
+    cuda = device.startswith("cuda")
+    keys = list(samples)
+    out = {k: [] for k in keys}
+    with torch.no_grad():
+        for k in keys:
+            s = samples[k]
+            for _ in range(warmup):
+                KERNELS[s.op.kind](s.ctx, s.op, *s.args)
+        if cuda:
+            torch.cuda.synchronize()
+        for t in range(trials):
+            if barrier:
+                barrier()
+            order = keys[t % len(keys):] + keys[:t % len(keys)]
+            for k in order:
+                s = samples[k]
+                f = KERNELS[s.op.kind]
+                if cuda:
+                    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    e0.record()
+                    for _ in range(inner):
+                        f(s.ctx, s.op, *s.args)
+                    e1.record()
+                    e1.synchronize()
+                    out[k].append(e0.elapsed_time(e1) / 1e3 / inner)
+                else:
+                    t0 = time.perf_counter()
+                    f(s.ctx, s.op, *s.args)
+                    out[k].append(time.perf_counter() - t0)
+    return out
+
+
+def points(samples: dict[tuple, _Sample], per_rank: list[dict[tuple, list[float]]]) -> list[dict]:
+    """One point per signature: median over every rank's trials, attrs exactly as the op has them."""
+    out = []
+    for sig, s in samples.items():
+        ts = [t for r in per_rank for t in r[sig]]
+        out.append({"kind": s.op.kind, "attrs": dict(s.op.attrs), "dtype": s.op.dtype,
+                    "time_s": float(f"{statistics.median(ts):.6g}"), "samples": len(ts),
+                    "spread_pct": round((max(ts) - min(ts)) / statistics.median(ts) * 100, 1) if ts else 0.0})
+    return out
+
+
+# ------------------------------------------------------------------ device constants
+
+def launch_overhead_s(device: str, dtype: str, calls: int = 2000) -> float:
+    """Per-op cost of the harness's call path on a trivial op: KERNELS['add'] on 1-element tensors.
+
+    On CPU this is Python + dispatch + the tiny kernel (the floor every measured op pays); on GPU,
+    the CPU-side launch rate of back-to-back tiny kernels (no sync inside)."""
+    from hw.model import torch_dtype
+    from hw.runner import KERNELS
+    from sim.schedule import Op
+    op = Op("add", "add", ("a", "b"), ("c",), (("rows", 1), ("width", 1)), dtype)
+    a = torch.ones(1, 1, dtype=torch_dtype(dtype), device=device)
+    f = KERNELS["add"]
+    per = []
+    with torch.no_grad():
+        for _ in range(100):
+            f(None, op, a, a)
+        for _ in range(max(5, calls // 100)):
+            t0 = time.perf_counter()
+            for _ in range(100):
+                f(None, op, a, a)
+            per.append((time.perf_counter() - t0) / 100)
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    return statistics.median(per)
+
+
+def graph_launch_s(device: str, dtype: str, kernels: int = 200, trials: int = 10) -> float:
+    """GPU only: seconds per kernel of a CUDA graph of `kernels` tiny adds, replayed."""
+    from hw.model import torch_dtype
+    a = torch.ones(1, dtype=torch_dtype(dtype), device=device)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        b = a + a
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(kernels):
+            b = a + a
+    per = []
+    for _ in range(trials):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        g.replay()
+        e1.record()
+        e1.synchronize()
+        per.append(e0.elapsed_time(e1) / 1e3 / kernels)
+    return statistics.median(per)
+
+
+def peak_flops(device: str, dtype: str, sizes: tuple[int, ...], trials: int = 5) -> float:
+    """Best achieved FLOP/s of square matmuls [n, n] @ [n, n] (the device's practical peak)."""
+    from hw.model import torch_dtype
+    best = 0.0
+    for n in sizes:
+        a = torch.randn(n, n, device=device).to(torch_dtype(dtype))
+        b = torch.randn(n, n, device=device).to(torch_dtype(dtype))
+        best = max(best, 2.0 * n ** 3 / _best_time(lambda: a @ b, device, trials))
+    return best
+
+
+def mem_bandwidth(device: str, nbytes: int, trials: int = 5) -> float:
+    """Best achieved bytes/s of a device-to-device copy (read + write counted)."""
+    src = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    return 2.0 * src.numel() * 4 / _best_time(lambda: dst.copy_(src), device, trials)
+
+
+def _best_time(f, device: str, trials: int) -> float:
+    cuda = device.startswith("cuda")
+    f()
+    best = float("inf")
+    for _ in range(trials):
+        if cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        f()
+        if cuda:
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t0)
+    return best

@@ -1,0 +1,380 @@
+"""Raw calibration points -> profile pieces (format "tpsim-profile", version 1).
+
+Fits happen here, once, when a calibration finishes; the simulator only reads the results.
+  * collective tables: median time per (collective, group, mode, impl, bytes), kept as measured
+    points (cost.py interpolates them log-log);
+  * the NCCL-style model per size regime (FACTS.md §4): t = base + steps(n) * hop + bytes / algbw(n),
+    two regimes (small: latency-bound, large: bandwidth-bound) fitted by scipy least squares on
+    log residuals to the per-group medians; the simulator takes the faster regime, as NCCL takes
+    its fastest protocol, so the fitted model is min(small, large) and is refined as such;
+  * efficiency curves: achieved / peak FLOP/s of gemm points vs flops, achieved / peak bandwidth
+    of memory-bound points vs bytes, medians per half-decade.
+Every fit carries its residuals. Pure numpy/scipy (no torch).
+"""
+from __future__ import annotations
+
+import math
+import os
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+
+# ------------------------------------------------------------------ collectives
+
+def ring_terms(collective: str, n: int) -> tuple[int, float]:
+    """(steps, algbw/busbw) of a ring over n ranks, as sim.cost.ring_s prices it."""
+    if n <= 1:
+        return 0, 1.0
+    if collective == "all_reduce":
+        return 2 * (n - 1), n / (2 * (n - 1))
+    return n - 1, n / (n - 1)
+
+
+@dataclass(frozen=True)
+class Protocol:
+    name: str
+    base_us: float
+    hop_us: float
+    busbw_gbps: float
+
+    def time_us(self, collective: str, n: int, nbytes: float) -> float:
+        steps, f = ring_terms(collective, n)
+        return self.base_us + steps * self.hop_us + nbytes / (self.busbw_gbps * 1e3 * f)
+
+
+@dataclass(frozen=True)
+class ProtocolFit:
+    protocols: tuple[Protocol, ...]
+    residual_rms_pct: float         # rms of (model / measured - 1) over the points, in %
+    residual_max_pct: float
+    points: int
+    hop_identified: bool            # False with a single group size: latency is all in base_us
+
+    def time_us(self, collective: str, n: int, nbytes: float) -> float:
+        return min(p.time_us(collective, n, nbytes) for p in self.protocols)
+
+
+def fit_protocols(points: list[tuple[int, float, float]], collective: str = "all_reduce",
+                  regimes: int = 2) -> ProtocolFit:
+    """Fit the NCCL-style model to (group, bytes, time_us) points (medians, one per size/group).
+
+    With one group size, base and hop cannot be told apart: hop is fixed to 0. With fewer than
+    six distinct sizes, one regime only."""
+    from scipy.optimize import least_squares
+    pts = [(int(n), float(b), float(t)) for n, b, t in points if n > 1 and b > 0 and t > 0]
+    if len(pts) < 2:
+        raise ValueError(f"need at least 2 collective points over groups > 1 to fit, got {len(pts)}")
+    groups = sorted({n for n, _, _ in pts})
+    hop_ok = len(groups) > 1
+    sizes = sorted({b for _, b, _ in pts})
+    k = regimes if len(sizes) >= 3 * regimes else 1
+    n_arr = np.array([p[0] for p in pts], float)
+    b_arr = np.array([p[1] for p in pts])
+    t_arr = np.array([p[2] for p in pts])
+    terms = [ring_terms(collective, int(n)) for n in n_arr]
+    steps = np.array([s for s, _ in terms], float)
+    inv_f = np.array([1.0 / f for _, f in terms])
+
+    def model(x, sel=slice(None)):
+        out = None
+        for j in range(len(x) // 3):
+            base, hop, inv_bw = x[3 * j:3 * j + 3]
+            t = base + steps[sel] * hop + b_arr[sel] * inv_f[sel] * inv_bw / 1e3
+            out = t if out is None else np.minimum(out, t)
+        return out
+
+    def fit(x0, sel=slice(None)):
+        lo = [0.0, 0.0, 1e-9] * (len(x0) // 3)
+        hi = [np.inf, np.inf if hop_ok else 1e-12, np.inf] * (len(x0) // 3)
+        x0 = np.clip(x0, lo, [h if np.isfinite(h) else v for h, v in zip(hi, x0)])
+        r = least_squares(lambda x: np.log(model(x, sel)) - np.log(t_arr[sel]), x0, bounds=(lo, hi),
+                          x_scale="jac", method="trf", max_nfev=5000)
+        return r.x, float(np.sum(r.fun ** 2))
+
+    def guess(sel) -> np.ndarray:
+        tb, bb = t_arr[sel], b_arr[sel] * inv_f[sel]
+        slope = max((tb.max() - tb.min()) / max(bb.max() - bb.min(), 1.0), 1e-9)   # us per byte
+        return np.array([max(tb.min(), 1e-3), 0.0, slope * 1e3])
+
+    x1, cost = fit(guess(slice(None)))
+    best = x1
+    if k == 2:
+        for cut in sizes[2:-2]:               # each side needs >= 2 sizes
+            small, large = b_arr < cut, b_arr >= cut
+            xs, _ = fit(guess(small), small)
+            xl, _ = fit(guess(large), large)
+            x, c = fit(np.concatenate([xs, xl]))
+            if c < cost:
+                best, cost = x, c
+    protos = []
+    names = ["small", "large"] if len(best) == 6 else ["all"]
+    for j, name in enumerate(names):
+        base, hop, inv_bw = best[3 * j:3 * j + 3]
+        protos.append(Protocol(name, float(base), float(hop) if hop_ok else 0.0, float(1.0 / inv_bw)))
+    protos.sort(key=lambda p: p.busbw_gbps)
+    if len(protos) == 2:
+        protos = [Protocol("small", *_vals(protos[0])), Protocol("large", *_vals(protos[1]))]
+    rel = model(best) / t_arr - 1
+    return ProtocolFit(tuple(protos), float(np.sqrt(np.mean(rel ** 2)) * 100), float(np.max(np.abs(rel)) * 100),
+                       len(pts), hop_ok)
+
+
+def _vals(p: Protocol) -> tuple[float, float, float]:
+    return p.base_us, p.hop_us, p.busbw_gbps
+
+
+def tables(points: list[dict], source: str) -> list[dict]:
+    """Raw collective points [{collective, group, mode, impl, bytes, time_us}] -> profile tables
+    (median per size; one table per collective/group/mode/impl)."""
+    by: dict[tuple, dict[int, list[float]]] = {}
+    for p in points:
+        key = (p["collective"], int(p["group"]), p["mode"], p["impl"])
+        by.setdefault(key, {}).setdefault(int(p["bytes"]), []).append(float(p["time_us"]))
+    out = []
+    for (coll, group, mode, impl), sizes in sorted(by.items()):
+        bs = sorted(sizes)
+        out.append({"collective": coll, "group": group, "scope": "node", "mode": mode, "impl": impl,
+                    "bytes": bs, "time_us": [round(statistics.median(sizes[b]), 3) for b in bs],
+                    "source": source})
+    return out
+
+
+def model_section(tabs: list[dict], impl: str, source: str) -> tuple[dict, ProtocolFit | None]:
+    """collectives.model.node from the all-reduce tables of `impl` (eager preferred)."""
+    for mode in ("eager", "graph"):
+        pts = [(t["group"], b, u) for t in tabs if t["collective"] == "all_reduce" and t["impl"] == impl
+               and t["mode"] == mode for b, u in zip(t["bytes"], t["time_us"])]
+        if len({p[1] for p in pts}) >= 2:
+            f = fit_protocols(pts)
+            sec = {}
+            for p in f.protocols:
+                sec[p.name] = {"base_us": round(p.base_us, 4), "hop_us": round(p.hop_us, 4),
+                               "busbw_gbps": round(p.busbw_gbps, 6), "hop": "per_step",
+                               "residual_rms_pct": round(f.residual_rms_pct, 2),
+                               "residual_max_pct": round(f.residual_max_pct, 2),
+                               "source": f"{source}; fitted (scipy least squares, log residuals) to {f.points} "
+                                         f"{impl} all_reduce {mode} medians, regime '{p.name}' of "
+                                         f"min(small, large); rms residual {f.residual_rms_pct:.1f}%, max "
+                                         f"{f.residual_max_pct:.1f}%"
+                                         + ("" if f.hop_identified else
+                                            "; one group size measured, so hop_us is 0 and base_us holds "
+                                            "the whole latency")}
+            return sec, f
+    return {}, None
+
+
+# ------------------------------------------------------------------ compute efficiency
+
+def efficiency_curve(xs: list[float], effs: list[float], per_decade: int = 2) -> tuple[list[float], list[float]]:
+    """Median efficiency per 1/per_decade decade of x; x at the bin's geometric centre; in (0, 1]."""
+    bins: dict[int, list[tuple[float, float]]] = {}
+    for x, e in zip(xs, effs):
+        if x > 0 and e > 0 and math.isfinite(e):
+            bins.setdefault(math.floor(math.log10(x) * per_decade), []).append((x, e))
+    cx, cy = [], []
+    for b in sorted(bins):
+        vals = bins[b]
+        cx.append(float(f"{math.exp(statistics.mean(math.log(x) for x, _ in vals)):.4g}"))
+        cy.append(round(min(1.0, max(1e-6, statistics.median(e for _, e in vals))), 6))
+    return cx, cy
+
+
+def compute_efficiencies(points: list[dict], peak_flops: float, mem_bytes_per_s: float,
+                         launch_s: float) -> tuple[tuple[list, list], tuple[list, list]]:
+    """(flops, gemm efficiency), (bytes, memory efficiency) from compute points. Each point's time
+    minus the per-op call overhead is its device time (the overhead is priced separately)."""
+    from sim.cost import op_work
+    from sim.schedule import Op
+    gx, gy, mx, my = [], [], [], []
+    for p in points:
+        op = Op("p", p["kind"], (), ("o",), tuple(sorted(p["attrs"].items())), p["dtype"])
+        works = op_work(op, graphs=False)
+        dev_s = max(p["time_s"] - launch_s * sum(w.kernels for w in works), 0.1 * p["time_s"])
+        flops, nbytes = sum(w.flops for w in works), sum(w.bytes for w in works)
+        if p["kind"] == "gemm" and flops / peak_flops >= nbytes / mem_bytes_per_s:
+            gx.append(flops)
+            gy.append(flops / dev_s / peak_flops)
+        elif p["kind"] in ("gemm", "rmsnorm", "add", "swiglu", "embed"):
+            mx.append(nbytes)
+            my.append(nbytes / dev_s / mem_bytes_per_s)
+    return efficiency_curve(gx, gy), efficiency_curve(mx, my)
+
+
+# ------------------------------------------------------------------ the profile
+
+def build_profile(cfg, groups: dict, world: int) -> dict:
+    """Finished measurement groups (run.py's state) -> a profile dict, raw points kept in 'raw'.
+
+    Without cfg.extends the profile is complete; with it, only what was measured is written and
+    'extends' names the base (collectives.model.node then replaces the base's node protocols)."""
+    from sim.profile import FORMAT, VERSION
+    dev = next((g for g in groups.values() if g["kind"] == "device"), None)
+    host = dev["host"] if dev else _hostname()
+    date = min((g["finished_at"] for g in groups.values()), default="")[:10]
+    impl0 = cfg.impl_of(0)
+    backend_txt = f"{cfg.backend}, {world} ranks"
+
+    def src(what: str, n: int | None = None) -> str:
+        med = f", median of {n}" if n else ""
+        return f"measured by tpsim calibrate on {host} {date} ({backend_txt}{med}): {what}"
+
+    name = cfg.name or Path(cfg.out).stem
+    prof: dict = {"format": FORMAT, "version": VERSION, "name": name}
+    if cfg.extends:
+        prof["extends"] = cfg.extends
+    label = dev["device_name"] if dev else "this machine"
+    prof["description"] = (f"{label}, {world} ranks over {cfg.backend}, {cfg.dtype}; measured by tpsim calibrate "
+                           f"({'quick' if cfg.quick else 'full'}) on {host} {date}")
+    compute: dict = {}
+    if not cfg.extends:
+        prof["device"] = cfg.device
+        prof["gpus_per_node"] = {"value": world, "source": src(f"world size of the calibration ({world} ranks on one node)")}
+        if cfg.device == "cuda" and dev and dev.get("device_mem_bytes"):
+            gib = dev["device_mem_bytes"] / 2 ** 30
+            prof["memory_gib"] = {"value": round(gib, 2), "source": src(f"torch.cuda total_memory of {label}")}
+        else:
+            ram = (dev or {}).get("host_ram_bytes") or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+            prof["memory_gib"] = {"value": round(ram / 2 ** 30 / world, 2),
+                                  "source": src(f"host RAM {ram / 2 ** 30:.1f} GiB shared by {world} ranks")}
+    compute_groups = [g for g in groups.values() if g["kind"] == "compute"]
+    cpoints = _dedupe([p for g in compute_groups for p in g["points"]])
+    ctrials = cfg.trials["compute"] * world
+    if dev:
+        peak = max(dev["matmul_flops"].values())
+        bw = max(dev["copy_bytes_per_s"].values())
+        launch = dev["launch_s"]
+        sizes = ", ".join(f"{n}^3" for n in dev["matmul_flops"])
+        compute["matmul_tflops"] = {cfg.dtype: {"value": round(peak / 1e12, 6),
+                                                "source": src(f"best {cfg.dtype} torch.matmul FLOP/s over square sizes "
+                                                              f"{sizes}, every rank at once, median over ranks")}}
+        compute["memory_gbps"] = {"value": round(bw / 1e9, 3),
+                                  "source": src("best copy bandwidth (read + write bytes) over "
+                                                f"{len(dev['copy_bytes_per_s'])} sizes, every rank at once")}
+        graph_s = dev.get("graph_launch_s")
+        compute["launch_us"] = {
+            "eager": {"value": round(launch * 1e6, 4),
+                      "source": src("per-op overhead of the harness call path: hw.runner KERNELS['add'] on "
+                                    "1-element tensors, back to back (Python + dispatch + a trivial kernel); "
+                                    "measured compute points already include it")},
+            "graph": ({"value": round(graph_s * 1e6, 4), "source": src("CUDA graph of 200 tiny kernels replayed, per kernel")}
+                      if graph_s is not None else
+                      {"value": round(launch * 1e6, 4),
+                       "source": src("no CUDA graphs on a CPU device: the eager per-op overhead")})}
+        # efficiency curves: the device sweeps themselves plus every measured compute point
+        gx = [2.0 * int(n) ** 3 for n in dev["matmul_flops"]]
+        gy = [f / peak for f in dev["matmul_flops"].values()]
+        mx = [2.0 * int(b) for b in dev["copy_bytes_per_s"]]
+        my = [v / bw for v in dev["copy_bytes_per_s"].values()]
+        (cgx, cgy), (cmx, cmy) = compute_efficiencies(cpoints, peak, bw, launch) if cpoints else (([], []), ([], []))
+        gcx, gcy = efficiency_curve(gx + cgx, gy + cgy)
+        mcx, mcy = efficiency_curve(mx + cmx, my + cmy)
+        compute["gemm_efficiency"] = {"flops": gcx, "efficiency": gcy,
+                                      "source": src(f"achieved / peak FLOP/s of the peak sweep and of {len(cgx)} "
+                                                    "compute-bound measured gemms (time minus per-op overhead), "
+                                                    "median per half-decade of flops")}
+        compute["memory_efficiency"] = {"bytes": mcx, "efficiency": mcy,
+                                        "source": src(f"achieved / peak bytes/s of the copy sweep and of {len(cmx)} "
+                                                      "memory-bound measured ops (bytes as sim.cost.op_work counts "
+                                                      "them, time minus per-op overhead), median per half-decade")}
+    if cpoints:
+        cases = ", ".join(sorted({g_name.split('/', 1)[1] for g_name, g in groups.items() if g['kind'] == 'compute'}))
+        compute["tables"] = [{"source": src(f"each op timed with hw.runner KERNELS on its real input tensors "
+                                            f"(cases {cases}); CPU times include the per-op call overhead",
+                                            ctrials),
+                              "points": [{k: p[k] for k in ("kind", "attrs", "dtype", "time_s")} for p in cpoints]}]
+    if compute:
+        prof["compute"] = compute
+    coll_groups = [g for g in groups.values() if g["kind"] == "collectives"]
+    if coll_groups:
+        pts = [p for g in coll_groups for p in g["points"]]
+        ntr = cfg.trials["collectives"]
+        tabs = tables(pts, src("latency per call, the slowest rank per trial, barrier before each trial", ntr))
+        coll: dict = {"default_impl": impl0, "tables": tabs}
+        extra = _eager_extra(tabs)
+        coll["eager_extra_us"] = ({"value": round(extra, 3), "source": src(
+            "median over sizes of eager minus CUDA-graph all-reduce latency")} if extra is not None else
+            {"value": 0.0, "source": src("not needed: every table was measured in eager mode, the only mode here")})
+        model, fit = model_section(tabs, impl0, src("collective latency", ntr))
+        if model:
+            # over a base that has node protocols, ours replace them (mixing two fits' min() would be
+            # wrong); where the base has none, a plain object (merge copies new keys as they are)
+            coll["model"] = {"node": ({"replace": True, **model} if _base_has_node_model(cfg.extends) else model)}
+        prof["collectives"] = coll
+    ov = next((g for g in groups.values() if g["kind"] == "overlap"), None)
+    if ov:
+        s = ov["summary"]
+        op = ov["op"]
+        what = (f"gemm [{op['m']}, {op['k']}] @ [{op['k']}, {op['n']}] x{s['reps']} vs all_reduce of "
+                f"{ov['comm_bytes']} B, alone and concurrently (async_op=True)")
+        prof["overlap"] = {
+            "compute_slowdown": {"value": round(max(1.0, s["compute_slowdown"]), 4),
+                                 "source": src(f"compute time while the collective runs / alone = "
+                                               f"{s['compute_slowdown']:.3f}" + _clamped(s["compute_slowdown"])
+                                               + f"; {what}", ov["trials"])},
+            "comm_slowdown": {"value": round(max(1.0, s["comm_slowdown"]), 4),
+                              "source": src(f"collective time while compute runs / alone = {s['comm_slowdown']:.3f}"
+                                            + _clamped(s["comm_slowdown"]) + f"; {what}", ov["trials"])},
+        }
+    elif not cfg.extends:
+        prof["overlap"] = {k: {"value": 1.0, "source": src("single rank: no collective to overlap")}
+                           for k in ("compute_slowdown", "comm_slowdown")}
+    # what the measured points assume, for a CLI that defaults its stack from the profile
+    prof["stack_defaults"] = {"dtype": cfg.dtype, "collective": impl0,
+                              **({"decode_graphs": False, "prefill_graphs": False} if cfg.device == "cpu" else {})}
+    if not cfg.extends:
+        prof["jitter"] = {"launch_us": {"value": 0.0, "source": "not measured by tpsim calibrate (no launch-skew model)"}}
+    prof["raw"] = {"groups": {k: {"source": src(f"raw measurement group {k}"), **v} for k, v in sorted(groups.items())},
+                   "config": cfg.fingerprint()}
+    if coll_groups and fit is not None:
+        prof["raw"]["collective_fit"] = {
+            "source": src("fit residuals of collectives.model.node"),
+            "rms_pct": fit.residual_rms_pct, "max_pct": fit.residual_max_pct, "points": fit.points,
+            "per_point": [{"group": t["group"], "bytes": b, "measured_us": u,
+                           "model_us": round(fit.time_us("all_reduce", t["group"], b), 3)}
+                          for t in tabs if t["collective"] == "all_reduce" and t["impl"] == impl0
+                          and t["mode"] == ("eager" if any(x["mode"] == "eager" for x in tabs) else "graph")
+                          for b, u in zip(t["bytes"], t["time_us"])]}
+    return prof
+
+
+def _base_has_node_model(base: str | None) -> bool:
+    if not base:
+        return False
+    from sim.profile import read_raw
+    data, _ = read_raw(base)
+    return isinstance(data.get("collectives", {}).get("model", {}).get("node"), dict)
+
+
+def _clamped(x: float) -> str:
+    return "" if x >= 1.0 else " (below 1 within noise: no measurable slowdown, written as 1)"
+
+
+def _eager_extra(tabs: list[dict]) -> float | None:
+    eager = {(t["collective"], t["group"], t["impl"]): dict(zip(t["bytes"], t["time_us"]))
+             for t in tabs if t["mode"] == "eager"}
+    diffs = []
+    for t in tabs:
+        if t["mode"] != "graph":
+            continue
+        e = eager.get((t["collective"], t["group"], t["impl"]), {})
+        diffs += [max(0.0, e[b] - u) for b, u in zip(t["bytes"], t["time_us"]) if b in e]
+    return statistics.median(diffs) if diffs else None
+
+
+def _dedupe(points: list[dict]) -> list[dict]:
+    """One point per (kind, attrs, dtype): the first measured (cases overlap in shapes)."""
+    seen, out = set(), []
+    for p in points:
+        key = (p["kind"], tuple(sorted(p["attrs"].items())), p["dtype"])
+        if key not in seen:
+            seen.add(key)
+            out.append(p)
+    return out
+
+
+def _hostname() -> str:
+    import socket
+    return socket.gethostname()

@@ -1,0 +1,225 @@
+"""Read public collective measurements into profile tables: nccl-tests `all_reduce_perf` output.
+
+Layouts accepted (FACTS.md §5), all reduced to (bytes, out-of-place time_us) per row:
+  * text, nccl-tests >= 2.13: `size count type redop root | time algbw busbw #wrong | (in-place) ...`
+    (13 tokens; root is -1 for all-reduce);
+  * text, <= 2.12: no root column, `error` instead of `#wrong` (12 tokens);
+  * `-I 1`: four more columns per block (i_min i_max i_p99 i_cv%) -- located through the header;
+  * MPI launches: lines prefixed `[1,0]<stdout>:` and `NCCL INFO` log lines interleaved;
+  * `-J file.json` (>= 2.18.5): one record per size with `out_of_place{time, alg_bw, bus_bw, ...}`.
+The group size comes from the header's `#  Rank  N ...` lines (one per GPU) or the `group`
+argument. A malformed data row is rejected with a ValueError naming the file and the line.
+Pure Python: no torch needed.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+_MPI_PREFIX = re.compile(r"^\[\d+,\d+\]<(stdout|stderr)>:")
+_RANK_LINE = re.compile(r"^#\s*Rank\s+(\d+)\b")
+_GRAPH = re.compile(r"\bgraph:\s*(\d+)")
+_LOG = re.compile(r"\bNCCL (INFO|WARN|version)\b")
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
+
+
+@dataclass(frozen=True)
+class ImportedTable:
+    """Latency vs size of one collective as nccl-tests measured it (out-of-place)."""
+
+    collective: str
+    group: int
+    mode: str                       # "eager", or "graph" when the run replayed CUDA graphs (-G)
+    bytes: tuple[int, ...]
+    time_us: tuple[float, ...]
+    layout: str                     # "text>=2.13" | "text<=2.12" | "json"
+    path: str
+
+    def to_table(self, scope: str = "node", impl: str = "nccl", source: str | None = None) -> dict:
+        """A `collectives.tables` entry of a profile."""
+        return {"collective": self.collective, "group": self.group, "scope": scope, "mode": self.mode,
+                "impl": impl, "bytes": list(self.bytes), "time_us": list(self.time_us),
+                "source": source or f"nccl-tests output {self.path} ({self.layout}, out-of-place time, "
+                                     f"{self.group} ranks), imported by tpsim"}
+
+
+def read_nccl_tests(path: str | Path, *, group: int | None = None, collective: str = "all_reduce",
+                    mode: str | None = None) -> ImportedTable:
+    """Parse an nccl-tests output file (text or -J JSON); see the module docstring."""
+    p = Path(path)
+    try:
+        text = p.read_text(errors="replace")
+    except OSError as e:
+        raise ValueError(f"cannot read nccl-tests output {p}: {e.strerror}") from None
+    return parse_nccl_tests(text, str(p), group=group, collective=collective, mode=mode)
+
+
+def parse_nccl_tests(text: str, name: str = "<text>", *, group: int | None = None,
+                     collective: str = "all_reduce", mode: str | None = None) -> ImportedTable:
+    if collective not in COLLECTIVES:
+        raise ValueError(f"unknown collective {collective!r}; choose from {', '.join(COLLECTIVES)}")
+    if group is not None and group < 1:
+        raise ValueError(f"group must be >= 1, got {group}")
+    head = text.lstrip()
+    if head.startswith("{") or (head.startswith("[") and not _MPI_PREFIX.match(head)):
+        return _parse_json(text, name, group, collective, mode)
+    return _parse_text(text, name, group, collective, mode)
+
+
+# ------------------------------------------------------------------ text
+
+def _parse_text(text: str, name: str, group, collective, mode) -> ImportedTable:
+    ranks: set[int] = set()
+    header: list[str] | None = None
+    graph = None
+    rows: dict[int, float] = {}
+    layout = None
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = _MPI_PREFIX.sub("", raw).strip()
+        if not line or _LOG.search(line):
+            continue
+        if line.startswith("#"):
+            m = _RANK_LINE.match(line)
+            if m:
+                ranks.add(int(m.group(1)))
+            g = _GRAPH.search(line)
+            if g:
+                graph = int(g.group(1))
+            cols = line.lstrip("#").split()
+            if cols[:2] == ["size", "count"] and "time" in cols:
+                header = cols
+            continue
+        toks = line.split()
+        if not re.fullmatch(r"\d+", toks[0]):
+            continue                              # stray text (launcher chatter): not a data row
+        where = f"{name} line {lineno}"
+        cols = header or _default_header(len(toks), where)
+        if len(toks) != len(cols):
+            raise ValueError(f"{where}: data row has {len(toks)} columns, the header has {len(cols)} "
+                             f"({' '.join(cols)}); is the file truncated or two runs mixed?")
+        row = dict(zip(cols, toks))
+        t_tok = toks[cols.index("time")]         # the first 'time' column is the out-of-place one
+        try:
+            size = int(row["size"])
+            int(row["count"])
+            t_us = float(t_tok)
+        except ValueError:
+            raise ValueError(f"{where}: cannot read size/count/time from {line!r}") from None
+        wrong_col = "#wrong" if "#wrong" in cols else ("error" if "error" in cols else None)
+        layout = "text>=2.13" if "root" in cols else "text<=2.12"
+        if wrong_col == "#wrong":
+            w = toks[cols.index("#wrong")]
+            if w not in ("N/A", "0"):
+                raise ValueError(f"{where}: nccl-tests reports {w} wrong results for size {size}: "
+                                 f"the measurement is invalid")
+        if not t_us > 0:
+            raise ValueError(f"{where}: time must be positive, got {t_tok}")
+        if size > 0:
+            rows[size] = t_us                    # a repeated size (several -n runs): the last wins
+    if not rows:
+        raise ValueError(f"{name}: no nccl-tests data rows found (expected lines like "
+                         f"'  8  2  float  sum  -1  10.35  0.00  0.00  0 ...')")
+    return _table(rows, name, group, ranks, collective, mode, graph, layout)
+
+
+def _default_header(n: int, where: str) -> list[str]:
+    """Column names of a header-less data row, by its token count."""
+    block13 = ["time", "algbw", "busbw", "#wrong"]
+    block12 = ["time", "algbw", "busbw", "error"]
+    inter = ["i_min", "i_max", "i_p99", "i_cv%"]
+    layouts = {13: ["size", "count", "type", "redop", "root"] + block13 * 2,
+               12: ["size", "count", "type", "redop"] + block12 * 2,
+               21: ["size", "count", "type", "redop", "root"] + (block13 + inter) * 2,
+               20: ["size", "count", "type", "redop"] + (block12 + inter) * 2}
+    if n not in layouts:
+        raise ValueError(f"{where}: a data row of {n} columns matches no nccl-tests layout "
+                         f"(12, 13, or 20/21 with -I 1) and the file has no column header")
+    return layouts[n]
+
+
+def _table(rows: dict, name, group, ranks, collective, mode, graph, layout) -> ImportedTable:
+    n = group or len(ranks)
+    if not n:
+        raise ValueError(f"{name}: no '#  Rank N ...' header lines to count the ranks from; "
+                         f"give the group size (--group N)")
+    if mode is None:
+        mode = "graph" if graph else "eager"
+    sizes = sorted(rows)
+    return ImportedTable(collective, n, mode, tuple(sizes), tuple(rows[s] for s in sizes), layout, name)
+
+
+# ------------------------------------------------------------------ -J JSON
+
+def _parse_json(text: str, name: str, group, collective, mode) -> ImportedTable:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{name} line {e.lineno}: not valid JSON ({e.msg})") from None
+    records = _find_records(data)
+    if records is None:
+        raise ValueError(f"{name}: JSON without any record holding 'out_of_place' (is this nccl-tests -J output?)")
+    marks = [m.start() for m in re.finditer(r'"out_of_place"', text)]
+    rows: dict[int, float] = {}
+    for i, rec in enumerate(records):
+        line = text.count("\n", 0, marks[i]) + 1 if i < len(marks) else "?"
+        where = f"{name} line {line}"
+        try:
+            size = int(next(rec[k] for k in ("size", "bytes", "size_bytes") if k in rec))
+            t_us = float(rec["out_of_place"]["time"])
+        except (StopIteration, KeyError, TypeError, ValueError):
+            raise ValueError(f"{where}: record {i} needs 'size' and 'out_of_place.time' (us)") from None
+        wrong = rec["out_of_place"].get("wrong", rec["out_of_place"].get("#wrong", 0))
+        if isinstance(wrong, (int, float)) and wrong > 0:
+            raise ValueError(f"{where}: nccl-tests reports {wrong} wrong results for size {size}")
+        if not t_us > 0:
+            raise ValueError(f"{where}: out_of_place.time must be positive, got {t_us}")
+        if size > 0:
+            rows[size] = t_us
+    ranks = set(range(_json_ranks(data))) if group is None else set()
+    graph = _json_find(data, ("graph", "cudaGraph", "graph_launches"))
+    if not rows:
+        raise ValueError(f"{name}: no nccl-tests records with a positive size")
+    return _table(rows, name, group, ranks, collective, mode, bool(graph) if graph is not None else None, "json")
+
+
+def _find_records(obj) -> list | None:
+    """The first list of dicts (depth-first) whose entries carry 'out_of_place'."""
+    if isinstance(obj, list):
+        if obj and all(isinstance(x, dict) for x in obj) and any("out_of_place" in x for x in obj):
+            return [x for x in obj if "out_of_place" in x]
+        for x in obj:
+            r = _find_records(x)
+            if r is not None:
+                return r
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            r = _find_records(v)
+            if r is not None:
+                return r
+    return None
+
+
+def _json_find(obj, keys: tuple[str, ...]):
+    if isinstance(obj, dict):
+        for k in keys:
+            if k in obj and not isinstance(obj[k], (dict, list)):
+                return obj[k]
+        for v in obj.values():
+            if isinstance(v, dict):
+                r = _json_find(v, keys)
+                if r is not None:
+                    return r
+    return None
+
+
+def _json_ranks(data) -> int:
+    """Rank count from the JSON's config: a 'devices'/'ranks' list, or nranks/world_size/nGpus."""
+    if isinstance(data, dict):
+        for k in ("devices", "ranks"):
+            for holder in (data, data.get("config", {}) if isinstance(data.get("config"), dict) else {}):
+                if isinstance(holder.get(k), list):
+                    return len(holder[k])
+    n = _json_find(data, ("nranks", "nRanks", "world_size", "nranks_total"))
+    return int(n) if isinstance(n, (int, float)) else 0

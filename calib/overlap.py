@@ -1,0 +1,161 @@
+"""Interference between a collective and compute running at the same time on one rank.
+
+Three measurements, interleaved per trial after a barrier (FACTS.md §7, §8):
+  compute alone     `reps` calls of one compute op (a gemm of the model's shapes);
+  collective alone  one all-reduce;
+  both              the all-reduce issued with async_op=True (gloo: its background threads;
+                    NCCL: a dedicated comm stream that waits on the current one), then the same
+                    compute calls, then the wait.
+compute_slowdown = median(compute while the collective runs) / median(compute alone);
+comm_slowdown    = median(collective while compute runs) / median(collective alone).
+`reps` is chosen so the compute alone lasts about as long as the collective, so the two really
+run side by side. CPU: the collective's end is taken from its future's callback (gloo's thread),
+or the wait's return if no callback fired; GPU: CUDA events on each stream. Per trial the
+collective counts at its slowest rank, the compute at the median rank.
+
+`hidden_fraction` says whether overlap happens at all: 1 = the shorter of the two was hidden
+completely (both together took max(a, b)), 0 = they serialized (took a + b).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def measure(make_compute, rows: int, nbytes: int, *, dtype: torch.dtype, device: str, trials: int, pg=None,
+            barrier=None) -> dict:
+    """This rank's per-trial seconds: {'compute', 'comm', 'both_compute', 'both_comm', 'both_total'}
+    plus the 'rows' and 'reps' used.
+
+    `make_compute(rows)` returns a zero-argument callable running one compute op over `rows` rows
+    (on the current stream on GPU). The rows are cut (or the op repeated) until the compute alone
+    lasts about as long as the collective alone; all ranks agree on both."""
+    barrier = barrier or dist.barrier
+    cuda = device.startswith("cuda")
+    buf = torch.ones(max(1, nbytes // torch.tensor([], dtype=dtype).element_size()), dtype=dtype, device=device)
+    comm_stream = torch.cuda.Stream() if cuda else None
+    compute = make_compute(rows)
+    for _ in range(2):                                          # warm-up both, lazy init outside timing
+        compute()
+        dist.all_reduce(buf, group=pg)
+    if cuda:
+        torch.cuda.synchronize()
+    comm = statistics.median(_comm(buf, pg, cuda, comm_stream, barrier) for _ in range(5))
+    one = statistics.median(_compute(compute, 1, cuda) for _ in range(3))
+    if one > comm and rows > 1:
+        rows = max(1, int(rows * comm / one))
+    rows = int(_agree(rows, dist.ReduceOp.MIN, pg, device))
+    compute = make_compute(rows)
+    compute()
+    one = statistics.median(_compute(compute, 1, cuda) for _ in range(5))
+    reps = int(_agree(max(1, round(comm / max(one, 1e-9))), dist.ReduceOp.MAX, pg, device))
+    out = {"compute": [], "comm": [], "both_compute": [], "both_comm": [], "both_total": [],
+           "reps": reps, "rows": rows}
+    for _ in range(trials):
+        barrier()
+        out["compute"].append(_compute(compute, reps, cuda))
+        out["comm"].append(_comm(buf, pg, cuda, comm_stream, barrier))
+        c, m, tot = _both(compute, reps, buf, pg, cuda, comm_stream, barrier)
+        out["both_compute"].append(c)
+        out["both_comm"].append(m)
+        out["both_total"].append(tot)
+    return out
+
+
+def _agree(v: float, op, pg, device: str) -> float:
+    t = torch.tensor([float(v)], dtype=torch.float32, device=device)
+    dist.all_reduce(t, op=op, group=pg)
+    return t.item()
+
+
+def _compute(compute, reps: int, cuda: bool) -> float:
+    if cuda:
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        for _ in range(reps):
+            compute()
+        e1.record()
+        e1.synchronize()
+        return e0.elapsed_time(e1) / 1e3
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        compute()
+    return time.perf_counter() - t0
+
+
+def _comm(buf, pg, cuda: bool, stream, barrier) -> float:
+    barrier()
+    if cuda:
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record(stream)
+            dist.all_reduce(buf, group=pg, async_op=True).wait()
+            e1.record(stream)
+        e1.synchronize()
+        return e0.elapsed_time(e1) / 1e3
+    t0 = time.perf_counter()
+    dist.all_reduce(buf, group=pg, async_op=True).wait()
+    return time.perf_counter() - t0
+
+
+def _both(compute, reps: int, buf, pg, cuda: bool, stream, barrier) -> tuple[float, float, float]:
+    """(compute s, collective s, total s) with the collective in flight while compute runs."""
+    barrier()
+    if cuda:
+        cur = torch.cuda.current_stream()
+        ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+        stream.wait_stream(cur)
+        ev[0].record(cur)
+        with torch.cuda.stream(stream):
+            ev[2].record(stream)
+            work = dist.all_reduce(buf, group=pg, async_op=True)
+            work.wait()                          # comm stream waits on the work: the marker below ends it
+            ev[3].record(stream)
+        for _ in range(reps):
+            compute()
+        ev[1].record(cur)
+        cur.wait_stream(stream)
+        torch.cuda.synchronize()
+        total = max(ev[0].elapsed_time(ev[1]), ev[0].elapsed_time(ev[3]))
+        return ev[0].elapsed_time(ev[1]) / 1e3, ev[2].elapsed_time(ev[3]) / 1e3, total / 1e3
+    done: list[float] = []
+    t0 = time.perf_counter()
+    work = dist.all_reduce(buf, group=pg, async_op=True)
+    try:
+        work.get_future().then(lambda _f: done.append(time.perf_counter()))
+    except (RuntimeError, AttributeError):
+        pass
+    for _ in range(reps):
+        compute()
+    t_c = time.perf_counter()
+    work.wait()
+    t_w = time.perf_counter()
+    end = done[0] if done else t_w
+    return t_c - t0, end - t0, max(t_c, end) - t0
+
+
+def summarize(per_rank: list[dict]) -> dict:
+    """Slowdowns and overlap from every rank's trials (collective: slowest rank per trial)."""
+    n = min(len(r["comm"]) for r in per_rank)
+
+    def over(key, agg):
+        return [agg(r[key][i] for r in per_rank) for i in range(n)]
+    med = statistics.median
+    compute_alone, compute_both = med(over("compute", med)), med(over("both_compute", med))
+    comm_alone, comm_both = med(over("comm", max)), med(over("both_comm", max))
+    total = med(over("both_total", max))
+    serial, ideal = compute_alone + comm_alone, max(compute_alone, comm_alone)
+    return {
+        "compute_slowdown": compute_both / compute_alone,
+        "comm_slowdown": comm_both / comm_alone,
+        "compute_alone_us": compute_alone * 1e6, "compute_overlapped_us": compute_both * 1e6,
+        "comm_alone_us": comm_alone * 1e6, "comm_overlapped_us": comm_both * 1e6,
+        "both_total_us": total * 1e6, "serial_us": serial * 1e6,
+        "hidden_fraction": min(1.0, max(0.0, (serial - total) / min(compute_alone, comm_alone))),
+        "overlaps": total < serial - 0.1 * min(compute_alone, comm_alone),
+        "trials": n, "reps": per_rank[0]["reps"], "rows": per_rank[0]["rows"], "ideal_us": ideal * 1e6,
+    }

@@ -1,0 +1,62 @@
+"""Which op shapes a calibration covers: workload cases -> the schedules' ops (no torch needed)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.model import ModelSpec
+from sim.predict import DECODE_SAMPLES
+from sim.schedule import Schedule, build
+from sim.stack import Stack, Step
+
+SCHEDULE_SPECS = ("standard", "ladder", "parallel", "spd:1", "upper-bound")
+
+
+@dataclass(frozen=True)
+class ShapeCase:
+    """One workload shape to calibrate compute for."""
+
+    model: ModelSpec
+    tp: int
+    batch: int
+    prompt_len: int
+    gen_len: int
+    stack: Stack
+
+    def __post_init__(self) -> None:
+        self.model.shard(self.tp)             # ValueError naming the valid TP degrees
+        for f in ("batch", "prompt_len", "gen_len"):
+            if getattr(self, f) < 1:
+                raise ValueError(f"{f} must be >= 1, got {getattr(self, f)}")
+
+    @property
+    def key(self) -> str:
+        s = self.stack
+        return (f"{self.model.name}/tp{self.tp}/b{self.batch}/p{self.prompt_len}/g{self.gen_len}/"
+                f"{s.dtype}-{s.kv}-{s.attention}-{s.head}-{s.prefill_logits}-{'gqa' if s.expand_gqa else 'nogqa'}")
+
+    def steps(self) -> list[Step]:
+        """Prefill, then one decode step (kv static: all steps alike) or the positions the
+        simulator's fast path samples (kv filled), so lookups hit measured shapes exactly."""
+        st = self.stack
+        out = [Step.prefill(self.batch, self.prompt_len, self.gen_len, st)]
+        if self.gen_len > 1:
+            last = self.gen_len - 1
+            js = [1] if st.kv == "static" else sorted({int(j) for j in np.linspace(
+                1, last, min(DECODE_SAMPLES, last)).round()})
+            out += [Step.decode(self.batch, self.prompt_len, self.gen_len, j, st) for j in js]
+        return out
+
+    def schedules(self, model: ModelSpec | None = None) -> list[Schedule]:
+        m = model or self.model
+        return [build(s, m, self.tp, step, self.stack) for step in self.steps() for s in SCHEDULE_SPECS]
+
+    def signatures(self) -> list[tuple]:
+        """Unique compute-op signatures, in first-seen order."""
+        seen: dict[tuple, None] = {}
+        for sched in self.schedules():
+            for op in sched.ops:
+                if not op.is_comm:
+                    seen.setdefault(op.signature, None)
+        return list(seen)

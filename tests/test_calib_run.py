@@ -1,0 +1,113 @@
+"""A real 2-rank gloo calibration: stopped after its first group, resumed without redoing it,
+written as a valid profile the simulator predicts with."""
+import json
+import os
+
+import pytest
+from click.testing import CliRunner
+
+pytest.importorskip("torch")
+
+from calib.commands import calibrate_cmd  # noqa: E402
+from calib.run import CalibConfig, CalibrationStopped, calibrate, env_tag, plan_groups, read_state, state_path  # noqa: E402
+from sim.model import get_model  # noqa: E402
+from sim.predict import Workload, predict  # noqa: E402
+from sim.profile import load_profile  # noqa: E402
+from sim.stack import Stack  # noqa: E402
+
+pytestmark = pytest.mark.hw
+SHAPES = dict(models=("tiny",), tps=(2,), batches=(1,), prompt_len=(8,), gen_len=(4,), quick=True)
+
+
+def test_interrupted_calibration_resumes_without_remeasuring(tmp_path):
+    out = tmp_path / "cpu.json"
+    with pytest.raises(CalibrationStopped, match="partial results kept"):
+        calibrate("gloo", 2, out=out, stop_after=2, timeout_s=60, **SHAPES)
+    st = json.loads(open(state_path(out)).read())
+    first = dict(st["groups"])
+    assert list(first) == ["device", "collectives/gloo/all_reduce/eager/g2"]
+    run1 = {g["run_id"] for g in first.values()}
+    assert len(run1) == 1 and not out.exists()
+
+    seen = []
+    path = calibrate("gloo", 2, out=out, timeout_s=60, progress=lambda d, t, _n: seen.append((d, t)), **SHAPES)
+    assert path == out and out.exists() and not os.path.exists(state_path(out))
+    assert seen and seen[-1] == (4, 4) and seen[0][0] >= 2          # resumed at 2 of 4 groups
+    prof = json.loads(out.read_text())
+    raw = prof["raw"]["groups"]
+    for name, g in first.items():                                   # finished groups kept as measured
+        assert raw[name]["run_id"] == g["run_id"] and raw[name]["finished_at"] == g["finished_at"]
+        assert raw[name].get("points") == g.get("points")
+    later = {g["run_id"] for n, g in raw.items() if n not in first}
+    assert later and not (later & run1)                             # the rest measured by the second run
+    assert set(raw) == {"device", "collectives/gloo/all_reduce/eager/g2",
+                        "compute/tiny/tp2/b1/p8/g4/fp32-static-math-replicated-all-gqa", "overlap/gloo"}
+
+    # the profile: complete, validated, gloo tables the simulator uses, exact op points
+    assert prof["device"] == "cpu" and prof["collectives"]["default_impl"] == "gloo"
+    t = prof["collectives"]["tables"][0]
+    assert (t["impl"], t["scope"], t["mode"], t["group"]) == ("gloo", "node", "eager", 2)
+    assert 8 * 64 * 4 in t["bytes"] and 64 * 4 in t["bytes"]         # exact prefill / decode message sizes
+    assert set(prof["collectives"]["model"]["node"]) == {"small", "large"}
+    assert "measured by tpsim calibrate on" in prof["compute"]["launch_us"]["eager"]["source"]
+    assert prof["overlap"]["compute_slowdown"]["value"] >= 1.0
+    p = load_profile(str(out))
+    stack = Stack(dtype="fp32", collective="gloo", decode_graphs=False)
+    w = Workload(get_model("tiny"), 2, p, 1, 8, 4, stack)
+    (pred,) = predict(w, ["standard"], record=False)
+    assert pred.prefill_s > 0 and pred.decode_s > 0
+    from sim.cost import CostModel
+    cm = CostModel(p, stack)
+    from calib.shapes import ShapeCase
+    case = ShapeCase(get_model("tiny"), 2, 1, 8, 4, stack)
+    pts = {(q.kind, q.attrs, q.dtype): q.time_s for q in p.compute_points}
+    for sched in case.schedules()[:1]:
+        for op in sched.ops:
+            if not op.is_comm:      # every op hits its measured point exactly
+                assert cm.compute_s(op, sched.step.phase) == pts[(op.kind, tuple(sorted(op.attrs)), op.dtype)]
+
+
+def test_state_of_other_options_is_refused(tmp_path):
+    out = tmp_path / "p.json"
+    cfg = CalibConfig(out=str(out), models=("tiny",), quick=True)
+    st = read_state(cfg)
+    from calib.run import write_state
+    write_state(cfg.state_path, st)
+    other = CalibConfig(out=str(out), models=("toy-512",), quick=True)
+    with pytest.raises(ValueError, match="other options .*models"):
+        read_state(other)
+
+
+def test_plan_and_tags():
+    cfg = CalibConfig(backend="nccl", device="cuda", dtype="fp16", models=("tiny",), quick=False,
+                      envs=("NCCL_P2P_DISABLE=1", "NCCL_ALGO=Ring,NCCL_PROTO=LL"))
+    assert cfg.impl_of(1) == "nccl-p2p-off" and cfg.impl_of(2) == "nccl-algo-ring-proto-ll"
+    assert env_tag("nccl", {"NCCL_NVLS_ENABLE": "0"}) == "nccl-nvls-enable-0"
+    g0 = [g.name for g in plan_groups(cfg, 4)]
+    assert g0[0] == "device" and "collectives/nccl/reduce_scatter/graph/g3" in g0 and g0[-1] == "overlap/nccl"
+    g1 = [g.name for g in plan_groups(cfg, 4, 1)]
+    assert g1 and all(n.startswith("collectives/nccl-p2p-off/") for n in g1)
+
+
+def test_cli_user_errors_exit_2(tmp_path):
+    r = CliRunner().invoke(calibrate_cmd, ["--models", "nope", "--out", str(tmp_path / "x.json")])
+    assert r.exit_code == 2 and "unknown model" in r.output.lower()
+    r = CliRunner().invoke(calibrate_cmd, ["--nccl-env", "NCCL_P2P_DISABLE=1", "--out", str(tmp_path / "x.json")])
+    assert r.exit_code == 2 and "need --backend nccl" in r.output
+    r = CliRunner().invoke(calibrate_cmd, ["--parts", "compute", "--out", str(tmp_path / "x.json")])
+    assert r.exit_code == 2 and "--extends" in r.output
+
+
+def test_partial_calibration_extends_a_base(tmp_path):
+    """--extends: only the measured collectives are written; the base completes the profile."""
+    out = tmp_path / "gloo-over-h100.json"
+    r = CliRunner().invoke(calibrate_cmd, ["--nproc", "2", "--quick", "--parts", "collectives", "--extends",
+                                           "h100-sxm", "--out", str(out), "--timeout-s", "60"])
+    assert r.exit_code == 0, r.output
+    prof = json.loads(out.read_text())
+    assert prof["extends"] == "h100-sxm" and "device" not in prof and "compute" not in prof
+    assert set(prof["collectives"]["model"]["node"]) == {"small", "large"}
+    p = load_profile(str(out))
+    assert p.device == "cuda" and p.gpus_per_node == 8                     # from the base
+    assert p.collective_tables[0].impl == "gloo"                           # measured tables first
+    assert {lm.name for lm in p.link_models["node"]} == {"small", "large"}  # only ours: h100-sxm has a topology
