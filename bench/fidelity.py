@@ -31,7 +31,7 @@ def main() -> None:
     args = ap.parse_args()
     models = args.models or list(QUICK_MODELS)
     points = [Point(m, args.nproc, 1, 32, 16) for m in models]
-    result = run_compare(points, DEFAULT_SCHEDULES, Path(args.out_dir), None, "gloo", "cpu", args.nproc, True, 3,
+    result = run_compare(points, DEFAULT_SCHEDULES, Path(args.out_dir), None, "gloo", "cpu", args.nproc, True, 5,
                          (), 120.0)
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()

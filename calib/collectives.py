@@ -4,10 +4,14 @@ Sizes follow nccl-tests (FACTS.md §5): all-reduce and reduce-scatter `bytes` is
 buffer, all-gather `bytes` the gathered output -- the convention sim.cost prices with.
 
 Timing. Every trial starts after a barrier of the whole world (ranks outside a sub-group wait at
-it). CPU: perf_counter around one blocking call. GPU eager: CUDA events around `inner`
-back-to-back calls on the current stream, divided by `inner`; CPU: perf_counter around each of
-`inner` back-to-back blocking calls (each a full round trip), the trial's value their median --
-robust to the ranks' skew leaving the barrier and to the preemptions of a shared host; GPU graph: the same calls captured
+it). GPU eager: CUDA events around `inner` back-to-back calls on the current stream, divided by
+`inner`. CPU: each of `inner` blocking calls comes after `gap_s` of compute on every rank, with
+no barrier in between -- the way a model runs them (a module's compute, then its all-reduce) --
+and perf_counter times the call; the trial's value is their *mean*. Measured so, a call pays
+what it pays inside a model: waking the collective's threads after compute, and the ranks'
+skew. Back-to-back calls after a barrier cost a third of that on a 2-core box, and the tail
+(p90 several times the median) is real: a model's time is a sum of such calls, hence the mean.
+GPU graph: the same calls captured
 once in a CUDA graph and replayed between events. Per trial the slowest rank's time counts (a
 collective ends when its last rank does); the table keeps the median over trials. Sizes are
 interleaved within a trial so drift hits all sizes alike.
@@ -80,8 +84,19 @@ class _Call:
             raise ValueError(f"unknown collective {collective!r}")
 
 
+CPU_GAP_S = 0.5e-3      # compute between two collectives on CPU, like a module between all-reduces
+
+
+def _busy(s: float, a: torch.Tensor, w: torch.Tensor) -> None:
+    """Compute (a small GEMM in a loop) for about `s` seconds on this rank's thread."""
+    t = time.perf_counter()
+    while time.perf_counter() - t < s:
+        a @ w
+
+
 def sweep(collective: str, sizes: list[int], group_size: int, *, mode: str, dtype: str, device: str,
-          trials: int, warmup: int = 2, inner: int = 10, world_barrier=None) -> dict[int, list[float]]:
+          trials: int, warmup: int = 2, inner: int = 10, world_barrier=None,
+          gap_s: float = CPU_GAP_S) -> dict[int, list[float]]:
     """This rank's seconds per call of `collective` for each size over ranks 0..group_size-1.
 
     Every rank of the world must call this (sub-group creation and barriers are collective);
@@ -106,6 +121,7 @@ def sweep(collective: str, sizes: list[int], group_size: int, *, mode: str, dtyp
         if mode == "graph":
             graphs = {b: _capture(c, inner) for b, c in calls.items()}
     times: dict[int, list[float]] = {b: [] for b in calls}
+    a, w = torch.randn(4, 256), torch.randn(256, 256)
     for t in range(trials):
         order = sizes[t % len(sizes):] + sizes[:t % len(sizes)]    # rotate: interleave sizes over trials
         for b in order:
@@ -116,10 +132,11 @@ def sweep(collective: str, sizes: list[int], group_size: int, *, mode: str, dtyp
             if not cuda:
                 per = []
                 for _ in range(reps):
+                    _busy(gap_s, a, w)
                     s = time.perf_counter()
                     calls[b].run()
                     per.append(time.perf_counter() - s)
-                times[b].append(statistics.median(per))
+                times[b].append(statistics.fmean(per))
                 continue
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             e0.record()

@@ -358,7 +358,7 @@ class _Fail(click.ClickException):
 @click.option("--backend", type=click.Choice(["gloo", "nccl"]), default="gloo", show_default=True)
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None, help="Default: cpu for gloo, cuda for nccl.")
 @click.option("--nproc", type=int, default=2, show_default=True, help="Ranks to launch (= TP unless --tp).")
-@click.option("--quick", is_flag=True, help=f"Small grid ({', '.join(QUICK_MODELS)}; prompt 32, gen 16, 3 repeats) "
+@click.option("--quick", is_flag=True, help=f"Small grid ({', '.join(QUICK_MODELS)}; prompt 32, gen 16) "
                                             "and a quick calibration: a few minutes on a 2-core box.")
 @click.option("--profile", "profile_arg", default=None,
               help="Profile to predict with (built-in or JSON). Default: calibrate this machine first.")
@@ -368,7 +368,7 @@ class _Fail(click.ClickException):
 @click.option("--prompt", "prompt_len", type=int, default=None, help="Default 32 with --quick, else 128.")
 @click.option("--gen", "gen_len", type=int, default=None, help="Default 16 with --quick, else 64.")
 @click.option("--schedule", "schedules", multiple=True, help=f"Repeatable. Default: {' '.join(DEFAULT_SCHEDULES)}.")
-@click.option("--repeats", type=int, default=None, help="Measured generations per schedule (3 quick, 5 else).")
+@click.option("--repeats", type=int, default=None, help="Measured generations per schedule (default 5).")
 @click.option("--measured", "measured_files", multiple=True, type=click.Path(dir_okay=False),
               help="Compare existing `tpsim bench --json` outputs (e.g. from a GPU cluster) instead of running.")
 @click.option("--out-dir", default="compare-out", show_default=True, type=click.Path(file_okay=False),
@@ -381,7 +381,7 @@ def compare_cmd(backend, device, nproc, quick, profile_arg, models, tps, batches
     models = models or (QUICK_MODELS if quick or not measured_files else ())
     prompt_len = prompt_len or (32 if quick else 128)
     gen_len = gen_len or (16 if quick else 64)
-    repeats = repeats or (3 if quick else 5)
+    repeats = repeats or 5
     schedules = tuple(dict.fromkeys(("standard",) + (schedules or DEFAULT_SCHEDULES)))
     try:
         for m in models:

@@ -11,9 +11,13 @@ model (every layer has the same shapes) is run op by op through hw.runner.KERNEL
 replaced by a local stand-in of the right shape (all-reduce: identity; all-gather: tiled), and
 the first input of each signature is kept. Timing calls the same kernel on them again.
 
-Timing. CPU: perf_counter around one kernel call, so the time includes the Python/dispatch
-overhead of the harness's call path (intended: a CPU profile adds launch overhead to device time).
-GPU: CUDA events around `inner` back-to-back calls / inner. Signatures are interleaved within a
+Timing. CPU: inside whole passes (`time_in_passes`): the one-layer model's prefill and decode
+passes of every schedule run op by op as the harness runs them, perf_counter around each op, so
+each op is timed in the context it has in a real pass -- the same predecessor ops, the same cache
+and dispatch state. Timed alone and interleaved with unrelated ops instead, a small op (an
+RMSNorm of one row) costs 3-6x more on a CPU than it does in a model. The time includes the
+Python/dispatch overhead of the harness's call path (intended: a CPU device adds launch overhead
+to device time). GPU: CUDA events around `inner` back-to-back calls / inner (`time_samples`). Signatures are interleaved within a
 trial; every rank times concurrently (as in a TP run, where ranks share the host); the point is
 the median over all ranks' trials.
 """
@@ -73,6 +77,46 @@ def capture(case: ShapeCase, device: str, dtype: str, seed: int = 0) -> dict[tup
     if missing:
         raise RuntimeError(f"internal: a one-layer pass did not produce ops {sorted(missing)[:3]}")
     return {s: got[s] for s in case.signatures()}
+
+
+def time_in_passes(case: ShapeCase, device: str, dtype: str, *, trials: int, warmup: int = 2, seed: int = 0,
+                   barrier=None) -> dict[tuple, list[float]]:
+    """Seconds per call of each signature, timed inside repeated passes of every schedule over the
+    model (collectives replaced by local stand-ins of the right shape)."""
+    from hw.memory import GIB, estimate
+    from hw.model import build_rank_model
+    from hw.runner import KERNELS, Runner, _Ctx
+    # All layers when the rank's shard is small enough (a CPU's caches hold one layer's weights but
+    # not eight: timing one layer over and over would time cache-resident weights); else one layer.
+    full = estimate(case.model, case.tp, case.batch, case.prompt_len, case.gen_len, case.stack, device)
+    model = case.model if full.total_bytes < 2 * GIB else case.model.truncated(1)
+    rm = build_rank_model(model, case.tp, 0, batch=case.batch, max_seq=case.prompt_len + case.gen_len, dtype=dtype,
+                          device=device, seed=seed, head=case.stack.head)
+    runner = Runner(rm)
+    want = set(case.signatures())
+    out: dict[tuple, list[float]] = {sig: [] for sig in want}
+    gen = torch.Generator(device=device).manual_seed(seed)
+    scheds = list(case.schedules(model))
+    with torch.no_grad():
+        for t in range(warmup + trials):
+            if barrier:
+                barrier()
+            for sched in scheds:
+                st = sched.step
+                ctx = _Ctx(runner, sched, st.start_pos)
+                vals = {TOKENS: torch.randint(0, case.model.vocab, (st.batch, st.q_len), generator=gen,
+                                              device=device)}
+                for op in sched.ops:
+                    args = [vals[v] for v in op.inputs]
+                    if op.is_comm:
+                        vals[op.outputs[0]] = args[0] if op.kind == "all_reduce" else args[0].repeat(1, op.attr("group"))
+                        continue
+                    t0 = time.perf_counter()
+                    vals[op.outputs[0]] = KERNELS[op.kind](ctx, op, *args)
+                    dt = time.perf_counter() - t0
+                    if t >= warmup and op.signature in want:
+                        out[op.signature].append(dt)
+    return out
 
 
 def time_samples(samples: dict[tuple, _Sample], *, device: str, trials: int, warmup: int = 2,

@@ -128,7 +128,12 @@ def _vals(p: Protocol) -> tuple[float, float, float]:
 
 def tables(points: list[dict], source: str) -> list[dict]:
     """Raw collective points [{collective, group, mode, impl, bytes, time_us}] -> profile tables
-    (median per size; one table per collective/group/mode/impl)."""
+    (median per size, made non-decreasing in size; one table per collective/group/mode/impl).
+
+    Moving more bytes never takes less time, so a dip in the medians is noise; on a noisy host
+    (a 2-core CPU box) one such dip at exactly a model's message size would otherwise decide the
+    prediction. Adjacent violators are pooled (isotonic regression, weighted by samples); the raw
+    points stay in the profile's `raw` section."""
     by: dict[tuple, dict[int, list[float]]] = {}
     for p in points:
         key = (p["collective"], int(p["group"]), p["mode"], p["impl"])
@@ -136,10 +141,23 @@ def tables(points: list[dict], source: str) -> list[dict]:
     out = []
     for (coll, group, mode, impl), sizes in sorted(by.items()):
         bs = sorted(sizes)
+        mono = isotonic([statistics.median(sizes[b]) for b in bs], [len(sizes[b]) for b in bs])
         out.append({"collective": coll, "group": group, "scope": "node", "mode": mode, "impl": impl,
-                    "bytes": bs, "time_us": [round(statistics.median(sizes[b]), 3) for b in bs],
-                    "source": source})
+                    "bytes": bs, "time_us": [round(v, 3) for v in mono],
+                    "source": source + "; medians per size made non-decreasing (isotonic regression)"})
     return out
+
+
+def isotonic(ys: list[float], ws: list[float]) -> list[float]:
+    """Weighted least-squares non-decreasing fit (pool adjacent violators)."""
+    blocks: list[list[float]] = []            # [mean, weight, count]
+    for y, w in zip(ys, ws):
+        blocks.append([y, float(w), 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            m2, w2, n2 = blocks.pop()
+            m1, w1, n1 = blocks.pop()
+            blocks.append([(m1 * w1 + m2 * w2) / (w1 + w2), w1 + w2, n1 + n2])
+    return [m for m, _, n in blocks for _ in range(n)]
 
 
 def model_section(tabs: list[dict], impl: str, source: str) -> tuple[dict, ProtocolFit | None]:

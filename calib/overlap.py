@@ -7,9 +7,14 @@ Three measurements, interleaved per trial after a barrier (FACTS.md §7, §8):
                     NCCL: a dedicated comm stream that waits on the current one), then the same
                     compute calls, then the wait.
 compute_slowdown = median(compute while the collective runs) / median(compute alone);
-comm_slowdown    = median(collective while compute runs) / median(collective alone).
-`reps` is chosen so the compute alone lasts about as long as the collective, so the two really
-run side by side. CPU: the collective's end is taken from its future's callback (gloo's thread),
+comm_slowdown    = the rate the simulator's model needs: while compute runs for c' the collective
+                   (b alone) progresses at 1/k, then at full speed, so the wait after the compute
+                   lasts r = b - c'/k  ->  k = c' / (b - r). Taken from the wait's return on the
+                   compute thread, which is exact, rather than from the end of the collective as
+                   gloo's callback reports it (that needs the GIL, so it fires late while compute
+                   runs). If the collective ended within the compute, k <= c'/b.
+`reps` is chosen so the compute alone lasts about 2x the collective, so the two really run
+side by side. CPU: the collective's end is taken from its future's callback (gloo's thread),
 or the wait's return if no callback fired; GPU: CUDA events on each stream. Per trial the
 collective counts at its slowest rank, the compute at the median rank.
 
@@ -51,8 +56,10 @@ def measure(make_compute, rows: int, nbytes: int, *, dtype: torch.dtype, device:
     compute = make_compute(rows)
     compute()
     one = statistics.median(_compute(compute, 1, cuda) for _ in range(5))
-    reps = int(_agree(max(1, round(comm / max(one, 1e-9))), dist.ReduceOp.MAX, pg, device))
-    out = {"compute": [], "comm": [], "both_compute": [], "both_comm": [], "both_total": [],
+    # compute lasts ~2x the collective: long enough that a collective that progresses at all
+    # under compute finishes within it, and that the compute slowdown is not lost in noise
+    reps = int(_agree(max(1, round(2 * comm / max(one, 1e-9))), dist.ReduceOp.MAX, pg, device))
+    out = {"compute": [], "comm": [], "both_compute": [], "both_comm": [], "both_total": [], "both_wait": [],
            "reps": reps, "rows": rows}
     for _ in range(trials):
         barrier()
@@ -62,7 +69,21 @@ def measure(make_compute, rows: int, nbytes: int, *, dtype: torch.dtype, device:
         out["both_compute"].append(c)
         out["both_comm"].append(m)
         out["both_total"].append(tot)
+        out["both_wait"].append(max(0.0, tot - c))      # blocked after the compute, for the collective
     return out
+
+
+def _warm_gap() -> None:
+    """CPU: compute for a moment after the barrier, as a model does before it issues a collective.
+
+    Right after a barrier (itself a collective) the collective's threads are awake and finish the
+    next one at once; after compute they sleep, and on a host whose cores the ranks' compute fills
+    they wait for a core. Collectives in a model are issued after compute, so measure them so."""
+    from calib.collectives import CPU_GAP_S, _busy
+    _busy(CPU_GAP_S, _GAP_A, _GAP_W)
+
+
+_GAP_A, _GAP_W = torch.randn(4, 256), torch.randn(256, 256)
 
 
 def _agree(v: float, op, pg, device: str) -> float:
@@ -97,6 +118,7 @@ def _comm(buf, pg, cuda: bool, stream, barrier) -> float:
             e1.record(stream)
         e1.synchronize()
         return e0.elapsed_time(e1) / 1e3
+    _warm_gap()
     t0 = time.perf_counter()
     dist.all_reduce(buf, group=pg, async_op=True).wait()
     return time.perf_counter() - t0
@@ -123,6 +145,7 @@ def _both(compute, reps: int, buf, pg, cuda: bool, stream, barrier) -> tuple[flo
         total = max(ev[0].elapsed_time(ev[1]), ev[0].elapsed_time(ev[3]))
         return ev[0].elapsed_time(ev[1]) / 1e3, ev[2].elapsed_time(ev[3]) / 1e3, total / 1e3
     done: list[float] = []
+    _warm_gap()
     t0 = time.perf_counter()
     work = dist.all_reduce(buf, group=pg, async_op=True)
     try:
@@ -135,7 +158,28 @@ def _both(compute, reps: int, buf, pg, cuda: bool, stream, barrier) -> tuple[flo
     work.wait()
     t_w = time.perf_counter()
     end = done[0] if done else t_w
-    return t_c - t0, end - t0, max(t_c, end) - t0
+    # total: until the compute thread could go on (the wait returned); the callback time `end`
+    # is reported too, but it is late whenever it had to wait for the GIL
+    return t_c - t0, end - t0, t_w - t0
+
+
+def _comm_rate_factor(per_rank: list[dict], comm_alone: float) -> float:
+    """k such that the collective progresses at 1/k of its speed while compute runs.
+
+    Per trial and rank: during the compute (c') the collective did b - r of its b seconds of
+    work, r being the wait left after the compute: a progress rate of (b - r) / c', at least
+    b / c' when it ended within the compute. On an oversubscribed CPU this is bimodal (the
+    collective's thread got a core, or it did not), so the *mean* rate is what a sum of many
+    overlapped collectives sees: k = 1 / mean(rate)."""
+    rates = []
+    for r in per_rank:
+        for c, w in zip(r["both_compute"], r.get("both_wait", [])):
+            done = min(max(comm_alone - w, 0.0), comm_alone)
+            rates.append(min(1.0, done / c) if c > 0 else 1.0)
+    if not rates:
+        return 1.0
+    mean = sum(rates) / len(rates)
+    return 50.0 if mean <= 0.02 else max(1.0, 1.0 / mean)
 
 
 def summarize(per_rank: list[dict]) -> dict:
@@ -149,9 +193,11 @@ def summarize(per_rank: list[dict]) -> dict:
     comm_alone, comm_both = med(over("comm", max)), med(over("both_comm", max))
     total = med(over("both_total", max))
     serial, ideal = compute_alone + comm_alone, max(compute_alone, comm_alone)
+    comm_k = _comm_rate_factor(per_rank, comm_alone)
     return {
         "compute_slowdown": compute_both / compute_alone,
-        "comm_slowdown": comm_both / comm_alone,
+        "comm_slowdown": max(comm_k, 0.0),
+        "comm_slowdown_direct": comm_both / comm_alone,
         "compute_alone_us": compute_alone * 1e6, "compute_overlapped_us": compute_both * 1e6,
         "comm_alone_us": comm_alone * 1e6, "comm_overlapped_us": comm_both * 1e6,
         "both_total_us": total * 1e6, "serial_us": serial * 1e6,

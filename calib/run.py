@@ -142,8 +142,8 @@ class CalibConfig:
 
     @property
     def trials(self) -> dict[str, int]:
-        return ({"collectives": 15, "compute": 15, "overlap": 10} if self.quick else
-                {"collectives": 50, "compute": 40, "overlap": 30})
+        return ({"collectives": 15, "compute": 15, "overlap": 60} if self.quick else
+                {"collectives": 50, "compute": 40, "overlap": 150})
 
     def collective_list(self) -> tuple[str, ...]:
         return self.collectives or (("all_reduce",) if self.quick else COLLECTIVES)
@@ -334,8 +334,12 @@ def measure_group(g: Group, cfg: CalibConfig, ctx, barrier, pg) -> dict:
                       trials=cfg.trials["collectives"], world_barrier=barrier)
     elif g.kind == "compute":
         from calib import compute
-        samples = compute.capture(g.params["case"], dev, cfg.dtype, seed=cfg.seed)
-        local = compute.time_samples(samples, device=dev, trials=cfg.trials["compute"], barrier=barrier)
+        samples = compute.capture(g.params["case"], dev, cfg.dtype, seed=cfg.seed)     # each signature's op
+        if dev.startswith("cuda"):
+            local = compute.time_samples(samples, device=dev, trials=cfg.trials["compute"], barrier=barrier)
+        else:
+            local = compute.time_in_passes(g.params["case"], dev, cfg.dtype, trials=cfg.trials["compute"],
+                                           seed=cfg.seed, barrier=barrier)
     elif g.kind == "overlap":
         local = _overlap_local(cfg, g.params["case"], dev, barrier)
     else:
