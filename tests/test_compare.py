@@ -1,0 +1,76 @@
+"""tpsim compare end to end on CPU: calibrate (quick) -> bench -> predict -> report, on real gloo
+process groups; and bad inputs that fail one point while the rest of the grid completes."""
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from cli import main
+from sim.schedule import build
+from sim.model import get_model
+from sim.stack import Stack, Step
+
+pytestmark = pytest.mark.hw
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("compare")
+    r = CliRunner().invoke(main, ["compare", "--backend", "gloo", "--nproc", "2", "--quick", "--model", "toy-512",
+                                  "--prompt", "16", "--gen", "8", "--repeats", "2", "--schedule", "ladder",
+                                  "--schedule", "upper-bound", "--out-dir", str(out)])
+    assert r.exit_code == 0, r.output
+    return out
+
+
+def test_end_to_end_report(run_dir):
+    res = json.loads((run_dir / "compare.json").read_text())
+    assert not res["failed"]
+    (pt,) = res["points"]
+    assert [s["schedule"] for s in pt["schedules"]] == ["standard", "ladder", "upper-bound"]
+    for s in pt["schedules"]:
+        for k in ("prefill_s", "decode_s", "tokens_per_s"):
+            assert s["measured"][k] > 0 and s["predicted"][k] > 0
+            assert s["err"][k] == pytest.approx((s["predicted"][k] - s["measured"][k]) / s["measured"][k])
+    # the comm-free bound is faster than standard, measured and predicted alike
+    ub = pt["schedules"][2]
+    assert ub["measured"]["speedup"] > 1 and ub["predicted"]["speedup"] > 1 and ub["sign_match"]
+    assert set(res["summary"]) == {"standard", "ladder", "upper-bound"}
+    for f in ("report.md", "scatter.png", "speedup.png", "timeline.png", "profile.json"):
+        assert (run_dir / f).stat().st_size > 0, f
+    assert "| upper-bound |" in (run_dir / "report.md").read_text()
+
+
+def test_per_op_join_uses_the_ir_names(run_dir):
+    res = json.loads((run_dir / "compare.json").read_text())
+    std = res["points"][0]["schedules"][0]
+    m = get_model("toy-512")
+    names = {op.name for step in (Step.prefill(1, 16, 8, Stack()), Step.decode(1, 16, 8, 1, Stack()))
+             for op in build("standard", m, 2, step, Stack()).ops}
+    joined = {o["op"] for o in std["ops"]}
+    assert joined <= names and len(joined) > 0.9 * len(names)
+    both = [o for o in std["ops"] if o["measured_s"] > 0 and o["predicted_s"] > 0]
+    assert len(both) > 0.9 * len(std["ops"])
+    # ordered by contribution to the end-to-end error
+    contrib = [abs(o["contribution_s"]) for o in std["ops"]]
+    assert contrib == sorted(contrib, reverse=True)
+
+
+def test_bad_measured_inputs_fail_alone(run_dir, tmp_path):
+    good = next((run_dir / "measured").glob("*.json"))
+    other = json.loads(good.read_text()) | {"model": "llama-9"}
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    (tmp_path / "torn.json").write_text('{"model": "toy-512", ')
+    r = CliRunner().invoke(main, ["compare", "--profile", str(run_dir / "profile.json"), "--measured", str(good),
+                                  "--measured", str(tmp_path / "other.json"), "--measured", str(tmp_path / "torn.json"),
+                                  "--out-dir", str(tmp_path / "out")])
+    assert r.exit_code == 0, r.output
+    res = json.loads((tmp_path / "out" / "compare.json").read_text())
+    assert len(res["points"]) == 1
+    errors = " ".join(f["error"] for f in res["failed"])
+    assert "llama-9" in errors and "cannot read measured JSON" in errors
+    # a profile without gloo collective tables cannot price the measured run: a clear message
+    r = CliRunner().invoke(main, ["compare", "--profile", "h100-sxm", "--measured", str(good),
+                                  "--out-dir", str(tmp_path / "out2")])
+    res = json.loads((tmp_path / "out2" / "compare.json").read_text())
+    assert not res["points"] and "no collective tables for 'gloo'" in res["failed"][0]["error"]
