@@ -27,7 +27,6 @@ import torch
 import torch.distributed as dist
 
 from sim.schedule import build
-from sim.trace import write_json_atomic
 from hw import dist as hwdist
 from hw.dist import RunConfig
 from hw.memory import GIB, check_fits, estimate
@@ -37,20 +36,7 @@ from hw.runner import DecodeGraph, Runner
 
 def worker(config: dict) -> int:
     """Entry point of one rank (hw.dist launches it; torchrun reaches it through hw.commands)."""
-    cfg = RunConfig.from_dict(config)
-    if cfg.fault:
-        os.environ[hwdist.FAULT_ENV] = cfg.fault
-    ctx = hwdist.init_from_env(cfg.backend, cfg.device, cfg.timeout_s)
-    try:
-        result = run_bench(cfg, ctx)
-        if ctx.rank == 0:
-            if cfg.out:
-                write_json_atomic(cfg.out, result)
-            if cfg.print_result:
-                import json
-                print(json.dumps(result, indent=1) if cfg.json else format_result(result), flush=True)
-    finally:
-        hwdist.shutdown()
+    hwdist.run_rank(config, run_bench, format_result)
     return 0
 
 

@@ -18,7 +18,6 @@ same random tokens for both), error = max|tp - ref| / max(1, max|ref|).
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 
@@ -27,7 +26,6 @@ import torch.nn.functional as F
 
 from sim.model import ModelSpec
 from sim.schedule import build, parse_schedule
-from sim.trace import write_json_atomic
 from hw import dist as hwdist
 from hw.dist import RunConfig
 from hw.model import NORM_EPS, ROPE_THETA, build_rank_model, full_weights
@@ -200,28 +198,22 @@ def run_check(cfg: RunConfig, ctx: hwdist.DistContext) -> list[dict]:
 
 
 def worker(config: dict) -> int:
-    cfg = RunConfig.from_dict(config)
-    if cfg.fault:
-        os.environ[hwdist.FAULT_ENV] = cfg.fault
-    ctx = hwdist.init_from_env(cfg.backend, cfg.device, cfg.timeout_s)
-    try:
-        torch.set_default_dtype(torch.float32)
-        rows = run_check(cfg, ctx)
-        import torch.distributed as dist
-        every = [None] * ctx.world
-        dist.all_gather_object(every, rows, group=hwdist.cpu_group())
-        merged = _merge(every)
-        result = {"model": cfg.model_spec().name, "tp": ctx.world, "dtype": cfg.dtype, "backend": cfg.backend,
-                  "device": cfg.device, "batch": cfg.batch, "prompt_len": cfg.prompt_len, "gen_len": cfg.gen_len,
-                  "ok": all(r["ok"] for r in merged), "schedules": merged}
-        if ctx.rank == 0:
-            if cfg.out:
-                write_json_atomic(cfg.out, result)
-            if cfg.print_result:
-                print(json.dumps(result, indent=1) if cfg.json else format_check(result), flush=True)
-    finally:
-        hwdist.shutdown()
+    """Entry point of one rank; nonzero when printing and some schedule failed its check."""
+    cfg, result = hwdist.run_rank(config, _checked, format_check)
     return 0 if (not cfg.print_result or result["ok"]) else 1
+
+
+def _checked(cfg: RunConfig, ctx) -> dict:
+    """Every rank's errors, merged (worst over ranks) into the result rank 0 reports."""
+    import torch.distributed as dist
+    torch.set_default_dtype(torch.float32)
+    rows = run_check(cfg, ctx)
+    every = [None] * ctx.world
+    dist.all_gather_object(every, rows, group=hwdist.cpu_group())
+    merged = _merge(every)
+    return {"model": cfg.model_spec().name, "tp": ctx.world, "dtype": cfg.dtype, "backend": cfg.backend,
+            "device": cfg.device, "batch": cfg.batch, "prompt_len": cfg.prompt_len, "gen_len": cfg.gen_len,
+            "ok": all(r["ok"] for r in merged), "schedules": merged}
 
 
 def _merge(per_rank: list[list[dict]]) -> list[dict]:

@@ -120,6 +120,28 @@ class RunConfig:
         return RunConfig(**kw)
 
 
+def run_rank(config: dict, body, render) -> tuple[RunConfig, dict]:
+    """One rank of `bench` or `check`: set up the process group, `body(cfg, ctx) -> result` (the
+    same result on rank 0 of every rank's work), rank 0 writes it atomically to --out and/or prints
+    it (`render(result)` for the table form), and the group is torn down whatever happens."""
+    import json
+    from sim.trace import write_json_atomic
+    cfg = RunConfig.from_dict(config)
+    if cfg.fault:
+        os.environ[FAULT_ENV] = cfg.fault
+    ctx = init_from_env(cfg.backend, cfg.device, cfg.timeout_s)
+    try:
+        result = body(cfg, ctx)
+        if ctx.rank == 0:
+            if cfg.out:
+                write_json_atomic(cfg.out, result)
+            if cfg.print_result:
+                print(json.dumps(result, indent=1) if cfg.json else render(result), flush=True)
+    finally:
+        shutdown()
+    return cfg, result
+
+
 class WorkerFailed(RuntimeError):
     """A rank died, hung past the deadline, or raised."""
 
