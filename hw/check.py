@@ -19,7 +19,6 @@ same random tokens for both), error = max|tp - ref| / max(1, max|ref|).
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 import torch.nn.functional as F
