@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import resource
+import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -122,12 +125,23 @@ def main() -> None:
               f"tpsim/GenZ time ratio {t_tpsim / t_genz:.2f}")
     except ImportError:
         print("  GenZ: not installed (pip install genz-llm)")
-    try:
-        import aiconfigurator  # noqa: F401
-        print("  AIConfigurator: importable; its CLI answers a different question (best serving config "
-              "search), so no like-for-like timing here")
-    except ImportError:
-        print("  AIConfigurator: not installed")
+    # AIConfigurator: its CLI in its own environment (it pins its own numpy/pandas stack), so both
+    # tools are timed the same way, as whole commands: `AICONFIGURATOR=/path/to/aiconfigurator`
+    aic = os.environ.get("AICONFIGURATOR") or shutil.which("aiconfigurator")
+    if aic:
+        q = ["--model-path", "meta-llama/Meta-Llama-3.1-70B", "--system", "h100_sxm", "--backend", "sglang",
+             "--estimate-mode", "static", "--isl", "1024", "--osl", "512", "--batch-size", "1", "--tp-size", "8"]
+        t_aic = timed(lambda: subprocess.run([aic, "cli", "estimate", *q], capture_output=True, check=True), 3)
+        out = subprocess.run([aic, "cli", "estimate", *q], capture_output=True, text=True).stdout
+        tpot = next((ln.split(":")[1].strip() for ln in out.splitlines() if "TPOT" in ln), "?")
+        ttft = next((ln.split(":")[1].strip() for ln in out.splitlines() if "TTFT" in ln), "?")
+        cli = [sys.executable, str(Path(__file__).resolve().parent.parent / "cli.py"), "predict", "--model",
+               "llama-3.1-70b", "--tp", "8", "--schedule", "standard", "--json"]
+        t_cli = timed(lambda: subprocess.run(cli, capture_output=True, check=True), 3)
+        print(f"  AIConfigurator CLI {t_aic * 1e3:7.0f} ms/command   TTFT {ttft}, TPOT {tpot} (sglang stack)   "
+              f"tpsim predict CLI {t_cli * 1e3:.0f} ms/command   ratio {t_cli / t_aic:.2f}")
+    else:
+        print("  AIConfigurator: not found (pip install aiconfigurator in its own venv; set AICONFIGURATOR)")
 
     if not args.quick:
         print("\nmemory over a 10,000-point sweep (one process, std+ladder)")
