@@ -72,6 +72,9 @@ def workload_options(fn):
                           "stack_defaults, else on."),
         click.option("--prefill-graphs/--no-prefill-graphs", default=None,
                      help="Prefill under CUDA graphs. Default: the profile's stack_defaults, else off."),
+        click.option("--memory-check/--no-memory-check", default=True, show_default=True,
+                     help="Refuse a workload whose per-rank weights + KV cache + activations exceed the "
+                          "profile's GPU memory."),
         click.option("--collective", default="auto", show_default=True,
                      help="Collective implementation, a table key of the profile (nccl, custom, gloo); "
                           "auto: the profile's default_impl."),
@@ -82,7 +85,7 @@ def workload_options(fn):
 
 
 def make_workload(model, tp, profile, batch, prompt_len, gen_len, gpus_per_node, dtype, head, attention, kv,
-                  prefill_logits, expand_gqa, decode_graphs, prefill_graphs, collective):
+                  prefill_logits, expand_gqa, decode_graphs, prefill_graphs, collective, memory_check=True):
     from sim.predict import Workload
     prof = load_profile(profile)
     given = dict(dtype=dtype, head=head, attention=attention, kv=kv, prefill_logits=prefill_logits,
@@ -90,7 +93,8 @@ def make_workload(model, tp, profile, batch, prompt_len, gen_len, gpus_per_node,
                  collective=None if collective == "auto" else collective)
     # what the user said wins; then what the profile's cluster runs by default; then Stack's defaults
     stack = Stack(**(prof.stack_defaults | {k: v for k, v in given.items() if v is not None}))
-    return Workload(get_model(model), tp, prof, batch, prompt_len, gen_len, stack, gpus_per_node)
+    return Workload(get_model(model), tp, prof, batch, prompt_len, gen_len, stack, gpus_per_node,
+                    memory_check=memory_check)
 
 
 @main.command()
@@ -173,9 +177,9 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
     write_json_atomic(str(out_path).rsplit(".", 1)[0] + ".json", rows)
     import os
     os.remove(checkpoint)
-    failed = sorted({r["error"] for r in rows if r["error"]})
+    failed = [r["error"] for r in rows if r["error"]]
     click.echo(f"wrote {out_path}: {len(points)} points, {len(rows)} rows"
-               + (f"; {len(failed)} kind(s) of failed point, e.g. {failed[0]}" if failed else ""))
+               + (f"; {len(failed)} point(s) could not run (see the error column), e.g. {failed[0]}" if failed else ""))
     if plot_path:
         sw.plot(rows, plot_path)
         click.echo(f"wrote {plot_path}")

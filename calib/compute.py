@@ -83,7 +83,7 @@ def time_in_passes(case: ShapeCase, device: str, dtype: str, *, trials: int, war
                    barrier=None) -> dict[tuple, list[float]]:
     """Seconds per call of each signature, timed inside repeated passes of every schedule over the
     model (collectives replaced by local stand-ins of the right shape)."""
-    from hw.memory import GIB, estimate
+    from sim.memory import GIB, estimate
     from hw.model import build_rank_model
     from hw.runner import KERNELS, Runner, _Ctx
     # All layers when the rank's shard is small enough (a CPU's caches hold one layer's weights but

@@ -29,7 +29,7 @@ import torch.distributed as dist
 from sim.schedule import build
 from hw import dist as hwdist
 from hw.dist import RunConfig
-from hw.memory import GIB, check_fits, estimate
+from sim.memory import GIB, check_fits, estimate
 from hw.model import build_rank_model
 from hw.runner import DecodeGraph, Runner
 

@@ -129,7 +129,7 @@ def _run(target: str, cfg, deadline_s: float | None) -> dict | None:
 
 def _memory_gate(cfg) -> None:
     """Refuse before starting processes when the run cannot fit (UsageFail with the numbers)."""
-    from hw.memory import GIB, DoesNotFit, check_fits, estimate
+    from sim.memory import GIB, DoesNotFit, check_fits, estimate
     est = estimate(cfg.model_spec(), cfg.tp, cfg.batch, cfg.prompt_len, cfg.gen_len, cfg.stack(), cfg.device)
     if cfg.gpu_mem_gib:
         cap, where = int(cfg.gpu_mem_gib * GIB), f"a {cfg.gpu_mem_gib:g} GiB device (--gpu-mem-gib)"

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from sim.model import ModelSpec
-from hw.memory import Placement, kv_cache_shape, local_param_shapes
+from sim.memory import Placement, kv_cache_shape, local_param_shapes
 
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 ROPE_THETA = 500_000.0          # Llama 3

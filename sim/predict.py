@@ -19,6 +19,7 @@ import numpy as np
 
 from .cost import CostModel
 from .engine import Interference, StepResult, simulate
+from .memory import GIB, check_fits, estimate
 from .model import ModelSpec
 from .profile import Profile
 from .schedule import Schedule, build, build_plan, plan_of, runs
@@ -40,6 +41,7 @@ class Workload:
     gpus_per_node: int | None = None      # None: the profile's
     comm_bw_scale: float = 1.0            # what-if: interconnect bandwidth x this
     comm_lat_scale: float = 1.0           # what-if: collective latency x this
+    memory_check: bool = True             # refuse a workload whose rank does not fit the profile's memory
 
     def __post_init__(self) -> None:
         if not (self.comm_bw_scale > 0 and self.comm_lat_scale > 0):
@@ -50,6 +52,10 @@ class Workload:
         if self.gpus_per_node is not None and self.gpus_per_node < 1:
             raise ValueError(f"gpus_per_node must be >= 1, got {self.gpus_per_node}")
         self.model.shard(self.tp)         # raises a ValueError naming valid TP degrees
+        if self.memory_check:             # a prediction for a run that cannot start is no answer
+            est = estimate(self.model, self.tp, self.batch, self.prompt_len, self.gen_len, self.stack,
+                           self.profile.device)
+            check_fits(est, int(self.profile.memory_gib * GIB), f"one {self.profile.name} GPU")
 
     @property
     def nodes(self) -> int:

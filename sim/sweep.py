@@ -69,7 +69,7 @@ def run_point(point: Point, schedules: tuple[str, ...], stack: Stack = Stack()) 
                      comm_lat_scale=point.lat_scale)
         preds = predict(w, list(schedules), record=False)
     except ValueError as e:
-        return [base | {"schedule": "", "error": str(e)}]
+        return [base | {"schedule": "", "error": str(e).splitlines()[0]}]
     return [base | p.to_dict() | {"error": ""} for p in preds]
 
 

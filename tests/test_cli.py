@@ -52,6 +52,14 @@ def test_user_errors_are_one_line_exit_2(args, msg):
     assert "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
 
 
+def test_out_of_memory_is_refused_with_the_numbers():
+    r = run("predict", "--model", "llama-3.1-405b", "--tp", "8", "--profile", "h100-sxm")
+    assert r.exit_code == 2 and "needs" in r.output and "GiB per rank" in r.output and "80.00 GiB" in r.output
+    assert "Traceback" not in r.output
+    assert run("predict", "--model", "llama-3.1-405b", "--tp", "8", "--profile", "h200-sxm", "--json").exit_code == 0
+    assert run("predict", "--model", "llama-3.1-405b", "--tp", "8", "--no-memory-check", "--json").exit_code == 0
+
+
 def test_malformed_profile(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"format": "tpsim-profile", "version": 1, "name": ')

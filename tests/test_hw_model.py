@@ -5,7 +5,7 @@ torch = pytest.importorskip("torch")
 
 import hw.model as hm  # noqa: E402
 from hw.check import Reference  # noqa: E402
-from hw.memory import Placement  # noqa: E402
+from sim.memory import Placement  # noqa: E402
 from hw.runner import Runner, make_plan  # noqa: E402
 from sim.model import get_model  # noqa: E402
 from sim.schedule import build  # noqa: E402

@@ -2,7 +2,7 @@
 import pytest
 from click.testing import CliRunner
 
-from hw.memory import GIB, DoesNotFit, Placement, check_fits, estimate, local_param_shapes
+from sim.memory import GIB, DoesNotFit, Placement, check_fits, estimate, local_param_shapes
 from sim.model import get_model
 from sim.stack import Stack
 

@@ -1,6 +1,7 @@
 """Per-rank memory: what one TP rank holds, estimated before anything is allocated.
 
-Pure arithmetic on sim shapes (no torch), so it could move to sim/ later. hw.model takes the
+Pure arithmetic on model shapes (no torch): the simulator refuses a workload that will not fit,
+and the harness checks the same estimate before it allocates. hw.model takes the
 local parameter shapes from `local_param_shapes`, so the estimate and the allocation agree
 by construction.
 """
@@ -8,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.model import ModelSpec
-from sim.stack import Stack
+from .model import ModelSpec
+from .stack import Stack
 
 GIB = 1024 ** 3
 
@@ -184,4 +185,5 @@ def check_fits(est: MemoryEstimate, capacity_bytes: int, where: str = "the devic
     raise DoesNotFit(
         f"{est.model} at TP {est.tp} needs {est.total_bytes / GIB:.2f} GiB per rank but {where} has "
         f"{capacity_bytes / GIB:.2f} GiB:\n" + "\n".join(est.lines()) +
-        "\nUse a higher TP degree, a smaller batch/prompt, or --layers K to run the first K layers.")
+        "\nUse a higher TP degree, a smaller batch/prompt, or only the first K layers "
+        "(--layers K in the harness, --model NAME[:K] in the simulator).")
