@@ -84,6 +84,11 @@ def workload_options(fn):
     return fn
 
 
+def _stderr_console():
+    from rich.console import Console
+    return Console(stderr=True)
+
+
 def make_workload(model, tp, profile, batch, prompt_len, gen_len, gpus_per_node, dtype, head, attention, kv,
                   prefill_logits, expand_gqa, decode_graphs, prefill_graphs, collective, memory_check=True):
     from sim.predict import Workload
@@ -109,7 +114,15 @@ def predict(schedules, exact, as_json, **kw):
     from sim.predict import predict as run
     w = make_workload(**kw)
     schedules = list(schedules) or list(DEFAULT_SCHEDULES)
-    preds = run(w, schedules, exact=exact, record=False)
+    if exact:       # every rank, layer and decode step: minutes for big models, so show progress
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+        passes = len(set(schedules) | {"standard"}) * w.gen_len
+        with Progress("exact", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True,
+                      disable=not sys.stderr.isatty(), console=_stderr_console()) as bar:
+            task = bar.add_task("exact", total=passes)
+            preds = run(w, schedules, exact=True, record=False, progress=lambda: bar.advance(task))
+    else:
+        preds = run(w, schedules, record=False)
     out = {"model": w.model.name, "tp": w.tp, "profile": w.profile.name, "batch": w.batch,
            "prompt_len": w.prompt_len, "gen_len": w.gen_len, "schedules": [p.to_dict() for p in preds]}
     if as_json:

@@ -14,6 +14,7 @@ Exact mode: every rank, every layer and every decode step, with the profile's ji
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Callable
 
 import numpy as np
 
@@ -97,8 +98,10 @@ class Prediction:
 class Simulator:
     """Simulates schedules of one workload; shares one cost cache across them."""
 
-    def __init__(self, workload: Workload, exact: bool = False, record: bool = True):
+    def __init__(self, workload: Workload, exact: bool = False, record: bool = True,
+                 progress: Callable[[], None] | None = None):
         self.w, self.exact, self.record = workload, exact, record
+        self.progress = progress            # called once per simulated forward pass (exact mode is slow)
         p = workload.profile
         self.cost = CostModel(p, workload.stack, workload.gpus_per_node)
         self.interference = Interference(p.compute_slowdown, p.comm_slowdown)
@@ -112,6 +115,8 @@ class Simulator:
         on the fast path, the full timeline in exact mode."""
         if self.exact:
             r = self.step(spec, step, record=False)
+            if self.progress:
+                self.progress()
             return r.duration_s, r.exposed_comm_s
         plan = plan_of(spec, self.w.model.layers)
         rs = runs(plan)
@@ -180,11 +185,13 @@ class Simulator:
         return p
 
 
-def predict(workload: Workload, schedules: list[str], exact: bool = False, record: bool = True) -> list[Prediction]:
+def predict(workload: Workload, schedules: list[str], exact: bool = False, record: bool = True,
+            progress: Callable[[], None] | None = None) -> list[Prediction]:
     """Predictions for `schedules` (in order), each with its speedup over standard.
 
-    Standard is always simulated; it is listed in the output only if asked for."""
-    sim = Simulator(workload, exact=exact, record=record)
+    Standard is always simulated; it is listed in the output only if asked for. In exact mode
+    `progress` is called after each of the (1 + len(non-standard schedules)) * gen_len passes."""
+    sim = Simulator(workload, exact=exact, record=record, progress=progress)
     for spec in schedules:                 # fail fast on a bad spec, before any simulation
         plan_of(spec, workload.model.layers)
     base = sim.predict("standard")
