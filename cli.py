@@ -72,6 +72,9 @@ def workload_options(fn):
                           "stack_defaults, else on."),
         click.option("--prefill-graphs/--no-prefill-graphs", default=None,
                      help="Prefill under CUDA graphs. Default: the profile's stack_defaults, else off."),
+        click.option("--comm-group", type=int, default=None,
+                     help="Ranks the collectives really span (default: TP). 1 predicts one rank of the TP job "
+                          "emulated on a single GPU, as `tpsim bench --tp 1 --emulate-tp TP` measures it."),
         click.option("--memory-check/--no-memory-check", default=True, show_default=True,
                      help="Refuse a workload whose per-rank weights + KV cache + activations exceed the "
                           "profile's GPU memory."),
@@ -90,7 +93,8 @@ def _stderr_console():
 
 
 def make_workload(model, tp, profile, batch, prompt_len, gen_len, gpus_per_node, dtype, head, attention, kv,
-                  prefill_logits, expand_gqa, decode_graphs, prefill_graphs, collective, memory_check=True):
+                  prefill_logits, expand_gqa, decode_graphs, prefill_graphs, collective, memory_check=True,
+                  comm_group=None):
     from sim.predict import Workload
     prof = load_profile(profile)
     given = dict(dtype=dtype, head=head, attention=attention, kv=kv, prefill_logits=prefill_logits,
@@ -99,7 +103,7 @@ def make_workload(model, tp, profile, batch, prompt_len, gen_len, gpus_per_node,
     # what the user said wins; then what the profile's cluster runs by default; then Stack's defaults
     stack = Stack(**(prof.stack_defaults | {k: v for k, v in given.items() if v is not None}))
     return Workload(get_model(model), tp, prof, batch, prompt_len, gen_len, stack, gpus_per_node,
-                    memory_check=memory_check)
+                    memory_check=memory_check, comm_group=comm_group)
 
 
 @main.command()

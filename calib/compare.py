@@ -87,14 +87,16 @@ def workload_of(measured: dict, profile) -> Workload:
                   prefill_logits=st.get("prefill_logits", "all"), expand_gqa=st.get("expand_gqa", True),
                   prefill_graphs=False, decode_graphs=bool(st.get("decode_graphs", False)),
                   collective=env.get("backend", "nccl"))
+    emulated = measured.get("emulated")          # one rank of a TP job on one device (bench --emulate-tp)
     return Workload(model, int(measured["tp"]), profile, int(measured["batch"]), int(measured["prompt_len"]),
-                    int(measured["gen_len"]), stack)
+                    int(measured["gen_len"]), stack, comm_group=int(emulated["ranks"]) if emulated else None)
 
 
 def check_profile_covers(w: Workload) -> None:
     """The profile must price this workload's collectives with the harness's implementation."""
     impl = w.stack.collective
-    if w.tp > 1 and not any(t.impl == impl for t in w.profile.collective_tables):
+    group = w.comm_group or w.tp
+    if group > 1 and not any(t.impl == impl for t in w.profile.collective_tables):
         have = sorted({t.impl for t in w.profile.collective_tables}) or ["none"]
         raise CompareError(f"profile {w.profile.name} has no collective tables for {impl!r} "
                            f"(it has: {', '.join(have)}); calibrate with --backend {impl} first")

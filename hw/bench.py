@@ -58,9 +58,9 @@ def _sync(cfg: RunConfig) -> None:
 
 def run_bench(cfg: RunConfig, ctx: hwdist.DistContext) -> dict:
     model, stack = cfg.model_spec(), cfg.stack()
-    tp = ctx.world
-    if cfg.tp != tp:
-        raise ValueError(f"--tp {cfg.tp} but {tp} processes were started")
+    if cfg.tp != ctx.world:
+        raise ValueError(f"--tp {cfg.tp} but {ctx.world} processes were started")
+    tp = cfg.model_tp            # shard shapes and schedules; collectives run over the started processes
     est = estimate(model, tp, cfg.batch, cfg.prompt_len, cfg.gen_len, stack, cfg.device)
     cap, where = capacity_bytes(cfg, tp)
     check_fits(est, cap, where)
@@ -111,7 +111,7 @@ def run_bench(cfg: RunConfig, ctx: hwdist.DistContext) -> dict:
         for s in specs[k:] + specs[:k]:                   # interleaved, rotating the start
             samples[s].append(generation(s))
     records = {s: _recorded_passes(runner, plans[s], prompt, cfg, cpu) for s in specs}
-    everything = [None] * tp
+    everything = [None] * ctx.world
     dist.all_gather_object(everything, {"samples": samples, "records": records, "env": _rank_env(ctx)},
                            group=cpu)
     return assemble(cfg, model.name, specs, everything, est.to_dict())
@@ -178,7 +178,8 @@ def assemble(cfg: RunConfig, model_name: str, specs: list[str], per_rank: list[d
     std = rows[0]["tokens_per_s"]
     for r in rows:
         r["speedup"] = r["tokens_per_s"] / std
-    return {"model": model_name, "tp": cfg.tp, "profile": "measured", "batch": cfg.batch,
+    emulated = {"emulated": {"tp": cfg.emulate_tp, "ranks": cfg.tp}} if cfg.emulate_tp else {}
+    return emulated | {"model": model_name, "tp": cfg.model_tp, "profile": "measured", "batch": cfg.batch,
             "prompt_len": cfg.prompt_len, "gen_len": cfg.gen_len, "dtype": cfg.dtype,
             "stack": {k: getattr(cfg, k) for k in ("head", "attention", "kv", "prefill_logits",
                                                     "expand_gqa", "decode_graphs", "compile")},

@@ -57,6 +57,9 @@ def _common(f):
         click.option("--deadline-s", type=float, default=None, help="bound on the whole run (launcher kills all)"),
         click.option("--json", "as_json", is_flag=True, help="print the result as JSON"),
         click.option("--out", type=click.Path(dir_okay=False), default=None, help="write the result JSON here"),
+        click.option("--emulate-tp", type=int, default=None,
+                     help="with --tp 1: run rank 0 of a TP-N job on one device (its shard shapes; collectives "
+                          "over the 1-process group), e.g. one rank of llama-3.1-70b at TP 8 on a single GPU"),
         click.option("--fault", default=None, hidden=True, help="test hook RANK:PHASE:exit|hang"),
     ]
     for o in reversed(opts):
@@ -82,6 +85,9 @@ def _config(kind: str, **kw):
     if kw.get("decode_graphs", False) is None:
         kw["decode_graphs"] = device == "cuda" and kw["kv"] == "static"
     as_json = kw.pop("as_json")
+    if kind == "check" and kw.get("emulate_tp"):
+        raise UsageFail("--emulate-tp is for bench: a lone rank's output is a partial sum, so there is "
+                        "nothing to check against the reference")
     try:
         cfg = RunConfig(device=device, backend=backend, dtype=dtype, schedules=tuple(schedules),
                         json=as_json, **kw)
@@ -130,7 +136,7 @@ def _run(target: str, cfg, deadline_s: float | None) -> dict | None:
 def _memory_gate(cfg) -> None:
     """Refuse before starting processes when the run cannot fit (UsageFail with the numbers)."""
     from sim.memory import GIB, DoesNotFit, check_fits, estimate
-    est = estimate(cfg.model_spec(), cfg.tp, cfg.batch, cfg.prompt_len, cfg.gen_len, cfg.stack(), cfg.device)
+    est = estimate(cfg.model_spec(), cfg.model_tp, cfg.batch, cfg.prompt_len, cfg.gen_len, cfg.stack(), cfg.device)
     if cfg.gpu_mem_gib:
         cap, where = int(cfg.gpu_mem_gib * GIB), f"a {cfg.gpu_mem_gib:g} GiB device (--gpu-mem-gib)"
     elif cfg.device == "cuda":

@@ -63,6 +63,8 @@ class RunConfig:
     print_result: bool = False         # rank 0 prints the result (torchrun mode)
     json: bool = False
     fault: str | None = None           # test hook, see FAULT_ENV
+    emulate_tp: int | None = None      # one process runs rank 0 of a TP-`emulate_tp` job (its shard
+                                       # shapes); collectives go over the 1-process group
 
     def __post_init__(self) -> None:
         for f in ("tp", "batch", "prompt_len", "gen_len", "repeats"):
@@ -80,6 +82,9 @@ class RunConfig:
             raise ValueError("--backend nccl needs --device cuda (use gloo on CPU)")
         if self.decode_graphs and self.device != "cuda":
             raise ValueError("CUDA graphs need --device cuda")
+        if self.emulate_tp is not None and (self.emulate_tp < 1 or self.tp != 1):
+            raise ValueError(f"--emulate-tp {self.emulate_tp} runs one process (--tp 1) as rank 0 of a TP "
+                             f"job of that degree; got --tp {self.tp}")
         self.stack()
 
     def model_spec(self) -> ModelSpec:
@@ -98,13 +103,18 @@ class RunConfig:
         dec = Step.decode(self.batch, self.prompt_len, self.gen_len, 1, st) if self.gen_len > 1 else None
         return pre, dec
 
+    @property
+    def model_tp(self) -> int:
+        """The TP degree whose shards and schedules run (the emulated one, if any)."""
+        return self.emulate_tp or self.tp
+
     def validate(self) -> None:
         """Raise ValueError for anything the user got wrong, before processes start."""
         m = self.model_spec()
-        m.shard(self.tp)
+        m.shard(self.model_tp)
         pre, _ = self.steps()
         for s in self.schedules:
-            build(s, m, self.tp, pre, self.stack())
+            build(s, m, self.model_tp, pre, self.stack())
 
     def to_dict(self) -> dict:
         d = asdict(self)

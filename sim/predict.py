@@ -43,6 +43,8 @@ class Workload:
     comm_bw_scale: float = 1.0            # what-if: interconnect bandwidth x this
     comm_lat_scale: float = 1.0           # what-if: collective latency x this
     memory_check: bool = True             # refuse a workload whose rank does not fit the profile's memory
+    comm_group: int | None = None         # ranks the collectives really span (1: one rank of a TP job
+                                          # emulated on one GPU, as `tpsim bench --emulate-tp`); None: tp
 
     def __post_init__(self) -> None:
         if not (self.comm_bw_scale > 0 and self.comm_lat_scale > 0):
@@ -50,6 +52,8 @@ class Workload:
         for name in ("batch", "prompt_len", "gen_len"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.comm_group is not None and not 1 <= self.comm_group <= self.tp:
+            raise ValueError(f"comm_group must be in 1..{self.tp}, got {self.comm_group}")
         if self.gpus_per_node is not None and self.gpus_per_node < 1:
             raise ValueError(f"gpus_per_node must be >= 1, got {self.gpus_per_node}")
         self.model.shard(self.tp)         # raises a ValueError naming valid TP degrees
@@ -142,6 +146,8 @@ class Simulator:
     def comm_s(self, op, phase: str) -> float:
         """A collective's time, with the workload's what-if link scaling applied:
         lat_scale * t(0 bytes) + (t - t(0 bytes)) / bw_scale."""
+        if self.w.comm_group is not None:
+            op = replace(op, attrs=tuple((k, self.w.comm_group if k == "group" else v) for k, v in op.attrs))
         t = self.cost.comm_s(op, phase)
         bw, lat = self.w.comm_bw_scale, self.w.comm_lat_scale
         if bw == 1.0 and lat == 1.0:

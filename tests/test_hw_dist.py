@@ -77,6 +77,20 @@ def test_bench_json_records_match_ir(tmp_path):
                 assert all(x["end_s"] >= x["start_s"] >= 0 for x in recs)
 
 
+def test_emulated_rank_runs_tp_shapes_on_one_process():
+    # one process as rank 0 of a TP-4 job: its shard shapes, collectives over the 1-process group
+    res = CliRunner().invoke(bench_cmd, [*SMALL, "--tp", "1", "--emulate-tp", "4", "--schedule", "ladder",
+                                         "--repeats", "1", "--warmup", "0", "--json"])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    assert d["tp"] == 4 and d["emulated"] == {"tp": 4, "ranks": 1} and d["env"]["world_size"] == 1
+    ir = build("ladder", get_model("tiny"), 4, Step.decode(1, 16, 9, 1, Stack()), Stack())
+    recs = next(r for r in d["schedules"] if r["schedule"] == "ladder")["records"]
+    assert {x["op"] for x in recs if x["phase"] == "decode" and x["stream"] == "comm"} == {o.name for o in ir.collectives}
+    bad = CliRunner().invoke(bench_cmd, [*SMALL, "--tp", "2", "--emulate-tp", "4"])
+    assert bad.exit_code == 2 and "--emulate-tp 4 runs one process" in bad.output
+
+
 def test_rank_death_ends_run_quickly():
     t = time.monotonic()
     res = CliRunner().invoke(bench_cmd, [*SMALL, "--tp", "2", "--repeats", "1", "--timeout-s", "60",

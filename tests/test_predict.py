@@ -88,3 +88,18 @@ def test_multi_node_costs_more():
     one = predict(Workload(m, 16, H100, gpus_per_node=16, prompt_len=128, gen_len=4), ["standard"])[0]
     two = predict(Workload(m, 16, H100, prompt_len=128, gen_len=4), ["standard"])[0]
     assert two.decode_s >= one.decode_s
+
+
+def test_comm_group_one_prices_emulated_rank():
+    # one rank of a TP8 job on one GPU: no peer to wait for; a measured group-1 table is used when present
+    import dataclasses
+    from sim.profile import CollectiveTable
+    m = get_model("llama-3.1-8b")
+    emu = by_name(predict(Workload(m, 8, H100, prompt_len=64, gen_len=4, comm_group=1), ["standard", "ladder"]))
+    assert emu["standard"].exposed_comm_s == 0 and emu["ladder"].speedup == pytest.approx(1.0)
+    one = CollectiveTable("all_reduce", 1, "node", "graph", "nccl", (1024.0, 1 << 20), (5e-6, 6e-6), "test")
+    prof = dataclasses.replace(H100, collective_tables=(one,) + H100.collective_tables)
+    timed = by_name(predict(Workload(m, 8, prof, prompt_len=64, gen_len=4, comm_group=1), ["standard"]))
+    assert timed["standard"].decode_s > emu["standard"].decode_s
+    with pytest.raises(ValueError, match="comm_group"):
+        Workload(m, 8, H100, comm_group=9)
