@@ -54,6 +54,8 @@ def calibrate_cmd(backend, nproc, models, tps, batches, prompts, gens, quick, ou
     """Measure collectives, the exact compute ops of the schedules and their overlap on this
     machine; write a profile (raw points kept beside the fits). Rerun the same command to resume
     an interrupted calibration (state in OUT.state.json)."""
+    from hw.commands import require_torch
+    require_torch("calibrate")
     from calib.run import CalibConfig, CalibrationStopped, calibrate, run_here
     opts = {k: v for k, v in kw.items() if v not in (None, ())}
     for src_, dst in (("kvs", "kvs"), ("attentions", "attentions"), ("heads", "heads"),

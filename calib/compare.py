@@ -379,6 +379,9 @@ class _Fail(click.ClickException):
 def compare_cmd(backend, device, nproc, quick, profile_arg, models, tps, batches, prompt_len, gen_len, schedules,
                 repeats, measured_files, out_dir, timeout_s):
     """Run the harness and the simulator on the same grid and report where the prediction is right."""
+    if not measured_files:                  # the harness runs here (and calibration, without --profile)
+        from hw.commands import require_torch
+        require_torch("compare")
     device = device or ("cpu" if backend == "gloo" else "cuda")
     models = models or (QUICK_MODELS if quick or not measured_files else ())
     prompt_len = prompt_len or (32 if quick else 128)

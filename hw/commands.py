@@ -26,6 +26,14 @@ class UsageFail(click.ClickException):
     exit_code = 2
 
 
+def require_torch(command: str) -> None:
+    """A clear error, before any process starts, when the [hw] extra (PyTorch) is missing."""
+    import importlib.util
+    if importlib.util.find_spec("torch") is None:
+        raise UsageFail(f"tpsim {command} runs real PyTorch process groups and needs torch: "
+                        f"pip install 'tpsim[hw]' (on a CPU-only machine: pip install torch==2.13.0 first)")
+
+
 def _under_torchrun() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
@@ -162,6 +170,7 @@ def _memory_gate(cfg) -> None:
 @click.option("--gpu-mem-gib", type=float, default=None, help="per-rank memory to plan against [default: the device's]")
 def bench_cmd(deadline_s, compile_, **kw):
     """Measure tokens/s of each schedule (interleaved repeats; standard always included)."""
+    require_torch("bench")
     cfg = _config("bench", compile=compile_, deadline_s=deadline_s, **kw)
     _memory_gate(cfg)
     result = _run("hw.bench:worker", cfg, deadline_s)
@@ -177,6 +186,7 @@ def bench_cmd(deadline_s, compile_, **kw):
 @_common
 def check_cmd(deadline_s, **kw):
     """Numerics: each schedule's TP output vs its single-process reference (nonzero exit on failure)."""
+    require_torch("check")
     cfg = _config("check", deadline_s=deadline_s, **kw)
     result = _run("hw.check:worker", cfg, deadline_s)
     if result is None:
