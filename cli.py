@@ -31,6 +31,8 @@ def user_errors(fn):
             return fn(*a, **kw)
         except (ValueError, ProfileError) as e:
             raise TpsimError(str(e)) from None
+        except OSError as e:                  # an output path that cannot be written, a missing file
+            raise TpsimError(f"cannot use {e.filename}: {e.strerror}") from None
     return wrapper
 
 
@@ -57,16 +59,21 @@ def workload_options(fn):
                      help="GPUs per node (default: the profile's); TP beyond it spans nodes."),
         click.option("--dtype", type=click.Choice(list(DTYPE_BYTES)), default=None,
                      help="Default: the profile's stack_defaults, else fp16."),
-        click.option("--head", type=click.Choice(HEADS), default="replicated", show_default=True,
-                     help="LM head replicated on every rank, or split over the vocabulary + all-gather."),
-        click.option("--attention", type=click.Choice(ATTENTION_IMPLS), default="math", show_default=True,
-                     help="Attention kernel: math SDPA (materialized scores) or fused flash."),
-        click.option("--kv", type=click.Choice(DECODE_KV), default="static", show_default=True,
-                     help="Attention reads the whole static KV cache (masked) or only its filled part."),
-        click.option("--prefill-logits", type=click.Choice(PREFILL_LOGITS), default="all", show_default=True,
-                     help="Logits for every prompt position, or only the last."),
-        click.option("--expand-gqa/--no-expand-gqa", default=True, show_default=True,
-                     help="Repeat K/V heads to the query head count before attention."),
+        click.option("--head", type=click.Choice(HEADS), default=None,
+                     help="LM head replicated on every rank, or split over the vocabulary + all-gather. "
+                          "Default: the profile's stack_defaults, else replicated."),
+        click.option("--attention", type=click.Choice(ATTENTION_IMPLS), default=None,
+                     help="Attention kernel: math SDPA (materialized scores) or fused flash. Default: the "
+                          "profile's stack_defaults, else math."),
+        click.option("--kv", type=click.Choice(DECODE_KV), default=None,
+                     help="Attention reads the whole static KV cache (masked) or only its filled part. "
+                          "Default: the profile's stack_defaults, else static."),
+        click.option("--prefill-logits", type=click.Choice(PREFILL_LOGITS), default=None,
+                     help="Logits for every prompt position, or only the last. Default: the profile's "
+                          "stack_defaults, else all."),
+        click.option("--expand-gqa/--no-expand-gqa", default=None,
+                     help="Repeat K/V heads to the query head count before attention. Default: the "
+                          "profile's stack_defaults, else on."),
         click.option("--decode-graphs/--no-decode-graphs", default=None,
                      help="Decode under CUDA graphs (torch.compile reduce-overhead). Default: the profile's "
                           "stack_defaults, else on."),
@@ -102,6 +109,10 @@ def make_workload(model, tp, profile, batch, prompt_len, gen_len, gpus_per_node,
                  collective=None if collective == "auto" else collective)
     # what the user said wins; then what the profile's cluster runs by default; then Stack's defaults
     stack = Stack(**(prof.stack_defaults | {k: v for k, v in given.items() if v is not None}))
+    impls = sorted({t.impl for t in prof.collective_tables} | {prof.default_impl, "nccl", "auto"})
+    if stack.collective not in impls:
+        raise ValueError(f"profile {prof.name} has no collective implementation {stack.collective!r}; "
+                         f"choose from: {', '.join(impls)}")
     return Workload(get_model(model), tp, prof, batch, prompt_len, gen_len, stack, gpus_per_node,
                     memory_check=memory_check, comm_group=comm_group)
 
@@ -175,6 +186,14 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
     """What-if grid from the simulator alone: models x TP x batch x profile x link scaling -> CSV (+ plot)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
     from sim import sweep as sw
+    if jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {jobs}")
+    for name, v in (("--prompt", prompt_len), ("--gen", gen_len), ("--batch", min(batches)), ("--tp", min(tps))):
+        if v < 1:
+            raise ValueError(f"{name} must be >= 1, got {v}")
+    for name, vs in (("--bw-scale", bw_scales), ("--lat-scale", lat_scales)):
+        if min(vs) <= 0:
+            raise ValueError(f"{name} must be positive, got {min(vs)}")
     for p in profiles_:
         load_profile(p)                       # a bad profile fails before any work
     for m in models:
@@ -190,12 +209,15 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
         task = bar.add_task("sweep", total=len(points))
         rows = sw.sweep(points, scheds, jobs=jobs, checkpoint=checkpoint,
                         progress=lambda done, total: bar.update(task, completed=done))
+    from pathlib import Path
+    json_path = Path(out_path).with_suffix(".json")
+    if json_path == Path(out_path):
+        json_path = Path(f"{out_path}.json")
     sw.write_text_atomic(out_path, sw.to_csv(rows))
-    write_json_atomic(str(out_path).rsplit(".", 1)[0] + ".json", rows)
-    import os
-    os.remove(checkpoint)
+    write_json_atomic(json_path, rows)
+    Path(checkpoint).unlink(missing_ok=True)
     failed = [r["error"] for r in rows if r["error"]]
-    click.echo(f"wrote {out_path}: {len(points)} points, {len(rows)} rows"
+    click.echo(f"wrote {out_path} (and {json_path}): {len(points)} points, {len(rows)} rows"
                + (f"; {len(failed)} point(s) could not run (see the error column), e.g. {failed[0]}" if failed else ""))
     if plot_path:
         sw.plot(rows, plot_path)
@@ -218,6 +240,8 @@ def show(model, spec, tp, layer, phase, batch, prompt_len, gen_len):
     from rich.table import Table
     m = get_model(model)
     stack = Stack()
+    if phase == "decode" and gen_len < 2:
+        raise ValueError("a decode step needs --gen >= 2 (the prefill makes token 1); or --phase prefill")
     step = (Step.prefill(batch, prompt_len, gen_len, stack) if phase == "prefill"
             else Step.decode(batch, prompt_len, gen_len, 1, stack))
     s = build(spec, m, tp, step, stack)
@@ -263,21 +287,17 @@ def _ranges(xs) -> str:
 @user_errors
 def trace(spec, ranks, out_path, **kw):
     """Write a Chrome/Perfetto trace of one prefill and one decode step (a track per rank and stream)."""
-    from sim.engine import Interference, simulate
-    from sim.cost import CostModel
+    from sim.predict import Simulator
     w = make_workload(**kw)
     ranks = w.tp if ranks is None else ranks
     if not 1 <= ranks <= w.tp:
         raise ValueError(f"--ranks must be in 1..{w.tp}")
-    cost = CostModel(w.profile, w.stack, w.gpus_per_node)
-    inter = Interference(w.profile.compute_slowdown, w.profile.comm_slowdown)
+    sim = Simulator(w, exact=True, record=True, ranks=ranks)
     records, offset = [], 0.0
     steps = [w.prefill_step()] + ([w.decode_step(1)] if w.gen_len > 1 else [])
     summary = []
     for step in steps:
-        res = simulate(w.schedule(spec, step),
-                       lambda op, ph=step.phase: cost.comm_s(op, ph) if op.is_comm else cost.compute_s(op, ph),
-                       ranks=ranks, interference=inter)
+        res = sim.step(spec, step)
         records += [r.__class__(r.op, r.rank, r.stream, r.start_s + offset, r.end_s + offset, r.phase, r.kind)
                     for r in res.records]
         summary.append(f"{step.phase} {res.duration_s * 1e3:.3f} ms (exposed comm {res.exposed_comm_s * 1e3:.3f} ms)")

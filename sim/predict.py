@@ -49,9 +49,17 @@ class Workload:
     def __post_init__(self) -> None:
         if not (self.comm_bw_scale > 0 and self.comm_lat_scale > 0):
             raise ValueError("bandwidth and latency scales must be positive")
-        for name in ("batch", "prompt_len", "gen_len"):
+        for name, flag in (("batch", "--batch"), ("prompt_len", "--prompt"), ("gen_len", "--gen")):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise ValueError(f"{name} ({flag}) must be >= 1, got {getattr(self, name)}")
+        if self.stack.dtype not in self.profile.peak_flops:
+            raise ValueError(f"profile {self.profile.name} has no matrix peak for {self.stack.dtype} "
+                             f"(compute.matmul_tflops has: {', '.join(self.profile.peak_flops)}); choose --dtype "
+                             f"from those or add it to the profile")
+        if (self.gpus_per_node is not None and self.profile.topology is not None
+                and self.gpus_per_node > self.profile.gpus_per_node):
+            raise ValueError(f"profile {self.profile.name} describes nodes of {self.profile.gpus_per_node} GPUs; "
+                             f"--gpus-per-node {self.gpus_per_node} needs a profile of such nodes")
         if self.comm_group is not None and not 1 <= self.comm_group <= self.tp:
             raise ValueError(f"comm_group must be in 1..{self.tp}, got {self.comm_group}")
         if self.gpus_per_node is not None and self.gpus_per_node < 1:
@@ -103,8 +111,9 @@ class Simulator:
     """Simulates schedules of one workload; shares one cost cache across them."""
 
     def __init__(self, workload: Workload, exact: bool = False, record: bool = True,
-                 progress: Callable[[], None] | None = None):
+                 progress: Callable[[], None] | None = None, ranks: int | None = None):
         self.w, self.exact, self.record = workload, exact, record
+        self.ranks = ranks or (workload.tp if exact else 1)      # simulated ranks (a trace may show fewer)
         self.progress = progress            # called once per simulated forward pass (exact mode is slow)
         p = workload.profile
         self.cost = CostModel(p, workload.stack, workload.gpus_per_node)
@@ -162,9 +171,8 @@ class Simulator:
         def op_time(op):
             return self.comm_s(op, phase) if op.is_comm else cost.compute_s(op, phase)
 
-        ranks = self.w.tp if self.exact else 1
         jitter = self.w.profile.jitter_s if self.exact else 0.0
-        return simulate(sched, op_time, ranks=ranks, interference=self.interference, jitter_s=jitter,
+        return simulate(sched, op_time, ranks=self.ranks, interference=self.interference, jitter_s=jitter,
                         record=record)
 
     def predict(self, spec: str) -> Prediction:

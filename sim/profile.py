@@ -26,6 +26,7 @@ from .topology import INTRA_KINDS, LINK_CLASSES, NcclLatency, TopologySpec
 FORMAT, VERSION = "tpsim-profile", 1
 SCOPES = ("node", "net")          # collective within one node, or spanning nodes
 MODES = ("eager", "graph")        # collective launched eagerly or replayed in a CUDA graph
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
 
 
 class ProfileError(ValueError):
@@ -159,7 +160,12 @@ def read_raw(name_or_path: str, _seen: tuple = ()) -> tuple[dict, Path]:
         raise ProfileError(f"profile {path}: field 'version' must be {VERSION}, got {data.get('version')!r}")
     base = data.get("extends")
     if base:
-        base_data, _ = read_raw(base, _seen + (str(path.resolve()),))
+        if not isinstance(base, str):
+            raise ProfileError(f"profile {path}: field 'extends' must name a profile, got {base!r}")
+        try:
+            base_data, _ = read_raw(base, _seen + (str(path.resolve()),))
+        except ProfileError as e:
+            raise ProfileError(f"profile {path}: field 'extends': {e}") from None
         data = merge(base_data, data)
     return data, path
 
@@ -223,7 +229,7 @@ def describe(name_or_path: str) -> list[tuple[str, str, str]]:
 def parse(data: dict, where: str = "<profile>") -> Profile:
     g = _Getter(data, where)
     name = g.str_("name")
-    peak = {dt: g.num(f"compute.matmul_tflops.{dt}") * 1e12 for dt in g.obj("compute.matmul_tflops")}
+    peak = {dt: g.num(f"compute.matmul_tflops.{dt}", positive=True) * 1e12 for dt in g.obj("compute.matmul_tflops")}
     if not peak:
         raise ProfileError(f"profile {where}: field 'compute.matmul_tflops' needs at least one dtype")
     topology = g.topology(int(g.num("gpus_per_node", positive=True))) if "topology" in data else None
@@ -254,7 +260,7 @@ def parse(data: dict, where: str = "<profile>") -> Profile:
         mem_bytes_per_s=g.num("compute.memory_gbps", positive=True) * 1e9,
         gemm_efficiency=g.curve("compute.gemm_efficiency", "flops"),
         memory_efficiency=g.curve("compute.memory_efficiency", "bytes"),
-        launch_s={m: g.num(f"compute.launch_us.{m}") * 1e-6 for m in MODES},
+        launch_s={m: g.num(f"compute.launch_us.{m}", min_=0.0) * 1e-6 for m in MODES},
         compute_points=g.compute_points(),
         collective_tables=g.collective_tables(),
         link_models=links,
@@ -443,13 +449,20 @@ class _Getter:
 
     def collective_tables(self) -> tuple[CollectiveTable, ...]:
         out = []
-        for ti, t in enumerate(self.get("collectives.tables", [])):
+        tables = self.get("collectives.tables", [])
+        if not isinstance(tables, list):
+            self.fail("collectives.tables", "must be a list of tables")
+        for ti, t in enumerate(tables):
             p = f"collectives.tables[{ti}]"
             if not isinstance(t, dict):
                 self.fail(p, "must be an object")
             for key in ("collective", "group", "scope", "mode", "bytes", "time_us", "source"):
                 if key not in t:
                     self.fail(f"{p}.{key}", "is missing")
+            if t["collective"] not in COLLECTIVES:
+                self.fail(f"{p}.collective", f"must be one of {COLLECTIVES}, got {t['collective']!r}")
+            if isinstance(t["group"], bool) or not isinstance(t["group"], int) or t["group"] < 1:
+                self.fail(f"{p}.group", f"must be a positive integer (ranks in the group), got {t['group']!r}")
             if t["scope"] not in SCOPES:
                 self.fail(f"{p}.scope", f"must be one of {SCOPES}")
             if t["mode"] not in MODES:

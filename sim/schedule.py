@@ -12,6 +12,7 @@ Dataflow of each schedule: ../shared/reference/FACTS.md §1.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from .model import ModelSpec, Shard
@@ -338,16 +339,17 @@ def parse_schedule(spec: str, n_layers: int) -> tuple[str, dict]:
 
 
 def _spd_layers(spec: str, arg: str, n_layers: int) -> tuple[int, ...]:
-    list_form = "," in arg or "-" in arg or arg.startswith("[")
-    if not list_form:
-        try:
-            frac = float(arg)
-        except ValueError:
-            raise ValueError(f"bad spd spec {spec!r}; use spd:F with 0<=F<=1 or spd:3,5,7") from None
+    try:
+        frac = float(arg)                       # a fraction of blocks, counted from the top
+    except ValueError:
+        frac = None
+    if frac is not None:
         if not 0.0 <= frac <= 1.0:
-            raise ValueError(f"spd fraction must be within 0..1, got {frac}")
-        k = round(frac * n_layers)
-        return tuple(range(n_layers - k, n_layers))          # counted from the top block down
+            raise ValueError(f"spd fraction must be within 0..1, got {arg} (a layer list is spd:3,5,9-12)")
+        k = math.floor(frac * n_layers + 0.5)   # round half up: spd:0.5 of 5 blocks is 3, not 2
+        if frac > 0 and k == 0:
+            raise ValueError(f"spd:{arg} of {n_layers} blocks rounds to none; use a larger fraction or a layer list")
+        return tuple(range(n_layers - k, n_layers))
     out: set[int] = set()
     for part in arg.strip("[]").split(","):
         part = part.strip()
@@ -355,13 +357,17 @@ def _spd_layers(spec: str, arg: str, n_layers: int) -> tuple[int, ...]:
             continue
         try:
             lo, _, hi = part.partition("-")
-            rng = range(int(lo), int(hi or lo) + 1)
+            lo_i, hi_i = int(lo), int(hi or lo)
         except ValueError:
-            raise ValueError(f"bad spd layer list {spec!r}; use e.g. spd:3,5,9-12") from None
-        for i in rng:
+            raise ValueError(f"bad spd spec {spec!r}; use spd:F (0<=F<=1) or a layer list like spd:3,5,9-12") from None
+        if hi_i < lo_i:
+            raise ValueError(f"empty spd layer range {part!r} in {spec!r}; write low-high")
+        for i in range(lo_i, hi_i + 1):
             if not 0 <= i < n_layers:
                 raise ValueError(f"spd layer {i} outside 0..{n_layers - 1}")
             out.add(i)
+    if not out:
+        raise ValueError(f"spd layer list {spec!r} names no layer")
     return tuple(sorted(out))
 
 

@@ -45,10 +45,6 @@ class Point:
     bw_scale: float = 1.0
     lat_scale: float = 1.0
 
-    @property
-    def key(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
-
 
 def grid(models: Iterable[str], tps: Iterable[int], batches: Iterable[int], profiles: Iterable[str],
          prompt_len: int = 1024, gen_len: int = 512, bw_scales: Iterable[float] = (1.0,),
@@ -73,8 +69,13 @@ def run_point(point: Point, schedules: tuple[str, ...], stack: Stack = Stack()) 
     return [base | p.to_dict() | {"error": ""} for p in preds]
 
 
+def point_key(point: Point, schedules: tuple[str, ...], stack: Stack) -> str:
+    """What a finished point in a checkpoint stands for: the point, the schedules and the stack."""
+    return json.dumps({**asdict(point), "schedules": list(schedules), "stack": asdict(stack)}, sort_keys=True)
+
+
 def _run_chunk(points: list[Point], schedules: tuple[str, ...], stack: Stack) -> list[tuple[str, list[dict]]]:
-    return [(p.key, run_point(p, schedules, stack)) for p in points]
+    return [(point_key(p, schedules, stack), run_point(p, schedules, stack)) for p in points]
 
 
 def sweep(points: list[Point], schedules: tuple[str, ...], stack: Stack = Stack(), jobs: int = 1,
@@ -83,7 +84,8 @@ def sweep(points: list[Point], schedules: tuple[str, ...], stack: Stack = Stack(
     """All rows of the grid, in grid order. With `checkpoint`, finished points are read back
     from it and skipped, and every newly finished point is appended to it at once."""
     done: dict[str, list[dict]] = read_checkpoint(checkpoint) if checkpoint else {}
-    todo = [p for p in points if p.key not in done]
+    keys = {p: point_key(p, schedules, stack) for p in points}
+    todo = [p for p in points if keys[p] not in done]
     total, finished = len(points), len(points) - len(todo)
     if progress:
         progress(finished, total)
@@ -105,7 +107,7 @@ def sweep(points: list[Point], schedules: tuple[str, ...], stack: Stack = Stack(
 
         if jobs <= 1 or len(todo) < 2:
             for p in todo:
-                record(p.key, run_point(p, schedules, stack))
+                record(keys[p], run_point(p, schedules, stack))
         else:
             # chunks amortize process start-up; several per worker keep the progress bar moving
             size = max(1, min(64, len(todo) // (jobs * 4)))
@@ -118,7 +120,7 @@ def sweep(points: list[Point], schedules: tuple[str, ...], stack: Stack = Stack(
     finally:
         if sink:
             sink.close()
-    return [row for p in points for row in done[p.key]]
+    return [row for p in points for row in done[keys[p]]]
 
 
 def read_checkpoint(path: str | os.PathLike) -> dict[str, list[dict]]:

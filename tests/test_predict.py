@@ -84,10 +84,17 @@ def test_workload_validation():
 
 
 def test_multi_node_costs_more():
-    m = get_model("llama-3.1-405b")
-    one = predict(Workload(m, 16, H100, gpus_per_node=16, prompt_len=128, gen_len=4), ["standard"])[0]
-    two = predict(Workload(m, 16, H100, prompt_len=128, gen_len=4), ["standard"])[0]
-    assert two.decode_s >= one.decode_s
+    m = get_model("llama-3.1-70b")
+    one = predict(Workload(m, 8, H100, prompt_len=128, gen_len=4), ["standard"])[0]
+    two = predict(Workload(m, 8, H100, gpus_per_node=4, prompt_len=128, gen_len=4), ["standard"])[0]
+    assert two.decode_s > one.decode_s and two.prefill_s > one.prefill_s
+    with pytest.raises(ValueError, match="nodes of 8 GPUs"):
+        Workload(m, 16, H100, gpus_per_node=16)
+
+
+def test_dtype_needs_a_peak_in_the_profile():
+    with pytest.raises(ValueError, match="no matrix peak for fp32"):
+        Workload(get_model("llama-3.1-8b"), 2, H100, stack=Stack(dtype="fp32"))
 
 
 def test_comm_group_one_prices_emulated_rank():

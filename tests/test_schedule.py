@@ -88,7 +88,8 @@ def test_spd_specs():
 @pytest.mark.parametrize("spec, msg", [
     ("nope", "unknown schedule"), ("spd", "spd needs an argument"), ("spd:1.5", "within 0..1"),
     ("spd:3,99", "outside 0..7"), ("ladder:x", "bad ladder"), ("ladder:9", "1 <= K <= 8"),
-    ("parallel:2", "takes no argument")])
+    ("parallel:2", "takes no argument"), ("spd:5-3", "empty spd layer range"), ("spd:0.01", "rounds to none"),
+    ("spd:-0.5", "within 0..1"), ("spd:[]", "names no layer")])
 def test_bad_specs(spec, msg):
     with pytest.raises(ValueError, match=msg):
         sched(spec)

@@ -25,14 +25,18 @@ def test_resume_skips_finished_points(tmp_path):
     pts = sw.grid(["llama-3.2-1b"], [2, 4, 8], [1], ["h100-sxm"], 128, 8)
     ck = tmp_path / "ck.jsonl"
     # a checkpoint holding point 0 with a sentinel value, then a torn line (killed mid-write)
-    sentinel = [dict(json.loads(pts[0].key), schedule="standard", tokens_per_s=-1.0, error="")]
-    ck.write_text(json.dumps({"key": pts[0].key, "rows": sentinel}) + "\n" + '{"key": "torn')
+    key0 = sw.point_key(pts[0], ("standard",), sw.Stack())
+    sentinel = [dict(json.loads(key0), schedule="standard", tokens_per_s=-1.0, error="")]
+    ck.write_text(json.dumps({"key": key0, "rows": sentinel}) + "\n" + '{"key": "torn')
     seen = []
     rows = sw.sweep(pts, ("standard",), checkpoint=ck, progress=lambda d, t: seen.append((d, t)))
     assert rows[0]["tokens_per_s"] == -1.0                      # not recomputed
     assert all(r["tokens_per_s"] > 0 for r in rows[1:])
     assert seen[0] == (1, 3) and seen[-1] == (3, 3)
     assert len(sw.read_checkpoint(ck)) == 3
+    # other schedules are other work: nothing is reused
+    rows = sw.sweep(pts, ("standard", "ladder"), checkpoint=ck)
+    assert {r["schedule"] for r in rows} == {"standard", "ladder"} and all(r["tokens_per_s"] > 0 for r in rows)
 
 
 def test_link_scaling():
