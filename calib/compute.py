@@ -160,7 +160,7 @@ def points(samples: dict[tuple, _Sample], per_rank: list[dict[tuple, list[float]
     out = []
     for sig, s in samples.items():
         ts = [t for r in per_rank for t in r[sig]]
-        out.append({"kind": s.op.kind, "attrs": dict(s.op.attrs), "dtype": s.op.dtype,
+        out.append({"kind": s.op.kind, "attrs": dict(s.op.attrs), "dtype": s.op.dtype, "mode": "eager",
                     "time_s": float(f"{statistics.median(ts):.6g}"), "samples": len(ts),
                     "spread_pct": round((max(ts) - min(ts)) / statistics.median(ts) * 100, 1) if ts else 0.0})
     return out

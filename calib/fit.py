@@ -302,7 +302,8 @@ def build_profile(cfg, groups: dict, world: int) -> dict:
         compute["tables"] = [{"source": src(f"each op timed with hw.runner KERNELS on its real input tensors "
                                             f"(cases {cases}); CPU times include the per-op call overhead",
                                             ctrials),
-                              "points": [{k: p[k] for k in ("kind", "attrs", "dtype", "time_s")} for p in cpoints]}]
+                              "points": [{k: p[k] for k in ("kind", "attrs", "dtype", "time_s", "mode") if k in p}
+                                         for p in cpoints]}]
     if compute:
         prof["compute"] = compute
     coll_groups = [g for g in groups.values() if g["kind"] == "collectives"]

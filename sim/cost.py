@@ -22,6 +22,10 @@ from .profile import CollectiveTable, LinkModel, Profile
 from .schedule import Op
 from .stack import DTYPE_BYTES, Stack
 
+# Kinds whose eager kernels torch.compile fuses under CUDA graphs: an eager-measured time does not
+# price them in a graph-mode step (GEMMs are the same cuBLAS kernel either way).
+FUSED_UNDER_GRAPHS = {"rmsnorm", "swiglu", "attention"}
+
 # Attrs that never change an op's cost (where in the cache a step writes): not part of a lookup key.
 COST_FREE_ATTRS = {"start_pos"}
 
@@ -110,7 +114,7 @@ class CostModel:
         self.profile, self.stack = profile, stack
         self.gpus_per_node = gpus_per_node or profile.gpus_per_node
         self._cache: dict = {}
-        self._points = _index_points(profile)
+        self._points = {False: _index_points(profile, graphs=False), True: _index_points(profile, graphs=True)}
 
     # -- compute
 
@@ -136,7 +140,7 @@ class CostModel:
         if sweep is None or sweep not in attrs:
             return None
         rest = tuple(sorted((k, v) for k, v in op.attrs if k != sweep and k not in COST_FREE_ATTRS))
-        pts = self._points.get((op.kind, op.dtype, rest))
+        pts = self._points[graphs].get((op.kind, op.dtype, rest))
         if not pts:
             return None
         xs = [p[0] for p in pts]
@@ -266,10 +270,15 @@ def _loglog(x: float, p0: tuple, p1: tuple) -> float:
     return math.exp(math.log(y0) + f * (math.log(y1) - math.log(y0)))
 
 
-def _index_points(profile: Profile) -> dict:
-    """(kind, dtype, attrs without the sweep attr) -> sorted [(sweep value, time_s)]; first wins."""
+def _index_points(profile: Profile, graphs: bool) -> dict:
+    """(kind, dtype, attrs without the sweep attr) -> sorted [(sweep value, time_s)]; first wins.
+
+    Points are kept for the mode they describe: eager-measured fusable ops do not price a
+    graph-mode step, and graph-measured ones do not price eager."""
     idx: dict = {}
     for p in profile.compute_points:
+        if p.kind in FUSED_UNDER_GRAPHS and p.mode not in ("any", "graph" if graphs else "eager"):
+            continue
         sweep = SWEEP_ATTR.get(p.kind)
         attrs = dict(p.attrs)
         if sweep not in attrs:

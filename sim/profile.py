@@ -62,6 +62,7 @@ class ComputePoint:
     attrs: tuple[tuple[str, int | str], ...]
     dtype: str
     time_s: float
+    mode: str = "any"     # "eager": unfused kernels launched one by one; "graph": as a captured/compiled step
 
 
 @dataclass(frozen=True)
@@ -442,9 +443,13 @@ class _Getter:
                     time_s = float(pt["time_s"])
                     if not time_s > 0:
                         raise ValueError
-                    out.append(ComputePoint(str(pt["kind"]), attrs, str(pt.get("dtype", "fp16")), time_s))
+                    mode = str(pt.get("mode", "any"))
+                    if mode not in ("any",) + MODES:
+                        raise ValueError
+                    out.append(ComputePoint(str(pt["kind"]), attrs, str(pt.get("dtype", "fp16")), time_s, mode))
                 except (KeyError, TypeError, ValueError, AttributeError):
-                    self.fail(f"{p}.points[{pi}]", "needs 'kind', 'attrs' (object) and a positive 'time_s'")
+                    self.fail(f"{p}.points[{pi}]", "needs 'kind', 'attrs' (object), a positive 'time_s' and "
+                                                   "an optional 'mode' (any, eager or graph)")
         return tuple(out)
 
     def collective_tables(self) -> tuple[CollectiveTable, ...]:

@@ -1,0 +1,72 @@
+"""Cost model: measured points win and interpolate, the roofline fills in, collectives interpolate
+in log-log and follow the profile's implementation."""
+import dataclasses
+import math
+
+import pytest
+
+from sim.cost import CostModel, op_work, roofline_s
+from sim.model import get_model
+from sim.profile import CollectiveTable, ComputePoint, load_profile
+from sim.schedule import build
+from sim.stack import Stack, Step
+
+H100 = load_profile("h100-sxm")
+M = get_model("llama-3.1-8b")
+
+
+def op_named(name, step, stack=Stack()):
+    return next(o for o in build("standard", M, 2, step, stack).ops if o.name == name)
+
+
+def with_points(*pts):
+    return dataclasses.replace(H100, compute_points=tuple(pts))
+
+
+def test_roofline_gemm_is_bandwidth_bound_at_batch_1():
+    op = op_named("L0.mlp.up", Step.decode(1, 1024, 512, 1, Stack()))
+    (w,) = op_work(op, graphs=True)
+    assert w.flops == 2 * 1 * 14336 * 4096 and w.bytes == 2 * (4096 + 4096 * 14336 + 14336)
+    t = roofline_s(H100, [w], "fp16")
+    assert t == pytest.approx(w.bytes / (H100.mem_bytes_per_s * H100.memory_efficiency(w.bytes)))
+
+
+def test_measured_point_wins_and_interpolates_log_log():
+    st = Stack()
+    op = op_named("L0.mlp.up", Step.prefill(1, 64, 8, st))          # m = 64
+    attrs = dict(op.attrs)
+    pts = [ComputePoint("gemm", tuple(sorted({**attrs, "m": m}.items())), "fp16", t)
+           for m, t in ((32, 10e-6), (128, 40e-6))]
+    cm = CostModel(with_points(*pts), st)
+    # halfway in log(m) between (32, 10us) and (128, 40us): 20us exactly
+    assert cm.compute_s(op, "prefill") == pytest.approx(20e-6)
+    exact = ComputePoint("gemm", tuple(sorted(attrs.items())), "fp16", 33e-6)
+    assert CostModel(with_points(exact, *pts), st).compute_s(op, "prefill") == pytest.approx(33e-6)
+
+
+def test_eager_measured_fusable_op_does_not_price_a_graph_step():
+    st = Stack()
+    op = op_named("L0.attn.norm", Step.decode(1, 1024, 512, 1, st))
+    pt = ComputePoint("rmsnorm", tuple(sorted(dict(op.attrs).items())), "fp16", 99e-6, "eager")
+    cm = CostModel(with_points(pt), st)
+    assert cm.compute_s(op, "prefill") == pytest.approx(99e-6)       # prefill runs eager
+    assert cm.compute_s(op, "decode") < 20e-6                         # decode under graphs: fused roofline
+
+
+def test_collective_table_log_log_and_impl():
+    cm = CostModel(H100, Stack())
+    t = next(t for t in H100.collective_tables if (t.collective, t.group, t.mode, t.impl) ==
+             ("all_reduce", 8, "graph", "nccl"))
+    b0, b1, y0, y1 = t.bytes[3], t.bytes[4], t.time_s[3], t.time_s[4]
+    mid = math.sqrt(b0 * b1)
+    assert cm.collective_s("all_reduce", mid, 8, "graph") == pytest.approx(math.sqrt(y0 * y1))
+    assert cm.collective_s("all_reduce", b0, 8, "graph") == pytest.approx(y0)
+    custom = CostModel(H100, Stack(collective="custom")).collective_s("all_reduce", 16384, 8, "graph")
+    assert custom < cm.collective_s("all_reduce", 16384, 8, "graph")   # one-shot custom AR beats NCCL small
+    gloo = CollectiveTable("all_reduce", 2, "node", "eager", "gloo", (1024.0, 65536.0), (1e-3, 2e-3), "test")
+    prof = dataclasses.replace(H100, collective_tables=(gloo,), default_impl="gloo")
+    assert CostModel(prof, Stack()).collective_s("all_reduce", 1024, 2, "eager") == pytest.approx(1e-3)
+
+
+def test_group_of_one_costs_nothing_without_a_table():
+    assert CostModel(H100, Stack()).collective_s("all_reduce", 1 << 20, 1, "graph") == 0.0
