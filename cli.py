@@ -9,7 +9,7 @@ import sys
 import click
 
 from sim.model import MODELS, get_model, valid_tp
-from sim.profile import ProfileError, builtin_names, load_profile, read_raw, sources
+from sim.profile import ProfileError, builtin_names, load_profile, read_raw
 from sim.schedule import COMM, SCHEDULE_HELP, build
 from sim.stack import ATTENTION_IMPLS, DECODE_KV, DTYPE_BYTES, HEADS, PREFILL_LOGITS, Stack, Step
 from sim.trace import chrome_trace, write_json_atomic
@@ -334,12 +334,13 @@ def profiles_show(name):
     """Every value of profile NAME (or a JSON path) with where it came from."""
     from rich.console import Console
     from rich.table import Table
+    from sim.profile import describe
     p = load_profile(name)
-    data, path = read_raw(name)
+    _, path = read_raw(name)
     t = Table(title=f"{p.name}: {p.description}  ({path})", title_justify="left")
     for col in ("field", "value", "source"):
         t.add_column(col, overflow="fold")
-    for field, value, source in sources(data):
+    for field, value, source in describe(name)[2:]:      # name and description are in the title
         t.add_row(field, value, source)
     Console(width=180).print(t)
 
