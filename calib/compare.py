@@ -220,7 +220,10 @@ def write_report(result: dict, out_dir: Path) -> list[Path]:
                       f"{' (measured within noise)' if s['measured_speedup_within_noise'] else ''} |")
         std = pt["schedules"][0]
         md += ["", "Largest per-op contributors to the standard schedule's error (predicted - measured, "
-               "x1 prefill, x(gen-1) decode):", "", "| phase | op | stream | measured ms | predicted ms | contribution ms |",
+               "x1 prefill, x(gen-1) decode). Streams: compute = the op's kernel; comm = measured from "
+               "issue to completion (waiting for peers included), simulated from the last rank's arrival "
+               "to the end; wait = time the compute stream was blocked on that collective. Measured "
+               "records come from one recorded prefill and one decode step per rank (median over ranks):", "", "| phase | op | stream | measured ms | predicted ms | contribution ms |",
                "|---|---|---|---|---|---|"]
         for o in std["ops"][:8]:
             md.append(f"| {o['phase']} | {o['op']} | {o['stream']} | {o['measured_s'] * 1e3:.3f} | "
