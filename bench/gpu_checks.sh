@@ -2,14 +2,15 @@
 # Every GPU check of the open issues in one run, for a session lent one H200 (15 minutes of device
 # time in all: run once with a timeout that leaves room for a rerun, then give the machine back).
 #
-#   device run:  python3 -m pip download --no-deps -d .whl simpy==4.1.2   (here, once; .whl is ignored)
-#                run(command="bash bench/gpu_checks.sh", carry=[".whl"], timeout_s=540)
+#   device run:  python3 -m pip download --no-deps -d .whl simpy==4.1.2   (here, first; .whl is ignored)
+#                run(command="OUT=$OUT bash bench/gpu_checks.sh", carry=[".whl"], timeout_s=540)
 #   CPU smoke:   SMOKE=1 OUT=/tmp/gpu-smoke bash bench/gpu_checks.sh      (same wiring, tiny models, gloo)
 #
 # It does, writing everything under $OUT (at most 8 files come back):
+#  0. a ~15 s preflight of the CUDA/NCCL patterns the runner relies on (bench/gpu_preflight.py)
 #  1. numerics of all schedules on CUDA with NCCL at world size 1 (CUDA streams/events, NCCL async handles)
 #  2. compute calibration of the exact op shapes of llama-3.1-70b at TP 8 and llama-3.1-8b at TP 1-8,
-#     and the 1-rank NCCL collectives, extending h200-sxm -> h200-measured-compute.json (issue 5)
+#     and the 1-rank NCCL all-reduce, extending h200-sxm -> h200-measured-compute.json (issue 5)
 #  3. bench of one rank of llama-3.1-70b at TP 8 emulated on this GPU (its shard shapes; collectives on
 #     the 1-rank NCCL group), decode under CUDA graphs; and llama-3.1-8b at TP 1 (issue 6)
 #  4. tpsim compare of both against the measured profile (issue 6)
@@ -17,13 +18,18 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:?set OUT}
 mkdir -p "$OUT"
-if [ -d .whl ] && ! python3 -c "import simpy" 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+export NCCL_DEBUG=${NCCL_DEBUG:-WARN}            # an NCCL failure then says why in the log
+if ! python3 -c "import simpy" 2>/dev/null && [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site || export PYTHONPATH="$(ls "$PWD"/.whl/simpy-*.whl)"   # a pure wheel imports as a zip
 fi
 export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD" PYTHONUNBUFFERED=1
 LOG="$OUT/log.txt"
+python3 -c "import simpy" || { echo "simpy missing: pip download it into .whl and carry .whl" | tee -a "$LOG"; exit 3; }
 run() { echo "+ $*" | tee -a "$LOG"; local t0=$SECONDS; "$@" 2>&1 | tee -a "$LOG"; local rc=${PIPESTATUS[0]}; echo "= rc $rc, $((SECONDS - t0)) s" | tee -a "$LOG"; }
 
+# every harness step ends itself: a hang costs a minute or four, never the whole lease
+T="--timeout-s 60"
 if [ "${SMOKE:-0}" = 1 ]; then
   DEV="--device cpu --backend gloo"; BIG=toy-1024; BIG_TP=4; SMALL=toy-512; SMALL_TPS="--tp 1 --tp 2"
   BASE=h200-sxm; LEN="--prompt 32 --gen 8"; CAL_LEN="--prompt 32 --gen 8"; BACKEND=gloo
@@ -37,13 +43,16 @@ fi
   python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version() if torch.cuda.is_available() else None)"
   env | grep -E '^NCCL_|^TORCH_NCCL' ; } | tee -a "$LOG"
 
-run python3 cli.py check $DEV --tp 1 --model tiny
+[ "${SMOKE:-0}" = 1 ] || run timeout -s INT 90 python3 bench/gpu_preflight.py
+run python3 cli.py check $DEV --tp 1 --model tiny $T --deadline-s 120
+# --tp applies to every --models of one call, so the big model's shapes are also timed at the small
+# model's TP degrees (one layer each: seconds on a GPU); one self-contained profile comes back
 run python3 cli.py calibrate --backend $BACKEND --nproc 1 --quick --extends $BASE --collective all_reduce \
-  --models $BIG --tp $BIG_TP --models $SMALL $SMALL_TPS --batch 1 $CAL_LEN --name h200-measured-compute \
+  --models $BIG --models $SMALL $SMALL_TPS --tp $BIG_TP --batch 1 $CAL_LEN --name h200-measured-compute $T \
   --out "$OUT/h200-measured-compute.json"
-run python3 cli.py bench $DEV --tp 1 --emulate-tp $BIG_TP --model $BIG $LEN --repeats 3 --warmup 1 \
+run python3 cli.py bench $DEV --tp 1 --emulate-tp $BIG_TP --model $BIG $LEN --repeats 3 --warmup 1 $T --deadline-s 240 \
   --schedule standard --schedule ladder --schedule upper-bound --json --out "$OUT/bench-$BIG-tp$BIG_TP-emulated.json"
-run python3 cli.py bench $DEV --tp 1 --model $SMALL $LEN --repeats 3 --warmup 1 \
+run python3 cli.py bench $DEV --tp 1 --model $SMALL $LEN --repeats 3 --warmup 1 $T --deadline-s 240 \
   --schedule standard --schedule upper-bound --json --out "$OUT/bench-$SMALL-tp1.json"
 run python3 cli.py compare --profile "$OUT/h200-measured-compute.json" \
   --measured "$OUT/bench-$BIG-tp$BIG_TP-emulated.json" --measured "$OUT/bench-$SMALL-tp1.json" --out-dir "$OUT/compare"

@@ -164,8 +164,8 @@ def model_section(tabs: list[dict], impl: str, source: str) -> tuple[dict, Proto
     """collectives.model.node from the all-reduce tables of `impl` (eager preferred)."""
     for mode in ("eager", "graph"):
         pts = [(t["group"], b, u) for t in tabs if t["collective"] == "all_reduce" and t["impl"] == impl
-               and t["mode"] == mode for b, u in zip(t["bytes"], t["time_us"])]
-        if len({p[1] for p in pts}) >= 2:
+               and t["mode"] == mode and t["group"] > 1 for b, u in zip(t["bytes"], t["time_us"])]
+        if len({p[1] for p in pts}) >= 2:          # (a lone rank's group of one has no ring to fit)
             f = fit_protocols(pts)
             sec = {}
             for p in f.protocols:

@@ -225,7 +225,8 @@ def plan_groups(cfg: CalibConfig, world: int, env_index: int = 0) -> list[Group]
         from calib.collectives import legal_size, pow2_sizes
         elem = DTYPE_BYTES[cfg.dtype]
         for coll in cfg.collective_list():
-            for n in range(2, world + 1):
+            # a lone rank measures its group of one (the path an emulated TP rank takes); else 2..world
+            for n in (range(1, 2) if world == 1 else range(2, world + 1)):
                 sizes = sorted({legal_size(coll, b, n, elem)
                                 for b in pow2_sizes(lo, hi, step) + sorted(exact.get((coll, n), ()))})
                 for mode in cfg.modes():

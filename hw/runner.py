@@ -98,7 +98,7 @@ class Runner:
         self.timing = timing
         self.cuda = rm.device.type == "cuda"
         self.comm_stream = torch.cuda.Stream(device=rm.device) if self.cuda else None
-        self._plans: dict[int, Plan] = {}
+        self._plans: dict[int, tuple[Schedule, Plan]] = {}
         self._arange = torch.arange(rm.max_seq, device=rm.device)
         self.kernels: dict[str, Callable] = dict(KERNELS)
         if compile:
@@ -107,10 +107,10 @@ class Runner:
                             for k, f in KERNELS.items()}
 
     def plan(self, sched: Schedule) -> Plan:
-        key = id(sched)
-        if key not in self._plans:
-            self._plans[key] = make_plan(sched)
-        return self._plans[key]
+        hit = self._plans.get(id(sched))
+        if hit is None or hit[0] is not sched:          # holding sched keeps its id from being reused
+            hit = self._plans[id(sched)] = (sched, make_plan(sched))
+        return hit[1]
 
     # ------------------------------------------------------------------ one pass
 
@@ -130,6 +130,7 @@ class Runner:
         base_ev = self._event() if (self.timing and self.cuda) else None
         cuda_recs: list[tuple] = []
         wait_s = 0.0
+        comm_used = False                                # did this pass fork the comm stream?
         for i, op in enumerate(sched.ops):
             for v in op.inputs:                          # wait exactly when a reader needs it
                 if v in pending:
@@ -139,6 +140,7 @@ class Runner:
                 if op.name in plan.clone_input:
                     x = x.clone()
                 pending[op.outputs[0]] = self._issue(op, x, t0)
+                comm_used = True
             else:
                 args = [vals[v] for v in op.inputs]
                 if self.timing:
@@ -159,8 +161,10 @@ class Runner:
                     vals.pop(v, None)
         for v in list(pending):                          # nothing should be left; be safe
             wait_s += self._wait(pending.pop(v), vals, v, sched, t0, records, cuda_recs)
-        if self.cuda:
-            torch.cuda.current_stream().wait_stream(self.comm_stream)    # join for graph capture
+        if self.cuda and comm_used:
+            # join for graph capture -- only a stream this pass forked: under capture, waiting on
+            # an idle (non-captured) stream's event is illegal (a schedule with no collectives)
+            torch.cuda.current_stream().wait_stream(self.comm_stream)
         if cuda_recs:
             torch.cuda.synchronize()
             for name, stream, kind, e0, e1 in cuda_recs:
