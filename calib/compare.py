@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -25,23 +24,14 @@ from sim.model import get_model
 from sim.predict import Prediction, Simulator, Workload
 from sim.profile import ProfileError, load_profile
 from sim.stack import Stack
+from sim.sweep import Shape
 from sim.trace import write_json_atomic
 
 QUICK_MODELS = ("toy-512", "toy-1024")
 DEFAULT_SCHEDULES = ("standard", "ladder", "parallel", "spd:0.5", "upper-bound")
 
 
-@dataclass(frozen=True)
-class Point:
-    model: str
-    tp: int
-    batch: int
-    prompt_len: int
-    gen_len: int
-
-    @property
-    def key(self) -> str:
-        return f"{self.model}_tp{self.tp}_b{self.batch}_p{self.prompt_len}_g{self.gen_len}"
+Point = Shape          # a grid point: model, TP, batch, prompt and gen lengths
 
 
 class CompareError(ValueError):

@@ -35,13 +35,25 @@ COLUMNS = ["model", "tp", "batch", "prompt_len", "gen_len", "profile", "bw_scale
 
 
 @dataclass(frozen=True)
-class Point:
+class Shape:
+    """A workload's size: what a grid varies besides the hardware (also `tpsim compare`'s points)."""
+
     model: str
     tp: int
     batch: int
     prompt_len: int
     gen_len: int
-    profile: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.model}_tp{self.tp}_b{self.batch}_p{self.prompt_len}_g{self.gen_len}"
+
+
+@dataclass(frozen=True)
+class Point(Shape):
+    """One what-if: a shape on a profile, with the interconnect scaled."""
+
+    profile: str = "h100-sxm"
     bw_scale: float = 1.0
     lat_scale: float = 1.0
 
