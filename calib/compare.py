@@ -213,7 +213,7 @@ def write_report(result: dict, out_dir: Path) -> list[Path]:
                "x1 prefill, x(gen-1) decode). Streams: compute = the op's kernel; comm = measured from "
                "issue to completion (waiting for peers included), simulated from the last rank's arrival "
                "to the end; wait = time the compute stream was blocked on that collective. Measured "
-               "records come from one recorded prefill and one decode step per rank (median over ranks):", "", "| phase | op | stream | measured ms | predicted ms | contribution ms |",
+               "records come from one recorded prefill and a few decode steps per rank (median over ranks and steps):", "", "| phase | op | stream | measured ms | predicted ms | contribution ms |",
                "|---|---|---|---|---|---|"]
         for o in std["ops"][:8]:
             md.append(f"| {o['phase']} | {o['op']} | {o['stream']} | {o['measured_s'] * 1e3:.3f} | "
@@ -302,7 +302,7 @@ def _plots(result: dict, out_dir: Path) -> list[Path]:
 def _timeline(measured: dict, spec: str, pred: dict | None, profile) -> dict:
     """Rank-0 records of one decode step, measured and simulated."""
     rec = next((r.get("records", []) for r in measured["schedules"] if r["schedule"] == spec), [])
-    meas = [r for r in rec if r["rank"] == 0 and r["phase"] == "decode"]
+    meas = [r for r in rec if r["rank"] == 0 and r["phase"] == "decode" and r.get("pass", 0) == 0]
     sim = Simulator(workload_of(measured, profile), record=True)
     res = sim.step(spec, sim.w.decode_step(1)) if sim.w.gen_len > 1 else None
     return {"measured": meas, "simulated": [r.to_dict() for r in (res.records if res else []) if r.rank == 0]}

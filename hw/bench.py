@@ -117,21 +117,28 @@ def run_bench(cfg: RunConfig, ctx: hwdist.DistContext) -> dict:
     return assemble(cfg, model.name, specs, everything, est.to_dict())
 
 
+RECORDED_DECODE_STEPS = 3      # per-op records of a few decode steps: one step's are too noisy to join on
+
+
 def _recorded_passes(runner: Runner, plan, prompt, cfg: RunConfig, cpu) -> list[dict]:
-    """Per-op records of one eager prefill and one eager decode step (after a barrier each)."""
+    """Per-op records of one eager prefill and up to RECORDED_DECODE_STEPS eager decode steps
+    (after a barrier each); each record dict carries its pass index ("pass": 0, 1, ... per phase)."""
     pre, dec = plan
     runner.timing = True
     try:
-        out = []
+        out: list[dict] = []
         dist.barrier(group=cpu)
         res = runner.forward(pre, prompt, 0)
-        out += res.records
-        if dec is not None:
+        out += [r.to_dict() | {"pass": 0} for r in res.records]
+        nxt = res.next_tokens
+        for j in range(min(RECORDED_DECODE_STEPS, cfg.gen_len - 1) if dec is not None else 0):
             dist.barrier(group=cpu)
-            out += runner.forward(dec, res.next_tokens.view(-1, 1), cfg.prompt_len).records
+            res = runner.forward(dec, nxt.view(-1, 1), cfg.prompt_len + j)
+            out += [r.to_dict() | {"pass": j} for r in res.records]
+            nxt = res.next_tokens
     finally:
         runner.timing = False
-    return [r.to_dict() for r in out]
+    return out
 
 
 def _median(xs: list[float]) -> float:
@@ -163,8 +170,10 @@ def assemble(cfg: RunConfig, model_name: str, specs: list[str], per_rank: list[d
             base_tps = tps
         recs = [rec for r in per_rank for rec in r["records"][s]]
         if cfg.device == "cuda":                     # GPU-side blocked time from the recorded passes
-            w = lambda ph: sum(x["end_s"] - x["start_s"] for x in recs  # noqa: E731
-                               if x["stream"] == "wait" and x["phase"] == ph) / len(per_rank)
+            def w(ph: str) -> float:        # blocked time of one pass of phase ph, mean over ranks and passes
+                passes = 1 + max((x.get("pass", 0) for x in recs if x["phase"] == ph), default=0)
+                return sum(x["end_s"] - x["start_s"] for x in recs
+                           if x["stream"] == "wait" and x["phase"] == ph) / (len(per_rank) * passes)
             exposed = w("prefill") + (cfg.gen_len - 1) * w("decode")
         else:
             exposed = _median(wait)
