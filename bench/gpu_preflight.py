@@ -1,5 +1,5 @@
 """~15 s on the H200: the CUDA/NCCL patterns hw.runner relies on, world size 1, before the real steps."""
-import datetime, os, sys
+import datetime, os
 import torch, torch.distributed as dist
 import socket
 with socket.socket() as _s:

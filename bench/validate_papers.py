@@ -36,7 +36,7 @@ def main() -> None:
                  f"{speedup('llama-3.1-70b', 8, 'h100-sxm', 'ladder') - 1:+.1%}"))
     rows.append(("Ladder 70B TP8 H100, P2P off, batch 1", "up to +60% tokens/s",
                  f"{speedup('llama-3.1-70b', 8, 'h100-sxm-p2p-off', 'ladder') - 1:+.1%}"))
-    lo, hi = [], []
+    lo = []
     for m, tp in (("ladder-1b", 8), ("ladder-3b", 8), ("llama-3.1-8b", 8), ("llama-3.1-70b", 8),
                   ("bloom-176b-llama", 8), ("ladder-405b", 16)):
         for prof in ("h100-sxm", "h100-sxm-p2p-off"):

@@ -187,7 +187,7 @@ def write_report(result: dict, out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out_dir / "compare.json", result)
     pngs = _plots(result, out_dir)
-    md = [f"# tpsim compare: simulated vs measured", "",
+    md = ["# tpsim compare: simulated vs measured", "",
           f"Profile `{result['profile']}`; {len(result['points'])} grid point(s)"
           + (f", {len(result['failed'])} failed" if result["failed"] else "") + ".", "",
           "## Summary per schedule", "",
