@@ -12,7 +12,7 @@ from sim.model import MODELS, get_model, valid_tp
 from sim.profile import ProfileError, builtin_names, load_profile, read_raw
 from sim.schedule import COMM, SCHEDULE_HELP, build
 from sim.stack import ATTENTION_IMPLS, DECODE_KV, DTYPE_BYTES, HEADS, PREFILL_LOGITS, Stack, Step
-from sim.trace import chrome_trace, write_json_atomic
+from sim.trace import chrome_trace, write_json_atomic, write_text_atomic
 
 DEFAULT_SCHEDULES = ("standard", "ladder", "parallel", "spd:0.7", "upper-bound")
 
@@ -213,7 +213,7 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
     json_path = Path(out_path).with_suffix(".json")
     if json_path == Path(out_path):
         json_path = Path(f"{out_path}.json")
-    sw.write_text_atomic(out_path, sw.to_csv(rows))
+    write_text_atomic(out_path, sw.to_csv(rows))
     write_json_atomic(json_path, rows)
     Path(checkpoint).unlink(missing_ok=True)
     failed = [r["error"] for r in rows if r["error"]]

@@ -14,7 +14,6 @@ finished points; a point that fails is reported and the rest of the grid still r
 from __future__ import annotations
 
 import json
-import os
 import statistics
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from sim.predict import Prediction, Simulator, Workload
 from sim.profile import ProfileError, load_profile
 from sim.stack import Stack
 from sim.sweep import Shape
-from sim.trace import write_json_atomic
+from sim.trace import write_json_atomic, write_text_atomic
 
 QUICK_MODELS = ("toy-512", "toy-1024")
 DEFAULT_SCHEDULES = ("standard", "ladder", "parallel", "spd:0.5", "upper-bound")
@@ -225,9 +224,7 @@ def write_report(result: dict, out_dir: Path) -> list[Path]:
     for f in result["failed"]:
         md += ["", f"**Failed point** {f['point']}: {f['error']}"]
     path = out_dir / "report.md"
-    tmp = path.with_name(".tmp-report.md")
-    tmp.write_text("\n".join(md) + "\n")
-    os.replace(tmp, path)
+    write_text_atomic(path, "\n".join(md) + "\n")
     return [out_dir / "compare.json", path, *pngs]
 
 

@@ -72,12 +72,8 @@ class CalibConfig:
     stop_after: int | None = None              # test hook: stop after this many newly measured groups
 
     def __post_init__(self) -> None:
-        if self.backend not in ("gloo", "nccl"):
-            raise ValueError(f"unknown backend {self.backend!r}; choose gloo or nccl")
-        if self.device not in ("cpu", "cuda"):
-            raise ValueError(f"unknown device {self.device!r}; choose cpu or cuda")
-        if self.backend == "nccl" and self.device != "cuda":
-            raise ValueError("--backend nccl needs GPUs (device cuda); use gloo on CPU")
+        from hw.dist import check_backend_device
+        check_backend_device(self.backend, self.device)
         if self.dtype not in DTYPE_BYTES:
             raise ValueError(f"unknown dtype {self.dtype!r}; choose from {', '.join(DTYPE_BYTES)}")
         for p in self.parts:

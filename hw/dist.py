@@ -33,6 +33,16 @@ from sim.stack import Stack, Step
 FAULT_ENV = "TPSIM_FAULT"    # "RANK:PHASE:MODE", e.g. "1:decode:exit" or "1:prefill:hang" (tests)
 
 
+def check_backend_device(backend: str, device: str) -> None:
+    """The process-group backend and the device must exist and go together (NCCL is GPU-only)."""
+    if backend not in ("gloo", "nccl"):
+        raise ValueError(f"unknown backend {backend!r}; choose gloo or nccl")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"unknown device {device!r}; choose cpu or cuda")
+    if backend == "nccl" and device != "cuda":
+        raise ValueError("--backend nccl needs --device cuda (use gloo on CPU)")
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """Everything a rank needs to run `bench` or `check`; JSON-serializable (sent to workers)."""
@@ -74,12 +84,7 @@ class RunConfig:
             raise ValueError(f"warmup must be >= 0, got {self.warmup}")
         if self.timeout_s <= 0:
             raise ValueError(f"--timeout-s must be positive, got {self.timeout_s}")
-        if self.backend not in ("gloo", "nccl"):
-            raise ValueError(f"unknown backend {self.backend!r}; choose gloo or nccl")
-        if self.device not in ("cpu", "cuda"):
-            raise ValueError(f"unknown device {self.device!r}; choose cpu or cuda")
-        if self.backend == "nccl" and self.device != "cuda":
-            raise ValueError("--backend nccl needs --device cuda (use gloo on CPU)")
+        check_backend_device(self.backend, self.device)
         if self.decode_graphs and self.device != "cuda":
             raise ValueError("CUDA graphs need --device cuda")
         if self.emulate_tp is not None and (self.emulate_tp < 1 or self.tp != 1):

@@ -158,14 +158,6 @@ def to_csv(rows: list[dict]) -> str:
     return buf.getvalue()
 
 
-def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def iter_rows(rows: list[dict], **match) -> Iterator[dict]:
     for r in rows:
         if all(r.get(k) == v for k, v in match.items()):

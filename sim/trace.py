@@ -57,16 +57,15 @@ def chrome_trace(records: Iterable[Record], label: str = "") -> dict:
     return {"traceEvents": events, "displayTimeUnit": "ns"}
 
 
-def write_json_atomic(path: str | os.PathLike, obj) -> None:
-    """Write JSON so that readers see the old file or the whole new one, never a torn write."""
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write a file so that readers see the old one or the whole new one, never a torn write."""
     path = os.fspath(path)
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".json")
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=os.path.splitext(path)[1])
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=1)
-            f.write("\n")
+            f.write(text)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)          # mkstemp makes 0600; results are for everyone to read
@@ -75,3 +74,7 @@ def write_json_atomic(path: str | os.PathLike, obj) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def write_json_atomic(path: str | os.PathLike, obj) -> None:
+    write_text_atomic(path, json.dumps(obj, indent=1) + "\n")
