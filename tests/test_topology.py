@@ -4,6 +4,8 @@ Errors measured (model vs aiconfigurator 0.12.0 NCCL tables, all_reduce, printed
 `pytest -s tests/test_topology.py -k report`):
   busbw at the largest measured size (512 MiB):
     h100-sxm  n=2 +14%  n=4 +5%  n=8 +7%     h200-sxm  n=2 +15%  n=4 +6%  n=8 +3%
+    (the 2-GPU tables still climb at 512 MiB; against the published 2-4 GiB peaks of nccl#1455 the
+    H100 model is within 3% at every group size 2..8)
     a100-sxm  n=2 +5%   n=4 -7%  n=8 -9%     l40s-pcie n=2 +19%  (n=4, 8: measured 5.2 and 1.4 GB/s,
     far below any PCIe link; that server's cross-socket P2P path is not modelled; tables win there)
   small-message latency (<= 4 KiB): within 15% (h100), 20% (h200), 19% (a100), 28% (l40s n=2)
@@ -86,16 +88,49 @@ def test_ring_bottleneck_moves_with_the_topology():
 
 # ------------------------------------------------------------------ against measurements
 
+# Peak all-reduce busbw on one 8xH100 SXM node at 2-4 GiB messages, per group size, as reported in
+# NVIDIA/nccl#1455 (nccl-tests `all_reduce_perf -b 2G -e 4G -g N`): Ring 365-370 GB/s for 2..8 GPUs;
+# the default (NVLS from 5 GPUs) 365-370 at 2..4, then 420 / 440 / 460 / 480 at 5 / 6 / 7 / 8,
+# algbw 258 / ~265 / 270 / 273. The profile takes only the 8-GPU values (367 ring, 480 NVLS); how the
+# bandwidth changes with group size is the topology model's own, and this is what checks it.
+NCCL_1455_BUSBW = {2: 367.5, 3: 367.5, 4: 367.5, 5: 420.0, 6: 440.0, 7: 460.0, 8: 480.0}
+NCCL_1455_NVLS_ALGBW = {5: 258.0, 6: 265.0, 7: 270.0, 8: 273.0}
+
+
+def test_peak_busbw_every_group_size_matches_published_large_message_runs():
+    tm = _model("h100-sxm")
+    size = 2 ** 31
+    for n, published in NCCL_1455_BUSBW.items():
+        algbw = size / tm.collective_s("all_reduce", size, n) / 1e9
+        assert algbw * 2 * (n - 1) / n == pytest.approx(published, rel=0.03), n
+        if n in NCCL_1455_NVLS_ALGBW:
+            assert algbw == pytest.approx(NCCL_1455_NVLS_ALGBW[n], rel=0.03), n
+    # ring below 5 GPUs, NVLS from 5: the crossover the published runs show
+    assert [tm.choices("all_reduce", size, n)[0][0] for n in (2, 3, 5, 8)] == \
+        ["ring/simple", "ring/simple", "nvls", "nvls"]
+
+
 @pytest.mark.parametrize("name", NVSWITCH)
 def test_large_message_busbw_within_10_percent(name):
     """The bandwidths come from datasheets / NCCL constants / published 8-GPU busbw (FACTS §6);
-    the check is against an independent measurement set (aiconfigurator's NCCL tables)."""
+    the check is against an independent measurement set (aiconfigurator's NCCL tables) at their
+    largest size, 512 MiB."""
     errs = errors(name)
     groups = (2, 4, 8) if name == "a100-sxm" else (4, 8)
     for n in groups:
         assert abs(errs[n][0]) <= 0.10, (name, n, errs[n])
-    # two GPUs on an H100/H200 NVSwitch reach less than the 8-GPU ring rate: reported, looser
+    # H100/H200 at 2 GPUs: the table's 512 MiB point is not yet peak (its busbw still climbs ~4% per
+    # doubling there; "256M is too small to reach peak bandwidth", nccl-tests#212), while at 2-4 GiB
+    # the published 2-GPU peak is the model's to 1% (test above). Reported, looser bound.
     assert abs(errs[2][0]) <= 0.20, (name, errs[2])
+
+
+@pytest.mark.parametrize("name", ("h100-sxm", "h200-sxm"))
+def test_two_gpu_table_is_still_climbing_at_its_largest_size(name):
+    """Why the 2-GPU comparison above is looser: the measurement, not the model, stops short of peak."""
+    t = [t for t in _measured(name) if t.group == 2][0]
+    bw = [b / s for b, s in zip(t.bytes[-3:], t.time_s[-3:])]
+    assert bw[2] / bw[1] > 1.03 and bw[1] / bw[0] > 1.04
 
 
 @pytest.mark.parametrize("name", NVSWITCH)
