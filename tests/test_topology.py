@@ -8,7 +8,7 @@ Errors measured (model vs aiconfigurator 0.12.0 NCCL tables, all_reduce, printed
     H100 model is within 3% at every group size 2..8)
     a100-sxm  n=2 +5%   n=4 -7%  n=8 -9%     l40s-pcie n=2 +19%  (n=4, 8: measured 5.2 and 1.4 GB/s,
     far below any PCIe link; that server's cross-socket P2P path is not modelled; tables win there)
-  small-message latency (<= 4 KiB): within 15% (h100), 20% (h200), 19% (a100), 28% (l40s n=2)
+  small-message latency (<= 4 KiB): within 14% (h100), 18% (h200), 17% (a100), 24% (l40s)
 """
 import math
 
@@ -141,7 +141,9 @@ def test_small_message_latency_within_25_percent(name):
 
 def test_pcie_box_two_gpus():
     errs = errors("l40s-pcie")
-    assert abs(errs[2][0]) <= 0.20 and abs(errs[2][1]) <= 0.30, errs[2]
+    assert abs(errs[2][0]) <= 0.20, errs[2]
+    for n, (_, lat) in errs.items():
+        assert abs(lat) <= 0.25, (n, lat)
     # the measured 4- and 8-GPU tables are far below any PCIe link rate; measured tables win
     c = CostModel(load_profile("l40s-pcie"), Stack())
     t8 = _measured("l40s-pcie")[2]
