@@ -1,10 +1,13 @@
 """Simulator fidelity over time: calibrate this machine (quick), bench a small gloo grid, predict it,
 and append one JSON line of errors to bench/fidelity.jsonl, so regressions in fidelity are visible.
 
-    python bench/fidelity.py [--out-dir fidelity-out] [--nproc 2] [--model toy-512 --model toy-1024]
+    python bench/fidelity.py [--runs 1] [--out-dir fidelity-out] [--nproc 2] [--model toy-512 ...]
 
-Takes a few minutes on a 2-core machine. The harness numbers are real measurements on a real (if
-slow) interconnect, so this is a true validation of the simulator, not a self-consistency check.
+One run takes 1-2 minutes on a 2-core machine (quick calibration, 9 interleaved repeats per
+schedule). The harness numbers are real measurements on a real (if slow) interconnect, so this is a
+true validation of the simulator, not a self-consistency check. Every run calibrates and measures
+afresh in a new directory under --out-dir and appends its own line; with --runs N the totals over
+the runs are printed at the end (run-to-run variation is part of what a user of this machine sees).
 """
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import argparse
 import datetime
 import json
 import socket
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -21,9 +25,51 @@ sys.path.insert(0, str(ROOT))
 
 from calib.compare import DEFAULT_SCHEDULES, QUICK_MODELS, Point, run_compare  # noqa: E402
 
+REPEATS = 9
+
+
+def one_run(points: list, out_dir: Path, nproc: int, log: Path) -> dict:
+    result = run_compare(points, DEFAULT_SCHEDULES, out_dir, None, "gloo", "cpu", nproc, True, REPEATS, (), 120.0)
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    line = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "commit": commit,
+            "host": socket.gethostname(), "grid": [p.key for p in points], "repeats": REPEATS,
+            "summary": result["summary"], "failed": result["failed"]}
+    with open(log, "a") as f:
+        f.write(json.dumps(line) + "\n")
+    print(f"{'schedule':12} {'|err| tok/s':>11} {'|err| prefill':>13} {'|err| decode':>12} {'speedup err':>11} "
+          f"sign (undetermined)")
+    for spec, s in result["summary"].items():
+        print(f"{spec:12} {s['median_abs_err_tokens_per_s']:>11.1%} {s['median_abs_err_prefill_s']:>13.1%} "
+              f"{s['median_abs_err_decode_s']:>12.1%} {s['median_abs_speedup_err']:>11.3f} "
+              f"{s['sign_matches']}/{s['points']} ({s['sign_mismatches_within_noise']})")
+    for f in result["failed"]:
+        print(f"failed {f['point']}: {f['error']}")
+    print(f"appended to {log}; report in {out_dir}/report.md")
+    return result
+
+
+def totals(results: list[dict]) -> None:
+    """Over runs: the range and median of each schedule's median |err| tokens/s, and sign counts."""
+    print(f"\nover {len(results)} runs:")
+    specs = dict.fromkeys(s for r in results for s in r["summary"])
+    n_match = n_all = n_undet = 0
+    for spec in specs:
+        errs = [r["summary"][spec]["median_abs_err_tokens_per_s"] for r in results if spec in r["summary"]]
+        match = sum(r["summary"][spec]["sign_matches"] for r in results if spec in r["summary"])
+        pts = sum(r["summary"][spec]["points"] for r in results if spec in r["summary"])
+        undet = sum(r["summary"][spec]["sign_mismatches_within_noise"] for r in results if spec in r["summary"])
+        if spec != "standard":
+            n_match, n_all, n_undet = n_match + match, n_all + pts, n_undet + undet
+        print(f"  {spec:12} median |err| tok/s {min(errs):.1%}-{max(errs):.1%} (median {statistics.median(errs):.1%})"
+              f"  sign {match}/{pts}, {undet} undetermined, {pts - match - undet} wrong")
+    print(f"  speedup sign (schedules other than standard): {n_match}/{n_all} match, {n_undet} undetermined by "
+          f"the measurement, {n_all - n_match - n_undet} wrong")
+
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--out-dir", default="fidelity-out")
     ap.add_argument("--nproc", type=int, default=2)
     ap.add_argument("--model", action="append", dest="models")
@@ -31,23 +77,15 @@ def main() -> None:
     args = ap.parse_args()
     models = args.models or list(QUICK_MODELS)
     points = [Point(m, args.nproc, 1, 32, 16) for m in models]
-    result = run_compare(points, DEFAULT_SCHEDULES, Path(args.out_dir), None, "gloo", "cpu", args.nproc, True, 5,
-                         (), 120.0)
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
-    line = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "commit": commit,
-            "host": socket.gethostname(), "grid": [p.key for p in points], "summary": result["summary"],
-            "failed": result["failed"]}
-    with open(args.log, "a") as f:
-        f.write(json.dumps(line) + "\n")
-    print(f"{'schedule':12} {'|err| tok/s':>11} {'|err| prefill':>13} {'|err| decode':>12} {'speedup err':>11} sign")
-    for spec, s in result["summary"].items():
-        print(f"{spec:12} {s['median_abs_err_tokens_per_s']:>11.1%} {s['median_abs_err_prefill_s']:>13.1%} "
-              f"{s['median_abs_err_decode_s']:>12.1%} {s['median_abs_speedup_err']:>11.3f} "
-              f"{s['sign_matches']}/{s['points']}")
-    for f in result["failed"]:
-        print(f"failed {f['point']}: {f['error']}")
-    print(f"appended to {args.log}; report in {args.out_dir}/report.md")
+    results = []
+    for i in range(args.runs):
+        # a fresh directory per run: compare reuses a directory's calibration and measurements,
+        # and a fidelity line must come from a new calibration and new measurements
+        out = Path(args.out_dir) / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        print(f"--- run {i + 1}/{args.runs} -> {out}")
+        results.append(one_run(points, out, args.nproc, Path(args.log)))
+    if args.runs > 1:
+        totals(results)
 
 
 if __name__ == "__main__":

@@ -127,6 +127,25 @@ def op_join(measured_records: list[dict], pred: Prediction, gen_len: int) -> lis
     return rows
 
 
+def _sign(s: dict) -> str:
+    return "ok" if s["sign_match"] else ("undetermined" if s["measured_speedup_within_noise"] else "WRONG")
+
+
+def _measured_speedup(s: dict) -> str:
+    ci = s["measured"].get("speedup_ci")
+    return f"{s['measured']['speedup']:.3f}" + (f" [{ci[0]:.2f}-{ci[1]:.2f}]" if ci else "")
+
+
+def speedup_undetermined(spread: dict) -> bool:
+    """True when the measurement cannot tell the speedup's side of 1: the median's confidence
+    interval over the per-repeat paired ratios (hw.bench.median_ci, sign test) contains 1.
+    Measured JSONs written before that interval existed fall back to the interquartile range."""
+    if not spread:
+        return False
+    lo, hi = (spread["ci_lo"], spread["ci_hi"]) if "ci_lo" in spread else (spread.get("p25", 1), spread.get("p75", 1))
+    return lo <= 1.0 <= hi
+
+
 def compare_point(measured: dict, profile, schedules: tuple[str, ...] | None = None) -> dict:
     """Predicted vs measured for every schedule of one measured run."""
     w = workload_of(measured, profile)
@@ -144,10 +163,11 @@ def compare_point(measured: dict, profile, schedules: tuple[str, ...] | None = N
         p.speedup = p.tokens_per_s / base.tokens_per_s
         m = rows_m[spec]
         sp = m.get("spread", {}).get("speedup", {})
-        noise = bool(sp) and sp.get("p25", 1) <= 1.0 <= sp.get("p75", 1) and spec != "standard"
+        noise = spec != "standard" and speedup_undetermined(sp)
         out.append({
             "schedule": spec,
-            "measured": {k: m[k] for k in ("prefill_s", "decode_s", "tokens_per_s", "speedup", "exposed_comm_s")},
+            "measured": {k: m[k] for k in ("prefill_s", "decode_s", "tokens_per_s", "speedup", "exposed_comm_s")}
+            | ({"speedup_ci": [sp["ci_lo"], sp["ci_hi"]]} if "ci_lo" in sp and spec != "standard" else {}),
             "predicted": p.to_dict(),
             "err": {k: _rel(getattr(p, k), m[k]) for k in ("prefill_s", "decode_s", "tokens_per_s")},
             "speedup_err": p.speedup - m["speedup"],
@@ -204,9 +224,8 @@ def write_report(result: dict, out_dir: Path) -> list[Path]:
                "|---|---|---|---|---|---|---|"]
         for s in pt["schedules"]:
             md.append(f"| {s['schedule']} | {s['measured']['tokens_per_s']:.1f} | {s['predicted']['tokens_per_s']:.1f} | "
-                      f"{s['err']['tokens_per_s']:+.1%} | {s['measured']['speedup']:.3f} | "
-                      f"{s['predicted']['speedup']:.3f} | {'ok' if s['sign_match'] else 'WRONG'}"
-                      f"{' (measured within noise)' if s['measured_speedup_within_noise'] else ''} |")
+                      f"{s['err']['tokens_per_s']:+.1%} | {_measured_speedup(s)} | "
+                      f"{s['predicted']['speedup']:.3f} | {_sign(s)} |")
         std = pt["schedules"][0]
         md += ["", "Largest per-op contributors to the standard schedule's error (predicted - measured, "
                "x1 prefill, x(gen-1) decode). Streams: compute = the op's kernel; comm = measured from "
@@ -371,7 +390,9 @@ class _Fail(click.ClickException):
 @click.option("--prompt", "prompt_len", type=int, default=None, help="Default 32 with --quick, else 128.")
 @click.option("--gen", "gen_len", type=int, default=None, help="Default 16 with --quick, else 64.")
 @click.option("--schedule", "schedules", multiple=True, help=f"Repeatable. Default: {' '.join(DEFAULT_SCHEDULES)}.")
-@click.option("--repeats", type=int, default=None, help="Measured generations per schedule (default 5).")
+@click.option("--repeats", type=int, default=None,
+              help="Measured generations per schedule (default 9: the sign test then gives a 96% interval for the "
+                   "median speedup that leaves out both extremes).")
 @click.option("--measured", "measured_files", multiple=True, type=click.Path(dir_okay=False),
               help="Compare existing `tpsim bench --json` outputs (e.g. from a GPU cluster) instead of running.")
 @click.option("--out-dir", default="compare-out", show_default=True, type=click.Path(file_okay=False),
@@ -387,7 +408,7 @@ def compare_cmd(backend, device, nproc, quick, profile_arg, models, tps, batches
     models = models or (QUICK_MODELS if quick or not measured_files else ())
     prompt_len = prompt_len or (32 if quick else 128)
     gen_len = gen_len or (16 if quick else 64)
-    repeats = repeats or 5
+    repeats = repeats or 9
     schedules = tuple(dict.fromkeys(("standard",) + (schedules or DEFAULT_SCHEDULES)))
     try:
         for m in models:
@@ -404,6 +425,7 @@ def compare_cmd(backend, device, nproc, quick, profile_arg, models, tps, batches
 
 def _print_summary(result: dict, out_dir: Path) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
     t = Table(title=f"simulated vs measured (profile {result['profile']})", title_justify="left")
     for col in ("point", "schedule", "meas tok/s", "pred tok/s", "err", "meas speedup", "pred speedup", "sign"):
@@ -412,14 +434,18 @@ def _print_summary(result: dict, out_dir: Path) -> None:
         for s in pt["schedules"]:
             t.add_row(f"{pt['model']} TP{pt['tp']} b{pt['batch']}", s["schedule"],
                       f"{s['measured']['tokens_per_s']:.1f}", f"{s['predicted']['tokens_per_s']:.1f}",
-                      f"{s['err']['tokens_per_s']:+.1%}", f"{s['measured']['speedup']:.3f}",
-                      f"{s['predicted']['speedup']:.3f}",
-                      "ok" if s["sign_match"] else ("noise" if s["measured_speedup_within_noise"] else "WRONG"))
+                      f"{s['err']['tokens_per_s']:+.1%}", escape(_measured_speedup(s)),
+                      f"{s['predicted']['speedup']:.3f}", _sign(s))
     c = Console(width=120)
     c.print(t)
     for spec, s in result["summary"].items():
+        undetermined = s["sign_mismatches_within_noise"]
         c.print(f"{spec:12} median |err| tokens/s {s['median_abs_err_tokens_per_s']:.1%}  "
-                f"speedup sign {s['sign_matches']}/{s['points']}")
+                f"speedup sign {s['sign_matches']}/{s['points']}"
+                + (f" ({undetermined} other{'s' if undetermined > 1 else ''}: measured interval contains 1)"
+                   if undetermined else ""))
+    c.print(escape("meas speedup [lo-hi]: confidence interval (>= 90%, sign test) of the median per-repeat paired "
+                   "ratio; sign 'undetermined': prediction and measurement disagree but that interval contains 1."))
     for pt in result["points"]:
         if pt["missing_schedules"]:
             c.print(f"[yellow]not measured[/yellow] {pt['model']} TP{pt['tp']} b{pt['batch']}: "
