@@ -188,10 +188,15 @@ class Runner:
         elif op.kind == "all_gather":
             # [rows, w] from each rank -> gathered [tp*rows, w] -> [rows, tp*w] (concat on last dim)
             rows, width = x.shape
-            tp = op.attr("group")
-            buf = torch.empty(tp * rows, width, dtype=x.dtype, device=x.device)
+            tp, n = op.attr("group"), dist.get_world_size(self.group)
+            if tp % n:
+                raise ValueError(f"op {op.name}: all-gather over {tp} ranks on a group of {n}")
+            # an emulated rank (--emulate-tp) gathers over its group of 1 and stands its own shard in
+            # for the tp - 1 it does not have: the shapes downstream are the real job's
+            buf = torch.empty(n * rows, width, dtype=x.dtype, device=x.device)
             call = (lambda b: dist.all_gather_into_tensor(b, x.contiguous(), group=self.group, async_op=True))
-            finish = (lambda b: b.view(tp, rows, width).permute(1, 0, 2).reshape(rows, tp * width))
+            finish = (lambda b: (b if n == tp else b.repeat(tp // n, 1))
+                      .view(tp, rows, width).permute(1, 0, 2).reshape(rows, tp * width))
         else:
             raise ValueError(f"op {op.name}: no collective for kind {op.kind}")
         if self.cuda:

@@ -91,6 +91,16 @@ def test_emulated_rank_runs_tp_shapes_on_one_process():
     assert bad.exit_code == 2 and "--emulate-tp 4 runs one process" in bad.output
 
 
+def test_emulated_rank_with_a_vocab_parallel_head():
+    # the head's all-gather runs over the 1-process group and still yields full-vocab logits
+    res = CliRunner().invoke(bench_cmd, [*SMALL, "--tp", "1", "--emulate-tp", "2", "--head", "vocab-parallel",
+                                         "--repeats", "1", "--warmup", "0", "--json"])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    recs = d["schedules"][0]["records"]
+    assert any(x["op"] == "head.allgather" and x["stream"] == "comm" for x in recs), {x["op"] for x in recs}
+
+
 def test_rank_death_ends_run_quickly():
     t = time.monotonic()
     res = CliRunner().invoke(bench_cmd, [*SMALL, "--tp", "2", "--repeats", "1", "--timeout-s", "60",
