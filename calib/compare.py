@@ -167,7 +167,8 @@ def compare_point(measured: dict, profile, schedules: tuple[str, ...] | None = N
         out.append({
             "schedule": spec,
             "measured": {k: m[k] for k in ("prefill_s", "decode_s", "tokens_per_s", "speedup", "exposed_comm_s")}
-            | ({"speedup_ci": [sp["ci_lo"], sp["ci_hi"]]} if "ci_lo" in sp and spec != "standard" else {}),
+            | ({"speedup_ci": [sp["ci_lo"], sp["ci_hi"]], "speedup_ci_coverage": sp["ci_coverage"]}
+               if "ci_lo" in sp and spec != "standard" else {}),
             "predicted": p.to_dict(),
             "err": {k: _rel(getattr(p, k), m[k]) for k in ("prefill_s", "decode_s", "tokens_per_s")},
             "speedup_err": p.speedup - m["speedup"],
@@ -444,8 +445,12 @@ def _print_summary(result: dict, out_dir: Path) -> None:
                 f"speedup sign {s['sign_matches']}/{s['points']}"
                 + (f" ({undetermined} other{'s' if undetermined > 1 else ''}: measured interval contains 1)"
                    if undetermined else ""))
-    c.print(escape("meas speedup [lo-hi]: confidence interval (>= 90%, sign test) of the median per-repeat paired "
-                   "ratio; sign 'undetermined': prediction and measurement disagree but that interval contains 1."))
+    cov = [s["measured"]["speedup_ci_coverage"] for pt in result["points"] for s in pt["schedules"]
+           if "speedup_ci_coverage" in s["measured"]]
+    if cov:
+        c.print(escape(f"meas speedup [lo-hi]: a {min(cov):.0%} confidence interval (sign test over the repeats) of "
+                       "the median per-repeat paired ratio; sign 'undetermined': prediction and measurement "
+                       "disagree but that interval contains 1."))
     for pt in result["points"]:
         if pt["missing_schedules"]:
             c.print(f"[yellow]not measured[/yellow] {pt['model']} TP{pt['tp']} b{pt['batch']}: "
