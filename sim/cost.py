@@ -175,17 +175,19 @@ class CostModel:
             t = self._cache[key] = self.collective_s(op.kind, nbytes, a["group"], mode)
         return t
 
-    def collective_s(self, collective: str, nbytes: float, group: int, mode: str) -> float:
+    def collective_s(self, collective: str, nbytes: float, group: int, mode: str, impl: str | None = None) -> float:
         """Seconds for one collective of `nbytes` (nccl-tests size convention) over `group` ranks.
 
         In order: (1) a measured table for (collective, group, scope, mode, impl); (2) the same
         table measured in the other mode (plus the profile's eager_extra when eager is asked and
         only graph data exists); (3) the topology model of the profile (sim/topology.py), plus
         eager_extra in eager mode; (4) without a topology, the NCCL protocol model
-        `collectives.model`. A non-NCCL impl (custom all-reduce) without a table for this group
+        `collectives.model`. An unmeasured group spanning nodes is the per-node group's cost by
+        (1)-(4) plus the derived difference between spanning the nodes and staying in one. A non-NCCL impl (custom all-reduce) without a table for this group
         is priced as NCCL: that is what serving stacks fall back to where their kernel cannot run."""
         scope = self.scope(group)
-        impl = self.stack.collective if self.stack.collective != "auto" else self.profile.default_impl
+        if impl is None:
+            impl = self.stack.collective if self.stack.collective != "auto" else self.profile.default_impl
         table = _find_table(self.profile, collective, group, scope, mode, impl)
         extra = 0.0
         if table is None:
@@ -197,6 +199,17 @@ class CostModel:
             return extra + _table_s(table, nbytes, lambda b: self.derived_s(collective, b, group))
         if group == 1:
             return 0.0                  # nothing to exchange; measured group-1 tables win above
+        if group > self.gpus_per_node:
+            # Spanning nodes, unmeasured: the node's own part priced as measured (a table for the
+            # per-node group, if any) plus what the model says spanning nodes adds. Each node's GPUs
+            # move at least what a one-node all-reduce of the same buffer moves, so a derived
+            # cross-node time never undercuts the measured one-node time.
+            nodes = -(-group // self.gpus_per_node)
+            local = -(-group // nodes)                  # ranks fill nodes evenly (TopologyModel.placement)
+            if local > 1:
+                add = self.derived_s(collective, nbytes, group) - self.derived_s(collective, nbytes, local)
+                # the cluster's own collectives cross nodes (a custom one-shot kernel does not)
+                return self.collective_s(collective, nbytes, local, mode, self.profile.default_impl) + max(add, 0.0)
         extra = self.profile.eager_extra_s if mode == "eager" else 0.0
         return extra + self.derived_s(collective, nbytes, group)
 

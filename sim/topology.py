@@ -18,9 +18,10 @@ change:
   (NCCL's SHM transport): PCI hop latency, no LL128, no NVLS; two GPUs behind one PCIe switch
   share its uplink and all flows of a socket share its memory bandwidth.
 - spanning nodes: a flat ring (one channel per NIC, each crossing the fabric through another NIC),
-  a tree (NCCL's inter-node default for small messages) and the two-level all-reduce
+  a tree (NCCL's inter-node default for small messages), the two-level all-reduce
   (intra-node reduce-scatter -> inter-node all-reduce of 1/g of the data over the GPU's own NIC
-  -> intra-node all-gather); the fastest wins.
+  -> intra-node all-gather) and, on NVLS boxes, NVLSTree (NVLS in the node, a tree over the
+  NICs across nodes); the fastest wins.
 
 `latency_offset_us` shifts every derived time by a per-box constant: the shift that minimizes the
 largest relative error against that box's measured small all-reduce latencies (stated as a
@@ -288,15 +289,31 @@ class TopologyModel:
             terms.append((t_lat, bus * to_alg, f"ring/{p}"))
         if ar:
             terms += self._tree_terms(g, ranks, local, nodes, intra_cls, protos)
-            if nodes == 1 and spec.p2p and spec.intra == "nvswitch" and spec.nvls_busbw_gbps > 0:
-                # NVLS: the switch reduces; each GPU moves S(1 + 1/n) each way, so
-                # algbw = B * n / (n + 1) with B from the measured busbw at gpus_per_node ranks.
-                m = spec.gpus_per_node
-                b = spec.nvls_busbw_gbps * (m + 1) / (2 * (m - 1))
-                terms.append((lat.base_us["nvls"] + lat.hop_us["nvlink"]["nvls"], b * n / (n + 1), "nvls"))
+            if spec.p2p and spec.intra == "nvswitch" and spec.nvls_busbw_gbps > 0 and len(local) > 1:
+                terms.append(self._nvls_term(len(local), nodes))
             if nodes > 1 and len(local) > 1:
                 terms += self._two_level_terms(g, ranks, local, nodes, intra_cls)
         return terms
+
+    def _nvls_term(self, gl: int, nodes: int) -> tuple[float, float, str]:
+        """NVLS inside a node (the switch reduces; each GPU moves S(1 + 1/g) each way, so
+        algbw = B * g / (g + 1), B from the published busbw at gpus_per_node ranks) and, across
+        nodes, NVLSTree: a tree over the nodes' NICs between an NVLS reduce and an NVLS broadcast.
+        With two nodes each node sends and receives S once over its NICs (each is the root of one
+        of the two trees); beyond two an inner node of a tree also serves two children, so half
+        that rate (the same halving NCCL's tuning.cc applies to NVLS_TREE's bwInter beyond 2 nodes).
+        Latency: NVLS's whole-op NVLink term plus 2 * ceil(log2 nodes) network hops."""
+        spec, lat = self.spec, self.spec.latency
+        m = spec.gpus_per_node
+        b = spec.nvls_busbw_gbps * (m + 1) / (2 * (m - 1))
+        algbw = b * gl / (gl + 1)
+        t_lat = lat.base_us["nvls"] + lat.hop_us["nvlink"]["nvls"]
+        if nodes == 1:
+            return t_lat, algbw, "nvls"
+        nics = min(spec.nics_per_node, gl)                      # each GPU's rail NIC
+        net = min(spec.nic_gbps, spec.pcie_gbps) * nics / (1 if nodes == 2 else 2)
+        t_lat += 2 * math.ceil(math.log2(nodes)) * lat.hop_us["net"]["nvls"]
+        return t_lat, min(algbw, net), "nvls-tree"
 
     def _protocols(self, link_cls: str, nodes: int) -> list[tuple[str, float, float]]:
         """(protocol, payload fraction, busbw cap) enabled on this path (FACTS.md §4):
