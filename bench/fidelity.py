@@ -79,9 +79,9 @@ def main() -> None:
     points = [Point(m, args.nproc, 1, 32, 16) for m in models]
     results = []
     for i in range(args.runs):
-        # a fresh directory per run: compare reuses a directory's calibration and measurements,
-        # and a fidelity line must come from a new calibration and new measurements
-        out = Path(args.out_dir) / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        # a fresh directory per run: compare reuses the measured points it finds in a directory,
+        # and a fidelity line must come from new measurements (and a new calibration)
+        out = Path(args.out_dir) / f"{datetime.datetime.now():%Y%m%d-%H%M%S}-run{i + 1}"
         print(f"--- run {i + 1}/{args.runs} -> {out}")
         results.append(one_run(points, out, args.nproc, Path(args.log)))
     if args.runs > 1:

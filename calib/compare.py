@@ -136,6 +136,20 @@ def _measured_speedup(s: dict) -> str:
     return f"{s['measured']['speedup']:.3f}" + (f" [{ci[0]:.2f}-{ci[1]:.2f}]" if ci else "")
 
 
+def _interval_note(result: dict) -> str:
+    """What the measured speedup and its interval are, and how sure (coverage depends on repeats)."""
+    cov = [s["measured"]["speedup_ci_coverage"] for pt in result["points"] for s in pt["schedules"]
+           if "speedup_ci_coverage" in s["measured"]]
+    if not cov:
+        return ""
+    note = (f"meas speedup [lo-hi]: the median per-repeat paired ratio and an at least {min(cov):.0%} confidence "
+            "interval for it (sign test over the repeats); sign 'undetermined': prediction and measurement "
+            "disagree but that interval contains 1.")
+    if min(cov) < 0.9:
+        note += " Fewer than 5 repeats: too few for a 90% interval, so a disagreement is rarely called undetermined."
+    return note
+
+
 def speedup_undetermined(spread: dict) -> bool:
     """True when the measurement cannot tell the speedup's side of 1: the median's confidence
     interval over the per-repeat paired ratios (hw.bench.median_ci, sign test) contains 1.
@@ -164,15 +178,20 @@ def compare_point(measured: dict, profile, schedules: tuple[str, ...] | None = N
         m = rows_m[spec]
         sp = m.get("spread", {}).get("speedup", {})
         noise = spec != "standard" and speedup_undetermined(sp)
+        # The measured speedup: the median of the per-repeat paired ratios (the repeats are
+        # interleaved, so pairing cancels drift) when the run has them, the one its interval is
+        # about; else tokens/s over standard's.
+        paired = "ci_lo" in sp and spec != "standard"
+        meas_speedup = sp["median"] if paired else m["speedup"]
         out.append({
             "schedule": spec,
-            "measured": {k: m[k] for k in ("prefill_s", "decode_s", "tokens_per_s", "speedup", "exposed_comm_s")}
-            | ({"speedup_ci": [sp["ci_lo"], sp["ci_hi"]], "speedup_ci_coverage": sp["ci_coverage"]}
-               if "ci_lo" in sp and spec != "standard" else {}),
+            "measured": {k: m[k] for k in ("prefill_s", "decode_s", "tokens_per_s", "exposed_comm_s")}
+            | {"speedup": meas_speedup, "speedup_of_medians": m["speedup"]}
+            | ({"speedup_ci": [sp["ci_lo"], sp["ci_hi"]], "speedup_ci_coverage": sp["ci_coverage"]} if paired else {}),
             "predicted": p.to_dict(),
             "err": {k: _rel(getattr(p, k), m[k]) for k in ("prefill_s", "decode_s", "tokens_per_s")},
-            "speedup_err": p.speedup - m["speedup"],
-            "sign_match": spec == "standard" or (p.speedup >= 1.0) == (m["speedup"] >= 1.0),
+            "speedup_err": p.speedup - meas_speedup,
+            "sign_match": spec == "standard" or (p.speedup >= 1.0) == (meas_speedup >= 1.0),
             "measured_speedup_within_noise": noise,
             "ops": op_join(m.get("records", []), p, w.gen_len),
         })
@@ -211,12 +230,16 @@ def write_report(result: dict, out_dir: Path) -> list[Path]:
           f"Profile `{result['profile']}`; {len(result['points'])} grid point(s)"
           + (f", {len(result['failed'])} failed" if result["failed"] else "") + ".", "",
           "## Summary per schedule", "",
-          "| schedule | points | median abs err tokens/s | prefill | decode | median abs speedup err | sign matches |",
-          "|---|---|---|---|---|---|---|"]
+          "| schedule | points | median abs err tokens/s | prefill | decode | median abs speedup err | sign matches "
+          "| sign undetermined |",
+          "|---|---|---|---|---|---|---|---|"]
     for spec, s in result["summary"].items():
         md.append(f"| {spec} | {s['points']} | {s['median_abs_err_tokens_per_s']:.1%} | "
                   f"{s['median_abs_err_prefill_s']:.1%} | {s['median_abs_err_decode_s']:.1%} | "
-                  f"{s['median_abs_speedup_err']:.3f} | {s['sign_matches']}/{s['points']} |")
+                  f"{s['median_abs_speedup_err']:.3f} | {s['sign_matches']}/{s['points']} | "
+                  f"{s['sign_mismatches_within_noise']} |")
+    if _interval_note(result):
+        md += ["", _interval_note(result)]
     for png in pngs:
         md += ["", f"![{png.stem}]({png.name})"]
     for pt in result["points"]:
@@ -445,12 +468,9 @@ def _print_summary(result: dict, out_dir: Path) -> None:
                 f"speedup sign {s['sign_matches']}/{s['points']}"
                 + (f" ({undetermined} other{'s' if undetermined > 1 else ''}: measured interval contains 1)"
                    if undetermined else ""))
-    cov = [s["measured"]["speedup_ci_coverage"] for pt in result["points"] for s in pt["schedules"]
-           if "speedup_ci_coverage" in s["measured"]]
-    if cov:
-        c.print(escape(f"meas speedup [lo-hi]: a {min(cov):.0%} confidence interval (sign test over the repeats) of "
-                       "the median per-repeat paired ratio; sign 'undetermined': prediction and measurement "
-                       "disagree but that interval contains 1."))
+    note = _interval_note(result)
+    if note:
+        c.print(escape(note))
     for pt in result["points"]:
         if pt["missing_schedules"]:
             c.print(f"[yellow]not measured[/yellow] {pt['model']} TP{pt['tp']} b{pt['batch']}: "

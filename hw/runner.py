@@ -195,8 +195,8 @@ class Runner:
             # for the tp - 1 it does not have: the shapes downstream are the real job's
             buf = torch.empty(n * rows, width, dtype=x.dtype, device=x.device)
             call = (lambda b: dist.all_gather_into_tensor(b, x.contiguous(), group=self.group, async_op=True))
-            finish = (lambda b: (b if n == tp else b.repeat(tp // n, 1))
-                      .view(tp, rows, width).permute(1, 0, 2).reshape(rows, tp * width))
+            finish = (lambda b: b.view(n, rows, width).permute(1, 0, 2).repeat(1, tp // n, 1)
+                      .reshape(rows, tp * width))
         else:
             raise ValueError(f"op {op.name}: no collective for kind {op.kind}")
         if self.cuda:

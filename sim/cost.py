@@ -182,9 +182,10 @@ class CostModel:
         table measured in the other mode (plus the profile's eager_extra when eager is asked and
         only graph data exists); (3) the topology model of the profile (sim/topology.py), plus
         eager_extra in eager mode; (4) without a topology, the NCCL protocol model
-        `collectives.model`. An unmeasured group spanning nodes is the per-node group's cost by
-        (1)-(4) plus the derived difference between spanning the nodes and staying in one. A non-NCCL impl (custom all-reduce) without a table for this group
-        is priced as NCCL: that is what serving stacks fall back to where their kernel cannot run."""
+        `collectives.model`. An unmeasured group spanning nodes (topology with NICs) is its
+        derived time plus the derived model's error on the nearest measured one-node group. A
+        non-NCCL impl (custom all-reduce) without a table for this group is priced as NCCL: that
+        is what serving stacks fall back to where their kernel cannot run."""
         scope = self.scope(group)
         if impl is None:
             impl = self.stack.collective if self.stack.collective != "auto" else self.profile.default_impl
@@ -199,19 +200,32 @@ class CostModel:
             return extra + _table_s(table, nbytes, lambda b: self.derived_s(collective, b, group))
         if group == 1:
             return 0.0                  # nothing to exchange; measured group-1 tables win above
-        if group > self.gpus_per_node:
-            # Spanning nodes, unmeasured: the node's own part priced as measured (a table for the
-            # per-node group, if any) plus what the model says spanning nodes adds. Each node's GPUs
-            # move at least what a one-node all-reduce of the same buffer moves, so a derived
-            # cross-node time never undercuts the measured one-node time.
+        topo = self.topology()
+        if group > self.gpus_per_node and topo is not None and topo.spec.multi_node:
+            # Spanning nodes, unmeasured: the derived time, corrected by the model's error on a
+            # measured one-node group of at least the per-node size (that size itself if measured).
+            # Each node's GPUs move at least what a one-node all-reduce of the buffer moves, so a
+            # derived cross-node time must not undercut a measured one-node time; the cluster's own
+            # collectives cross nodes (a custom one-shot kernel does not), hence default_impl.
             nodes = -(-group // self.gpus_per_node)
             local = -(-group // nodes)                  # ranks fill nodes evenly (TopologyModel.placement)
-            if local > 1:
-                add = self.derived_s(collective, nbytes, group) - self.derived_s(collective, nbytes, local)
-                # the cluster's own collectives cross nodes (a custom one-shot kernel does not)
-                return self.collective_s(collective, nbytes, local, mode, self.profile.default_impl) + max(add, 0.0)
+            ref = self._nearest_measured_group(collective, local, mode)
+            if ref is not None:
+                err = (self.collective_s(collective, nbytes, ref, mode, self.profile.default_impl)
+                       - self.derived_s(collective, nbytes, ref))
+                return max(self.derived_s(collective, nbytes, group) + err, 0.0)
         extra = self.profile.eager_extra_s if mode == "eager" else 0.0
         return extra + self.derived_s(collective, nbytes, group)
+
+    def _nearest_measured_group(self, collective: str, size: int, mode: str) -> int | None:
+        """The one-node group size (> 1) with a measured table of the cluster's own collectives
+        (either mode): the smallest at least `size`, else the largest below it; None if none."""
+        impl = self.profile.default_impl
+        groups = {t.group for t in self.profile.collective_tables
+                  if t.collective == collective and t.impl == impl and t.scope == "node" and 1 < t.group
+                  <= self.gpus_per_node}
+        above = [g for g in groups if g >= size]
+        return min(above) if above else max(groups, default=None)
 
     def derived_s(self, collective: str, nbytes: float, group: int) -> float:
         """The unmeasured path: topology model if the profile has one that covers the group,

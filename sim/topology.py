@@ -289,8 +289,8 @@ class TopologyModel:
             terms.append((t_lat, bus * to_alg, f"ring/{p}"))
         if ar:
             terms += self._tree_terms(g, ranks, local, nodes, intra_cls, protos)
-            if spec.p2p and spec.intra == "nvswitch" and spec.nvls_busbw_gbps > 0 and len(local) > 1:
-                terms.append(self._nvls_term(len(local), nodes))
+            if spec.p2p and spec.intra == "nvswitch" and spec.nvls_busbw_gbps > 0 and n // nodes > 1:
+                terms.append(self._nvls_term(n // nodes, nodes))     # the smallest node sets the pace
             if nodes > 1 and len(local) > 1:
                 terms += self._two_level_terms(g, ranks, local, nodes, intra_cls)
         return terms
@@ -310,9 +310,10 @@ class TopologyModel:
         t_lat = lat.base_us["nvls"] + lat.hop_us["nvlink"]["nvls"]
         if nodes == 1:
             return t_lat, algbw, "nvls"
-        nics = min(spec.nics_per_node, gl)                      # each GPU's rail NIC
+        nics = len({_nic_of(spec, i) for i in range(gl)})       # the rail NICs of the GPUs in use
         net = min(spec.nic_gbps, spec.pcie_gbps) * nics / (1 if nodes == 2 else 2)
-        t_lat += 2 * math.ceil(math.log2(nodes)) * lat.hop_us["net"]["nvls"]
+        hop = lat.hop_us["net"].get("nvls", lat.hop_us["net"]["simple"])
+        t_lat += 2 * math.ceil(math.log2(nodes)) * hop
         return t_lat, min(algbw, net), "nvls-tree"
 
     def _protocols(self, link_cls: str, nodes: int) -> list[tuple[str, float, float]]:
