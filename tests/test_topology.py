@@ -201,6 +201,26 @@ def test_tp16_over_two_nodes_costs_more_than_tp8_in_one(name, mode):
         assert t16 > t8, (name, mode, b, t8, t16)
 
 
+@pytest.mark.parametrize("name", NVSWITCH)
+def test_groups_spanning_nodes_never_undercut_the_measured_node(name):
+    """Uneven placements too (9 = 5 + 4, 12 = 6 + 6): the derived cross-node time is corrected by the
+    model's error on a measured one-node group at least the per-node size."""
+    c = CostModel(load_profile(name), Stack())
+    for b in SIZES:
+        t8 = c.collective_s("all_reduce", b, 8, "graph")
+        for n in (9, 12, 16, 24):
+            assert c.collective_s("all_reduce", b, n, "graph") > t8, (name, n, b)
+
+
+def test_nvls_without_a_network_nvls_latency_falls_back_to_simple():
+    import dataclasses
+    spec = load_profile("h100-sxm").topology
+    hop = {k: dict(v) for k, v in spec.latency.hop_us.items()}
+    del hop["net"]["nvls"]
+    bare = TopologyModel(dataclasses.replace(spec, latency=dataclasses.replace(spec.latency, hop_us=hop)))
+    assert bare.collective_s("all_reduce", 2 ** 30, 16) > 0
+
+
 @pytest.mark.parametrize("base", ("h100-sxm", "a100-sxm"))
 def test_p2p_off_costs_more_than_p2p_on(base):
     on, off = _model(base), _model(f"{base}-p2p-off")
