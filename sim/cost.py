@@ -183,9 +183,10 @@ class CostModel:
         only graph data exists); (3) the topology model of the profile (sim/topology.py), plus
         eager_extra in eager mode; (4) without a topology, the NCCL protocol model
         `collectives.model`. An unmeasured group spanning nodes (topology with NICs) is its
-        derived time plus the derived model's error on the nearest measured one-node group. A
-        non-NCCL impl (custom all-reduce) without a table for this group is priced as NCCL: that
-        is what serving stacks fall back to where their kernel cannot run."""
+        derived time plus the derived model's error on a measured one-node group (the smallest of
+        at least the per-node size, else the largest). A non-NCCL impl (custom all-reduce) without
+        a table for this group is priced as NCCL: that is what serving stacks fall back to where
+        their kernel cannot run."""
         scope = self.scope(group)
         if impl is None:
             impl = self.stack.collective if self.stack.collective != "auto" else self.profile.default_impl
@@ -209,7 +210,7 @@ class CostModel:
             # collectives cross nodes (a custom one-shot kernel does not), hence default_impl.
             nodes = -(-group // self.gpus_per_node)
             local = -(-group // nodes)                  # ranks fill nodes evenly (TopologyModel.placement)
-            ref = self._nearest_measured_group(collective, local, mode)
+            ref = self._measured_node_group(collective, local)
             if ref is not None:
                 err = (self.collective_s(collective, nbytes, ref, mode, self.profile.default_impl)
                        - self.derived_s(collective, nbytes, ref))
@@ -217,7 +218,7 @@ class CostModel:
         extra = self.profile.eager_extra_s if mode == "eager" else 0.0
         return extra + self.derived_s(collective, nbytes, group)
 
-    def _nearest_measured_group(self, collective: str, size: int, mode: str) -> int | None:
+    def _measured_node_group(self, collective: str, size: int) -> int | None:
         """The one-node group size (> 1) with a measured table of the cluster's own collectives
         (either mode): the smallest at least `size`, else the largest below it; None if none."""
         impl = self.profile.default_impl
