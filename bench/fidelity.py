@@ -55,10 +55,10 @@ def totals(results: list[dict]) -> None:
     specs = dict.fromkeys(s for r in results for s in r["summary"])
     n_match = n_all = n_undet = 0
     for spec in specs:
-        errs = [r["summary"][spec]["median_abs_err_tokens_per_s"] for r in results if spec in r["summary"]]
-        match = sum(r["summary"][spec]["sign_matches"] for r in results if spec in r["summary"])
-        pts = sum(r["summary"][spec]["points"] for r in results if spec in r["summary"])
-        undet = sum(r["summary"][spec]["sign_mismatches_within_noise"] for r in results if spec in r["summary"])
+        per_run = [r["summary"][spec] for r in results if spec in r["summary"]]
+        errs = [s["median_abs_err_tokens_per_s"] for s in per_run]
+        match, pts, undet = (sum(s[k] for s in per_run)
+                             for k in ("sign_matches", "points", "sign_mismatches_within_noise"))
         if spec != "standard":
             n_match, n_all, n_undet = n_match + match, n_all + pts, n_undet + undet
         print(f"  {spec:12} median |err| tok/s {min(errs):.1%}-{max(errs):.1%} (median {statistics.median(errs):.1%})"

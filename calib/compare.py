@@ -238,8 +238,9 @@ def write_report(result: dict, out_dir: Path) -> list[Path]:
                   f"{s['median_abs_err_prefill_s']:.1%} | {s['median_abs_err_decode_s']:.1%} | "
                   f"{s['median_abs_speedup_err']:.3f} | {s['sign_matches']}/{s['points']} | "
                   f"{s['sign_mismatches_within_noise']} |")
-    if _interval_note(result):
-        md += ["", _interval_note(result)]
+    note = _interval_note(result)
+    if note:
+        md += ["", note]
     for png in pngs:
         md += ["", f"![{png.stem}]({png.name})"]
     for pt in result["points"]:
