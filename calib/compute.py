@@ -43,10 +43,36 @@ class _Sample:
     args: list
 
 
+def standin(op, x: torch.Tensor) -> torch.Tensor:
+    """A collective's local stand-in of the right shape: all-reduce [rows, w] -> itself;
+    all-gather [rows, w] -> [rows, group * w]."""
+    return x if op.kind == "all_reduce" else x.repeat(1, op.attr("group"))
+
+
+def walk_pass(runner, sched, tokens: torch.Tensor, step=None) -> None:
+    """Run one pass op by op as the harness does, collectives replaced by their stand-ins.
+
+    `step(op, ctx, args, run)` wraps every op (compute and collective) and returns its output;
+    `run()` computes it. Without `step` every op just runs."""
+    from hw.runner import KERNELS, _Ctx
+    ctx = _Ctx(runner, sched, sched.step.start_pos)
+    vals = {TOKENS: tokens}
+    for op in sched.ops:
+        args = [vals[v] for v in op.inputs]
+        run = ((lambda: standin(op, args[0])) if op.is_comm else
+               (lambda: KERNELS[op.kind](ctx, op, *args)))
+        vals[op.outputs[0]] = step(op, ctx, args, run) if step else run()
+
+
+def random_tokens(sched, vocab: int, gen: torch.Generator, device: str) -> torch.Tensor:
+    st = sched.step
+    return torch.randint(0, vocab, (st.batch, st.q_len), generator=gen, device=device)
+
+
 def capture(case: ShapeCase, device: str, dtype: str, seed: int = 0) -> dict[tuple, _Sample]:
     """signature -> (op, ctx, input tensors) from a pass of each schedule over a 1-layer model."""
     from hw.model import build_rank_model
-    from hw.runner import KERNELS, Runner, _Ctx
+    from hw.runner import Runner
     one = case.model.truncated(1)
     max_seq = case.prompt_len + case.gen_len
     rm = build_rank_model(one, case.tp, 0, batch=case.batch, max_seq=max_seq, dtype=dtype,
@@ -55,67 +81,61 @@ def capture(case: ShapeCase, device: str, dtype: str, seed: int = 0) -> dict[tup
     want = set(case.signatures())
     got: dict[tuple, _Sample] = {}
     gen = torch.Generator(device=device).manual_seed(seed)
+
+    def keep(op, ctx, args, run):
+        if not op.is_comm and op.signature in want and op.signature not in got:
+            got[op.signature] = _Sample(op, ctx, args)
+        return run()
     with torch.no_grad():
         for sched in case.schedules(one):
             if want <= set(got):
                 break
-            st = sched.step
-            ctx = _Ctx(runner, sched, st.start_pos)
-            tokens = torch.randint(0, case.model.vocab, (st.batch, st.q_len), generator=gen, device=device)
-            vals = {TOKENS: tokens}
-            for op in sched.ops:
-                args = [vals[v] for v in op.inputs]
-                if op.is_comm:
-                    # [rows, w] -> all-reduce: [rows, w]; all-gather: [rows, group * w]
-                    out = args[0] if op.kind == "all_reduce" else args[0].repeat(1, op.attr("group"))
-                else:
-                    if op.signature in want and op.signature not in got:
-                        got[op.signature] = _Sample(op, ctx, args)
-                    out = KERNELS[op.kind](ctx, op, *args)
-                vals[op.outputs[0]] = out
+            walk_pass(runner, sched, random_tokens(sched, case.model.vocab, gen, device), keep)
     missing = want - set(got)
     if missing:
         raise RuntimeError(f"internal: a one-layer pass did not produce ops {sorted(missing)[:3]}")
     return {s: got[s] for s in case.signatures()}
 
 
-def time_in_passes(case: ShapeCase, device: str, dtype: str, *, trials: int, warmup: int = 2, seed: int = 0,
-                   barrier=None) -> dict[tuple, list[float]]:
-    """Seconds per call of each signature, timed inside repeated passes of every schedule over the
-    model (collectives replaced by local stand-ins of the right shape)."""
+def pass_model(case: ShapeCase, device: str, dtype: str, seed: int = 0):
+    """(model, Runner) for timing inside passes: all layers when the rank's shard is small enough
+    (a CPU's caches hold one layer's weights but not eight: timing one layer over and over would
+    time cache-resident weights); else the first layer."""
     from sim.memory import GIB, estimate
     from hw.model import build_rank_model
-    from hw.runner import KERNELS, Runner, _Ctx
-    # All layers when the rank's shard is small enough (a CPU's caches hold one layer's weights but
-    # not eight: timing one layer over and over would time cache-resident weights); else one layer.
+    from hw.runner import Runner
     full = estimate(case.model, case.tp, case.batch, case.prompt_len, case.gen_len, case.stack, device)
     model = case.model if full.total_bytes < 2 * GIB else case.model.truncated(1)
     rm = build_rank_model(model, case.tp, 0, batch=case.batch, max_seq=case.prompt_len + case.gen_len, dtype=dtype,
                           device=device, seed=seed, head=case.stack.head)
-    runner = Runner(rm)
+    return model, Runner(rm)
+
+
+def time_in_passes(case: ShapeCase, device: str, dtype: str, *, trials: int, warmup: int = 2, seed: int = 0,
+                   barrier=None) -> dict[tuple, list[float]]:
+    """Seconds per call of each signature, timed inside repeated passes of every schedule over the
+    model (collectives replaced by local stand-ins of the right shape)."""
+    model, runner = pass_model(case, device, dtype, seed)
     want = set(case.signatures())
     out: dict[tuple, list[float]] = {sig: [] for sig in want}
     gen = torch.Generator(device=device).manual_seed(seed)
     scheds = list(case.schedules(model))
+    timed = [False]
+
+    def clock(op, ctx, args, run):
+        if op.is_comm or not timed[0] or op.signature not in want:
+            return run()
+        t0 = time.perf_counter()
+        y = run()
+        out[op.signature].append(time.perf_counter() - t0)
+        return y
     with torch.no_grad():
         for t in range(warmup + trials):
             if barrier:
                 barrier()
+            timed[0] = t >= warmup
             for sched in scheds:
-                st = sched.step
-                ctx = _Ctx(runner, sched, st.start_pos)
-                vals = {TOKENS: torch.randint(0, case.model.vocab, (st.batch, st.q_len), generator=gen,
-                                              device=device)}
-                for op in sched.ops:
-                    args = [vals[v] for v in op.inputs]
-                    if op.is_comm:
-                        vals[op.outputs[0]] = args[0] if op.kind == "all_reduce" else args[0].repeat(1, op.attr("group"))
-                        continue
-                    t0 = time.perf_counter()
-                    vals[op.outputs[0]] = KERNELS[op.kind](ctx, op, *args)
-                    dt = time.perf_counter() - t0
-                    if t >= warmup and op.signature in want:
-                        out[op.signature].append(dt)
+                walk_pass(runner, sched, random_tokens(sched, case.model.vocab, gen, device), clock)
     return out
 
 

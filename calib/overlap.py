@@ -205,3 +205,139 @@ def summarize(per_rank: list[dict]) -> dict:
         "overlaps": total < serial - 0.1 * min(compute_alone, comm_alone),
         "trials": n, "reps": per_rank[0]["reps"], "rows": per_rank[0]["rows"], "ideal_us": ideal * 1e6,
     }
+
+
+# ------------------------------------------------------------------ CPU: inside the model's own passes
+
+def measure_in_passes(case, device: str, dtype: str, *, trials: int, warmup: int = 2, seed: int = 0,
+                      pg=None, barrier=None) -> dict:
+    """This rank's per-trial seconds of the case's standard decode pass run three ways, interleaved:
+
+      alone        collectives replaced by local stand-ins (no communication);
+      blocking     a blocking all-reduce of the collective's size at each all-reduce;
+      overlapped   at each all-reduce: issue it with async_op=True, then wait for the previous
+                   one, so each is in flight while the next module's compute runs (the last one
+                   is waited for at the end of the pass). Issue before wait is the order a
+                   schedule's ops give the harness (a collective is issued where its op stands,
+                   awaited where a reader needs it).
+
+    On a CPU whose cores the ranks' compute fills, how a collective and compute share the cores
+    depends on the op mix between collectives and on the steady state (threads that just finished
+    a collective, a peer still finishing one): a collective issued once after a barrier, against
+    one long gemm, made no progress at all in 5 ms, while in the model's passes it does. So the
+    interference is measured here, on the model's own modules and all-reduce size. The all-reduce
+    works on its own buffer of the collective's shape ([batch, hidden]); the pass's values are
+    unchanged, so all three patterns compute the same thing."""
+    import torch.distributed as dist
+    from calib.compute import pass_model, random_tokens, walk_pass
+    from sim.schedule import build
+    from sim.stack import Step
+    model, runner = pass_model(case, device, dtype, seed)
+    st = case.stack
+    sched = build("standard", model, case.tp, Step.decode(case.batch, case.prompt_len, case.gen_len, 1, st), st)
+    ars = [op for op in sched.ops if op.kind == "all_reduce"]
+    if not ars:
+        raise ValueError(f"{case.key}: the standard decode pass has no all-reduce to overlap")
+    gen = torch.Generator(device=device).manual_seed(seed)
+    tokens = random_tokens(sched, case.model.vocab, gen, device)
+    bufs: dict[str, torch.Tensor] = {}
+    clock = time.perf_counter
+    state = {"mode": "alone", "pending": None, "wait": 0.0, "first": None, "t0": 0.0}
+
+    def step(op, ctx, args, run):
+        if op.kind != "all_reduce":
+            return run()
+        buf = bufs.get(op.name)
+        if buf is None:
+            buf = bufs[op.name] = args[0].detach().clone()
+        mode = state["mode"]
+        if mode == "alone":
+            if state["first"] is None:
+                state["first"] = clock() - state["t0"]
+        elif mode == "blocking":
+            dist.all_reduce(buf, group=pg)
+        else:
+            prev = state["pending"]
+            state["pending"] = dist.all_reduce(buf, group=pg, async_op=True)
+            if prev is not None:
+                w0 = clock()
+                prev.wait()
+                state["wait"] += clock() - w0
+        return run()
+
+    def one(mode: str) -> float:
+        state.update(mode=mode, pending=None, wait=0.0, first=None)
+        state["t0"] = t0 = clock()
+        walk_pass(runner, sched, tokens, step)
+        if state["pending"] is not None:
+            w0 = clock()
+            state["pending"].wait()
+            state["wait"] += clock() - w0
+        return clock() - t0
+
+    out = {k: [] for k in ("alone", "first", "blocking", "overlapped", "overlapped_wait")}
+    with torch.no_grad():
+        for t in range(warmup + trials):
+            row = {}
+            for mode in ("alone", "blocking", "overlapped"):
+                (barrier or dist.barrier)()
+                row[mode] = one(mode)
+                if mode == "alone":
+                    row["first"] = state["first"]
+                if mode == "overlapped":
+                    row["overlapped_wait"] = state["wait"]
+            if t >= warmup:
+                for k, v in row.items():
+                    out[k].append(v)
+    first = bufs[ars[0].name]
+    nbytes = first.numel() * first.element_size()
+    out.update(n=len(ars), layers=model.layers,
+               what=(f"{case.model.name} TP{case.tp} batch {case.batch} standard decode passes ({model.layers} "
+                     f"layers, {len(ars)} all-reduces of {nbytes} B): alone, blocking, and each all-reduce in "
+                     f"flight during the next module (async_op=True)"))
+    return out
+
+
+def summarize_passes(per_rank: list[list[dict]]) -> dict:
+    """Slowdowns that make the simulator reproduce the measured passes (`measure_in_passes`),
+    pooled over the cases measured (per_rank[r][j]: rank r's trials of case j).
+
+    Per case and trial (the mean over ranks), with n all-reduces per pass: C = the pass alone,
+    c0 = its compute before the first all-reduce, Tb = blocking, To and Wo = overlapped and its
+    waits. The simulator charges a blocking pass C + n*b, so one all-reduce costs b = (Tb - C) / n
+    in this context. In the overlapped pass the compute after the first all-reduce (A = C - c0
+    alone) took S = To - Wo - c0 with all-reduces in flight: compute_slowdown = S / A. The
+    all-reduces got P = n*b - Wo = Tb - C - Wo of their work done during S: comm_slowdown = S / P.
+    With both, the simulator's overlapped pass is c0 + S + Wo = To exactly (for one case; pooled,
+    the factors are sum(S) / sum(A) and sum(S) / sum(P), weighting each case by its time).
+    Each term is the median over trials of paired (interleaved) differences, which cancels the
+    machine's drift between trials."""
+    cases = [_case_terms([r[j] for r in per_rank]) for j in range(len(per_rank[0]))]
+    total = {k: sum(c[k] for c in cases) for k in ("A", "S", "P")}
+    compute_k = total["S"] / total["A"] if total["A"] > 0 else 1.0
+    comm_k = total["S"] / total["P"] if total["P"] > 0 else 50.0
+    return {
+        "method": "passes",
+        "compute_slowdown": max(1.0, compute_k), "comm_slowdown": min(50.0, max(1.0, comm_k)),
+        "compute_slowdown_raw": compute_k, "comm_slowdown_raw": comm_k,
+        "overlaps": total["P"] > 0, "trials": min(c["trials"] for c in cases), "cases": cases,
+    }
+
+
+def _case_terms(per_rank: list[dict]) -> dict:
+    """One case's paired medians (seconds) and its own factors, as `summarize_passes` explains."""
+    n_trials = min(len(r["alone"]) for r in per_rank)
+    n = per_rank[0]["n"]
+    keys = ("alone", "first", "blocking", "overlapped", "overlapped_wait")
+    rows = [{k: sum(r[k][i] for r in per_rank) / len(per_rank) for k in keys} for i in range(n_trials)]
+    med = statistics.median
+    a = med(r["alone"] - r["first"] for r in rows)
+    s = med(r["overlapped"] - r["overlapped_wait"] - r["first"] for r in rows)
+    p = med(r["blocking"] - r["alone"] - r["overlapped_wait"] for r in rows)
+    return {
+        "what": per_rank[0].get("what", ""), "A": a, "S": s, "P": p, "trials": n_trials, "all_reduces": n,
+        "compute_slowdown": s / a if a > 0 else 1.0, "comm_slowdown": s / p if p > 0 else None,     # None: no progress at all
+        "all_reduce_in_context_us": med((r["blocking"] - r["alone"]) / n for r in rows) * 1e6,
+        **{f"{k}_us": med(r[k] for r in rows) * 1e6 for k in keys},
+        "blocking_over_overlapped": med(r["blocking"] / r["overlapped"] for r in rows),
+    }

@@ -233,7 +233,7 @@ def plan_groups(cfg: CalibConfig, world: int, env_index: int = 0) -> list[Group]
             out.append(Group(f"compute/{c.key}", "compute", {"case": c}))
     if env_index == 0 and "overlap" in cfg.parts and world > 1:
         wide = [c for c in cases if c.tp == world] or cases        # a case as wide as the group measured
-        out.append(Group(f"overlap/{impl}", "overlap", {"case": wide[0] if wide else None}))
+        out.append(Group(f"overlap/{impl}", "overlap", {"cases": wide}))
     return out
 
 
@@ -338,7 +338,7 @@ def measure_group(g: Group, cfg: CalibConfig, ctx, barrier, pg) -> dict:
             local = compute.time_in_passes(g.params["case"], dev, cfg.dtype, trials=cfg.trials["compute"],
                                            seed=cfg.seed, barrier=barrier)
     elif g.kind == "overlap":
-        local = _overlap_local(cfg, g.params["case"], dev, barrier)
+        local = _overlap_local(cfg, g.params["cases"], dev, barrier)
     else:
         raise ValueError(f"unknown group kind {g.kind}")
     gathered = [None] * ctx.world
@@ -356,9 +356,13 @@ def measure_group(g: Group, cfg: CalibConfig, ctx, barrier, pg) -> dict:
     if g.kind == "compute":
         from calib import compute
         return {"points": compute.points(samples, gathered), "trials": cfg.trials["compute"], "ranks": ctx.world}
-    from calib.overlap import summarize
-    return {"summary": summarize(gathered), "trials": cfg.trials["overlap"], "ranks": ctx.world,
-            "op": gathered[0]["op"], "comm_bytes": gathered[0]["comm_bytes"]}
+    from calib.overlap import summarize, summarize_passes
+    if "cases" in gathered[0]:                      # measured inside the models' passes (CPU)
+        summary = summarize_passes([r["cases"] for r in gathered])
+        what = "pooled over " + "; ".join(c["what"] for c in gathered[0]["cases"])
+    else:
+        summary, what = summarize(gathered), gathered[0]["what"]
+    return {"summary": summary, "trials": cfg.trials["overlap"], "ranks": ctx.world, "what": what}
 
 
 def _device_constants(cfg: CalibConfig, dev: str) -> dict:
@@ -406,15 +410,20 @@ def _cpu_name() -> str:
     return platform.processor() or "cpu"
 
 
-def _overlap_local(cfg: CalibConfig, case: ShapeCase | None, dev: str, barrier) -> dict:
-    """This rank's overlap trials: the MLP up-projection gemm of the case's prefill
-    ([rows, hidden] @ [hidden, 2*ffn/tp], rows cut until it lasts about as long as the collective)
-    against an all-reduce of the prefill activation [batch*prompt, hidden]; without a case,
-    [256, 1024] @ [1024, 1024] against 1 MiB."""
+def _overlap_local(cfg: CalibConfig, cases: list[ShapeCase], dev: str, barrier) -> dict:
+    """This rank's overlap trials. CPU: inside each case's standard decode passes
+    (`calib.overlap.measure_in_passes`), pooled when summarized. GPU, or no case: the MLP
+    up-projection gemm of the first case's prefill ([rows, hidden] @ [hidden, 2*ffn/tp], rows cut
+    until it lasts about as long as the collective) against an all-reduce of the prefill activation
+    [batch*prompt, hidden]; without a case, [256, 1024] @ [1024, 1024] against 1 MiB."""
     import torch
     import torch.nn.functional as F
-    from calib.overlap import measure
+    from calib.overlap import measure, measure_in_passes
     from hw.model import torch_dtype
+    if cases and not dev.startswith("cuda"):
+        return {"cases": [measure_in_passes(c, dev, cfg.dtype, trials=cfg.trials["overlap"], seed=cfg.seed,
+                                            barrier=barrier) for c in cases]}
+    case = cases[0] if cases else None
     td = torch_dtype(cfg.dtype)
     if case is None:
         m, k, n = 256, 1024, 1024
@@ -431,9 +440,8 @@ def _overlap_local(cfg: CalibConfig, case: ShapeCase | None, dev: str, barrier) 
         return lambda: F.linear(xr, w)
     with torch.no_grad():
         r = measure(make, m, nbytes, dtype=td, device=dev, trials=cfg.trials["overlap"], barrier=barrier)
-    m = r["rows"]
-    r["op"] = {"kind": "gemm", "m": m, "n": n, "k": k}
-    r["comm_bytes"] = nbytes
+    r["what"] = (f"gemm [{r['rows']}, {k}] @ [{k}, {n}] x{r['reps']} vs all_reduce of {nbytes} B, alone and "
+                 f"concurrently (async_op=True)")
     return r
 
 
