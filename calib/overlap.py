@@ -1,6 +1,12 @@
 """Interference between a collective and compute running at the same time on one rank.
 
-Three measurements, interleaved per trial after a barrier (FACTS.md §7, §8):
+Two methods, both giving the engine's two factors (compute_slowdown, comm_slowdown):
+  CPU (gloo): `measure_in_passes` / `summarize_passes` -- the models' own decode passes with
+              their all-reduces blocking or in flight during the next module, factors chosen so
+              the engine reproduces those passes (see there for why a CPU needs this);
+  GPU, or no model to measure: `measure` / `summarize` below, one gemm against one all-reduce.
+
+The GPU method: three measurements, interleaved per trial after a barrier (FACTS.md §7, §8):
   compute alone     `reps` calls of one compute op (a gemm of the model's shapes);
   collective alone  one all-reduce;
   both              the all-reduce issued with async_op=True (gloo: its background threads;
@@ -223,11 +229,12 @@ def measure_in_passes(case, device: str, dtype: str, *, trials: int, warmup: int
 
     On a CPU whose cores the ranks' compute fills, how a collective and compute share the cores
     depends on the op mix between collectives and on the steady state (threads that just finished
-    a collective, a peer still finishing one): a collective issued once after a barrier, against
-    one long gemm, made no progress at all in 5 ms, while in the model's passes it does. So the
-    interference is measured here, on the model's own modules and all-reduce size. The all-reduce
-    works on its own buffer of the collective's shape ([batch, hidden]); the pass's values are
-    unchanged, so all three patterns compute the same thing."""
+    a collective, a peer still finishing one). Measured on this 2-core VM: a 1.1 ms all-reduce
+    issued once after a barrier, against 4.6 ms of one gemm repeated, had none of its work done
+    when the gemm ended; in flight during the model's own modules, about 40% of it is done. So
+    the interference is measured here, on the model's own modules and all-reduce size. The
+    all-reduce works on its own buffer of the collective's shape ([batch, hidden]); the pass's
+    values are unchanged, so all three patterns compute the same thing."""
     import torch.distributed as dist
     from calib.compute import pass_model, random_tokens, walk_pass
     from sim.schedule import build
@@ -249,7 +256,7 @@ def measure_in_passes(case, device: str, dtype: str, *, trials: int, warmup: int
             return run()
         buf = bufs.get(op.name)
         if buf is None:
-            buf = bufs[op.name] = args[0].detach().clone()
+            buf = bufs[op.name] = torch.zeros_like(args[0])      # zeros: summing stays 0, never overflows
         mode = state["mode"]
         if mode == "alone":
             if state["first"] is None:
