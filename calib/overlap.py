@@ -347,4 +347,6 @@ def _case_terms(per_rank: list[dict]) -> dict:
         "all_reduce_in_context_us": med((r["blocking"] - r["alone"]) / n for r in rows) * 1e6,
         **{f"{k}_us": med(r[k] for r in rows) * 1e6 for k in keys},
         "blocking_over_overlapped": med(r["blocking"] / r["overlapped"] for r in rows),
+        # the raw points behind the medians (s, mean over ranks, one entry per trial)
+        "per_trial_s": {k: [round(r[k], 7) for r in rows] for k in keys},
     }

@@ -33,6 +33,7 @@ def test_slowdowns_recovered_from_hand_computed_passes():
     case = s["cases"][0]
     assert case["all_reduce_in_context_us"] == pytest.approx(B * 1e6)
     assert s["overlaps"] and case["blocking_over_overlapped"] == pytest.approx(14 / 13)
+    assert case["per_trial_s"]["overlapped_wait"] == [WAIT] * 3           # raw points kept beside the fit
 
 
 def test_paired_medians_survive_one_slow_trial():
