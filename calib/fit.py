@@ -367,6 +367,8 @@ def _base_has_node_model(base: str | None) -> bool:
 
 
 def _clamped(x: float) -> str:
+    if x > 50.0:
+        return " (above 50: no measurable progress, written as 50)"
     return "" if x >= 1.0 else " (below 1 within noise: no measurable slowdown, written as 1)"
 
 
