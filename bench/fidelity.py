@@ -38,11 +38,12 @@ def one_run(points: list, out_dir: Path, nproc: int, log: Path) -> dict:
     with open(log, "a") as f:
         f.write(json.dumps(line) + "\n")
     print(f"{'schedule':12} {'|err| tok/s':>11} {'|err| prefill':>13} {'|err| decode':>12} {'speedup err':>11} "
-          f"sign (undetermined)")
+          f"sign (undetermined: measurement, prediction)")
     for spec, s in result["summary"].items():
         print(f"{spec:12} {s['median_abs_err_tokens_per_s']:>11.1%} {s['median_abs_err_prefill_s']:>13.1%} "
               f"{s['median_abs_err_decode_s']:>12.1%} {s['median_abs_speedup_err']:>11.3f} "
-              f"{s['sign_matches']}/{s['points']} ({s['sign_mismatches_within_noise']})")
+              f"{s['sign_matches']}/{s['points']} ({s['sign_mismatches_within_noise']}, "
+              f"{s.get('sign_mismatches_prediction_uncertain', 0)})")
     for f in result["failed"]:
         print(f"failed {f['point']}: {f['error']}")
     print(f"appended to {log}; report in {out_dir}/report.md")
@@ -53,18 +54,20 @@ def totals(results: list[dict]) -> None:
     """Over runs: the range and median of each schedule's median |err| tokens/s, and sign counts."""
     print(f"\nover {len(results)} runs:")
     specs = dict.fromkeys(s for r in results for s in r["summary"])
-    n_match = n_all = n_undet = 0
+    n_match = n_all = n_undet = n_pred = 0
     for spec in specs:
         per_run = [r["summary"][spec] for r in results if spec in r["summary"]]
         errs = [s["median_abs_err_tokens_per_s"] for s in per_run]
-        match, pts, undet = (sum(s[k] for s in per_run)
-                             for k in ("sign_matches", "points", "sign_mismatches_within_noise"))
+        match, pts, undet, pred = (sum(s.get(k, 0) for s in per_run)
+                                   for k in ("sign_matches", "points", "sign_mismatches_within_noise",
+                                             "sign_mismatches_prediction_uncertain"))
         if spec != "standard":
-            n_match, n_all, n_undet = n_match + match, n_all + pts, n_undet + undet
+            n_match, n_all, n_undet, n_pred = n_match + match, n_all + pts, n_undet + undet, n_pred + pred
         print(f"  {spec:12} median |err| tok/s {min(errs):.1%}-{max(errs):.1%} (median {statistics.median(errs):.1%})"
-              f"  sign {match}/{pts}, {undet} undetermined, {pts - match - undet} wrong")
+              f"  sign {match}/{pts}, undetermined {undet} by the measurement and {pred} by the prediction, "
+              f"{pts - match - undet - pred} wrong")
     print(f"  speedup sign (schedules other than standard): {n_match}/{n_all} match, {n_undet} undetermined by "
-          f"the measurement, {n_all - n_match - n_undet} wrong")
+          f"the measurement, {n_pred} by the prediction's interval, {n_all - n_match - n_undet - n_pred} wrong")
 
 
 def main() -> None:

@@ -128,7 +128,44 @@ def op_join(measured_records: list[dict], pred: Prediction, gen_len: int) -> lis
 
 
 def _sign(s: dict) -> str:
-    return "ok" if s["sign_match"] else ("undetermined" if s["measured_speedup_within_noise"] else "WRONG")
+    if s["sign_match"]:
+        return "ok"
+    return "undetermined" if s["measured_speedup_within_noise"] or s.get("predicted_speedup_within_noise") else "WRONG"
+
+
+def _predicted_speedup(s: dict) -> str:
+    iv = s["predicted"].get("speedup_interval")
+    return f"{s['predicted']['speedup']:.3f}" + (f" [{iv[0]:.2f}-{iv[1]:.2f}]" if iv else "")
+
+
+PREDICTED_INTERVAL = (0.05, 0.95)       # quantiles of the bootstrap: a 90% interval
+
+
+def overlap_samples(profile) -> list[tuple[float, float]]:
+    """Bootstrap (compute, comm) slowdown pairs from the profile's kept overlap trials (CPU
+    calibrations, calib.overlap.factor_samples); [] when it kept none."""
+    from calib.overlap import factor_samples
+    for g in (profile.raw or {}).get("groups", {}).values():
+        if g.get("kind") == "overlap" and "summary" in g:
+            return factor_samples(g["summary"])
+    return []
+
+
+def speedup_interval(w: Workload, spec: str, samples: list[tuple[float, float]]) -> list[float] | None:
+    """The predicted speedup's interval from the calibration's own noise: `spec` over standard
+    predicted under each bootstrap pair of overlap factors, its PREDICTED_INTERVAL quantiles.
+    None without samples. Schedules that never overlap a collective get a zero-width interval."""
+    import dataclasses
+    if not samples:
+        return None
+    got = []
+    for cs, ks in samples:
+        wb = dataclasses.replace(w, profile=dataclasses.replace(w.profile, compute_slowdown=cs, comm_slowdown=ks))
+        sim = Simulator(wb, record=False)
+        got.append(sim.predict(spec).tokens_per_s / sim.predict("standard").tokens_per_s)
+    got.sort()
+    lo, hi = PREDICTED_INTERVAL
+    return [got[int(lo * (len(got) - 1))], got[int(round(hi * (len(got) - 1)))]]
 
 
 def _measured_speedup(s: dict) -> str:
@@ -143,8 +180,12 @@ def _interval_note(result: dict) -> str:
     if not cov:
         return ""
     note = (f"meas speedup [lo-hi]: the median per-repeat paired ratio and an at least {min(cov):.0%} confidence "
-            "interval for it (sign test over the repeats); sign 'undetermined': prediction and measurement "
-            "disagree but that interval contains 1.")
+            "interval for it (sign test over the repeats).")
+    if any("speedup_interval" in s["predicted"] for pt in result["points"] for s in pt["schedules"]):
+        note += (" pred speedup [lo-hi]: a 90% bootstrap interval over the trials of the profile's overlap "
+                 "calibration (the prediction's own noise).")
+    note += (" sign 'undetermined': prediction and measurement disagree but one of the intervals contains 1;"
+             " 'WRONG': neither does.")
     if min(cov) < 0.9:
         note += " Fewer than 5 repeats: too few for a 90% interval, so a disagreement is rarely called undetermined."
     return note
@@ -171,6 +212,7 @@ def compare_point(measured: dict, profile, schedules: tuple[str, ...] | None = N
     missing = [s for s in (schedules or ()) if s not in rows_m]
     sim = Simulator(w, record=True)
     base = sim.predict("standard")
+    samples = overlap_samples(profile)
     out = []
     for spec in dict.fromkeys(["standard", *wanted]):
         p = base if spec == "standard" else sim.predict(spec)
@@ -183,16 +225,21 @@ def compare_point(measured: dict, profile, schedules: tuple[str, ...] | None = N
         # about; else tokens/s over standard's.
         paired = "ci_lo" in sp and spec != "standard"
         meas_speedup = sp["median"] if paired else m["speedup"]
+        pred = p.to_dict()
+        iv = speedup_interval(w, spec, samples) if spec != "standard" else None
+        if iv:
+            pred["speedup_interval"] = iv
         out.append({
             "schedule": spec,
             "measured": {k: m[k] for k in ("prefill_s", "decode_s", "tokens_per_s", "exposed_comm_s")}
             | {"speedup": meas_speedup, "speedup_of_medians": m["speedup"]}
             | ({"speedup_ci": [sp["ci_lo"], sp["ci_hi"]], "speedup_ci_coverage": sp["ci_coverage"]} if paired else {}),
-            "predicted": p.to_dict(),
+            "predicted": pred,
             "err": {k: _rel(getattr(p, k), m[k]) for k in ("prefill_s", "decode_s", "tokens_per_s")},
             "speedup_err": p.speedup - meas_speedup,
             "sign_match": spec == "standard" or (p.speedup >= 1.0) == (meas_speedup >= 1.0),
             "measured_speedup_within_noise": noise,
+            "predicted_speedup_within_noise": bool(iv and iv[0] <= 1.0 <= iv[1]),
             "ops": op_join(m.get("records", []), p, w.gen_len),
         })
     return {"model": w.model.name, "tp": w.tp, "batch": w.batch, "prompt_len": w.prompt_len,
@@ -215,7 +262,11 @@ def summarize(points: list[dict]) -> dict:
                      "median_abs_speedup_err": statistics.median(abs(x["speedup_err"]) for x in xs),
                      "sign_matches": sum(x["sign_match"] for x in xs),
                      "sign_mismatches_within_noise": sum((not x["sign_match"]) and x["measured_speedup_within_noise"]
-                                                         for x in xs)}
+                                                         for x in xs),
+                     # the measurement is sure of its side of 1, the prediction's own interval is not
+                     "sign_mismatches_prediction_uncertain": sum(
+                         (not x["sign_match"]) and not x["measured_speedup_within_noise"]
+                         and x.get("predicted_speedup_within_noise", False) for x in xs)}
     return out
 
 
@@ -231,13 +282,13 @@ def write_report(result: dict, out_dir: Path) -> list[Path]:
           + (f", {len(result['failed'])} failed" if result["failed"] else "") + ".", "",
           "## Summary per schedule", "",
           "| schedule | points | median abs err tokens/s | prefill | decode | median abs speedup err | sign matches "
-          "| sign undetermined |",
-          "|---|---|---|---|---|---|---|---|"]
+          "| undetermined: measurement | undetermined: prediction |",
+          "|---|---|---|---|---|---|---|---|---|"]
     for spec, s in result["summary"].items():
         md.append(f"| {spec} | {s['points']} | {s['median_abs_err_tokens_per_s']:.1%} | "
                   f"{s['median_abs_err_prefill_s']:.1%} | {s['median_abs_err_decode_s']:.1%} | "
                   f"{s['median_abs_speedup_err']:.3f} | {s['sign_matches']}/{s['points']} | "
-                  f"{s['sign_mismatches_within_noise']} |")
+                  f"{s['sign_mismatches_within_noise']} | {s.get('sign_mismatches_prediction_uncertain', 0)} |")
     note = _interval_note(result)
     if note:
         md += ["", note]
@@ -250,7 +301,7 @@ def write_report(result: dict, out_dir: Path) -> list[Path]:
         for s in pt["schedules"]:
             md.append(f"| {s['schedule']} | {s['measured']['tokens_per_s']:.1f} | {s['predicted']['tokens_per_s']:.1f} | "
                       f"{s['err']['tokens_per_s']:+.1%} | {_measured_speedup(s)} | "
-                      f"{s['predicted']['speedup']:.3f} | {_sign(s)} |")
+                      f"{_predicted_speedup(s)} | {_sign(s)} |")
         std = pt["schedules"][0]
         md += ["", "Largest per-op contributors to the standard schedule's error (predicted - measured, "
                "x1 prefill, x(gen-1) decode). Streams: compute = the op's kernel; comm = measured from "
@@ -460,15 +511,15 @@ def _print_summary(result: dict, out_dir: Path) -> None:
             t.add_row(f"{pt['model']} TP{pt['tp']} b{pt['batch']}", s["schedule"],
                       f"{s['measured']['tokens_per_s']:.1f}", f"{s['predicted']['tokens_per_s']:.1f}",
                       f"{s['err']['tokens_per_s']:+.1%}", escape(_measured_speedup(s)),
-                      f"{s['predicted']['speedup']:.3f}", _sign(s))
+                      escape(_predicted_speedup(s)), _sign(s))
     c = Console(width=120)
     c.print(t)
     for spec, s in result["summary"].items():
-        undetermined = s["sign_mismatches_within_noise"]
+        why = [f"{n} with the measured interval containing 1" for n in [s["sign_mismatches_within_noise"]] if n]
+        why += [f"{n} with only the predicted interval containing 1"
+                for n in [s.get("sign_mismatches_prediction_uncertain", 0)] if n]
         c.print(f"{spec:12} median |err| tokens/s {s['median_abs_err_tokens_per_s']:.1%}  "
-                f"speedup sign {s['sign_matches']}/{s['points']}"
-                + (f" ({undetermined} other{'s' if undetermined > 1 else ''}: measured interval contains 1)"
-                   if undetermined else ""))
+                f"speedup sign {s['sign_matches']}/{s['points']}" + (f" (undetermined: {'; '.join(why)})" if why else ""))
     note = _interval_note(result)
     if note:
         c.print(escape(note))

@@ -350,3 +350,25 @@ def _case_terms(per_rank: list[dict]) -> dict:
         # the raw points behind the medians (s, mean over ranks, one entry per trial)
         "per_trial_s": {k: [round(r[k], 7) for r in rows] for k in keys},
     }
+
+
+def factor_samples(summary: dict, n: int = 200, seed: int = 0) -> list[tuple[float, float]]:
+    """Bootstrap (compute_slowdown, comm_slowdown) pairs from an in-pass summary's kept trials:
+    each sample redraws every case's trials with replacement and pools them as `summarize_passes`
+    does. [] when the summary has no trials to draw from (a GPU or imported profile)."""
+    import random
+    cases = summary.get("cases") or []
+    if summary.get("method") != "passes" or not cases or not all("per_trial_s" in c for c in cases):
+        return []
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        drawn = []
+        for c in cases:
+            rows = c["per_trial_s"]
+            m = len(rows["alone"])
+            idx = [rng.randrange(m) for _ in range(m)]
+            drawn.append({k: [v[i] for i in idx] for k, v in rows.items()} | {"n": c["all_reduces"]})
+        s = summarize_passes([drawn])
+        out.append((s["compute_slowdown"], s["comm_slowdown"]))
+    return out

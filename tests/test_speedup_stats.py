@@ -1,10 +1,15 @@
 """The statistics behind "does the measured speedup have a sign": a distribution-free interval for
-the median of the per-repeat paired ratios (sign test), and compare's three-way verdict."""
+the median of the per-repeat paired ratios (sign test), the predicted speedup's bootstrap interval
+over the overlap calibration's trials, and compare's three-way verdict."""
 import pytest
 
 pytest.importorskip("torch")
 
-from calib.compare import _sign, speedup_undetermined  # noqa: E402
+from calib.compare import _sign, speedup_interval, speedup_undetermined  # noqa: E402
+from calib.overlap import factor_samples, summarize_passes  # noqa: E402
+from sim.model import get_model  # noqa: E402
+from sim.predict import Simulator, Workload  # noqa: E402
+from sim.profile import load_profile  # noqa: E402
 from hw.bench import _spread, median_ci  # noqa: E402
 
 
@@ -39,3 +44,36 @@ def test_verdicts():
     assert _sign({"sign_match": True, "measured_speedup_within_noise": True}) == "ok"
     assert _sign({"sign_match": False, "measured_speedup_within_noise": True}) == "undetermined"
     assert _sign({"sign_match": False, "measured_speedup_within_noise": False}) == "WRONG"
+    # the measurement is sure, the prediction's own interval is not
+    assert _sign({"sign_match": False, "measured_speedup_within_noise": False,
+                  "predicted_speedup_within_noise": True}) == "undetermined"
+
+
+def _trials(alone, first, blocking, overlapped, wait, n=3):
+    return {"alone": [alone] * n, "first": [first] * n, "blocking": [blocking] * n,
+            "overlapped": [overlapped] * n, "overlapped_wait": [wait] * n, "n": 2}
+
+
+def test_bootstrap_of_identical_trials_is_the_point_fit():
+    # every trial alike (tests/test_overlap_fit.py's hand timeline): every redraw gives 1.5 and 2
+    s = summarize_passes([[_trials(6.0, 2.0, 14.0, 13.0, 5.0)]])
+    pairs = factor_samples(s, n=20)
+    assert len(pairs) == 20 and all(p == pytest.approx((1.5, 2.0)) for p in pairs)
+    assert factor_samples({"method": "gemm"}) == [] and factor_samples(s | {"cases": [{}]}) == []
+
+
+def test_predicted_interval_spans_the_factor_pairs():
+    w = Workload(get_model("llama-3.1-8b"), 8, load_profile("h100-sxm"), prompt_len=64, gen_len=8)
+
+    def speedup(spec, cs, ks):
+        import dataclasses
+        sim = Simulator(dataclasses.replace(w, profile=dataclasses.replace(w.profile, compute_slowdown=cs,
+                                                                           comm_slowdown=ks)), record=False)
+        return sim.predict(spec).tokens_per_s / sim.predict("standard").tokens_per_s
+    pairs = [(1.0, 1.0)] * 10 + [(3.0, 50.0)] * 10
+    lo, hi = speedup_interval(w, "ladder", pairs)
+    assert (lo, hi) == (pytest.approx(speedup("ladder", 3.0, 50.0)), pytest.approx(speedup("ladder", 1.0, 1.0)))
+    assert lo < hi                                  # interference costs ladder its overlap
+    lo, hi = speedup_interval(w, "parallel", pairs)  # parallel never overlaps a collective: no spread
+    assert lo == pytest.approx(hi)
+    assert speedup_interval(w, "ladder", []) is None
