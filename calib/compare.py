@@ -145,7 +145,7 @@ def overlap_samples(profile) -> list[tuple[float, float]]:
     """Bootstrap (compute, comm) slowdown pairs from the profile's kept overlap trials (CPU
     calibrations, calib.overlap.factor_samples); [] when it kept none."""
     from calib.overlap import factor_samples
-    for g in (profile.raw or {}).get("groups", {}).values():
+    for g in (profile.raw or {}).get("raw", {}).get("groups", {}).values():      # the file's raw section
         if g.get("kind") == "overlap" and "summary" in g:
             return factor_samples(g["summary"])
     return []

@@ -52,6 +52,10 @@ def test_interrupted_calibration_resumes_without_remeasuring(tmp_path):
     assert "measured by tpsim calibrate on" in prof["compute"]["launch_us"]["eager"]["source"]
     assert prof["overlap"]["compute_slowdown"]["value"] >= 1.0
     p = load_profile(str(out))
+    # the overlap trials are kept, so compare can bootstrap the predicted speedup's interval
+    from calib.compare import overlap_samples
+    pairs = overlap_samples(p)
+    assert len(pairs) == 200 and all(cs >= 1.0 and ks >= 1.0 for cs, ks in pairs)
     stack = Stack(dtype="fp32", collective="gloo", decode_graphs=False)
     w = Workload(get_model("tiny"), 2, p, 1, 8, 4, stack)
     (pred,) = predict(w, ["standard"], record=False)
