@@ -158,12 +158,15 @@ def speedup_interval(w: Workload, spec: str, samples: list[tuple[float, float]])
     import dataclasses
     if not samples:
         return None
-    got = []
-    for cs, ks in samples:
+
+    def speedup(cs: float, ks: float) -> float:
         wb = dataclasses.replace(w, profile=dataclasses.replace(w.profile, compute_slowdown=cs, comm_slowdown=ks))
         sim = Simulator(wb, record=False)
-        got.append(sim.predict(spec).tokens_per_s / sim.predict("standard").tokens_per_s)
-    got.sort()
+        return sim.predict(spec).tokens_per_s / sim.predict("standard").tokens_per_s
+    free, worst = speedup(1.0, 1.0), speedup(*max(samples))
+    if free == worst == speedup(*min(samples)):     # nothing overlaps: the factors change nothing
+        return [free, free]
+    got = sorted(speedup(cs, ks) for cs, ks in samples)
     lo, hi = PREDICTED_INTERVAL
     return [got[int(lo * (len(got) - 1))], got[int(round(hi * (len(got) - 1)))]]
 
