@@ -145,9 +145,14 @@ def overlap_samples(profile) -> list[tuple[float, float]]:
     """Bootstrap (compute, comm) slowdown pairs from the profile's kept overlap trials (CPU
     calibrations, calib.overlap.factor_samples); [] when it kept none."""
     from calib.overlap import factor_samples
-    for g in (profile.raw or {}).get("raw", {}).get("groups", {}).values():      # the file's raw section
-        if g.get("kind") == "overlap" and "summary" in g:
-            return factor_samples(g["summary"])
+    groups = (profile.raw or {}).get("raw", {}).get("groups", {})                # the file's raw section
+    for g in reversed(list(groups.values())):       # a profile's own groups follow its base's
+        sm = g.get("summary", {}) if g.get("kind") == "overlap" else {}
+        # the group whose factors the profile uses (a base may carry another calibration's)
+        if sm and (round(max(1.0, sm.get("compute_slowdown_raw", sm["compute_slowdown"])), 4) == profile.compute_slowdown
+                   and round(min(50.0, max(1.0, sm.get("comm_slowdown_raw", sm["comm_slowdown"]))), 4)
+                   == profile.comm_slowdown):
+            return factor_samples(sm)
     return []
 
 
@@ -168,7 +173,7 @@ def speedup_interval(w: Workload, spec: str, samples: list[tuple[float, float]])
         return [free, free]
     got = sorted(speedup(cs, ks) for cs, ks in samples)
     lo, hi = PREDICTED_INTERVAL
-    return [got[int(lo * (len(got) - 1))], got[int(round(hi * (len(got) - 1)))]]
+    return [got[round(lo * (len(got) - 1))], got[round(hi * (len(got) - 1))]]
 
 
 def _measured_speedup(s: dict) -> str:
@@ -180,18 +185,20 @@ def _interval_note(result: dict) -> str:
     """What the measured speedup and its interval are, and how sure (coverage depends on repeats)."""
     cov = [s["measured"]["speedup_ci_coverage"] for pt in result["points"] for s in pt["schedules"]
            if "speedup_ci_coverage" in s["measured"]]
-    if not cov:
+    pred = any("speedup_interval" in s["predicted"] for pt in result["points"] for s in pt["schedules"])
+    if not (cov or pred):
         return ""
     note = (f"meas speedup [lo-hi]: the median per-repeat paired ratio and an at least {min(cov):.0%} confidence "
-            "interval for it (sign test over the repeats).")
-    if any("speedup_interval" in s["predicted"] for pt in result["points"] for s in pt["schedules"]):
+            "interval for it (sign test over the repeats).") if cov else ""
+    if pred:
         note += (" pred speedup [lo-hi]: a 90% bootstrap interval over the trials of the profile's overlap "
                  "calibration (the prediction's own noise).")
     note += (" sign 'undetermined': prediction and measurement disagree but one of the intervals contains 1;"
              " 'WRONG': neither does.")
-    if min(cov) < 0.9:
-        note += " Fewer than 5 repeats: too few for a 90% interval, so a disagreement is rarely called undetermined."
-    return note
+    if cov and min(cov) < 0.9:
+        note += (" Fewer than 5 repeats: too few for a 90% interval, so the measurement rarely calls a "
+                 "disagreement undetermined.")
+    return note.strip()
 
 
 def speedup_undetermined(spread: dict) -> bool:

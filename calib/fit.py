@@ -330,12 +330,16 @@ def build_profile(cfg, groups: dict, world: int) -> dict:
         if s.get("method") == "passes":
             how = {"compute_slowdown": "compute after the first all-reduce, with all-reduces in flight / alone",
                    "comm_slowdown": "that compute time / the all-reduce work done during it"}
+        early = s.get("done_early", 0.0)
+        if early > 0.2:      # the in-pass fit assumes each all-reduce outlasts the module it overlaps
+            how = {k: v + f" ({early:.0%} of the all-reduces finished within their module, which the fit does "
+                   "not model: approximate)" for k, v in how.items()}
         prof["overlap"] = {}
         for key, text in how.items():
             raw = s.get(key + "_raw", s[key])
             prof["overlap"][key] = {"value": round(min(50.0, max(1.0, raw)), 4),
-                                    "source": src(f"{text} = {raw:.3f}" + _clamped(raw) + f"; {ov['what']}",
-                                                  ov["trials"])}
+                                    "source": src(f"{text} = {raw:.3f}" + _clamped(raw)
+                                                  + f"; {_overlap_what(ov)}", ov["trials"])}
     elif not cfg.extends:
         prof["overlap"] = {k: {"value": 1.0, "source": src("single rank: no collective to overlap")}
                            for k in ("compute_slowdown", "comm_slowdown")}
@@ -367,9 +371,19 @@ def _base_has_node_model(base: str | None) -> bool:
 
 
 def _clamped(x: float) -> str:
-    if x > 50.0:
-        return " (above 50: no measurable progress, written as 50)"
+    if x >= 50.0:        # a collective with no measurable progress under compute lands here too
+        return " (at or above the cap of 50, written as 50)"
     return "" if x >= 1.0 else " (below 1 within noise: no measurable slowdown, written as 1)"
+
+
+def _overlap_what(ov: dict) -> str:
+    """What the overlap group measured; results saved by an older tpsim (resumed state) say it
+    with the gemm shape and message size instead."""
+    if "what" in ov:
+        return ov["what"]
+    op = ov.get("op", {})
+    return (f"gemm [{op.get('m')}, {op.get('k')}] @ [{op.get('k')}, {op.get('n')}] vs all_reduce of "
+            f"{ov.get('comm_bytes')} B, alone and concurrently (async_op=True)")
 
 
 def _eager_extra(tabs: list[dict]) -> float | None:

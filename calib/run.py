@@ -139,7 +139,8 @@ class CalibConfig:
     @property
     def trials(self) -> dict[str, int]:
         # overlap: the in-flight gain it measures on a CPU (a few % of a pass) is near the trial-to-trial
-        # noise, so it takes the most trials: at 60 its comm factor moved 1.8-3.8 over 12 runs
+        # noise, so it takes the most trials: at 60 its comm factor moved 1.8-3.8 over 12 runs (on a
+        # GPU a trial takes milliseconds, so the same counts cost little there)
         return ({"collectives": 15, "compute": 15, "overlap": 150} if self.quick else
                 {"collectives": 50, "compute": 40, "overlap": 300})
 
@@ -413,8 +414,8 @@ def _cpu_name() -> str:
 
 
 def _overlap_local(cfg: CalibConfig, cases: list[ShapeCase], dev: str, barrier) -> dict:
-    """This rank's overlap trials. CPU: inside each case's standard decode passes
-    (`calib.overlap.measure_in_passes`), pooled when summarized. GPU, or no case: the MLP
+    """This rank's overlap trials. CPU: inside the standard decode passes of each case as wide as
+    the group with gen >= 2 (`calib.overlap.measure_in_passes`), pooled when summarized. GPU, or no such case: the MLP
     up-projection gemm of the first case's prefill ([rows, hidden] @ [hidden, 2*ffn/tp], rows cut
     until it lasts about as long as the collective) against an all-reduce of the prefill activation
     [batch*prompt, hidden]; without a case, [256, 1024] @ [1024, 1024] against 1 MiB."""
@@ -422,9 +423,12 @@ def _overlap_local(cfg: CalibConfig, cases: list[ShapeCase], dev: str, barrier) 
     import torch.nn.functional as F
     from calib.overlap import measure, measure_in_passes
     from hw.model import torch_dtype
-    if cases and not dev.startswith("cuda"):
+    import torch.distributed as dist
+    # in passes: cases as wide as the group (their all-reduces span it) with a decode step to run
+    in_pass = [c for c in cases if c.tp == dist.get_world_size() and c.gen_len >= 2]
+    if in_pass and not dev.startswith("cuda"):
         return {"cases": [measure_in_passes(c, dev, cfg.dtype, trials=cfg.trials["overlap"], seed=cfg.seed,
-                                            barrier=barrier) for c in cases]}
+                                            barrier=barrier) for c in in_pass]}
     case = cases[0] if cases else None
     td = torch_dtype(cfg.dtype)
     if case is None:

@@ -115,3 +115,11 @@ def test_partial_calibration_extends_a_base(tmp_path):
     assert p.device == "cuda" and p.gpus_per_node == 8                     # from the base
     assert p.collective_tables[0].impl == "gloo"                           # measured tables first
     assert {lm.name for lm in p.link_models["node"]} == {"small", "large"}  # only ours: h100-sxm has a topology
+
+
+def test_overlap_without_a_decode_step_falls_back_to_the_gemm_method(tmp_path):
+    # gen 1 has no decode step to run passes of: the one-gemm method measures instead of crashing
+    out = calibrate("gloo", 2, out=tmp_path / "g1.json", timeout_s=60, **(SHAPES | {"gen_len": (1,)}))
+    prof = json.loads(out.read_text())
+    assert "gemm [" in prof["overlap"]["comm_slowdown"]["source"]
+    assert prof["raw"]["groups"]["overlap/gloo"]["summary"].get("method") != "passes"

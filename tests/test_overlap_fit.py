@@ -82,3 +82,10 @@ def test_engine_reproduces_the_measured_passes_with_the_fitted_factors():
     assert over.duration_s == pytest.approx(OVERLAPPED) and over.exposed_comm_s == pytest.approx(WAIT)
     block = simulate(_pattern(False), lambda o: costs[o.name], ranks=2, interference=inter)
     assert block.duration_s == pytest.approx(BLOCKING)
+
+
+def test_all_reduces_done_before_their_wait_are_counted():
+    # 3 trials x 2 ranks, n = 2 all-reduces -> one wait per pass inside it; 3 of the 6 found it done
+    a, b = rank_trials() | {"early": [1, 0, 1]}, rank_trials() | {"early": [0, 1, 0]}
+    s = summarize_passes([[a], [b]])
+    assert s["done_early"] == pytest.approx(0.5) and s["cases"][0]["done_early"] == pytest.approx(0.5)
