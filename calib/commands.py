@@ -102,7 +102,11 @@ def _summary(path: str) -> None:
     click.echo(f"wrote {path}")
     ov = p.get("overlap", {})
     if "compute_slowdown" in ov:
-        click.echo(f"  overlap: compute x{ov['compute_slowdown']['value']}, comm x{ov['comm_slowdown']['value']}")
+        sm = next((g.get("summary", {}) for g in p.get("raw", {}).get("groups", {}).values()
+                   if g.get("kind") == "overlap"), {})
+        early = (f" (in the model's passes; {sm['done_early']:.0%} of the all-reduces finished within their "
+                 f"module)" if "done_early" in sm else "")
+        click.echo(f"  overlap: compute x{ov['compute_slowdown']['value']}, comm x{ov['comm_slowdown']['value']}{early}")
     for t in p.get("collectives", {}).get("tables", [])[:4]:
         pairs = ", ".join(f"{b}B {u:.0f}us" for b, u in list(zip(t["bytes"], t["time_us"]))[::max(1, len(t["bytes"]) // 4)])
         click.echo(f"  {t['impl']} {t['collective']} g{t['group']} {t['mode']}: {pairs}")
