@@ -144,14 +144,12 @@ PREDICTED_INTERVAL = (0.05, 0.95)       # quantiles of the bootstrap: a 90% inte
 def overlap_samples(profile) -> list[tuple[float, float]]:
     """Bootstrap (compute, comm) slowdown pairs from the profile's kept overlap trials (CPU
     calibrations, calib.overlap.factor_samples); [] when it kept none."""
-    from calib.overlap import factor_samples
+    from calib.overlap import factor_samples, profile_factors
     groups = (profile.raw or {}).get("raw", {}).get("groups", {})                # the file's raw section
+    used = {"compute_slowdown": profile.compute_slowdown, "comm_slowdown": profile.comm_slowdown}
     for g in reversed(list(groups.values())):       # a profile's own groups follow its base's
         sm = g.get("summary", {}) if g.get("kind") == "overlap" else {}
-        # the group whose factors the profile uses (a base may carry another calibration's)
-        if sm and (round(max(1.0, sm.get("compute_slowdown_raw", sm["compute_slowdown"])), 4) == profile.compute_slowdown
-                   and round(min(50.0, max(1.0, sm.get("comm_slowdown_raw", sm["comm_slowdown"]))), 4)
-                   == profile.comm_slowdown):
+        if sm and profile_factors(sm) == used:      # the group whose factors the profile uses
             return factor_samples(sm)
     return []
 

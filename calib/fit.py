@@ -334,10 +334,12 @@ def build_profile(cfg, groups: dict, world: int) -> dict:
         if early > 0.2:      # the in-pass fit assumes each all-reduce outlasts the module it overlaps
             how = {k: v + f" ({early:.0%} of the all-reduces finished within their module, which the fit does "
                    "not model: approximate)" for k, v in how.items()}
+        from calib.overlap import profile_factors
+        value = profile_factors(s)
         prof["overlap"] = {}
         for key, text in how.items():
             raw = s.get(key + "_raw", s[key])
-            prof["overlap"][key] = {"value": round(min(50.0, max(1.0, raw)), 4),
+            prof["overlap"][key] = {"value": value[key],
                                     "source": src(f"{text} = {raw:.3f}" + _clamped(raw)
                                                   + f"; {_overlap_what(ov)}", ov["trials"])}
     elif not cfg.extends:
@@ -371,8 +373,9 @@ def _base_has_node_model(base: str | None) -> bool:
 
 
 def _clamped(x: float) -> str:
-    if x >= 50.0:        # a collective with no measurable progress under compute lands here too
-        return " (at or above the cap of 50, written as 50)"
+    from calib.overlap import FACTOR_CAP
+    if x >= FACTOR_CAP:    # a collective with no measurable progress under compute lands here too
+        return f" (at or above the cap of {FACTOR_CAP:g}, written as {FACTOR_CAP:g})"
     return "" if x >= 1.0 else " (below 1 within noise: no measurable slowdown, written as 1)"
 
 

@@ -36,6 +36,19 @@ import torch
 import torch.distributed as dist
 
 
+FACTOR_CAP = 50.0      # a slowdown factor at or above this: no measurable progress, written as the cap
+
+
+def profile_factor(raw: float) -> float:
+    """A measured slowdown factor as a profile writes it: within [1, FACTOR_CAP], 4 decimals."""
+    return round(min(FACTOR_CAP, max(1.0, raw)), 4)
+
+
+def profile_factors(summary: dict) -> dict[str, float]:
+    """{compute_slowdown, comm_slowdown} as written into the profile from an overlap summary."""
+    return {k: profile_factor(summary.get(k + "_raw", summary[k])) for k in ("compute_slowdown", "comm_slowdown")}
+
+
 def measure(make_compute, rows: int, nbytes: int, *, dtype: torch.dtype, device: str, trials: int, pg=None,
             barrier=None) -> dict:
     """This rank's per-trial seconds: {'compute', 'comm', 'both_compute', 'both_comm', 'both_total'}
@@ -185,7 +198,7 @@ def _comm_rate_factor(per_rank: list[dict], comm_alone: float) -> float:
     if not rates:
         return 1.0
     mean = sum(rates) / len(rates)
-    return 50.0 if mean <= 0.02 else max(1.0, 1.0 / mean)
+    return FACTOR_CAP if mean <= 0.02 else max(1.0, 1.0 / mean)
 
 
 def summarize(per_rank: list[dict]) -> dict:
@@ -331,10 +344,10 @@ def summarize_passes(per_rank: list[list[dict]]) -> dict:
     cases = [_case_terms([r[j] for r in per_rank]) for j in range(len(per_rank[0]))]
     total = {k: sum(c[k] for c in cases) for k in ("A", "S", "P")}
     compute_k = total["S"] / total["A"] if total["A"] > 0 else 1.0
-    comm_k = total["S"] / total["P"] if total["P"] > 0 else 50.0
+    comm_k = total["S"] / total["P"] if total["P"] > 0 else FACTOR_CAP
     return {
         "method": "passes",
-        "compute_slowdown": max(1.0, compute_k), "comm_slowdown": min(50.0, max(1.0, comm_k)),
+        "compute_slowdown": max(1.0, compute_k), "comm_slowdown": min(FACTOR_CAP, max(1.0, comm_k)),
         "compute_slowdown_raw": compute_k, "comm_slowdown_raw": comm_k,
         "overlaps": total["P"] > 0, "trials": min(c["trials"] for c in cases),
         "done_early": max(c["done_early"] for c in cases), "cases": cases,
