@@ -234,6 +234,9 @@ def build_profile(cfg, groups: dict, world: int) -> dict:
     date = min((g["finished_at"] for g in groups.values()), default="")[:10]
     impl0 = cfg.impl_of(0)
     backend_txt = f"{cfg.backend}, {world} ranks"
+    cores = (dev or {}).get("rank_cores") or []
+    if cores and all(cores):
+        backend_txt += " pinned to cores " + "/".join(",".join(map(str, c)) for c in cores)
 
     def src(what: str, n: int | None = None) -> str:
         med = f", median of {n}" if n else ""

@@ -326,7 +326,7 @@ def measure_group(g: Group, cfg: CalibConfig, ctx, barrier, pg) -> dict:
     import torch.distributed as dist
     dev = ctx.device
     if g.kind == "device":
-        local = _device_constants(cfg, dev)
+        local = _device_constants(cfg, dev) | {"cores": list(ctx.cores) if ctx.cores is not None else None}
     elif g.kind == "collectives":
         from calib.collectives import sweep
         p = g.params
@@ -399,6 +399,8 @@ def _merge_device(per_rank: list[dict]) -> dict:
         "device_mem_bytes": r0.get("device_mem_bytes"),
         "host": socket.gethostname(), "host_ram_bytes": ram, "cpu_count": os.cpu_count(),
         "ranks": len(per_rank),
+        # CPU ranks pinned to these cores (hw.dist.pin_cores); measured values depend on it
+        "rank_cores": [r.get("cores") for r in per_rank],
     }
 
 

@@ -218,7 +218,8 @@ def assemble(cfg: RunConfig, model_name: str, specs: list[str], per_rank: list[d
 def _rank_env(ctx: hwdist.DistContext) -> dict:
     dev = torch.cuda.get_device_name(ctx.device) if ctx.device.startswith("cuda") else (
         platform.processor() or platform.machine())
-    return {"rank": ctx.rank, "hostname": socket.gethostname(), "device": dev}
+    return {"rank": ctx.rank, "hostname": socket.gethostname(), "device": dev,
+            "cores": list(ctx.cores) if ctx.cores is not None else None}
 
 
 def _env(cfg: RunConfig, per_rank: list[dict]) -> dict:
@@ -228,11 +229,13 @@ def _env(cfg: RunConfig, per_rank: list[dict]) -> dict:
             nccl = ".".join(map(str, torch.cuda.nccl.version()))
         except Exception:   # noqa: BLE001 - builds without NCCL
             nccl = None
-    knobs = {k: v for k, v in os.environ.items() if k.startswith(("NCCL_", "TORCH_NCCL_", "OMP_NUM_THREADS"))}
+    knobs = {k: v for k, v in os.environ.items()
+             if k.startswith(("NCCL_", "TORCH_NCCL_", "OMP_NUM_THREADS", hwdist.PIN_ENV))}
     return {"torch": torch.__version__, "nccl": nccl, "cuda": torch.version.cuda, "python": sys.version.split()[0],
             "backend": cfg.backend, "device": cfg.device, "world_size": cfg.tp, "env_vars": knobs,
             "hostnames": sorted({r["env"]["hostname"] for r in per_rank}),
-            "devices": [r["env"]["device"] for r in per_rank], "cpu_count": os.cpu_count()}
+            "devices": [r["env"]["device"] for r in per_rank], "cpu_count": os.cpu_count(),
+            "rank_cores": [r["env"].get("cores") for r in per_rank]}
 
 
 def format_result(result: dict) -> str:

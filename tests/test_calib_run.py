@@ -50,6 +50,10 @@ def test_interrupted_calibration_resumes_without_remeasuring(tmp_path):
     assert 8 * 64 * 4 in t["bytes"] and 64 * 4 in t["bytes"]         # exact prefill / decode message sizes
     assert set(prof["collectives"]["model"]["node"]) == {"small", "large"}
     assert "measured by tpsim calibrate on" in prof["compute"]["launch_us"]["eager"]["source"]
+    if len(os.sched_getaffinity(0)) >= 2:        # each rank on its own core, said where numbers come from
+        rc = raw["device"]["rank_cores"]
+        assert all(rc) and not set(rc[0]) & set(rc[1])
+        assert "pinned to cores" in prof["compute"]["launch_us"]["eager"]["source"]
     assert prof["overlap"]["compute_slowdown"]["value"] >= 1.0
     p = load_profile(str(out))
     # the overlap trials are kept, so compare can bootstrap the predicted speedup's interval

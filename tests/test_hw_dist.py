@@ -62,6 +62,10 @@ def test_bench_json_records_match_ir(tmp_path):
         assert k in d
     assert d["profile"] == "measured" and d["tp"] == 2 and d["env"]["world_size"] == 2
     assert d["env"]["backend"] == "gloo" and d["env"]["torch"]
+    # each rank pinned to its own cores (hw.dist.pin_cores), recorded with the result
+    cores = d["env"]["rank_cores"]
+    if len(os.sched_getaffinity(0)) >= 2:
+        assert all(cores) and not set(cores[0]) & set(cores[1]) and len(cores[0]) == len(cores[1])
     m, st = get_model("tiny"), Stack(dtype="fp32", collective="gloo")
     rows = {r["schedule"]: r for r in d["schedules"]}
     assert list(rows) == ["standard", "ladder"] and rows["standard"]["speedup"] == 1.0
