@@ -176,13 +176,21 @@ def time_samples(samples: dict[tuple, _Sample], *, device: str, trials: int, war
 
 
 def points(samples: dict[tuple, _Sample], per_rank: list[dict[tuple, list[float]]]) -> list[dict]:
-    """One point per signature: median over every rank's trials, attrs exactly as the op has them."""
+    """One point per signature, attrs exactly as the op has them: the slowest rank's median.
+
+    Why the slowest: a TP pass moves at the pace of its slowest rank (every collective waits for
+    it), as the harness's pass times (max over ranks) and the collective points (max over ranks
+    per trial) already say. On a small CPU box one core can be 10% slower than another (it also
+    serves interrupts and the launcher), which a pooled median would hide."""
     out = []
     for sig, s in samples.items():
         ts = [t for r in per_rank for t in r[sig]]
+        meds = [statistics.median(r[sig]) for r in per_rank if r[sig]]
+        t = max(meds)
         out.append({"kind": s.op.kind, "attrs": dict(s.op.attrs), "dtype": s.op.dtype, "mode": "eager",
-                    "time_s": float(f"{statistics.median(ts):.6g}"), "samples": len(ts),
-                    "spread_pct": round((max(ts) - min(ts)) / statistics.median(ts) * 100, 1) if ts else 0.0})
+                    "time_s": float(f"{t:.6g}"), "samples": len(ts),
+                    "rank_medians_s": [float(f"{m:.6g}") for m in meds],
+                    "spread_pct": round((max(ts) - min(ts)) / t * 100, 1) if ts else 0.0})
     return out
 
 

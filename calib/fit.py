@@ -262,7 +262,7 @@ def build_profile(cfg, groups: dict, world: int) -> dict:
                                   "source": src(f"host RAM {ram / 2 ** 30:.1f} GiB shared by {world} ranks")}
     compute_groups = [g for g in groups.values() if g["kind"] == "compute"]
     cpoints = _dedupe([p for g in compute_groups for p in g["points"]])
-    ctrials = cfg.trials["compute"] * world
+    ctrials = cfg.trials["compute"]                     # per rank
     if dev:
         peak = max(dev["matmul_flops"].values())
         bw = max(dev["copy_bytes_per_s"].values())
@@ -303,8 +303,9 @@ def build_profile(cfg, groups: dict, world: int) -> dict:
     if cpoints:
         cases = ", ".join(sorted({g_name.split('/', 1)[1] for g_name, g in groups.items() if g['kind'] == 'compute'}))
         compute["tables"] = [{"source": src(f"each op timed with hw.runner KERNELS on its real input tensors "
-                                            f"(cases {cases}); CPU times include the per-op call overhead",
-                                            ctrials),
+                                            f"(cases {cases}; on CPU inside the cases' passes); the slowest "
+                                            f"rank's median, since a TP pass moves at its pace; CPU times include "
+                                            f"the per-op call overhead", ctrials),
                               "points": [{k: p[k] for k in ("kind", "attrs", "dtype", "time_s", "mode") if k in p}
                                          for p in cpoints]}]
     if compute:

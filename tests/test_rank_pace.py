@@ -1,4 +1,4 @@
-"""CPU ranks get disjoint, equal shares of the cores (hw.dist.core_share / pin_cores)."""
+"""Ranks on their own cores, and compute points at the slowest rank's pace (a TP pass moves at it)."""
 import json
 import os
 import subprocess
@@ -52,3 +52,17 @@ def test_pin_cores_applies_to_the_process_and_its_new_threads():
 def test_pinning_can_be_turned_off():
     cores, _, _ = _pinned_in_subprocess({PIN_ENV: "0"})
     assert cores is None
+
+
+def test_compute_points_take_the_slowest_ranks_median():
+    pytest.importorskip("torch")
+    from calib.compute import _Sample, points
+    from sim.schedule import Op
+    op = Op("L0.attn.norm", "rmsnorm", ("x",), ("y",), (("rows", 1), ("width", 8)), "fp32")
+    samples = {op.signature: _Sample(op, None, ())}
+    # rank 1 is ~10% slower; one outlier on rank 0 does not matter
+    per_rank = [{op.signature: [1.0e-4, 1.1e-4, 0.9e-4, 9.0e-4, 1.0e-4]},
+                {op.signature: [1.1e-4, 1.2e-4, 1.1e-4, 1.0e-4, 1.1e-4]}]
+    (p,) = points(samples, per_rank)
+    assert p["time_s"] == pytest.approx(1.1e-4) and p["rank_medians_s"] == [1.0e-4, 1.1e-4]
+    assert p["samples"] == 10
