@@ -106,7 +106,13 @@ def _summary(path: str) -> None:
                    if g.get("kind") == "overlap"), {})
         early = (f" (in the model's passes; {sm['done_early']:.0%} of the all-reduces finished within their "
                  f"module)" if "done_early" in sm else "")
-        click.echo(f"  overlap: compute x{ov['compute_slowdown']['value']}, comm x{ov['comm_slowdown']['value']}{early}")
+        wake = f", wake-up {ov['wake_us']['value']:.0f} us" if "wake_us" in ov else ""
+        click.echo(f"  overlap: compute x{ov['compute_slowdown']['value']}, comm x{ov['comm_slowdown']['value']}"
+                   f"{wake}{early}")
+        for c in sm.get("fit", {}).get("cases", []):
+            click.echo(f"    {c['what'].split(' standard')[0]}: blocking/overlapped pass {c['measured'][0]:.3f}x "
+                       f"measured, {c['fitted'][0]:.3f}x simulated; waiting {c['measured'][1]:.0%} / "
+                       f"{c['fitted'][1]:.0%}")
     for t in p.get("collectives", {}).get("tables", [])[:4]:
         pairs = ", ".join(f"{b}B {u:.0f}us" for b, u in list(zip(t["bytes"], t["time_us"]))[::max(1, len(t["bytes"]) // 4)])
         click.echo(f"  {t['impl']} {t['collective']} g{t['group']} {t['mode']}: {pairs}")

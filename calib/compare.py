@@ -141,35 +141,40 @@ def _predicted_speedup(s: dict) -> str:
 PREDICTED_INTERVAL = (0.05, 0.95)       # quantiles of the bootstrap: a 90% interval
 
 
-def overlap_samples(profile) -> list[tuple[float, float]]:
-    """Bootstrap (compute, comm) slowdown pairs from the profile's kept overlap trials (CPU
-    calibrations, calib.overlap.factor_samples); [] when it kept none."""
+def overlap_samples(profile) -> list[tuple[float, float, float]]:
+    """Bootstrap (compute_slowdown, comm_slowdown, wake_s) triples of the profile's overlap
+    calibration: the refits kept by a simulation fit (calib.overlap_fit), else the closed form
+    redrawn from the kept trials (calib.overlap.factor_samples, no wake-up); [] when the profile
+    kept no trials (GPU, imported or built-in)."""
     from calib.overlap import factor_samples, profile_factors
     groups = (profile.raw or {}).get("raw", {}).get("groups", {})                # the file's raw section
     used = {"compute_slowdown": profile.compute_slowdown, "comm_slowdown": profile.comm_slowdown}
     for g in reversed(list(groups.values())):       # a profile's own groups follow its base's
         sm = g.get("summary", {}) if g.get("kind") == "overlap" else {}
-        if sm and profile_factors(sm) == used:      # the group whose factors the profile uses
-            return factor_samples(sm)
+        fit = sm.get("fit")
+        if fit and {k: fit[k] for k in used} == used and fit["wake_us"] * 1e-6 == profile.wake_s:
+            return [(cs, ks, w_us * 1e-6) for cs, ks, w_us in fit["samples"]]
+        if sm and not fit and profile_factors(sm) == used:      # the group whose factors the profile uses
+            return [(cs, ks, 0.0) for cs, ks in factor_samples(sm)]
     return []
 
 
-def speedup_interval(w: Workload, spec: str, samples: list[tuple[float, float]]) -> list[float] | None:
+def speedup_interval(w: Workload, spec: str, samples: list[tuple[float, float, float]]) -> list[float] | None:
     """The predicted speedup's interval from the calibration's own noise: `spec` over standard
-    predicted under each bootstrap pair of overlap factors, its PREDICTED_INTERVAL quantiles.
+    predicted under each bootstrap triple of overlap parameters, its PREDICTED_INTERVAL quantiles.
     None without samples. Schedules that never overlap a collective get a zero-width interval."""
     import dataclasses
     if not samples:
         return None
 
-    def speedup(cs: float, ks: float) -> float:
-        wb = dataclasses.replace(w, profile=dataclasses.replace(w.profile, compute_slowdown=cs, comm_slowdown=ks))
-        sim = Simulator(wb, record=False)
+    def speedup(cs: float, ks: float, wake_s: float) -> float:
+        p = dataclasses.replace(w.profile, compute_slowdown=cs, comm_slowdown=ks, wake_s=wake_s)
+        sim = Simulator(dataclasses.replace(w, profile=p), record=False)
         return sim.predict(spec).tokens_per_s / sim.predict("standard").tokens_per_s
-    free, worst = speedup(1.0, 1.0), speedup(*max(samples))
+    free, worst = speedup(1.0, 1.0, 0.0), speedup(*max(samples))
     if free == worst == speedup(*min(samples)):     # nothing overlaps: the factors change nothing
         return [free, free]
-    got = sorted(speedup(cs, ks) for cs, ks in samples)
+    got = sorted(speedup(*t) for t in samples)
     lo, hi = PREDICTED_INTERVAL
     return [got[round(lo * (len(got) - 1))], got[round(hi * (len(got) - 1))]]
 

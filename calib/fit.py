@@ -376,6 +376,33 @@ def _base_has_node_model(base: str | None) -> bool:
     return isinstance(data.get("collectives", {}).get("model", {}).get("node"), dict)
 
 
+def refit_overlap(prof: dict, loaded, progress=None) -> bool:
+    """Replace a CPU in-pass calibration's closed-form overlap factors by the ones under which the
+    engine reproduces the measured passes (calib.overlap_fit), with the wake-up they need. The
+    closed-form values stay in the raw group; the fit (values, per-case measured and fitted ratios,
+    bootstrap samples) is kept beside them. Returns False when there is nothing to refit."""
+    from calib.overlap_fit import fit_profile_overlap
+    ov_name, ov = next(((k, g) for k, g in prof.get("raw", {}).get("groups", {}).items()
+                        if g.get("kind") == "overlap"), (None, None))
+    if ov is None:
+        return False
+    got = fit_profile_overlap(loaded, ov["summary"], progress=progress)
+    if got is None:
+        return False
+    ov["summary"]["fit"] = got
+    head = ov["source"].split(": raw measurement group")[0]
+    cases = "; ".join(f"{c['what'].split(' standard')[0]}: measured {c['measured'][0]:.3f}x / {c['measured'][1]:.0%} "
+                      f"waiting, fitted {c['fitted'][0]:.3f}x / {c['fitted'][1]:.0%}" for c in got["cases"])
+    why = (f"{head}: fitted so that the simulator, costing ops from this profile, reproduces each case's "
+           f"blocking/overlapped decode pass time and the overlapped pass's share of waiting ({cases}); "
+           f"{_overlap_what(ov)}; {len(got['samples'])} bootstrap refits kept in raw")
+    prof["overlap"] = {
+        "compute_slowdown": {"value": got["compute_slowdown"], "source": why},
+        "comm_slowdown": {"value": got["comm_slowdown"], "source": why},
+        "wake_us": {"value": got["wake_us"], "source": why + " (wake-up of a rank blocked on a collective)"}}
+    return True
+
+
 def _clamped(x: float) -> str:
     from calib.overlap import FACTOR_CAP
     if x >= FACTOR_CAP:    # a collective with no measurable progress under compute lands here too

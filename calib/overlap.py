@@ -317,7 +317,8 @@ def measure_in_passes(case, device: str, dtype: str, *, trials: int, warmup: int
                     out[k].append(v)
     first = bufs[ars[0].name]
     nbytes = first.numel() * first.element_size()
-    out.update(n=len(ars), layers=model.layers,
+    from calib.overlap_fit import case_descriptor
+    out.update(n=len(ars), layers=model.layers, case=case_descriptor(case, model),
                what=(f"{case.model.name} TP{case.tp} batch {case.batch} standard decode passes ({model.layers} "
                      f"layers, {len(ars)} all-reduces of {nbytes} B): alone, blocking, and each all-reduce in "
                      f"flight during the next module (async_op=True)"))
@@ -365,7 +366,8 @@ def _case_terms(per_rank: list[dict]) -> dict:
     s = med(r["overlapped"] - r["overlapped_wait"] - r["first"] for r in rows)
     p = med(r["blocking"] - r["alone"] - r["overlapped_wait"] for r in rows)
     return {
-        "what": per_rank[0].get("what", ""), "A": a, "S": s, "P": p, "trials": n_trials, "all_reduces": n,
+        "what": per_rank[0].get("what", ""), **({"case": per_rank[0]["case"]} if "case" in per_rank[0] else {}),
+        "A": a, "S": s, "P": p, "trials": n_trials, "all_reduces": n,
         "compute_slowdown": s / a if a > 0 else 1.0, "comm_slowdown": s / p if p > 0 else None,     # None: no progress at all
         "all_reduce_in_context_us": med((r["blocking"] - r["alone"]) / n for r in rows) * 1e6,
         **{f"{k}_us": med(r[k] for r in rows) * 1e6 for k in keys},

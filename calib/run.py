@@ -570,7 +570,7 @@ def run_here(cfg: CalibConfig) -> Path | None:
 
 def finish(cfg: CalibConfig, state: dict, world: int) -> Path:
     """Fit, write the profile atomically, validate it, delete the state file."""
-    from calib.fit import build_profile
+    from calib.fit import build_profile, refit_overlap
     from sim.profile import load_profile
     from sim.trace import write_json_atomic
     names = {g.name for i in range(len(cfg.envs) + 1) for g in plan_groups(cfg, world, i)}
@@ -582,6 +582,9 @@ def finish(cfg: CalibConfig, state: dict, world: int) -> Path:
     prof = build_profile(cfg, groups, world)
     out = Path(cfg.out)
     write_json_atomic(out, prof)
-    load_profile(str(out))                     # raises ProfileError naming the field if we wrote nonsense
+    loaded = load_profile(str(out))            # raises ProfileError naming the field if we wrote nonsense
+    if refit_overlap(prof, loaded):            # CPU in-pass overlap: fitted by simulating the passes
+        write_json_atomic(out, prof)
+        load_profile(str(out))
     Path(cfg.state_path).unlink(missing_ok=True)
     return out

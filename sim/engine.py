@@ -8,7 +8,8 @@ rank of its group arrives (so a late rank delays everyone) and ends for all rank
 Interference: while a rank's compute stream and a collective it takes part in run at once,
 compute progresses at 1/compute_slowdown of its speed and the collective at 1/comm_slowdown
 (a collective runs at the pace of its slowest rank). Rates are re-evaluated whenever a stream
-starts or stops, so partial overlap is charged exactly.
+starts or stops, so partial overlap is charged exactly. A rank that blocked on a collective resumes
+`wake_s` after it ends, and that wake-up is part of the collective's measured time (Interference).
 
 The engine knows nothing of costs: it takes `op_time(op) -> seconds`, so tests can pin
 timelines with hand-written integer costs.
@@ -29,16 +30,28 @@ _EPS = 1e-15
 
 @dataclass(frozen=True)
 class Interference:
+    """How a collective in flight and compute on the same rank share it.
+
+    While a collective runs, compute on its ranks is slowed by compute_slowdown; while compute
+    runs on any of its ranks, the collective progresses at 1/comm_slowdown. The last wake_s of a
+    collective's time is not the collective's own: it is waking the rank that blocked on it (a
+    sleeping thread scheduled again, on CPU ~0.7 ms). A rank that was busy computing when the
+    collective ended pays nothing, so a blocking schedule costs the collective's full time and one
+    that overlaps it saves the wake-up as well (min(wake_s, the collective's time) each)."""
+
     compute_slowdown: float = 1.0     # factor on compute while a collective runs on the rank
     comm_slowdown: float = 1.0        # factor on a collective while compute runs on any of its ranks
+    wake_s: float = 0.0               # the part of a collective's time that wakes a rank blocked on it
 
     def __post_init__(self) -> None:
         if self.compute_slowdown < 1.0 or self.comm_slowdown < 1.0:
             raise ValueError("slowdown factors must be >= 1")
+        if not self.wake_s >= 0.0:
+            raise ValueError(f"wake_s must be >= 0, got {self.wake_s}")
 
     @property
     def active(self) -> bool:
-        return self.compute_slowdown > 1.0 or self.comm_slowdown > 1.0
+        return self.compute_slowdown > 1.0 or self.comm_slowdown > 1.0 or self.wake_s > 0.0
 
 
 @dataclass
@@ -144,6 +157,8 @@ def simulate(schedule: Schedule, op_time: Callable[[Op], float], ranks: int = 1,
             if pending:
                 t0 = env.now
                 yield env.all_of([event(rank, v) for v in pending])
+                if interference.wake_s > 0:          # it blocked (even for 0 s): it must be woken
+                    yield env.timeout(min(interference.wake_s, times[schedule.producer[pending[-1]].name]))
                 if env.now > t0:
                     rank.exposed_s += env.now - t0
                     if record:       # named after the collective waited for, as the harness names it
@@ -185,7 +200,8 @@ def simulate(schedule: Schedule, op_time: Callable[[Op], float], ranks: int = 1,
         for r in rs:
             r.set_busy(env, COMM, True) if interference.active else None
         slow = interference.comm_slowdown
-        yield from run_for(times[op.name],
+        # the waiter's wake-up is not the collective's own time (Interference)
+        yield from run_for(times[op.name] - min(interference.wake_s, times[op.name]),
                            lambda: 1.0 / slow if any(r.compute_busy for r in rs) else 1.0,
                            lambda: [r.changed for r in rs])
         for r in rs:

@@ -117,7 +117,7 @@ class Simulator:
         self.progress = progress            # called once per simulated forward pass (exact mode is slow)
         p = workload.profile
         self.cost = CostModel(p, workload.stack, workload.gpus_per_node)
-        self.interference = Interference(p.compute_slowdown, p.comm_slowdown)
+        self.interference = Interference(p.compute_slowdown, p.comm_slowdown, p.wake_s)
 
     def step(self, spec: str, step: Step, record: bool | None = None) -> StepResult:
         """The full timeline of one forward pass (every layer)."""

@@ -111,6 +111,7 @@ class Profile:
     compute_slowdown: float                      # factor on compute while a collective runs on the rank
     comm_slowdown: float                         # factor on a collective while compute runs on the rank
     jitter_s: float                              # mean per-rank launch delay (exact mode only)
+    wake_s: float = 0.0                          # part of a collective's time that wakes a rank blocked on it
     source_path: str = ""
     raw: dict = field(default_factory=dict, compare=False, repr=False)
     topology: TopologySpec | None = field(default=None, compare=False, repr=False)
@@ -271,6 +272,7 @@ def parse(data: dict, where: str = "<profile>") -> Profile:
         compute_slowdown=g.num("overlap.compute_slowdown", min_=1.0),
         comm_slowdown=g.num("overlap.comm_slowdown", min_=1.0),
         jitter_s=g.num("jitter.launch_us", default=0.0) * 1e-6,
+        wake_s=g.num("overlap.wake_us", default=0.0, min_=0.0) * 1e-6,
         source_path=where,
         raw=data,
         topology=topology,

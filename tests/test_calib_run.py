@@ -58,8 +58,14 @@ def test_interrupted_calibration_resumes_without_remeasuring(tmp_path):
     p = load_profile(str(out))
     # the overlap trials are kept, so compare can bootstrap the predicted speedup's interval
     from calib.compare import overlap_samples
-    pairs = overlap_samples(p)
-    assert len(pairs) == 200 and all(cs >= 1.0 and ks >= 1.0 for cs, ks in pairs)
+    triples = overlap_samples(p)
+    assert len(triples) == 30 and all(cs >= 1.0 and ks >= 1.0 and w >= 0.0 for cs, ks, w in triples)
+    # fitted by simulating the calibration's own passes: the fit says what it matched, per case
+    fit = raw["overlap/gloo"]["summary"]["fit"]
+    assert "fitted so that the simulator" in prof["overlap"]["wake_us"]["source"]
+    assert p.wake_s == pytest.approx(fit["wake_us"] * 1e-6) and p.compute_slowdown == fit["compute_slowdown"]
+    (case,) = fit["cases"]
+    assert case["measured"][0] > 0 and case["fitted"][0] > 0
     stack = Stack(dtype="fp32", collective="gloo", decode_graphs=False)
     w = Workload(get_model("tiny"), 2, p, 1, 8, 4, stack)
     (pred,) = predict(w, ["standard"], record=False)

@@ -70,7 +70,7 @@ def test_predicted_interval_spans_the_factor_pairs():
         sim = Simulator(dataclasses.replace(w, profile=dataclasses.replace(w.profile, compute_slowdown=cs,
                                                                            comm_slowdown=ks)), record=False)
         return sim.predict(spec).tokens_per_s / sim.predict("standard").tokens_per_s
-    pairs = [(1.0, 1.0)] * 10 + [(3.0, 50.0)] * 10
+    pairs = [(1.0, 1.0, 0.0)] * 10 + [(3.0, 50.0, 0.0)] * 10
     lo, hi = speedup_interval(w, "ladder", pairs)
     assert (lo, hi) == (pytest.approx(speedup("ladder", 3.0, 50.0)), pytest.approx(speedup("ladder", 1.0, 1.0)))
     assert lo < hi                                  # interference costs ladder its overlap
