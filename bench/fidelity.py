@@ -3,7 +3,7 @@ and append one JSON line of errors to bench/fidelity.jsonl, so regressions in fi
 
     python bench/fidelity.py [--runs 1] [--out-dir fidelity-out] [--nproc 2] [--model toy-512 ...]
 
-One run takes 1-2 minutes on a 2-core machine (quick calibration, 9 interleaved repeats per
+One run takes 2-3 minutes on a 2-core machine (quick calibration, 9 interleaved repeats per
 schedule). The harness numbers are real measurements on a real (if slow) interconnect, so this is a
 true validation of the simulator, not a self-consistency check. Every run calibrates and measures
 afresh in a new directory under --out-dir and appends its own line; with --runs N the totals over
