@@ -34,7 +34,10 @@ def one_run(points: list, out_dir: Path, nproc: int, log: Path) -> dict:
                             text=True).stdout.strip()
     line = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "commit": commit,
             "host": socket.gethostname(), "grid": [p.key for p in points], "repeats": REPEATS,
-            "summary": result["summary"], "failed": result["failed"]}
+            "summary": result["summary"], "failed": result["failed"],
+            # the machine's speed during each measurement / during calibration (hw.probe)
+            "machine_drift": {f"{p['model']}_tp{p['tp']}_b{p['batch']}": round(p["machine_drift"]["ratio"], 3)
+                              for p in result["points"] if p.get("machine_drift")}}
     with open(log, "a") as f:
         f.write(json.dumps(line) + "\n")
     print(f"{'schedule':12} {'|err| tok/s':>11} {'|err| prefill':>13} {'|err| decode':>12} {'speedup err':>11} "
@@ -46,6 +49,9 @@ def one_run(points: list, out_dir: Path, nproc: int, log: Path) -> dict:
               f"{s.get('sign_mismatches_prediction_uncertain', 0)})")
     for f in result["failed"]:
         print(f"failed {f['point']}: {f['error']}")
+    if line["machine_drift"]:
+        print("machine speed, measurement / calibration: "
+              + ", ".join(f"{k} x{v:.2f}" for k, v in line["machine_drift"].items()))
     print(f"appended to {log}; report in {out_dir}/report.md")
     return result
 

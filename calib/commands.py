@@ -109,6 +109,9 @@ def _summary(path: str) -> None:
         wake = f", wake-up {ov['wake_us']['value']:.0f} us" if "wake_us" in ov else ""
         click.echo(f"  overlap: compute x{ov['compute_slowdown']['value']}, comm x{ov['comm_slowdown']['value']}"
                    f"{wake}{early}")
+        if len(sm.get("fit", {}).get("cases", [])) == 1:
+            click.echo("    one model only: the three overlap parameters are not all determined by it; calibrate "
+                       "two models of different compute/collective balance for a profile that extrapolates")
         for c in sm.get("fit", {}).get("cases", []):
             click.echo(f"    {c['what'].split(' standard')[0]}: blocking/overlapped pass {c['measured'][0]:.3f}x "
                        f"measured, {c['fitted'][0]:.3f}x simulated; waiting {c['measured'][1]:.0%} / "

@@ -214,6 +214,19 @@ def speedup_undetermined(spread: dict) -> bool:
     return lo <= 1.0 <= hi
 
 
+def machine_drift(measured: dict, profile) -> dict | None:
+    """How much slower (> 1) or faster the machine computed during the measurement than while the
+    profile's compute points were taken: hw.probe timed in both (calibration: per compute group,
+    median; measurement: before and after the timed repeats, mean). None without both probes."""
+    groups = (profile.raw or {}).get("raw", {}).get("groups", {})
+    cal = [g["probe_s"] for g in groups.values() if g.get("kind") == "compute" and g.get("probe_s")]
+    meas = (measured.get("env") or {}).get("probe_s")
+    if not cal or not meas:
+        return None
+    c, m = statistics.median(cal), sum(meas) / len(meas)
+    return {"calibration_probe_s": c, "measurement_probe_s": list(meas), "ratio": m / c}
+
+
 def compare_point(measured: dict, profile, schedules: tuple[str, ...] | None = None) -> dict:
     """Predicted vs measured for every schedule of one measured run."""
     w = workload_of(measured, profile)
@@ -257,7 +270,7 @@ def compare_point(measured: dict, profile, schedules: tuple[str, ...] | None = N
         })
     return {"model": w.model.name, "tp": w.tp, "batch": w.batch, "prompt_len": w.prompt_len,
             "gen_len": w.gen_len, "profile": profile.name, "missing_schedules": missing, "schedules": out,
-            "env": measured.get("env", {})}
+            "machine_drift": machine_drift(measured, profile), "env": measured.get("env", {})}
 
 
 def summarize(points: list[dict]) -> dict:
@@ -302,9 +315,9 @@ def write_report(result: dict, out_dir: Path) -> list[Path]:
                   f"{s['median_abs_err_prefill_s']:.1%} | {s['median_abs_err_decode_s']:.1%} | "
                   f"{s['median_abs_speedup_err']:.3f} | {s['sign_matches']}/{s['points']} | "
                   f"{s['sign_mismatches_within_noise']} | {s.get('sign_mismatches_prediction_uncertain', 0)} |")
-    note = _interval_note(result)
-    if note:
-        md += ["", note]
+    for note in (_interval_note(result), _drift_note(result)):
+        if note:
+            md += ["", note]
     for png in pngs:
         md += ["", f"![{png.stem}]({png.name})"]
     for pt in result["points"]:
@@ -512,6 +525,17 @@ def compare_cmd(backend, device, nproc, quick, profile_arg, models, tps, batches
     _print_summary(result, Path(out_dir))
 
 
+def _drift_note(result: dict) -> str:
+    """The machine's speed during each point's measurement against calibration (hw.probe)."""
+    got = [(f"{pt['model']} TP{pt['tp']} b{pt['batch']}", pt["machine_drift"]["ratio"]) for pt in result["points"]
+           if pt.get("machine_drift")]
+    if not got:
+        return ""
+    return ("machine speed (a fixed matmul probe, measurement time / calibration time): "
+            + ", ".join(f"{k} x{r:.2f}" for k, r in got)
+            + ". A prediction is no closer to a measurement than the machine's own drift between the two.")
+
+
 def _print_summary(result: dict, out_dir: Path) -> None:
     from rich.console import Console
     from rich.markup import escape
@@ -536,6 +560,9 @@ def _print_summary(result: dict, out_dir: Path) -> None:
     note = _interval_note(result)
     if note:
         c.print(escape(note))
+    drift = _drift_note(result)
+    if drift:
+        c.print(escape(drift))
     for pt in result["points"]:
         if pt["missing_schedules"]:
             c.print(f"[yellow]not measured[/yellow] {pt['model']} TP{pt['tp']} b{pt['batch']}: "

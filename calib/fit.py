@@ -396,6 +396,10 @@ def refit_overlap(prof: dict, loaded, progress=None) -> bool:
     why = (f"{head}: fitted so that the simulator, costing ops from this profile, reproduces each case's "
            f"blocking/overlapped decode pass time and the overlapped pass's share of waiting ({cases}); "
            f"{_overlap_what(ov)}; {len(got['samples'])} bootstrap refits kept in raw")
+    if len(got["cases"]) < 2:
+        why += ("; ONE model only: its two ratios do not pin three parameters, so the fit reproduces this "
+                "model but extrapolates poorly; calibrate two models of different compute/collective balance "
+                "(e.g. --models toy-512 --models toy-1024)")
     prof["overlap"] = {
         "compute_slowdown": {"value": got["compute_slowdown"], "source": why},
         "comm_slowdown": {"value": got["comm_slowdown"], "source": why},

@@ -334,12 +334,15 @@ def measure_group(g: Group, cfg: CalibConfig, ctx, barrier, pg) -> dict:
                       trials=cfg.trials["collectives"], world_barrier=barrier)
     elif g.kind == "compute":
         from calib import compute
+        from hw.probe import probe_s
+        probe = probe_s(dev)                        # the machine's speed as these points are taken
         samples = compute.capture(g.params["case"], dev, cfg.dtype, seed=cfg.seed)     # each signature's op
         if dev.startswith("cuda"):
             local = compute.time_samples(samples, device=dev, trials=cfg.trials["compute"], barrier=barrier)
         else:
             local = compute.time_in_passes(g.params["case"], dev, cfg.dtype, trials=cfg.trials["compute"],
                                            seed=cfg.seed, barrier=barrier)
+        local = {"times": local, "probe_s": probe}
     elif g.kind == "overlap":
         local = _overlap_local(cfg, g.params["cases"], dev, barrier)
     else:
@@ -358,7 +361,10 @@ def measure_group(g: Group, cfg: CalibConfig, ctx, barrier, pg) -> dict:
                 "trials": cfg.trials["collectives"], "ranks": ctx.world}
     if g.kind == "compute":
         from calib import compute
-        return {"points": compute.points(samples, gathered), "trials": cfg.trials["compute"], "ranks": ctx.world}
+        import statistics
+        return {"points": compute.points(samples, [r["times"] for r in gathered]),
+                "probe_s": statistics.median(r["probe_s"] for r in gathered),
+                "trials": cfg.trials["compute"], "ranks": ctx.world}
     from calib.overlap import summarize, summarize_passes
     if "cases" in gathered[0]:                      # measured inside the models' passes (CPU)
         summary = summarize_passes([r["cases"] for r in gathered])

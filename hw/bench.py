@@ -31,6 +31,7 @@ from hw import dist as hwdist
 from hw.dist import RunConfig
 from sim.memory import GIB, check_fits, estimate
 from hw.model import build_rank_model
+from hw.probe import probe_s
 from hw.runner import DecodeGraph, Runner
 
 
@@ -106,14 +107,16 @@ def run_bench(cfg: RunConfig, ctx: hwdist.DistContext) -> dict:
         for s in specs:
             generation(s)
     samples: dict[str, list] = {s: [] for s in specs}
+    probes = [probe_s(rm.device)]                         # the machine's speed before and after timing
     for rep in range(cfg.repeats):
         k = rep % len(specs)
         for s in specs[k:] + specs[:k]:                   # interleaved, rotating the start
             samples[s].append(generation(s))
+    probes.append(probe_s(rm.device))
     records = {s: _recorded_passes(runner, plans[s], prompt, cfg, cpu) for s in specs}
     everything = [None] * ctx.world
-    dist.all_gather_object(everything, {"samples": samples, "records": records, "env": _rank_env(ctx)},
-                           group=cpu)
+    dist.all_gather_object(everything, {"samples": samples, "records": records,
+                                        "env": _rank_env(ctx) | {"probe_s": probes}}, group=cpu)
     return assemble(cfg, model.name, specs, everything, est.to_dict())
 
 
@@ -235,7 +238,9 @@ def _env(cfg: RunConfig, per_rank: list[dict]) -> dict:
             "backend": cfg.backend, "device": cfg.device, "world_size": cfg.tp, "env_vars": knobs,
             "hostnames": sorted({r["env"]["hostname"] for r in per_rank}),
             "devices": [r["env"]["device"] for r in per_rank], "cpu_count": os.cpu_count(),
-            "rank_cores": [r["env"].get("cores") for r in per_rank]}
+            "rank_cores": [r["env"].get("cores") for r in per_rank],
+            # hw.probe before and after the timed repeats, median over ranks
+            "probe_s": [statistics.median(r["env"]["probe_s"][i] for r in per_rank) for i in (0, 1)]}
 
 
 def format_result(result: dict) -> str:

@@ -38,7 +38,24 @@ def test_end_to_end_report(run_dir):
     assert set(res["summary"]) == {"standard", "ladder", "upper-bound"}
     for f in ("report.md", "scatter.png", "speedup.png", "timeline.png", "profile.json"):
         assert (run_dir / f).stat().st_size > 0, f
+    # the machine's speed probe, timed in calibration and around the measurement, and their ratio
+    d = pt["machine_drift"]
+    assert d["calibration_probe_s"] > 0 and len(d["measurement_probe_s"]) == 2 and all(d["measurement_probe_s"])
+    assert d["ratio"] == pytest.approx(sum(d["measurement_probe_s"]) / 2 / d["calibration_probe_s"])
+    assert "machine speed" in (run_dir / "report.md").read_text()
     assert "| upper-bound |" in (run_dir / "report.md").read_text()
+
+
+def test_machine_drift_is_measurement_over_calibration():
+    from types import SimpleNamespace
+    from calib.compare import machine_drift
+    prof = SimpleNamespace(raw={"raw": {"groups": {"compute/a": {"kind": "compute", "probe_s": 0.010},
+                                                    "compute/b": {"kind": "compute", "probe_s": 0.014},
+                                                    "device": {"kind": "device"}}}})
+    d = machine_drift({"env": {"probe_s": [0.015, 0.021]}}, prof)
+    assert d["ratio"] == pytest.approx(0.018 / 0.012)          # the machine ran 1.5x slower
+    assert machine_drift({"env": {}}, prof) is None
+    assert machine_drift({"env": {"probe_s": [0.01, 0.01]}}, SimpleNamespace(raw={})) is None
 
 
 def test_per_op_join_uses_the_ir_names(run_dir):
