@@ -16,22 +16,30 @@ PROBE_CALLS = 8
 
 
 def probe_s(device: str = "cpu", reps: int = 7) -> float:
-    """Median seconds of PROBE_CALLS fp32 matmuls [PROBE_N, PROBE_N]^2 on `device` (synchronized)."""
+    """Median seconds of PROBE_CALLS fp32 matmuls [PROBE_N, PROBE_N]^2 on `device` (synchronized;
+    on CPU on one thread: one core's speed, comparable between launches of 1 or N ranks)."""
     import torch
     cuda = str(device).startswith("cuda")
     gen = torch.Generator().manual_seed(0)
     a = torch.randn(PROBE_N, PROBE_N, generator=gen).to(device)
     b = torch.randn(PROBE_N, PROBE_N, generator=gen).to(device)
-    out = []
+    threads = torch.get_num_threads()
+    if not cuda:
+        torch.set_num_threads(1)
+    try:
+        return statistics.median(_timed_calls(torch, a, b, cuda) for _ in range(reps + 1))
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _timed_calls(torch, a, b, cuda: bool) -> float:
+    """Seconds of PROBE_CALLS back-to-back a @ b (no autograd)."""
     with torch.no_grad():
-        for i in range(reps + 1):
-            if cuda:
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(PROBE_CALLS):
-                torch.mm(a, b)
-            if cuda:
-                torch.cuda.synchronize()
-            if i:                       # the first is warm-up
-                out.append(time.perf_counter() - t0)
-    return statistics.median(out)
+        if cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(PROBE_CALLS):
+            torch.mm(a, b)
+        if cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter() - t0

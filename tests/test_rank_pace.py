@@ -66,3 +66,15 @@ def test_compute_points_take_the_slowest_ranks_median():
     (p,) = points(samples, per_rank)
     assert p["time_s"] == pytest.approx(1.1e-4) and p["rank_medians_s"] == [1.0e-4, 1.1e-4]
     assert p["samples"] == 10
+
+
+def test_speed_probe_runs_on_one_thread_and_restores_the_setting():
+    torch = pytest.importorskip("torch")
+    from hw.probe import probe_s
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert probe_s("cpu", reps=3) > 0
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
