@@ -186,7 +186,7 @@ def points(samples: dict[tuple, _Sample], per_rank: list[dict[tuple, list[float]
     for sig, s in samples.items():
         ts = [t for r in per_rank for t in r[sig]]
         meds = [statistics.median(r[sig]) for r in per_rank if r[sig]]
-        t = max(meds)
+        t = max(meds) if meds else 0.0
         out.append({"kind": s.op.kind, "attrs": dict(s.op.attrs), "dtype": s.op.dtype, "mode": "eager",
                     "time_s": float(f"{t:.6g}"), "samples": len(ts),
                     "rank_medians_s": [float(f"{m:.6g}") for m in meds],

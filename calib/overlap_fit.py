@@ -81,8 +81,8 @@ def pass_ratios(sched: Schedule, op_time: Callable[[Op], float], inter: Interfer
     """(blocking / overlapped pass time, overlapped waits / overlapped time) under `inter`."""
     over = overlapped_pattern(sched)
 
-    def t(op: Op) -> float:
-        return 0.0 if op.name.endswith(MARK) else op_time(op)
+    def t(op: Op) -> float:        # the measured passes run only all-reduces; other collectives are stand-ins
+        return 0.0 if op.name.endswith(MARK) or (op.is_comm and op.kind != "all_reduce") else op_time(op)
     blocking = simulate(sched, t, interference=inter, record=False)
     overlapped = simulate(over, t, interference=inter, record=False)
     return blocking.duration_s / overlapped.duration_s, overlapped.exposed_comm_s / overlapped.duration_s
@@ -97,9 +97,10 @@ def targets(case: dict, rows: dict | None = None) -> tuple[float, float]:
     return ratio, med(w / o for w, o in zip(rows["overlapped_wait"], rows["overlapped"]))
 
 
-def _params(x) -> Interference:
+def _params(x, wake_cap_s: float = math.inf) -> Interference:
     cap = math.log(FACTOR_CAP - 1)
-    return Interference(1 + math.exp(min(x[0], cap)), 1 + math.exp(min(x[1], cap)), math.exp(min(x[2], 20.0)) * 1e-3)
+    return Interference(1 + math.exp(min(x[0], cap)), 1 + math.exp(min(x[1], cap)),
+                        min(wake_cap_s, math.exp(min(x[2], 20.0)) * 1e-3))
 
 
 def _start(s0: float, k0: float, w0_s: float) -> list[float]:
@@ -110,18 +111,24 @@ def fit(cases: list[tuple[Schedule, Callable[[Op], float], tuple[float, float]]]
         max_evals: int = 300) -> tuple[Interference, float]:
     """The Interference minimizing sum over cases of (log ratio error)^2 + (wait share error)^2,
     and that residual. `cases`: (standard decode schedule, op costs, measured targets)."""
+    import numpy as np
     from scipy.optimize import minimize
+    # a wake-up longer than every all-reduce changes nothing more (min(w, t)): cap it there, so the
+    # loss has no flat direction towards a meaningless huge value
+    wake_cap = max(op_time(op) for sched, op_time, _ in cases for op in sched.ops if op.kind == "all_reduce")
 
     def loss(x) -> float:
-        inter = _params(x)
+        inter = _params(x, wake_cap)
         err = 0.0
         for sched, op_time, (ratio, wait) in cases:
             r, wshare = pass_ratios(sched, op_time, inter)
             err += math.log(r / ratio) ** 2 + (wshare - wait) ** 2
         return err
-    res = minimize(loss, _start(start.compute_slowdown, start.comm_slowdown, start.wake_s), method="Nelder-Mead",
-                   options={"xatol": 1e-3, "fatol": 1e-9, "maxfev": max_evals})
-    return _params(res.x), float(res.fun)
+    x0 = np.array(_start(start.compute_slowdown, start.comm_slowdown, min(start.wake_s, wake_cap)))
+    simplex = np.vstack([x0] + [x0 + 0.3 * np.eye(3)[i] for i in range(3)])     # fixed steps in log space
+    res = minimize(loss, x0, method="Nelder-Mead",
+                   options={"xatol": 1e-3, "fatol": 1e-9, "maxfev": max_evals, "initial_simplex": simplex})
+    return _params(res.x, wake_cap), float(res.fun)
 
 
 def fit_profile_overlap(profile, summary: dict, n_boot: int = 30, seed: int = 0,

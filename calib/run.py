@@ -587,10 +587,16 @@ def finish(cfg: CalibConfig, state: dict, world: int) -> Path:
     groups = {k: v for k, v in state["groups"].items() if k in names}
     prof = build_profile(cfg, groups, world)
     out = Path(cfg.out)
+    # the overlap refit simulates with the profile itself (base merged): load it from a side file
+    # first, so an interrupted refit never leaves an unfitted profile at --out
+    side = out.with_name(out.stem + ".unfitted.json")
+    write_json_atomic(side, prof)
+    try:
+        loaded = load_profile(str(side))       # raises ProfileError naming the field if we wrote nonsense
+        refit_overlap(prof, loaded)            # CPU in-pass overlap: fitted by simulating the passes
+    finally:
+        side.unlink(missing_ok=True)
     write_json_atomic(out, prof)
-    loaded = load_profile(str(out))            # raises ProfileError naming the field if we wrote nonsense
-    if refit_overlap(prof, loaded):            # CPU in-pass overlap: fitted by simulating the passes
-        write_json_atomic(out, prof)
-        load_profile(str(out))
+    load_profile(str(out))
     Path(cfg.state_path).unlink(missing_ok=True)
     return out

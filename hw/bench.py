@@ -103,11 +103,11 @@ def run_bench(cfg: RunConfig, ctx: hwdist.DistContext) -> dict:
         _sync(cfg)
         return t1 - t0, time.perf_counter() - t1, wait_s
 
+    probes = [probe_s(rm.device)]              # the machine's speed before (ahead of warm-up) and after timing
     for _ in range(cfg.warmup):
         for s in specs:
             generation(s)
     samples: dict[str, list] = {s: [] for s in specs}
-    probes = [probe_s(rm.device)]                         # the machine's speed before and after timing
     for rep in range(cfg.repeats):
         k = rep % len(specs)
         for s in specs[k:] + specs[:k]:                   # interleaved, rotating the start

@@ -296,7 +296,8 @@ def launch(target: str, config: dict, nproc: int, *, timeout_s: float, deadline_
     with open(cfg_path, "w") as f:
         json.dump(config, f)
     port = free_port()
-    threads = max(1, (os.cpu_count() or 1) // nproc)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    threads = max(1, cores // nproc)          # as pin_cores splits them (a container's cpuset, not the host's)
     procs, logs = [], []
     start = time.monotonic()
     try:

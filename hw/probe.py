@@ -27,7 +27,8 @@ def probe_s(device: str = "cpu", reps: int = 7) -> float:
     if not cuda:
         torch.set_num_threads(1)
     try:
-        return statistics.median(_timed_calls(torch, a, b, cuda) for _ in range(reps + 1))
+        _timed_calls(torch, a, b, cuda)                      # warm-up
+        return statistics.median(_timed_calls(torch, a, b, cuda) for _ in range(reps))
     finally:
         torch.set_num_threads(threads)
 

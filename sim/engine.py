@@ -183,6 +183,11 @@ def simulate(schedule: Schedule, op_time: Callable[[Op], float], ranks: int = 1,
             pending = [event(rank, v) for v in op.inputs if not event(rank, v).triggered]
             if pending:
                 yield env.all_of(pending)
+            # a collective that reads another's result: the rank waited for that one to issue this one
+            # (the comm stream runs them in order, so it always did), and was woken like a compute wait
+            comm_in = [schedule.producer[v] for v in op.inputs if v != TOKENS and schedule.producer[v].is_comm]
+            if comm_in and interference.wake_s > 0:
+                yield env.timeout(min(interference.wake_s, max(times[p.name] for p in comm_in)))
             if jitter_s > 0:
                 yield env.timeout(float(rng.exponential(jitter_s)))
             c = colls.get(op.name)

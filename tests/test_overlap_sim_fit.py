@@ -71,3 +71,24 @@ def test_fit_recovers_known_parameters_from_two_cases():
     for sched, t, target in cases:                     # reproduces what was measured
         assert pass_ratios(sched, t, got) == pytest.approx(target, rel=1e-3)
     assert got.wake_s == pytest.approx(0.7, rel=0.05)
+
+
+def test_a_collective_blocked_on_a_collective_pays_the_wake_too():
+    # seg0 = 2 -> ar0 (4) -> ar1 reads ar0 (4) -> seg2 = 1: blocking costs 11 whatever the wake-up
+    chain = Schedule("chain", ONE_LAYER, 2, Step.decode(1, 8, 4, 1, STACK), STACK, (
+        _op("seg0", "gemm", ["tokens"]), _op("ar0", "all_reduce", ["seg0"]), _op("ar1", "all_reduce", ["ar0"]),
+        _op("seg2", "gemm", ["ar1"])))
+    from sim.engine import simulate
+    costs = {"seg0": 2.0, "ar0": 4.0, "ar1": 4.0, "seg2": 1.0}
+    for w in (0.0, 1.0, 3.0):
+        assert simulate(chain, lambda op: costs[op.name], interference=Interference(wake_s=w)).duration_s == \
+            pytest.approx(11.0)
+
+
+def test_fitted_wake_is_capped_at_the_longest_all_reduce():
+    # passes the engine made with a wake-up as long as every all-reduce: any larger one fits as well,
+    # so the fit must not wander off to a huge value
+    sched, t = toy_schedule("standard"), toy_time(1.5)
+    target = pass_ratios(sched, t, Interference(1.2, 2.0, wake_s=1.5))
+    got, _ = fit([(sched, t, target)], Interference(1.2, 2.0, 1.0))
+    assert got.wake_s <= 1.5 + 1e-12
