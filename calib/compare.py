@@ -216,14 +216,16 @@ def speedup_undetermined(spread: dict) -> bool:
 
 def machine_drift(measured: dict, profile) -> dict | None:
     """How much slower (> 1) or faster the machine computed during the measurement than while the
-    profile's compute points were taken: hw.probe timed in both (calibration: per compute group,
-    median; measurement: before and after the timed repeats, mean). None without both probes."""
+    profile's compute points were taken: hw.probe timed in both (calibration: once per compute
+    group; measurement: before and after the timed repeats), the fastest of each side, since a
+    transient (another process on the core for a moment) only ever slows one probe down while a
+    drift slows them all. None without both probes."""
     groups = (profile.raw or {}).get("raw", {}).get("groups", {})
     cal = [g["probe_s"] for g in groups.values() if g.get("kind") == "compute" and g.get("probe_s")]
     meas = (measured.get("env") or {}).get("probe_s")
     if not cal or not meas:
         return None
-    c, m = statistics.median(cal), sum(meas) / len(meas)
+    c, m = min(cal), min(meas)
     return {"calibration_probe_s": c, "measurement_probe_s": list(meas), "ratio": m / c}
 
 
