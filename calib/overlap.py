@@ -380,6 +380,15 @@ def _case_terms(per_rank: list[dict]) -> dict:
     }
 
 
+def redraw_trials(case: dict, rng) -> dict[str, list[float]]:
+    """One bootstrap draw of an in-pass case's kept trials (`per_trial_s`): as many trials as it
+    has, with replacement, each trial's values kept together (they are paired)."""
+    rows = case["per_trial_s"]
+    m = len(rows["alone"])
+    idx = [rng.randrange(m) for _ in range(m)]
+    return {k: [v[i] for i in idx] for k, v in rows.items()}
+
+
 def factor_samples(summary: dict, n: int = 200, seed: int = 0) -> list[tuple[float, float]]:
     """Bootstrap (compute_slowdown, comm_slowdown) pairs from an in-pass summary's kept trials:
     each sample redraws every case's trials with replacement and pools them as `summarize_passes`
@@ -391,12 +400,7 @@ def factor_samples(summary: dict, n: int = 200, seed: int = 0) -> list[tuple[flo
     rng = random.Random(seed)
     out = []
     for _ in range(n):
-        drawn = []
-        for c in cases:
-            rows = c["per_trial_s"]
-            m = len(rows["alone"])
-            idx = [rng.randrange(m) for _ in range(m)]
-            drawn.append({k: [v[i] for i in idx] for k, v in rows.items()} | {"n": c["all_reduces"]})
+        drawn = [redraw_trials(c, rng) | {"n": c["all_reduces"]} for c in cases]
         s = summarize_passes([drawn])
         out.append((s["compute_slowdown"], s["comm_slowdown"]))
     return out

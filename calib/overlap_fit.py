@@ -33,7 +33,7 @@ from sim.model import get_model
 from sim.schedule import Op, Schedule, build
 from sim.stack import Stack, Step
 
-from calib.overlap import FACTOR_CAP
+from calib.overlap import FACTOR_CAP, redraw_trials
 
 def case_descriptor(case, model) -> dict:
     """What the fit needs to rebuild a case's pass: `model` is the one the pass ran (maybe truncated)."""
@@ -153,11 +153,7 @@ def fit_profile_overlap(profile, summary: dict, n_boot: int = 30, seed: int = 0,
     rng = random.Random(seed)
     boot = []
     for i in range(n_boot):
-        drawn = []
-        for c in cases:
-            rows = c["per_trial_s"]
-            idx = [rng.randrange(len(rows["blocking"])) for _ in rows["blocking"]]
-            drawn.append(targets(c, {k: [v[j] for j in idx] for k, v in rows.items()}))
+        drawn = [targets(c, redraw_trials(c, rng)) for c in cases]
         b, _ = fit(list(zip(scheds, costs, drawn)), best, max_evals=80)
         boot.append([round(b.compute_slowdown, 4), round(b.comm_slowdown, 4), round(b.wake_s * 1e6, 2)])
         if progress:
