@@ -559,12 +559,9 @@ def _print_summary(result: dict, out_dir: Path) -> None:
                 for n in [s.get("sign_mismatches_prediction_uncertain", 0)] if n]
         c.print(f"{spec:12} median |err| tokens/s {s['median_abs_err_tokens_per_s']:.1%}  "
                 f"speedup sign {s['sign_matches']}/{s['points']}" + (f" (undetermined: {'; '.join(why)})" if why else ""))
-    note = _interval_note(result)
-    if note:
-        c.print(escape(note))
-    drift = _drift_note(result)
-    if drift:
-        c.print(escape(drift))
+    for note in (_interval_note(result), _drift_note(result)):
+        if note:
+            c.print(escape(note))
     for pt in result["points"]:
         if pt["missing_schedules"]:
             c.print(f"[yellow]not measured[/yellow] {pt['model']} TP{pt['tp']} b{pt['batch']}: "

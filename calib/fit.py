@@ -379,7 +379,7 @@ def _base_has_node_model(base: str | None) -> bool:
     return isinstance(data.get("collectives", {}).get("model", {}).get("node"), dict)
 
 
-def refit_overlap(prof: dict, loaded, progress=None) -> bool:
+def refit_overlap(prof: dict, loaded) -> bool:
     """Replace a CPU in-pass calibration's closed-form overlap factors by the ones under which the
     engine reproduces the measured passes (calib.overlap_fit), with the wake-up they need. The
     closed-form values stay in the raw group; the fit (values, per-case measured and fitted ratios,
@@ -388,7 +388,7 @@ def refit_overlap(prof: dict, loaded, progress=None) -> bool:
     ov = next((g for g in prof.get("raw", {}).get("groups", {}).values() if g.get("kind") == "overlap"), None)
     if ov is None:
         return False
-    got = fit_profile_overlap(loaded, ov["summary"], progress=progress)
+    got = fit_profile_overlap(loaded, ov["summary"])
     if got is None:
         return False
     ov["summary"]["fit"] = got

@@ -131,8 +131,7 @@ def fit(cases: list[tuple[Schedule, Callable[[Op], float], tuple[float, float]]]
     return _params(res.x, wake_cap), float(res.fun)
 
 
-def fit_profile_overlap(profile, summary: dict, n_boot: int = 30, seed: int = 0,
-                        progress: Callable[[int, int], None] | None = None) -> dict | None:
+def fit_profile_overlap(profile, summary: dict, n_boot: int = 30, seed: int = 0) -> dict | None:
     """Fit (s, k, w) for a profile from its in-pass overlap summary; None when the summary has no
     case descriptors (older calibrations, GPU). Returns the values, each case's measured and
     fitted ratios, the residual and `n_boot` bootstrap triples [s, k, w_us]."""
@@ -152,12 +151,10 @@ def fit_profile_overlap(profile, summary: dict, n_boot: int = 30, seed: int = 0,
     best, resid = fit(list(zip(scheds, costs, measured)), start)
     rng = random.Random(seed)
     boot = []
-    for i in range(n_boot):
+    for _ in range(n_boot):
         drawn = [targets(c, redraw_trials(c, rng)) for c in cases]
         b, _ = fit(list(zip(scheds, costs, drawn)), best, max_evals=80)
         boot.append([round(b.compute_slowdown, 4), round(b.comm_slowdown, 4), round(b.wake_s * 1e6, 2)])
-        if progress:
-            progress(i + 1, n_boot)
     fitted = [pass_ratios(s, c, best) for s, c in zip(scheds, costs)]
     return {"compute_slowdown": round(best.compute_slowdown, 4), "comm_slowdown": round(best.comm_slowdown, 4),
             "wake_us": round(best.wake_s * 1e6, 2), "residual": resid,
