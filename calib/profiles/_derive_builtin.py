@@ -76,7 +76,8 @@ def gemm_curves(system, rel, kernel, peak_tflops, bw_gbps):
 GEMM_M = [2 ** i for i in range(17)]
 GEMM_DTYPES = ["fp16", "bf16"]
 GEMM_COLLECTOR = ("ai-dynamo/aiconfigurator collector/sglang/collect_gemm.py: bfloat16 rows time "
-                  "F.linear(a[m,k], w[n,k]) (cuBLAS), up to 6 weight copies in rotation, device time")
+                  "F.linear(a[m,k], w[n,k]) (cuBLAS), up to 6 weight copies in rotation, device time; its "
+                  "earlier versions label the same rows kernel_source 'sglang'")
 
 
 def ir_gemm_shapes() -> list[tuple[int, int]]:
@@ -158,6 +159,14 @@ def gemm_table(system, rel, kernel):
             row["nk"] = "extrapolated" if n > nmax or k > kmax else "interpolated"
         rows.append(row)
     measured = sum((n, k) in sites for n, k in ir_gemm_shapes())
+    # how far apart two neighbouring measurements lie: the database times m and m + 1 (m >= 17) of
+    # every site; over the compute-bound ones (>= 1e10 flops) |t(m+1) / t(m) - 1| (tile effects
+    # included): a single row can be off by this much
+    t = d.set_index(["m", "n", "k"]).latency
+    t = t[~t.index.duplicated()]
+    spread = [abs(t[(m + 1, n, k)] / t[(m, n, k)] - 1) for m, n, k in t.index
+              if m >= 32 and 2 * m * n * k >= 1e10 and (m + 1, n, k) in t.index]
+    med, p90 = np.median(spread), np.quantile(spread, 0.9)
     off_m = [m for m in GEMM_M if m not in ms_grid]
     src = (f"{AIC} database: systems/data/{system}/gemm/{rel}/gemm_perf.parquet, kernel_source {kernel}, "
            f"bf16 ({GEMM_COLLECTOR}). Times (us) at each m of 'm' for every (n, k) the IR emits for the "
@@ -166,7 +175,9 @@ def gemm_table(system, rel, kernel):
            f"at a collected m are the measured rows; the other rows ('nk': interpolated / extrapolated "
            f"beyond n <= {nmax}, k <= {kmax}) are aiconfigurator's log2-IDW utilization transfer from "
            f"neighbour sites. m not collected ({', '.join(map(str, off_m))}) is linear in m between "
-           f"collected m, beyond m = {mmax} utilization held. bf16 rows stand for fp16 (same tensor-core "
+           f"collected m, beyond m = {mmax} utilization held. Row-to-row spread: the m and m+1 rows of "
+           f"{len(spread)} compute-bound sites differ by {med:.1%} (median), {p90:.1%} (p90). "
+           f"bf16 rows stand for fp16 (same tensor-core "
            f"rate and bytes); the kernel is the cuBLAS GEMM torch runs for nn.Linear, eager and under "
            f"Inductor (extern mm)")
     return {"source": src, "dtypes": GEMM_DTYPES, "m": GEMM_M, "rows": rows}
