@@ -535,5 +535,7 @@ def sources(data: dict, prefix: str = "") -> list[tuple[str, str, str]]:
             for i, x in enumerate(v):
                 label = ", ".join(f"{kk}={x[kk]}" for kk in ("collective", "group", "scope", "mode", "impl") if kk in x)
                 n = len(x.get("bytes", x.get("points", [])))
-                out.append((f"{path}[{i}]", f"{label} ({n} points)".strip(), str(x.get("source", ""))))
+                what = (f"{len(x['rows'])} (n, k) rows x {len(x.get('m', []))} m" if isinstance(x.get("rows"), list)
+                        else f"{label} ({n} points)".strip())
+                out.append((f"{path}[{i}]", what, str(x.get("source", ""))))
     return out
