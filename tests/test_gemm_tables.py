@@ -16,7 +16,7 @@ import pytest
 
 from sim.cost import CostModel, roofline_s, op_work
 from sim.model import MODELS, get_model, valid_tp
-from sim.profile import ProfileError, builtin_names, load_profile, parse, read_raw
+from sim.profile import ProfileError, builtin_dir, builtin_names, load_profile, parse, read_raw
 from sim.schedule import Op, build
 from sim.stack import Stack, Step
 
@@ -111,7 +111,7 @@ def test_every_ir_gemm_of_every_preset_has_a_row(name):
 def test_builtin_profiles_validate_and_stay_small():
     for name in builtin_names():
         load_profile(name)
-    for path in Path("calib/profiles").glob("*.json"):
+    for path in builtin_dir().glob("*.json"):
         assert path.stat().st_size < 150_000, path
 
 
