@@ -263,7 +263,7 @@ def parse(data: dict, where: str = "<profile>") -> Profile:
         gemm_efficiency=g.curve("compute.gemm_efficiency", "flops"),
         memory_efficiency=g.curve("compute.memory_efficiency", "bytes"),
         launch_s={m: g.num(f"compute.launch_us.{m}", min_=0.0) * 1e-6 for m in MODES},
-        compute_points=g.compute_points(),
+        compute_points=g.compute_points() + g.gemm_tables(),
         collective_tables=g.collective_tables(),
         link_models=links,
         eager_extra_s=g.num("collectives.eager_extra_us", default=0.0) * 1e-6,
@@ -454,6 +454,37 @@ class _Getter:
                                                    "an optional 'mode' (any, eager or graph)")
         return tuple(out)
 
+    def gemm_tables(self) -> tuple[ComputePoint, ...]:
+        """`compute.gemm_tables`: measured GEMM times in a compact form, one row per weight shape.
+
+        Each table: {"source", "dtypes": [...], "m": [m0, m1, ...] (increasing), "rows": [{"n", "k",
+        "time_us": [t at m0, t at m1, ...]}, ...]}; a row may say how its (n, k) was obtained
+        ("nk": "interpolated" ...). Expanded to gemm ComputePoints (attrs m, n, k; mode any: the
+        same cuBLAS kernel eager and compiled), after `compute.tables`, so calibrated points win."""
+        out = []
+        for ti, t in enumerate(self.get("compute.gemm_tables", [])):
+            p = f"compute.gemm_tables[{ti}]"
+            if not isinstance(t, dict) or not t.get("source"):
+                self.fail(p, "must be an object with a 'source'")
+            ms, dtypes, rows = t.get("m"), t.get("dtypes", ["fp16"]), t.get("rows")
+            if (not isinstance(ms, list) or not ms or any(isinstance(v, bool) or not isinstance(v, int) or v < 1
+                                                          for v in ms) or ms != sorted(set(ms))):
+                self.fail(f"{p}.m", "must be an increasing list of positive integers")
+            if not isinstance(dtypes, list) or not dtypes or any(not isinstance(d, str) for d in dtypes):
+                self.fail(f"{p}.dtypes", "must be a non-empty list of dtype names")
+            if not isinstance(rows, list):
+                self.fail(f"{p}.rows", "must be a list")
+            for ri, r in enumerate(rows):
+                n, k, us = (r.get("n"), r.get("k"), r.get("time_us")) if isinstance(r, dict) else (None,) * 3
+                if (any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in (n, k))
+                        or not isinstance(us, list) or len(us) != len(ms)
+                        or any(isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 for v in us)):
+                    self.fail(f"{p}.rows[{ri}]", f"needs positive integers 'n', 'k' and 'time_us': {len(ms)} "
+                                                 f"positive times, one per m")
+                out += [ComputePoint("gemm", (("k", k), ("m", m), ("n", n)), dt, v * 1e-6)
+                        for dt in dtypes for m, v in zip(ms, us)]
+        return tuple(out)
+
     def collective_tables(self) -> tuple[CollectiveTable, ...]:
         out = []
         tables = self.get("collectives.tables", [])
@@ -504,5 +535,7 @@ def sources(data: dict, prefix: str = "") -> list[tuple[str, str, str]]:
             for i, x in enumerate(v):
                 label = ", ".join(f"{kk}={x[kk]}" for kk in ("collective", "group", "scope", "mode", "impl") if kk in x)
                 n = len(x.get("bytes", x.get("points", [])))
-                out.append((f"{path}[{i}]", f"{label} ({n} points)".strip(), str(x.get("source", ""))))
+                what = (f"{len(x['rows'])} (n, k) rows x {len(x.get('m', []))} m" if isinstance(x.get("rows"), list)
+                        else f"{label} ({n} points)".strip())
+                out.append((f"{path}[{i}]", what, str(x.get("source", ""))))
     return out

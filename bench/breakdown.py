@@ -1,0 +1,200 @@
+"""Per-op breakdown of one prefill pass and one decode step, priced by sim's own cost model.
+
+    python bench/breakdown.py [--profile h100-sxm] [--model llama-3.1-70b] [--tp 8]
+                              [--batch 1 --batch 64] [--schedule standard] [--json]
+                              [--stack FIELD=VALUE ...]
+
+For each (phase, batch): the time of every op of one rank's forward pass from
+sim.cost.CostModel (compute) and sim.predict.Simulator.comm_s (collectives), summed per IR op
+kind over the whole pass and listed per named op of one layer (layer 0, whose ops every layer
+repeats), each with its share of the summed op time; plus the simulated step time
+(Simulator.step_time: what `tpsim predict` uses, with overlap). Torch-free.
+
+The `sim` package is imported from the current directory when it has one (so
+`cd /some/checkout && python /path/to/bench/breakdown.py` prices with that checkout's code),
+else from this script's repository; the header names which.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+_here = Path.cwd() if (Path.cwd() / "sim" / "cost.py").is_file() else Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(_here))
+
+import sim  # noqa: E402
+from sim.model import get_model  # noqa: E402
+from sim.predict import Simulator, Workload  # noqa: E402
+from sim.profile import load_profile  # noqa: E402
+from sim.stack import Stack  # noqa: E402
+
+
+def _stack(prof, overrides: list[str]) -> Stack:
+    """The profile's stack_defaults (as `tpsim predict` uses them), then FIELD=VALUE overrides."""
+    fields = {f.name: f for f in dataclasses.fields(Stack)}
+    kw = dict(prof.stack_defaults)
+    for item in overrides:
+        key, sep, val = item.partition("=")
+        if not sep or key not in fields:
+            raise ValueError(f"--stack {item!r}: use FIELD=VALUE with FIELD one of {', '.join(fields)}")
+        default = fields[key].default
+        if isinstance(default, bool):
+            if val.lower() not in ("true", "false", "1", "0", "on", "off"):
+                raise ValueError(f"--stack {item!r}: {key} takes true/false")
+            kw[key] = val.lower() in ("true", "1", "on")
+        elif isinstance(default, int):
+            kw[key] = int(val)
+        else:
+            kw[key] = val
+    return Stack(**kw)
+
+
+def _shape(op) -> str:
+    a = dict(op.attrs)
+    if op.kind == "gemm":
+        return f"{a['m']}x{a['n']}x{a['k']}"
+    if op.kind == "attention":
+        return f"b{a['batch']} q{a['q_len']} kv{a['kv_len']} h{a['heads']}/{a['kv_heads']} {a['impl']}"
+    if "rows" in a and "width" in a:
+        return f"{a['rows']}x{a['width']}"
+    return ""
+
+
+def breakdown(w: Workload, spec: str, phase: str) -> dict:
+    """One pass of `spec` in `phase` (decode: step 1) priced op by op."""
+    simr = Simulator(w, record=False)
+    step = w.prefill_step() if phase == "prefill" else w.decode_step(1)
+    sched = w.schedule(spec, step)
+
+    def op_s(op):
+        return simr.comm_s(op, phase) if op.is_comm else simr.cost.compute_s(op, phase)
+
+    by_kind: dict = defaultdict(lambda: {"count": 0, "us": 0.0})
+    compute_us = comm_us = 0.0
+    for op in sched.ops:
+        us = op_s(op) * 1e6
+        by_kind[op.kind]["count"] += 1
+        by_kind[op.kind]["us"] += us
+        if op.is_comm:
+            comm_us += us
+        else:
+            compute_us += us
+    total = compute_us + comm_us
+    layer = [{"name": op.name.removeprefix("L0."), "kind": op.kind, "shape": _shape(op), "us": op_s(op) * 1e6}
+             for op in sched.layer_ops(0)]
+    layer_total = sum(r["us"] for r in layer)
+    for r in layer:
+        r["share"] = r["us"] / layer_total if layer_total else 0.0
+    kinds = {k: {"count": v["count"], "us": v["us"], "share": v["us"] / total if total else 0.0}
+             for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1]["us"])}
+    step_s, exposed_s = simr.step_time(spec, step)
+    return {"phase": phase, "batch": w.batch, "tokens": step.tokens, "kv_len": step.kv_len,
+            "graphs": w.stack.graphs(phase), "sum_compute_us": compute_us, "sum_comm_us": comm_us,
+            "sum_us": total, "step_us": step_s * 1e6, "exposed_comm_us": exposed_s * 1e6,
+            "by_kind": kinds, "layer_ops": layer, "layer_us": layer_total}
+
+
+def run(args) -> dict:
+    prof = load_profile(args.profile)
+    stack = _stack(prof, args.stack)
+    model = get_model(args.model)
+    cases = []
+    for phase in ("prefill", "decode"):
+        for b in args.batch:
+            # pricing only: a breakdown of a shape that would not fit is still a breakdown
+            w = Workload(model, args.tp, prof, b, args.prompt, args.gen, stack, memory_check=False)
+            cases.append(breakdown(w, args.schedule, phase))
+    return {"sim": str(Path(sim.__file__).resolve().parent), "profile": prof.name, "model": model.name,
+            "tp": args.tp, "schedule": args.schedule, "prompt_len": args.prompt, "gen_len": args.gen,
+            "stack": dataclasses.asdict(stack), "cases": cases}
+
+
+def _fmt_us(us: float) -> str:
+    return f"{us:,.1f}" if us < 1e4 else f"{us:,.0f}"
+
+
+def show(out: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    console = Console(width=max(120, Console().width))
+    cases = out["cases"]
+    heads = [f"{c['phase']} b{c['batch']}" for c in cases]
+    console.print(f"[bold]{out['model']} TP{out['tp']} on {out['profile']}[/], schedule {out['schedule']}, "
+                  f"prompt {out['prompt_len']}, gen {out['gen_len']}, {out['stack']['dtype']}; "
+                  f"sim from {out['sim']}")
+    st = ", ".join(f"{k}={v}" for k, v in out["stack"].items())
+    console.print(f"stack: {st}", style="dim")
+
+    t = Table(title="whole pass, per op kind: µs (share of summed op time)", title_justify="left")
+    t.add_column("kind")
+    t.add_column("ops/pass", justify="right")
+    for h in heads:
+        t.add_column(h, justify="right")
+    kinds = list(dict.fromkeys(k for c in cases for k in c["by_kind"]))
+    for k in kinds:
+        counts = {c["by_kind"].get(k, {}).get("count", 0) for c in cases}
+        t.add_row(k, "/".join(map(str, sorted(counts))),
+                  *[(f"{_fmt_us(c['by_kind'][k]['us'])} ({c['by_kind'][k]['share']:.1%})"
+                     if k in c["by_kind"] else "-") for c in cases])
+    t.add_section()
+    t.add_row("sum of ops", "", *[_fmt_us(c["sum_us"]) for c in cases])
+    t.add_row("  compute", "", *[_fmt_us(c["sum_compute_us"]) for c in cases])
+    t.add_row("  collectives", "", *[_fmt_us(c["sum_comm_us"]) for c in cases])
+    t.add_row("simulated step", "", *[_fmt_us(c["step_us"]) for c in cases])
+    t.add_row("  exposed comm", "", *[_fmt_us(c["exposed_comm_us"]) for c in cases])
+    console.print(t)
+
+    t = Table(title="one layer (L0), per named op: µs (share of the layer's summed op time)", title_justify="left")
+    t.add_column("op")
+    t.add_column("kind")
+    for h in heads:
+        t.add_column(h, justify="right")
+    names = list(dict.fromkeys((r["name"], r["kind"]) for c in cases for r in c["layer_ops"]))
+    for name, kind in names:
+        cells = []
+        for c in cases:
+            r = next((r for r in c["layer_ops"] if r["name"] == name), None)
+            cells.append(f"{_fmt_us(r['us'])} ({r['share']:.1%})" if r else "-")
+        t.add_row(name, kind, *cells)
+    t.add_section()
+    t.add_row("layer", "", *[_fmt_us(c["layer_us"]) for c in cases])
+    console.print(t)
+    for h, c in zip(heads, cases):
+        console.print(f"{h} shapes: " + ", ".join(f"{r['name']} {r['shape']}" for r in c["layer_ops"]
+                                                  if r["kind"] in ("gemm", "attention")), style="dim")
+    console.print("gemm shapes are m x n x k; sum of ops: serial sum; simulated step: Simulator.step_time "
+                  "(with overlap, as `tpsim predict` prices it)", style="dim")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--profile", default="h100-sxm")
+    ap.add_argument("--model", default="llama-3.1-70b")
+    ap.add_argument("--tp", type=int, default=8)
+    ap.add_argument("--batch", type=int, action="append", help="repeatable; default 1 and 64")
+    ap.add_argument("--schedule", default="standard")
+    ap.add_argument("--prompt", type=int, default=1024)
+    ap.add_argument("--gen", type=int, default=512)
+    ap.add_argument("--stack", action="append", default=[], metavar="FIELD=VALUE",
+                    help="override one Stack field of the profile's defaults; repeatable")
+    ap.add_argument("--json", action="store_true", help="one JSON object instead of tables")
+    args = ap.parse_args(argv)
+    args.batch = args.batch or [1, 64]
+    try:
+        out = run(args)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(out, indent=1))
+    else:
+        show(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

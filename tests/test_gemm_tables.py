@@ -1,0 +1,169 @@
+"""GEMMs priced from the measured tables of the built-in profiles (compute.gemm_tables).
+
+The numbers below are rows of aiconfigurator 0.12.0's h100_sxm sglang 0.5.14 GEMM parquet
+(kernel_source sglang_torch_linear, bf16), written out by hand: the profile keeps 5 significant
+digits of latency (ms) x 1000.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from sim.cost import CostModel, roofline_s, op_work
+from sim.model import MODELS, get_model, valid_tp
+from sim.profile import ProfileError, builtin_dir, builtin_names, load_profile, parse, read_raw
+from sim.schedule import Op, build
+from sim.stack import Stack, Step
+
+AIC_DATA = Path("/work/aic/core/aiconfigurator_core/systems/data")
+
+
+def _gemm(m, n, k, dtype="fp16"):
+    return Op("g", "gemm", ("x",), ("y",), (("m", m), ("n", n), ("k", k)), dtype)
+
+
+def _prefill_op(name, tp=8, batch=1, stack=Stack()):
+    step = Step.prefill(batch, 1024, 512, stack)
+    sched = build("standard", get_model("llama-3.1-70b"), tp, step, stack)
+    return next(op for op in sched.ops if op.name == name)
+
+
+@pytest.fixture(scope="module")
+def h100():
+    return load_profile("h100-sxm")
+
+
+def test_70b_tp8_prefill_gemm_is_the_database_row(h100):
+    # L0.mlp.up of a 70B TP8 prefill at batch 1: [1024, 8192] @ [8192, 2 * 28672 / 8] -> m 1024,
+    # n 7168, k 8192; the parquet row (m=1024, n=7168, k=8192) says 0.16640533341301814 ms
+    op = _prefill_op("L0.mlp.up")
+    assert dict(op.attrs) == {"m": 1024, "n": 7168, "k": 8192}
+    cost = CostModel(h100, Stack())
+    assert cost.compute_s(op, "prefill") == pytest.approx(166.41e-6, rel=1e-12)
+    assert cost.compute_s(op, "prefill") == pytest.approx(0.16640533341301814e-3, rel=5e-5)
+    # the same kernel under a compiled/graph phase and in eager: one price (device time >> launch)
+    assert cost.compute_s(op, "decode") == cost.compute_s(op, "prefill")
+    # attn.out at batch 1 (m 1024, n 8192, k 1024): parquet 0.03446577654944526 ms
+    assert CostModel(h100, Stack()).compute_s(_prefill_op("L0.attn.out"), "prefill") == pytest.approx(34.466e-6)
+
+
+def test_off_grid_m_interpolates_log_log_between_neighbours(h100):
+    # m 3000 lies between the table's m 2048 (303.75 us) and 4096 (649.38 us) for n 7168, k 8192
+    t = CostModel(h100, Stack()).compute_s(_gemm(3000, 7168, 8192), "prefill")
+    f = math.log(3000 / 2048) / math.log(2)
+    expect = math.exp(math.log(303.75e-6) + f * (math.log(649.38e-6) - math.log(303.75e-6)))
+    assert t == pytest.approx(expect, rel=1e-12)
+    assert 303.75e-6 < t < 649.38e-6
+
+
+def test_beyond_the_table_the_roofline_shape_anchored_on_the_last_row(h100):
+    # m 131072 > the largest m (65536, 10864 us): the roofline's ratio carries the last point
+    cost = CostModel(h100, Stack())
+    op, last = _gemm(131072, 7168, 8192), _gemm(65536, 7168, 8192)
+    ratio = roofline_s(h100, op_work(op, False), "fp16") / roofline_s(h100, op_work(last, False), "fp16")
+    assert cost.compute_s(op, "prefill") == pytest.approx(10864e-6 * ratio, rel=1e-12)
+
+
+def test_unlisted_shape_falls_back_to_the_roofline(h100):
+    # n 7000 is no IR shape: no row, so the efficiency-curve roofline prices it
+    cost = CostModel(h100, Stack())
+    op = _gemm(1024, 7000, 8192)
+    assert cost._measured(op, False) is None
+    assert cost.compute_s(op, "prefill") == pytest.approx(
+        max(roofline_s(h100, op_work(op, False), "fp16"), h100.launch_s["eager"]))
+
+
+def test_bf16_stack_reads_the_same_rows(h100):
+    op = _prefill_op("L0.mlp.up", stack=Stack(dtype="bf16"))
+    assert op.dtype == "bf16"
+    assert CostModel(h100, Stack(dtype="bf16")).compute_s(op, "prefill") == pytest.approx(166.41e-6)
+
+
+def test_a_gemm_shorter_than_its_launch_costs_the_launch(h100):
+    # 8B TP8 decode qkv at batch 1: m 1, n (4096 + 2 * 1024) / 8 = 768, k 4096; its table time is
+    # below the 8.81 us eager launch, so eager decode pays the launch, graph replay the kernel
+    op = _gemm(1, 768, 4096)
+    t_table = CostModel(h100, Stack())._points[False][("gemm", "fp16", (("k", 4096), ("n", 768)))][0][1]
+    assert t_table < h100.launch_s["eager"]
+    eager = CostModel(h100, Stack(decode_graphs=False)).compute_s(op, "decode")
+    graph = CostModel(h100, Stack(decode_graphs=True)).compute_s(op, "decode")
+    assert eager == pytest.approx(h100.launch_s["eager"])
+    assert graph == pytest.approx(max(t_table, h100.launch_s["graph"]))
+
+
+@pytest.mark.parametrize("name", ["h100-sxm", "h200-sxm", "a100-sxm", "l40s-pcie", "h100-sxm-p2p-off"])
+def test_every_ir_gemm_of_every_preset_has_a_row(name):
+    p = load_profile(name)
+    have = {(dict(pt.attrs)["n"], dict(pt.attrs)["k"]) for pt in p.compute_points if pt.kind == "gemm"}
+    for model in MODELS.values():
+        for tp in valid_tp(model, 16):
+            s = model.shard(tp)
+            want = {(s.qkv_dim, model.hidden), (model.hidden, s.q_dim), (2 * s.ffn, model.hidden),
+                    (model.hidden, s.ffn), (model.vocab, model.hidden), (-(-model.vocab // tp), model.hidden)}
+            assert want <= have, (name, model.name, tp, want - have)
+
+
+def test_builtin_profiles_validate_and_stay_small():
+    for name in builtin_names():
+        load_profile(name)
+    for path in builtin_dir().glob("*.json"):
+        assert path.stat().st_size < 150_000, path
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda t: t.pop("source"), "compute.gemm_tables[0]"),
+    (lambda t: t.update(m=[4, 2] + t["m"][2:]), "compute.gemm_tables[0].m"),
+    (lambda t: t["rows"][0]["time_us"].pop(), "compute.gemm_tables[0].rows[0]"),
+    (lambda t: t["rows"][3].update(time_us=[0.0] * len(t["m"])), "compute.gemm_tables[0].rows[3]"),
+    (lambda t: t["rows"][1].pop("n"), "compute.gemm_tables[0].rows[1]"),
+    (lambda t: t.update(dtypes="fp16"), "compute.gemm_tables[0].dtypes"),
+])
+def test_bad_gemm_tables_name_the_field(edit, field):
+    data, _ = read_raw("h100-sxm")
+    edit(data["compute"]["gemm_tables"][0])
+    with pytest.raises(ProfileError, match=re.escape(f"field '{field}'")):
+        parse(json.loads(json.dumps(data)), "x.json")
+
+
+@pytest.mark.skipif(not AIC_DATA.is_dir(), reason="aiconfigurator 0.12.0 database not unpacked here")
+@pytest.mark.parametrize("name, system, kernel", [("h100-sxm", "h100_sxm", "sglang_torch_linear"),
+                                                  ("a100-sxm", "a100_sxm", "sglang")])
+def test_collected_sites_are_the_parquet_rows(name, system, kernel):
+    pd = pytest.importorskip("pandas")
+    data, _ = read_raw(name)
+    table = data["compute"]["gemm_tables"][0]
+    rel = table["source"].split(f"systems/data/{system}/gemm/")[1].split("/gemm_perf")[0]
+    d = pd.read_parquet(AIC_DATA / system / "gemm" / rel / "gemm_perf.parquet")
+    d = d[(d.kernel_source == kernel) & (d.gemm_dtype == "bfloat16")]
+    raw = {(int(r.m), int(r.n), int(r.k)): float(r.latency) * 1e3 for r in d.itertuples()}
+    checked = 0
+    for row in table["rows"]:
+        for m, us in zip(table["m"], row["time_us"]):
+            if (m, row["n"], row["k"]) in raw:
+                assert us == pytest.approx(raw[(m, row["n"], row["k"])], rel=1e-4), (m, row)
+                checked += 1
+                assert "nk" not in row
+    assert checked > 1000
+
+
+def test_breakdown_json_prices_with_sim():
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    import breakdown
+    args = breakdown.argparse.Namespace(profile="h100-sxm", model="llama-3.1-70b", tp=8, batch=[1],
+                                        schedule="standard", prompt=1024, gen=512, stack=[])
+    out = breakdown.run(args)
+    pre, dec = out["cases"]
+    up = next(r for r in pre["layer_ops"] if r["name"] == "mlp.up")
+    assert up["us"] == pytest.approx(166.41)
+    for c in (pre, dec):
+        assert sum(v["us"] for v in c["by_kind"].values()) == pytest.approx(c["sum_us"])
+        assert c["sum_us"] == pytest.approx(c["sum_compute_us"] + c["sum_comm_us"])
+        assert sum(r["share"] for r in c["layer_ops"]) == pytest.approx(1.0)
+        # standard TP: every collective blocks, so the simulated step is the serial sum
+        assert c["step_us"] == pytest.approx(c["sum_us"], rel=1e-9)
+    assert pre["by_kind"]["gemm"]["count"] == 80 * 4 + 1
