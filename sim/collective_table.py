@@ -66,9 +66,10 @@ def busbw_factor(collective: str, group: int) -> float:
 
 def collective_rows(profile: Profile, collective: str, group: int, mode: str = "graph",
                     sizes: tuple[int, ...] | None = None, gpus_per_node: int | None = None,
-                    measured: dict[int, float] | None = None) -> list[Row]:
+                    measured: dict[int, float] | None = None, impl: str = "auto") -> list[Row]:
     """Price `collective` over `group` ranks at each size; `measured` (bytes -> us) adds a column.
-    Without `sizes`, the measured sizes, else DEFAULT_BYTES."""
+    Without `sizes`, the measured sizes, else DEFAULT_BYTES. `impl`: the implementation to price
+    (a profile table's impl, e.g. "custom"); auto: the profile's default."""
     if collective not in COLLECTIVES:
         raise ValueError(f"unknown collective {collective!r}; choose from {', '.join(COLLECTIVES)}")
     if mode not in MODES:
@@ -84,7 +85,7 @@ def collective_rows(profile: Profile, collective: str, group: int, mode: str = "
         raise ValueError(f"group of {group} ranks spans {-(-group // per_node)} nodes of {per_node} GPUs, but "
                          f"profile {profile.name} describes no network (topology NICs or collectives.model.net)")
     sizes = tuple(sizes) if sizes else tuple(sorted(measured)) if measured else DEFAULT_BYTES
-    cm = CostModel(profile, Stack(), gpus_per_node)
+    cm = CostModel(profile, Stack(collective=impl), gpus_per_node)
     rows = []
     for b in sizes:
         if mode == "nccl":
