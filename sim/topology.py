@@ -308,7 +308,8 @@ class TopologyModel:
 
         channels = spec.nics_per_node if nodes > 1 else 1
         ring_bus = ring_busbw_gbps(g, spec, ranks, channels)
-        inter_steps = min(steps, (2 * (nodes - 1) if ar else nodes - 1) if nodes > 1 else 0)
+        # NCCL 2.21 tuning.cc: an all-reduce ring counts 2 * nNodes network steps (later releases 2(nNodes-1))
+        inter_steps = min(steps, (2 * nodes if ar else nodes - 1) if nodes > 1 else 0)
         protos = self._protocols(intra_cls, nodes)
         terms = []
         for p, payload, cap in protos:
