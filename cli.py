@@ -379,5 +379,9 @@ def _register_optional() -> None:
 
 _register_optional()
 
+from calib.collective_cmd import collective_cmd  # noqa: E402  (pure Python: no torch)
+
+main.add_command(collective_cmd)
+
 if __name__ == "__main__":
     sys.exit(main())

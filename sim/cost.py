@@ -182,31 +182,58 @@ class CostModel:
         return t
 
     def collective_s(self, collective: str, nbytes: float, group: int, mode: str, impl: str | None = None) -> float:
-        """Seconds for one collective of `nbytes` (nccl-tests size convention) over `group` ranks.
+        """Seconds for one collective of `nbytes` (nccl-tests size convention) over `group` ranks."""
+        return self.price(collective, nbytes, group, mode, impl)[0]
 
-        In order: (1) a measured table for (collective, group, scope, mode, impl); (2) the same
-        table measured in the other mode (plus the profile's eager_extra when eager is asked and
-        only graph data exists); (3) the topology model of the profile (sim/topology.py), plus
-        eager_extra in eager mode; (4) without a topology, the NCCL protocol model
-        `collectives.model`. An unmeasured group spanning nodes (topology with NICs) is its
-        derived time plus the derived model's error on a measured one-node group (the smallest of
-        at least the per-node size, else the largest). A non-NCCL impl (custom all-reduce) without
-        a table for this group is priced as NCCL: that is what serving stacks fall back to where
-        their kernel cannot run."""
+    def price(self, collective: str, nbytes: float, group: int, mode: str,
+              impl: str | None = None) -> tuple[float, str]:
+        """(seconds, path) for one collective as the running stack pays it.
+
+        The device time comes, in order, from: (1) a measured table for (collective, group,
+        scope, mode, impl); (2) the same table measured in the other mode (plus the profile's
+        eager_extra when eager is asked and only graph data exists); (3) the topology model of the
+        profile (sim/topology.py), plus eager_extra in eager mode; (4) without a topology, the NCCL
+        protocol model `collectives.model`. An unmeasured group spanning nodes (topology with
+        NICs) is its derived time plus the derived model's error on a measured one-node group (the
+        smallest of at least the per-node size, else the largest). A non-NCCL impl (custom
+        all-reduce) without a table for this group is priced as NCCL: that is what serving stacks
+        fall back to where their kernel cannot run.
+
+        In graph mode an NCCL collective also pays the profile's graph_extra: what the compiled
+        functional collective adds inside a CUDA graph over the bare NCCL kernel the tables time
+        (Inductor's clone of the input before the in-place all_reduce_, FACTS.md §10).
+
+        `path` names where the number came from: "table", "table>derived" (beyond the table's
+        largest size), "table(graph)+eager_extra", "topology:<algorithm/protocol>",
+        "topology:<...>+node-correction(gN)" or "protocol-model", with "+graph_extra" appended when
+        that was added."""
         scope = self.scope(group)
         if impl is None:
             impl = self.stack.collective if self.stack.collective != "auto" else self.profile.default_impl
+        t, path = self._device_price(collective, nbytes, group, mode, impl, scope)
+        own_kernel = impl != "nccl" and path.startswith("table")     # a custom kernel's own table
+        if mode == "graph" and not own_kernel and group > 1 and self.profile.graph_extra_s > 0:
+            t, path = t + self.profile.graph_extra_s, path + "+graph_extra"
+        return t, path
+
+    def _device_price(self, collective, nbytes, group, mode, impl, scope) -> tuple[float, str]:
         table = _find_table(self.profile, collective, group, scope, mode, impl)
-        extra = 0.0
+        extra, label = 0.0, "table"
         if table is None:
             other = "graph" if mode == "eager" else "eager"
             table = _find_table(self.profile, collective, group, scope, other, impl)
-            if table is not None and mode == "eager":
-                extra = self.profile.eager_extra_s
+            if table is not None:
+                label = f"table({other})"
+                if mode == "eager":
+                    extra, label = self.profile.eager_extra_s, label + "+eager_extra"
         if table is not None:
-            return extra + _table_s(table, nbytes, lambda b: self.derived_s(collective, b, group))
+            if nbytes > table.bytes[-1]:
+                label = label.replace("table", "table>derived", 1)
+            return extra + _table_s(table, nbytes, lambda b: self.derived_s(collective, b, group)), label
         if group == 1:
-            return 0.0                  # nothing to exchange; measured group-1 tables win above
+            return 0.0, "local"             # nothing to exchange; measured group-1 tables win above
+        extra = self.profile.eager_extra_s if mode == "eager" else 0.0
+        suffix = "+eager_extra" if mode == "eager" and extra else ""
         topo = self.topology()
         if group > self.gpus_per_node and topo is not None and topo.spec.multi_node:
             # Spanning nodes, unmeasured: the derived time, corrected by the model's error on a
@@ -218,11 +245,28 @@ class CostModel:
             local = -(-group // nodes)                  # ranks fill nodes evenly (TopologyModel.placement)
             ref = self._measured_node_group(collective, local)
             if ref is not None:
-                err = (self.collective_s(collective, nbytes, ref, mode, self.profile.default_impl)
-                       - self.derived_s(collective, nbytes, ref))
-                return max(self.derived_s(collective, nbytes, group) + err, 0.0)
-        extra = self.profile.eager_extra_s if mode == "eager" else 0.0
-        return extra + self.derived_s(collective, nbytes, group)
+                ref_s, _ = self._device_price(collective, nbytes, ref, mode, self.profile.default_impl,
+                                              self.scope(ref))
+                err = ref_s - self.derived_s(collective, nbytes, ref)
+                name, t = self._derived(collective, nbytes, group)
+                return max(t + err, 0.0), f"{name}+node-correction(g{ref})"
+        name, t = self._derived(collective, nbytes, group)
+        return extra + t, name + suffix
+
+    def _derived(self, collective: str, nbytes: float, group: int) -> tuple[str, float]:
+        """(path, seconds) of the unmeasured path: topology model if the profile has one that
+        covers the group, else the protocol model (graph-mode device time, no eager overhead)."""
+        if group <= 1:
+            return "local", 0.0
+        topo = self.topology()
+        if topo is not None and (group <= self.gpus_per_node or topo.spec.multi_node):
+            name, t = topo.pick(collective, nbytes, group, self.gpus_per_node)
+            return f"topology:{name}", t
+        scope = self.scope(group)
+        if not self.profile.link_models:
+            raise ValueError(f"profile {self.profile.name}: no measured table, no topology NICs and no "
+                             f"collectives.model to price a {collective} over {group} ranks ({scope})")
+        return "protocol-model", ring_s(self._link(scope), collective, nbytes, group)
 
     def _measured_node_group(self, collective: str, size: int) -> int | None:
         """The one-node group size (> 1) with a measured table of the cluster's own collectives
@@ -235,18 +279,8 @@ class CostModel:
         return min(above) if above else max(groups, default=None)
 
     def derived_s(self, collective: str, nbytes: float, group: int) -> float:
-        """The unmeasured path: topology model if the profile has one that covers the group,
-        else the protocol model (graph-mode device time, no eager overhead)."""
-        if group <= 1:
-            return 0.0
-        topo = self.topology()
-        if topo is not None and (group <= self.gpus_per_node or topo.spec.multi_node):
-            return topo.collective_s(collective, nbytes, group, self.gpus_per_node)
-        scope = self.scope(group)
-        if not self.profile.link_models:
-            raise ValueError(f"profile {self.profile.name}: no measured table, no topology NICs and no "
-                             f"collectives.model to price a {collective} over {group} ranks ({scope})")
-        return ring_s(self._link(scope), collective, nbytes, group)
+        """The unmeasured path's seconds (see _derived)."""
+        return self._derived(collective, nbytes, group)[1]
 
     def topology(self):
         """The profile's TopologyModel (built once per CostModel), or None."""

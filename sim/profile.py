@@ -112,6 +112,7 @@ class Profile:
     comm_slowdown: float                         # factor on a collective while compute runs on the rank
     jitter_s: float                              # mean per-rank launch delay (exact mode only)
     wake_s: float = 0.0                          # part of a collective's time that wakes a rank blocked on it
+    graph_extra_s: float = 0.0                   # extra per NCCL collective inside a compiled CUDA-graph step
     source_path: str = ""
     raw: dict = field(default_factory=dict, compare=False, repr=False)
     topology: TopologySpec | None = field(default=None, compare=False, repr=False)
@@ -267,6 +268,7 @@ def parse(data: dict, where: str = "<profile>") -> Profile:
         collective_tables=g.collective_tables(),
         link_models=links,
         eager_extra_s=g.num("collectives.eager_extra_us", default=0.0) * 1e-6,
+        graph_extra_s=g.num("collectives.graph_extra_us", default=0.0, min_=0.0) * 1e-6,
         default_impl=g.str_("collectives.default_impl", default="nccl"),
         stack_defaults=g.stack_defaults(),
         compute_slowdown=g.num("overlap.compute_slowdown", min_=1.0),
@@ -372,6 +374,9 @@ class _Getter:
                 self.num(f"{t}.cpu_link_gbps", default=0.0, min_=0.0),
                 nic_gbps=nic, nics_per_node=nics, latency=lat,
                 latency_offset_us=self.num(f"{t}.latency_offset_us", default=0.0),
+                shm_hop_us={k: self.num(f"{t}.shm_hop_us.{k}", min_=0.0)
+                            for k in (self.obj(f"{t}.shm_hop_us") if f"shm_hop_us" in self.obj(t) else {})},
+                shm_gbps=self.num(f"{t}.shm_gbps", default=0.0, min_=0.0),
                 sources={k: v.get("source", "") for k, v in self.obj(t).items() if isinstance(v, dict)},
             )
         except ValueError as e:

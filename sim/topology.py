@@ -14,9 +14,16 @@ capacity / (number of ring edges routed over it). This is what changes when plac
 change:
 
 - one node, NVSwitch, P2P on: ring over NVLink, NVLS (in-switch reduction) when the switch has it.
-- P2P off (NCCL_P2P_DISABLE=1): every edge goes GPU -> PCIe -> host memory -> PCIe -> GPU
-  (NCCL's SHM transport): PCI hop latency, no LL128, no NVLS; two GPUs behind one PCIe switch
-  share its uplink and all flows of a socket share its memory bandwidth.
+- P2P off (NCCL_P2P_DISABLE=1): every ring/tree edge goes GPU -> PCIe -> host memory -> PCIe ->
+  GPU (NCCL's SHM transport): no LL128; two GPUs behind one PCIe switch share its uplink and all
+  flows of a socket share its memory bandwidth. NVLS stays on: NCCL 2.21's ncclNvlsInit has no
+  P2P condition (NCCL_NVLS_ENABLE and > 2 GPUs), and P2P_DISABLE only reroutes GPU->GPU paths
+  through the CPU (paths.cc), not the GPU<->NVSwitch paths the NVLS search follows.
+- NCCL's tuner picks the algorithm/protocol by ITS OWN constants (tuning.cc: an SHM step is a
+  "PCI" hop, 1 us for LL), but a step through host memory really costs what the topology's
+  `shm_hop_us` says (public p2pBandwidthLatencyTest "P2P=Disabled" matrices). So each candidate
+  carries two latencies: the tuner's (to choose) and the real one (to price); where they agree
+  (every P2P-on path) nothing changes.
 - spanning nodes: a flat ring (one channel per NIC, each crossing the fabric through another NIC),
   a tree (NCCL's inter-node default for small messages), the two-level all-reduce
   (intra-node reduce-scatter -> inter-node all-reduce of 1/g of the data over the GPU's own NIC
@@ -73,6 +80,8 @@ class TopologySpec:
     nics_per_node: int
     latency: NcclLatency
     latency_offset_us: float = 0.0
+    shm_hop_us: dict = field(default_factory=dict, hash=False)   # real per-step latency over SHM, per protocol
+    shm_gbps: float = 0.0           # rate one staged GPU->host->GPU flow reaches (0: the PCIe links bound it)
     sources: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -183,10 +192,14 @@ def ring_busbw_gbps(g: nx.DiGraph, spec: TopologySpec, ranks: list[tuple[int, in
     for c in range(channels):
         for a, b in _ring_edges(ranks, c):
             path = route(g, spec, a, b)
+            # a staged (SHM) flow runs at the rate the public P2P=Disabled copies reach, below the
+            # PCIe datasheet rate: its PCIe links carry at most shm_gbps each
+            shm = not spec.p2p and a[0] == b[0] and spec.shm_gbps > 0
             for u, v in zip(path, path[1:]):
                 e = g.edges[u, v]
                 load[e["res"]] = load.get(e["res"], 0.0) + 1.0 / channels
-                cap[e["res"]] = e["gbps"]
+                pcie = e["cls"] == "pci" and ".mem" not in u + v        # host memory keeps its own rate
+                cap[e["res"]] = min(e["gbps"], spec.shm_gbps) if shm and pcie else e["gbps"]
     return min(cap[r] / load[r] for r in load) if load else math.inf
 
 
@@ -211,7 +224,11 @@ def _hop_class(g: nx.DiGraph, spec: TopologySpec, a, b) -> str:
 # ------------------------------------------------------------------ pricing
 
 class TopologyModel:
-    """Collective time (seconds) from a TopologySpec; builds and caches one graph per node count."""
+    """Collective time (seconds) from a TopologySpec; builds and caches one graph per node count.
+
+    Every candidate (algorithm/protocol) is a Term: the latency NCCL's tuner assumes for it (which
+    decides the pick), the latency it really costs (which prices it) and its algorithm bandwidth.
+    """
 
     def __init__(self, spec: TopologySpec):
         self.spec = spec
@@ -237,35 +254,48 @@ class TopologyModel:
         return out
 
     def collective_s(self, collective: str, nbytes: float, group: int, gpus_per_node: int | None = None) -> float:
+        return self.pick(collective, nbytes, group, gpus_per_node)[1]
+
+    def pick(self, collective: str, nbytes: float, group: int, gpus_per_node: int | None = None) -> tuple[str, float]:
+        """(candidate name, seconds): the candidate NCCL's tuner picks, at what it really costs."""
         if group <= 1:
-            return 0.0
-        ranks = self.placement(group, gpus_per_node)
-        terms = self._terms(collective, tuple(ranks))
-        t_us = min(lat + nbytes / (bw * 1e3) for lat, bw, _ in terms)
-        return max(t_us + self.spec.latency_offset_us, 0.0) * 1e-6
+            return "local", 0.0
+        terms = self._terms(collective, tuple(self.placement(group, gpus_per_node)))
+        t = min(terms, key=lambda x: x.tuner_us + nbytes / (x.algbw_gbps * 1e3))
+        real_us = t.real_us + nbytes / (t.algbw_gbps * 1e3)
+        return t.name, max(real_us + self.spec.latency_offset_us, 0.0) * 1e-6
 
     def choices(self, collective: str, nbytes: float, group: int, gpus_per_node: int | None = None) -> list:
-        """[(name, seconds)] for every candidate, fastest first (for explanations and tests)."""
+        """[(name, real seconds)] for every candidate, in the tuner's order (its pick first)."""
         ranks = self.placement(group, gpus_per_node)
-        out = [(name, (lat + nbytes / (bw * 1e3) + self.spec.latency_offset_us) * 1e-6)
-               for lat, bw, name in self._terms(collective, tuple(ranks))]
-        return sorted(out, key=lambda x: x[1])
+        terms = sorted(self._terms(collective, tuple(ranks)),
+                       key=lambda x: x.tuner_us + nbytes / (x.algbw_gbps * 1e3))
+        return [(x.name, (x.real_us + nbytes / (x.algbw_gbps * 1e3) + self.spec.latency_offset_us) * 1e-6)
+                for x in terms]
 
     def busbw_gbps(self, collective: str, group: int, gpus_per_node: int | None = None) -> float:
         """Large-message bus bandwidth the model predicts (nccl-tests convention)."""
         ranks = self.placement(group, gpus_per_node)
-        algbw = max(bw for _, bw, _ in self._terms(collective, tuple(ranks)))
+        algbw = max(x.algbw_gbps for x in self._terms(collective, tuple(ranks)))
         n = group
         return algbw * (2 * (n - 1) / n if collective == "all_reduce" else (n - 1) / n)
 
-    # (latency µs, algbw GB/s, name) per candidate algorithm/protocol
-    def _terms(self, collective: str, ranks: tuple) -> list[tuple[float, float, str]]:
+    def _terms(self, collective: str, ranks: tuple) -> list["Term"]:
         key = (collective, ranks)
         if key not in self._cache:
             self._cache[key] = self._derive_terms(collective, list(ranks))
         return self._cache[key]
 
-    def _derive_terms(self, collective: str, ranks: list) -> list[tuple[float, float, str]]:
+    def _hops(self, cls: str, key: str, fallback: str) -> tuple[float, float]:
+        """(tuner, real) latency of one step over a link class. Over SHM (P2P off, inside a node)
+        the tuner uses NCCL's PCI column, the real step costs shm_hop_us where the profile has it."""
+        lat = self.spec.latency
+        tuner = lat.hop_us[cls].get(key, lat.hop_us[cls][fallback])
+        if cls == "pci" and not self.spec.p2p and self.spec.shm_hop_us:
+            return tuner, self.spec.shm_hop_us.get(key, self.spec.shm_hop_us.get(fallback, tuner))
+        return tuner, tuner
+
+    def _derive_terms(self, collective: str, ranks: list) -> list["Term"]:
         spec, lat = self.spec, self.spec.latency
         n = len(ranks)
         nodes = len({k for k, _ in ranks})
@@ -278,24 +308,36 @@ class TopologyModel:
 
         channels = spec.nics_per_node if nodes > 1 else 1
         ring_bus = ring_busbw_gbps(g, spec, ranks, channels)
+        # NCCL 2.21 tuning.cc: an all-reduce ring counts 2 * nNodes network steps (later releases 2(nNodes-1))
         inter_steps = min(steps, (2 * nodes if ar else nodes - 1) if nodes > 1 else 0)
         protos = self._protocols(intra_cls, nodes)
         terms = []
         for p, payload, cap in protos:
-            hop_in = lat.hop_us[intra_cls][p] if nodes == 1 or len(local) > 1 else 0.0
+            if nodes == 1 or len(local) > 1:
+                hop_t, hop_r = self._hops(intra_cls, p, p)
+            else:
+                hop_t = hop_r = 0.0
+            if nodes > 1:
+                # tuning.cc: inter-node rings pay at least the network overhead on every step
+                # (getNetOverhead: 1 us on Intel hosts; x3 for Simple)
+                over = NET_OVERHEAD_US * (3 if p == "simple" else 1)
+                hop_t, hop_r = max(hop_t, over), max(hop_r, over)
             hop_net = lat.hop_us["net"][p] if nodes > 1 else 0.0
-            t_lat = lat.base_us[f"ring_{p}"] + (steps - inter_steps) * hop_in + inter_steps * hop_net
+            base = lat.base_us[f"ring_{p}"] + inter_steps * hop_net
             bus = min(ring_bus * payload, cap) if cap else ring_bus * payload
-            terms.append((t_lat, bus * to_alg, f"ring/{p}"))
+            terms.append(Term(f"ring/{p}", base + (steps - inter_steps) * hop_t,
+                              base + (steps - inter_steps) * hop_r, bus * to_alg))
         if ar:
             terms += self._tree_terms(g, ranks, local, nodes, intra_cls, protos)
-            if spec.p2p and spec.intra == "nvswitch" and spec.nvls_busbw_gbps > 0 and n // nodes > 1:
-                terms.append(self._nvls_term(n // nodes, nodes))     # the smallest node sets the pace
+            gl = n // nodes
+            # NCCL 2.21 ncclNvlsInit: NVLS needs more than 2 GPUs in the node; no P2P condition
+            if spec.intra == "nvswitch" and spec.nvls_busbw_gbps > 0 and gl > 2:
+                terms.append(self._nvls_term(gl, nodes))     # the smallest node sets the pace
             if nodes > 1 and len(local) > 1:
                 terms += self._two_level_terms(g, ranks, local, nodes, intra_cls)
         return terms
 
-    def _nvls_term(self, gl: int, nodes: int) -> tuple[float, float, str]:
+    def _nvls_term(self, gl: int, nodes: int) -> "Term":
         """NVLS inside a node (the switch reduces; each GPU moves S(1 + 1/g) each way, so
         algbw = B * g / (g + 1), B from the published busbw at gpus_per_node ranks) and, across
         nodes, NVLSTree: a tree over the nodes' NICs between an NVLS reduce and an NVLS broadcast.
@@ -309,12 +351,12 @@ class TopologyModel:
         algbw = b * gl / (gl + 1)
         t_lat = lat.base_us["nvls"] + lat.hop_us["nvlink"]["nvls"]
         if nodes == 1:
-            return t_lat, algbw, "nvls"
+            return Term("nvls", t_lat, t_lat, algbw)
         nics = len({_nic_of(spec, i) for i in range(gl)})       # the rail NICs of the GPUs in use
         net = min(spec.nic_gbps, spec.pcie_gbps) * nics / (1 if nodes == 2 else 2)
         hop = lat.hop_us["net"].get("nvls", lat.hop_us["net"]["simple"])
         t_lat += 2 * math.ceil(math.log2(nodes)) * hop
-        return t_lat, min(algbw, net), "nvls-tree"
+        return Term("nvls-tree", t_lat, t_lat, min(algbw, net))
 
     def _protocols(self, link_cls: str, nodes: int) -> list[tuple[str, float, float]]:
         """(protocol, payload fraction, busbw cap) enabled on this path (FACTS.md §4):
@@ -326,7 +368,7 @@ class TopologyModel:
             out.insert(1, ("ll128", spec.ll128_payload, 0.0))
         return out
 
-    def _tree_terms(self, g, ranks, local, nodes, intra_cls, protos) -> list:
+    def _tree_terms(self, g, ranks, local, nodes, intra_cls, protos) -> list["Term"]:
         """Double binary tree: a chain inside each node, a binary tree across nodes.
         Latency: base + 2 * ((g - 1) intra hops + ceil(log2 nodes) network hops);
         algbw: the chain's link (each GPU sends and receives the whole message once per direction)
@@ -345,17 +387,19 @@ class TopologyModel:
             key = f"tree_{p}"
             if key not in lat.base_us:
                 continue
-            hop_in = lat.hop_us[intra_cls].get(key, lat.hop_us[intra_cls][p]) if per_node > 1 else 0.0
+            hop_t, hop_r = self._hops(intra_cls, key, p) if per_node > 1 else (0.0, 0.0)
             hop_net = lat.hop_us["net"].get(key, lat.hop_us["net"][p]) if nodes > 1 else 0.0
-            t_lat = lat.base_us[key] + 2 * ((per_node - 1) * hop_in + math.ceil(math.log2(nodes)) * hop_net)
+            net = math.ceil(math.log2(nodes)) * hop_net
             b = min(bw * payload, cap) if cap else bw * payload
-            out.append((t_lat, b, f"tree/{p}"))
+            out.append(Term(f"tree/{p}", lat.base_us[key] + 2 * ((per_node - 1) * hop_t + net),
+                            lat.base_us[key] + 2 * ((per_node - 1) * hop_r + net), b))
         return out
 
-    def _two_level_terms(self, g, ranks, local, nodes, intra_cls) -> list:
+    def _two_level_terms(self, g, ranks, local, nodes, intra_cls) -> list["Term"]:
         """Reduce-scatter in the node, all-reduce of 1/g across nodes on each GPU's rail,
         all-gather in the node: three NCCL calls, so three base latencies, and their times add
-        (not pipelined)."""
+        (not pipelined). Not one of NCCL's algorithms (a framework would have to issue the three
+        calls), so the tuner's and the real latency are the same."""
         spec, lat = self.spec, self.spec.latency
         gl = len(local)
         intra_bus = ring_busbw_gbps(g, spec, local)
@@ -368,12 +412,27 @@ class TopologyModel:
         for p, payload, cap in self._protocols(intra_cls, 1):
             if p == "ll128" or p not in inter_caps:
                 continue
-            hop_in, hop_net = lat.hop_us[intra_cls][p], lat.hop_us["net"][p]
+            _, hop_in = self._hops(intra_cls, p, p)
+            hop_net = lat.hop_us["net"][p]
             # three NCCL calls, each with its base latency
             t_lat = (3 * lat.base_us[f"ring_{p}"] + 2 * (gl - 1) * hop_in + 2 * (nodes - 1) * hop_net)
             b_in = min(intra_bus * payload, cap) if cap else intra_bus * payload
             b_net = min(inter_bus * payload, inter_caps[p]) if inter_caps[p] else inter_bus * payload
             # seconds per byte of the whole message S, as 1/algbw
             per_byte = (2 * (gl - 1) / gl) / b_in + (2 * (nodes - 1) / nodes) / gl / b_net
-            out.append((t_lat, 1.0 / per_byte, f"two-level/{p}"))
+            out.append(Term(f"two-level/{p}", t_lat, t_lat, 1.0 / per_byte))
         return out
+
+
+# tuning.cc getNetOverhead: the per-step floor of an inter-node ring on an Intel x86 host (us)
+NET_OVERHEAD_US = 1.0
+
+
+@dataclass(frozen=True)
+class Term:
+    """One candidate algorithm/protocol: time = latency + bytes / algbw."""
+
+    name: str
+    tuner_us: float          # the latency NCCL's tuner assumes (decides the pick)
+    real_us: float           # the latency the path really costs (prices the pick)
+    algbw_gbps: float

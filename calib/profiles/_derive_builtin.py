@@ -247,6 +247,61 @@ def nccl_latency():
     }
 
 
+P2P_MATRIX = Path(__file__).with_name("_data") / "p2pBandwidthLatencyTest-8xH100.txt"
+
+
+def _matrix(text: str, title: str) -> list[float]:
+    """Off-diagonal entries of one 8x8 matrix of a p2pBandwidthLatencyTest output."""
+    lines = text.splitlines()
+    i = next(k for k, line in enumerate(lines) if line.strip() == title)
+    rows = [[float(x) for x in line.split()[1:9]] for line in lines[i + 2:i + 10]]
+    return [rows[a][b] for a in range(8) for b in range(8) if a != b]
+
+
+def shm_constants(nccl: dict):
+    """Per-step latency and per-flow rate of NCCL's SHM transport (NCCL_P2P_DISABLE=1) on 8xH100,
+    from public p2pBandwidthLatencyTest matrices (calib/profiles/_data/, URLs inside).
+
+    A P2P=Disabled copy is staged GPU -> pinned host memory -> GPU; its GPU time over a P2P=Enabled
+    copy is what the two PCIe crossings through host memory add. NCCL's SHM LL step is the sender's
+    posted write of LL lines into host memory, seen by the receiver that already polls them there
+    (shm.cc: buffers in host shared memory, receiver-side locality): taken as one of the four one-way
+    GPU<->host-memory traversals of the staged copy (D2H data + its completion, H2D request + data).
+    Simple adds NCCL's own Simple-over-LL difference for a PCI step (tuning.cc)."""
+    text = P2P_MATRIX.read_text()
+    off = statistics.mean(_matrix(text, "P2P=Disabled Latency Matrix (us)"))
+    on = statistics.mean(_matrix(text, "P2P=Enabled Latency (P2P Writes) Matrix (us)"))
+    bw = statistics.mean(_matrix(text, "Unidirectional P2P=Disabled Bandwidth Matrix (GB/s)"))
+    ll = round((off - on) / 4, 2)
+    pci = nccl["hop_us"]["pci"]
+    simple = round(ll + pci["simple"] - pci["ll"], 2)
+    src = (f"derived (assumption stated): 8xH100 p2pBandwidthLatencyTest, mean off-diagonal GPU latency "
+           f"P2P=Disabled {off:.2f} us vs P2P=Enabled {on:.2f} us (calib/profiles/_data/"
+           f"p2pBandwidthLatencyTest-8xH100.txt); the staged copy's extra {off - on:.2f} us is 4 one-way "
+           f"GPU<->host-memory traversals; an SHM LL step (shm.cc: sender writes LL lines into host memory "
+           f"the receiver polls) pays one: {ll} us")
+    hops = {"ll": sv(ll, src), "tree_ll": sv(ll, src),
+            "simple": sv(simple, f"{src}; Simple: + NCCL tuning.cc PCI Simple-LL hop difference "
+                                 f"{pci['simple'] - pci['ll']:.1f} us = {simple} us")}
+    gbps = sv(round(bw, 1), f"mean off-diagonal 'Unidirectional P2P=Disabled Bandwidth' of 8x HGX H100 "
+                            f"(https://github.com/NVIDIA/nccl/issues/1264): the rate a staged GPU->host->GPU "
+                            f"flow reaches; caps each PCIe link of an SHM ring edge")
+    return hops, gbps
+
+
+def graph_extra(floor_us: float, system: str):
+    """What a compiled functional all-reduce adds inside a CUDA-graph step over the bare NCCL kernel."""
+    return sv(floor_us, (
+        f"derived: one graph-replayed copy kernel ({floor_us} us, this profile's compute.launch_us.graph "
+        f"floor, {system}). Under torch.compile the reference stack's all-reduce is the functional "
+        f"_c10d_functional.all_reduce, which Inductor lowers as clone(input) + in-place all_reduce_ + "
+        f"wait_tensor (torch/_inductor/comm_lowering.py _all_reduce; with reorder_for_compute_comm_overlap=True, "
+        f"which the reference sets, the clone is realized and kept out of fusion); the copy is the known "
+        f"funcol all-reduce copy (pytorch/pytorch#138773). ProcessGroupNCCL's side-stream fork/join and "
+        f"wait_tensor become graph edges (no kernels): counted 0. The measured NCCL tables time the bare "
+        f"kernel back to back, so they lack this"))
+
+
 def latency_offset(prof: dict, tables: list, where: str):
     """The shift o minimizing the largest relative error max |(model + o) / measured - 1| over the small
     all-reduce points (<= 4 KiB): the same metric the topology tests report."""
@@ -304,7 +359,8 @@ def nvswitch_box(name, desc, system, nccl_ver, gemm_rel, vllm_rel, mem_gib, mem_
             "launch_us": {"eager": sv(eager_us, eager_src), "graph": sv(floor_us, floor_src)},
             "gemm_tables": [gemm_table(system, gemm_rel, kernel)],
         },
-        "collectives": {"eager_extra_us": eager_extra, "tables": tables},
+        "collectives": {"eager_extra_us": eager_extra, "graph_extra_us": graph_extra(floor_us, system),
+                        "tables": tables},
         "topology": topo,
         "overlap": OVERLAP, "jitter": JITTER,
     }
@@ -454,7 +510,7 @@ def main():
         },
         "collectives": {"eager_extra_us": sv(h100_extra["value"], "transferred from h100-sxm (host software "
                                                                    "overhead): " + h100_extra["source"]),
-                        "tables": tables},
+                        "graph_extra_us": graph_extra(floor_us, "l40s"), "tables": tables},
         "topology": l40_topo, "overlap": OVERLAP, "jitter": JITTER,
     }
     off, npts, err = latency_offset(l40, tables, "l40s-pcie")
@@ -464,18 +520,29 @@ def main():
         f"table above"))
     write("l40s-pcie", l40)
 
-    for base, pcie in (("h100-sxm", "Gen5"), ("a100-sxm", "Gen4")):
+    shm_hops, shm_gbps = shm_constants(nvl_lat)
+    for base, pcie, prof in (("h100-sxm", "Gen5", h100), ("a100-sxm", "Gen4", a100)):
+        topo = {"p2p": sv(False, "NCCL_P2P_DISABLE=1 (NCCL docs): P2P transport off; ring/tree edges inside "
+                                 "a node use the SHM transport through host memory (FACTS.md §4, shm.cc)"),
+                "shm_hop_us": shm_hops if base == "h100-sxm" else
+                {k: sv(v["value"], "transferred from h100-sxm-p2p-off (a GPU<->host-memory traversal is a "
+                                   "PCIe/host property, not a GPU one): " + v["source"]) for k, v in shm_hops.items()}}
+        if base == "h100-sxm":
+            topo["shm_gbps"] = shm_gbps
         twin = {
             "format": "tpsim-profile", "version": 1, "extends": base, "name": f"{base}-p2p-off",
-            "description": f"{base} with NCCL_P2P_DISABLE=1: GPU-to-GPU traffic through host shared memory "
-                           f"(PCIe {pcie} x16 to the CPU and back): PCI latency column, no LL128, no NVLS",
-            "topology": {"p2p": sv(False, "NCCL_P2P_DISABLE=1 (NCCL docs): P2P transport off, SHM transport "
-                                          "through host memory (FACTS.md §4)")},
+            "description": f"{base} with NCCL_P2P_DISABLE=1: ring/tree steps through host shared memory "
+                           f"(PCIe {pcie} x16 to the CPU and back; no LL128); NVLS stays on (NCCL 2.21 "
+                           f"ncclNvlsInit has no P2P condition); NCCL's tuner still prices an SHM step as a "
+                           f"PCI hop when it picks the algorithm",
+            "topology": topo,
             "collectives": {
                 "replace": True,
-                "eager_extra_us": sv(h100_extra["value"] if base == "h100-sxm" else a100["collectives"]
-                                     ["eager_extra_us"]["value"],
+                "eager_extra_us": sv(prof["collectives"]["eager_extra_us"]["value"],
                                      f"as {base} (host software overhead, independent of the transport)"),
+                "graph_extra_us": sv(prof["collectives"]["graph_extra_us"]["value"],
+                                     f"as {base} (the functional collective's copy, independent of the transport): "
+                                     + prof["collectives"]["graph_extra_us"]["source"]),
                 "tables": [],
             },
         }

@@ -1,0 +1,90 @@
+"""The collective model against public measurements that no profile constant came from.
+
+Each file under bench/data/ is one public measurement (URL, system, the profile that describes it,
+collective, ranks, mode, implementation, points [bytes, us]); this prices every point with
+`sim.collective_table.collective_rows` -- the same code `tpsim collective` runs -- and prints
+one row per point and the median |error|, overall and per coverage class (one node / two nodes,
+P2P on / off, small <= 64 KiB / large). The sources the built-in profiles were built from are
+listed apart in docs/collectives.md; none of them is in bench/data/.
+
+    python bench/validate_collectives.py            # table
+    python bench/validate_collectives.py --json     # one JSON object
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from sim.collective_table import collective_rows  # noqa: E402
+from sim.profile import load_profile  # noqa: E402
+
+DATA = Path(__file__).resolve().parent / "data"
+SMALL_BYTES = 65536
+
+
+def load() -> list[dict]:
+    out = []
+    for f in sorted(DATA.glob("*.json")):
+        d = json.loads(f.read_text())
+        d["file"] = f.name
+        out.append(d)
+    return out
+
+
+def evaluate(sources: list[dict]) -> list[dict]:
+    rows = []
+    for d in sources:
+        measured = {int(b): float(us) for b, us in d["points"]}
+        priced = collective_rows(load_profile(d["profile"]), d["collective"], d["group"], d["mode"],
+                                 tuple(measured), d.get("gpus_per_node"), measured, d.get("impl", "auto"))
+        for r in priced:
+            rows.append({"file": d["file"], "profile": d["profile"], "group": d["group"], "nodes": d["nodes"],
+                         "p2p": d["p2p"], "mode": d["mode"], "impl": d.get("impl", "nccl"), "bytes": r.bytes,
+                         "measured_us": r.measured_us, "priced_us": round(r.time_us, 2),
+                         "error_pct": round(r.error_pct, 1), "path": r.path})
+    return rows
+
+
+def summary(rows: list[dict]) -> dict:
+    def med(sel):
+        e = [abs(r["error_pct"]) for r in sel]
+        return {"points": len(e), "median_abs_error_pct": round(statistics.median(e), 1) if e else None}
+    classes = {
+        "all": rows,
+        "one node": [r for r in rows if r["nodes"] == 1],
+        "two nodes": [r for r in rows if r["nodes"] == 2],
+        "P2P on": [r for r in rows if r["p2p"]],
+        "P2P off": [r for r in rows if not r["p2p"]],
+        "small (<= 64 KiB)": [r for r in rows if r["bytes"] <= SMALL_BYTES],
+        "large (> 64 KiB)": [r for r in rows if r["bytes"] > SMALL_BYTES],
+    }
+    return {k: med(v) for k, v in classes.items()}
+
+
+def main(argv: list[str]) -> int:
+    rows = evaluate(load())
+    summ = summary(rows)
+    if "--json" in argv:
+        print(json.dumps({"rows": rows, "summary": summ}, indent=1))
+        return 0
+    head = f"{'source':40s} {'profile':10s} {'n':>3s} {'nodes':>5s} {'p2p':>4s} {'mode':6s} {'impl':6s} " \
+           f"{'bytes':>10s} {'meas us':>9s} {'model us':>9s} {'error':>8s}  path"
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        print(f"{r['file'][:40]:40s} {r['profile']:10s} {r['group']:3d} {r['nodes']:5d} {'on' if r['p2p'] else 'off':>4s} "
+              f"{r['mode']:6s} {r['impl']:6s} {r['bytes']:10d} {r['measured_us']:9.2f} {r['priced_us']:9.2f} "
+              f"{r['error_pct']:+7.1f}%  {r['path']}")
+    print()
+    for k, v in summ.items():
+        m = "-" if v["median_abs_error_pct"] is None else f"{v['median_abs_error_pct']:.1f}%"
+        print(f"median |error| {k:18s}: {m:>7s}  ({v['points']} points)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,84 @@
+"""`tpsim collective`: price one collective size by size, like an nccl-tests table, and optionally
+hold it against a measured nccl-tests output (read by calib/imports.py). Pure Python: no torch."""
+from __future__ import annotations
+
+import json
+import math
+import statistics
+
+import click
+
+from sim.collective_table import COLLECTIVES, MODES, collective_rows, parse_size, to_json
+from sim.profile import ProfileError, load_profile
+
+from .imports import read_nccl_tests
+
+
+class _UserError(click.ClickException):
+    exit_code = 2
+
+
+@click.command("collective")
+@click.option("--profile", "profile_name", default="h100-sxm", show_default=True, help="Built-in name or JSON path.")
+@click.option("--op", "collective", type=click.Choice(COLLECTIVES), default="all_reduce", show_default=True)
+@click.option("--group", type=int, required=True, help="Ranks in the collective (TP degree).")
+@click.option("--mode", type=click.Choice(MODES), default="graph", show_default=True,
+              help="graph / eager: as a compiled CUDA-graph step / an eager call pays it; "
+                   "nccl: the bare NCCL kernel, as nccl-tests times it.")
+@click.option("--bytes", "sizes", multiple=True, metavar="B",
+              help="Message size (4096, 16K, 1M ...); repeatable. Default: the --compare file's sizes, "
+                   "else 1K..256M doubling.")
+@click.option("--gpus-per-node", type=int, default=None, help="Ranks per node (default: the profile's).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+@click.option("--compare", "compare_path", type=click.Path(dir_okay=False), default=None,
+              help="An nccl-tests output (text or -J JSON): adds the measured time and the error per size.")
+def collective_cmd(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, compare_path):
+    """Price one collective per message size, with the path each number came from."""
+    try:
+        _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, compare_path)
+    except (ValueError, ProfileError) as e:
+        raise _UserError(str(e)) from None
+
+
+def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, compare_path):
+    prof = load_profile(profile_name)
+    measured = None
+    if compare_path:
+        imp = read_nccl_tests(compare_path, collective=collective)
+        if imp.group != group:
+            raise ValueError(f"{compare_path} was measured over {imp.group} ranks, but --group is {group}")
+        measured = dict(zip(imp.bytes, imp.time_us))
+    rows = collective_rows(prof, collective, group, mode, tuple(parse_size(s) for s in sizes) or None,
+                           gpus_per_node, measured)
+    if as_json:
+        out = to_json(prof.name, collective, group, mode, rows)
+        if measured is not None:
+            out["compare"] = {"file": compare_path, "median_abs_error_pct": _median_abs(rows)}
+        click.echo(json.dumps(out))
+        return
+    from rich.console import Console
+    from rich.table import Table
+    per = gpus_per_node or prof.gpus_per_node
+    t = Table(title=f"{collective}  {group} ranks ({-(-group // per)} node{'s' if group > per else ''})  "
+                    f"profile {prof.name}  mode {mode}", title_justify="left")
+    for col in ("size (B)", "time (us)", "busbw (GB/s)") + (("measured (us)", "error") if measured else ()) \
+            + ("path",):
+        t.add_column(col, justify="left" if col == "path" else "right")
+    for r in rows:
+        cells = [str(r.bytes), f"{r.time_us:.2f}", f"{r.busbw_gbps:.2f}"]
+        if measured is not None:
+            cells += ["-", "-"] if r.measured_us is None else [f"{r.measured_us:.2f}", f"{r.error_pct:+.1f}%"]
+        t.add_row(*cells, r.path)
+    console = Console(width=140)
+    console.print(t)
+    if measured is not None:
+        med = _median_abs(rows)
+        console.print(f"median |error| over {sum(r.measured_us is not None for r in rows)} sizes: "
+                      + ("-" if med is None else f"{med:.1f}%")
+                      + ("" if mode == "nccl" else "  (nccl-tests times the bare kernel: --mode nccl compares like "
+                                                   "with like)"))
+
+
+def _median_abs(rows) -> float | None:
+    errs = [abs(r.error_pct) for r in rows if r.error_pct is not None and math.isfinite(r.error_pct)]
+    return round(statistics.median(errs), 2) if errs else None
