@@ -33,7 +33,7 @@ from sim.model import get_model
 from sim.schedule import Op, Schedule, build
 from sim.stack import Stack, Step
 
-from calib.overlap import FACTOR_CAP, redraw_trials
+from calib.overlap_summary import FACTOR_CAP, redraw_trials
 
 def case_descriptor(case, model) -> dict:
     """What the fit needs to rebuild a case's pass: `model` is the one the pass ran (maybe truncated)."""

@@ -239,8 +239,3 @@ def format_check(result: dict) -> str:
                      + (f"  ({r['note']})" if r.get("note") else ""))
     lines.append("all schedules match their references" if result["ok"] else "numerics check FAILED")
     return "\n".join(lines)
-
-
-if __name__ == "__main__":      # torchrun --nproc-per-node N -m hw.check [options]
-    from hw.commands import check_cmd
-    check_cmd()

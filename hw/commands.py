@@ -6,7 +6,10 @@ Each command runs in one of two modes:
     them (a rank exiting nonzero stops the rest; --timeout-s bounds every collective) and
     prints rank 0's result;
   * rank (under torchrun, detected by RANK/WORLD_SIZE in the environment): this process *is*
-    one rank, e.g. `torchrun --nproc-per-node 8 -m hw.bench --device cuda --backend nccl ...`.
+    one rank. torchrun starts the same command line as the launcher, through the one tpsim entry
+    point: `torchrun --nproc-per-node 8 --no-python tpsim bench --device cuda --backend nccl ...`
+    (from a source checkout: `torchrun ... -m cli bench ...`). No module here has a `__main__`
+    block, so no file is ever imported twice (once as `__main__`, once by its name).
 """
 from __future__ import annotations
 
@@ -198,15 +201,3 @@ def check_cmd(deadline_s, **kw):
 
 
 bench_cmd.name, check_cmd.name = "bench", "check"
-
-
-@click.group()
-def main() -> None:
-    """tpsim hardware harness (bench, check)."""
-
-
-main.add_command(bench_cmd)
-main.add_command(check_cmd)
-
-if __name__ == "__main__":
-    main()

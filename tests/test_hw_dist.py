@@ -51,7 +51,7 @@ def test_check_tp2_other_stack():
 
 def test_bench_json_records_match_ir(tmp_path):
     out_path = tmp_path / "bench.json"
-    cmd = [sys.executable, "-m", "hw.commands", "bench", "--backend", "gloo", "--nproc", "2", "--model", "tiny",
+    cmd = [sys.executable, "cli.py", "bench", "--backend", "gloo", "--nproc", "2", "--model", "tiny",
            "--schedule", "standard", "--schedule", "ladder", "--json", "--prompt", "16", "--gen", "9",
            "--repeats", "2", "--warmup", "1", "--device", "cpu", "--out", str(out_path)]
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -134,9 +134,9 @@ def test_user_errors_exit_2():
 
 
 def test_torchrun_rank_mode_and_layers():
-    """`torchrun -m hw.check` runs each process as one rank; --layers truncates the model."""
+    """`torchrun -m cli check` runs each process as one rank; --layers truncates the model."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "hw.check", "--model", "toy-512", "--layers", "1", "--prompt", "8", "--gen", "9",
+           "-m", "cli", "check", "--model", "toy-512", "--layers", "1", "--prompt", "8", "--gen", "9",
            "--device", "cpu", "--schedule", "standard", "--schedule", "ladder", "--json"]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)

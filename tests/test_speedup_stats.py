@@ -6,7 +6,7 @@ import pytest
 pytest.importorskip("torch")
 
 from calib.compare import _sign, speedup_interval, speedup_undetermined  # noqa: E402
-from calib.overlap import factor_samples, summarize_passes  # noqa: E402
+from calib.overlap_summary import factor_samples, summarize_passes  # noqa: E402
 from sim.model import get_model  # noqa: E402
 from sim.predict import Simulator, Workload  # noqa: E402
 from sim.profile import load_profile  # noqa: E402
