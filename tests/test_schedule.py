@@ -1,4 +1,4 @@
-"""The IR's dataflow for each schedule (FACTS.md §1), checked op by op."""
+"""The IR's dataflow for each schedule (docs/design.md, "The schedules"), checked op by op."""
 import pytest
 
 from sim.model import get_model
@@ -17,6 +17,12 @@ def reads(s, name):
     return next(op for op in s.ops if op.name == name).inputs
 
 
+def writer(s, value):
+    """The one op whose outputs include `value`."""
+    (op,) = [op for op in s.ops if value in op.outputs]
+    return op
+
+
 def test_standard_dataflow():
     s = sched("standard")
     assert reads(s, "L0.attn.norm") == ("embed.x",)
@@ -30,7 +36,9 @@ def test_ladder_reads_stale_residuals():
     s = sched("ladder")
     # attention of layer i reads R after attn_{i-1} was added but before mlp_{i-1}
     assert reads(s, "L3.attn.norm") == ("L2.h",)
-    assert reads(s, "L2.h" and "L2.attn.add") == ("L1.x", "L2.attn.allreduce_out")
+    # R after attn_2 (L2.h) is L1.x (R with mlp_1) plus attn_2's sum
+    h = writer(s, "L2.h")
+    assert h.name == "L2.attn.add" and h.inputs == ("L1.x", "L2.attn.allreduce_out")
     # MLP of layer i reads R with mlp_{i-1} added but not attn_i
     assert reads(s, "L3.mlp.norm") == ("L2.x",)
     # layer 0 sees zeros as previous outputs; after the last layer both pending sums are added
