@@ -3,7 +3,7 @@
 Fits happen here, once, when a calibration finishes; the simulator only reads the results.
   * collective tables: median time per (collective, group, mode, impl, bytes), kept as measured
     points (cost.py interpolates them log-log);
-  * the NCCL-style model per size regime (FACTS.md §4): t = base + steps(n) * hop + bytes / algbw(n),
+  * the NCCL-style model per size regime (docs/sources.md §4): t = base + steps(n) * hop + bytes / algbw(n),
     two regimes (small: latency-bound, large: bandwidth-bound) fitted by scipy least squares on
     log residuals to the per-group medians; the simulator takes the faster regime, as NCCL takes
     its fastest protocol, so the fitted model is min(small, large) and is refined as such;

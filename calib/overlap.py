@@ -8,7 +8,7 @@ Two methods, both giving the engine's two factors (compute_slowdown, comm_slowdo
 This module only measures (torch, on every rank); calib.overlap_summary turns the trials into the
 factors (`summarize_passes`, `summarize`) without torch.
 
-The GPU method: three measurements, interleaved per trial after a barrier (FACTS.md §7, §8):
+The GPU method: three measurements, interleaved per trial after a barrier (docs/sources.md §7, §8):
   compute alone     `reps` calls of one compute op (a gemm of the model's shapes);
   collective alone  one all-reduce;
   both              the all-reduce issued with async_op=True (gloo: its background threads;

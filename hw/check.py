@@ -3,7 +3,7 @@
 The reference is a plain-torch Llama forward on the *full* weights (hw.model.full_weights, the
 same tensors every TP degree shards), written independently of hw.runner and of the schedule
 IR: its own attention (einsum over all heads, reads only the filled cache), its own MLP, and each
-schedule's dataflow straight from FACTS.md §1:
+schedule's dataflow straight from docs/design.md ("The schedules"):
 
   standard  h = x + attn(norm(x));  x' = h + mlp(norm(h))                 (== TP standard)
   parallel  x' = x + attn(norm(x)) + mlp(norm(x))

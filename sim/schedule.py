@@ -8,7 +8,7 @@ the issue order reaches them (async), start once every rank has issued them, and
 is awaited only by the op that reads it. So "blocking all-reduce" (standard) and "async
 all-reduce awaited later" (ladder) differ only in op order and dataflow, never in op semantics.
 
-Dataflow of each schedule: ../shared/reference/FACTS.md §1.
+Dataflow of each schedule: docs/design.md ("The schedules").
 """
 from __future__ import annotations
 
@@ -195,7 +195,7 @@ class _Builder:
         return self.add_op("sample", "sample", [logits], ["next_tokens"],
                            [("batch", st.batch), ("rows", rows), ("vocab", m.vocab)])
 
-    # -- layer bodies (FACTS.md §1); x is the layer's input residual, the return its output
+    # -- layer bodies (docs/design.md, "The schedules"); x is the layer's input residual, the return its output
 
     def standard_layer(self, i: int, x: str, comm: bool = True) -> str:
         p = self.attn(i, x)
