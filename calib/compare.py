@@ -22,12 +22,12 @@ import click
 from sim.model import get_model
 from sim.predict import Prediction, Simulator, Workload
 from sim.profile import ProfileError, load_profile
+from sim.schedule import DEFAULT_SCHEDULES
 from sim.stack import Stack
 from sim.sweep import Shape
 from sim.trace import write_json_atomic, write_text_atomic
 
 QUICK_MODELS = ("toy-512", "toy-1024")
-DEFAULT_SCHEDULES = ("standard", "ladder", "parallel", "spd:0.5", "upper-bound")
 
 
 Point = Shape          # a grid point: model, TP, batch, prompt and gen lengths

@@ -1,7 +1,7 @@
 """Time the exact compute ops the schedules emit, with the kernels the harness runs.
 
 Shapes. For one (model, TP, batch, prompt, gen, stack) case, the unique `Op.signature`s of the
-five schedules (standard, ladder, parallel, spd:1, upper-bound) over the prefill step and the
+layer kinds (standard, ladder, spd, parallel, upper-bound; each over all layers) over the prefill step and the
 decode steps: one decode step with kv="static" (every step has the same shape), with kv="filled"
 the decode positions the simulator's fast path samples (sim.predict.DECODE_SAMPLES), so
 lookups hit measured points exactly. Points keep every attr of the op (cost.py matches on all).

@@ -19,7 +19,7 @@ import tempfile
 
 import click
 
-from sim.schedule import SCHEDULE_HELP
+from sim.schedule import DEFAULT_SCHEDULES, SCHEDULE_HELP
 from sim.stack import ATTENTION_IMPLS, DECODE_KV, DTYPE_BYTES, HEADS, PREFILL_LOGITS
 
 
@@ -86,9 +86,7 @@ def _config(kind: str, **kw):
         device = "cuda" if _cuda_available() else "cpu"
     backend = kw.pop("backend") or ("nccl" if device == "cuda" else "gloo")
     dtype = kw.pop("dtype") or ("fp16" if device == "cuda" else "fp32")
-    schedules = kw.pop("schedules") or (("standard", "ladder", "parallel", "upper-bound")
-                                        if kind == "bench" else
-                                        ("standard", "ladder", "spd:0.5", "parallel", "upper-bound"))
+    schedules = kw.pop("schedules") or DEFAULT_SCHEDULES
     defaults = {"bench": (1024, 512), "check": (16, 9)}[kind]
     kw["prompt_len"] = kw["prompt_len"] or defaults[0]
     kw["gen_len"] = kw["gen_len"] or defaults[1]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 from .model import ModelSpec, Shard
 from .stack import Stack, Step
@@ -249,24 +250,31 @@ class _Builder:
         """Embedding, the layers as `plan` says (one LAYER_KINDS entry per layer), head."""
         x = self.embed()
         for kind, first, end in runs(plan):
-            if kind == "ladder":
-                x = self.ladder_layers(first, end, x)
-                continue
-            for i in range(first, end):
-                if kind == "standard":
-                    x = self.standard_layer(i, x)
-                elif kind == "upper-bound":
-                    x = self.standard_layer(i, x, comm=False)
-                elif kind == "spd":
-                    x = self.spd_layer(i, x)
-                elif kind == "parallel":
-                    x = self.parallel_layer(i, x)
-                else:
-                    raise ValueError(f"unknown layer kind {kind!r}; choose from {', '.join(LAYER_KINDS)}")
+            build = LAYER_KINDS.get(kind)
+            if build is None:
+                raise ValueError(f"unknown layer kind {kind!r}; choose from {', '.join(LAYER_KINDS)}")
+            x = build(self, first, end, x)
         return self.head(x)
 
 
-LAYER_KINDS = ("standard", "ladder", "spd", "parallel", "upper-bound")
+def _each(layer: Callable[[_Builder, int, str], str]) -> Callable[[_Builder, int, int, str], str]:
+    """A layer kind whose layers are built one at a time (all but ladder)."""
+    def build(b: _Builder, first: int, end: int, x: str) -> str:
+        for i in range(first, end):
+            x = layer(b, i, x)
+        return x
+    return build
+
+
+# Layer kind -> builder of a run of such layers: (builder, first layer, end layer, input residual)
+# -> output residual. A new kind of layer is one entry here (and its plan function in SCHEDULES).
+LAYER_KINDS: dict[str, Callable[[_Builder, int, int, str], str]] = {
+    "standard": _each(_Builder.standard_layer),
+    "ladder": _Builder.ladder_layers,
+    "spd": _each(_Builder.spd_layer),
+    "parallel": _each(_Builder.parallel_layer),
+    "upper-bound": _each(lambda b, i, x: b.standard_layer(i, x, comm=False)),
+}
 
 
 def runs(plan: tuple[str, ...]) -> list[tuple[str, int, int]]:
@@ -314,6 +322,9 @@ SCHEDULES = {
     "parallel": plan_parallel,
     "upper-bound": plan_upper_bound,
 }
+
+# What every command runs when given no --schedule: the five schedules, SPD on the SPD paper's 70% of blocks.
+DEFAULT_SCHEDULES = ("standard", "ladder", "parallel", "spd:0.7", "upper-bound")
 
 SCHEDULE_HELP = ("standard | ladder | ladder:K (upper K layers) | spd:F (fraction F of blocks from the top) "
                  "| spd:3,5,9-12 (layer list; one layer as spd:[7]) | parallel | upper-bound")
