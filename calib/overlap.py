@@ -38,6 +38,7 @@ import torch
 import torch.distributed as dist
 
 from calib.overlap_fit import case_descriptor
+from hw.model import torch_dtype
 from calib.overlap_summary import EARLY_S
 
 
@@ -178,15 +179,15 @@ def _both(compute, reps: int, buf, pg, cuda: bool, stream, barrier) -> tuple[flo
 
 def measure_in_passes(case, device: str, dtype: str, *, trials: int, warmup: int = 2, seed: int = 0,
                       pg=None, barrier=None) -> dict:
-    """This rank's per-trial seconds of the case's standard decode pass run three ways, interleaved:
+    """This rank's per-trial seconds of the case's standard decode pass run three ways, interleaved
+    (the sim.transform patterns of that schedule, run by hw.runner as any schedule is):
 
-      alone        collectives replaced by local stand-ins (no communication);
-      blocking     a blocking all-reduce of the collective's size at each all-reduce;
-      overlapped   at each all-reduce: issue it with async_op=True, then wait for the previous
-                   one, so each is in flight while the next module's compute runs (the last one
-                   is waited for at the end of the pass). Issue before wait is the order a
-                   schedule's ops give the harness (a collective is issued where its op stands,
-                   awaited where a reader needs it).
+      alone        `local`: collectives replaced by local stand-ins (no communication);
+      blocking     `blocking`: each all-reduce issued and awaited at once;
+      overlapped   `overlapped`: each all-reduce issued where it stands and awaited after the next
+                   one is issued, so it is in flight while the next module's compute runs (the last
+                   one is awaited at the end of the pass). Issue before wait is the order a
+                   schedule's ops give the harness.
 
     On a CPU whose cores the ranks' compute fills, how a collective and compute share the cores
     depends on the op mix between collectives and on the steady state (threads that just finished
@@ -194,73 +195,41 @@ def measure_in_passes(case, device: str, dtype: str, *, trials: int, warmup: int
     issued once after a barrier, against 4.6 ms of one gemm repeated, had none of its work done
     when the gemm ended; in flight during the model's own modules, about 40% of it is done. So
     the interference is measured here, on the model's own modules and all-reduce size. The
-    all-reduce works on its own buffer of the collective's shape ([batch, hidden]); the pass's
-    values are unchanged, so all three patterns compute the same thing."""
-    from calib.compute import pass_model, random_tokens, walk_pass
+    all-reduce's result is only awaited, never read (the pass goes on with a stand-in), so all
+    three patterns compute the same values."""
+    from calib.compute import pass_model, random_tokens
     from sim.schedule import build
     from sim.stack import Step
-    model, runner = pass_model(case, device, dtype, seed)
+    from sim.transform import blocking, local, overlapped
+    model, runner = pass_model(case, device, dtype, seed, group=pg or dist.group.WORLD)
     st = case.stack
     sched = build("standard", model, case.tp, Step.decode(case.batch, case.prompt_len, case.gen_len, 1, st), st)
     ars = [op for op in sched.ops if op.kind == "all_reduce"]
     if not ars:
         raise ValueError(f"{case.key}: the standard decode pass has no all-reduce to overlap")
+    patterns = {"alone": local(sched), "blocking": blocking(sched), "overlapped": overlapped(sched)}
     gen = torch.Generator(device=device).manual_seed(seed)
     tokens = random_tokens(sched, case.model.vocab, gen, device)
-    bufs: dict[str, torch.Tensor] = {}
     clock = time.perf_counter
-    state = {"mode": "alone", "pending": None, "wait": 0.0, "first": None, "t0": 0.0, "early": 0}
-
-    def step(op, ctx, args, run):
-        if op.kind != "all_reduce":
-            return run()
-        buf = bufs.get(op.name)
-        if buf is None:
-            buf = bufs[op.name] = torch.zeros_like(args[0])      # zeros: summing stays 0, never overflows
-        mode = state["mode"]
-        if mode == "alone":
-            if state["first"] is None:
-                state["first"] = clock() - state["t0"]
-        elif mode == "blocking":
-            dist.all_reduce(buf, group=pg)
-        else:
-            prev = state["pending"]
-            state["pending"] = dist.all_reduce(buf, group=pg, async_op=True)
-            if prev is not None:
-                w0 = clock()
-                prev.wait()
-                dw = clock() - w0
-                state["wait"] += dw
-                state["early"] += dw < EARLY_S
-        return run()
-
-    def one(mode: str) -> float:
-        state.update(mode=mode, pending=None, wait=0.0, first=None, early=0)
-        state["t0"] = t0 = clock()
-        walk_pass(runner, sched, tokens, step)
-        if state["pending"] is not None:
-            w0 = clock()
-            state["pending"].wait()
-            state["wait"] += clock() - w0
-        return clock() - t0
-
     out = {k: [] for k in ("alone", "first", "blocking", "overlapped", "overlapped_wait", "early")}
     with torch.no_grad():
         for t in range(warmup + trials):
             row = {}
-            for mode in ("alone", "blocking", "overlapped"):
+            for mode, pattern in patterns.items():
                 (barrier or dist.barrier)()
-                row[mode] = one(mode)
+                t0 = clock()
+                res = runner.forward(pattern, tokens, sched.step.start_pos)
+                row[mode] = clock() - t0
                 if mode == "alone":
-                    row["first"] = state["first"]
+                    row["first"] = res.first_sync_s
                 if mode == "overlapped":
-                    row["overlapped_wait"] = state["wait"]
-                    row["early"] = state["early"]
+                    row["overlapped_wait"] = res.wait_s
+                    # waits that found their all-reduce done (the last wait has no module before it)
+                    row["early"] = sum(w < EARLY_S for w in res.waits_s[:-1])
             if t >= warmup:
                 for k, v in row.items():
                     out[k].append(v)
-    first = bufs[ars[0].name]
-    nbytes = first.numel() * first.element_size()
+    nbytes = ars[0].attr("rows") * ars[0].attr("width") * torch.tensor([], dtype=torch_dtype(dtype)).element_size()
     out.update(n=len(ars), layers=model.layers, case=case_descriptor(case, model),
                what=(f"{case.model.name} TP{case.tp} batch {case.batch} standard decode passes ({model.layers} "
                      f"layers, {len(ars)} all-reduces of {nbytes} B): alone, blocking, and each all-reduce in "

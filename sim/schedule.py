@@ -30,9 +30,14 @@ KINDS = {
     "swiglu": COMPUTE,      # [rows, 2*width] -> silu(a) * b [rows, width]
     "add": COMPUTE,         # a + b, both [rows, width]
     "sample": COMPUTE,      # logits [B, vocab] -> next token ids [B] (greedy argmax)
+    "standin": COMPUTE,     # local stand-in of given cost (attr cost_ns): [rows, w] -> [rows, width], the
+                            # input itself or tiled to width (what an all-gather's output looks like)
+    "wait": COMPUTE,        # explicit wait: done once its input (a collective's output) exists; no work
     "all_reduce": COMM,     # sum over the TP group, [rows, width] in and out
     "all_gather": COMM,     # concat over the TP group along the last dim
 }
+
+GIVEN_COST = ("standin", "wait")      # kinds that carry their own cost (sim.transform builds them)
 
 TOKENS = "tokens"           # the one external input of every forward pass
 
@@ -67,6 +72,11 @@ class Op:
             if k == key:
                 return v
         raise KeyError(f"op {self.name} has no attr {key!r}")
+
+    @property
+    def given_cost_s(self) -> float | None:
+        """The cost a stand-in or wait carries itself (attr cost_ns); None for ops a profile prices."""
+        return self.attr("cost_ns") * 1e-9 if self.kind in GIVEN_COST else None
 
     @property
     def signature(self) -> tuple:

@@ -2,34 +2,18 @@
 pinned on hand-computed timelines, and the engine's wake-up of a rank blocked on a collective."""
 import pytest
 
-from calib.overlap_fit import fit, overlapped_pattern, pass_ratios
+from calib.overlap_fit import fit, pass_ratios
 from sim.engine import Interference
-from sim.schedule import Op, Schedule
-from toy import ONE_LAYER, STACK, toy_schedule, toy_time
+from sim.schedule import Schedule
 from sim.stack import Step
+from toy import ONE_LAYER, STACK, TWO_AR_COST, TWO_AR_PASS, toy_op, toy_schedule, toy_time
 
 
-def _op(name, kind, ins):
-    return Op(name, kind, tuple(ins), (name,), (("m", 1), ("n", 1)), "fp32", 0)
-
-
-# A blocking pass: seg0 = 2 -> AR0 -> seg1 = 3 -> AR1 -> seg2 = 1, each all-reduce b = 4 (Tb = 14).
-BLOCKING = Schedule("pass", ONE_LAYER, 2, Step.decode(1, 8, 4, 1, STACK), STACK, (
-    _op("seg0", "gemm", ["tokens"]), _op("ar0", "all_reduce", ["seg0"]), _op("seg1", "gemm", ["ar0"]),
-    _op("ar1", "all_reduce", ["seg1"]), _op("seg2", "gemm", ["ar1"])))
-COST = {"seg0": 2.0, "seg1": 3.0, "seg2": 1.0, "ar0": 4.0, "ar1": 4.0}
+BLOCKING, COST = TWO_AR_PASS, TWO_AR_COST
 
 
 def cost(op):
     return COST[op.name]
-
-
-def test_overlapped_pattern_issues_then_waits_for_the_previous():
-    names = [op.name for op in overlapped_pattern(BLOCKING).ops]
-    assert names == ["seg0", "ar0", "ar0.standin", "seg1", "ar1", "ar1.standin", "ar0.wait", "seg2", "ar1.wait"]
-    over = overlapped_pattern(BLOCKING)
-    seg1 = next(op for op in over.ops if op.name == "seg1")
-    assert over.producer[seg1.inputs[0]].name == "ar0.standin"      # the pass goes on without the result
 
 
 def test_pass_ratios_on_the_hand_timeline():
@@ -76,8 +60,8 @@ def test_fit_recovers_known_parameters_from_two_cases():
 def test_a_collective_blocked_on_a_collective_pays_the_wake_too():
     # seg0 = 2 -> ar0 (4) -> ar1 reads ar0 (4) -> seg2 = 1: blocking costs 11 whatever the wake-up
     chain = Schedule("chain", ONE_LAYER, 2, Step.decode(1, 8, 4, 1, STACK), STACK, (
-        _op("seg0", "gemm", ["tokens"]), _op("ar0", "all_reduce", ["seg0"]), _op("ar1", "all_reduce", ["ar0"]),
-        _op("seg2", "gemm", ["ar1"])))
+        toy_op("seg0", "gemm", ["tokens"]), toy_op("ar0", "all_reduce", ["seg0"]), toy_op("ar1", "all_reduce", ["ar0"]),
+        toy_op("seg2", "gemm", ["ar1"])))
     from sim.engine import simulate
     costs = {"seg0": 2.0, "ar0": 4.0, "ar1": 4.0, "seg2": 1.0}
     for w in (0.0, 1.0, 3.0):

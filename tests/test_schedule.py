@@ -126,3 +126,17 @@ def test_kv_head_replication_and_tp_errors():
     with pytest.raises(ValueError, match="unknown model"):
         get_model("llama-9")
     assert get_model("llama-3.1-405b[:8]").layers == 8
+
+
+def test_a_new_layer_kind_is_one_registry_entry(monkeypatch):
+    """A schedule whose layers are attention only: a builder in LAYER_KINDS and a plan in SCHEDULES."""
+    from sim import schedule as S
+
+    def attn_only(b, i, x):
+        p = b.all_reduce(f"L{i}.attn.allreduce", b.attn(i, x), i)
+        return b.add(f"L{i}.attn.add", x, p, f"L{i}.x", i)
+    monkeypatch.setitem(S.LAYER_KINDS, "attn-only", S._each(attn_only))
+    monkeypatch.setitem(S.SCHEDULES, "attn-only", lambda n: ("attn-only",) * n)
+    s = sched("attn-only")
+    assert s.plan == ("attn-only",) * M.layers and len(s.collectives) == M.layers
+    assert reads(s, "L1.attn.norm") == ("L0.x",) and not [op for op in s.ops if ".mlp." in op.name]
