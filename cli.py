@@ -10,11 +10,10 @@ import click
 
 from sim.model import MODELS, get_model, valid_tp
 from sim.profile import ProfileError, builtin_names, load_profile, read_raw
-from sim.schedule import COMM, SCHEDULE_HELP, build
+from sim.schedule import COMM, DEFAULT_SCHEDULES, SCHEDULE_HELP, build
 from sim.stack import ATTENTION_IMPLS, DECODE_KV, DTYPE_BYTES, HEADS, PREFILL_LOGITS, Stack, Step
 from sim.trace import chrome_trace, write_json_atomic, write_text_atomic
 
-DEFAULT_SCHEDULES = ("standard", "ladder", "parallel", "spd:0.7", "upper-bound")
 
 
 class TpsimError(click.ClickException):

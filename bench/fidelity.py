@@ -23,7 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from calib.compare import DEFAULT_SCHEDULES, QUICK_MODELS, Point, run_compare  # noqa: E402
+from calib.compare import QUICK_MODELS, Point, run_compare  # noqa: E402
+from sim.schedule import DEFAULT_SCHEDULES  # noqa: E402
 
 REPEATS = 9
 

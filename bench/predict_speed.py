@@ -18,9 +18,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from sim.model import get_model  # noqa: E402
 from sim.predict import Workload, predict  # noqa: E402
 from sim.profile import load_profile  # noqa: E402
+from sim.schedule import DEFAULT_SCHEDULES  # noqa: E402
 from sim.stack import Stack  # noqa: E402
 
-ALL = ["standard", "ladder", "parallel", "spd:0.7", "upper-bound"]
+ALL = list(DEFAULT_SCHEDULES)
 CONFIGS = [
     ("llama-3.1-8b", 8, 1, ["ladder"], Stack()),
     ("llama-3.1-70b", 8, 1, ["ladder"], Stack()),

@@ -26,8 +26,9 @@ from sim import sweep as sw  # noqa: E402
 from sim.model import get_model  # noqa: E402
 from sim.predict import Simulator, Workload, predict  # noqa: E402
 from sim.profile import load_profile  # noqa: E402
+from sim.schedule import DEFAULT_SCHEDULES  # noqa: E402
 
-ALL = ["standard", "ladder", "parallel", "spd:0.7", "upper-bound"]
+ALL = list(DEFAULT_SCHEDULES)
 
 
 def _rss_bytes() -> int:

@@ -3,8 +3,8 @@
     python bench/validate_papers.py
 
 Published end-to-end numbers never set a profile constant; this script only prints how far the
-built-in profiles' predictions are from them (FACTS.md §2). Workloads follow each paper's setup as
-far as FACTS.md states it; what it does not state (SPD's prompt length) is printed as assumed.
+built-in profiles' predictions are from them (docs/sources.md §2). Workloads follow each paper's setup as
+far as docs/sources.md states it; what it does not state (SPD's prompt length) is printed as assumed.
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def main() -> None:
     rows.append(("Ladder 1B-405B, P2P on/off (TP8; 405B TP16)", "1.29-1.59x",
                  f"{min(lo):.2f}-{max(lo):.2f}x"))
     # SPD: LLaMA2-70B on 8 A100s, 70% of blocks, prefill (TTFT); low bandwidth emulated at 10 GB/s
-    # vs 300 GB/s NVLink -> bandwidth x 10/300. Prompt length not in FACTS.md: 1024 assumed.
+    # vs 300 GB/s NVLink -> bandwidth x 10/300. Prompt length not in docs/sources.md §2: 1024 assumed.
     rows.append(("SPD 70% LLaMA2-70B 8xA100 @10 GB/s (prefill, prompt 1024 assumed)", "-19.7% latency",
                  f"{-prefill_reduction('llama-2-70b', 8, 'a100-sxm', 'spd:0.7', prompt_len=1024, gen_len=1, comm_bw_scale=10 / 300):+.1%}"))
     rows.append(("SPD 70% LLaMA2-70B 2 nodes x 4 A100 @50 GB/s (prefill)", "> -10% latency",

@@ -1,6 +1,6 @@
 """Collective latency sweeps: all-reduce / all-gather / reduce-scatter vs message size, per group size.
 
-Sizes follow nccl-tests (FACTS.md §5): all-reduce and reduce-scatter `bytes` is the full input
+Sizes follow nccl-tests (docs/sources.md §5): all-reduce and reduce-scatter `bytes` is the full input
 buffer, all-gather `bytes` the gathered output -- the convention sim.cost prices with.
 
 Timing. Every trial starts after a barrier of the whole world (ranks outside a sub-group wait at
@@ -16,7 +16,7 @@ once in a CUDA graph and replayed between events. Per trial the slowest rank's t
 collective ends when its last rank does); the table keeps the median over trials. Sizes are
 interleaved within a trial so drift hits all sizes alike.
 
-The NCCL environment (the knobs of FACTS.md §8 and torch.cuda.nccl.version()) is recorded with
+The NCCL environment (the knobs of docs/sources.md §8 and torch.cuda.nccl.version()) is recorded with
 every sweep, because NCCL reads it once at communicator init: each env setting needs its own launch.
 """
 from __future__ import annotations

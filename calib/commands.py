@@ -1,5 +1,5 @@
 """`tpsim calibrate`: measure this machine into a profile JSON (the top-level cli registers
-`calibrate_cmd`). Also runnable alone: `python -m calib.commands calibrate ...`.
+`calibrate_cmd`). Under torchrun: `torchrun ... --no-python tpsim calibrate ...` (or `-m cli calibrate`).
 
 Launcher mode (default) starts --nproc local ranks; under torchrun (RANK/WORLD_SIZE set) this
 process is one rank and rank 0 writes the profile. Torch is imported inside the command only.
@@ -121,14 +121,3 @@ def _summary(path: str) -> None:
         click.echo(f"  {t['impl']} {t['collective']} g{t['group']} {t['mode']}: {pairs}")
     n = sum(len(t["points"]) for t in p.get("compute", {}).get("tables", []))
     click.echo(f"  compute points: {n}")
-
-
-@click.group()
-def main() -> None:
-    """tpsim calibration (calibrate)."""
-
-
-main.add_command(calibrate_cmd)
-
-if __name__ == "__main__":
-    main()

@@ -22,12 +22,12 @@ import click
 from sim.model import get_model
 from sim.predict import Prediction, Simulator, Workload
 from sim.profile import ProfileError, load_profile
+from sim.schedule import DEFAULT_SCHEDULES
 from sim.stack import Stack
 from sim.sweep import Shape
 from sim.trace import write_json_atomic, write_text_atomic
 
 QUICK_MODELS = ("toy-512", "toy-1024")
-DEFAULT_SCHEDULES = ("standard", "ladder", "parallel", "spd:0.5", "upper-bound")
 
 
 Point = Shape          # a grid point: model, TP, batch, prompt and gen lengths
@@ -144,9 +144,9 @@ PREDICTED_INTERVAL = (0.05, 0.95)       # quantiles of the bootstrap: a 90% inte
 def overlap_samples(profile) -> list[tuple[float, float, float]]:
     """Bootstrap (compute_slowdown, comm_slowdown, wake_s) triples of the profile's overlap
     calibration: the refits kept by a simulation fit (calib.overlap_fit), else the closed form
-    redrawn from the kept trials (calib.overlap.factor_samples, no wake-up); [] when the profile
+    redrawn from the kept trials (calib.overlap_summary.factor_samples, no wake-up); [] when the profile
     kept no trials (GPU, imported or built-in)."""
-    from calib.overlap import factor_samples, profile_factors
+    from calib.overlap_summary import factor_samples, profile_factors
     groups = (profile.raw or {}).get("raw", {}).get("groups", {})                # the file's raw section
     used = {"compute_slowdown": profile.compute_slowdown, "comm_slowdown": profile.comm_slowdown}
     for g in reversed(list(groups.values())):       # a profile's own groups follow its base's

@@ -1,18 +1,18 @@
 """Time the exact compute ops the schedules emit, with the kernels the harness runs.
 
 Shapes. For one (model, TP, batch, prompt, gen, stack) case, the unique `Op.signature`s of the
-five schedules (standard, ladder, parallel, spd:1, upper-bound) over the prefill step and the
+layer kinds (standard, ladder, spd, parallel, upper-bound; each over all layers) over the prefill step and the
 decode steps: one decode step with kv="static" (every step has the same shape), with kv="filled"
 the decode positions the simulator's fast path samples (sim.predict.DECODE_SAMPLES), so
 lookups hit measured points exactly. Points keep every attr of the op (cost.py matches on all).
 
 Inputs. Each signature is timed on the very tensors it sees in a real pass: a one-layer copy of the
-model (every layer has the same shapes) is run op by op through hw.runner.KERNELS, collectives
-replaced by a local stand-in of the right shape (all-reduce: identity; all-gather: tiled), and
-the first input of each signature is kept. Timing calls the same kernel on them again.
+model (every layer has the same shapes) runs each schedule without communication
+(sim.transform.local: collectives replaced by local stand-ins of their shape) through hw.runner,
+and the first input of each signature is kept. Timing calls the same kernel on them again.
 
-Timing. CPU: inside whole passes (`time_in_passes`): the one-layer model's prefill and decode
-passes of every schedule run op by op as the harness runs them, perf_counter around each op, so
+Timing. CPU: inside whole passes (`time_in_passes`): the model's prefill and decode passes of
+every schedule, without communication, run by hw.runner with its per-op timing, so
 each op is timed in the context it has in a real pass -- the same predecessor ops, the same cache
 and dispatch state. Timed alone and interleaved with unrelated ops instead, a small op (an
 RMSNorm of one row) costs 3-6x more on a CPU than it does in a model. The time includes the
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from sim.schedule import TOKENS
+from sim.transform import local
 
 from calib.shapes import ShapeCase
 
@@ -41,27 +41,6 @@ class _Sample:
     op: object
     ctx: object
     args: list
-
-
-def standin(op, x: torch.Tensor) -> torch.Tensor:
-    """A collective's local stand-in of the right shape: all-reduce [rows, w] -> itself;
-    all-gather [rows, w] -> [rows, group * w]."""
-    return x if op.kind == "all_reduce" else x.repeat(1, op.attr("group"))
-
-
-def walk_pass(runner, sched, tokens: torch.Tensor, step=None) -> None:
-    """Run one pass op by op as the harness does, collectives replaced by their stand-ins.
-
-    `step(op, ctx, args, run)` wraps every op (compute and collective) and returns its output;
-    `run()` computes it. Without `step` every op just runs."""
-    from hw.runner import KERNELS, _Ctx
-    ctx = _Ctx(runner, sched, sched.step.start_pos)
-    vals = {TOKENS: tokens}
-    for op in sched.ops:
-        args = [vals[v] for v in op.inputs]
-        run = ((lambda: standin(op, args[0])) if op.is_comm else
-               (lambda: KERNELS[op.kind](ctx, op, *args)))
-        vals[op.outputs[0]] = step(op, ctx, args, run) if step else run()
 
 
 def random_tokens(sched, vocab: int, gen: torch.Generator, device: str) -> torch.Tensor:
@@ -82,25 +61,29 @@ def capture(case: ShapeCase, device: str, dtype: str, seed: int = 0) -> dict[tup
     got: dict[tuple, _Sample] = {}
     gen = torch.Generator(device=device).manual_seed(seed)
 
-    def keep(op, ctx, args, run):
-        if not op.is_comm and op.signature in want and op.signature not in got:
-            got[op.signature] = _Sample(op, ctx, args)
-        return run()
+    def keeping(kernel):
+        def run(ctx, op, *args):
+            if op.signature in want and op.signature not in got:
+                got[op.signature] = _Sample(op, ctx, list(args))
+            return kernel(ctx, op, *args)
+        return run
+    runner.kernels = {kind: keeping(k) for kind, k in runner.kernels.items()}
     with torch.no_grad():
         for sched in case.schedules(one):
             if want <= set(got):
                 break
-            walk_pass(runner, sched, random_tokens(sched, case.model.vocab, gen, device), keep)
+            sched = local(sched)
+            runner.forward(sched, random_tokens(sched, case.model.vocab, gen, device), sched.step.start_pos)
     missing = want - set(got)
     if missing:
         raise RuntimeError(f"internal: a one-layer pass did not produce ops {sorted(missing)[:3]}")
     return {s: got[s] for s in case.signatures()}
 
 
-def pass_model(case: ShapeCase, device: str, dtype: str, seed: int = 0):
+def pass_model(case: ShapeCase, device: str, dtype: str, seed: int = 0, group=None):
     """(model, Runner) for timing inside passes: all layers when the rank's shard is small enough
     (a CPU's caches hold one layer's weights but not eight: timing one layer over and over would
-    time cache-resident weights); else the first layer."""
+    time cache-resident weights); else the first layer. `group`: the runner's process group."""
     from sim.memory import GIB, estimate
     from hw.model import build_rank_model
     from hw.runner import Runner
@@ -108,7 +91,7 @@ def pass_model(case: ShapeCase, device: str, dtype: str, seed: int = 0):
     model = case.model if full.total_bytes < 2 * GIB else case.model.truncated(1)
     rm = build_rank_model(model, case.tp, 0, batch=case.batch, max_seq=case.prompt_len + case.gen_len, dtype=dtype,
                           device=device, seed=seed, head=case.stack.head)
-    return model, Runner(rm)
+    return model, Runner(rm, group)
 
 
 def time_in_passes(case: ShapeCase, device: str, dtype: str, *, trials: int, warmup: int = 2, seed: int = 0,
@@ -119,23 +102,18 @@ def time_in_passes(case: ShapeCase, device: str, dtype: str, *, trials: int, war
     want = set(case.signatures())
     out: dict[tuple, list[float]] = {sig: [] for sig in want}
     gen = torch.Generator(device=device).manual_seed(seed)
-    scheds = list(case.schedules(model))
-    timed = [False]
-
-    def clock(op, ctx, args, run):
-        if op.is_comm or not timed[0] or op.signature not in want:
-            return run()
-        t0 = time.perf_counter()
-        y = run()
-        out[op.signature].append(time.perf_counter() - t0)
-        return y
+    scheds = [local(s) for s in case.schedules(model)]
+    signatures = [{op.name: op.signature for op in s.ops} for s in scheds]   # op names repeat across steps
+    runner.timing = True                          # a Record per op: perf_counter around its kernel
     with torch.no_grad():
         for t in range(warmup + trials):
             if barrier:
                 barrier()
-            timed[0] = t >= warmup
-            for sched in scheds:
-                walk_pass(runner, sched, random_tokens(sched, case.model.vocab, gen, device), clock)
+            for sched, signature in zip(scheds, signatures):
+                res = runner.forward(sched, random_tokens(sched, case.model.vocab, gen, device), sched.step.start_pos)
+                for r in res.records if t >= warmup else ():
+                    if signature[r.op] in out:
+                        out[signature[r.op]].append(r.end_s - r.start_s)
     return out
 
 

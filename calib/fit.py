@@ -3,7 +3,7 @@
 Fits happen here, once, when a calibration finishes; the simulator only reads the results.
   * collective tables: median time per (collective, group, mode, impl, bytes), kept as measured
     points (cost.py interpolates them log-log);
-  * the NCCL-style model per size regime (FACTS.md §4): t = base + steps(n) * hop + bytes / algbw(n),
+  * the NCCL-style model per size regime (docs/sources.md §4): t = base + steps(n) * hop + bytes / algbw(n),
     two regimes (small: latency-bound, large: bandwidth-bound) fitted by scipy least squares on
     log residuals to the per-group medians; the simulator takes the faster regime, as NCCL takes
     its fastest protocol, so the fitted model is min(small, large) and is refined as such;
@@ -338,7 +338,7 @@ def build_profile(cfg, groups: dict, world: int) -> dict:
         if early > 0.2:      # the in-pass fit assumes each all-reduce outlasts the module it overlaps
             how = {k: v + f" ({early:.0%} of the all-reduces finished within their module, which the fit does "
                    "not model: approximate)" for k, v in how.items()}
-        from calib.overlap import profile_factors
+        from calib.overlap_summary import profile_factors
         value = profile_factors(s)
         prof["overlap"] = {}
         for key, text in how.items():
@@ -410,7 +410,7 @@ def refit_overlap(prof: dict, loaded) -> bool:
 
 
 def _clamped(x: float) -> str:
-    from calib.overlap import FACTOR_CAP
+    from calib.overlap_summary import FACTOR_CAP
     if x >= FACTOR_CAP:    # a collective with no measurable progress under compute lands here too
         return f" (at or above the cap of {FACTOR_CAP:g}, written as {FACTOR_CAP:g})"
     return "" if x >= 1.0 else " (below 1 within noise: no measurable slowdown, written as 1)"

@@ -30,10 +30,11 @@ from typing import Callable
 
 from sim.engine import Interference, simulate
 from sim.model import get_model
+from sim import transform
 from sim.schedule import Op, Schedule, build
 from sim.stack import Stack, Step
 
-from calib.overlap import FACTOR_CAP, redraw_trials
+from calib.overlap_summary import FACTOR_CAP, redraw_trials
 
 def case_descriptor(case, model) -> dict:
     """What the fit needs to rebuild a case's pass: `model` is the one the pass ran (maybe truncated)."""
@@ -50,41 +51,16 @@ def decode_schedule(desc: dict) -> Schedule:
     return build("standard", model, desc["tp"], Step.decode(desc["batch"], desc["prompt_len"], desc["gen_len"], 1, st), st)
 
 
-MARK = ".standin", ".wait"          # zero-cost ops of the overlapped pattern
-
-
-def overlapped_pattern(sched: Schedule) -> Schedule:
-    """`sched` as calib.overlap runs it overlapped: each all-reduce is issued where it stands and
-    the pass goes on with a local stand-in of its result (zero cost); the previous all-reduce is
-    awaited right after the next one is issued, the last one at the end of the pass."""
-    ops: list[Op] = []
-    ars: list[Op] = []
-
-    def wait(ar: Op) -> Op:
-        return Op(ar.name + MARK[1], "add", (ar.outputs[0],), (ar.name + ".waited",), (("rows", 1), ("width", 1)), ar.dtype)
-
-    for op in sched.ops:
-        if op.kind != "all_reduce":
-            ops.append(op)
-            continue
-        ar = dataclasses.replace(op, outputs=(op.outputs[0] + "@ar",))
-        ops += [ar, Op(op.name + MARK[0], "add", op.inputs, op.outputs, op.attrs, op.dtype)]
-        if ars:
-            ops.append(wait(ars[-1]))
-        ars.append(ar)
-    if ars:
-        ops.append(wait(ars[-1]))
-    return Schedule(sched.name + "-overlapped", sched.model, sched.tp, sched.step, sched.stack, tuple(ops))
-
-
 def pass_ratios(sched: Schedule, op_time: Callable[[Op], float], inter: Interference) -> tuple[float, float]:
-    """(blocking / overlapped pass time, overlapped waits / overlapped time) under `inter`."""
-    over = overlapped_pattern(sched)
-
-    def t(op: Op) -> float:        # the measured passes run only all-reduces; other collectives are stand-ins
-        return 0.0 if op.name.endswith(MARK) or (op.is_comm and op.kind != "all_reduce") else op_time(op)
-    blocking = simulate(sched, t, interference=inter, record=False)
-    overlapped = simulate(over, t, interference=inter, record=False)
+    """(blocking / overlapped pass time, overlapped waits / overlapped time) under `inter`: the
+    engine runs the very patterns calib.overlap ran on the ranks (sim.transform.blocking and
+    .overlapped of the standard pass). `op_time` prices the schedule's own ops; the stand-ins and
+    waits the patterns add carry their own cost (zero)."""
+    def t(op: Op) -> float:
+        given = op.given_cost_s
+        return op_time(op) if given is None else given
+    blocking = simulate(transform.blocking(sched), t, interference=inter, record=False)
+    overlapped = simulate(transform.overlapped(sched), t, interference=inter, record=False)
     return blocking.duration_s / overlapped.duration_s, overlapped.exposed_comm_s / overlapped.duration_s
 
 

@@ -365,7 +365,7 @@ def measure_group(g: Group, cfg: CalibConfig, ctx, barrier, pg) -> dict:
         return {"points": compute.points(samples, [r["times"] for r in gathered]),
                 "probe_s": statistics.median(r["probe_s"] for r in gathered),
                 "trials": cfg.trials["compute"], "ranks": ctx.world}
-    from calib.overlap import summarize, summarize_passes
+    from calib.overlap_summary import summarize, summarize_passes
     if "cases" in gathered[0]:                      # measured inside the models' passes (CPU)
         summary = summarize_passes([r["cases"] for r in gathered])
         what = "pooled over " + "; ".join(c["what"] for c in gathered[0]["cases"])

@@ -7,10 +7,8 @@ import numpy as np
 
 from sim.model import ModelSpec
 from sim.predict import DECODE_SAMPLES
-from sim.schedule import Schedule, build
+from sim.schedule import LAYER_KINDS, Schedule, build_plan
 from sim.stack import Stack, Step
-
-SCHEDULE_SPECS = ("standard", "ladder", "parallel", "spd:1", "upper-bound")
 
 
 @dataclass(frozen=True)
@@ -49,8 +47,11 @@ class ShapeCase:
         return out
 
     def schedules(self, model: ModelSpec | None = None) -> list[Schedule]:
+        """Every step, once per layer kind with all layers of that kind: every op shape any
+        schedule (or mix of layer kinds) can emit."""
         m = model or self.model
-        return [build(s, m, self.tp, step, self.stack) for step in self.steps() for s in SCHEDULE_SPECS]
+        return [build_plan(kind, (kind,) * m.layers, m, self.tp, step, self.stack)
+                for step in self.steps() for kind in LAYER_KINDS]
 
     def signatures(self) -> list[tuple]:
         """Unique compute-op signatures, in first-seen order."""

@@ -12,7 +12,7 @@ exposed_comm_s is communication the compute stream could not hide: on CPU the ti
 blocked in work.wait() (mean over ranks, median over repeats); on CUDA the compute stream's
 blocked time from CUDA events of one recorded prefill + one decode step, decode scaled by gen-1.
 
-Run as `torchrun --nproc-per-node N -m hw.bench [tpsim bench options]` or `tpsim bench --nproc N`.
+Run as `tpsim bench --nproc N`, or under torchrun as `torchrun --nproc-per-node N --no-python tpsim bench ...`.
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from hw.runner import DecodeGraph, Runner
 
 
 def worker(config: dict) -> int:
-    """Entry point of one rank (hw.dist launches it; torchrun reaches it through hw.commands)."""
+    """Entry point of one rank (hw.dist launches it; under torchrun, hw.commands calls it in-process)."""
     hwdist.run_rank(config, run_bench, format_result)
     return 0
 
@@ -256,8 +256,3 @@ def format_result(result: dict) -> str:
                      f"{'  ' + format(sp.get('min', 0), '.2f') + '-' + format(sp.get('max', 0), '.2f') + 'x':>16}"
                      f"{r['exposed_comm_s'] * 1e3:>12.2f}")
     return "\n".join(lines)
-
-
-if __name__ == "__main__":      # torchrun --nproc-per-node N -m hw.bench [options]
-    from hw.commands import bench_cmd
-    bench_cmd()

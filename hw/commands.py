@@ -6,7 +6,10 @@ Each command runs in one of two modes:
     them (a rank exiting nonzero stops the rest; --timeout-s bounds every collective) and
     prints rank 0's result;
   * rank (under torchrun, detected by RANK/WORLD_SIZE in the environment): this process *is*
-    one rank, e.g. `torchrun --nproc-per-node 8 -m hw.bench --device cuda --backend nccl ...`.
+    one rank. torchrun starts the same command line as the launcher, through the one tpsim entry
+    point: `torchrun --nproc-per-node 8 --no-python tpsim bench --device cuda --backend nccl ...`
+    (from a source checkout: `torchrun ... -m cli bench ...`). No module here has a `__main__`
+    block, so no file is ever imported twice (once as `__main__`, once by its name).
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ import tempfile
 
 import click
 
-from sim.schedule import SCHEDULE_HELP
+from sim.schedule import DEFAULT_SCHEDULES, SCHEDULE_HELP
 from sim.stack import ATTENTION_IMPLS, DECODE_KV, DTYPE_BYTES, HEADS, PREFILL_LOGITS
 
 
@@ -83,9 +86,7 @@ def _config(kind: str, **kw):
         device = "cuda" if _cuda_available() else "cpu"
     backend = kw.pop("backend") or ("nccl" if device == "cuda" else "gloo")
     dtype = kw.pop("dtype") or ("fp16" if device == "cuda" else "fp32")
-    schedules = kw.pop("schedules") or (("standard", "ladder", "parallel", "upper-bound")
-                                        if kind == "bench" else
-                                        ("standard", "ladder", "spd:0.5", "parallel", "upper-bound"))
+    schedules = kw.pop("schedules") or DEFAULT_SCHEDULES
     defaults = {"bench": (1024, 512), "check": (16, 9)}[kind]
     kw["prompt_len"] = kw["prompt_len"] or defaults[0]
     kw["gen_len"] = kw["gen_len"] or defaults[1]
@@ -198,15 +199,3 @@ def check_cmd(deadline_s, **kw):
 
 
 bench_cmd.name, check_cmd.name = "bench", "check"
-
-
-@click.group()
-def main() -> None:
-    """tpsim hardware harness (bench, check)."""
-
-
-main.add_command(bench_cmd)
-main.add_command(check_cmd)
-
-if __name__ == "__main__":
-    main()

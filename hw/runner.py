@@ -16,6 +16,11 @@ Positions. One decode schedule serves every decode step: start_pos (an int, or a
 tensor under CUDA graphs) is an argument of `forward`, not read from the ops' attrs; with
 kv="filled" the attended length is start_pos + q_len, as the IR's kv_len says.
 
+Stand-ins and waits (sim.transform) run too: a `standin` computes a collective's output locally
+(its input, or tiled to the gathered width), spinning for its cost_ns on CPU when it has one; a
+`wait` only marks where a collective is awaited. So calibration runs its patterns (no
+communication, blocking, overlapped) as schedules through this same loop.
+
 Timing (`timing=True`) emits one sim.trace.Record per op, times in seconds from the pass start:
   CPU   compute: perf_counter around the kernel call.
         comm:    start = issue; end = when the collective completed (a future callback on
@@ -85,6 +90,8 @@ class PassResult:
     next_tokens: torch.Tensor   # [batch]
     records: list[Record]
     wait_s: float               # CPU time blocked in work.wait() this pass (exposed comm on CPU)
+    waits_s: tuple[float, ...] = ()     # each wait's share of wait_s, in order
+    first_sync_s: float | None = None   # pass start -> first collective or stand-in (CPU clock)
 
 
 class Runner:
@@ -129,12 +136,15 @@ class Runner:
         t0 = time.perf_counter()
         base_ev = self._event() if (self.timing and self.cuda) else None
         cuda_recs: list[tuple] = []
-        wait_s = 0.0
+        waits: list[float] = []
+        first_sync = None
         comm_used = False                                # did this pass fork the comm stream?
         for i, op in enumerate(sched.ops):
+            if first_sync is None and (op.is_comm or op.kind == "standin"):
+                first_sync = time.perf_counter() - t0
             for v in op.inputs:                          # wait exactly when a reader needs it
                 if v in pending:
-                    wait_s += self._wait(pending.pop(v), vals, v, sched, t0, records, cuda_recs)
+                    waits.append(self._wait(pending.pop(v), vals, v, sched, t0, records, cuda_recs))
             if op.is_comm:
                 x = vals[op.inputs[0]]
                 if op.name in plan.clone_input:
@@ -160,7 +170,7 @@ class Runner:
                 if plan.last_use.get(v) == i and v not in plan.keep and v != TOKENS:
                     vals.pop(v, None)
         for v in list(pending):                          # nothing should be left; be safe
-            wait_s += self._wait(pending.pop(v), vals, v, sched, t0, records, cuda_recs)
+            waits.append(self._wait(pending.pop(v), vals, v, sched, t0, records, cuda_recs))
         if self.cuda and comm_used:
             # join for graph capture -- only a stream this pass forked: under capture, waiting on
             # an idle (non-captured) stream's event is illegal (a schedule with no collectives)
@@ -171,7 +181,7 @@ class Runner:
                 records.append(Record(name, self.rank, stream, base_ev.elapsed_time(e0) / 1e3,
                                       base_ev.elapsed_time(e1) / 1e3, st.phase, kind))
         logits_name = [op for op in sched.ops if op.kind == "sample"][-1].inputs[0]
-        return PassResult(vals[logits_name], vals["next_tokens"], records, wait_s)
+        return PassResult(vals[logits_name], vals["next_tokens"], records, sum(waits), tuple(waits), first_sync)
 
     # ------------------------------------------------------------------ collectives
 
@@ -298,6 +308,23 @@ def _add(ctx: _Ctx, op: Op, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return a + b
 
 
+def _standin(ctx: _Ctx, op: Op, x: torch.Tensor) -> torch.Tensor:
+    """A collective's output computed locally: x itself, or x [rows, w] tiled to [rows, width]."""
+    cost_s = op.attr("cost_ns") * 1e-9
+    if cost_s > 0:
+        if x.is_cuda:
+            raise ValueError(f"op {op.name}: a stand-in with a cost runs on CPU only")
+        end = time.perf_counter() + cost_s
+        while time.perf_counter() < end:            # busy, as the compute it stands for would be
+            pass
+    width = op.attr("width")
+    return x if x.shape[-1] == width else x.repeat(1, width // x.shape[-1])
+
+
+def _wait(ctx: _Ctx, op: Op, x: torch.Tensor) -> torch.Tensor:
+    return x                                        # the runner waited before calling this
+
+
 def _sample(ctx: _Ctx, op: Op, logits: torch.Tensor) -> torch.Tensor:
     b = op.attr("batch")
     last = logits.view(b, -1, logits.shape[-1])[:, -1, :op.attr("vocab")]   # drop vocab padding
@@ -346,7 +373,7 @@ def _attention(ctx: _Ctx, op: Op, qkv: torch.Tensor) -> torch.Tensor:
 
 KERNELS: dict[str, Callable] = {
     "embed": _embed, "rmsnorm": _rmsnorm, "gemm": _gemm, "attention": _attention,
-    "swiglu": _swiglu, "add": _add, "sample": _sample,
+    "swiglu": _swiglu, "add": _add, "sample": _sample, "standin": _standin, "wait": _wait,
 }
 _COMPILABLE = ("rmsnorm", "swiglu", "attention")
 

@@ -119,6 +119,8 @@ class CostModel:
     # -- compute
 
     def compute_s(self, op: Op, phase: str) -> float:
+        if op.given_cost_s is not None:          # a stand-in or wait (sim.transform): its own cost
+            return op.given_cost_s
         key = (op.signature, phase)
         t = self._cache.get(key)
         if t is None:

@@ -1,6 +1,6 @@
 """Model shapes (Llama-architecture decoder stacks) and their per-rank TP shards.
 
-Shapes come from ../shared/reference/FACTS.md §3 (the models' published configs).
+Shapes come from docs/sources.md §3 (the models' published configs).
 """
 from __future__ import annotations
 
@@ -133,13 +133,13 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in [
     _m("llama-2-13b", 5120, 40, 40, 40, 128, 13824, 32000, desc="Llama 2 13B (MHA)"),
     _m("llama-2-70b", 8192, 80, 64, 8, 128, 28672, 32000, desc="Llama 2 70B"),
     _m("codellama-34b", 8192, 48, 64, 8, 128, 22016, 32000, desc="CodeLlama 34B"),
-    # The Ladder Residual paper's own configurations (FACTS.md §3).
+    # The Ladder Residual paper's own configurations (docs/sources.md §3).
     _m("ladder-1b", 1536, 40, 24, 24, 64, 4096, 49152, desc="Ladder paper '1B' (MHA)"),
     _m("ladder-3b", 2304, 40, 32, 32, 72, 9216, 49152, desc="Ladder paper '3B' (MHA)"),
     _m("ladder-405b", 16384, 126, 128, 16, 128, 53248, 128256, desc="Ladder paper's 405B (16 KV heads)"),
     _m("bloom-176b-llama", 14336, 70, 112, 112, 128, 50176, 250880,
        desc="BLOOM-176B dims in a Llama block (Ladder paper '176B')"),
-    # Tiny models for tests and CPU runs. toy-* follow FACTS.md §8: an 8-layer stack whose hidden
+    # Tiny models for tests and CPU runs. toy-* follow docs/sources.md §8: an 8-layer stack whose hidden
     # size moves a 2-rank gloo group from communication-bound (512) to balanced (1024-2048).
     _m("tiny", 64, 2, 4, 2, 16, 128, 256, desc="4-head toy for numerics tests"),
     _m("toy-512", 512, 8, 8, 4, 64, 1536, 1024, desc="8-layer CPU toy, comm-bound on gloo"),

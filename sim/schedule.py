@@ -8,12 +8,13 @@ the issue order reaches them (async), start once every rank has issued them, and
 is awaited only by the op that reads it. So "blocking all-reduce" (standard) and "async
 all-reduce awaited later" (ladder) differ only in op order and dataflow, never in op semantics.
 
-Dataflow of each schedule: ../shared/reference/FACTS.md §1.
+Dataflow of each schedule: docs/design.md ("The schedules").
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 from .model import ModelSpec, Shard
 from .stack import Stack, Step
@@ -29,9 +30,14 @@ KINDS = {
     "swiglu": COMPUTE,      # [rows, 2*width] -> silu(a) * b [rows, width]
     "add": COMPUTE,         # a + b, both [rows, width]
     "sample": COMPUTE,      # logits [B, vocab] -> next token ids [B] (greedy argmax)
+    "standin": COMPUTE,     # local stand-in of given cost (attr cost_ns): [rows, w] -> [rows, width], the
+                            # input itself or tiled to width (what an all-gather's output looks like)
+    "wait": COMPUTE,        # explicit wait: done once its input (a collective's output) exists; no work
     "all_reduce": COMM,     # sum over the TP group, [rows, width] in and out
     "all_gather": COMM,     # concat over the TP group along the last dim
 }
+
+GIVEN_COST = ("standin", "wait")      # kinds that carry their own cost (sim.transform builds them)
 
 TOKENS = "tokens"           # the one external input of every forward pass
 
@@ -66,6 +72,11 @@ class Op:
             if k == key:
                 return v
         raise KeyError(f"op {self.name} has no attr {key!r}")
+
+    @property
+    def given_cost_s(self) -> float | None:
+        """The cost a stand-in or wait carries itself (attr cost_ns); None for ops a profile prices."""
+        return self.attr("cost_ns") * 1e-9 if self.kind in GIVEN_COST else None
 
     @property
     def signature(self) -> tuple:
@@ -195,7 +206,7 @@ class _Builder:
         return self.add_op("sample", "sample", [logits], ["next_tokens"],
                            [("batch", st.batch), ("rows", rows), ("vocab", m.vocab)])
 
-    # -- layer bodies (FACTS.md §1); x is the layer's input residual, the return its output
+    # -- layer bodies (docs/design.md, "The schedules"); x is the layer's input residual, the return its output
 
     def standard_layer(self, i: int, x: str, comm: bool = True) -> str:
         p = self.attn(i, x)
@@ -249,24 +260,31 @@ class _Builder:
         """Embedding, the layers as `plan` says (one LAYER_KINDS entry per layer), head."""
         x = self.embed()
         for kind, first, end in runs(plan):
-            if kind == "ladder":
-                x = self.ladder_layers(first, end, x)
-                continue
-            for i in range(first, end):
-                if kind == "standard":
-                    x = self.standard_layer(i, x)
-                elif kind == "upper-bound":
-                    x = self.standard_layer(i, x, comm=False)
-                elif kind == "spd":
-                    x = self.spd_layer(i, x)
-                elif kind == "parallel":
-                    x = self.parallel_layer(i, x)
-                else:
-                    raise ValueError(f"unknown layer kind {kind!r}; choose from {', '.join(LAYER_KINDS)}")
+            build = LAYER_KINDS.get(kind)
+            if build is None:
+                raise ValueError(f"unknown layer kind {kind!r}; choose from {', '.join(LAYER_KINDS)}")
+            x = build(self, first, end, x)
         return self.head(x)
 
 
-LAYER_KINDS = ("standard", "ladder", "spd", "parallel", "upper-bound")
+def _each(layer: Callable[[_Builder, int, str], str]) -> Callable[[_Builder, int, int, str], str]:
+    """A layer kind whose layers are built one at a time (all but ladder)."""
+    def build(b: _Builder, first: int, end: int, x: str) -> str:
+        for i in range(first, end):
+            x = layer(b, i, x)
+        return x
+    return build
+
+
+# Layer kind -> builder of a run of such layers: (builder, first layer, end layer, input residual)
+# -> output residual. A new kind of layer is one entry here (and its plan function in SCHEDULES).
+LAYER_KINDS: dict[str, Callable[[_Builder, int, int, str], str]] = {
+    "standard": _each(_Builder.standard_layer),
+    "ladder": _Builder.ladder_layers,
+    "spd": _each(_Builder.spd_layer),
+    "parallel": _each(_Builder.parallel_layer),
+    "upper-bound": _each(lambda b, i, x: b.standard_layer(i, x, comm=False)),
+}
 
 
 def runs(plan: tuple[str, ...]) -> list[tuple[str, int, int]]:
@@ -314,6 +332,9 @@ SCHEDULES = {
     "parallel": plan_parallel,
     "upper-bound": plan_upper_bound,
 }
+
+# What every command runs when given no --schedule: the five schedules, SPD on the SPD paper's 70% of blocks.
+DEFAULT_SCHEDULES = ("standard", "ladder", "parallel", "spd:0.7", "upper-bound")
 
 SCHEDULE_HELP = ("standard | ladder | ladder:K (upper K layers) | spd:F (fraction F of blocks from the top) "
                  "| spd:3,5,9-12 (layer list; one layer as spd:[7]) | parallel | upper-bound")

@@ -1,4 +1,4 @@
-"""nccl-tests output in every layout of FACTS.md §5 -> profile tables; broken files name the line."""
+"""nccl-tests output in every layout of docs/sources.md §5 -> profile tables; broken files name the line."""
 import os
 
 import pytest

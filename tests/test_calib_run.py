@@ -19,6 +19,7 @@ pytestmark = pytest.mark.hw
 SHAPES = dict(models=("tiny",), tps=(2,), batches=(1,), prompt_len=(8,), gen_len=(4,), quick=True)
 
 
+@pytest.mark.slow          # starts real gloo ranks: 5-20 s
 def test_interrupted_calibration_resumes_without_remeasuring(tmp_path):
     out = tmp_path / "cpu.json"
     with pytest.raises(CalibrationStopped, match="partial results kept"):
@@ -112,6 +113,7 @@ def test_cli_user_errors_exit_2(tmp_path):
     assert r.exit_code == 2 and "--extends" in r.output
 
 
+@pytest.mark.slow          # starts real gloo ranks: 5-20 s
 def test_partial_calibration_extends_a_base(tmp_path):
     """--extends: only the measured collectives are written; the base completes the profile."""
     out = tmp_path / "gloo-over-h100.json"
@@ -127,6 +129,7 @@ def test_partial_calibration_extends_a_base(tmp_path):
     assert {lm.name for lm in p.link_models["node"]} == {"small", "large"}  # only ours: h100-sxm has a topology
 
 
+@pytest.mark.slow          # starts real gloo ranks: 5-20 s
 def test_overlap_without_a_decode_step_falls_back_to_the_gemm_method(tmp_path):
     # gen 1 has no decode step to run passes of: the one-gemm method measures instead of crashing
     out = calibrate("gloo", 2, out=tmp_path / "g1.json", timeout_s=60, **(SHAPES | {"gen_len": (1,)}))

@@ -23,6 +23,7 @@ def run_dir(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow          # the run_dir fixture calibrates and benches on real gloo ranks (minutes)
 def test_end_to_end_report(run_dir):
     res = json.loads((run_dir / "compare.json").read_text())
     assert not res["failed"]
@@ -59,6 +60,7 @@ def test_machine_drift_is_measurement_over_calibration():
     assert machine_drift({"env": {"probe_s": [0.01, 0.01]}}, SimpleNamespace(raw={})) is None
 
 
+@pytest.mark.slow          # the run_dir fixture calibrates and benches on real gloo ranks (minutes)
 def test_per_op_join_uses_the_ir_names(run_dir):
     res = json.loads((run_dir / "compare.json").read_text())
     std = res["points"][0]["schedules"][0]
@@ -74,6 +76,7 @@ def test_per_op_join_uses_the_ir_names(run_dir):
     assert contrib == sorted(contrib, reverse=True)
 
 
+@pytest.mark.slow          # the run_dir fixture calibrates and benches on real gloo ranks (minutes)
 def test_bad_measured_inputs_fail_alone(run_dir, tmp_path):
     good = next((run_dir / "measured").glob("*.json"))
     other = json.loads(good.read_text()) | {"model": "llama-9"}

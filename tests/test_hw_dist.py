@@ -36,22 +36,26 @@ def _check(tp, *extra):
     return out
 
 
+@pytest.mark.slow          # starts real gloo ranks: 5-20 s
 def test_check_tp2_all_schedules():
     _check(2)
 
 
+@pytest.mark.slow          # starts real gloo ranks: 5-20 s
 def test_check_tp4_all_schedules():
     _check(4, "--batch", "2")
 
 
+@pytest.mark.slow          # starts real gloo ranks: 5-20 s
 def test_check_tp2_other_stack():
     _check(2, "--head", "vocab-parallel", "--attention", "flash", "--kv", "filled",
            "--prefill-logits", "last", "--no-expand-gqa")
 
 
+@pytest.mark.slow          # starts real gloo ranks: 5-20 s
 def test_bench_json_records_match_ir(tmp_path):
     out_path = tmp_path / "bench.json"
-    cmd = [sys.executable, "-m", "hw.commands", "bench", "--backend", "gloo", "--nproc", "2", "--model", "tiny",
+    cmd = [sys.executable, "cli.py", "bench", "--backend", "gloo", "--nproc", "2", "--model", "tiny",
            "--schedule", "standard", "--schedule", "ladder", "--json", "--prompt", "16", "--gen", "9",
            "--repeats", "2", "--warmup", "1", "--device", "cpu", "--out", str(out_path)]
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -82,6 +86,7 @@ def test_bench_json_records_match_ir(tmp_path):
                 assert all(x["end_s"] >= x["start_s"] >= 0 for x in recs)
 
 
+@pytest.mark.slow          # starts real gloo ranks: 5-20 s
 def test_emulated_rank_runs_tp_shapes_on_one_process():
     # one process as rank 0 of a TP-4 job: its shard shapes, collectives over the 1-process group
     res = CliRunner().invoke(bench_cmd, [*SMALL, "--tp", "1", "--emulate-tp", "4", "--schedule", "ladder",
@@ -96,6 +101,7 @@ def test_emulated_rank_runs_tp_shapes_on_one_process():
     assert bad.exit_code == 2 and "--emulate-tp 4 runs one process" in bad.output
 
 
+@pytest.mark.slow          # starts real gloo ranks: 5-20 s
 def test_emulated_rank_with_a_vocab_parallel_head():
     # the head's all-gather runs over the 1-process group and still yields full-vocab logits
     res = CliRunner().invoke(bench_cmd, [*SMALL, "--tp", "1", "--emulate-tp", "2", "--head", "vocab-parallel",
@@ -115,6 +121,7 @@ def test_rank_death_ends_run_quickly():
     assert "rank 1 of 2 exited with code 17" in res.output and "stopped the other ranks" in res.output
 
 
+@pytest.mark.slow          # starts real gloo ranks: 5-20 s
 def test_hung_rank_times_out():
     t = time.monotonic()
     res = CliRunner().invoke(bench_cmd, [*SMALL, "--tp", "2", "--repeats", "1", "--timeout-s", "4",
@@ -133,10 +140,11 @@ def test_user_errors_exit_2():
     assert r.exit_code == 2 and "nccl" in r.output
 
 
+@pytest.mark.slow          # starts real gloo ranks: 5-20 s
 def test_torchrun_rank_mode_and_layers():
-    """`torchrun -m hw.check` runs each process as one rank; --layers truncates the model."""
+    """`torchrun -m cli check` runs each process as one rank; --layers truncates the model."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "hw.check", "--model", "toy-512", "--layers", "1", "--prompt", "8", "--gen", "9",
+           "-m", "cli", "check", "--model", "toy-512", "--layers", "1", "--prompt", "8", "--gen", "9",
            "--device", "cpu", "--schedule", "standard", "--schedule", "ladder", "--json"]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)

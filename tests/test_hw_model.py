@@ -8,8 +8,9 @@ from hw.check import Reference  # noqa: E402
 from sim.memory import Placement  # noqa: E402
 from hw.runner import Runner, make_plan  # noqa: E402
 from sim.model import get_model  # noqa: E402
-from sim.schedule import build  # noqa: E402
+from sim.schedule import build, plan_of  # noqa: E402
 from sim.stack import Stack, Step  # noqa: E402
+from sim.transform import local  # noqa: E402
 
 pytestmark = pytest.mark.hw
 TINY = get_model("tiny")
@@ -46,13 +47,13 @@ def test_shards_reassemble_the_full_weights(tp):
         assert torch.equal(s["embed"], full["embed"])
 
 
-def _run_single(spec, stack, prompt=8, gen=5, batch=2):
+def _run_single(spec, stack, prompt=8, gen=5, batch=2, transform=lambda s: s):
     """Single-process runner (tp=1, no collectives) over prefill + teacher-forced decode."""
     rm = hm.build_rank_model(TINY, 1, 0, batch=batch, max_seq=prompt + gen, dtype=stack.dtype)
     runner = Runner(rm, None)
     tokens = torch.randint(0, TINY.vocab, (batch, prompt + gen - 1), generator=torch.Generator().manual_seed(3))
-    pre = build(spec, TINY, 1, Step.prefill(batch, prompt, gen, stack), stack)
-    dec = build(spec, TINY, 1, Step.decode(batch, prompt, gen, 1, stack), stack)
+    pre = transform(build(spec, TINY, 1, Step.prefill(batch, prompt, gen, stack), stack))
+    dec = transform(build(spec, TINY, 1, Step.decode(batch, prompt, gen, 1, stack), stack))
     outs = [runner.forward(pre, tokens[:, :prompt], 0).logits]
     for j in range(1, gen):
         p = prompt + j - 1
@@ -65,7 +66,7 @@ def _run_single(spec, stack, prompt=8, gen=5, batch=2):
 def test_runner_kernels_match_reference(stack):
     # upper-bound at TP 1 is the full model with no collectives: equal to the standard reference.
     outs, tokens = _run_single("upper-bound", stack)
-    ref = Reference(TINY, hm.full_weights(TINY), "standard", 1, 2, 13)
+    ref = Reference(TINY, hm.full_weights(TINY), plan_of("standard", TINY.layers), 1, 2, 13)
     r = ref.forward(tokens[:, :8], 0)
     if stack.prefill_logits == "last":
         r = r.view(2, 8, -1)[:, -1]
@@ -74,12 +75,38 @@ def test_runner_kernels_match_reference(stack):
         assert torch.allclose(outs[j], ref.forward(tokens[:, 7 + j:8 + j], 7 + j), atol=1e-4)
 
 
+def test_runner_runs_stand_ins_and_waits():
+    # standard without its collectives (sim.transform.local) is upper-bound, op for op
+    st = Stack(dtype="fp32")
+    local_outs, _ = _run_single("standard", st, transform=local)
+    ub_outs, _ = _run_single("upper-bound", st)
+    assert all(torch.equal(a, b) for a, b in zip(local_outs, ub_outs))
+    # one rank of TP 2 with a vocab-parallel head: the all-gather's stand-in tiles the shard
+    rm = hm.build_rank_model(TINY, 2, 0, batch=1, max_seq=8, dtype="fp32", head="vocab-parallel")
+    vp = Stack(dtype="fp32", head="vocab-parallel")
+    sched = local(build("standard", TINY, 2, Step.prefill(1, 8, 1, vp), vp))
+    logits = Runner(rm).forward(sched, torch.zeros(1, 8, dtype=torch.long), 0).logits     # [8, 2 * shard]
+    half = logits.shape[1] // 2
+    assert half == -(-TINY.vocab // 2) and torch.equal(logits[:, :half], logits[:, half:])
+    # a stand-in with a cost spins for it
+    op = next(op for op in sched.ops if op.kind == "standin")
+    import dataclasses
+    import time
+    from hw.runner import KERNELS
+    slow = dataclasses.replace(op, attrs=tuple((k, 2_000_000 if k == "cost_ns" else v) for k, v in op.attrs))
+    x = torch.ones(1, TINY.hidden)
+    t0 = time.perf_counter()
+    assert KERNELS["standin"](None, slow, x) is x and time.perf_counter() - t0 >= 2e-3
+
+
 def test_references_have_teeth():
     w = hm.full_weights(TINY)
     tok = torch.randint(0, TINY.vocab, (1, 8), generator=torch.Generator().manual_seed(0))
-    out = {s: Reference(TINY, w, s, tp, 1, 8).forward(tok, 0)
-           for s, tp in [("standard", 2), ("ladder", 2), ("parallel", 2), ("spd:1.0", 2)]}
-    out["spd4"] = Reference(TINY, w, "spd:1.0", 4, 1, 8).forward(tok, 0)
+    out = {s: Reference(TINY, w, plan_of(s, TINY.layers), tp, 1, 8).forward(tok, 0)
+           for s, tp in [("standard", 2), ("ladder", 2), ("parallel", 2), ("spd:1.0", 2), ("ladder:1", 2)]}
+    out["spd4"] = Reference(TINY, w, plan_of("spd:1.0", TINY.layers), 4, 1, 8).forward(tok, 0)
+    with pytest.raises(ValueError, match="upper-bound"):
+        Reference(TINY, w, plan_of("upper-bound", TINY.layers), 2, 1, 8)
     keys = list(out)
     for i, a in enumerate(keys):
         for b in keys[i + 1:]:

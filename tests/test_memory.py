@@ -51,7 +51,9 @@ def test_local_shapes_tied_head():
     assert local_param_shapes(Placement(m, 2, 0, "vocab-parallel"))["head"] == (64128, 2048)
 
 
+@pytest.mark.hw
 def test_cli_refuses_before_launching():
+    pytest.importorskip("torch")          # without torch bench refuses earlier, for that reason
     from hw.commands import bench_cmd
     res = CliRunner().invoke(bench_cmd, ["--model", "llama-3.1-405b", "--tp", "8", "--gpu-mem-gib", "80",
                                          "--device", "cpu", "--dtype", "fp16"])

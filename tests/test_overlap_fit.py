@@ -1,91 +1,78 @@
-"""The in-pass overlap calibration (calib.overlap.summarize_passes) yields slowdowns under which
-the simulator's engine reproduces the measured passes, pinned on hand-computed toy timelines."""
+"""Overlap parameters fitted by simulating the calibration's own passes (calib.overlap_fit),
+pinned on hand-computed timelines, and the engine's wake-up of a rank blocked on a collective."""
 import pytest
 
-from calib.overlap import summarize_passes
-from sim.engine import Interference, simulate
-from sim.schedule import Op, Schedule
-from toy import ONE_LAYER, STACK
+from calib.overlap_fit import fit, pass_ratios
+from sim.engine import Interference
+from sim.schedule import Schedule
 from sim.stack import Step
-
-# A pass with two all-reduces: compute c0 = 2 before the first, 3 between them, 1 after the second
-# (C = 6 alone). A blocking all-reduce costs b = 4 here: Tb = 6 + 2 * 4 = 14.
-# Overlapped with compute_slowdown 1.5 and comm_slowdown 2, by hand:
-#   [0, 2] c0; AR0 from 2 under the 3-unit segment slowed to 4.5 -> done 4.5 / 2 = 2.25 of 4 at 6.5,
-#   the wait finishes the other 1.75 at full speed: 8.25. AR1 from 8.25 under the last segment
-#   (1 -> 1.5): 0.75 done at 9.75, the wait 3.25 more: 13.0. So To = 13, Wo = 1.75 + 3.25 = 5.
-C0, SEG1, SEG2, B = 2.0, 3.0, 1.0, 4.0
-ALONE, BLOCKING, OVERLAPPED, WAIT = C0 + SEG1 + SEG2, 14.0, 13.0, 5.0
+from toy import ONE_LAYER, STACK, TWO_AR_COST, TWO_AR_PASS, toy_op, toy_schedule, toy_time
 
 
-def rank_trials(drift=(1.0, 1.0, 1.0)):
-    # every quantity of trial i scaled by drift[i] (the machine's speed moving between trials)
-    def scaled(x):
-        return [x * d for d in drift]
-    return {"alone": scaled(ALONE), "first": scaled(C0), "blocking": scaled(BLOCKING),
-            "overlapped": scaled(OVERLAPPED), "overlapped_wait": scaled(WAIT), "n": 2}
+BLOCKING, COST = TWO_AR_PASS, TWO_AR_COST
 
 
-def test_slowdowns_recovered_from_hand_computed_passes():
-    s = summarize_passes([[rank_trials()], [rank_trials()]])
-    assert s["compute_slowdown"] == pytest.approx(1.5)       # (13 - 5 - 2) / (6 - 2)
-    assert s["comm_slowdown"] == pytest.approx(2.0)          # 6 / (14 - 6 - 5)
-    case = s["cases"][0]
-    assert case["all_reduce_in_context_us"] == pytest.approx(B * 1e6)
-    assert s["overlaps"] and case["blocking_over_overlapped"] == pytest.approx(14 / 13)
-    assert case["per_trial_s"]["overlapped_wait"] == [WAIT] * 3           # raw points kept beside the fit
+def cost(op):
+    return COST[op.name]
 
 
-def test_paired_medians_survive_one_slow_trial():
-    # one trial 3x slower on everything: medians of the paired terms still give the same factors
-    s = summarize_passes([[rank_trials((1.0, 1.0, 3.0))], [rank_trials((1.0, 1.0, 3.0))]])
-    assert s["compute_slowdown"] == pytest.approx(1.5) and s["comm_slowdown"] == pytest.approx(2.0)
+def test_pass_ratios_on_the_hand_timeline():
+    # s = 1.5, k = 2, no wake-up (tests/test_overlap_fit.py by hand): To = 13, Wo = 5
+    r, w = pass_ratios(BLOCKING, cost, Interference(1.5, 2.0))
+    assert (r, w) == (pytest.approx(14 / 13), pytest.approx(5 / 13))
+    # wake-up 1 of each all-reduce's 4: work 3. AR0 from 2 under seg1 (3 -> 4.5): 2.25 of 3 done at
+    # 6.5; the wait ends at 7.25, waking at 8.25 (wait 1.75). AR1 runs from 7.25, at full speed
+    # while the rank wakes (1 done at 8.25), then under seg2 (1 -> 1.5): 0.75 more at 9.75; the
+    # last wait ends at 11 + 1 wake = 12 (wait 2.25). Blocking still costs 2 + 4 + 3 + 4 + 1 = 14.
+    r, w = pass_ratios(BLOCKING, cost, Interference(1.5, 2.0, wake_s=1.0))
+    assert (r, w) == (pytest.approx(14 / 12), pytest.approx(4 / 12))
 
 
-def test_no_progress_and_no_slowdown_are_clamped():
-    # overlapped = blocking and compute unslowed: the collective did nothing while compute ran
-    r = rank_trials()
-    r |= {"overlapped": [BLOCKING] * 3, "overlapped_wait": [BLOCKING - ALONE] * 3}
-    s = summarize_passes([[r]])
-    assert s["compute_slowdown"] == 1.0 and s["comm_slowdown"] == 50.0 and not s["overlaps"]
+def test_wake_up_leaves_blocking_schedules_unchanged_and_helps_overlap():
+    from sim.engine import simulate
+    for spec in ("standard", "parallel", "spd:1"):
+        base = simulate(toy_schedule(spec), toy_time(4), interference=Interference(1.5, 2.0)).duration_s
+        woke = simulate(toy_schedule(spec), toy_time(4), interference=Interference(1.5, 2.0, wake_s=1.0)).duration_s
+        assert woke == pytest.approx(base)
+    lad = [simulate(toy_schedule("ladder"), toy_time(4), interference=Interference(1.5, 2.0, wake_s=w)).duration_s
+           for w in (0.0, 1.0)]
+    assert lad[1] < lad[0]
+    # a wake-up longer than a collective costs no more than the collective
+    assert simulate(toy_schedule("standard"), toy_time(0.5), interference=Interference(wake_s=9.0)).duration_s == \
+        pytest.approx(simulate(toy_schedule("standard"), toy_time(0.5)).duration_s)
 
 
-def test_cases_pool_weighted_by_their_time():
-    # a second case twice as long, whose compute is not slowed (S = A = 8) and whose all-reduces
-    # get 8 of their work done during it (Tb = 12 + 16 = 28, Wo = 16 - 8 = 8, To = 2*2 + 8 + 8):
-    # pooled compute 1.5*4 + 8 over 4 + 8; comm (6 + 8) / (3 + 8)
-    slow = {"alone": [12.0] * 3, "first": [4.0] * 3, "blocking": [28.0] * 3, "overlapped": [20.0] * 3,
-            "overlapped_wait": [8.0] * 3, "n": 2}
-    s = summarize_passes([[rank_trials(), slow]])
-    assert [c["comm_slowdown"] for c in s["cases"]] == pytest.approx([2.0, 1.0])
-    assert s["compute_slowdown"] == pytest.approx(14 / 12)
-    assert s["comm_slowdown"] == pytest.approx(14 / 11)
+def test_fit_recovers_known_parameters_from_two_cases():
+    # targets made by the engine itself under known parameters, on two passes whose modules are
+    # short (toy ladder of 2 layers, collective 4) and long (collective 1.5) against the collective
+    truth = Interference(1.8, 2.5, wake_s=0.7)
+    cases = []
+    for c in (4.0, 1.5):
+        sched, t = toy_schedule("standard"), toy_time(c)
+        cases.append((sched, t, pass_ratios(sched, t, truth)))
+    got, resid = fit(cases, Interference(1.2, 1.5, 0.2), max_evals=600)
+    assert resid < 1e-6
+    for sched, t, target in cases:                     # reproduces what was measured
+        assert pass_ratios(sched, t, got) == pytest.approx(target, rel=1e-3)
+    assert got.wake_s == pytest.approx(0.7, rel=0.05)
 
 
-def _pattern(overlapped: bool) -> Schedule:
-    """The calibration's pass as a schedule: seg0 -> AR0 -> seg1 -> AR1 -> seg2 -> end. Overlapped:
-    seg1 does not read AR0 (in flight), seg2 reads it (waited before AR1 is issued); blocking:
-    each segment reads the previous all-reduce."""
-    def op(name, kind, ins, outs=None):
-        return Op(name, kind, tuple(ins), (outs or name,), (("m", 1), ("n", 1)), "fp32", 0)
-    ops = [op("seg0", "gemm", ["tokens"]), op("ar0", "all_reduce", ["seg0"]),
-           op("seg1", "gemm", ["seg0" if overlapped else "ar0"]), op("ar1", "all_reduce", ["seg1"]),
-           op("seg2", "gemm", ["seg1", "ar0"] if overlapped else ["ar1"]), op("end", "add", ["seg2", "ar1"])]
-    return Schedule("calib-pattern", ONE_LAYER, 2, Step.decode(1, 8, 4, 1, STACK), STACK, tuple(ops))
+def test_a_collective_blocked_on_a_collective_pays_the_wake_too():
+    # seg0 = 2 -> ar0 (4) -> ar1 reads ar0 (4) -> seg2 = 1: blocking costs 11 whatever the wake-up
+    chain = Schedule("chain", ONE_LAYER, 2, Step.decode(1, 8, 4, 1, STACK), STACK, (
+        toy_op("seg0", "gemm", ["tokens"]), toy_op("ar0", "all_reduce", ["seg0"]), toy_op("ar1", "all_reduce", ["ar0"]),
+        toy_op("seg2", "gemm", ["ar1"])))
+    from sim.engine import simulate
+    costs = {"seg0": 2.0, "ar0": 4.0, "ar1": 4.0, "seg2": 1.0}
+    for w in (0.0, 1.0, 3.0):
+        assert simulate(chain, lambda op: costs[op.name], interference=Interference(wake_s=w)).duration_s == \
+            pytest.approx(11.0)
 
 
-def test_engine_reproduces_the_measured_passes_with_the_fitted_factors():
-    s = summarize_passes([[rank_trials()], [rank_trials()]])
-    costs = {"seg0": C0, "seg1": SEG1, "seg2": SEG2, "ar0": B, "ar1": B, "end": 0.0}
-    inter = Interference(s["compute_slowdown"], s["comm_slowdown"])
-    over = simulate(_pattern(True), lambda o: costs[o.name], ranks=2, interference=inter)
-    assert over.duration_s == pytest.approx(OVERLAPPED) and over.exposed_comm_s == pytest.approx(WAIT)
-    block = simulate(_pattern(False), lambda o: costs[o.name], ranks=2, interference=inter)
-    assert block.duration_s == pytest.approx(BLOCKING)
-
-
-def test_all_reduces_done_before_their_wait_are_counted():
-    # 3 trials x 2 ranks, n = 2 all-reduces -> one wait per pass inside it; 3 of the 6 found it done
-    a, b = rank_trials() | {"early": [1, 0, 1]}, rank_trials() | {"early": [0, 1, 0]}
-    s = summarize_passes([[a], [b]])
-    assert s["done_early"] == pytest.approx(0.5) and s["cases"][0]["done_early"] == pytest.approx(0.5)
+def test_fitted_wake_is_capped_at_the_longest_all_reduce():
+    # passes the engine made with a wake-up as long as every all-reduce: any larger one fits as well,
+    # so the fit must not wander off to a huge value
+    sched, t = toy_schedule("standard"), toy_time(1.5)
+    target = pass_ratios(sched, t, Interference(1.2, 2.0, wake_s=1.5))
+    got, _ = fit([(sched, t, target)], Interference(1.2, 2.0, 1.0))
+    assert got.wake_s <= 1.5 + 1e-12

@@ -54,6 +54,7 @@ def test_pinning_can_be_turned_off():
     assert cores is None
 
 
+@pytest.mark.hw
 def test_compute_points_take_the_slowest_ranks_median():
     pytest.importorskip("torch")
     from calib.compute import _Sample, points
@@ -68,6 +69,7 @@ def test_compute_points_take_the_slowest_ranks_median():
     assert p["samples"] == 10
 
 
+@pytest.mark.hw
 def test_speed_probe_runs_on_one_thread_and_restores_the_setting():
     torch = pytest.importorskip("torch")
     from hw.probe import probe_s

@@ -1,4 +1,4 @@
-"""The IR's dataflow for each schedule (FACTS.md §1), checked op by op."""
+"""The IR's dataflow for each schedule (docs/design.md, "The schedules"), checked op by op."""
 import pytest
 
 from sim.model import get_model
@@ -17,6 +17,12 @@ def reads(s, name):
     return next(op for op in s.ops if op.name == name).inputs
 
 
+def writer(s, value):
+    """The one op whose outputs include `value`."""
+    (op,) = [op for op in s.ops if value in op.outputs]
+    return op
+
+
 def test_standard_dataflow():
     s = sched("standard")
     assert reads(s, "L0.attn.norm") == ("embed.x",)
@@ -30,7 +36,9 @@ def test_ladder_reads_stale_residuals():
     s = sched("ladder")
     # attention of layer i reads R after attn_{i-1} was added but before mlp_{i-1}
     assert reads(s, "L3.attn.norm") == ("L2.h",)
-    assert reads(s, "L2.h" and "L2.attn.add") == ("L1.x", "L2.attn.allreduce_out")
+    # R after attn_2 (L2.h) is L1.x (R with mlp_1) plus attn_2's sum
+    h = writer(s, "L2.h")
+    assert h.name == "L2.attn.add" and h.inputs == ("L1.x", "L2.attn.allreduce_out")
     # MLP of layer i reads R with mlp_{i-1} added but not attn_i
     assert reads(s, "L3.mlp.norm") == ("L2.x",)
     # layer 0 sees zeros as previous outputs; after the last layer both pending sums are added
@@ -118,3 +126,17 @@ def test_kv_head_replication_and_tp_errors():
     with pytest.raises(ValueError, match="unknown model"):
         get_model("llama-9")
     assert get_model("llama-3.1-405b[:8]").layers == 8
+
+
+def test_a_new_layer_kind_is_one_registry_entry(monkeypatch):
+    """A schedule whose layers are attention only: a builder in LAYER_KINDS and a plan in SCHEDULES."""
+    from sim import schedule as S
+
+    def attn_only(b, i, x):
+        p = b.all_reduce(f"L{i}.attn.allreduce", b.attn(i, x), i)
+        return b.add(f"L{i}.attn.add", x, p, f"L{i}.x", i)
+    monkeypatch.setitem(S.LAYER_KINDS, "attn-only", S._each(attn_only))
+    monkeypatch.setitem(S.SCHEDULES, "attn-only", lambda n: ("attn-only",) * n)
+    s = sched("attn-only")
+    assert s.plan == ("attn-only",) * M.layers and len(s.collectives) == M.layers
+    assert reads(s, "L1.attn.norm") == ("L0.x",) and not [op for op in s.ops if ".mlp." in op.name]

@@ -3,10 +3,11 @@ the median of the per-repeat paired ratios (sign test), the predicted speedup's 
 over the overlap calibration's trials, and compare's three-way verdict."""
 import pytest
 
-pytest.importorskip("torch")
+pytest.importorskip("torch")         # hw.bench (median_ci) imports torch
+pytestmark = pytest.mark.hw
 
 from calib.compare import _sign, speedup_interval, speedup_undetermined  # noqa: E402
-from calib.overlap import factor_samples, summarize_passes  # noqa: E402
+from calib.overlap_summary import factor_samples, summarize_passes  # noqa: E402
 from sim.model import get_model  # noqa: E402
 from sim.predict import Simulator, Workload  # noqa: E402
 from sim.profile import load_profile  # noqa: E402

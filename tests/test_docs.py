@@ -1,0 +1,179 @@
+"""Every `$ tpsim ...` example in README.md and docs/*.md, run through the CLI in-process and
+checked against the output printed under it, so the docs stay true.
+
+How an example is checked: the output's text (headers, row labels, units, error messages) must
+match exactly; numbers may drift by NUMBER_RTOL (the predictions move as the cost model improves).
+Lines starting with "Error:" must match exactly, numbers included. Whitespace runs and the
+repeated box-drawing characters of a table collapse, so a wider number does not fail a table.
+
+An example that cannot run here (it needs torch and real process groups, or hardware) carries an
+HTML comment on the line before its code block, which this test reads:
+
+    <!-- docs-test: skip recorded measurement: needs torch and 2 gloo ranks -->
+
+Refresh every runnable example's output in place after a change that moves the numbers:
+
+    python tests/test_docs.py --update
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+import shlex
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+NUMBER_RTOL = 0.02
+SKIP = re.compile(r"<!--\s*docs-test:\s*skip\s+(.*?)\s*-->")
+NEEDS_TORCH = {"bench", "check", "calibrate", "compare"}
+# a number standing alone (not part of a name such as TP8 or a path): sign, digits, decimals, exponent
+NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?(?![\d.])")
+RUNS = re.compile(r"([ ━─┃│┏┓┗┛┡┩┣┫╇┳┻╋└┘┌┐┬┴├┤┼])\1+")
+
+
+@dataclass
+class Example:
+    path: Path
+    line: int                  # 1-based line of the `$ tpsim` command
+    argv: list[str]
+    expected: list[str]
+    out_span: tuple[int, int]  # [start, end) of the output lines in the file (0-based)
+    skip: str | None
+
+
+def examples(path: Path) -> list[Example]:
+    """The `$ tpsim` commands of every fenced block of `path`, each with the output under it."""
+    lines = path.read_text().splitlines()
+    out: list[Example] = []
+    i = 0
+    while i < len(lines):
+        if not lines[i].startswith("```"):
+            i += 1
+            continue
+        skip = None
+        j = i - 1
+        while j >= 0 and not lines[j].strip():
+            j -= 1
+        if j >= 0 and (m := SKIP.search(lines[j])):
+            skip = m.group(1)
+        end = next(k for k in range(i + 1, len(lines)) if lines[k].startswith("```"))
+        k = i + 1
+        while k < end:
+            if not lines[k].startswith("$ tpsim "):
+                k += 1
+                continue
+            start, cmd = k, lines[k][2:]
+            while cmd.endswith("\\"):
+                k += 1
+                cmd = cmd[:-1] + lines[k].strip()
+            k += 1
+            o = k
+            while k < end and not lines[k].startswith("$ "):
+                k += 1
+            out.append(Example(path, start + 1, shlex.split(cmd)[1:], lines[o:k], (o, k), skip))
+        i = end + 1
+    return out
+
+
+ALL = [e for p in DOCS for e in examples(p)]
+
+
+def run(argv: list[str]) -> list[str]:
+    """The CLI's output lines for `argv`, run in a scratch directory (examples may write files)."""
+    from click.testing import CliRunner
+
+    from cli import main
+    cwd = os.getcwd()
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chdir(tmp)
+        try:
+            r = CliRunner().invoke(main, argv)
+        finally:
+            os.chdir(cwd)
+    lines = [ln.rstrip() for ln in r.output.splitlines()]
+    while lines and not lines[-1]:
+        lines.pop()
+    return lines
+
+
+def skeleton(line: str) -> str:
+    return RUNS.sub(r"\1", NUMBER.sub("#", line.rstrip()))
+
+
+def close(a: str, b: str) -> bool:
+    x, y = float(a), float(b)
+    last_digit = 10.0 ** -len(a.split(".")[1].split("e")[0]) if "." in a else 1.0
+    return math.isclose(x, y, rel_tol=NUMBER_RTOL, abs_tol=last_digit * 1.01)
+
+
+def mismatch(expected: list[str], actual: list[str]) -> str | None:
+    """None when `actual` shows what `expected` shows; else the first differing line, explained."""
+    if len(expected) != len(actual):
+        return f"{len(actual)} lines printed, {len(expected)} in the docs:\n" + "\n".join(actual)
+    for e, a in zip(expected, actual):
+        e, a = e.rstrip(), a.rstrip()
+        if e.startswith("Error:") and e != a:
+            return f"error line differs:\n  docs: {e}\n  now:  {a}"
+        if skeleton(e) != skeleton(a):
+            return f"text differs:\n  docs: {e}\n  now:  {a}"
+        for x, y in zip(NUMBER.findall(e), NUMBER.findall(a)):
+            if not close(x, y):
+                return f"number {x} is now {y} (run `python tests/test_docs.py --update`):\n  docs: {e}\n  now:  {a}"
+    return None
+
+
+def test_every_example_is_found_and_torch_ones_are_marked():
+    assert len(ALL) >= 8, [str(p) for p in DOCS]
+    for e in ALL:
+        if e.argv and e.argv[0] in NEEDS_TORCH:
+            assert e.skip, f"{e.path.name}:{e.line}: `tpsim {e.argv[0]}` needs torch: mark it <!-- docs-test: skip ... -->"
+
+
+@pytest.mark.parametrize("ex", ALL, ids=[f"{e.path.name}:{e.line}" for e in ALL])
+def test_example(ex: Example):
+    if ex.skip:
+        pytest.skip(ex.skip)
+    problem = mismatch(ex.expected, run(ex.argv))
+    assert problem is None, f"{ex.path.relative_to(ROOT)}:{ex.line} `tpsim {' '.join(ex.argv)}`: {problem}"
+
+
+def test_mismatch_is_strict_on_text_and_loose_on_numbers():
+    doc = ["│ ladder      │       62.8 │  1.217x │", "Error: TP 16 does not divide the 40 heads"]
+    assert mismatch(doc, ["│ ladder │ 63.0 │ 1.219x │", doc[1]]) is None         # within 2%, wider columns
+    assert "number" in mismatch(doc, ["│ ladder │ 70.0 │ 1.217x │", doc[1]])
+    assert "text" in mismatch(doc, ["│ spd    │ 62.8 │ 1.217x │", doc[1]])
+    assert "error line" in mismatch(doc, [doc[0], "Error: TP 16 does not divide the 41 heads"])
+
+
+def update() -> int:
+    """Rewrite each runnable example's output in place; returns how many changed."""
+    changed = 0
+    for path in DOCS:
+        lines = path.read_text().splitlines()
+        for ex in reversed(examples(path)):          # bottom-up: earlier spans stay valid
+            if ex.skip:
+                continue
+            now = run(ex.argv)
+            if mismatch(ex.expected, now) is not None:
+                lines[ex.out_span[0]:ex.out_span[1]] = now
+                changed += 1
+                print(f"updated {path.relative_to(ROOT)}:{ex.line} tpsim {' '.join(ex.argv)}")
+        text = "\n".join(lines) + "\n"
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    return changed
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    if sys.argv[1:] != ["--update"]:
+        raise SystemExit("usage: python tests/test_docs.py --update   (or run it with pytest)")
+    print(f"{update()} example(s) refreshed")
