@@ -111,14 +111,14 @@ def main(argv: list[str]) -> int:
     if "--json" in argv:
         print(json.dumps({"rows": rows, "summary": summ}, indent=1))
         return 0
-    head = f"{'source':40s} {"profile":16s} {'n':>3s} {'nodes':>5s} {'p2p':>4s} {'mode':6s} {'impl':6s} " \
+    head = f"{'source':40s} {'profile':16s} {'n':>3s} {'nodes':>5s} {'p2p':>4s} {'mode':6s} {'impl':6s} " \
            f"{'bytes':>10s} {'meas us':>9s} {'model us':>9s} {'error':>8s}  path"
     print(head)
     print("-" * len(head))
     for r in sorted(rows, key=lambda r: not r["in_median"]):
         if not r["in_median"] and not any(not x["in_median"] for x in rows[:rows.index(r)]):
             print("-- out of scope (printed, not in any median):")
-        print(f"{r['file'][:40]:40s} {r["profile"]:16s} {r['group']:3d} {r['nodes']:5d} {'on' if r['p2p'] else 'off':>4s} "
+        print(f"{r['file'][:40]:40s} {r['profile']:16s} {r['group']:3d} {r['nodes']:5d} {'on' if r['p2p'] else 'off':>4s} "
               f"{r['mode']:6s} {r['impl']:6s} {r['bytes']:10d} {r['measured_us']:9.2f} {r['priced_us']:9.2f} "
               f"{r['error_pct']:+7.1f}%  {r['path']}")
     print()
