@@ -333,8 +333,9 @@ class TopologyModel:
             # NCCL 2.21 ncclNvlsInit: NVLS needs more than 2 GPUs in the node; no P2P condition
             if spec.intra == "nvswitch" and spec.nvls_busbw_gbps > 0 and gl > 2:
                 terms.append(self._nvls_term(gl, nodes))     # the smallest node sets the pace
-            if nodes > 1 and len(local) > 1:
-                terms += self._two_level_terms(g, ranks, local, nodes, intra_cls)
+            # The two-level reduce-scatter/all-reduce/all-gather (_two_level_terms) is not one of
+            # NCCL's algorithms: one ncclAllReduce call never runs it, so NCCL's tuner never picks
+            # it (tuning.cc evaluates Tree/Ring/CollNet/NVLS/NVLSTree only).
         return terms
 
     def _nvls_term(self, gl: int, nodes: int) -> "Term":
@@ -390,7 +391,15 @@ class TopologyModel:
             hop_t, hop_r = self._hops(intra_cls, key, p) if per_node > 1 else (0.0, 0.0)
             hop_net = lat.hop_us["net"].get(key, lat.hop_us["net"][p]) if nodes > 1 else 0.0
             net = math.ceil(math.log2(nodes)) * hop_net
-            b = min(bw * payload, cap) if cap else bw * payload
+            # NCCL 2.21 tuning.cc ncclTopoTuneModel, Tree: busBw = bw * .92; LL: busBw / 3.8, capped
+            # at llMaxBw (the cap bounds busBw, not algbw); then busBw -> algbw with ratio .5
+            # (every algorithm but Ring and NVLS/NVLSTree).
+            bus = bw * TREE_BUSBW_FACTOR
+            if p == "ll":
+                bus = bus / TREE_LL_DIVISOR
+            if cap:
+                bus = min(bus, cap)
+            b = bus * TREE_ALGBW_RATIO
             out.append(Term(f"tree/{p}", lat.base_us[key] + 2 * ((per_node - 1) * hop_t + net),
                             lat.base_us[key] + 2 * ((per_node - 1) * hop_r + net), b))
         return out
@@ -426,6 +435,12 @@ class TopologyModel:
 
 # tuning.cc getNetOverhead: the per-step floor of an inter-node ring on an Intel x86 host (us)
 NET_OVERHEAD_US = 1.0
+# NCCL 2.21 src/graph/tuning.cc ncclTopoTuneModel, Tree all-reduce: `busBw = min(busBw*.92, ...)`,
+# `if (a == NCCL_ALGO_TREE && p == NCCL_PROTO_LL) busBw = min(busBw*1.0/3.8, llMaxBw)`, and the
+# bus -> algorithm bandwidth ratio `.5` for every algorithm other than Ring and NVLS/NVLSTree.
+TREE_BUSBW_FACTOR = 0.92
+TREE_LL_DIVISOR = 3.8
+TREE_ALGBW_RATIO = 0.5
 
 
 @dataclass(frozen=True)

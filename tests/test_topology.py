@@ -283,10 +283,12 @@ def test_p2p_off_keeps_nvls_and_nccl_picks_by_its_own_pci_constants():
                               else dict(_model("h100-sxm").choices("all_reduce", 2 ** 18, 8))["nvls"])
 
 
-def test_spanning_nodes_offers_two_level_and_placement_matters():
+def test_spanning_nodes_offers_only_nccl_algorithms_and_placement_matters():
+    """One ncclAllReduce never runs a framework's two-level RS/AR/AG, so the tuner does not pick it."""
     tm = _model("h100-sxm")
     names = [n for n, _ in tm.choices("all_reduce", 2 ** 20, 16)]
-    assert any(n.startswith("two-level") for n in names) and any(n.startswith("tree") for n in names)
+    assert not any(n.startswith("two-level") for n in names)
+    assert {n.split("/")[0] for n in names} == {"ring", "tree", "nvls-tree"}
     # the same 8 ranks as 2 nodes x 4 cost more than one node x 8
     for b in SIZES:
         assert tm.collective_s("all_reduce", b, 8, gpus_per_node=4) > tm.collective_s("all_reduce", b, 8)
@@ -325,3 +327,18 @@ def test_topology_without_nics_cannot_span_nodes(tmp_path):
     assert c.collective_s("all_reduce", 1024, 8, "graph") > 0
     with pytest.raises(ValueError, match="no measured table, no topology NICs"):
         c.collective_s("all_reduce", 1024, 16, "graph")
+
+
+def test_two_node_tree_matches_nccls_own_tuner_print():
+    """NVIDIA/nccl#1453 posts NCCL's tuner lines (NCCL_DEBUG_SUBSYS=TUNING) for all-reduce over
+    2 nodes x 8 H100: "4096 Bytes -> Algo 0 proto 0 time 25.874907", "8192 Bytes -> ... 26.549810"
+    (Algo 0 = Tree, proto 0 = LL). Their intercept is 25.874907 - 4096 x (26.549810 - 25.874907)
+    / 4096 = 25.20 us: tuning.cc's 6.8 + 2 x ((8 - 1) x 0.6 + log2(2) x 5.0), which the model's
+    tuner latency must reproduce. Tree LL algbw follows tuning.cc: min(bw x .92 / 3.8, llMaxBw 45)
+    x .5 = 22.5 GB/s (bw = the node's NVLink chain, 367 GB/s, under its 8 NICs, 400)."""
+    tm = _model("h100-sxm")
+    tree = next(t for t in tm._terms("all_reduce", tuple(tm.placement(16))) if t.name == "tree/ll")
+    intercept = 25.874907 - 4096 * (26.549810 - 25.874907) / 4096
+    assert tree.tuner_us == pytest.approx(intercept, abs=0.01)
+    assert tree.algbw_gbps == pytest.approx(min(367 * 0.92 / 3.8, 45) * 0.5)
+    assert tm.pick("all_reduce", 4096, 16)[0] == "tree/ll"
