@@ -27,7 +27,7 @@ from .engine import Interference, StepResult, simulate
 from .memory import GIB, check_fits, estimate
 from .model import ModelSpec
 from .profile import Profile
-from .sampled import REL_TOL, Estimate, Sampler
+from .sampled import MIN_SAMPLES_PREFILL, REL_TOL, Estimate, Sampler
 from .schedule import Schedule, build, build_plan, plan_of, runs
 from .stack import Stack, Step
 
@@ -143,6 +143,7 @@ class Simulator:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         self.w, self.exact, self.record = workload, self.mode == "brute", record
+        self.seed, self._passes = seed, 0
         self.ranks = ranks or (workload.tp if self.exact else 1)  # simulated ranks (a trace may show fewer)
         self.progress = progress            # called once per simulated forward pass (brute force is slow)
         p = workload.profile
@@ -213,8 +214,9 @@ class Simulator:
 
         jitter = self.w.profile.arrival_jitter
         mean = (lambda op: jitter[self._scope(op)].mean_s) if self.exact else None
+        self._passes += 1       # each pass draws its own jitter (steps are independent draws)
         return simulate(sched, op_time, ranks=self.ranks, interference=self.interference, arrival_mean_s=mean,
-                        record=record)
+                        record=record, seed=self.seed * 1_000_003 + self._passes)
 
     def predict(self, spec: str) -> Prediction:
         w = self.w
@@ -246,7 +248,7 @@ class Simulator:
         """Sampled mode: add the jitter's mean cost to the fast path's times (exposed comm stays
         the jitter-free one)."""
         w, s = self.w, self.sampler
-        p.jitter_prefill = s.estimate(spec, lambda i: w.prefill_step(), lambda st: pre_s)
+        p.jitter_prefill = s.estimate(spec, lambda i: w.prefill_step(), lambda st: pre_s, MIN_SAMPLES_PREFILL)
         p.prefill_s += p.jitter_prefill.delta_s
         if not steps:
             return

@@ -36,7 +36,8 @@ from .stack import Step
 
 WINDOW_LAYERS = 8         # layers added to a run per sample to measure its steady per-layer period
 SAMPLE_BATCH = 8          # samples drawn between two checks of the confidence interval
-MIN_SAMPLES = 16
+MIN_SAMPLES = 32          # also what the spread (a variance) is estimated from
+MIN_SAMPLES_PREFILL = 8   # one prefill: only its mean matters (no spread is reported for it)
 MAX_SAMPLES = 256
 REL_TOL = 2e-3            # stop once the 95% CI half-width of the mean step is within this of it
 Z95 = 1.959963984540054
@@ -162,7 +163,8 @@ class Sampler:
         cx = cv[0] + sum(cj * (cv[j + 1] - cv[0]) for j, cj in enumerate(coefs))
         return x, cx, d[0], incs
 
-    def estimate(self, spec: str, step_for: Callable[[int], Step], step_s: Callable[[Step], float]) -> Estimate:
+    def estimate(self, spec: str, step_for: Callable[[int], Step], step_s: Callable[[Step], float],
+                 min_samples: int = MIN_SAMPLES) -> Estimate:
         """The jitter's mean cost per step, sampled until its 95% half-width is within rel_tol of the
         mean step time. step_for(i): the step of sample i (a decode position); step_s(step): its
         jitter-free time (to state the tolerance against)."""
@@ -180,7 +182,7 @@ class Sampler:
                 scale.append(step_s(step))
             n = len(ds)
             mean, half = control_variate_mean(np.array(ds), np.array(cs))
-            if n >= MIN_SAMPLES and (half <= self.rel_tol * (float(np.mean(scale)) + mean) or n >= self.max_samples):
+            if n >= min_samples and (half <= self.rel_tol * (float(np.mean(scale)) + mean) or n >= self.max_samples):
                 break
         _, coefs = self.configs(spec, step_for(0))
         var = float(np.var(shorts, ddof=1)) + sum(
