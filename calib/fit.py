@@ -355,7 +355,14 @@ def build_profile(cfg, groups: dict, world: int) -> dict:
     # what the measured points assume, for a CLI that defaults its stack from the profile
     prof["stack_defaults"] = {"dtype": cfg.dtype, "collective": impl0,
                               **({"decode_graphs": False, "prefill_graphs": False} if cfg.device == "cpu" else {})}
-    if not cfg.extends:
+    arr = next((g for g in groups.values() if g["kind"] == "arrival"), None)
+    if arr:         # the ranks' arrival spread at a barrier-free all-reduce (calib.collectives.arrival_waits)
+        prof["jitter"] = {"arrival": {arr["scope"]: {"dist": "exponential", "mean_us": {"value": arr["mean_us"], "source": src(
+            f"spread of arrival times across {arr['ranks']} ranks at {arr['calls']} barrier-free all-reduces "
+            f"after equal compute (time inside each call: max over ranks - own); exponential mean by maximum "
+            f"likelihood over {arr['lags']} lags behind the first arrival; spread p50 {arr['spread_p50_us']} us, "
+            f"p90 {arr['spread_p90_us']} us")}}}}
+    elif not cfg.extends:
         prof["jitter"] = {"launch_us": {"value": 0.0, "source": "not measured by tpsim calibrate (no launch-skew model)"}}
     prof["raw"] = {"groups": {k: {"source": src(f"raw measurement group {k}"), **v} for k, v in sorted(groups.items())},
                    "config": cfg.fingerprint()}
