@@ -65,14 +65,15 @@ class _Config:
 
 
 def t_quantile(n: int) -> float:
-    """Two-sided 95% Student-t quantile for n samples (normal for large n)."""
+    """Two-sided 95% Student-t quantile for n samples (n - 1 degrees of freedom), by the
+    Cornish-Fisher expansion around the normal quantile: within 0.2% of the exact value from 5
+    degrees of freedom up (2.5706 -> 2.5678), 3e-4 at 7, exact in the limit. No scipy: a cold `tpsim predict
+    --exact` would spend more importing scipy.stats than sampling."""
     if n < 2:
         return math.inf
-    try:
-        from scipy.stats import t
-        return float(t.ppf(0.975, n - 1))
-    except ImportError:       # scipy is a dependency; this only keeps sim importable without it
-        return Z95
+    v, z = n - 1, Z95
+    return (z + (z ** 3 + z) / (4 * v) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * v ** 2)
+            + (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / (384 * v ** 3))
 
 
 def exponential_mean_from_spread(offsets_s: list[list[float]]) -> tuple[float, int]:
