@@ -99,7 +99,7 @@ def test_sampled_mean_agrees_with_brute_force(model, tp, per_node, prof):
         assert abs(b.prefill_s - s.prefill_s) <= tol, (s.schedule, b.prefill_s, s.prefill_s, tol)
 
 
-def test_sampled_interval_covers_a_long_brute_force_run_of_one_layer_kind():
+def test_ladder_keeps_a_real_interval_that_covers_brute_force():
     # ladder on a 1B model, one node: the control variate leaves noise here, so the interval is real
     w = Workload(get_model("llama-3.2-1b"), 2, jittered(H100, 30, 30), prompt_len=32, gen_len=17)
     s = predict(w, ["ladder"], record=False, mode="sampled")[0]
@@ -169,3 +169,25 @@ def test_builtin_profiles_state_their_jitter_source():
         p = load_profile(name)
         for scope, j in p.arrival_jitter.items():
             assert j.source, (name, scope)
+
+
+def test_cli_exact_reports_interval_and_jitter_source(tmp_path):
+    from click.testing import CliRunner
+
+    from cli import main
+    args = ["predict", "--model", "llama-3.2-1b", "--tp", "2", "--prompt", "32", "--gen", "9"]
+    r = CliRunner().invoke(main, args + ["--exact", "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["mode"] == "sampled" and out["jitter"]["node"]["mean_us"] == 0 and out["jitter"]["node"]["source"]
+    assert all(s["tokens_per_s_ci95"] == 0 and s["samples"]["decode"] == 0 for s in out["schedules"])
+    r = CliRunner().invoke(main, args + ["--exact"])
+    assert "Zero: the profile has no skew measurement" in " ".join(r.output.split())
+    prof = tmp_path / "skew.json"
+    prof.write_text(json.dumps({"format": "tpsim-profile", "version": 1, "name": "skew", "extends": "h100-sxm",
+                                "jitter": {"arrival": {"node": {"mean_us": {"value": 20.0, "source": "test"}}}}}))
+    r = CliRunner().invoke(main, args + ["--exact", "--json", "--profile", str(prof)])
+    ladder = next(s for s in json.loads(r.output)["schedules"] if s["schedule"] == "ladder")
+    assert ladder["samples"]["decode"] >= 32 and ladder["tokens_per_s_ci95"] > 0
+    r = CliRunner().invoke(main, args + ["--exhaustive", "--json", "--schedule", "ladder", "--profile", str(prof)])
+    assert r.exit_code == 0 and json.loads(r.output)["mode"] == "brute"
