@@ -84,7 +84,8 @@ def main() -> None:
 
     print("prediction time (best of 3, wall clock; this box is shared, so see also the CPU seconds)")
     jit = illustrative(h100)
-    for label, model, tp, gen_small in (("(a) 70B TP8", "llama-3.1-70b", 8, 33), ("(b) 405B TP16 (2 nodes)", "llama-3.1-405b", 16, 5)):
+    for label, model, tp, gen_small in (("(a) 70B TP8", "llama-3.1-70b", 8, 33),
+                                        ("(b) 405B TP16 (2 nodes)", "llama-3.1-405b", 16, 5)):
         w = Workload(get_model(model), tp, h100, batch=1, prompt_len=1024, gen_len=512)
         wj = Workload(get_model(model), tp, jit, batch=1, prompt_len=1024, gen_len=512)
         fast = timed(lambda: predict(w, ALL, record=False))
@@ -119,7 +120,8 @@ def main() -> None:
             sd = math.hypot(d["decode_ci95_s"] / 1.96, s.jitter_decode.sd_s * math.sqrt(32))
             print(f"  {model} TP{tp} ({where}) {s.schedule:9} decode: --exact {s.decode_s * 1e3:8.3f} "
                   f"+- {d['decode_ci95_s'] * 1e3:.3f} ms, brute {b.decode_s * 1e3:8.3f} ms, "
-                  f"diff {(b.decode_s - s.decode_s) / sd:+.2f} sd (jitter adds {s.jitter_decode.delta_s * 1e6:.1f} us/step)")
+                  f"diff {(b.decode_s - s.decode_s) / sd:+.2f} sd "
+                  f"(jitter adds {s.jitter_decode.delta_s * 1e6:.1f} us/step)")
 
     print("\nsweep time")
     pts = sweep_points(1000)

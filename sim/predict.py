@@ -243,7 +243,6 @@ class Simulator:
             p.decode = self.step(spec, w.decode_step(1)) if steps else None
         return p
 
-
     def _add_jitter(self, spec: str, p: Prediction, pre_s: float, steps: list[int]) -> None:
         """Sampled mode: add the jitter's mean cost to the fast path's times (exposed comm stays
         the jitter-free one)."""
