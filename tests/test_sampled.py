@@ -83,6 +83,8 @@ def brute_tolerance(est, n_steps, half_s):
 @pytest.mark.parametrize("model, tp, per_node, prof", [
     ("llama-3.2-1b", 2, None, jittered(H100, 20, 40)),                           # one node
     ("toy-1024", 4, 2, jittered(dataclasses.replace(H100, compute_slowdown=1.5, comm_slowdown=1.3), 10, 60)),
+    # 32 layers: each sample extrapolates 8 simulated layers to 30 (two nodes of two, interference)
+    ("llama-3.1-8b", 4, 2, jittered(dataclasses.replace(H100, compute_slowdown=1.3, comm_slowdown=1.2), 10, 30)),
 ])
 def test_sampled_mean_agrees_with_brute_force(model, tp, per_node, prof):
     w = Workload(get_model(model), tp, prof, prompt_len=64, gen_len=33, gpus_per_node=per_node)
