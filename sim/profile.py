@@ -125,7 +125,7 @@ class Profile:
     stack_defaults: dict                         # Stack fields this cluster runs by default (e.g. fp32, no graphs on CPU)
     compute_slowdown: float                      # factor on compute while a collective runs on the rank
     comm_slowdown: float                         # factor on a collective while compute runs on the rank
-    jitter_s: float                              # mean per-rank launch delay (exact mode only)
+    jitter_s: float                              # legacy jitter.launch_us (the simulator reads arrival_jitter)
     wake_s: float = 0.0                          # part of a collective's time that wakes a rank blocked on it
     arrival_jitter: dict = field(default_factory=dict)  # scope ("node"/"net") -> ArrivalJitter (exact mode)
     source_path: str = ""
