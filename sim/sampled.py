@@ -169,8 +169,8 @@ class Sampler:
         """The jitter's mean cost per step, sampled until its 95% half-width is within rel_tol of the
         mean step time. step_for(i): the step of sample i (a decode position); step_s(step): its
         jitter-free time (to state the tolerance against)."""
-        if self.jitter_free or not self.configs(spec, step_for(0))[0][0].compiled.comm_names:
-            return Estimate.zero()
+        if self.jitter_free or not any(c.mean_s.any() for c in self.configs(spec, step_for(0))[0]):
+            return Estimate.zero()          # no collective, or none in a scope with jitter
         ds, cs, shorts, incs, scale = [], [], [], [], []
         while True:
             for _ in range(SAMPLE_BATCH):
