@@ -120,25 +120,39 @@ def make_workload(model, tp, profile, batch, prompt_len, gen_len, gpus_per_node,
 @workload_options
 @click.option("--schedule", "schedules", multiple=True, metavar="SPEC",
               help=f"Repeatable. {SCHEDULE_HELP}. Default: {' '.join(DEFAULT_SCHEDULES)}.")
-@click.option("--exact", is_flag=True, help="Simulate every rank and decode step (with the profile's jitter).")
+@click.option("--exact", is_flag=True, help="Simulate every rank with the profile's arrival jitter on sampled steps "
+              "and layers: the mean with a 95% confidence interval (seconds, not minutes).")
+@click.option("--exhaustive", is_flag=True, help="Brute force: every rank, layer and decode step with jitter "
+              "(minutes for big models; for checking --exact).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 @user_errors
-def predict(schedules, exact, as_json, **kw):
+def predict(schedules, exact, exhaustive, as_json, **kw):
     """Predict prefill time, decode time, tokens/s and speedup over standard TP per schedule."""
     from sim.predict import predict as run
     w = make_workload(**kw)
     schedules = list(schedules) or list(DEFAULT_SCHEDULES)
-    if exact:       # every rank, layer and decode step: minutes for big models, so show progress
+    if exhaustive:  # every rank, layer and decode step: minutes for big models, so show progress
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
         passes = len(set(schedules) | {"standard"}) * w.gen_len
-        with Progress("exact", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True,
+        with Progress("exhaustive", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True,
                       disable=not sys.stderr.isatty(), console=_stderr_console()) as bar:
-            task = bar.add_task("exact", total=passes)
-            preds = run(w, schedules, exact=True, record=False, progress=lambda: bar.advance(task))
+            task = bar.add_task("exhaustive", total=passes)
+            preds = run(w, schedules, mode="brute", record=False, progress=lambda: bar.advance(task))
     else:
-        preds = run(w, schedules, record=False)
+        preds = run(w, schedules, record=False, mode="sampled" if exact else "fast")
     out = {"model": w.model.name, "tp": w.tp, "profile": w.profile.name, "batch": w.batch,
            "prompt_len": w.prompt_len, "gen_len": w.gen_len, "schedules": [p.to_dict() for p in preds]}
+    jitter_note = None
+    if exact or exhaustive:
+        out["mode"] = "sampled" if exact else "brute"
+        out["jitter"] = {k: {"dist": j.dist, "mean_us": j.mean_s * 1e6, "source": j.source}
+                         for k, j in w.profile.arrival_jitter.items()}
+        scopes = ["node"] + (["net"] if w.nodes > 1 else [])
+        jitter_note = "arrival jitter per rank and collective: " + "; ".join(
+            f"{k} {w.profile.arrival_jitter[k].dist} mean {w.profile.arrival_jitter[k].mean_s * 1e6:g} us "
+            f"({w.profile.arrival_jitter[k].source})" for k in scopes)
+        if all(w.profile.arrival_jitter[k].mean_s == 0 for k in scopes):
+            jitter_note += ". Zero: the profile has no skew measurement, so none is simulated (= the fast path)"
     if as_json:
         click.echo(json.dumps(out, indent=1))
         return
@@ -149,12 +163,21 @@ def predict(schedules, exact, as_json, **kw):
               title_justify="left")
     for col in ("schedule", "prefill ms", "decode ms", "ms/token", "tokens/s", "speedup", "exposed comm ms"):
         t.add_column(col, justify="left" if col == "schedule" else "right")
+    sampled = bool(exact)
+    if sampled:
+        t.add_column("tokens/s 95% CI", justify="right")
     for p in preds:
         per_tok = p.decode_s / (w.gen_len - 1) * 1e3 if w.gen_len > 1 else float("nan")
-        t.add_row(p.schedule, f"{p.prefill_s * 1e3:.1f}", f"{p.decode_s * 1e3:.1f}", f"{per_tok:.3f}",
-                  f"{p.tokens_per_s:.1f}", f"{p.speedup:.3f}x", f"{p.exposed_comm_s * 1e3:.1f}")
+        row = [p.schedule, f"{p.prefill_s * 1e3:.1f}", f"{p.decode_s * 1e3:.1f}", f"{per_tok:.3f}",
+               f"{p.tokens_per_s:.1f}", f"{p.speedup:.3f}x", f"{p.exposed_comm_s * 1e3:.1f}"]
+        if sampled:
+            d = p.to_dict()
+            row.append(f"±{d['tokens_per_s_ci95']:.2f} (n={d['samples']['decode']})")
+        t.add_row(*row)
     console = Console(width=max(100, Console().width))
     console.print(t)
+    if jitter_note:
+        console.print(jitter_note, style="dim")
     console.print("ms/token: one decode step.  exposed comm: time the compute stream waited for collectives "
                   "(prefill + all decode steps).  speedup: tokens/s over standard.", style="dim")
 

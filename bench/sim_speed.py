@@ -3,15 +3,18 @@
     python bench/sim_speed.py            # everything (about two minutes on 2 cores)
     python bench/sim_speed.py --quick    # skip the 10,000-point memory sweep
 
-Prints one table; every number comes from this one run. Exact mode simulates every rank, every
-layer and every decode step; rows marked "est." time a stated fraction of the work and scale it.
+Prints one table; every number comes from this one run. `--exact` (the sampled mode) simulates
+every rank with the profile's arrival jitter on sampled steps and layers; brute force simulates
+every rank, layer and decode step, and its rows time a stated fraction of the work and scale it.
 Peers: GenZ (pip install genz-llm) answering the same standard-TP question (prefill + decode
 latency of one configuration), and AIConfigurator if it is importable.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
+import math
 import os
 import resource
 import shutil
@@ -29,6 +32,19 @@ from sim.profile import load_profile  # noqa: E402
 from sim.schedule import DEFAULT_SCHEDULES  # noqa: E402
 
 ALL = list(DEFAULT_SCHEDULES)
+
+
+def illustrative(profile):
+    """The profile with a nonzero per-rank arrival jitter, for timing --exact where it has work to
+    do. Illustrative only, never a built-in value: 5 us within a node, 10 us across nodes."""
+    from sim.profile import ArrivalJitter
+    return dataclasses.replace(profile, arrival_jitter={
+        "node": ArrivalJitter("exponential", 5e-6, "illustrative"),
+        "net": ArrivalJitter("exponential", 10e-6, "illustrative")})
+
+
+def jitter_label(profile) -> str:
+    return ", ".join(f"{k} {j.dist} mean {j.mean_s * 1e6:g} us" for k, j in profile.arrival_jitter.items())
 
 
 def _rss_bytes() -> int:
@@ -64,46 +80,75 @@ def main() -> None:
 
     def row(what, fast_s, exact_s, note=""):
         rows.append((what, fast_s, exact_s, note))
-        print(f"  {what:44} fast {fast_s * 1e3:9.1f} ms   exact {exact_s * 1e3:10.1f} ms   "
+        print(f"  {what:44} fast {fast_s * 1e3:9.1f} ms   brute {exact_s * 1e3:10.1f} ms   "
               f"ratio {exact_s / fast_s:7.1f}x  {note}", flush=True)
 
-    print("prediction time (best of 3)")
-    w70 = Workload(get_model("llama-3.1-70b"), 8, h100, batch=1, prompt_len=1024, gen_len=512)
-    fast = timed(lambda: predict(w70, ALL, record=False))
-    # exact: every rank and step; gen 512 -> time gen 33 (32 decode steps) and scale the decode part
-    w70s = Workload(get_model("llama-3.1-70b"), 8, h100, batch=1, prompt_len=1024, gen_len=33)
-    t_pre = timed(lambda: [Simulator(w70s, exact=True, record=False).step_time(s, w70s.prefill_step())
-                           for s in ALL], 1)
-    t_33 = timed(lambda: predict(w70s, ALL, exact=True, record=False), 1)
-    exact = t_pre + (t_33 - t_pre) * 511 / 32
-    row("(a) 70B TP8, 5 schedules, gen 512", fast, exact, "exact est. from gen 33")
+    print("prediction time (best of 3, wall clock; this box is shared, so see also the CPU seconds)")
+    jit = illustrative(h100)
+    for label, model, tp, gen_small in (("(a) 70B TP8", "llama-3.1-70b", 8, 33),
+                                        ("(b) 405B TP16 (2 nodes)", "llama-3.1-405b", 16, 5)):
+        w = Workload(get_model(model), tp, h100, batch=1, prompt_len=1024, gen_len=512)
+        wj = Workload(get_model(model), tp, jit, batch=1, prompt_len=1024, gen_len=512)
+        fast = timed(lambda: predict(w, ALL, record=False))
+        ex0 = timed(lambda: predict(w, ALL, record=False, mode="sampled"))
+        cpu0 = time.process_time()
+        exj = timed(lambda: predict(wj, ALL, record=False, mode="sampled"))
+        cpuj = (time.process_time() - cpu0) / 3
+        n = predict(wj, ALL, record=False, mode="sampled")
+        samples = max(p.jitter_decode.samples for p in n if p.jitter_decode)
+        # brute force: every rank and step; gen 512 -> time a short generation and scale the decode part
+        ws = Workload(get_model(model), tp, jit, batch=1, prompt_len=1024, gen_len=gen_small)
+        specs = ALL if tp <= 8 else ["standard", "ladder"]
+        t_pre = timed(lambda: [Simulator(ws, mode="brute", record=False).step_time(s, ws.prefill_step())
+                               for s in specs], 1)
+        t_small = timed(lambda: predict(ws, specs, mode="brute", record=False), 1)
+        brute = (t_pre + (t_small - t_pre) * 511 / (gen_small - 1)) * len(ALL) / len(specs)
+        print(f"  {label}, 5 schedules, gen 512: fast {fast * 1e3:7.1f} ms | --exact, built-in jitter (0) "
+              f"{ex0 * 1e3:7.1f} ms | --exact, illustrative jitter {exj * 1e3:7.1f} ms ({cpuj:.2f} CPU s, up to "
+              f"{samples} samples/step) | brute force est. {brute:7.1f} s (from gen {gen_small}"
+              f"{', 2 schedules' if len(specs) < len(ALL) else ''})", flush=True)
+    print(f"  illustrative jitter: {jitter_label(jit)}; built-in profiles carry 0 (no public measurement)")
 
-    w405 = Workload(get_model("llama-3.1-405b"), 16, h100, batch=1, prompt_len=1024, gen_len=512)
-    fast = timed(lambda: predict(w405, ["standard", "ladder"], record=False))
-    w405s = Workload(get_model("llama-3.1-405b"), 16, h100, batch=1, prompt_len=1024, gen_len=5)
-    t_pre = timed(lambda: [Simulator(w405s, exact=True, record=False).step_time(s, w405s.prefill_step())
-                           for s in ("standard", "ladder")], 1)
-    t_5 = timed(lambda: predict(w405s, ["standard", "ladder"], exact=True, record=False), 1)
-    exact = t_pre + (t_5 - t_pre) * 511 / 4
-    row("(b) 405B TP16 (2 nodes), std+ladder, gen 512", fast, exact, "exact est. from gen 5")
+    print("\n--exact against brute force (small cases, illustrative jitter, gen 33: 32 decode steps)")
+    for model, tp, per_node in (("llama-3.2-1b", 2, None), ("toy-1024", 4, 2)):
+        w = Workload(get_model(model), tp, jit, prompt_len=64, gen_len=33, gpus_per_node=per_node)
+        sampled = predict(w, ALL[:4], record=False, mode="sampled")
+        brute = predict(w, ALL[:4], record=False, mode="brute")
+        where = f"{w.nodes} node{'s' * (w.nodes > 1)}"
+        for s, b in zip(sampled, brute):
+            d = s.to_dict()
+            # brute force is one draw of 32 steps: its own sd is the step spread * sqrt(32)
+            sd = math.hypot(d["decode_ci95_s"] / 1.96, s.jitter_decode.sd_s * math.sqrt(32))
+            print(f"  {model} TP{tp} ({where}) {s.schedule:9} decode: --exact {s.decode_s * 1e3:8.3f} "
+                  f"+- {d['decode_ci95_s'] * 1e3:.3f} ms, brute {b.decode_s * 1e3:8.3f} ms, "
+                  f"diff {(b.decode_s - s.decode_s) / sd:+.2f} sd "
+                  f"(jitter adds {s.jitter_decode.delta_s * 1e6:.1f} us/step)")
 
+    print("\nsweep time")
     pts = sweep_points(1000)
     t_fast = timed(lambda: sw.sweep(pts, ("standard", "ladder"), jobs=args.jobs), 1)
     few = pts[:: 100]
-    t_few = timed(lambda: [predict(Workload(get_model(p.model), p.tp, h100, p.batch, p.prompt_len, 17), ["ladder"],
-                                   exact=True, record=False) for p in few if p.tp in (1, 2, 4, 8, 16)
+    # memory_check off: the grid holds points that do not fit (the sweep reports those), timed alike
+    t_few = timed(lambda: [predict(Workload(get_model(p.model), p.tp, h100, p.batch, p.prompt_len, 17,
+                                            memory_check=False), ["ladder"],
+                                   mode="brute", record=False) for p in few if p.tp in (1, 2, 4, 8, 16)
                            and get_model(p.model).heads % p.tp == 0], 1)
     row(f"(c) 1,000-point sweep, std+ladder, {args.jobs} jobs", t_fast, t_few * 100 * 511 / 16 / args.jobs,
-        "exact est. from 10 points at gen 17")
+        "brute force est. from 10 points at gen 17")
 
     print("\nengine throughput")
     sim = Simulator(Workload(get_model("llama-3.1-70b"), 8, h100), exact=True, record=False)
+    w70 = Workload(get_model("llama-3.1-70b"), 8, h100, batch=1, prompt_len=1024, gen_len=512)
     sched = w70.schedule("ladder", w70.decode_step(1))
     t0 = time.perf_counter()
     res = sim._simulate(sched, record=False)
     dt = time.perf_counter() - t0
     print(f"  70B TP8 ladder decode step, 8 ranks: {res.events} events in {dt * 1e3:.1f} ms "
-          f"= {res.events / dt / 1e3:.0f}k events/s")
+          f"= {res.events / dt / 1e3:.0f}k events/s (SimPy, brute force)")
+    from sim.engine import compile_schedule, simulate_ranks
+    c = compile_schedule(sched, lambda op: sim._op_time(op, "decode"), sim.interference)
+    t_rank = timed(lambda: simulate_ranks(c, 8, sim.interference), 3)
+    print(f"  the same step on the rank engine (--exact): {t_rank * 1e3:.1f} ms, x{dt / t_rank:.0f} faster")
 
     print("\npeers, same question: llama-3.1-70b TP8 H100, batch 1, prompt 1024, gen 512, standard TP")
     t_tpsim = timed(lambda: predict(w70, ["standard"], record=False), 5)

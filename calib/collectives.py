@@ -220,3 +220,76 @@ def model_bytes(schedules, dtype: str) -> dict[tuple[str, int], set[int]]:
             b = e * a["rows"] * a["width"] * (a["group"] if op.kind == "all_gather" else 1)
             out.setdefault((op.kind, a["group"]), set()).add(b)
     return out
+
+
+# ------------------------------------------------------------------ arrival spread (jitter)
+
+ARRIVAL_BYTES = 64 * 1024       # a decode-sized all-reduce: short, so the wait dominates its time
+ARRIVAL_CALLS = 200
+
+
+def arrival_waits(group_size: int, *, dtype: str, device: str, calls: int = ARRIVAL_CALLS,
+                  nbytes: int = ARRIVAL_BYTES, gap_s: float = CPU_GAP_S, world_barrier=None) -> list[float]:
+    """This rank's seconds inside each of `calls` all-reduces over ranks 0..group_size-1, each after
+    the same compute on every rank and no barrier in between (barrier-free, as a model runs them).
+
+    A collective ends for all ranks together, so a rank's time inside it is (common end - its own
+    arrival): the spread of these times across ranks is the spread of arrivals, measured with each
+    rank's own clock only (no clock sync across nodes). GPU: CUDA events around the collective on
+    the stream, after a GEMM; CPU: perf_counter around the blocking call after `gap_s` of compute.
+    Every rank of the world must call this; ranks outside the group return []."""
+    world, rank = dist.get_world_size(), dist.get_rank()
+    if not 2 <= group_size <= world:
+        raise ValueError(f"arrival spread needs a group of 2..{world} ranks, got {group_size}")
+    pg = subgroup(group_size)
+    barrier = world_barrier or dist.barrier
+    barrier()
+    if rank >= group_size:
+        barrier()
+        return []
+    from hw.model import torch_dtype
+    td = torch_dtype(dtype)
+    cuda = device.startswith("cuda")
+    call = _Call("all_reduce", legal_size("all_reduce", nbytes, group_size, torch.tensor([], dtype=td).element_size()),
+                 group_size, pg, td, device)
+    a = torch.randn(4, 256) if not cuda else torch.randn(256, 4096, dtype=td, device=device)   # [m, k]
+    w = torch.randn(256, 256) if not cuda else torch.randn(4096, 4096, dtype=td, device=device)  # [k, n]
+    for _ in range(3):
+        call.run()
+    waits = []
+    for _ in range(calls):
+        if cuda:
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a @ w                                    # the module's compute, then its collective
+            e0.record()
+            call.run()
+            e1.record()
+            e1.synchronize()
+            waits.append(e0.elapsed_time(e1) / 1e3)
+        else:
+            _busy(gap_s, a, w)
+            s = time.perf_counter()
+            call.run()
+            waits.append(time.perf_counter() - s)
+    barrier()
+    return waits
+
+
+def arrival_offsets(per_rank: list[list[float]]) -> list[list[float]]:
+    """Per call, each rank's arrival minus the first arrival: max wait - its wait (ranks outside the
+    group sent [])."""
+    ranks = [r for r in per_rank if r]
+    n = min(len(r) for r in ranks)
+    return [[max(r[i] for r in ranks) - r[i] for r in ranks] for i in range(n)]
+
+
+def arrival_summary(per_rank: list[list[float]]) -> dict:
+    """The exponential per-rank delay the spread implies (sim.sampled.exponential_mean_from_spread),
+    with the spread's quantiles for the record."""
+    from sim.sampled import exponential_mean_from_spread
+    offsets = arrival_offsets(per_rank)
+    mean_s, lags = exponential_mean_from_spread(offsets)
+    spread = sorted(max(c) for c in offsets)
+    return {"mean_us": round(mean_s * 1e6, 3), "lags": lags, "calls": len(offsets), "ranks": len(offsets[0]),
+            "spread_p50_us": round(spread[len(spread) // 2] * 1e6, 3),
+            "spread_p90_us": round(spread[int(0.9 * (len(spread) - 1))] * 1e6, 3)}

@@ -355,7 +355,21 @@ def build_profile(cfg, groups: dict, world: int) -> dict:
     # what the measured points assume, for a CLI that defaults its stack from the profile
     prof["stack_defaults"] = {"dtype": cfg.dtype, "collective": impl0,
                               **({"decode_graphs": False, "prefill_graphs": False} if cfg.device == "cpu" else {})}
-    if not cfg.extends:
+    arr = next((g for g in groups.values() if g["kind"] == "arrival"), None)
+    if arr:         # the ranks' arrival spread at a barrier-free all-reduce (calib.collectives.arrival_waits)
+        what = (f"spread of arrival times across {arr['ranks']} ranks at {arr['calls']} barrier-free all-reduces "
+                f"after equal compute (time inside each call: max over ranks - own); exponential mean by maximum "
+                f"likelihood over {arr['lags']} lags behind the first arrival: {arr['mean_us']} us; spread p50 "
+                f"{arr['spread_p50_us']} us, p90 {arr['spread_p90_us']} us")
+        # on CPU the collective tables time calls the same barrier-free way, slowest rank counted, so
+        # they already hold the mean skew of each group size: --exact must not add it a second time
+        value = 0.0 if cfg.device == "cpu" else arr["mean_us"]
+        if cfg.device == "cpu":
+            what += ("; written as 0: the gloo collective tables above were timed the same barrier-free way "
+                     "(slowest rank's time), so they already include this skew on average")
+        prof["jitter"] = {"arrival": {arr["scope"]: {"dist": "exponential",
+                                                     "mean_us": {"value": value, "source": src(what)}}}}
+    elif not cfg.extends:
         prof["jitter"] = {"launch_us": {"value": 0.0, "source": "not measured by tpsim calibrate (no launch-skew model)"}}
     prof["raw"] = {"groups": {k: {"source": src(f"raw measurement group {k}"), **v} for k, v in sorted(groups.items())},
                    "config": cfg.fingerprint()}

@@ -231,6 +231,8 @@ def plan_groups(cfg: CalibConfig, world: int, env_index: int = 0) -> list[Group]
                 for mode in cfg.modes():
                     out.append(Group(f"collectives/{impl}/{coll}/{mode}/g{n}", "collectives",
                                      {"collective": coll, "group": n, "mode": mode, "sizes": sizes, "impl": impl}))
+        if env_index == 0 and world > 1:      # the ranks' arrival spread: the profile's jitter
+            out.append(Group(f"arrival/{impl}/g{world}", "arrival", {"group": world}))
     if env_index == 0 and "compute" in cfg.parts:
         for c in cases:
             out.append(Group(f"compute/{c.key}", "compute", {"case": c}))
@@ -332,6 +334,11 @@ def measure_group(g: Group, cfg: CalibConfig, ctx, barrier, pg) -> dict:
         p = g.params
         local = sweep(p["collective"], p["sizes"], p["group"], mode=p["mode"], dtype=cfg.dtype, device=dev,
                       trials=cfg.trials["collectives"], world_barrier=barrier)
+    elif g.kind == "arrival":
+        from calib.collectives import arrival_waits
+        import socket
+        local = {"waits": arrival_waits(g.params["group"], dtype=cfg.dtype, device=dev, world_barrier=barrier),
+                 "host": socket.gethostname()}
     elif g.kind == "compute":
         from calib import compute
         from hw.probe import probe_s
@@ -359,6 +366,10 @@ def measure_group(g: Group, cfg: CalibConfig, ctx, barrier, pg) -> dict:
         return {"points": points(p["collective"], p["group"], p["mode"], p["impl"], max_over_ranks(gathered)),
                 "env": nccl_env() if cfg.backend == "nccl" else {"backend": "gloo"},
                 "trials": cfg.trials["collectives"], "ranks": ctx.world}
+    if g.kind == "arrival":
+        from calib.collectives import arrival_summary
+        scope = "node" if len({r["host"] for r in gathered}) == 1 else "net"
+        return {**arrival_summary([r["waits"] for r in gathered]), "scope": scope, "ranks": ctx.world}
     if g.kind == "compute":
         from calib import compute
         import statistics

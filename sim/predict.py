@@ -9,10 +9,14 @@ identical layers simulated for WARM_LAYERS layers and once more with one layer a
 difference being the run's steady per-layer period (layers repeat, so the timeline does too);
 and, when decode attention reads only the filled cache, decode steps simulated at sampled
 positions and integrated over the growing KV length (a step's time is piecewise linear in it).
-Exact mode: every rank, every layer and every decode step, with the profile's jitter.
+Sampled mode (`--exact`): the fast path plus the mean cost of the profile's per-rank arrival
+jitter, every rank simulated on samples of steps (sim/sampled.py), with a 95% confidence interval.
+Brute-force mode (`--exhaustive`, tests): every rank, every layer and every decode step, with the
+profile's jitter drawn once per rank and collective.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
@@ -23,9 +27,11 @@ from .engine import Interference, StepResult, simulate
 from .memory import GIB, check_fits, estimate
 from .model import ModelSpec
 from .profile import Profile
+from .sampled import MIN_SAMPLES_PREFILL, REL_TOL, Estimate, Sampler
 from .schedule import Schedule, build, build_plan, plan_of, runs
 from .stack import Stack, Step
 
+MODES = ("fast", "sampled", "brute")
 DECODE_SAMPLES = 17       # sampled decode positions on the fast path (when steps differ)
 WARM_LAYERS = 2           # layers of a run simulated before its per-layer period is taken as steady
 
@@ -96,28 +102,63 @@ class Prediction:
     speedup: float = 1.0
     prefill: StepResult | None = field(default=None, repr=False)        # timeline of the prefill
     decode: StepResult | None = field(default=None, repr=False)         # timeline of decode step 1
+    mode: str = "fast"
+    jitter_prefill: Estimate | None = None      # sampled mode: the jitter's cost on the prefill
+    jitter_decode: Estimate | None = None       # sampled mode: on one decode step (mean over positions)
+    speedup_ci: float = 0.0                     # sampled mode: 95% half-width of the speedup
 
     @property
     def tokens_per_s(self) -> float:
         return self.batch * self.gen_len / (self.prefill_s + self.decode_s)
 
+    @property
+    def total_ci_s(self) -> float:
+        """95% half-width of prefill_s + decode_s (sampled mode; the two are sampled independently)."""
+        pre = self.jitter_prefill.half_s if self.jitter_prefill else 0.0
+        dec = self.jitter_decode.half_s * (self.gen_len - 1) if self.jitter_decode else 0.0
+        return math.hypot(pre, dec)
+
     def to_dict(self) -> dict:
-        return {"schedule": self.schedule, "prefill_s": self.prefill_s, "decode_s": self.decode_s,
-                "tokens_per_s": self.tokens_per_s, "speedup": self.speedup,
-                "exposed_comm_s": self.exposed_comm_s}
+        out = {"schedule": self.schedule, "prefill_s": self.prefill_s, "decode_s": self.decode_s,
+               "tokens_per_s": self.tokens_per_s, "speedup": self.speedup,
+               "exposed_comm_s": self.exposed_comm_s}
+        if self.mode == "sampled":
+            pre, dec = self.jitter_prefill or Estimate.zero(), self.jitter_decode or Estimate.zero()
+            total = self.prefill_s + self.decode_s
+            out.update({"prefill_ci95_s": pre.half_s, "decode_ci95_s": dec.half_s * (self.gen_len - 1),
+                        "tokens_per_s_ci95": self.tokens_per_s * self.total_ci_s / total,
+                        "speedup_ci95": self.speedup_ci,
+                        "jitter_prefill_s": pre.delta_s, "jitter_decode_step_s": dec.delta_s,
+                        "decode_step_sd_s": dec.sd_s, "samples": {"prefill": pre.samples, "decode": dec.samples}})
+        return out
 
 
 class Simulator:
     """Simulates schedules of one workload; shares one cost cache across them."""
 
     def __init__(self, workload: Workload, exact: bool = False, record: bool = True,
-                 progress: Callable[[], None] | None = None, ranks: int | None = None):
-        self.w, self.exact, self.record = workload, exact, record
-        self.ranks = ranks or (workload.tp if exact else 1)      # simulated ranks (a trace may show fewer)
-        self.progress = progress            # called once per simulated forward pass (exact mode is slow)
+                 progress: Callable[[], None] | None = None, ranks: int | None = None,
+                 mode: str | None = None, seed: int = 0, rel_tol: float = REL_TOL):
+        self.mode = mode or ("brute" if exact else "fast")       # exact=True: the brute-force mode
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        self.w, self.exact, self.record = workload, self.mode == "brute", record
+        self.seed, self._passes = seed, 0
+        self.ranks = ranks or (workload.tp if self.exact else 1)  # simulated ranks (a trace may show fewer)
+        self.progress = progress            # called once per simulated forward pass (brute force is slow)
         p = workload.profile
         self.cost = CostModel(p, workload.stack, workload.gpus_per_node)
         self.interference = Interference(p.compute_slowdown, p.comm_slowdown, p.wake_s)
+        self.sampler = Sampler(workload.model, workload.tp, workload.stack, self._op_time, self.interference,
+                               p.arrival_jitter, self._scope, self.w.comm_group or workload.tp, WARM_LAYERS,
+                               seed, rel_tol) if self.mode == "sampled" else None
+
+    def _op_time(self, op, phase: str) -> float:
+        return self.comm_s(op, phase) if op.is_comm else self.cost.compute_s(op, phase)
+
+    def _scope(self, op) -> str:
+        """The scope whose arrival jitter a collective draws: it spans nodes or not."""
+        return self.cost.scope(self.w.comm_group or op.attr("group"))
 
     def step(self, spec: str, step: Step, record: bool | None = None) -> StepResult:
         """The full timeline of one forward pass (every layer)."""
@@ -171,9 +212,11 @@ class Simulator:
         def op_time(op):
             return self.comm_s(op, phase) if op.is_comm else cost.compute_s(op, phase)
 
-        jitter = self.w.profile.jitter_s if self.exact else 0.0
-        return simulate(sched, op_time, ranks=self.ranks, interference=self.interference, jitter_s=jitter,
-                        record=record)
+        jitter = self.w.profile.arrival_jitter
+        mean = (lambda op: jitter[self._scope(op)].mean_s) if self.exact else None
+        self._passes += 1       # each pass draws its own jitter (steps are independent draws)
+        return simulate(sched, op_time, ranks=self.ranks, interference=self.interference, arrival_mean_s=mean,
+                        record=record, seed=self.seed * 1_000_003 + self._passes)
 
     def predict(self, spec: str) -> Prediction:
         w = self.w
@@ -192,20 +235,45 @@ class Simulator:
             # every decode step reads the whole static cache: all steps are the same step
             d, e = self.step_time(spec, w.decode_step(1))
             decode_s, decode_exposed = d * len(steps), e * len(steps)
-        p = Prediction(spec, pre_s, decode_s, pre_exp + decode_exposed, w.batch, w.gen_len)
+        p = Prediction(spec, pre_s, decode_s, pre_exp + decode_exposed, w.batch, w.gen_len, mode=self.mode)
+        if self.mode == "sampled":
+            self._add_jitter(spec, p, pre_s, steps)
         if self.record:          # full timelines of the prefill and of decode step 1, for traces and joins
             p.prefill = self.step(spec, w.prefill_step())
             p.decode = self.step(spec, w.decode_step(1)) if steps else None
         return p
 
+    def _add_jitter(self, spec: str, p: Prediction, pre_s: float, steps: list[int]) -> None:
+        """Sampled mode: add the jitter's mean cost to the fast path's times (exposed comm stays
+        the jitter-free one)."""
+        w, s = self.w, self.sampler
+        p.jitter_prefill = s.estimate(spec, lambda i: w.prefill_step(), lambda st: pre_s, MIN_SAMPLES_PREFILL)
+        p.prefill_s += p.jitter_prefill.delta_s
+        if not steps:
+            return
+        # positions: the fast path's decode grid, cycled (steps differ only with kv "filled")
+        js = [1] if w.stack.kv != "filled" else sorted(set(
+            np.linspace(1, steps[-1], min(DECODE_SAMPLES, len(steps))).round().astype(int)))
+        fast: dict = {}
+
+        def step_s(st: Step) -> float:
+            if st not in fast:
+                fast[st] = self.step_time(spec, st)[0]
+            return fast[st]
+        p.jitter_decode = s.estimate(spec, lambda i: w.decode_step(int(js[i % len(js)])), step_s)
+        p.decode_s += p.jitter_decode.delta_s * len(steps)
+
 
 def predict(workload: Workload, schedules: list[str], exact: bool = False, record: bool = True,
-            progress: Callable[[], None] | None = None) -> list[Prediction]:
+            progress: Callable[[], None] | None = None, mode: str | None = None, seed: int = 0,
+            rel_tol: float = REL_TOL) -> list[Prediction]:
     """Predictions for `schedules` (in order), each with its speedup over standard.
 
-    Standard is always simulated; it is listed in the output only if asked for. In exact mode
-    `progress` is called after each of the (1 + len(non-standard schedules)) * gen_len passes."""
-    sim = Simulator(workload, exact=exact, record=record, progress=progress)
+    mode: "fast" (default), "sampled" (`--exact`: jitter on every rank, with confidence intervals)
+    or "brute" (every rank, layer and step; exact=True means this). Standard is always simulated;
+    it is listed in the output only if asked for. In brute-force mode `progress` is called after
+    each of the (1 + len(non-standard schedules)) * gen_len passes."""
+    sim = Simulator(workload, exact=exact, record=record, progress=progress, mode=mode, seed=seed, rel_tol=rel_tol)
     for spec in schedules:                 # fail fast on a bad spec, before any simulation
         plan_of(spec, workload.model.layers)
     base = sim.predict("standard")
@@ -213,5 +281,8 @@ def predict(workload: Workload, schedules: list[str], exact: bool = False, recor
     for spec in schedules:
         p = base if spec == "standard" else sim.predict(spec)
         p.speedup = p.tokens_per_s / base.tokens_per_s
+        if p.mode == "sampled" and p is not base:    # two independent estimates: relative errors add
+            p.speedup_ci = p.speedup * math.hypot(p.total_ci_s / (p.prefill_s + p.decode_s),
+                                                  base.total_ci_s / (base.prefill_s + base.decode_s))
         out.append(p)
     return out

@@ -91,6 +91,21 @@ class LinkModel:
 
 
 @dataclass(frozen=True)
+class ArrivalJitter:
+    """Per-rank delay before each arrival at a collective of one scope: iid draws per rank and
+    collective. "exponential": mean mean_s (what the spread of arrivals measures directly: with
+    iid exponential delays, each rank's lag behind the first arrival is again exponential with
+    that mean). Zero: no jitter simulated, which is not a claim that real ranks have none."""
+
+    dist: str                         # "exponential"
+    mean_s: float
+    source: str
+
+
+JITTER_DISTS = ("exponential",)
+
+
+@dataclass(frozen=True)
 class Profile:
     name: str
     description: str
@@ -110,9 +125,10 @@ class Profile:
     stack_defaults: dict                         # Stack fields this cluster runs by default (e.g. fp32, no graphs on CPU)
     compute_slowdown: float                      # factor on compute while a collective runs on the rank
     comm_slowdown: float                         # factor on a collective while compute runs on the rank
-    jitter_s: float                              # mean per-rank launch delay (exact mode only)
+    jitter_s: float                              # legacy jitter.launch_us (the simulator reads arrival_jitter)
     wake_s: float = 0.0                          # part of a collective's time that wakes a rank blocked on it
     graph_extra_s: float = 0.0                   # extra per NCCL collective inside a compiled CUDA-graph step
+    arrival_jitter: dict = field(default_factory=dict)  # scope ("node"/"net") -> ArrivalJitter (exact mode)
     source_path: str = ""
     raw: dict = field(default_factory=dict, compare=False, repr=False)
     topology: TopologySpec | None = field(default=None, compare=False, repr=False)
@@ -275,6 +291,7 @@ def parse(data: dict, where: str = "<profile>") -> Profile:
         comm_slowdown=g.num("overlap.comm_slowdown", min_=1.0),
         jitter_s=g.num("jitter.launch_us", default=0.0) * 1e-6,
         wake_s=g.num("overlap.wake_us", default=0.0, min_=0.0) * 1e-6,
+        arrival_jitter=g.arrival_jitter(),
         source_path=where,
         raw=data,
         topology=topology,
@@ -399,6 +416,33 @@ class _Getter:
                     self.fail(f"{path}.hop_us.{cls}.{key}", "is missing")
             hops[cls] = {k: self.num(f"{path}.hop_us.{cls}.{k}", min_=0.0) for k in h}
         return NcclLatency({k: self.num(f"{path}.base_us.{k}", min_=0.0) for k in base}, hops)
+
+    def arrival_jitter(self) -> dict:
+        """jitter.arrival.{node,net}: {"dist": "exponential", "mean_us": sourced number}; a scope left
+        out takes the other's; without `arrival`, the legacy jitter.launch_us applies to both."""
+        arr = self.get("jitter.arrival", None)
+        if arr is None:
+            us = self.num("jitter.launch_us", default=0.0, min_=0.0)
+            v = self.get("jitter.launch_us", None)
+            src = v.get("source", "") if isinstance(v, dict) else "jitter.launch_us" if v is not None else \
+                "no jitter section: none simulated"
+            return {s: ArrivalJitter("exponential", us * 1e-6, src) for s in SCOPES}
+        if not isinstance(arr, dict) or not arr or set(arr) - set(SCOPES):
+            self.fail("jitter.arrival", f"must be an object with scopes from {SCOPES}")
+        out = {}
+        for scope in arr:
+            p = f"jitter.arrival.{scope}"
+            dist = self.str_(f"{p}.dist", default="exponential")
+            if dist not in JITTER_DISTS:
+                self.fail(f"{p}.dist", f"must be one of {JITTER_DISTS}, got {dist!r}")
+            mean = self.num(f"{p}.mean_us", min_=0.0)
+            v = self.get(f"{p}.mean_us")
+            if not isinstance(v, dict):
+                self.fail(f"{p}.mean_us", "must be {\"value\": ..., \"source\": ...} (say where the skew comes from)")
+            out[scope] = ArrivalJitter(dist, mean * 1e-6, str(v["source"]))
+        for scope in SCOPES:
+            out.setdefault(scope, next(iter(out.values())))
+        return out
 
     def stack_defaults(self) -> dict:
         d = self.get("stack_defaults", {})

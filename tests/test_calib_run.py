@@ -33,7 +33,7 @@ def test_interrupted_calibration_resumes_without_remeasuring(tmp_path):
     seen = []
     path = calibrate("gloo", 2, out=out, timeout_s=60, progress=lambda d, t, _n: seen.append((d, t)), **SHAPES)
     assert path == out and out.exists() and not os.path.exists(state_path(out))
-    assert seen and seen[-1] == (4, 4) and seen[0][0] >= 2          # resumed at 2 of 4 groups
+    assert seen and seen[-1] == (5, 5) and seen[0][0] >= 2          # resumed at 2 of 5 groups
     prof = json.loads(out.read_text())
     raw = prof["raw"]["groups"]
     for name, g in first.items():                                   # finished groups kept as measured
@@ -41,8 +41,13 @@ def test_interrupted_calibration_resumes_without_remeasuring(tmp_path):
         assert raw[name].get("points") == g.get("points")
     later = {g["run_id"] for n, g in raw.items() if n not in first}
     assert later and not (later & run1)                             # the rest measured by the second run
-    assert set(raw) == {"device", "collectives/gloo/all_reduce/eager/g2",
+    assert set(raw) == {"device", "collectives/gloo/all_reduce/eager/g2", "arrival/gloo/g2",
                         "compute/tiny/tp2/b1/p8/g4/fp32-static-math-replicated-all-gqa", "overlap/gloo"}
+    # the ranks' arrival spread, measured; 0 on CPU, where the gloo tables already hold it
+    jit = prof["jitter"]["arrival"]["node"]["mean_us"]
+    assert jit["value"] == 0 and "barrier-free all-reduces" in jit["source"] and "already include" in jit["source"]
+    assert raw["arrival/gloo/g2"]["mean_us"] > 0
+    assert raw["arrival/gloo/g2"]["calls"] == 200 and raw["arrival/gloo/g2"]["ranks"] == 2
 
     # the profile: complete, validated, gloo tables the simulator uses, exact op points
     assert prof["device"] == "cpu" and prof["collectives"]["default_impl"] == "gloo"

@@ -327,8 +327,11 @@ OVERLAP = {
     "comm_slowdown": sv(1.21, "FACTS.md §7: Concerto's 18-24% slowdown of overlapped work (A800), midpoint 21%, "
                               "applied to the collective too (it loses SMs and HBM bandwidth to the GEMM)"),
 }
-JITTER = {"launch_us": sv(0.0, "not modelled: no per-rank launch-skew measurement is available for this box; 0 means "
-                               "the simulator adds none, not that real ranks have none")}
+JITTER = {"arrival": {scope: {"dist": "exponential", "mean_us": sv(0.0, (
+    f"not modelled: no public measurement of per-rank arrival spread at {what} collectives on this box "
+    "was found (NCCL / nccl-tests issues discuss it only qualitatively; vLLM PR #57037 injects delays rather "
+    "than measuring natural skew); 0 means --exact adds none, not that real ranks have none. "
+    "`tpsim calibrate` measures it on your cluster"))} for scope, what in (("node", "one-node"), ("net", "cross-node"))}}
 
 
 def write(name, prof):
