@@ -345,6 +345,11 @@ def profiles_show(name):
     Console(width=180).print(t)
 
 
+from calib.nccl_import import import_nccl_tests_cmd  # noqa: E402  (pure Python: no torch)
+
+profiles.add_command(import_nccl_tests_cmd)
+
+
 @main.command()
 def models():
     """Model presets with their shapes and valid TP degrees."""
