@@ -42,7 +42,7 @@ def test_each_text_layout_imports_and_predicts(tmp_path, name, key, n, first_us)
     assert len(t.bytes) == n and t.time_s[0] == pytest.approx(first_us * 1e-6)
     raw = json.loads(out.read_text())
     assert len(raw["collectives"]["tables"]) == 1 and raw["extends"] in ("h100-sxm", "a100-sxm", "h200-sxm")
-    r = CliRunner().invoke(main, ["predict", "--model", "tiny", "--tp", str(key[1]), "--profile", str(out),
+    r = CliRunner().invoke(main, ["predict", "--model", "toy-512", "--tp", str(key[1]), "--profile", str(out),
                                   "--gen", "4", "--prompt", "16", "--json"])
     assert r.exit_code == 0, r.output
 
