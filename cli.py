@@ -47,8 +47,9 @@ def main():
 def workload_options(fn):
     """Options shared by predict, trace and sweep: the model, cluster and serving stack."""
     opts = [
-        click.option("--model", required=True, help=f"Model preset, or NAME[:K] for its first K layers. "
-                                                     f"One of: {', '.join(MODELS)}"),
+        click.option("--model", required=True, help=f"Model preset, or a Hugging Face config.json (or its "
+                                                     f"folder); NAME[:K] for its first K layers. "
+                                                     f"Presets: {', '.join(MODELS)}"),
         click.option("--tp", type=int, required=True, help="Tensor-parallel degree (GPUs per model replica)."),
         click.option("--profile", default="h100-sxm", show_default=True,
                      help="Built-in profile name or path to a profile JSON (see `tpsim profiles list`)."),
@@ -351,10 +352,19 @@ profiles.add_command(import_nccl_tests_cmd)
 
 
 @main.command()
-def models():
-    """Model presets with their shapes and valid TP degrees."""
+@click.option("--show", "show_", metavar="NAME|PATH", default=None,
+              help="One model (a preset, or a Hugging Face config.json or its folder): shapes, "
+                   "variant features and the per-rank shard at every valid TP degree.")
+@user_errors
+def models(show_):
+    """Model presets with their shapes and valid TP degrees (any Llama-family config.json works
+    wherever a model name is accepted)."""
     from rich.console import Console
     from rich.table import Table
+    if show_:
+        from sim.model_show import show_model
+        click.echo(show_model(get_model(show_)))
+        return
     t = Table()
     for col in ("name", "params", "layers", "hidden", "heads", "kv", "head_dim", "ffn", "vocab", "TP"):
         t.add_column(col, justify="left" if col == "name" else "right")
