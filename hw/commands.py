@@ -41,7 +41,8 @@ def _under_torchrun() -> bool:
 def _common(f):
     """Options shared by bench and check (applied bottom-up)."""
     opts = [
-        click.option("--model", default="tiny", show_default=True, help="preset name; NAME[:K] = first K layers"),
+        click.option("--model", default="tiny", show_default=True,
+                     help="preset name or a Hugging Face config.json (or its folder); NAME[:K] = first K layers"),
         click.option("--layers", type=int, default=None, help="run only the first K layers of the model"),
         click.option("--tp", "--nproc", "tp", type=int, default=2, show_default=True,
                      help="TP degree = number of rank processes"),
