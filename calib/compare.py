@@ -19,7 +19,7 @@ from pathlib import Path
 
 import click
 
-from sim.model import get_model
+from sim.model import ModelSpec, get_model
 from sim.predict import Prediction, Simulator, Workload
 from sim.profile import ProfileError, load_profile
 from sim.stack import Stack
@@ -71,7 +71,11 @@ def workload_of(measured: dict, profile) -> Workload:
         if key not in measured:
             raise CompareError(f"measured JSON lacks {key!r}: is it the output of `tpsim bench --json`?")
     try:
-        model = get_model(measured["model"])
+        # a run of a Hugging Face config carries its shapes (hw.bench "model_spec"): no path needed here
+        spec = measured.get("model_spec")
+        model = ModelSpec(**spec) if isinstance(spec, dict) else get_model(measured["model"])
+    except TypeError as e:
+        raise CompareError(f"measured JSON's model_spec does not describe a model: {e}") from None
     except ValueError as e:
         raise CompareError(f"measured JSON is for {measured['model']!r}: {e}") from None
     st = measured.get("stack", {})
@@ -428,6 +432,16 @@ def _timeline(measured: dict, spec: str, pred: dict | None, profile) -> dict:
     return {"measured": meas, "simulated": [r.to_dict() for r in (res.records if res else []) if r.rank == 0]}
 
 
+def write_point_trace(measured: dict, profile, out_dir: Path) -> Path:
+    """traces/MODEL-tpN-bB-pP-gG.json: measured and simulated tracks side by side per rank and schedule."""
+    from sim.measured_trace import side_by_side_trace
+    w = workload_of(measured, profile)
+    name = f"{w.model.name}-tp{w.tp}-b{w.batch}-p{w.prompt_len}-g{w.gen_len}".replace("/", "_").replace("[:", "-L")
+    path = out_dir / "traces" / f"{name.rstrip(']')}.json"
+    write_json_atomic(path, side_by_side_trace(measured, w))
+    return path
+
+
 # ------------------------------------------------------------------ the command
 
 def run_compare(points: list[Point], schedules: tuple[str, ...], out_dir: Path, profile_arg: str | None,
@@ -468,6 +482,7 @@ def run_compare(points: list[Point], schedules: tuple[str, ...], out_dir: Path, 
             results.append(pt)
             spec = "ladder" if any(s["schedule"] == "ladder" for s in pt["schedules"]) else pt["schedules"][-1]["schedule"]
             timelines[f"{pt['model']}|{pt['tp']}|{pt['batch']}|{spec}"] = _timeline(m, spec, None, profile)
+            pt["trace"] = str(write_point_trace(m, profile, out_dir))
         except (CompareError, ValueError, ProfileError) as e:
             failed.append({"point": name, "error": str(e)})
     result = {"profile": profile.name, "profile_path": profile.source_path, "points": results, "failed": failed,
@@ -568,4 +583,5 @@ def _print_summary(result: dict, out_dir: Path) -> None:
                     f"{', '.join(pt['missing_schedules'])}")
     for f in result["failed"]:
         c.print(f"[red]failed[/red] {f['point']}: {f['error']}")
-    c.print(f"report: {out_dir / 'report.md'}  data: {out_dir / 'compare.json'}")
+    c.print(f"report: {out_dir / 'report.md'}  data: {out_dir / 'compare.json'}  traces (measured beside "
+            f"simulated; ui.perfetto.dev): {out_dir / 'traces'}")
