@@ -38,7 +38,7 @@ class Section:
     """One run of a (possibly multi-run) nccl-tests file."""
 
     path: str
-    first_line: int       # 1-based line of the file where the run starts
+    first_line: int       # 1-based line of the run's first header line (`# nThread ...`)
     text: str             # the run's lines, preceded by first_line - 1 empty lines (parser line numbers match)
     gpus: tuple[str, ...]  # GPU names from the rank lines
     hosts: frozenset
@@ -71,12 +71,13 @@ def split_runs(text: str, path: str) -> list[Section]:
         e = starts[k + 1] if k + 1 < len(starts) else len(lines)
         body = lines[s:e]
         gpus, hosts = [], set()
+        head = next((s + j for j, raw in enumerate(body) if _RUN_START.match(_MPI_PREFIX.sub("", raw).strip())), s)
         for raw in body:
             m = _DEVICE.match(_MPI_PREFIX.sub("", raw).strip())
             if m:
                 hosts.add(m.group(1))
                 gpus.append(m.group(2))
-        out.append(Section(path, s + 1, "\n" * s + "\n".join(body), tuple(gpus), frozenset(hosts)))
+        out.append(Section(path, head + 1, "\n" * s + "\n".join(body), tuple(gpus), frozenset(hosts)))
     return out
 
 

@@ -109,3 +109,25 @@ def test_missing_rank_lines_point_at_the_real_flag(tmp_path):
     r = run(str(src), "--out", str(tmp_path / "o.json"), "--extends", "h100-sxm")
     assert r.exit_code == 2 and "tpsim profiles import-nccl-tests --group N" in r.output
     assert run(str(src), "--out", str(tmp_path / "o.json"), "--extends", "h100-sxm", "--group", "4").exit_code == 0
+
+
+def test_real_log_of_two_runs_one_node_then_two(tmp_path):
+    """A public log (oracle-japan/ocitutorials, 'GPUクラスタを構築する': all_reduce_perf on 8 A100s
+    of one BM.GPU4.8 node, then over 16 GPUs of two nodes via mpirun), the two outputs one after
+    the other with the commands and ssh chatter between them, as a terminal log holds them."""
+    out = tmp_path / "oci.json"
+    r = run(fx("oci_a100_8_then_16.txt"), "--out", str(out))
+    assert r.exit_code == 0, r.output
+    raw = json.loads(out.read_text())
+    assert raw["extends"] == "a100-sxm"                   # A100-SXM4-40GB in the rank lines
+    t8, t16 = raw["collectives"]["tables"]
+    assert (t8["group"], t8["scope"], len(t8["bytes"])) == (8, "node", 28)
+    assert (t16["group"], t16["scope"], len(t16["bytes"])) == (16, "net", 28)    # 2 nodes of 8
+    assert (t8["time_us"][0], t8["time_us"][-1], t16["time_us"][0], t16["time_us"][-1]) == (32.01, 63929, 38.75, 225083)
+    assert "run at line 50" in t16["source"]
+    from sim.cost import CostModel
+    from sim.stack import Stack
+    cm = CostModel(load_profile(str(out)), Stack())
+    # TP16 on an 8-GPU-per-node profile is a 'net' group: the 16-rank run prices it
+    assert cm.collective_s("all_reduce", 1048576, 16, "eager") == pytest.approx(136.1e-6)
+    assert cm.collective_s("all_reduce", 1048576, 8, "eager") == pytest.approx(76.71e-6)
