@@ -76,7 +76,8 @@ def spec_from_hf(cfg: dict, name: str, where: str = "config.json") -> ModelSpec:
     if act != "silu":
         raise ValueError(f"{where}: hidden_act {act!r}: tpsim's MLP is SwiGLU (silu); other activations are not priced")
     if cfg.get("quantization_config"):
-        method = cfg["quantization_config"].get("quant_method", "?") if isinstance(cfg["quantization_config"], dict) else "?"
+        q = cfg["quantization_config"]
+        method = q.get("quant_method", "?") if isinstance(q, dict) else "?"
         raise ValueError(f"{where}: a quantized checkpoint ({method}): tpsim prices fp16/bf16/fp32 GEMMs; "
                          f"drop quantization_config to price the unquantized model")
     if cfg.get("mlp_bias"):

@@ -62,7 +62,8 @@ def test_truncation_and_valid_tp():
 
 @pytest.mark.parametrize("edit, why", [
     ({}, None),
-    ({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"}, "architecture GPT2LMHeadModel is not one tpsim prices"),
+    ({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"},
+     "architecture GPT2LMHeadModel is not one tpsim prices"),
     ({"architectures": ["Qwen2MoeForCausalLM"], "num_experts": 60}, "mixture-of-experts model (num_experts=60)"),
     ({"hidden_act": "gelu"}, "hidden_act 'gelu'"),
     ({"attention_bias": True}, "also biases o_proj"),
