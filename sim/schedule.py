@@ -128,9 +128,9 @@ class _Builder:
     def __init__(self, model: ModelSpec, tp: int, step: Step, stack: Stack):
         self.model, self.tp, self.step, self.stack = model, tp, step, stack
         self.shard: Shard = model.shard(tp)
-        if model.sliding_window and step.kv_len > model.sliding_window:
-            raise ValueError(f"{model.name.split('[:')[0]} attends to its last {model.sliding_window} positions (sliding window); "
-                             f"prompt + gen beyond that is not priced (tpsim prices full attention)")
+        if model.sliding_window and step.kv_len > model.sliding_window:      # Mistral v0.1
+            raise ValueError(f"{model.name.split('[:')[0]} attends to its last {model.sliding_window} positions "
+                             f"(sliding window); prompt + gen beyond that is not priced (tpsim prices full attention)")
         self.rows = step.tokens          # activations are [batch * q_len, hidden]
         self.ops: list[Op] = []
 
