@@ -72,11 +72,7 @@ def workload_of(measured: dict, profile) -> Workload:
         if key not in measured:
             raise CompareError(f"measured JSON lacks {key!r}: is it the output of `tpsim bench --json`?")
     try:
-        # a run of a Hugging Face config carries its shapes (hw.bench "model_spec"): no path needed here
-        spec = measured.get("model_spec")
-        model = ModelSpec(**spec) if isinstance(spec, dict) else get_model(measured["model"])
-    except TypeError as e:
-        raise CompareError(f"measured JSON's model_spec does not describe a model: {e}") from None
+        model = _measured_model(measured)
     except ValueError as e:
         raise CompareError(f"measured JSON is for {measured['model']!r}: {e}") from None
     st = measured.get("stack", {})
@@ -91,6 +87,21 @@ def workload_of(measured: dict, profile) -> Workload:
     return Workload(model, int(measured["tp"]), profile, int(measured["batch"]), int(measured["prompt_len"]),
                     int(measured["gen_len"]), stack, memory_check=False,
                     comm_group=int(emulated["ranks"]) if emulated else None)
+
+
+def _measured_model(measured: dict) -> ModelSpec:
+    """The preset the run names, else (a Hugging Face config.json, whose name is no preset) the
+    shapes it carries (hw.bench "model_spec", of that same name): no path to the config needed."""
+    try:
+        return get_model(measured["model"])
+    except ValueError:
+        spec = measured.get("model_spec")
+        if not (isinstance(spec, dict) and spec.get("name") == measured["model"]):
+            raise
+        try:
+            return ModelSpec(**spec)
+        except TypeError as e:
+            raise ValueError(f"its model_spec does not describe a model: {e}") from None
 
 
 def check_profile_covers(w: Workload) -> None:

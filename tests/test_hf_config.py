@@ -159,3 +159,15 @@ def test_predict_and_models_show_from_a_config_path():
     assert last[:4] == ["4", "7", "1", "4736"] and " ".join(last[4:6]) == "[1152, 3584]"
     r = CliRunner().invoke(main, ["models", "--show", "mistral-7b-v0.3"])
     assert r.exit_code == 0 and "valid TP        1, 2, 4, 8, 16, 32" in r.output
+
+
+def test_compare_finds_a_config_models_shapes_in_the_measured_json():
+    """bench records the ModelSpec of a config.json run (its name is no preset): compare uses it."""
+    from dataclasses import asdict
+    from calib.compare import workload_of
+    m = get_model(hf("qwen3-0.6b") + "[:2]")
+    measured = {"model": m.name, "model_spec": asdict(m), "tp": 2, "batch": 1, "prompt_len": 16, "gen_len": 4,
+                "schedules": [], "dtype": "fp16"}
+    assert workload_of(measured, load_profile("h100-sxm")).model == m
+    with pytest.raises(ValueError, match="unknown model 'other'"):      # a spec of another name is not used
+        workload_of(measured | {"model": "other"}, load_profile("h100-sxm"))
