@@ -128,14 +128,18 @@ def default_base(gpus: list[str]) -> str:
     """The built-in profile for the GPU the files name; ValueError when none (or several) match."""
     found = set()
     for g in gpus:
+        name = g.upper()
         for key, prof in _GPU_PROFILES:
-            if key in g.upper():
+            # the SXM profiles do not describe PCIe / NVL boards of the same chip
+            if key in name and (prof.endswith("pcie") or not any(x in name for x in ("PCIE", "NVL"))):
                 found.add(prof)
                 break
-    found &= set(builtin_names())
-    if len(found) != 1:
-        what = (f"GPUs of several kinds ({', '.join(sorted(found))})" if found
-                else "no GPU with a built-in profile" + (f" ({gpus[0]})" if gpus else ""))
+            if key in name:
+                found.add(f"no built-in profile ({g.strip()})")
+                break
+    if len(found) != 1 or not found <= set(builtin_names()):
+        what = (f"GPUs of several kinds ({', '.join(sorted(found))})" if len(found) > 1
+                else "no GPU with a built-in profile" + (f" ({gpus[0].strip()})" if gpus else ""))
         raise ValueError(f"the files name {what}; give --extends BASE (a built-in profile: "
                          f"{', '.join(builtin_names())}, or a profile JSON) for what nccl-tests does not measure")
     return found.pop()

@@ -131,3 +131,15 @@ def test_real_log_of_two_runs_one_node_then_two(tmp_path):
     # TP16 on an 8-GPU-per-node profile is a 'net' group: the 16-rank run prices it
     assert cm.collective_s("all_reduce", 1048576, 16, "eager") == pytest.approx(136.1e-6)
     assert cm.collective_s("all_reduce", 1048576, 8, "eager") == pytest.approx(76.71e-6)
+
+
+def test_collective_from_the_file_name_and_pcie_boards_need_a_base(tmp_path):
+    src = open(fx("ar_v2_13.txt")).read()
+    (tmp_path / "all_gather_perf_4gpu.log").write_text(src)
+    r = run(str(tmp_path / "all_gather_perf_4gpu.log"), "--out", str(tmp_path / "ag.json"))
+    assert r.exit_code == 0, r.output
+    raw = json.loads((tmp_path / "ag.json").read_text())["collectives"]["tables"]
+    assert [(t["collective"], t["group"]) for t in raw] == [("all_gather", 4)]
+    (tmp_path / "pcie.txt").write_text(src.replace("NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe"))
+    r = run(str(tmp_path / "pcie.txt"), "--out", str(tmp_path / "p.json"))
+    assert r.exit_code == 2 and "no GPU with a built-in profile (NVIDIA H100 PCIe)" in r.output
