@@ -162,7 +162,8 @@ def predict(schedules, exact, as_json, **kw):
 
 
 @main.command()
-@click.option("--model", "models", multiple=True, required=True, help="Model preset; repeatable.")
+@click.option("--model", "models", multiple=True, required=True,
+              help="Model preset or Hugging Face config.json (or its folder); repeatable.")
 @click.option("--tp", "tps", type=int, multiple=True, required=True, help="TP degree; repeatable.")
 @click.option("--batch", "batches", type=int, multiple=True, default=(1,), show_default=True, help="Repeatable.")
 @click.option("--profile", "profiles_", multiple=True, default=("h100-sxm",), show_default=True,
@@ -226,7 +227,7 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
 
 
 @main.command()
-@click.option("--model", required=True, help="Model preset (e.g. tiny, llama-3.1-70b).")
+@click.option("--model", required=True, help="Model preset (e.g. tiny, llama-3.1-70b) or a config.json.")
 @click.option("--schedule", "spec", default="standard", show_default=True, help=SCHEDULE_HELP)
 @click.option("--tp", type=int, default=2, show_default=True)
 @click.option("--layer", type=int, default=None, help="Layer to show (default: layer 1, or the 2nd ladder layer).")
