@@ -46,8 +46,9 @@ def main():
 def workload_options(fn):
     """Options shared by predict, trace and sweep: the model, cluster and serving stack."""
     opts = [
-        click.option("--model", required=True, help=f"Model preset, or NAME[:K] for its first K layers. "
-                                                     f"One of: {', '.join(MODELS)}"),
+        click.option("--model", required=True, help=f"Model preset, or a Hugging Face config.json (or its "
+                                                     f"folder); NAME[:K] for its first K layers. "
+                                                     f"Presets: {', '.join(MODELS)}"),
         click.option("--tp", type=int, required=True, help="Tensor-parallel degree (GPUs per model replica)."),
         click.option("--profile", default="h100-sxm", show_default=True,
                      help="Built-in profile name or path to a profile JSON (see `tpsim profiles list`)."),
@@ -183,7 +184,8 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
 
 
 @main.command()
-@click.option("--model", "models", multiple=True, required=True, help="Model preset; repeatable.")
+@click.option("--model", "models", multiple=True, required=True,
+              help="Model preset or Hugging Face config.json (or its folder); repeatable.")
 @click.option("--tp", "tps", type=int, multiple=True, required=True, help="TP degree; repeatable.")
 @click.option("--batch", "batches", type=int, multiple=True, default=(1,), show_default=True, help="Repeatable.")
 @click.option("--profile", "profiles_", multiple=True, default=("h100-sxm",), show_default=True,
@@ -247,7 +249,7 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
 
 
 @main.command()
-@click.option("--model", required=True, help="Model preset (e.g. tiny, llama-3.1-70b).")
+@click.option("--model", required=True, help="Model preset (e.g. tiny, llama-3.1-70b) or a config.json.")
 @click.option("--schedule", "spec", default="standard", show_default=True, help=SCHEDULE_HELP)
 @click.option("--tp", type=int, default=2, show_default=True)
 @click.option("--layer", type=int, default=None, help="Layer to show (default: layer 1, or the 2nd ladder layer).")
@@ -367,11 +369,25 @@ def profiles_show(name):
     Console(width=180).print(t)
 
 
+from calib.nccl_import import import_nccl_tests_cmd  # noqa: E402  (pure Python: no torch)
+
+profiles.add_command(import_nccl_tests_cmd)
+
+
 @main.command()
-def models():
-    """Model presets with their shapes and valid TP degrees."""
+@click.option("--show", "show_", metavar="NAME|PATH", default=None,
+              help="One model (a preset, or a Hugging Face config.json or its folder): shapes, "
+                   "variant features and the per-rank shard at every valid TP degree.")
+@user_errors
+def models(show_):
+    """Model presets with their shapes and valid TP degrees (any Llama-family config.json works
+    wherever a model name is accepted)."""
     from rich.console import Console
     from rich.table import Table
+    if show_:
+        from sim.model_show import show_model
+        click.echo(show_model(get_model(show_)))
+        return
     t = Table()
     for col in ("name", "params", "layers", "hidden", "heads", "kv", "head_dim", "ffn", "vocab", "TP"):
         t.add_column(col, justify="left" if col == "name" else "right")

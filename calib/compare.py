@@ -19,7 +19,7 @@ from pathlib import Path
 
 import click
 
-from sim.model import get_model
+from sim.model import ModelSpec, get_model
 from sim.predict import Prediction, Simulator, Workload
 from sim.profile import ProfileError, load_profile
 from sim.schedule import DEFAULT_SCHEDULES
@@ -43,7 +43,8 @@ def measure(point: Point, schedules: tuple[str, ...], out_dir: Path, backend: st
             repeats: int = 3, warmup: int = 1, timeout_s: float = 120.0, deadline_s: float = 900.0) -> dict:
     """Run `tpsim bench` for one point (or reuse its saved result) and return the measured JSON."""
     from hw.dist import RunConfig, launch
-    path = out_dir / "measured" / f"{point.key}.json"
+    key = point.key.replace("/", "_").replace("\\", "_")        # a config.json path as --model
+    path = out_dir / "measured" / f"{key}.json"
     if path.exists():
         try:
             old = json.loads(path.read_text())
@@ -71,7 +72,7 @@ def workload_of(measured: dict, profile) -> Workload:
         if key not in measured:
             raise CompareError(f"measured JSON lacks {key!r}: is it the output of `tpsim bench --json`?")
     try:
-        model = get_model(measured["model"])
+        model = _measured_model(measured)
     except ValueError as e:
         raise CompareError(f"measured JSON is for {measured['model']!r}: {e}") from None
     st = measured.get("stack", {})
@@ -86,6 +87,18 @@ def workload_of(measured: dict, profile) -> Workload:
     return Workload(model, int(measured["tp"]), profile, int(measured["batch"]), int(measured["prompt_len"]),
                     int(measured["gen_len"]), stack, memory_check=False,
                     comm_group=int(emulated["ranks"]) if emulated else None)
+
+
+def _measured_model(measured: dict) -> ModelSpec:
+    """The shapes the run carries (hw.bench "model_spec", when it is of the model the run names:
+    a Hugging Face config.json run needs no path to its config here), else the preset it names."""
+    spec = measured.get("model_spec")
+    if isinstance(spec, dict) and spec.get("name") == measured["model"]:
+        try:
+            return ModelSpec(**spec)
+        except TypeError:            # written by another tpsim version: fall back on the name
+            pass
+    return get_model(measured["model"])
 
 
 def check_profile_covers(w: Workload) -> None:
@@ -428,6 +441,16 @@ def _timeline(measured: dict, spec: str, pred: dict | None, profile) -> dict:
     return {"measured": meas, "simulated": [r.to_dict() for r in (res.records if res else []) if r.rank == 0]}
 
 
+def write_point_trace(measured: dict, profile, out_dir: Path) -> Path:
+    """traces/MODEL-tpN-bB-pP-gG.json: measured and simulated tracks side by side per rank and schedule."""
+    from sim.measured_trace import side_by_side_trace
+    w = workload_of(measured, profile)
+    name = f"{w.model.name}-tp{w.tp}-b{w.batch}-p{w.prompt_len}-g{w.gen_len}".replace("/", "_").replace("[:", "-L")
+    path = out_dir / "traces" / f"{name.rstrip(']')}.json"
+    write_json_atomic(path, side_by_side_trace(measured, w))
+    return path
+
+
 # ------------------------------------------------------------------ the command
 
 def run_compare(points: list[Point], schedules: tuple[str, ...], out_dir: Path, profile_arg: str | None,
@@ -468,6 +491,7 @@ def run_compare(points: list[Point], schedules: tuple[str, ...], out_dir: Path, 
             results.append(pt)
             spec = "ladder" if any(s["schedule"] == "ladder" for s in pt["schedules"]) else pt["schedules"][-1]["schedule"]
             timelines[f"{pt['model']}|{pt['tp']}|{pt['batch']}|{spec}"] = _timeline(m, spec, None, profile)
+            pt["trace"] = str(write_point_trace(m, profile, out_dir))
         except (CompareError, ValueError, ProfileError) as e:
             failed.append({"point": name, "error": str(e)})
     result = {"profile": profile.name, "profile_path": profile.source_path, "points": results, "failed": failed,
@@ -568,4 +592,5 @@ def _print_summary(result: dict, out_dir: Path) -> None:
                     f"{', '.join(pt['missing_schedules'])}")
     for f in result["failed"]:
         c.print(f"[red]failed[/red] {f['point']}: {f['error']}")
-    c.print(f"report: {out_dir / 'report.md'}  data: {out_dir / 'compare.json'}")
+    c.print(f"report: {out_dir / 'report.md'}  data: {out_dir / 'compare.json'}  traces (measured beside "
+            f"simulated; ui.perfetto.dev): {out_dir / 'traces'}")

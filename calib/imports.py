@@ -143,7 +143,7 @@ def _table(rows: dict, name, group, ranks, collective, mode, graph, layout) -> I
     n = group or len(ranks)
     if not n:
         raise ValueError(f"{name}: no '#  Rank N ...' header lines to count the ranks from; "
-                         f"give the group size (--group N)")
+                         f"give the group size (`tpsim profiles import-nccl-tests --group N`, or group=N)")
     if mode is None:
         mode = "graph" if graph else "eager"
     sizes = sorted(rows)

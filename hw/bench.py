@@ -16,6 +16,8 @@ Run as `tpsim bench --nproc N`, or under torchrun as `torchrun --nproc-per-node 
 """
 from __future__ import annotations
 
+import dataclasses
+
 import os
 import platform
 import socket
@@ -210,7 +212,8 @@ def assemble(cfg: RunConfig, model_name: str, specs: list[str], per_rank: list[d
     for r in rows:
         r["speedup"] = r["tokens_per_s"] / std
     emulated = {"emulated": {"tp": cfg.emulate_tp, "ranks": cfg.tp}} if cfg.emulate_tp else {}
-    return emulated | {"model": model_name, "tp": cfg.model_tp, "profile": "measured", "batch": cfg.batch,
+    return emulated | {"model": model_name, "model_spec": dataclasses.asdict(cfg.model_spec()),
+            "tp": cfg.model_tp, "profile": "measured", "batch": cfg.batch,
             "prompt_len": cfg.prompt_len, "gen_len": cfg.gen_len, "dtype": cfg.dtype,
             "stack": {k: getattr(cfg, k) for k in ("head", "attention", "kv", "prefill_logits",
                                                     "expand_gqa", "decode_graphs", "compile")},

@@ -29,7 +29,7 @@ from sim.model import ModelSpec
 from sim.schedule import build, plan_of, runs
 from hw import dist as hwdist
 from hw.dist import RunConfig
-from hw.model import NORM_EPS, ROPE_THETA, build_rank_model, full_weights
+from hw.model import build_rank_model, full_weights
 from hw.runner import Runner
 
 TOLERANCE = {"fp32": 1e-4, "fp16": 3e-2, "bf16": 1e-1}
@@ -41,6 +41,8 @@ class Reference:
     def __init__(self, model: ModelSpec, w: dict[str, torch.Tensor], plan: tuple[str, ...], tp: int, batch: int,
                  max_seq: int):
         self.m, self.w, self.tp = model, w, tp
+        if isinstance(plan, str):
+            raise TypeError(f"plan must be one layer kind per layer (sim.schedule.plan_of), got the string {plan!r}")
         missing = sorted(set(plan) - set(REFERENCES))
         if missing:
             raise ValueError(f"no reference for layer kind(s) {', '.join(missing)}")
@@ -49,14 +51,14 @@ class Reference:
         shape = (model.layers, batch, max_seq, model.kv_heads, model.head_dim)
         self.k_cache = torch.zeros(shape, device=dev)
         self.v_cache = torch.zeros(shape, device=dev)
-        inv = 1.0 / ROPE_THETA ** (torch.arange(0, model.head_dim, 2, device=dev).float() / model.head_dim)
+        inv = 1.0 / model.rope_theta ** (torch.arange(0, model.head_dim, 2, device=dev).float() / model.head_dim)
         ang = torch.arange(max_seq, device=dev).float()[:, None] * inv[None, :]      # [S, hd/2]
         self.cos, self.sin = ang.cos(), ang.sin()
 
     # -- pieces
 
     def _norm(self, x: torch.Tensor, name: str) -> torch.Tensor:
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + NORM_EPS) * self.w[name]
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.m.norm_eps) * self.w[name]
 
     def _rope(self, x: torch.Tensor, start: int) -> torch.Tensor:
         """x [B, S, h, D]; rotate pairs (i, i + D/2) by position * freq_i."""
@@ -74,6 +76,12 @@ class Reference:
         q = (n @ w[f"L{i}.wq"].T).view(B, S, m.heads, m.head_dim)
         k = (n @ w[f"L{i}.wk"].T).view(B, S, m.kv_heads, m.head_dim)
         v = (n @ w[f"L{i}.wv"].T).view(B, S, m.kv_heads, m.head_dim)
+        if m.qkv_bias:                                   # Qwen2: bias on q, k, v (full vectors)
+            q = q + w[f"L{i}.bq"].view(m.heads, m.head_dim)
+            k = k + w[f"L{i}.bk"].view(m.kv_heads, m.head_dim)
+            v = v + w[f"L{i}.bv"].view(m.kv_heads, m.head_dim)
+        if m.qk_norm:                                    # Qwen3: RMSNorm over head_dim, then RoPE
+            q, k = self._norm(q, f"L{i}.q_norm"), self._norm(k, f"L{i}.k_norm")
         q, k = self._rope(q, start), self._rope(k, start)
         self.k_cache[i, :, start:start + S] = k
         self.v_cache[i, :, start:start + S] = v

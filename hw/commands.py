@@ -44,7 +44,8 @@ def _under_torchrun() -> bool:
 def _common(f):
     """Options shared by bench and check (applied bottom-up)."""
     opts = [
-        click.option("--model", default="tiny", show_default=True, help="preset name; NAME[:K] = first K layers"),
+        click.option("--model", default="tiny", show_default=True,
+                     help="preset name or a Hugging Face config.json (or its folder); NAME[:K] = first K layers"),
         click.option("--layers", type=int, default=None, help="run only the first K layers of the model"),
         click.option("--tp", "--nproc", "tp", type=int, default=2, show_default=True,
                      help="TP degree = number of rank processes"),
@@ -169,7 +170,10 @@ def _memory_gate(cfg) -> None:
               help="decode under CUDA graphs [default: on for cuda with --kv static, else off]")
 @click.option("--compile", "compile_", is_flag=True, help="torch.compile the per-op kernels")
 @click.option("--gpu-mem-gib", type=float, default=None, help="per-rank memory to plan against [default: the device's]")
-def bench_cmd(deadline_s, compile_, **kw):
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,
+              help="also write a Chrome/Perfetto trace of one measured prefill and decode step per schedule "
+                   "(a track per rank and stream; open in ui.perfetto.dev)")
+def bench_cmd(deadline_s, compile_, trace_path=None, **kw):
     """Measure tokens/s of each schedule (interleaved repeats; standard always included)."""
     require_torch("bench")
     cfg = _config("bench", compile=compile_, deadline_s=deadline_s, **kw)
@@ -181,6 +185,11 @@ def bench_cmd(deadline_s, compile_, **kw):
     click.echo(json.dumps(result, indent=1) if cfg.json else format_result(result))
     if cfg.out and not cfg.json:
         click.echo(f"wrote {cfg.out}")
+    if trace_path:
+        from sim.measured_trace import bench_trace
+        from sim.trace import write_json_atomic
+        write_json_atomic(trace_path, bench_trace(result))
+        click.echo(f"wrote {trace_path}: open it in ui.perfetto.dev or chrome://tracing", err=cfg.json)
 
 
 @click.command("check")

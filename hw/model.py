@@ -14,6 +14,7 @@ Layout (gemm weights stored [out, in] for F.linear):
   L{i}.w13  [2*ffn_r, hidden] = [w1 cols of r | w3 cols of r]
   L{i}.wo   [hidden, q_heads_r*hd], L{i}.w2 [hidden, ffn_r]   (row split of the full [in, out])
   embed [vocab, hidden] replicated; head [vocab, hidden] replicated or a padded vocab shard.
+  Qwen2: L{i}.wqkv.bias [q_r + 2*kv_r] = [bq | bk | bv] of rank r; Qwen3: L{i}.q_norm, L{i}.k_norm [hd].
 Scales: N(0, 1/fan_in) for gemms so every matmul output is O(1), N(0, 1) embeddings, norm
 weights 1 + N(0, 0.1^2): activations stay O(sqrt(layers)) and finite in fp16 at 126 layers.
 """
@@ -29,8 +30,8 @@ from sim.model import ModelSpec
 from sim.memory import Placement, kv_cache_shape, local_param_shapes
 
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
-ROPE_THETA = 500_000.0          # Llama 3
-NORM_EPS = 1e-5
+ROPE_THETA = 500_000.0          # Llama 3 (ModelSpec.rope_theta's default; a model's own wins)
+NORM_EPS = 1e-5                 # likewise ModelSpec.norm_eps
 _CHUNK_ELEMS = 1 << 22
 
 
@@ -111,10 +112,27 @@ def build_weights(p: Placement, *, seed: int = 0, dtype: torch.dtype = torch.flo
                                  std=1.0 / math.sqrt(m.ffn), **kw).t().contiguous()
         w[f"{L}.attn_norm"] = draw_rows(f"{L}.attn_norm", 1, h, 0, 1, std=0.1, mean=1.0, **kw)[0]
         w[f"{L}.mlp_norm"] = draw_rows(f"{L}.mlp_norm", 1, h, 0, 1, std=0.1, mean=1.0, **kw)[0]
+        _variant_weights(w, m, L, (q_lo, q_hi), (kv_lo, kv_hi), kw)
     expected = local_param_shapes(p)
     for name, shape in expected.items():      # the memory estimate and the allocation agree
         assert tuple(w[name].shape) == shape, (name, tuple(w[name].shape), shape)
     return w
+
+
+def _variant_weights(w: dict, m: ModelSpec, L: str, q_rows: tuple[int, int], kv_rows: tuple[int, int],
+                     kw: dict) -> None:
+    """Qwen2's qkv bias (rows of this rank, laid out like wqkv) and Qwen3's q/k norm weights [head_dim].
+
+    Biases are N(0, 0.1^2) per full vector (bq [q_dim], bk, bv [kv_dim]) so every TP degree sees
+    the same full bias, as for the weights."""
+    if m.qkv_bias:
+        parts = [draw_rows(f"{L}.bq", m.q_dim, 1, *q_rows, std=0.1, **kw)[:, 0],
+                 draw_rows(f"{L}.bk", m.kv_dim, 1, *kv_rows, std=0.1, **kw)[:, 0],
+                 draw_rows(f"{L}.bv", m.kv_dim, 1, *kv_rows, std=0.1, **kw)[:, 0]]
+        w[f"{L}.wqkv.bias"] = torch.cat(parts)
+    if m.qk_norm:
+        for n in ("q_norm", "k_norm"):
+            w[f"{L}.{n}"] = draw_rows(f"{L}.{n}", 1, m.head_dim, 0, 1, std=0.1, mean=1.0, **kw)[0]
 
 
 def full_weights(model: ModelSpec, *, seed: int = 0, dtype: torch.dtype = torch.float32,
@@ -142,6 +160,12 @@ def full_weights(model: ModelSpec, *, seed: int = 0, dtype: torch.dtype = torch.
         w[f"{L}.w2"] = draw_rows(f"{L}.w2", m.ffn, h, 0, m.ffn, std=1.0 / math.sqrt(m.ffn), **kw).t()
         w[f"{L}.attn_norm"] = draw_rows(f"{L}.attn_norm", 1, h, 0, 1, std=0.1, mean=1.0, **kw)[0]
         w[f"{L}.mlp_norm"] = draw_rows(f"{L}.mlp_norm", 1, h, 0, 1, std=0.1, mean=1.0, **kw)[0]
+        if m.qkv_bias:                        # separate bq, bk, bv [q_dim], [kv_dim], [kv_dim]
+            for n, rows in (("bq", m.q_dim), ("bk", m.kv_dim), ("bv", m.kv_dim)):
+                w[f"{L}.{n}"] = draw_rows(f"{L}.{n}", rows, 1, 0, rows, std=0.1, **kw)[:, 0]
+        if m.qk_norm:
+            for n in ("q_norm", "k_norm"):
+                w[f"{L}.{n}"] = draw_rows(f"{L}.{n}", 1, m.head_dim, 0, 1, std=0.1, mean=1.0, **kw)[0]
     return w
 
 
@@ -188,5 +212,5 @@ def build_rank_model(model: ModelSpec, tp: int, rank: int, *, batch: int, max_se
     shape = kv_cache_shape(p, batch, max_seq)
     kv = {f"L{i}.kv": (torch.zeros(shape, dtype=td, device=dev), torch.zeros(shape, dtype=td, device=dev))
           for i in range(model.layers)}
-    cos, sin = rope_tables(max_seq, model.head_dim, dev)
+    cos, sin = rope_tables(max_seq, model.head_dim, dev, theta=model.rope_theta)
     return RankModel(p, w, kv, cos, sin, batch, max_seq, td, dev)

@@ -42,7 +42,7 @@ import torch.nn.functional as F
 
 from sim.schedule import TOKENS, Op, Schedule
 from sim.trace import Record
-from hw.model import NORM_EPS, RankModel
+from hw.model import RankModel
 
 
 @dataclass(frozen=True)
@@ -291,12 +291,19 @@ def _rmsnorm(ctx: _Ctx, op: Op, x: torch.Tensor) -> torch.Tensor:
     if x.shape[0] != rows:               # final norm with last-position logits: [B*S, H] -> [B, H]
         x = x.view(ctx.step.batch, -1, x.shape[-1])[:, -1]
     xf = x.float()
-    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + NORM_EPS)
+    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + ctx.rm.model.norm_eps)
     return y.to(x.dtype) * ctx.rm.weights[op.param]
 
 
 def _gemm(ctx: _Ctx, op: Op, x: torch.Tensor) -> torch.Tensor:
-    return F.linear(x, ctx.rm.weights[op.param])           # [m, k] @ W[n, k]^T -> [m, n]
+    # [m, k] @ W[n, k]^T (+ bias [n], Qwen2's qkv: the IR's bias attr) -> [m, n]
+    return F.linear(x, ctx.rm.weights[op.param], ctx.rm.weights.get(f"{op.param}.bias"))
+
+
+def _head_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    """Qwen3's q/k norm: RMSNorm over head_dim of [B, S, h, D], weight [D]."""
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * w
 
 
 def _swiglu(ctx: _Ctx, op: Op, x: torch.Tensor) -> torch.Tensor:
@@ -343,6 +350,9 @@ def _attention(ctx: _Ctx, op: Op, qkv: torch.Tensor) -> torch.Tensor:
     H, KVH, D = op.attr("heads"), op.attr("kv_heads"), op.attr("head_dim")
     x = qkv.view(B, S, H + 2 * KVH, D)
     q, k, v = x.split([H, KVH, KVH], dim=2)                 # [B, S, h, D]
+    if dict(op.attrs).get("qk_norm"):
+        q = _head_norm(q, rm.weights[f"L{op.layer}.q_norm"], rm.model.norm_eps)
+        k = _head_norm(k, rm.weights[f"L{op.layer}.k_norm"], rm.model.norm_eps)
     pos = ctx.positions                                     # [S]
     cos, sin = rm.cos[pos][None, :, None, :], rm.sin[pos][None, :, None, :]
     q = (q.float() * cos + rotate_half(q.float()) * sin).to(qkv.dtype)

@@ -52,9 +52,9 @@ def op_work(op: Op, graphs: bool) -> list[Work]:
     k = op.kind
     if k == "gemm":
         m, n, kk = a["m"], a["n"], a["k"]
-        return [Work(2.0 * m * n * kk, e * (m * kk + kk * n + m * n), 1, matmul=True)]
+        return [Work(2.0 * m * n * kk, e * (m * kk + kk * n + m * n), 1, matmul=True)] + separable_work(op, graphs)
     if k == "attention":
-        return _attention_work(a, e, graphs)
+        return _attention_work(a, e, graphs) + separable_work(op, graphs)
     if k == "rmsnorm":
         # eager: x.float(), pow, mean, rsqrt, mul, mul(weight), .to(dtype): fp32 passes over [rows, width]
         el = a["rows"] * a["width"]
@@ -72,6 +72,30 @@ def op_work(op: Op, graphs: bool) -> list[Work]:
         # argmax over the last position's logits per sequence: [batch, vocab]
         return [Work(float(a["batch"] * a["vocab"]), e * a["batch"] * a["vocab"], 2)]
     raise ValueError(f"no compute cost for op kind {k!r} ({op.name})")
+
+
+# Attrs that add a separable piece to an op (sim.schedule sets them only when a model has them):
+# tables measured without them (a database's plain GEMMs, a Llama calibration) still price the
+# op, plus the roofline of the piece (separable_work).
+SEPARABLE_ATTRS = {"gemm": ("bias",), "attention": ("qk_norm",)}
+
+
+def separable_work(op: Op, graphs: bool) -> list[Work]:
+    """The work that `bias` (gemm) and `qk_norm` (attention) add to an op."""
+    e = DTYPE_BYTES[op.dtype]
+    a = dict(op.attrs)
+    out = []
+    if op.kind == "gemm" and a.get("bias"):
+        # Qwen2's qkv bias [n]: cuBLASLt's bias epilogue (eager addmm) or a fused pointwise under
+        # torch.compile -- one more add per output element, the bias read once, no extra kernel
+        out.append(Work(float(a["m"] * a["n"]), e * a["n"], 0))
+    if op.kind == "attention" and a.get("qk_norm"):
+        # Qwen3's RMSNorm over head_dim on q [b, q, H, d] and k [b, q, Hk, d] before RoPE: eager runs
+        # the same six fp32 passes as the layer norms (cost.op_work "rmsnorm"), per tensor; compiled,
+        # it fuses into the RoPE kernel (one more read and write of q and k)
+        el = a["batch"] * a["q_len"] * (a["heads"] + a["kv_heads"]) * a["head_dim"]
+        out += [Work(4.0 * el, 2 * e * el, 0)] if graphs else [Work(4.0 * el, 7 * 4 * el, 12)]
+    return out
 
 
 def _attention_work(a: dict, e: int, graphs: bool) -> list[Work]:
@@ -101,6 +125,9 @@ def roofline_s(profile: Profile, works: list[Work], dtype: str) -> float:
     peak = profile.peak_flops.get(dtype) or max(profile.peak_flops.values())
     t = 0.0
     for w in works:
+        if not w.kernels:       # rides in another kernel (a GEMM's bias epilogue): no small-kernel efficiency
+            t += max(w.flops / peak if w.matmul else 0.0, w.bytes / profile.mem_bytes_per_s)
+            continue
         t_flops = w.flops / (peak * profile.gemm_efficiency(max(w.flops, 1.0))) if w.matmul else 0.0
         t_bytes = w.bytes / (profile.mem_bytes_per_s * profile.memory_efficiency(max(w.bytes, 1.0)))
         t += max(t_flops, t_bytes)
@@ -143,6 +170,18 @@ class CostModel:
             return None
         rest = tuple(sorted((k, v) for k, v in op.attrs if k != sweep and k not in COST_FREE_ATTRS))
         pts = self._points[graphs].get((op.kind, op.dtype, rest))
+        extra = SEPARABLE_ATTRS.get(op.kind, ())
+        if not pts and any(attrs.get(x) for x in extra):
+            # measured without the separable piece: look the plain op up, price the piece apart
+            plain = Op(op.name, op.kind, op.inputs, op.outputs,
+                       tuple((k, v) for k, v in op.attrs if k not in extra), op.dtype)
+            t = self._measured(plain, graphs)
+            if t is None:
+                return None
+            works = separable_work(op, graphs)
+            launch = sum(w.kernels for w in works) * self.profile.launch_s["graph" if graphs else "eager"]
+            gpu = roofline_s(self.profile, works, op.dtype)
+            return t + (max(gpu, launch) if self.profile.device == "cuda" else gpu + launch)
         if not pts:
             return None
         xs = [p[0] for p in pts]

@@ -92,6 +92,11 @@ def local_param_shapes(p: Placement) -> dict[str, tuple[int, ...]]:
         shapes[f"L{i}.mlp_norm"] = (h,)
         shapes[f"L{i}.w13"] = (2 * f, h)
         shapes[f"L{i}.w2"] = (h, f)
+        if m.qkv_bias:                       # Qwen2: [bq_r | bk_r | bv_r], split like wqkv's rows
+            shapes[f"L{i}.wqkv.bias"] = (q + 2 * kv,)
+        if m.qk_norm:                        # Qwen3: one weight per head dim, shared by all heads
+            shapes[f"L{i}.q_norm"] = (hd,)
+            shapes[f"L{i}.k_norm"] = (hd,)
     return shapes
 
 

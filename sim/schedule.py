@@ -139,6 +139,9 @@ class _Builder:
     def __init__(self, model: ModelSpec, tp: int, step: Step, stack: Stack):
         self.model, self.tp, self.step, self.stack = model, tp, step, stack
         self.shard: Shard = model.shard(tp)
+        if model.sliding_window and step.kv_len > model.sliding_window:      # Mistral v0.1
+            raise ValueError(f"{model.name.split('[:')[0]} attends to its last {model.sliding_window} positions "
+                             f"(sliding window); prompt + gen beyond that is not priced (tpsim prices full attention)")
         self.rows = step.tokens          # activations are [batch * q_len, hidden]
         self.ops: list[Op] = []
 
@@ -158,14 +161,18 @@ class _Builder:
         """Attention of layer i on residual x (or on an already-normed x): returns partial P_r."""
         s, p = self.shard, f"L{i}.attn"
         n = self.norm(f"{p}.norm", x, i, f"L{i}.attn_norm") if norm else x
+        # Qwen2's q/k/v bias is the GEMM's epilogue; Qwen3's q/k RMSNorm runs inside attention
+        # (before RoPE): attrs only when present, so Llama ops keep their signatures
+        bias = [("bias", 1)] if self.model.qkv_bias else []
         qkv = self.add_op(f"{p}.qkv", "gemm", [n], [f"{p}.qkv_out"],
-                          [("m", self.rows), ("n", s.qkv_dim), ("k", s.hidden)], i, f"L{i}.wqkv")
+                          [("m", self.rows), ("n", s.qkv_dim), ("k", s.hidden)] + bias, i, f"L{i}.wqkv")
         st = self.step
         o = self.add_op(f"{p}.sdpa", "attention", [qkv], [f"{p}.sdpa_out"],
                         [("batch", st.batch), ("q_len", st.q_len), ("start_pos", st.start_pos),
                          ("kv_len", st.kv_len), ("heads", s.heads), ("kv_heads", s.kv_heads),
                          ("head_dim", s.head_dim), ("expand_gqa", int(self.stack.expand_gqa)),
-                         ("impl", self.stack.attention)], i, f"L{i}.kv")
+                         ("impl", self.stack.attention)] + ([("qk_norm", 1)] if self.model.qk_norm else []),
+                        i, f"L{i}.kv")
         return self.add_op(f"{p}.out", "gemm", [o], [f"{p}.partial"],
                            [("m", self.rows), ("n", s.hidden), ("k", s.q_dim)], i, f"L{i}.wo")
 

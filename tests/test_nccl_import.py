@@ -1,0 +1,145 @@
+"""`tpsim profiles import-nccl-tests` on nccl-tests outputs of every layout calib.imports reads:
+one table per (collective, group, mode), multi-run logs split, broken input named by file and line."""
+import json
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from cli import main
+from sim.profile import load_profile
+
+FIX = os.path.join(os.path.dirname(__file__), "fixtures", "nccl_tests")
+
+
+def fx(name):
+    return os.path.join(FIX, name)
+
+
+def run(*args):
+    return CliRunner().invoke(main, ["profiles", "import-nccl-tests", *args])
+
+
+def tables(path):
+    """The profile's tables by key; the first of a key wins, as in the simulator (imports precede the base's)."""
+    out = {}
+    for t in load_profile(str(path)).collective_tables:
+        out.setdefault((t.collective, t.group, t.mode, t.impl, t.scope), t)
+    return out
+
+
+@pytest.mark.parametrize("name, key, n, first_us", [
+    ("ar_v2_13.txt", ("all_reduce", 4, "eager"), 10, 12.31),      # text >= 2.13, H100 -> h100-sxm
+    ("ar_v2_12.txt", ("all_reduce", 8, "eager"), 11, 33.70),      # text <= 2.12, A100 -> a100-sxm
+    ("ar_interval.txt", ("all_reduce", 2, "graph"), 4, 6.10),     # -I 1 columns, graph: 1 header
+    ("ar_mpi.txt", ("all_reduce", 4, "eager"), 4, 25.10),         # mpirun prefixes + NCCL INFO lines
+])
+def test_each_text_layout_imports_and_predicts(tmp_path, name, key, n, first_us):
+    out = tmp_path / "p.json"
+    r = run(fx(name), "--out", str(out))
+    assert r.exit_code == 0, r.output
+    t = [t for k, t in tables(out).items() if k[:3] == key and k[3] == "nccl"][0]
+    assert len(t.bytes) == n and t.time_s[0] == pytest.approx(first_us * 1e-6)
+    raw = json.loads(out.read_text())
+    assert len(raw["collectives"]["tables"]) == 1 and raw["extends"] in ("h100-sxm", "a100-sxm", "h200-sxm")
+    r = CliRunner().invoke(main, ["predict", "--model", "toy-512", "--tp", str(key[1]), "--profile", str(out),
+                                  "--gen", "4", "--prompt", "16", "--json"])
+    assert r.exit_code == 0, r.output
+
+
+def test_json_needs_a_base_and_the_table_prices_the_collective(tmp_path):
+    out = tmp_path / "j.json"
+    r = run(fx("ar.json"), "--out", str(out))          # -J output names no GPU
+    assert r.exit_code == 2 and "give --extends BASE" in r.output
+    r = run(fx("ar.json"), "--out", str(out), "--extends", "h100-sxm", "--impl", "mine", "--name", "lab")
+    assert r.exit_code == 0, r.output
+    p = load_profile(str(out))
+    assert p.name == "lab"
+    from sim.cost import CostModel
+    from sim.stack import Stack
+    cm = CostModel(p, Stack(collective="mine"))
+    # an exact measured size: the table's out-of-place time (262144 B -> 24.80 us)
+    assert cm.collective_s("all_reduce", 262144, 8, "eager") == pytest.approx(24.80e-6)
+
+
+def test_several_files_and_flags(tmp_path):
+    out = tmp_path / "m.json"
+    r = run(fx("ar_v2_13.txt"), fx("ar_interval.txt"), "--out", str(out), "--extends", "h200-sxm",
+            "--mode", "graph")                           # the flag overrides the files' graph: 0 / 1
+    assert r.exit_code == 0, r.output
+    assert {k[:3] for k in tables(out)} >= {("all_reduce", 4, "graph"), ("all_reduce", 2, "graph")}
+    r = run(fx("ar_v2_13.txt"), "--out", str(out), "--extends", "h100-sxm", "--group", "2",
+            "--collective", "all_gather")
+    raw = json.loads(out.read_text())["collectives"]["tables"]
+    assert r.exit_code == 0 and [(t["collective"], t["group"]) for t in raw] == [("all_gather", 2)]
+
+
+def test_multi_run_log_is_split_by_header_never_merged(tmp_path):
+    out = tmp_path / "multi.json"
+    r = run(fx("ar_multi_run.txt"), "--out", str(out))
+    assert r.exit_code == 0, r.output
+    raw = json.loads(out.read_text())["collectives"]["tables"]
+    assert [(t["group"], t["mode"], len(t["bytes"])) for t in raw] == [(2, "graph", 4), (4, "eager", 10)]
+    assert raw[0]["time_us"][0] == 6.10 and raw[1]["time_us"][0] == 12.31
+    assert "run at line 17" in raw[1]["source"]
+
+
+def test_same_measurement_twice_is_refused(tmp_path):
+    r = run(fx("ar_v2_12.txt"), fx("ar.json"), "--out", str(tmp_path / "x.json"), "--extends", "a100-sxm")
+    assert r.exit_code == 2 and "both measure all_reduce over 8 ranks (eager)" in r.output
+
+
+@pytest.mark.parametrize("name, where", [
+    ("broken_time.txt", "broken_time.txt line 18: cannot read size/count/time"),
+    ("broken_truncated.txt", "broken_truncated.txt line 14: data row has 7 columns"),
+    ("broken_syntax.json", "broken_syntax.json line 13: not valid JSON"),
+    ("broken_multi_run.txt", "broken_multi_run.txt line 9: a new run starts before the run at line 1"),
+])
+def test_malformed_input_one_line_exit_2_nothing_written(tmp_path, name, where):
+    out = tmp_path / "bad.json"
+    r = run(fx(name), "--out", str(out), "--extends", "h100-sxm")
+    assert r.exit_code == 2 and where in r.output
+    assert "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
+    assert not out.exists() and os.listdir(tmp_path) == []
+
+
+def test_missing_rank_lines_point_at_the_real_flag(tmp_path):
+    src = tmp_path / "norank.txt"
+    src.write_text("\n".join(l for l in open(fx("ar_v2_13.txt")).read().splitlines() if "Rank" not in l))
+    r = run(str(src), "--out", str(tmp_path / "o.json"), "--extends", "h100-sxm")
+    assert r.exit_code == 2 and "tpsim profiles import-nccl-tests --group N" in r.output
+    assert run(str(src), "--out", str(tmp_path / "o.json"), "--extends", "h100-sxm", "--group", "4").exit_code == 0
+
+
+def test_real_log_of_two_runs_one_node_then_two(tmp_path):
+    """A public log (oracle-japan/ocitutorials, 'GPUクラスタを構築する': all_reduce_perf on 8 A100s
+    of one BM.GPU4.8 node, then over 16 GPUs of two nodes via mpirun), the two outputs one after
+    the other with the commands and ssh chatter between them, as a terminal log holds them."""
+    out = tmp_path / "oci.json"
+    r = run(fx("oci_a100_8_then_16.txt"), "--out", str(out))
+    assert r.exit_code == 0, r.output
+    raw = json.loads(out.read_text())
+    assert raw["extends"] == "a100-sxm"                   # A100-SXM4-40GB in the rank lines
+    t8, t16 = raw["collectives"]["tables"]
+    assert (t8["group"], t8["scope"], len(t8["bytes"])) == (8, "node", 28)
+    assert (t16["group"], t16["scope"], len(t16["bytes"])) == (16, "net", 28)    # 2 nodes of 8
+    assert (t8["time_us"][0], t8["time_us"][-1], t16["time_us"][0], t16["time_us"][-1]) == (32.01, 63929, 38.75, 225083)
+    assert "run at line 50" in t16["source"]
+    from sim.cost import CostModel
+    from sim.stack import Stack
+    cm = CostModel(load_profile(str(out)), Stack())
+    # TP16 on an 8-GPU-per-node profile is a 'net' group: the 16-rank run prices it
+    assert cm.collective_s("all_reduce", 1048576, 16, "eager") == pytest.approx(136.1e-6)
+    assert cm.collective_s("all_reduce", 1048576, 8, "eager") == pytest.approx(76.71e-6)
+
+
+def test_collective_from_the_file_name_and_pcie_boards_need_a_base(tmp_path):
+    src = open(fx("ar_v2_13.txt")).read()
+    (tmp_path / "all_gather_perf_4gpu.log").write_text(src)
+    r = run(str(tmp_path / "all_gather_perf_4gpu.log"), "--out", str(tmp_path / "ag.json"))
+    assert r.exit_code == 0, r.output
+    raw = json.loads((tmp_path / "ag.json").read_text())["collectives"]["tables"]
+    assert [(t["collective"], t["group"]) for t in raw] == [("all_gather", 4)]
+    (tmp_path / "pcie.txt").write_text(src.replace("NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe"))
+    r = run(str(tmp_path / "pcie.txt"), "--out", str(tmp_path / "p.json"))
+    assert r.exit_code == 2 and "no GPU with a built-in profile (NVIDIA H100 PCIe)" in r.output
