@@ -57,6 +57,11 @@ def calibrate_cmd(backend, nproc, models, tps, batches, prompts, gens, quick, ou
     from hw.commands import require_torch
     require_torch("calibrate")
     from calib.run import CalibConfig, CalibrationStopped, calibrate, run_here
+    from hw.dist import WorkerFailed, check_timeout
+    try:
+        _check_values(backend, nproc, tps, batches, prompts, gens, kw.get("timeout_s"), kw.get("stop_after"))
+    except ValueError as e:
+        raise UsageFail(str(e)) from None
     opts = {k: v for k, v in kw.items() if v not in (None, ())}
     for src_, dst in (("kvs", "kvs"), ("attentions", "attentions"), ("heads", "heads"),
                       ("prefill_logits", "prefill_logits"), ("collectives", "collectives"),
@@ -76,12 +81,31 @@ def calibrate_cmd(backend, nproc, models, tps, batches, prompts, gens, quick, ou
             path = run_here(cfg)
         else:
             path = _with_progress(lambda cb: calibrate(backend, nproc, progress=cb, **common, **opts))
-    except CalibrationStopped as e:
+    except (CalibrationStopped, WorkerFailed) as e:
         raise click.ClickException(str(e)) from None
     except ValueError as e:
         raise UsageFail(str(e)) from None
     if path is not None:
         _summary(str(path))
+
+
+def _check_values(backend, nproc, tps, batches, prompts, gens, timeout_s, stop_after) -> None:
+    """Ranges and the device, before any process starts (ValueError -> exit 2)."""
+    from hw.dist import check_timeout
+    from hw.commands import MAX_GEN, MAX_PROMPT, check_cuda
+    if not 1 <= nproc <= 1024:
+        raise ValueError(f"--nproc must be in 1..1024, got {nproc}")
+    for name, vs, hi in (("--tp", tps, 1024), ("--batch", batches, 1 << 16), ("--prompt", prompts, MAX_PROMPT),
+                         ("--gen", gens, MAX_GEN)):
+        for v in vs:
+            if not 1 <= v <= hi:
+                raise ValueError(f"{name} must be in 1..{hi}, got {v}")
+    if timeout_s is not None:
+        check_timeout(timeout_s, "--timeout-s")
+    if stop_after is not None and stop_after < 1:
+        raise ValueError(f"--stop-after must be >= 1, got {stop_after}")
+    if backend == "nccl":
+        check_cuda(nproc if "RANK" not in os.environ else 1)
 
 
 def _with_progress(run):

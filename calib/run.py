@@ -485,17 +485,32 @@ def calibrate(backend: str = "gloo", nproc: int = 2, models=(), tps=(), batches=
                       gen_lens=as_tuple(gen_len), quick=quick, extends=extends,
                       run_id=uuid.uuid4().hex[:12], **options)
     _check_world(cfg, nproc)
-    state = read_state(cfg)                   # fail early on a foreign state file
-    plans = [plan_groups(cfg, nproc, i) for i in range(len(cfg.envs) + 1)]
-    total = sum(len(p) for p in plans)
-    names = {g.name for p in plans for g in p}
-    for i, plan in enumerate(plans):
-        if all(g.name in state["groups"] for g in plan):
-            continue
-        run_cfg = replace(cfg, env_index=i)
-        _launch_watched(launch, run_cfg, nproc, total, names, progress, WorkerFailed)
-        state = read_state(cfg)
-    return finish(cfg, state, nproc)
+    check_extends(cfg.extends)
+    from sim.lock import check_writable, output_lock
+    # one calibration per --out: the ranks inherit the lock, so it lasts until the last of them is gone
+    with output_lock(cfg.out, "calibration") as lock_fd:
+        check_writable(cfg.out)
+        state = read_state(cfg)                   # fail early on a foreign state file
+        plans = [plan_groups(cfg, nproc, i) for i in range(len(cfg.envs) + 1)]
+        total = sum(len(p) for p in plans)
+        names = {g.name for p in plans for g in p}
+        for i, plan in enumerate(plans):
+            if all(g.name in state["groups"] for g in plan):
+                continue
+            run_cfg = replace(cfg, env_index=i)
+            _launch_watched(launch, run_cfg, nproc, total, names, progress, WorkerFailed, keep_fds=(lock_fd,))
+            state = read_state(cfg)
+        return finish(cfg, state, nproc)
+
+
+def check_extends(extends: str | None) -> None:
+    """A --extends base that does not resolve fails now, not after the whole measurement."""
+    if extends:
+        from sim.profile import ProfileError, load_profile
+        try:
+            load_profile(extends)
+        except ProfileError as e:
+            raise ValueError(f"--extends: {e}") from None
 
 
 def _check_world(cfg: CalibConfig, world: int) -> None:
@@ -505,19 +520,25 @@ def _check_world(cfg: CalibConfig, world: int) -> None:
     cfg.cases(world)                          # ValueError naming the valid TP degrees of a model
 
 
-def _launch_watched(launch, cfg: CalibConfig, nproc: int, total: int, names: set, progress, worker_failed) -> None:
+def _launch_watched(launch, cfg: CalibConfig, nproc: int, total: int, names: set, progress, worker_failed,
+                    keep_fds: tuple[int, ...] = ()) -> None:
     """hw.dist.launch in a thread; the state file is polled to report finished groups."""
     err: list[BaseException] = []
     env = cfg.env_of(cfg.env_index)
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)                     # the ranks inherit it (NCCL reads it at init)
 
+    cancel = threading.Event()
+
     def target():
         try:
-            launch("calib.run:worker", cfg.to_dict(), nproc, timeout_s=cfg.timeout_s)
+            launch("calib.run:worker", cfg.to_dict(), nproc, timeout_s=cfg.timeout_s, cancel=cancel,
+                   keep_fds=keep_fds)
         except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
             err.append(e)
     th = threading.Thread(target=target, daemon=True)
+    from hw.dist import _install_signal_handlers, _restore_signal_handlers
+    handlers = _install_signal_handlers()        # SIGTERM/SIGHUP unwind through the except below
     th.start()
     seen = -1
     try:
@@ -528,7 +549,14 @@ def _launch_watched(launch, cfg: CalibConfig, nproc: int, total: int, names: set
                 if len(done) != seen:
                     seen = len(done)
                     progress(seen, total, "")
+    except BaseException:
+        # Ctrl-C (or SIGTERM) lands in this thread: have the launch thread kill the ranks and wait
+        # for it, so none outlives this process (the ranks' pipe watchdog is the backstop)
+        cancel.set()
+        th.join(10.0)
+        raise
     finally:
+        _restore_signal_handlers(handlers)
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
@@ -540,8 +568,10 @@ def _launch_watched(launch, cfg: CalibConfig, nproc: int, total: int, names: set
             raise CalibrationStopped(f"calibration stopped after {cfg.stop_after} group(s) as asked; "
                                      f"partial results kept in {cfg.state_path}") from None
         if isinstance(e, worker_failed):
-            raise worker_failed(f"{e}\npartial results are kept in {cfg.state_path}: rerun the same command "
-                                f"to continue") from None
+            done = _done_names(cfg.state_path) & names
+            kept = (f"{len(done)} finished group(s) are kept in {cfg.state_path}: rerun the same command to "
+                    f"continue" if done else "no group had finished; nothing was kept")
+            raise worker_failed(f"calibration failed: {e}\n{kept}") from None
         raise e
 
 
@@ -560,6 +590,12 @@ def run_here(cfg: CalibConfig) -> Path | None:
     if cfg.envs:
         raise ValueError("--nccl-env needs the launcher (--nproc); under torchrun set NCCL_* yourself "
                          "and tag the tables with --impl")
+    lock = None
+    if int(os.environ.get("RANK", "0")) == 0:
+        from sim.lock import acquire, check_writable
+        check_extends(cfg.extends)
+        lock = acquire(cfg.out, "calibration")     # rank 0 writes --out: one such run at a time
+        check_writable(cfg.out)
     ctx = hwdist.init_from_env(cfg.backend, "cuda" if cfg.device == "cuda" else "cpu", cfg.timeout_s)
     try:
         _check_world(cfg, ctx.world)
@@ -572,6 +608,9 @@ def run_here(cfg: CalibConfig) -> Path | None:
         return finish(cfg, read_state(cfg), ctx.world) if ctx.rank == 0 else None
     finally:
         hwdist.shutdown()
+        if lock is not None:
+            from sim.lock import release
+            release(lock)
 
 
 def finish(cfg: CalibConfig, state: dict, world: int) -> Path:
@@ -589,9 +628,13 @@ def finish(cfg: CalibConfig, state: dict, world: int) -> Path:
     out = Path(cfg.out)
     # the overlap refit simulates with the profile itself (base merged): load it from a side file
     # first, so an interrupted refit never leaves an unfitted profile at --out
-    side = out.with_name(out.stem + ".unfitted.json")
-    write_json_atomic(side, prof)
+    # (a name of our own: a user's `<stem>.unfitted.json` beside --out is none of our business)
+    import tempfile
+    fd, side_name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.stem}.", suffix=".unfitted.json")
+    os.close(fd)
+    side = Path(side_name)
     try:
+        write_json_atomic(side, prof)
         loaded = load_profile(str(side))       # raises ProfileError naming the field if we wrote nonsense
         refit_overlap(prof, loaded)            # CPU in-pass overlap: fitted by simulating the passes
     finally:
