@@ -203,7 +203,9 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
     from sim.lock import check_writable, output_lock
     if not 1 <= jobs <= 1024:
         raise ValueError(f"--jobs must be in 1..1024, got {jobs}")
-    jobs = min(jobs, sw.max_jobs())          # more processes than cores only adds start-up and memory
+    if jobs > sw.max_jobs():                 # more processes than cores only add start-up and memory
+        click.echo(f"--jobs {jobs} capped at {sw.max_jobs()} (the cores this process may use)", err=True)
+        jobs = sw.max_jobs()
     check_sizes(prompt_len=prompt_len, gen_len=gen_len)
     for b in batches:
         check_sizes(batch=b)

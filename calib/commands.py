@@ -109,14 +109,24 @@ def _check_values(backend, nproc, tps, batches, prompts, gens, timeout_s, stop_a
 
 
 def _with_progress(run):
+    """Run with a progress bar that appears at the first finished-group report, so an option refused
+    before any work is one line with no bar drawn above it."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    with Progress(TextColumn("calibrating"), BarColumn(), MofNCompleteColumn(), TextColumn("groups"),
-                  TimeElapsedColumn(), transient=False) as bar:
-        task = bar.add_task("calibrate", total=None)
+    box: list = []
 
-        def cb(done, total, _name):
-            bar.update(task, completed=done, total=total)
+    def cb(done, total, _name):
+        if not box:
+            bar = Progress(TextColumn("calibrating"), BarColumn(), MofNCompleteColumn(), TextColumn("groups"),
+                           TimeElapsedColumn(), transient=False)
+            bar.start()
+            box.append((bar, bar.add_task("calibrate", total=None)))
+        bar, task = box[0]
+        bar.update(task, completed=done, total=total)
+    try:
         return run(cb)
+    finally:
+        if box:
+            box[0][0].stop()
 
 
 def _summary(path: str) -> None:

@@ -303,9 +303,11 @@ def run_groups(cfg: CalibConfig, ctx, progress: Callable | None = None) -> int:
     state = box[0]
     groups = plan_groups(cfg, ctx.world, cfg.env_index)
     new = 0
+    from hw.dist import fault_point
     for i, g in enumerate(groups):
         if g.name in state["groups"]:
             continue
+        fault_point(ctx.rank, "group")      # a progress mark per group (names a hung rank); test hook
         t0 = time.monotonic()
         result = measure_group(g, cfg, ctx, barrier, pg)
         if ctx.rank == 0:

@@ -30,7 +30,10 @@ from .profile import load_profile
 from .stack import Stack
 
 # Points of one sweep share a few profiles: parse each once per process (bounded, so memory stays flat).
-_load_profile = functools.lru_cache(maxsize=64)(load_profile)
+# Keyed by the profile's input digest too: a profile edited between two sweeps in one process is reread.
+@functools.lru_cache(maxsize=64)
+def _load_profile(name: str, digest: str = ""):
+    return load_profile(name)
 
 COLUMNS = ["model", "tp", "batch", "prompt_len", "gen_len", "profile", "bw_scale", "lat_scale", "schedule",
            "prefill_s", "decode_s", "tokens_per_s", "speedup", "exposed_comm_s", "error"]
@@ -67,12 +70,12 @@ def grid(models: Iterable[str], tps: Iterable[int], batches: Iterable[int], prof
             itertools.product(models, tps, batches, profiles, bw_scales, lat_scales)]
 
 
-def run_point(point: Point, schedules: tuple[str, ...], stack: Stack = Stack()) -> list[dict]:
+def run_point(point: Point, schedules: tuple[str, ...], stack: Stack = Stack(), digest: str = "") -> list[dict]:
     """Rows for one grid point; a point that cannot run (say TP not dividing the heads) gives
     one row with its error, so the rest of the grid still completes."""
     base = asdict(point)
     try:
-        prof = _load_profile(point.profile)
+        prof = _load_profile(point.profile, digest)
         stack = replace(stack, **{k: v for k, v in prof.stack_defaults.items() if getattr(Stack(), k) == getattr(stack, k)})
         w = Workload(get_model(point.model), point.tp, prof, point.batch,
                      point.prompt_len, point.gen_len, stack, comm_bw_scale=point.bw_scale,
@@ -129,7 +132,7 @@ def max_jobs() -> int:
 
 def _run_chunk(points: list[Point], schedules: tuple[str, ...], stack: Stack,
                keys: list[str]) -> list[tuple[str, list[dict]]]:
-    return [(k, run_point(p, schedules, stack)) for p, k in zip(points, keys)]
+    return [(k, run_point(p, schedules, stack, json.loads(k)["inputs"])) for p, k in zip(points, keys)]
 
 
 def sweep(points: list[Point], schedules: tuple[str, ...], stack: Stack = Stack(), jobs: int = 1,
@@ -162,7 +165,7 @@ def sweep(points: list[Point], schedules: tuple[str, ...], stack: Stack = Stack(
 
         if jobs <= 1 or len(todo) < 2:
             for p in todo:
-                record(keys[p], run_point(p, schedules, stack))
+                record(keys[p], run_point(p, schedules, stack, digests[p.profile]))
         else:
             # chunks amortize process start-up; several per worker keep the progress bar moving
             jobs = min(jobs, max_jobs(), len(todo))        # never more processes than cores or points
