@@ -47,8 +47,9 @@ class UsageFail(click.ClickException):
 @click.option("--extends", default=None, help="base profile completing a partial calibration (e.g. h100-sxm)")
 @click.option("--name", default=None, help="profile name [default: the --out file's stem]")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--timeout-s", type=float, default=300.0, show_default=True,
-              help="a collective (or rank start-up) that waits longer ends the run")
+@click.option("--timeout-s", type=float, default=None,
+              help="a collective (or rank start-up) that waits longer ends the run [default: 120 s, or more "
+                   "for big shapes: 30 s + 20x a pessimistic estimate of the longest prefill pass]")
 @click.option("--stop-after", type=int, default=None, hidden=True, help="test hook: stop after N groups")
 def calibrate_cmd(backend, nproc, models, tps, batches, prompts, gens, quick, out, extends, **kw):
     """Measure collectives, the exact compute ops of the schedules and their overlap on this
@@ -62,6 +63,8 @@ def calibrate_cmd(backend, nproc, models, tps, batches, prompts, gens, quick, ou
         _check_values(backend, nproc, tps, batches, prompts, gens, kw.get("timeout_s"), kw.get("stop_after"))
     except ValueError as e:
         raise UsageFail(str(e)) from None
+    if kw.get("timeout_s") is None:
+        kw["timeout_s"] = _default_timeout_s(backend, models, batches or (1,), prompts or (1024,))
     opts = {k: v for k, v in kw.items() if v not in (None, ())}
     for src_, dst in (("kvs", "kvs"), ("attentions", "attentions"), ("heads", "heads"),
                       ("prefill_logits", "prefill_logits"), ("collectives", "collectives"),
@@ -106,6 +109,23 @@ def _check_values(backend, nproc, tps, batches, prompts, gens, timeout_s, stop_a
         raise ValueError(f"--stop-after must be >= 1, got {stop_after}")
     if backend == "nccl":
         check_cuda(nproc if "RANK" not in os.environ else 1)
+
+
+def _default_timeout_s(backend, models, batches, prompts) -> float:
+    """Proportionate to the biggest prefill pass timed (whole model on one rank, the worst case),
+    never under 120 s: device constants and collective sweeps have no pass to estimate from."""
+    from hw.dist import default_timeout_s
+    from sim.model import get_model
+    flops = 0.0
+    for name in models:
+        try:
+            m = get_model(name)
+        except ValueError:
+            continue                       # reported by the config check, with the valid names
+        for b in batches:
+            for p in prompts:
+                flops = max(flops, 2.0 * m.param_count() * b * p + 4.0 * m.layers * b * p * p * m.hidden)
+    return round(max(120.0, default_timeout_s(flops, "cuda" if backend == "nccl" else "cpu")), 1)
 
 
 def _with_progress(run):

@@ -197,7 +197,9 @@ def read_json(path: Path) -> dict:
     except RecursionError:
         raise ProfileError(f"profile {path}: nested deeper than {MAX_DEPTH} levels") from None
     except _BadInt as e:
-        raise ProfileError(f"profile {path}: integer {e.args[0][:20]}... is out of range (|n| < 2**63)") from None
+        line = text.count("\n", 0, max(0, text.find(e.args[0]))) + 1
+        raise ProfileError(f"profile {path}: line {line}: integer {e.args[0][:20]}... is out of range "
+                           f"(|n| < 2**63)") from None
     if not isinstance(data, dict):
         raise ProfileError(f"profile {path}: top level must be a JSON object")
     bad = _first_bad_value(data)
