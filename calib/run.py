@@ -14,6 +14,7 @@ rank itself (`run_here`). Workers load this module by name: `calib.run:worker`.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -161,6 +162,7 @@ class CalibConfig:
         d = self.to_dict()
         for k in ("env_index", "run_id", "stop_after", "timeout_s", "out"):
             d.pop(k)
+        d["code"] = code_version()     # groups measured by other harness code or torch are not resumed
         return d
 
     def to_dict(self) -> dict:
@@ -172,6 +174,25 @@ class CalibConfig:
         known = {f.name: f for f in fields(CalibConfig)}
         kw = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items() if k in known}
         return CalibConfig(**kw)
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> str:
+    """tpsim and torch versions and a digest of the measuring code (hw/, calib/*.py): what a
+    measured group depends on besides the options."""
+    import hashlib
+    from importlib.metadata import PackageNotFoundError, version
+
+    def ver(pkg: str) -> str:
+        try:
+            return version(pkg)
+        except PackageNotFoundError:
+            return "none"
+    h = hashlib.sha256()
+    here = Path(__file__).resolve().parent
+    for f in sorted([*here.glob("*.py"), *(here.parent / "hw").glob("*.py")]):
+        h.update(f.name.encode() + f.read_bytes())
+    return f"tpsim {ver('tpsim')}, torch {ver('torch')}, code {h.hexdigest()[:16]}"
 
 
 def _parse_env(spec: str) -> dict[str, str]:

@@ -282,8 +282,7 @@ def rendezvous_store(rank: int, world: int, timeout: timedelta):
 
     torch's env:// rendezvous binds the server to every interface; a local group would then take
     connections from the network. Rank 0 binds the socket itself and hands it to TCPStore
-    (master_listen_fd). None under torchrun (its agent's store is used) or when MASTER_ADDR cannot
-    be bound here (then env:// as before)."""
+    (master_listen_fd). None under torchrun (its agent's store is used, as env:// would)."""
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
         return None
     import torch.distributed as dist
@@ -296,8 +295,9 @@ def rendezvous_store(rank: int, world: int, timeout: timedelta):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(info[4])
         sock.listen(max(128, world))
-    except OSError:
-        return None
+    except OSError as e:
+        # no fallback to env:// here: the other ranks already talk to a store without its key prefix
+        raise RuntimeError(f"rank 0 cannot listen on MASTER_ADDR:MASTER_PORT = {host}:{port}: {e.strerror}") from None
     # detach: the store owns the listening fd from here on (no Python object closes it under it)
     return dist.TCPStore(host, port, world, True, timeout=timeout, master_listen_fd=sock.detach(),
                          wait_for_workers=False)
