@@ -114,15 +114,15 @@ def _common(f):
 def _config(kind: str, **kw):
     """Options -> validated RunConfig (UsageFail on user mistakes)."""
     from hw.dist import RunConfig, default_timeout_s
-    try:
-        _check_ranges(kw)
-        if kw["device"] == "cuda":
-            check_cuda(1 if _under_torchrun() else kw["tp"])
-    except ValueError as e:
-        raise UsageFail(str(e)) from None
     device = kw.pop("device")
     if device == "auto":
         device = "cuda" if _cuda_available() else "cpu"
+    try:
+        _check_ranges(kw)
+        if device == "cuda":
+            check_cuda(1 if _under_torchrun() else kw["tp"])
+    except ValueError as e:
+        raise UsageFail(str(e)) from None
     backend = kw.pop("backend") or ("nccl" if device == "cuda" else "gloo")
     dtype = kw.pop("dtype") or ("fp16" if device == "cuda" else "fp32")
     schedules = kw.pop("schedules") or (("standard", "ladder", "parallel", "upper-bound")
