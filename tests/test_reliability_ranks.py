@@ -148,7 +148,9 @@ def test_rendezvous_store_of_a_local_group_listens_on_loopback_only(tmp_path):
         env = dict(kv.split("=", 1) for kv in Path(f"/proc/{ranks[0]}/environ").read_bytes().decode()
                    .split("\0") if "=" in kv)
         assert env["MASTER_ADDR"] == "127.0.0.1"
-        addrs = _listeners(int(env["MASTER_PORT"]))
+        end = time.monotonic() + 60                       # rank 0 may still be importing torch
+        while not (addrs := _listeners(int(env["MASTER_PORT"]))) and time.monotonic() < end:
+            time.sleep(0.1)
         assert addrs, "no socket listens on MASTER_PORT"
         loopback = {"0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000"}
         assert set(addrs) <= loopback, f"the store listens on {addrs} (all interfaces?), not 127.0.0.1 only"
