@@ -99,10 +99,23 @@ def _stderr_console():
     return Console(stderr=True)
 
 
+MAX_TOKENS = 1 << 20       # --prompt and --gen (documented in docs/reliability.md)
+
+
+def check_sizes(tp=None, batch=None, prompt_len=None, gen_len=None, gpus_per_node=None, comm_group=None) -> None:
+    """Workload sizes within documented bounds, before any work (memory and time grow with them)."""
+    for name, v, hi in (("--tp", tp, 1024), ("--batch", batch, 1 << 16), ("--prompt", prompt_len, MAX_TOKENS),
+                        ("--gen", gen_len, MAX_TOKENS), ("--gpus-per-node", gpus_per_node, 1024),
+                        ("--comm-group", comm_group, 1024)):
+        if v is not None and not 1 <= v <= hi:
+            raise ValueError(f"{name} must be in 1..{hi}, got {v}")
+
+
 def make_workload(model, tp, profile, batch, prompt_len, gen_len, gpus_per_node, dtype, head, attention, kv,
                   prefill_logits, expand_gqa, decode_graphs, prefill_graphs, collective, memory_check=True,
                   comm_group=None):
     from sim.predict import Workload
+    check_sizes(tp, batch, prompt_len, gen_len, gpus_per_node, comm_group)
     prof = load_profile(profile)
     given = dict(dtype=dtype, head=head, attention=attention, kv=kv, prefill_logits=prefill_logits,
                  expand_gqa=expand_gqa, prefill_graphs=prefill_graphs, decode_graphs=decode_graphs,
@@ -210,14 +223,25 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
     """What-if grid from the simulator alone: models x TP x batch x profile x link scaling -> CSV (+ plot)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
     from sim import sweep as sw
-    if jobs < 1:
-        raise ValueError(f"--jobs must be >= 1, got {jobs}")
-    for name, v in (("--prompt", prompt_len), ("--gen", gen_len), ("--batch", min(batches)), ("--tp", min(tps))):
-        if v < 1:
-            raise ValueError(f"{name} must be >= 1, got {v}")
+    import math
+    from sim.lock import check_writable, output_lock
+    if not 1 <= jobs <= 1024:
+        raise ValueError(f"--jobs must be in 1..1024, got {jobs}")
+    if jobs > sw.max_jobs():                 # more processes than cores only add start-up and memory
+        click.echo(f"--jobs {jobs} capped at {sw.max_jobs()} (the cores this process may use)", err=True)
+        jobs = sw.max_jobs()
+    check_sizes(prompt_len=prompt_len, gen_len=gen_len)
+    for b in batches:
+        check_sizes(batch=b)
+    for t in tps:
+        check_sizes(tp=t)
     for name, vs in (("--bw-scale", bw_scales), ("--lat-scale", lat_scales)):
-        if min(vs) <= 0:
-            raise ValueError(f"{name} must be positive, got {min(vs)}")
+        for v in vs:
+            if not (math.isfinite(v) and 1e-6 <= v <= 1e6):
+                raise ValueError(f"{name} must be a finite number in [1e-6, 1e6], got {v}")
+    check_writable(out_path)
+    if plot_path:
+        check_writable(plot_path, "--plot")
     for p in profiles_:
         load_profile(p)                       # a bad profile fails before any work
     for m in models:
@@ -228,18 +252,19 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
         parse_schedule(spec, 10 ** 6)
     points = sw.grid(models, tps, batches, profiles_, prompt_len, gen_len, bw_scales, lat_scales)
     checkpoint = f"{out_path}.partial.jsonl"
-    with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-                  TimeRemainingColumn(), transient=True, disable=not sys.stderr.isatty()) as bar:
-        task = bar.add_task("sweep", total=len(points))
-        rows = sw.sweep(points, scheds, jobs=jobs, checkpoint=checkpoint,
-                        progress=lambda done, total: bar.update(task, completed=done))
     from pathlib import Path
     json_path = Path(out_path).with_suffix(".json")
     if json_path == Path(out_path):
         json_path = Path(f"{out_path}.json")
-    write_text_atomic(out_path, sw.to_csv(rows))
-    write_json_atomic(json_path, rows)
-    Path(checkpoint).unlink(missing_ok=True)
+    with output_lock(out_path, "sweep"):     # a second sweep on this --out refuses while this one runs
+        with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                      TimeRemainingColumn(), transient=True, disable=not sys.stderr.isatty()) as bar:
+            task = bar.add_task("sweep", total=len(points))
+            rows = sw.sweep(points, scheds, jobs=jobs, checkpoint=checkpoint,
+                            progress=lambda done, total: bar.update(task, completed=done))
+        write_text_atomic(out_path, sw.to_csv(rows))
+        write_json_atomic(json_path, rows)
+        Path(checkpoint).unlink(missing_ok=True)
     failed = [r["error"] for r in rows if r["error"]]
     click.echo(f"wrote {out_path} (and {json_path}): {len(points)} points, {len(rows)} rows"
                + (f"; {len(failed)} point(s) could not run (see the error column), e.g. {failed[0]}" if failed else ""))
@@ -262,6 +287,7 @@ def show(model, spec, tp, layer, phase, batch, prompt_len, gen_len):
     """Print one layer's ops in issue order with what each waits for, to check a schedule by eye."""
     from rich.console import Console
     from rich.table import Table
+    check_sizes(tp, batch, prompt_len, gen_len)
     m = get_model(model)
     stack = Stack()
     if phase == "decode" and gen_len < 2:
@@ -311,7 +337,9 @@ def _ranges(xs) -> str:
 @user_errors
 def trace(spec, ranks, out_path, **kw):
     """Write a Chrome/Perfetto trace of one prefill and one decode step (a track per rank and stream)."""
+    from sim.lock import check_writable
     from sim.predict import Simulator
+    check_writable(out_path)
     w = make_workload(**kw)
     ranks = w.tp if ranks is None else ranks
     if not 1 <= ranks <= w.tp:

@@ -47,8 +47,9 @@ class UsageFail(click.ClickException):
 @click.option("--extends", default=None, help="base profile completing a partial calibration (e.g. h100-sxm)")
 @click.option("--name", default=None, help="profile name [default: the --out file's stem]")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--timeout-s", type=float, default=300.0, show_default=True,
-              help="a collective (or rank start-up) that waits longer ends the run")
+@click.option("--timeout-s", type=float, default=None,
+              help="a collective (or rank start-up) that waits longer ends the run [default: 120 s, or more "
+                   "for big shapes: 30 s + 20x a pessimistic estimate of the longest prefill pass]")
 @click.option("--stop-after", type=int, default=None, hidden=True, help="test hook: stop after N groups")
 def calibrate_cmd(backend, nproc, models, tps, batches, prompts, gens, quick, out, extends, **kw):
     """Measure collectives, the exact compute ops of the schedules and their overlap on this
@@ -57,6 +58,13 @@ def calibrate_cmd(backend, nproc, models, tps, batches, prompts, gens, quick, ou
     from hw.commands import require_torch
     require_torch("calibrate")
     from calib.run import CalibConfig, CalibrationStopped, calibrate, run_here
+    from hw.dist import WorkerFailed, check_timeout
+    try:
+        _check_values(backend, nproc, tps, batches, prompts, gens, kw.get("timeout_s"), kw.get("stop_after"))
+    except ValueError as e:
+        raise UsageFail(str(e)) from None
+    if kw.get("timeout_s") is None:
+        kw["timeout_s"] = _default_timeout_s(backend, models, batches or (1,), prompts or (1024,))
     opts = {k: v for k, v in kw.items() if v not in (None, ())}
     for src_, dst in (("kvs", "kvs"), ("attentions", "attentions"), ("heads", "heads"),
                       ("prefill_logits", "prefill_logits"), ("collectives", "collectives"),
@@ -76,7 +84,7 @@ def calibrate_cmd(backend, nproc, models, tps, batches, prompts, gens, quick, ou
             path = run_here(cfg)
         else:
             path = _with_progress(lambda cb: calibrate(backend, nproc, progress=cb, **common, **opts))
-    except CalibrationStopped as e:
+    except (CalibrationStopped, WorkerFailed) as e:
         raise click.ClickException(str(e)) from None
     except ValueError as e:
         raise UsageFail(str(e)) from None
@@ -84,15 +92,61 @@ def calibrate_cmd(backend, nproc, models, tps, batches, prompts, gens, quick, ou
         _summary(str(path))
 
 
-def _with_progress(run):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    with Progress(TextColumn("calibrating"), BarColumn(), MofNCompleteColumn(), TextColumn("groups"),
-                  TimeElapsedColumn(), transient=False) as bar:
-        task = bar.add_task("calibrate", total=None)
+def _check_values(backend, nproc, tps, batches, prompts, gens, timeout_s, stop_after) -> None:
+    """Ranges and the device, before any process starts (ValueError -> exit 2)."""
+    from hw.dist import check_timeout
+    from hw.commands import MAX_GEN, MAX_PROMPT, check_cuda
+    if not 1 <= nproc <= 1024:
+        raise ValueError(f"--nproc must be in 1..1024, got {nproc}")
+    for name, vs, hi in (("--tp", tps, 1024), ("--batch", batches, 1 << 16), ("--prompt", prompts, MAX_PROMPT),
+                         ("--gen", gens, MAX_GEN)):
+        for v in vs:
+            if not 1 <= v <= hi:
+                raise ValueError(f"{name} must be in 1..{hi}, got {v}")
+    if timeout_s is not None:
+        check_timeout(timeout_s, "--timeout-s")
+    if stop_after is not None and stop_after < 1:
+        raise ValueError(f"--stop-after must be >= 1, got {stop_after}")
+    if backend == "nccl":
+        check_cuda(nproc if "RANK" not in os.environ else 1)
 
-        def cb(done, total, _name):
-            bar.update(task, completed=done, total=total)
+
+def _default_timeout_s(backend, models, batches, prompts) -> float:
+    """Proportionate to the biggest prefill pass timed (whole model on one rank, the worst case),
+    never under 120 s: device constants and collective sweeps have no pass to estimate from."""
+    from hw.dist import default_timeout_s
+    from sim.model import get_model
+    flops = 0.0
+    for name in models:
+        try:
+            m = get_model(name)
+        except ValueError:
+            continue                       # reported by the config check, with the valid names
+        for b in batches:
+            for p in prompts:
+                flops = max(flops, 2.0 * m.param_count() * b * p + 4.0 * m.layers * b * p * p * m.hidden)
+    return round(max(120.0, default_timeout_s(flops, "cuda" if backend == "nccl" else "cpu")), 1)
+
+
+def _with_progress(run):
+    """Run with a progress bar that appears at the first finished-group report, so an option refused
+    before any work is one line with no bar drawn above it."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    box: list = []
+
+    def cb(done, total, _name):
+        if not box:
+            bar = Progress(TextColumn("calibrating"), BarColumn(), MofNCompleteColumn(), TextColumn("groups"),
+                           TimeElapsedColumn(), transient=False)
+            bar.start()
+            box.append((bar, bar.add_task("calibrate", total=None)))
+        bar, task = box[0]
+        bar.update(task, completed=done, total=total)
+    try:
         return run(cb)
+    finally:
+        if box:
+            box[0][0].stop()
 
 
 def _summary(path: str) -> None:

@@ -549,6 +549,9 @@ def compare_cmd(backend, device, nproc, quick, profile_arg, models, tps, batches
     except (ValueError, ProfileError) as e:
         raise _Fail(str(e)) from None
     _print_summary(result, Path(out_dir))
+    if not result["points"]:             # every point failed: a report of nothing is not a success
+        raise click.ClickException(f"nothing could be compared: all {len(result['failed'])} point(s) failed "
+                                   f"(first: {result['failed'][0]['error'] if result['failed'] else 'none given'})")
 
 
 def _drift_note(result: dict) -> str:

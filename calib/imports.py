@@ -14,6 +14,7 @@ Pure Python: no torch needed.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ _RANK_LINE = re.compile(r"^#\s*Rank\s+(\d+)\b")
 _GRAPH = re.compile(r"\bgraph:\s*(\d+)")
 _LOG = re.compile(r"\bNCCL (INFO|WARN|version)\b")
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
+MAX_RANKS = 1 << 16                 # ranks of one nccl-tests run (the largest published runs are ~10^4 GPUs)
 
 
 @dataclass(frozen=True)
@@ -60,8 +62,8 @@ def parse_nccl_tests(text: str, name: str = "<text>", *, group: int | None = Non
                      collective: str = "all_reduce", mode: str | None = None) -> ImportedTable:
     if collective not in COLLECTIVES:
         raise ValueError(f"unknown collective {collective!r}; choose from {', '.join(COLLECTIVES)}")
-    if group is not None and group < 1:
-        raise ValueError(f"group must be >= 1, got {group}")
+    if group is not None and not 1 <= group <= MAX_RANKS:
+        raise ValueError(f"group must be in 1..{MAX_RANKS}, got {group}")
     head = text.lstrip()
     if head.startswith("{") or (head.startswith("[") and not _MPI_PREFIX.match(head)):
         return _parse_json(text, name, group, collective, mode)
@@ -76,6 +78,10 @@ def _parse_text(text: str, name: str, group, collective, mode) -> ImportedTable:
     graph = None
     rows: dict[int, float] = {}
     layout = None
+    # concatenated runs (`cat run1.txt run2.txt`): a '# Rank 0' line after data rows starts another
+    # run; runs of the same rank count merge (the last row of a size wins), others are refused
+    run_ranks: list[tuple[int, set[int]]] = [(1, ranks)]
+    run_rows = 0                                 # data rows since the current run's header
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = _MPI_PREFIX.sub("", raw).strip()
         if not line or _LOG.search(line):
@@ -83,7 +89,13 @@ def _parse_text(text: str, name: str, group, collective, mode) -> ImportedTable:
         if line.startswith("#"):
             m = _RANK_LINE.match(line)
             if m:
-                ranks.add(int(m.group(1)))
+                r = int(m.group(1))
+                if r >= MAX_RANKS:
+                    raise ValueError(f"{name} line {lineno}: rank {r} is beyond {MAX_RANKS} ranks")
+                if r == 0 and run_rows:
+                    ranks, run_rows = set(), 0
+                    run_ranks.append((lineno, ranks))
+                ranks.add(r)
             g = _GRAPH.search(line)
             if g:
                 graph = int(g.group(1))
@@ -114,13 +126,19 @@ def _parse_text(text: str, name: str, group, collective, mode) -> ImportedTable:
             if w not in ("N/A", "0"):
                 raise ValueError(f"{where}: nccl-tests reports {w} wrong results for size {size}: "
                                  f"the measurement is invalid")
-        if not t_us > 0:
-            raise ValueError(f"{where}: time must be positive, got {t_tok}")
+        if not (math.isfinite(t_us) and t_us > 0):
+            raise ValueError(f"{where}: time must be a positive finite number of us, got {t_tok}")
+        run_rows += 1
         if size > 0:
             rows[size] = t_us                    # a repeated size (several -n runs): the last wins
     if not rows:
         raise ValueError(f"{name}: no nccl-tests data rows found (expected lines like "
                          f"'  8  2  float  sum  -1  10.35  0.00  0.00  0 ...')")
+    for (l0, r0), (l1, r1) in zip(run_ranks, run_ranks[1:]):
+        if r1 and r0 and len(r1) != len(r0):
+            raise ValueError(f"{name} line {l1}: a second run with {len(r1)} ranks follows one with {len(r0)} "
+                             f"(line {l0}); split the file and import each run on its own")
+    ranks = set().union(*(r for _, r in run_ranks)) if group is None else ranks
     return _table(rows, name, group, ranks, collective, mode, graph, layout)
 
 
@@ -173,11 +191,11 @@ def _parse_json(text: str, name: str, group, collective, mode) -> ImportedTable:
         wrong = rec["out_of_place"].get("wrong", rec["out_of_place"].get("#wrong", 0))
         if isinstance(wrong, (int, float)) and wrong > 0:
             raise ValueError(f"{where}: nccl-tests reports {wrong} wrong results for size {size}")
-        if not t_us > 0:
-            raise ValueError(f"{where}: out_of_place.time must be positive, got {t_us}")
+        if not (math.isfinite(t_us) and t_us > 0):
+            raise ValueError(f"{where}: out_of_place.time must be a positive finite number of us, got {t_us}")
         if size > 0:
             rows[size] = t_us
-    ranks = set(range(_json_ranks(data))) if group is None else set()
+    ranks = set(range(_json_ranks(data, text, name))) if group is None else set()
     graph = _json_find(data, ("graph", "cudaGraph", "graph_launches"))
     if not rows:
         raise ValueError(f"{name}: no nccl-tests records with a positive size")
@@ -214,12 +232,26 @@ def _json_find(obj, keys: tuple[str, ...]):
     return None
 
 
-def _json_ranks(data) -> int:
-    """Rank count from the JSON's config: a 'devices'/'ranks' list, or nranks/world_size/nGpus."""
+def _json_ranks(data, text: str = "", name: str = "<json>") -> int:
+    """Rank count from the JSON's config: a 'devices'/'ranks' list, or nranks/world_size/nGpus,
+    within 0..MAX_RANKS (a claimed 1e9 would otherwise be materialized)."""
+    n = None
     if isinstance(data, dict):
         for k in ("devices", "ranks"):
             for holder in (data, data.get("config", {}) if isinstance(data.get("config"), dict) else {}):
                 if isinstance(holder.get(k), list):
-                    return len(holder[k])
-    n = _json_find(data, ("nranks", "nRanks", "world_size", "nranks_total"))
-    return int(n) if isinstance(n, (int, float)) else 0
+                    n, key = len(holder[k]), k
+                    break
+            if n is not None:
+                break
+    if n is None:
+        keys = ("nranks", "nRanks", "world_size", "nranks_total")
+        n = _json_find(data, keys)
+        key = next((k for k in keys if f'"{k}"' in text), keys[0])
+        if isinstance(n, bool) or not isinstance(n, (int, float)):
+            return 0
+    if not (math.isfinite(n) and n == int(n) and 0 <= n <= MAX_RANKS):
+        at = text.find(f'"{key}"')
+        line = text.count("\n", 0, at) + 1 if at >= 0 else "?"
+        raise ValueError(f"{name} line {line}: '{key}' must be a whole number of ranks in 0..{MAX_RANKS}, got {n}")
+    return int(n)

@@ -14,6 +14,7 @@ rank itself (`run_here`). Workers load this module by name: `calib.run:worker`.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -161,6 +162,7 @@ class CalibConfig:
         d = self.to_dict()
         for k in ("env_index", "run_id", "stop_after", "timeout_s", "out"):
             d.pop(k)
+        d["code"] = code_version()     # groups measured by other harness code or torch are not resumed
         return d
 
     def to_dict(self) -> dict:
@@ -172,6 +174,25 @@ class CalibConfig:
         known = {f.name: f for f in fields(CalibConfig)}
         kw = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items() if k in known}
         return CalibConfig(**kw)
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> str:
+    """tpsim and torch versions and a digest of the measuring code (hw/, calib/*.py): what a
+    measured group depends on besides the options."""
+    import hashlib
+    from importlib.metadata import PackageNotFoundError, version
+
+    def ver(pkg: str) -> str:
+        try:
+            return version(pkg)
+        except PackageNotFoundError:
+            return "none"
+    h = hashlib.sha256()
+    here = Path(__file__).resolve().parent
+    for f in sorted([*here.glob("*.py"), *(here.parent / "hw").glob("*.py")]):
+        h.update(f.name.encode() + f.read_bytes())
+    return f"tpsim {ver('tpsim')}, torch {ver('torch')}, code {h.hexdigest()[:16]}"
 
 
 def _parse_env(spec: str) -> dict[str, str]:
@@ -305,9 +326,11 @@ def run_groups(cfg: CalibConfig, ctx, progress: Callable | None = None) -> int:
     state = box[0]
     groups = plan_groups(cfg, ctx.world, cfg.env_index)
     new = 0
+    from hw.dist import fault_point
     for i, g in enumerate(groups):
         if g.name in state["groups"]:
             continue
+        fault_point(ctx.rank, "group")      # a progress mark per group (names a hung rank); test hook
         t0 = time.monotonic()
         result = measure_group(g, cfg, ctx, barrier, pg)
         if ctx.rank == 0:
@@ -496,17 +519,32 @@ def calibrate(backend: str = "gloo", nproc: int = 2, models=(), tps=(), batches=
                       gen_lens=as_tuple(gen_len), quick=quick, extends=extends,
                       run_id=uuid.uuid4().hex[:12], **options)
     _check_world(cfg, nproc)
-    state = read_state(cfg)                   # fail early on a foreign state file
-    plans = [plan_groups(cfg, nproc, i) for i in range(len(cfg.envs) + 1)]
-    total = sum(len(p) for p in plans)
-    names = {g.name for p in plans for g in p}
-    for i, plan in enumerate(plans):
-        if all(g.name in state["groups"] for g in plan):
-            continue
-        run_cfg = replace(cfg, env_index=i)
-        _launch_watched(launch, run_cfg, nproc, total, names, progress, WorkerFailed)
-        state = read_state(cfg)
-    return finish(cfg, state, nproc)
+    check_extends(cfg.extends)
+    from sim.lock import check_writable, output_lock
+    # one calibration per --out: the ranks inherit the lock, so it lasts until the last of them is gone
+    with output_lock(cfg.out, "calibration") as lock_fd:
+        check_writable(cfg.out)
+        state = read_state(cfg)                   # fail early on a foreign state file
+        plans = [plan_groups(cfg, nproc, i) for i in range(len(cfg.envs) + 1)]
+        total = sum(len(p) for p in plans)
+        names = {g.name for p in plans for g in p}
+        for i, plan in enumerate(plans):
+            if all(g.name in state["groups"] for g in plan):
+                continue
+            run_cfg = replace(cfg, env_index=i)
+            _launch_watched(launch, run_cfg, nproc, total, names, progress, WorkerFailed, keep_fds=(lock_fd,))
+            state = read_state(cfg)
+        return finish(cfg, state, nproc)
+
+
+def check_extends(extends: str | None) -> None:
+    """A --extends base that does not resolve fails now, not after the whole measurement."""
+    if extends:
+        from sim.profile import ProfileError, load_profile
+        try:
+            load_profile(extends)
+        except ProfileError as e:
+            raise ValueError(f"--extends: {e}") from None
 
 
 def _check_world(cfg: CalibConfig, world: int) -> None:
@@ -516,19 +554,25 @@ def _check_world(cfg: CalibConfig, world: int) -> None:
     cfg.cases(world)                          # ValueError naming the valid TP degrees of a model
 
 
-def _launch_watched(launch, cfg: CalibConfig, nproc: int, total: int, names: set, progress, worker_failed) -> None:
+def _launch_watched(launch, cfg: CalibConfig, nproc: int, total: int, names: set, progress, worker_failed,
+                    keep_fds: tuple[int, ...] = ()) -> None:
     """hw.dist.launch in a thread; the state file is polled to report finished groups."""
     err: list[BaseException] = []
     env = cfg.env_of(cfg.env_index)
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)                     # the ranks inherit it (NCCL reads it at init)
 
+    cancel = threading.Event()
+
     def target():
         try:
-            launch("calib.run:worker", cfg.to_dict(), nproc, timeout_s=cfg.timeout_s)
+            launch("calib.run:worker", cfg.to_dict(), nproc, timeout_s=cfg.timeout_s, cancel=cancel,
+                   keep_fds=keep_fds)
         except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
             err.append(e)
     th = threading.Thread(target=target, daemon=True)
+    from hw.dist import _install_signal_handlers, _restore_signal_handlers
+    handlers = _install_signal_handlers()        # SIGTERM/SIGHUP unwind through the except below
     th.start()
     seen = -1
     try:
@@ -539,7 +583,14 @@ def _launch_watched(launch, cfg: CalibConfig, nproc: int, total: int, names: set
                 if len(done) != seen:
                     seen = len(done)
                     progress(seen, total, "")
+    except BaseException:
+        # Ctrl-C (or SIGTERM) lands in this thread: have the launch thread kill the ranks and wait
+        # for it, so none outlives this process (the ranks' pipe watchdog is the backstop)
+        cancel.set()
+        th.join(10.0)
+        raise
     finally:
+        _restore_signal_handlers(handlers)
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
@@ -551,8 +602,10 @@ def _launch_watched(launch, cfg: CalibConfig, nproc: int, total: int, names: set
             raise CalibrationStopped(f"calibration stopped after {cfg.stop_after} group(s) as asked; "
                                      f"partial results kept in {cfg.state_path}") from None
         if isinstance(e, worker_failed):
-            raise worker_failed(f"{e}\npartial results are kept in {cfg.state_path}: rerun the same command "
-                                f"to continue") from None
+            done = _done_names(cfg.state_path) & names
+            kept = (f"{len(done)} finished group(s) are kept in {cfg.state_path}: rerun the same command to "
+                    f"continue" if done else "no group had finished; nothing was kept")
+            raise worker_failed(f"calibration failed: {e}\n{kept}") from None
         raise e
 
 
@@ -571,6 +624,12 @@ def run_here(cfg: CalibConfig) -> Path | None:
     if cfg.envs:
         raise ValueError("--nccl-env needs the launcher (--nproc); under torchrun set NCCL_* yourself "
                          "and tag the tables with --impl")
+    lock = None
+    if int(os.environ.get("RANK", "0")) == 0:
+        from sim.lock import acquire, check_writable
+        check_extends(cfg.extends)
+        lock = acquire(cfg.out, "calibration")     # rank 0 writes --out: one such run at a time
+        check_writable(cfg.out)
     ctx = hwdist.init_from_env(cfg.backend, "cuda" if cfg.device == "cuda" else "cpu", cfg.timeout_s)
     try:
         _check_world(cfg, ctx.world)
@@ -583,6 +642,9 @@ def run_here(cfg: CalibConfig) -> Path | None:
         return finish(cfg, read_state(cfg), ctx.world) if ctx.rank == 0 else None
     finally:
         hwdist.shutdown()
+        if lock is not None:
+            from sim.lock import release
+            release(lock)
 
 
 def finish(cfg: CalibConfig, state: dict, world: int) -> Path:
@@ -600,9 +662,13 @@ def finish(cfg: CalibConfig, state: dict, world: int) -> Path:
     out = Path(cfg.out)
     # the overlap refit simulates with the profile itself (base merged): load it from a side file
     # first, so an interrupted refit never leaves an unfitted profile at --out
-    side = out.with_name(out.stem + ".unfitted.json")
-    write_json_atomic(side, prof)
+    # (a name of our own: a user's `<stem>.unfitted.json` beside --out is none of our business)
+    import tempfile
+    fd, side_name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.stem}.", suffix=".unfitted.json")
+    os.close(fd)
+    side = Path(side_name)
     try:
+        write_json_atomic(side, prof)
         loaded = load_profile(str(side))       # raises ProfileError naming the field if we wrote nonsense
         refit_overlap(prof, loaded)            # CPU in-pass overlap: fitted by simulating the passes
     finally:

@@ -37,6 +37,41 @@ def require_torch(command: str) -> None:
                         f"pip install 'tpsim[hw]' (on a CPU-only machine: pip install torch==2.13.0 first)")
 
 
+MAX_PROMPT = MAX_GEN = 1 << 20     # tokens; documented in docs/reliability.md
+
+
+def check_cuda(n: int = 1) -> None:
+    """`--device cuda` needs torch to see `n` GPUs: one clear line instead of an assertion deep in torch."""
+    if not _cuda_available():
+        raise ValueError("--device cuda: torch sees no GPU here (torch.cuda.is_available() is False); "
+                         "use --device cpu --backend gloo")
+    import torch
+    if torch.cuda.device_count() < n:
+        raise ValueError(f"{n} ranks need {n} GPUs; torch sees {torch.cuda.device_count()}")
+
+
+def _check_ranges(kw: dict) -> None:
+    """Every numeric option in range, nothing silently replaced (ValueError -> exit 2)."""
+    from hw.dist import check_timeout
+    for name, key, lo, hi in (("--tp", "tp", 1, 1024), ("--batch", "batch", 1, 1 << 16),
+                              ("--prompt", "prompt_len", 1, MAX_PROMPT), ("--gen", "gen_len", 1, MAX_GEN),
+                              ("--layers", "layers", 1, 1 << 16), ("--emulate-tp", "emulate_tp", 1, 1024),
+                              ("--repeats", "repeats", 1, 10 ** 6), ("--warmup", "warmup", 0, 10 ** 6)):
+        v = kw.get(key)
+        if v is not None and not lo <= v <= hi:
+            raise ValueError(f"{name} must be in {lo}..{hi}, got {v}")
+    if kw.get("timeout_s") is not None:
+        check_timeout(kw["timeout_s"], "--timeout-s")
+    if kw.get("deadline_s") is not None:
+        check_timeout(kw["deadline_s"], "--deadline-s")
+    g = kw.get("gpu_mem_gib")
+    if g is not None and not (0 < g < 1 << 20):
+        raise ValueError(f"--gpu-mem-gib must be a positive number of GiB, got {g}")
+    if kw.get("out"):
+        from sim.lock import check_writable
+        check_writable(kw["out"])
+
+
 def _under_torchrun() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
@@ -64,8 +99,9 @@ def _common(f):
         click.option("--prefill-logits", type=click.Choice(PREFILL_LOGITS), default="all", show_default=True),
         click.option("--expand-gqa/--no-expand-gqa", default=True, show_default=True),
         click.option("--seed", type=int, default=0, show_default=True),
-        click.option("--timeout-s", type=float, default=300.0, show_default=True,
-                     help="a collective (or rank start-up) that waits longer ends the run with an error"),
+        click.option("--timeout-s", type=float, default=None,
+                     help="a collective (or rank start-up) that waits longer ends the run with an error "
+                          "[default: 30 s + 20x a pessimistic estimate of the longest pass]"),
         click.option("--deadline-s", type=float, default=None, help="bound on the whole run (launcher kills all)"),
         click.option("--json", "as_json", is_flag=True, help="print the result as JSON"),
         click.option("--out", type=click.Path(dir_okay=False), default=None, help="write the result JSON here"),
@@ -81,16 +117,22 @@ def _common(f):
 
 def _config(kind: str, **kw):
     """Options -> validated RunConfig (UsageFail on user mistakes)."""
-    from hw.dist import RunConfig
+    from hw.dist import RunConfig, default_timeout_s
     device = kw.pop("device")
     if device == "auto":
         device = "cuda" if _cuda_available() else "cpu"
+    try:
+        _check_ranges(kw)
+        if device == "cuda":
+            check_cuda(1 if _under_torchrun() else kw["tp"])
+    except ValueError as e:
+        raise UsageFail(str(e)) from None
     backend = kw.pop("backend") or ("nccl" if device == "cuda" else "gloo")
     dtype = kw.pop("dtype") or ("fp16" if device == "cuda" else "fp32")
     schedules = kw.pop("schedules") or DEFAULT_SCHEDULES
     defaults = {"bench": (1024, 512), "check": (16, 9)}[kind]
-    kw["prompt_len"] = kw["prompt_len"] or defaults[0]
-    kw["gen_len"] = kw["gen_len"] or defaults[1]
+    kw["prompt_len"] = defaults[0] if kw["prompt_len"] is None else kw["prompt_len"]
+    kw["gen_len"] = defaults[1] if kw["gen_len"] is None else kw["gen_len"]
     kw.pop("deadline_s", None)
     if kw.get("decode_graphs", False) is None:
         kw["decode_graphs"] = device == "cuda" and kw["kv"] == "static"
@@ -99,6 +141,14 @@ def _config(kind: str, **kw):
         raise UsageFail("--emulate-tp is for bench: a lone rank's output is a partial sum, so there is "
                         "nothing to check against the reference")
     try:
+        if kw.get("timeout_s") is None:       # proportionate to the work: a hang is reported in ~30 s on tiny
+            from sim.model import get_model
+            m = get_model(kw["model"])
+            m = m.truncated(kw["layers"]) if kw.get("layers") else m
+            # prefill: 2 flops per parameter per token + the attention scores (4 * layers * b * p^2 * hidden)
+            flops = (2.0 * m.param_count() * kw["batch"] * kw["prompt_len"]
+                     + 4.0 * m.layers * kw["batch"] * kw["prompt_len"] ** 2 * m.hidden) / (kw.get("emulate_tp") or kw["tp"])
+            kw["timeout_s"] = round(default_timeout_s(flops, device), 1)
         cfg = RunConfig(device=device, backend=backend, dtype=dtype, schedules=tuple(schedules),
                         json=as_json, **kw)
         cfg.validate()

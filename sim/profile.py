@@ -29,6 +29,13 @@ MODES = ("eager", "graph")        # collective launched eagerly or replayed in a
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
 
 
+MAX_FILE_BYTES = 64 << 20        # a calibrated profile with its raw points is well under 1 MiB
+MAX_DEPTH = 64                   # nesting of objects/lists (the deepest real profile is ~10)
+MAX_INT = 1 << 63                # larger integers are nobody's measurement (and overflow floats)
+MAX_GPUS = 1024                  # per node
+MAX_TABLE_POINTS = 10_000        # per measured table
+
+
 class ProfileError(ValueError):
     """A profile that cannot be used; the message names the file and the field."""
 
@@ -167,26 +174,84 @@ def read_raw(name_or_path: str, _seen: tuple = ()) -> tuple[dict, Path]:
     path = resolve(name_or_path)
     if str(path.resolve()) in _seen:
         raise ProfileError(f"profile {path}: 'extends' forms a cycle")
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ProfileError(f"profile {path}: not valid JSON (line {e.lineno} column {e.colno}: {e.msg})") from None
-    if not isinstance(data, dict):
-        raise ProfileError(f"profile {path}: top level must be a JSON object")
+    data = read_json(path)
     if data.get("format") != FORMAT:
-        raise ProfileError(f"profile {path}: field 'format' must be {FORMAT!r}, got {data.get('format')!r}")
+        raise ProfileError(f"profile {path}: field 'format' must be {FORMAT!r}, got {_short(data.get('format'))}")
     if data.get("version") != VERSION:
-        raise ProfileError(f"profile {path}: field 'version' must be {VERSION}, got {data.get('version')!r}")
+        raise ProfileError(f"profile {path}: field 'version' must be {VERSION}, got {_short(data.get('version'))}")
     base = data.get("extends")
     if base:
         if not isinstance(base, str):
-            raise ProfileError(f"profile {path}: field 'extends' must name a profile, got {base!r}")
+            raise ProfileError(f"profile {path}: field 'extends' must name a profile, got {_short(base)}")
         try:
             base_data, _ = read_raw(base, _seen + (str(path.resolve()),))
         except ProfileError as e:
             raise ProfileError(f"profile {path}: field 'extends': {e}") from None
         data = merge(base_data, data)
     return data, path
+
+
+def read_json(path: Path) -> dict:
+    """One profile file, parsed and checked for what no field check can catch later: its size, its
+    encoding, its nesting depth and non-finite or absurd numbers anywhere (NaN, Infinity, 10**400).
+    Every error names the file (and the field, where there is one)."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise ProfileError(f"profile {path}: {size} bytes is over the {MAX_FILE_BYTES >> 20} MiB limit "
+                               f"for a profile file")
+        raw = path.read_bytes()
+    except OSError as e:
+        raise ProfileError(f"profile {path}: cannot read it: {e.strerror}") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ProfileError(f"profile {path}: not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start})") from None
+    try:
+        data = json.loads(text, parse_int=_parse_int)
+    except json.JSONDecodeError as e:
+        raise ProfileError(f"profile {path}: not valid JSON (line {e.lineno} column {e.colno}: {e.msg})") from None
+    except RecursionError:
+        raise ProfileError(f"profile {path}: nested deeper than {MAX_DEPTH} levels") from None
+    except _BadInt as e:
+        line = text.count("\n", 0, max(0, text.find(e.args[0]))) + 1
+        raise ProfileError(f"profile {path}: line {line}: integer {e.args[0][:20]}... is out of range "
+                           f"(|n| < 2**63)") from None
+    if not isinstance(data, dict):
+        raise ProfileError(f"profile {path}: top level must be a JSON object")
+    bad = _first_bad_value(data)
+    if bad:
+        field_, why = bad
+        raise ProfileError(f"profile {path}: field '{field_}' {why}")
+    return data
+
+
+class _BadInt(ValueError):
+    pass
+
+
+def _parse_int(s: str) -> int:
+    # int() of a 5,000-digit string raises ValueError itself; past 2**63 nothing is a real measurement
+    if len(s) > 20 or abs(int(s)) >= MAX_INT:
+        raise _BadInt(s)
+    return int(s)
+
+
+def _first_bad_value(data) -> tuple[str, str] | None:
+    """(field path, what is wrong) of the first non-finite number or too-deep nesting, walking the
+    tree without recursion (so the walk itself cannot hit Python's recursion limit)."""
+    stack = [("", data, 0)]
+    while stack:
+        path, v, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return path, f"nests deeper than {MAX_DEPTH} levels"
+        if isinstance(v, float) and not math.isfinite(v):
+            return path, f"must be a finite number, got {v}"
+        if isinstance(v, dict):
+            stack += [(f"{path}.{k}" if path else str(k), x, depth + 1) for k, x in reversed(v.items())]
+        elif isinstance(v, list):
+            stack += [(f"{path}[{i}]", x, depth + 1) for i, x in reversed(list(enumerate(v)))]
+    return None
 
 
 _PREPEND_LISTS = {("collectives", "tables"), ("compute", "tables")}
@@ -226,11 +291,14 @@ def load_profile(name_or_path: str) -> Profile:
     """Read, merge `extends`, validate. Errors name the file (and the base it extends) and field."""
     data, path = read_raw(name_or_path)
     where = str(path)
-    with open(path) as f:
-        base = json.load(f).get("extends")
+    base = read_json(path).get("extends")
     if base:
         where = f"{path} (extends {base})"
-    return parse(data, where)
+    try:
+        return parse(data, where)
+    except (TypeError, AttributeError, KeyError, IndexError, OverflowError, RecursionError) as e:
+        # a backstop: every field check above should have named the field already
+        raise ProfileError(f"profile {where}: invalid value ({type(e).__name__}: {e})") from None
 
 
 def describe(name_or_path: str) -> list[tuple[str, str, str]]:
@@ -251,7 +319,7 @@ def parse(data: dict, where: str = "<profile>") -> Profile:
     peak = {dt: g.num(f"compute.matmul_tflops.{dt}", positive=True) * 1e12 for dt in g.obj("compute.matmul_tflops")}
     if not peak:
         raise ProfileError(f"profile {where}: field 'compute.matmul_tflops' needs at least one dtype")
-    topology = g.topology(int(g.num("gpus_per_node", positive=True))) if "topology" in data else None
+    topology = g.topology(int(g.num("gpus_per_node", positive=True, max_=MAX_GPUS))) if "topology" in data else None
     links = {}
     if topology is None and "model" not in g.obj("collectives"):
         g.fail("collectives.model", "is missing (a profile needs a 'topology' section or a "
@@ -268,11 +336,11 @@ def parse(data: dict, where: str = "<profile>") -> Profile:
                            f"(or give a 'topology' section to derive collective costs from)")
     device = g.str_("device", default="cuda")
     if device not in ("cuda", "cpu"):
-        raise ProfileError(f"profile {where}: field 'device' must be cuda or cpu, got {device!r}")
+        raise ProfileError(f"profile {where}: field 'device' must be cuda or cpu, got {_short(device)}")
     return Profile(
         name=name,
         description=g.str_("description", default=""),
-        gpus_per_node=int(g.num("gpus_per_node", positive=True)),
+        gpus_per_node=int(g.num("gpus_per_node", positive=True, max_=MAX_GPUS)),
         memory_gib=g.num("memory_gib", positive=True),
         device=device,
         peak_flops=peak,
@@ -287,8 +355,8 @@ def parse(data: dict, where: str = "<profile>") -> Profile:
         graph_extra_s=g.num("collectives.graph_extra_us", default=0.0, min_=0.0) * 1e-6,
         default_impl=g.str_("collectives.default_impl", default="nccl"),
         stack_defaults=g.stack_defaults(),
-        compute_slowdown=g.num("overlap.compute_slowdown", min_=1.0),
-        comm_slowdown=g.num("overlap.comm_slowdown", min_=1.0),
+        compute_slowdown=g.num("overlap.compute_slowdown", min_=1.0, max_=100.0),
+        comm_slowdown=g.num("overlap.comm_slowdown", min_=1.0, max_=100.0),
         jitter_s=g.num("jitter.launch_us", default=0.0) * 1e-6,
         wake_s=g.num("overlap.wake_us", default=0.0, min_=0.0) * 1e-6,
         arrival_jitter=g.arrival_jitter(),
@@ -326,23 +394,28 @@ class _Getter:
     def str_(self, path: str, default=...) -> str:
         v = self.get(path, default)
         if not isinstance(v, str):
-            self.fail(path, f"must be a string, got {v!r}")
+            self.fail(path, f"must be a string, got {_short(v)}")
         return v
 
-    def num(self, path: str, default=..., positive: bool = False, min_: float | None = None) -> float:
+    def num(self, path: str, default=..., positive: bool = False, min_: float | None = None,
+            max_: float = 1e9) -> float:
+        """A finite number (bare or {"value", "source"}) in range. `max_`: no profile number in its
+        units (TFLOP/s, GB/s, us, GiB, ratios) is anywhere near 1e9; larger is a typo or an attack."""
         v = self.get(path, default)
         if isinstance(v, dict):           # {"value": x, "source": "..."}
             if "value" not in v:
                 self.fail(path, "is an object without 'value'")
-            if not v.get("source"):
+            if not _has_source(v):
                 self.fail(path, "has no 'source' (every number states where it came from)")
             v = v["value"]
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            self.fail(path, f"must be a number, got {v!r}")
+            self.fail(path, f"must be a number, got {_short(v)}")
         if positive and v <= 0:
             self.fail(path, f"must be positive, got {v}")
         if min_ is not None and v < min_:
             self.fail(path, f"must be >= {min_}, got {v}")
+        if abs(v) > max_:
+            self.fail(path, f"must be at most {max_:g}, got {v:g}")
         return float(v)
 
     def sourced(self, path: str, types: tuple, default=...):
@@ -351,11 +424,11 @@ class _Getter:
         if isinstance(v, dict):
             if "value" not in v:
                 self.fail(path, "is an object without 'value'")
-            if not v.get("source"):
+            if not _has_source(v):
                 self.fail(path, "has no 'source' (every number states where it came from)")
             v = v["value"]
         if not isinstance(v, types):
-            self.fail(path, f"must be {' or '.join(t.__name__ for t in types)}, got {v!r}")
+            self.fail(path, f"must be {' or '.join(t.__name__ for t in types)}, got {_short(v)}")
         return v
 
     def topology(self, gpus_per_node: int) -> TopologySpec:
@@ -363,7 +436,7 @@ class _Getter:
         self.obj(t)
         intra = self.sourced(f"{t}.intra", (str,))
         if intra not in INTRA_KINDS:
-            self.fail(f"{t}.intra", f"must be one of {INTRA_KINDS}, got {intra!r}")
+            self.fail(f"{t}.intra", f"must be one of {INTRA_KINDS}, got {_short(intra)}")
         nv = self.num(f"{t}.nvlink_gbps", positive=True) if intra == "nvswitch" else \
             self.num(f"{t}.nvlink_gbps", default=0.0, min_=0.0)
         sockets = int(self.num(f"{t}.sockets", positive=True))
@@ -402,7 +475,7 @@ class _Getter:
     def _nccl(self, path: str) -> NcclLatency:
         """NCCL's latency constants: base_us per (algorithm_protocol), hop_us per link class."""
         n = self.obj(path)
-        if not n.get("source"):
+        if not _has_source(n):
             self.fail(path, "has no 'source'")
         base = self.obj(f"{path}.base_us")
         for key in ("ring_ll", "ring_ll128", "ring_simple", "nvls"):
@@ -461,46 +534,61 @@ class _Getter:
 
     def protocol(self, path: str, name: str) -> LinkModel:
         p = self.obj(path)
-        if not p.get("source"):
+        if not _has_source(p):
             self.fail(path, "has no 'source'")
         hop = p.get("hop", "per_step")
         if hop not in ("per_step", "once"):
-            self.fail(f"{path}.hop", f"must be per_step or once, got {hop!r}")
+            self.fail(f"{path}.hop", f"must be per_step or once, got {_short(hop)}")
         return LinkModel(name, self.num(f"{path}.base_us", min_=0.0) * 1e-6, self.num(f"{path}.hop_us", min_=0.0) * 1e-6,
                          self.num(f"{path}.busbw_gbps", positive=True), hop == "per_step")
 
     def curve(self, path: str, xkey: str) -> Curve:
         c = self.obj(path)
-        if not c.get("source"):
+        if not _has_source(c):
             self.fail(path, "has no 'source'")
         xs, ys = c.get(xkey), c.get("efficiency")
         if not isinstance(xs, list) or not isinstance(ys, list) or len(xs) != len(ys) or not xs:
             self.fail(path, f"needs equal-length non-empty lists '{xkey}' and 'efficiency'")
-        if any(not isinstance(v, (int, float)) or v <= 0 for v in xs) or list(xs) != sorted(xs):
-            self.fail(path, f"'{xkey}' must be positive and increasing")
-        if any(not isinstance(v, (int, float)) or not 0 < v <= 1 for v in ys):
-            self.fail(path, "'efficiency' values must be in (0, 1]")
+        if len(xs) > MAX_TABLE_POINTS:
+            self.fail(path, f"has {len(xs)} points; at most {MAX_TABLE_POINTS}")
+        if any(not _finite(v) or not 0 < v <= 1e30 for v in xs) or list(xs) != sorted(xs):
+            self.fail(f"{path}.{xkey}", "must be positive finite numbers (<= 1e30), increasing")
+        if any(not _finite(v) or not 0 < v <= 1 for v in ys):
+            self.fail(f"{path}.efficiency", "values must be numbers in (0, 1]")
         return Curve(tuple(map(float, xs)), tuple(map(float, ys)))
 
     def compute_points(self) -> tuple[ComputePoint, ...]:
         out = []
         for ti, t in enumerate(self.get("compute.tables", [])):
             p = f"compute.tables[{ti}]"
-            if not isinstance(t, dict) or not t.get("source") or not isinstance(t.get("points"), list):
+            if not isinstance(t, dict) or not _has_source(t) or not isinstance(t.get("points"), list):
                 self.fail(p, "must be an object with 'source' and a list 'points'")
+            if len(t["points"]) > 100 * MAX_TABLE_POINTS:
+                self.fail(f"{p}.points", f"has {len(t['points'])} points; at most {100 * MAX_TABLE_POINTS}")
             for pi, pt in enumerate(t["points"]):
-                try:
-                    attrs = tuple(sorted((str(k), v) for k, v in pt["attrs"].items()))
-                    time_s = float(pt["time_s"])
-                    if not time_s > 0:
-                        raise ValueError
-                    mode = str(pt.get("mode", "any"))
-                    if mode not in ("any",) + MODES:
-                        raise ValueError
-                    out.append(ComputePoint(str(pt["kind"]), attrs, str(pt.get("dtype", "fp16")), time_s, mode))
-                except (KeyError, TypeError, ValueError, AttributeError):
-                    self.fail(f"{p}.points[{pi}]", "needs 'kind', 'attrs' (object), a positive 'time_s' and "
-                                                   "an optional 'mode' (any, eager or graph)")
+                q = f"{p}.points[{pi}]"
+                if not isinstance(pt, dict):
+                    self.fail(q, "must be an object with 'kind', 'attrs', 'time_s'")
+                for key in ("kind", "attrs", "time_s"):
+                    if key not in pt:
+                        self.fail(f"{q}.{key}", "is missing")
+                if not isinstance(pt["kind"], str):
+                    self.fail(f"{q}.kind", f"must be a string, got {_short(pt['kind'])}")
+                if not isinstance(pt["attrs"], dict):
+                    self.fail(f"{q}.attrs", f"must be an object of integers and strings, got {_short(pt['attrs'])}")
+                for k, v in pt["attrs"].items():
+                    if isinstance(v, bool) or not isinstance(v, (int, str)):
+                        self.fail(f"{q}.attrs.{k}", f"must be an integer or a string, got {_short(v)}")
+                time_s = pt["time_s"]
+                if not _finite(time_s) or not 0 < time_s <= 1e6:
+                    self.fail(f"{q}.time_s", f"must be a positive finite number of seconds, got {_short(time_s)}")
+                mode, dtype = pt.get("mode", "any"), pt.get("dtype", "fp16")
+                if mode not in ("any",) + MODES:
+                    self.fail(f"{q}.mode", f"must be any, eager or graph, got {_short(mode)}")
+                if not isinstance(dtype, str):
+                    self.fail(f"{q}.dtype", f"must be a string, got {_short(dtype)}")
+                attrs = tuple(sorted((str(k), v) for k, v in pt["attrs"].items()))
+                out.append(ComputePoint(pt["kind"], attrs, dtype, float(time_s), mode))
         return tuple(out)
 
     def gemm_tables(self) -> tuple[ComputePoint, ...]:
@@ -547,23 +635,50 @@ class _Getter:
                 if key not in t:
                     self.fail(f"{p}.{key}", "is missing")
             if t["collective"] not in COLLECTIVES:
-                self.fail(f"{p}.collective", f"must be one of {COLLECTIVES}, got {t['collective']!r}")
+                self.fail(f"{p}.collective", f"must be one of {COLLECTIVES}, got {_short(t['collective'])}")
             if isinstance(t["group"], bool) or not isinstance(t["group"], int) or t["group"] < 1:
-                self.fail(f"{p}.group", f"must be a positive integer (ranks in the group), got {t['group']!r}")
+                self.fail(f"{p}.group", f"must be a positive integer (ranks in the group), got {_short(t['group'])}")
             if t["scope"] not in SCOPES:
                 self.fail(f"{p}.scope", f"must be one of {SCOPES}")
             if t["mode"] not in MODES:
                 self.fail(f"{p}.mode", f"must be one of {MODES}")
+            if t["group"] > 1 << 20:
+                self.fail(f"{p}.group", f"must be at most {1 << 20} ranks, got {t['group']}")
+            for key in ("impl", "source"):
+                if key in t and (not isinstance(t[key], str) or (key == "source" and not t[key].strip())):
+                    self.fail(f"{p}.{key}", f"must be a string, got {_short(t[key])}")
             b, us = t["bytes"], t["time_us"]
-            if (not isinstance(b, list) or not isinstance(us, list) or len(b) != len(us) or not b
-                    or any(not isinstance(v, (int, float)) or v <= 0 for v in b + us)):
-                self.fail(p, "needs equal-length lists 'bytes' and 'time_us' of positive numbers")
+            if not isinstance(b, list) or not isinstance(us, list) or len(b) != len(us) or not b:
+                self.fail(p, "needs equal-length non-empty lists 'bytes' and 'time_us'")
+            if len(b) > MAX_TABLE_POINTS:
+                self.fail(f"{p}.bytes", f"has {len(b)} points; at most {MAX_TABLE_POINTS}")
+            for key, vs, hi in (("bytes", b, 2.0 ** 50), ("time_us", us, 1e12)):
+                for i, v in enumerate(vs):
+                    if not _finite(v) or not 0 < v <= hi:
+                        self.fail(f"{p}.{key}[{i}]", f"must be a positive finite number (<= {hi:g}), got {_short(v)}")
             if list(b) != sorted(b):
                 self.fail(f"{p}.bytes", "must be increasing")
             out.append(CollectiveTable(str(t["collective"]), int(t["group"]), t["scope"], t["mode"],
                                        str(t.get("impl", "nccl")), tuple(map(float, b)),
                                        tuple(v * 1e-6 for v in us), str(t["source"])))
         return tuple(out)
+
+
+def _has_source(obj: dict) -> bool:
+    """A non-empty string says where the number came from (a list or a number says nothing)."""
+    src = obj.get("source")
+    return isinstance(src, str) and bool(src.strip())
+
+
+def _finite(v) -> bool:
+    """A JSON number that is a real, finite number (true/false are not numbers here)."""
+    return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def _short(v) -> str:
+    """A value for an error message, cut to one short line."""
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def sources(data: dict, prefix: str = "") -> list[tuple[str, str, str]]:

@@ -4,6 +4,8 @@ Each grid point runs `predict` for the listed schedules (standard always include
 one row per schedule. Points are independent, so they fan out over processes (`jobs`); finished
 points are appended to a checkpoint file as they complete (one JSON line each), so a killed sweep
 restarted with the same output continues where it stopped; the final CSV is written atomically.
+A checkpointed point is reused only when the digest of its inputs (profile contents, the tpsim
+version and simulator source) still matches; `jobs` is capped at the cores.
 
 Link scaling answers "what if the interconnect were k times faster/slower": every collective's
 time t(bytes) is split into its zero-byte latency t0 and the rest, and becomes
@@ -28,7 +30,10 @@ from .profile import load_profile
 from .stack import Stack
 
 # Points of one sweep share a few profiles: parse each once per process (bounded, so memory stays flat).
-_load_profile = functools.lru_cache(maxsize=64)(load_profile)
+# Keyed by the profile's input digest too: a profile edited between two sweeps in one process is reread.
+@functools.lru_cache(maxsize=64)
+def _load_profile(name: str, digest: str = ""):
+    return load_profile(name)
 
 COLUMNS = ["model", "tp", "batch", "prompt_len", "gen_len", "profile", "bw_scale", "lat_scale", "schedule",
            "prefill_s", "decode_s", "tokens_per_s", "speedup", "exposed_comm_s", "error"]
@@ -65,12 +70,12 @@ def grid(models: Iterable[str], tps: Iterable[int], batches: Iterable[int], prof
             itertools.product(models, tps, batches, profiles, bw_scales, lat_scales)]
 
 
-def run_point(point: Point, schedules: tuple[str, ...], stack: Stack = Stack()) -> list[dict]:
+def run_point(point: Point, schedules: tuple[str, ...], stack: Stack = Stack(), digest: str = "") -> list[dict]:
     """Rows for one grid point; a point that cannot run (say TP not dividing the heads) gives
     one row with its error, so the rest of the grid still completes."""
     base = asdict(point)
     try:
-        prof = _load_profile(point.profile)
+        prof = _load_profile(point.profile, digest)
         stack = replace(stack, **{k: v for k, v in prof.stack_defaults.items() if getattr(Stack(), k) == getattr(stack, k)})
         w = Workload(get_model(point.model), point.tp, prof, point.batch,
                      point.prompt_len, point.gen_len, stack, comm_bw_scale=point.bw_scale,
@@ -81,13 +86,53 @@ def run_point(point: Point, schedules: tuple[str, ...], stack: Stack = Stack()) 
     return [base | p.to_dict() | {"error": ""} for p in preds]
 
 
-def point_key(point: Point, schedules: tuple[str, ...], stack: Stack) -> str:
-    """What a finished point in a checkpoint stands for: the point, the schedules and the stack."""
-    return json.dumps({**asdict(point), "schedules": list(schedules), "stack": asdict(stack)}, sort_keys=True)
+def point_key(point: Point, schedules: tuple[str, ...], stack: Stack, inputs: str = "") -> str:
+    """What a finished point in a checkpoint stands for: the point, the schedules, the stack and
+    `inputs`, the digest of everything else its rows depend on (`input_digest`)."""
+    return json.dumps({**asdict(point), "schedules": list(schedules), "stack": asdict(stack), "inputs": inputs},
+                      sort_keys=True)
 
 
-def _run_chunk(points: list[Point], schedules: tuple[str, ...], stack: Stack) -> list[tuple[str, list[dict]]]:
-    return [(point_key(p, schedules, stack), run_point(p, schedules, stack)) for p in points]
+def input_digest(profile: str) -> str:
+    """sha256 over the profile's contents (its `extends` chain merged in, so an edited base counts
+    too), the tpsim version and the simulator's own source. A resumed sweep recomputes every
+    checkpointed point whose digest differs: rows from an edited profile or another simulator
+    are never mixed into the result. A profile that cannot be read digests to its error (the point
+    reruns and reports it)."""
+    import hashlib
+    from .profile import read_raw
+    h = hashlib.sha256()
+    try:
+        data, _ = read_raw(profile)
+        h.update(json.dumps(data, sort_keys=True, allow_nan=True).encode())
+    except ValueError as e:
+        h.update(f"error: {e}".encode())
+    h.update(_code_digest().encode())
+    return h.hexdigest()[:32]
+
+
+@functools.lru_cache(maxsize=1)
+def _code_digest() -> str:
+    import hashlib
+    try:
+        from importlib.metadata import version
+        ver = version("tpsim")
+    except Exception:            # noqa: BLE001 - a source checkout without metadata
+        ver = "unknown"
+    h = hashlib.sha256(ver.encode())
+    for f in sorted(Path(__file__).resolve().parent.glob("*.py")):
+        h.update(f.name.encode() + f.read_bytes())
+    return h.hexdigest()
+
+
+def max_jobs() -> int:
+    """Worker processes a sweep may start: the cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _run_chunk(points: list[Point], schedules: tuple[str, ...], stack: Stack,
+               keys: list[str]) -> list[tuple[str, list[dict]]]:
+    return [(k, run_point(p, schedules, stack, json.loads(k)["inputs"])) for p, k in zip(points, keys)]
 
 
 def sweep(points: list[Point], schedules: tuple[str, ...], stack: Stack = Stack(), jobs: int = 1,
@@ -96,7 +141,8 @@ def sweep(points: list[Point], schedules: tuple[str, ...], stack: Stack = Stack(
     """All rows of the grid, in grid order. With `checkpoint`, finished points are read back
     from it and skipped, and every newly finished point is appended to it at once."""
     done: dict[str, list[dict]] = read_checkpoint(checkpoint) if checkpoint else {}
-    keys = {p: point_key(p, schedules, stack) for p in points}
+    digests = {prof: input_digest(prof) for prof in dict.fromkeys(p.profile for p in points)}
+    keys = {p: point_key(p, schedules, stack, digests[p.profile]) for p in points}
     todo = [p for p in points if keys[p] not in done]
     total, finished = len(points), len(points) - len(todo)
     if progress:
@@ -119,13 +165,14 @@ def sweep(points: list[Point], schedules: tuple[str, ...], stack: Stack = Stack(
 
         if jobs <= 1 or len(todo) < 2:
             for p in todo:
-                record(keys[p], run_point(p, schedules, stack))
+                record(keys[p], run_point(p, schedules, stack, digests[p.profile]))
         else:
             # chunks amortize process start-up; several per worker keep the progress bar moving
+            jobs = min(jobs, max_jobs(), len(todo))        # never more processes than cores or points
             size = max(1, min(64, len(todo) // (jobs * 4)))
             chunks = [todo[i:i + size] for i in range(0, len(todo), size)]
             with ProcessPoolExecutor(max_workers=jobs) as ex:
-                futs = [ex.submit(_run_chunk, c, schedules, stack) for c in chunks]
+                futs = [ex.submit(_run_chunk, c, schedules, stack, [keys[p] for p in c]) for c in chunks]
                 for f in as_completed(futs):
                     for key, rows in f.result():
                         record(key, rows)

@@ -25,7 +25,7 @@ def test_resume_skips_finished_points(tmp_path):
     pts = sw.grid(["llama-3.2-1b"], [2, 4, 8], [1], ["h100-sxm"], 128, 8)
     ck = tmp_path / "ck.jsonl"
     # a checkpoint holding point 0 with a sentinel value, then a torn line (killed mid-write)
-    key0 = sw.point_key(pts[0], ("standard",), sw.Stack())
+    key0 = sw.point_key(pts[0], ("standard",), sw.Stack(), sw.input_digest("h100-sxm"))
     sentinel = [dict(json.loads(key0), schedule="standard", tokens_per_s=-1.0, error="")]
     ck.write_text(json.dumps({"key": key0, "rows": sentinel}) + "\n" + '{"key": "torn')
     seen = []

@@ -1,0 +1,247 @@
+"""Every bad CLI value is refused before any work with one line and exit 2; outputs are checked
+writable first; resume never trusts stale inputs; resource bounds hold (docs/reliability.md)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import cli
+from sim import sweep as sw
+from sim.profile import builtin_dir
+
+ROOT = Path(__file__).resolve().parent.parent
+FIX = ROOT / "tests" / "fixtures" / "nccl_tests"
+
+
+def one_line_exit_2(r) -> str:
+    assert r.exit_code == 2, (r.exit_code, r.output, r.exception)
+    lines = [x for x in r.output.strip().splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and "Traceback" not in r.output, r.output
+    return lines[0]
+
+
+# ------------------------------------------------------------------ bench / check (no process starts)
+
+BENCH = ["--model", "tiny", "--device", "cpu"]
+
+
+@pytest.mark.hw
+@pytest.mark.parametrize("args, says", [
+    (["--prompt", "0"], "--prompt must be in 1.."),           # was: silently 1024
+    (["--gen", "0"], "--gen must be in 1.."),                 # was: silently 512
+    (["--layers", "0"], "--layers must be in 1.."),           # was: all layers
+    (["--timeout-s", "nan"], "--timeout-s must be a number of seconds"),
+    (["--timeout-s", "inf"], "--timeout-s must be a number of seconds"),
+    (["--deadline-s", "0"], "--deadline-s must be a number of seconds"),
+    (["--deadline-s", "-5"], "--deadline-s must be a number of seconds"),
+    (["--out", "/nonexistent-dir/r.json"], "directory /nonexistent-dir does not exist"),
+    (["--batch", "0"], "--batch must be in 1.."),
+])
+def test_bench_values_refused_before_work(args, says):
+    from hw.commands import bench_cmd
+    t = time.monotonic()
+    line = one_line_exit_2(CliRunner().invoke(bench_cmd, [*BENCH, *args]))
+    assert says in line
+    assert time.monotonic() - t < 5                           # refused at once, no rank started
+
+
+@pytest.mark.hw
+def test_unwritable_bench_out_refused_before_work(tmp_path):
+    from hw.commands import bench_cmd
+    r = CliRunner().invoke(bench_cmd, [*BENCH, "--out", str(tmp_path)])     # click's own usage error
+    assert r.exit_code == 2 and "is a directory" in r.output and "Traceback" not in r.output
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        if os.access(ro, os.W_OK):
+            pytest.skip("running as a user who can write anywhere (root)")
+        line = one_line_exit_2(CliRunner().invoke(bench_cmd, [*BENCH, "--out", str(ro / "r.json")]))
+        assert "cannot write" in line
+    finally:
+        ro.chmod(0o700)
+
+
+@pytest.mark.hw
+def test_device_cuda_without_a_gpu_is_one_line():
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    from hw.commands import bench_cmd, check_cmd
+    for cmd in (bench_cmd, check_cmd):
+        line = one_line_exit_2(CliRunner().invoke(cmd, ["--model", "tiny", "--device", "cuda"]))
+        assert "torch sees no GPU" in line
+    from calib.commands import calibrate_cmd
+    line = one_line_exit_2(CliRunner().invoke(calibrate_cmd, ["--backend", "nccl", "--out", "x.json"]))
+    assert "torch sees no GPU" in line
+
+
+# ------------------------------------------------------------------ calibrate
+
+@pytest.mark.hw
+@pytest.mark.parametrize("args, says", [
+    (["--extends", "no-such-base"], "--extends: unknown profile 'no-such-base'"),   # was: after the whole run
+    (["--nproc", "0"], "--nproc must be in 1.."),
+    (["--timeout-s", "inf"], "--timeout-s must be a number"),
+    (["--prompt", "0"], "--prompt must be in 1.."),
+])
+def test_calibrate_values_refused_before_work(tmp_path, args, says):
+    from calib.commands import calibrate_cmd
+    t = time.monotonic()
+    line = one_line_exit_2(CliRunner().invoke(calibrate_cmd, ["--quick", "--parts", "device", "--extends",
+                                                              "h100-sxm", "--out", str(tmp_path / "p.json"), *args]))
+    assert says in line and time.monotonic() - t < 5
+
+
+@pytest.mark.hw
+def test_calibrate_out_in_a_missing_directory_refused_before_work(tmp_path):
+    from calib.commands import calibrate_cmd
+    line = one_line_exit_2(CliRunner().invoke(calibrate_cmd, ["--quick", "--out", str(tmp_path / "no" / "p.json")]))
+    assert "cannot write beside --out" in line or "does not exist" in line
+
+
+@pytest.mark.hw
+@pytest.mark.slow
+def test_calibrate_keeps_an_unrelated_unfitted_json_and_leaves_no_side_files(tmp_path):
+    mine = tmp_path / "p.unfitted.json"
+    mine.write_text('{"mine": true}')
+    r = subprocess.run([sys.executable, str(ROOT / "cli.py"), "calibrate", "--quick", "--nproc", "1", "--parts",
+                        "device", "--extends", "h100-sxm", "--out", str(tmp_path / "p.json")],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert mine.read_text() == '{"mine": true}'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json", "p.unfitted.json"]
+
+
+@pytest.mark.hw
+@pytest.mark.slow
+def test_calibrate_rank_failure_is_one_clear_message_without_traceback(tmp_path):
+    env = dict(os.environ, TPSIM_FAULT="1:group:exit")
+    r = subprocess.run([sys.executable, str(ROOT / "cli.py"), "calibrate", "--quick", "--nproc", "2", "--parts",
+                        "device", "--extends", "h100-sxm", "--out", str(tmp_path / "p.json")],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 1
+    assert "Traceback" not in r.stderr and "Traceback" not in r.stdout
+    err = r.stderr.strip().splitlines()
+    first = next(x for x in err if x.startswith("Error: "))
+    assert "calibration failed: rank 1 of 2 exited with code 17" in first, r.stderr
+    assert "no group had finished; nothing was kept" in r.stderr          # no claim of a file that is not there
+    assert not Path(f"{tmp_path / 'p.json'}.state.json").exists()
+
+
+# ------------------------------------------------------------------ simulator commands
+
+def test_predict_gen_is_bounded():
+    line = one_line_exit_2(CliRunner().invoke(cli.main, ["predict", "--model", "tiny", "--tp", "2", "--gen",
+                                                         "1000000000", "--no-memory-check"]))
+    assert "--gen must be in 1..1048576" in line
+
+
+def test_trace_out_checked_before_simulating(tmp_path):
+    line = one_line_exit_2(CliRunner().invoke(cli.main, ["trace", "--model", "tiny", "--tp", "2", "--out",
+                                                         str(tmp_path / "missing" / "t.json")]))
+    assert "does not exist" in line
+
+
+def test_sweep_jobs_capped_at_the_cores(tmp_path):
+    r = CliRunner().invoke(cli.main, ["sweep", "--model", "tiny", "--tp", "2", "--batch", "1", "--batch", "2",
+                                      "--gen", "4", "--prompt", "16", "--jobs", "100", "--out", str(tmp_path / "s.csv")])
+    assert r.exit_code == 0, r.output
+    assert f"--jobs 100 capped at {sw.max_jobs()}" in r.output
+    line = one_line_exit_2(CliRunner().invoke(cli.main, ["sweep", "--model", "tiny", "--tp", "2", "--jobs", "0",
+                                                         "--out", str(tmp_path / "s.csv")]))
+    assert "--jobs must be in 1..1024" in line
+
+
+def test_sweep_refuses_while_another_holds_its_out(tmp_path):
+    from sim.lock import output_lock
+    out = tmp_path / "s.csv"
+    with output_lock(out, "sweep"):
+        line = one_line_exit_2(CliRunner().invoke(cli.main, ["sweep", "--model", "tiny", "--tp", "2", "--gen", "4",
+                                                             "--prompt", "16", "--out", str(out)]))
+    assert f"another sweep (pid {os.getpid()}) is writing {out}" in line
+    r = CliRunner().invoke(cli.main, ["sweep", "--model", "tiny", "--tp", "2", "--gen", "4", "--prompt", "16",
+                                      "--out", str(out)])
+    assert r.exit_code == 0, r.output                      # the lock went with its holder
+    assert not Path(f"{out}.lock").exists()
+
+
+def test_sweep_resume_recomputes_points_of_an_edited_profile(tmp_path):
+    prof = tmp_path / "p.json"
+    data = json.loads((builtin_dir() / "h100-sxm.json").read_text())
+    prof.write_text(json.dumps(data))
+    pts = sw.grid(["llama-3.2-1b"], [2, 4], [1], [str(prof)], 128, 8)
+    ck = tmp_path / "ck.jsonl"
+    old = sw.sweep(pts, ("standard", "ladder"), checkpoint=ck)        # "killed" after finishing: all checkpointed
+    for t in data["collectives"]["tables"]:                           # the profile is edited before the rerun
+        t["time_us"] = [4 * v for v in t["time_us"]]
+    prof.write_text(json.dumps(data))
+    resumed = sw.sweep(pts, ("standard", "ladder"), checkpoint=ck)
+    fresh = sw.sweep(pts, ("standard", "ladder"))
+    assert resumed == fresh
+    assert all(a["decode_s"] != b["decode_s"] for a, b in zip(old, resumed))
+    # unchanged inputs are reused as before
+    again = sw.sweep(pts, ("standard", "ladder"), checkpoint=ck)
+    assert again == fresh
+
+
+def test_compare_exits_nonzero_when_nothing_could_be_compared(tmp_path):
+    from calib.compare import compare_cmd
+    r = CliRunner().invoke(compare_cmd, ["--measured", str(tmp_path / "nope.json"), "--profile", "h100-sxm",
+                                         "--out-dir", str(tmp_path / "out")])
+    assert r.exit_code != 0 and "nothing could be compared" in r.output, r.output
+
+
+# ------------------------------------------------------------------ nccl-tests imports
+
+def test_import_json_claiming_a_billion_ranks_is_refused_with_its_line(tmp_path):
+    from calib.imports import read_nccl_tests
+    f = tmp_path / "ar.json"
+    f.write_text((FIX / "ar.json").read_text().replace('"nranks": 8', '"nranks": 1e9'))
+    with pytest.raises(ValueError, match=r"ar\.json line 4: 'nranks' must be a whole number of ranks"):
+        read_nccl_tests(f)
+    f.write_text((FIX / "ar.json").read_text().replace('"nranks": 8', '"nranks": Infinity'))
+    with pytest.raises(ValueError, match="line 4"):
+        read_nccl_tests(f)
+
+
+def test_import_refuses_infinite_times(tmp_path):
+    from calib.imports import read_nccl_tests
+    f = tmp_path / "ar.json"
+    f.write_text((FIX / "ar.json").read_text().replace('"time": 20.70', '"time": Infinity'))
+    with pytest.raises(ValueError, match="positive finite"):
+        read_nccl_tests(f)
+    lines = (FIX / "ar_v2_13.txt").read_text().splitlines()
+    i = next(i for i, x in enumerate(lines) if x.strip() and x.split()[0].isdigit())
+    toks = lines[i].split()
+    toks[5] = "inf"
+    lines[i] = "  ".join(toks)
+    f = tmp_path / "ar.txt"
+    f.write_text("\n".join(lines))
+    with pytest.raises(ValueError, match=rf"ar\.txt line {i + 1}: time must be a positive finite"):
+        read_nccl_tests(f)
+
+
+def test_import_concatenated_runs_of_different_rank_counts_is_refused_with_the_line(tmp_path):
+    from calib.imports import read_nccl_tests
+    one = (FIX / "ar_v2_13.txt").read_text()
+    rank_lines = [x for x in one.splitlines() if x.lstrip("# ").startswith("Rank")]
+    assert len(rank_lines) >= 2
+    # the same run with its last rank line dropped: one rank fewer
+    fewer = "\n".join(x for x in one.splitlines() if x != rank_lines[-1])
+    f = tmp_path / "two.txt"
+    f.write_text(one + "\n" + fewer)
+    second_header = (one + "\n").count("\n") + 1 + next(i for i, x in enumerate(fewer.splitlines())
+                                                         if x == rank_lines[0])
+    with pytest.raises(ValueError, match=rf"two\.txt line {second_header}: a second run with "
+                                         rf"{len(rank_lines) - 1} ranks follows one with {len(rank_lines)}"):
+        read_nccl_tests(f)
+    f.write_text(one + "\n" + one)                         # the same rank count twice: merged, as before
+    assert read_nccl_tests(f).group == len(rank_lines)

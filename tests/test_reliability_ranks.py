@@ -1,0 +1,186 @@
+"""Rank processes never outlive their launcher, never run code from the working directory, and the
+rendezvous store of a local group listens on loopback only (docs/reliability.md).
+
+Process-tree tests: a real launcher (`python cli.py bench|calibrate ...`, tiny model, 2 gloo ranks)
+runs in a subprocess; its rank PIDs are found in /proc (children of the launcher running the rank
+bootstrap); the launcher gets SIGINT, SIGTERM or SIGKILL; every rank must be gone within seconds.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.hw, pytest.mark.slow]
+pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI = str(ROOT / "cli.py")
+# long enough that the ranks are still decoding when the launcher is signalled
+LONG_BENCH = ["bench", "--model", "tiny", "--prompt", "16", "--gen", "400", "--repeats", "200", "--warmup", "0",
+              "--device", "cpu", "--backend", "gloo", "--schedule", "standard", "--timeout-s", "120"]
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(state, ppid) of a live process, None when it is gone (a zombie counts as gone)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()
+    return (None if fields[0] in ("Z", "X") else (fields[0], int(fields[1])))
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def rank_pids(launcher: int) -> list[int]:
+    """The launcher's children running a rank (the bootstrap, or the old `-m hw.dist`)."""
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            st = _stat(int(d))
+            if st and st[1] == launcher and ("_worker_main" in _cmdline(int(d)) or "hw.dist" in _cmdline(int(d))):
+                out.append(int(d))
+    return sorted(out)
+
+
+def start(args: list[str], cwd, n: int = 2, settle_s: float = 3.0) -> tuple[subprocess.Popen, list[int]]:
+    """Start a launcher; return it and its `n` rank PIDs once they have been running `settle_s`."""
+    p = subprocess.Popen([sys.executable, CLI, *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         stdin=subprocess.DEVNULL)
+    end = time.monotonic() + 90
+    ranks: list[int] = []
+    while time.monotonic() < end and len(ranks) < n:
+        if p.poll() is not None:
+            pytest.fail(f"launcher exited early ({p.returncode}): {p.stdout.read().decode()[-2000:]}")
+        ranks = rank_pids(p.pid)
+        time.sleep(0.1)
+    assert len(ranks) == n, f"found ranks {ranks}"
+    time.sleep(settle_s)
+    assert all(_stat(r) for r in ranks), "a rank ended before the test signalled the launcher"
+    return p, ranks
+
+
+def assert_gone(ranks: list[int], within_s: float = 5.0) -> None:
+    end = time.monotonic() + within_s
+    while time.monotonic() < end and any(_stat(r) for r in ranks):
+        time.sleep(0.05)
+    alive = [r for r in ranks if _stat(r)]
+    for r in alive:                        # do not leave them behind for the next test
+        os.kill(r, signal.SIGKILL)
+    assert not alive, f"ranks {alive} outlived their launcher by {within_s} s"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_bench_ranks_end_with_their_launcher(tmp_path, sig):
+    p, ranks = start(LONG_BENCH, tmp_path)
+    os.kill(p.pid, sig)
+    p.wait(timeout=20)
+    assert_gone(ranks)
+    if sig == signal.SIGTERM:
+        assert p.returncode == 128 + signal.SIGTERM, p.stdout.read().decode()[-2000:]
+
+
+def test_calibrate_ctrl_c_ends_every_rank_and_a_second_run_on_the_same_out_refuses(tmp_path):
+    out = tmp_path / "p.json"
+    args = ["calibrate", "--quick", "--nproc", "2", "--models", "tiny", "--prompt", "16", "--gen", "9",
+            "--out", str(out), "--timeout-s", "120"]
+    p, ranks = start(args, tmp_path)
+    # a second calibration on the same --out while the first lives: refused at once, nothing started
+    second = subprocess.run([sys.executable, CLI, *args], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert second.returncode == 2, second.stdout + second.stderr
+    assert f"another calibration (pid {p.pid}) is writing {out}" in second.stderr
+    assert "Traceback" not in second.stderr
+    assert set(rank_pids(p.pid)) == set(ranks)          # the first run's ranks were not disturbed
+    os.kill(p.pid, signal.SIGINT)                       # what Ctrl-C sends
+    p.wait(timeout=20)
+    assert_gone(ranks)
+    state = Path(f"{out}.state.json")
+    before = state.stat().st_mtime_ns if state.exists() else None
+    time.sleep(1.5)
+    assert (state.stat().st_mtime_ns if state.exists() else None) == before, "the state file is still written"
+
+
+def test_ranks_do_not_run_code_from_the_working_directory(tmp_path):
+    """A booby-trapped ./hw/dist.py where the user runs tpsim: the ranks must not execute it."""
+    trap = tmp_path / "hw"
+    trap.mkdir()
+    (trap / "__init__.py").write_text("")
+    marker = tmp_path / "TRAP_RAN"
+    (trap / "dist.py").write_text(f"open({str(marker)!r}, 'w').write('x')\nimport sys\nsys.exit(99)\n")
+    r = subprocess.run([sys.executable, CLI, "check", "--model", "tiny", "--tp", "2", "--device", "cpu",
+                        "--prompt", "8", "--gen", "3", "--schedule", "standard", "--timeout-s", "120"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert not marker.exists(), "a rank imported hw/dist.py from the working directory"
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+
+
+def _listeners(port: int) -> list[str]:
+    """Local addresses (hex, as /proc/net/tcp* write them) of sockets listening on `port`."""
+    out = []
+    for f in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(f).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            cols = line.split()
+            addr, p = cols[1].rsplit(":", 1)
+            if cols[3] == "0A" and int(p, 16) == port:          # 0A: LISTEN
+                out.append(addr)
+    return out
+
+
+def test_rendezvous_store_of_a_local_group_listens_on_loopback_only(tmp_path):
+    p, ranks = start(LONG_BENCH, tmp_path)
+    try:
+        env = dict(kv.split("=", 1) for kv in Path(f"/proc/{ranks[0]}/environ").read_bytes().decode()
+                   .split("\0") if "=" in kv)
+        assert env["MASTER_ADDR"] == "127.0.0.1"
+        end = time.monotonic() + 60                       # rank 0 may still be importing torch
+        while not (addrs := _listeners(int(env["MASTER_PORT"]))) and time.monotonic() < end:
+            time.sleep(0.1)
+        assert addrs, "no socket listens on MASTER_PORT"
+        loopback = {"0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000"}
+        assert set(addrs) <= loopback, f"the store listens on {addrs} (all interfaces?), not 127.0.0.1 only"
+    finally:
+        os.kill(p.pid, signal.SIGTERM)
+        p.wait(timeout=20)
+        assert_gone(ranks)
+
+
+def test_a_hung_rank_is_named_not_the_rank_whose_wait_expired(tmp_path):
+    """Rank 0 hangs before its prefill; rank 1 enters the prefill's first collective and its wait
+    times out first. The report must blame rank 0."""
+    r = subprocess.run([sys.executable, CLI, "bench", "--model", "tiny", "--prompt", "16", "--gen", "5",
+                        "--repeats", "1", "--warmup", "0", "--device", "cpu", "--schedule", "standard",
+                        "--timeout-s", "5", "--fault", "0:prefill:hang"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1
+    first = r.stderr.strip().splitlines()[0]
+    assert "rank 0 stopped making progress" in first, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_default_timeout_is_proportionate_to_the_work():
+    from hw.commands import _config, bench_cmd
+
+    def timeout(*args):
+        kw = dict(bench_cmd.make_context("bench", ["--device", "cpu", *args]).params)
+        return _config("bench", compile=kw.pop("compile_"), deadline_s=kw.pop("deadline_s"), **kw).timeout_s
+    tiny = timeout("--model", "tiny")
+    assert 30 <= tiny <= 40                          # was 300 s for everything
+    big = timeout("--model", "llama-3.1-8b", "--prompt", "4096", "--tp", "2", "--gpu-mem-gib", "1000")
+    assert big > 10 * tiny
+    assert timeout("--model", "tiny", "--timeout-s", "7") == 7
