@@ -74,9 +74,17 @@ def workload_options(fn):
         click.option("--expand-gqa/--no-expand-gqa", default=None,
                      help="Repeat K/V heads to the query head count before attention. Default: the "
                           "profile's stack_defaults, else on."),
+        click.option("--compile/--no-compile", "compile_", default=None,
+                     help="Both phases torch.compile'd (Inductor's fused kernels, docs/compiled-stack.md) or eager "
+                          "(one kernel per torch op). Default: the profile's stack_defaults, else compiled, as the "
+                          "reference harness."),
+        click.option("--compile-prefill/--no-compile-prefill", default=None,
+                     help="Prefill compiled; overrides --compile for prefill."),
+        click.option("--compile-decode/--no-compile-decode", default=None,
+                     help="Decode compiled; overrides --compile for decode."),
         click.option("--decode-graphs/--no-decode-graphs", default=None,
                      help="Decode under CUDA graphs (torch.compile reduce-overhead). Default: the profile's "
-                          "stack_defaults, else on."),
+                          "stack_defaults, else on when decode is compiled."),
         click.option("--prefill-graphs/--no-prefill-graphs", default=None,
                      help="Prefill under CUDA graphs. Default: the profile's stack_defaults, else off."),
         click.option("--comm-group", type=int, default=None,
@@ -101,20 +109,31 @@ def _stderr_console():
 
 def make_workload(model, tp, profile, batch, prompt_len, gen_len, gpus_per_node, dtype, head, attention, kv,
                   prefill_logits, expand_gqa, decode_graphs, prefill_graphs, collective, memory_check=True,
-                  comm_group=None):
+                  comm_group=None, compile_=None, compile_prefill=None, compile_decode=None):
     from sim.predict import Workload
     prof = load_profile(profile)
     given = dict(dtype=dtype, head=head, attention=attention, kv=kv, prefill_logits=prefill_logits,
                  expand_gqa=expand_gqa, prefill_graphs=prefill_graphs, decode_graphs=decode_graphs,
+                 compile_prefill=compile_prefill if compile_prefill is not None else compile_,
+                 compile_decode=compile_decode if compile_decode is not None else compile_,
                  collective=None if collective == "auto" else collective)
     # what the user said wins; then what the profile's cluster runs by default; then Stack's defaults
-    stack = Stack(**(prof.stack_defaults | {k: v for k, v in given.items() if v is not None}))
+    fields = prof.stack_defaults | {k: v for k, v in given.items() if v is not None}
+    if "decode_graphs" not in fields and "compile_decode" in fields:
+        fields["decode_graphs"] = fields["compile_decode"]     # reduce-overhead graphs come with compile
+    stack = Stack(**fields)
     impls = sorted({t.impl for t in prof.collective_tables} | {prof.default_impl, "nccl", "auto"})
     if stack.collective not in impls:
         raise ValueError(f"profile {prof.name} has no collective implementation {stack.collective!r}; "
                          f"choose from: {', '.join(impls)}")
     return Workload(get_model(model), tp, prof, batch, prompt_len, gen_len, stack, gpus_per_node,
                     memory_check=memory_check, comm_group=comm_group)
+
+
+def stack_dict(stack: Stack) -> dict:
+    """The priced stack as JSON (every Stack field)."""
+    from dataclasses import asdict
+    return asdict(stack)
 
 
 @main.command()
@@ -139,7 +158,8 @@ def predict(schedules, exact, as_json, **kw):
     else:
         preds = run(w, schedules, record=False)
     out = {"model": w.model.name, "tp": w.tp, "profile": w.profile.name, "batch": w.batch,
-           "prompt_len": w.prompt_len, "gen_len": w.gen_len, "schedules": [p.to_dict() for p in preds]}
+           "prompt_len": w.prompt_len, "gen_len": w.gen_len, "stack": stack_dict(w.stack),
+           "schedules": [p.to_dict() for p in preds]}
     if as_json:
         click.echo(json.dumps(out, indent=1))
         return
@@ -155,6 +175,7 @@ def predict(schedules, exact, as_json, **kw):
         t.add_row(p.schedule, f"{p.prefill_s * 1e3:.1f}", f"{p.decode_s * 1e3:.1f}", f"{per_tok:.3f}",
                   f"{p.tokens_per_s:.1f}", f"{p.speedup:.3f}x", f"{p.exposed_comm_s * 1e3:.1f}")
     console = Console(width=max(100, Console().width))
+    console.print(f"stack: {w.stack.describe()}", style="dim")
     console.print(t)
     console.print("ms/token: one decode step.  exposed comm: time the compute stream waited for collectives "
                   "(prefill + all decode steps).  speedup: tokens/s over standard.", style="dim")

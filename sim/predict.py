@@ -169,7 +169,7 @@ class Simulator:
         phase, cost = sched.step.phase, self.cost
 
         def op_time(op):
-            return self.comm_s(op, phase) if op.is_comm else cost.compute_s(op, phase)
+            return self.comm_s(op, phase) if op.is_comm else cost.compute_s(op, phase, sched)
 
         jitter = self.w.profile.jitter_s if self.exact else 0.0
         return simulate(sched, op_time, ranks=self.ranks, interference=self.interference, jitter_s=jitter,
