@@ -258,11 +258,17 @@ def attribute(kernels: list[dict], sched) -> list[dict]:
     kept if that op is in layer KEEP_LAYER; roles drop the layer prefix ("attn.norm")."""
     order = {op.name: i for i, op in enumerate(sched.ops)}
     layer = {op.name: op.layer for op in sched.ops}
+    comm = {op.name for op in sched.ops if op.is_comm}
     out = []
     for k in kernels:
         ops = [o for o in k["ops"] if o in order]
         if not ops:
             continue
+        # a functional all-reduce copies its input first: that copy is compute (often fused into the
+        # producer's kernel), charged to the latest compute op, never to the collective
+        compute = [o for o in ops if o not in comm]
+        if k["kind"] != "collective" and compute:
+            ops = compute
         last = max(ops, key=order.get)
         if layer[last] != KEEP_LAYER:
             continue
