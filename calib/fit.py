@@ -354,7 +354,8 @@ def build_profile(cfg, groups: dict, world: int) -> dict:
                            for k in ("compute_slowdown", "comm_slowdown")}
     # what the measured points assume, for a CLI that defaults its stack from the profile
     prof["stack_defaults"] = {"dtype": cfg.dtype, "collective": impl0,
-                              **({"decode_graphs": False, "prefill_graphs": False} if cfg.device == "cpu" else {})}
+                              **({"decode_graphs": False, "prefill_graphs": False, "compile_prefill": False,
+                                   "compile_decode": False} if cfg.device == "cpu" else {})}
     if not cfg.extends:
         prof["jitter"] = {"launch_us": {"value": 0.0, "source": "not measured by tpsim calibrate (no launch-skew model)"}}
     prof["raw"] = {"groups": {k: {"source": src(f"raw measurement group {k}"), **v} for k, v in sorted(groups.items())},

@@ -409,7 +409,10 @@ def _attention_sdpa_math(ctx: _Ctx, op: Op, qkv: torch.Tensor) -> torch.Tensor:
     if bool(op.attr("expand_gqa")) and H != KVH:
         keys = keys.repeat_interleave(H // KVH, dim=1)                    # [B, H, L, D]
         vals = vals.repeat_interleave(H // KVH, dim=1)
-    mask = (ctx.arange[:L][None, :] <= pos[:, None])[None, None]           # [1, 1, S, L]
+    keep = ctx.arange[:L][None, :] <= pos[:, None]                        # [S, L] causal over the cache
+    # F.sdpa turns a bool mask into an additive one in the query's dtype before the math op
+    # (convert_boolean_attn_mask); the math op itself adds whatever it gets
+    mask = torch.zeros(keep.shape, dtype=qkv.dtype, device=qkv.device).masked_fill(~keep, float("-inf"))[None, None]
     o = torch.ops.aten._scaled_dot_product_attention_math(
         q.transpose(1, 2), keys, vals, attn_mask=mask, enable_gqa=keys.shape[1] != H)[0]   # [B, H, S, D]
     return o.transpose(1, 2).reshape(B * S, H * D)

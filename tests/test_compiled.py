@@ -132,3 +132,26 @@ def test_shipped_table_is_what_inductor_emits_here(kind, variant):
         f"Inductor (torch {__import__('torch').__version__}) now emits other kernels for {kind}:{variant} "
         f"than sim/compiled_kernels.json (derived with torch {shipped['torch']}): regenerate it with "
         f"`python -m hw.inductor_kernels` and review the prediction changes")
+
+
+@pytest.mark.hw
+def test_functional_pass_computes_what_the_runner_computes():
+    """The compiled harness's pass (functional collectives, math SDPA op) run eagerly on one rank
+    gives the eager runner's logits: same ops, same numbers."""
+    import torch
+    from hw.inductor_kernels import _one_rank_group
+    from hw.model import build_rank_model
+    from hw.runner import Runner
+    m, st = get_model("tiny"), Stack(dtype="fp32")
+    rm = build_rank_model(m, 1, 0, batch=2, max_seq=11, dtype="fp32")
+    r = Runner(rm, _one_rank_group())
+    tok = torch.randint(0, m.vocab, (2, 8), generator=torch.Generator().manual_seed(0))
+    for spec in ("standard", "ladder", "parallel"):
+        pre = build(spec, m, 1, Step.prefill(2, 8, 3, st), st)
+        dec = build(spec, m, 1, Step.decode(2, 8, 3, 1, st), st)
+        rm.reset_cache()
+        a = [r.forward(pre, tok, 0).logits, r.forward(dec, tok[:, :1], 8).logits]
+        rm.reset_cache()
+        b = [r.functional_pass(pre, tok, torch.tensor(0))[0], r.functional_pass(dec, tok[:, :1], torch.tensor(8))[0]]
+        for x, y in zip(a, b):
+            torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5)
