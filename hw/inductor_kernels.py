@@ -259,6 +259,7 @@ def attribute(kernels: list[dict], sched) -> list[dict]:
     order = {op.name: i for i, op in enumerate(sched.ops)}
     layer = {op.name: op.layer for op in sched.ops}
     comm = {op.name for op in sched.ops if op.is_comm}
+    kinds = {op.name: op.kind for op in sched.ops}
     out = []
     for k in kernels:
         ops = [o for o in k["ops"] if o in order]
@@ -269,7 +270,11 @@ def attribute(kernels: list[dict], sched) -> list[dict]:
         compute = [o for o in ops if o not in comm]
         if k["kind"] != "collective" and compute:
             ops = compute
-        last = max(ops, key=order.get)
+        gemms = [o for o in ops if kinds[o] == "gemm"]
+        if k["kind"] == "matmul" and gemms:
+            last = max(gemms, key=order.get)    # an extern matmul is its GEMM's; an addmm's add rides along
+        else:
+            last = max(ops, key=order.get)
         if layer[last] != KEEP_LAYER:
             continue
         role = last.split(".", 1)[1]
@@ -277,6 +282,25 @@ def attribute(kernels: list[dict], sched) -> list[dict]:
         out.append({"role": role, "kind": k["kind"], "kernel": k["kernel"],
                     "fuses": [f for f in fuses if f != "embed"], "buffers": _residual(k["buffers"], ops)})
     return out
+
+
+GEMM_ROLES = ("attn.qkv", "attn.out", "mlp.up", "mlp.down")
+
+
+def recharge_matmuls(layers: dict) -> dict:
+    """The extern-matmul rule of attribute() applied to an already derived table (in place): a
+    matmul kernel charged to a non-GEMM op (an addmm's fused residual add) goes to the latest GEMM
+    of the layer among the ops it fuses."""
+    for variants in layers.values():
+        for ks in variants.values():
+            for k in ks:
+                if k["kind"] != "matmul" or k["role"] in GEMM_ROLES:
+                    continue
+                g = [f for f in k["fuses"] if f in GEMM_ROLES]
+                if g:
+                    k["fuses"] = [f for f in k["fuses"] if f != g[-1]] + [k["role"]]
+                    k["role"] = g[-1]
+    return layers
 
 
 def _residual(bufs: list[dict], ops: list[str]) -> list[dict]:
