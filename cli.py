@@ -74,9 +74,17 @@ def workload_options(fn):
         click.option("--expand-gqa/--no-expand-gqa", default=None,
                      help="Repeat K/V heads to the query head count before attention. Default: the "
                           "profile's stack_defaults, else on."),
+        click.option("--compile/--no-compile", "compile_", default=None,
+                     help="Both phases torch.compile'd (Inductor's fused kernels, docs/compiled-stack.md) or eager "
+                          "(one kernel per torch op). Default: the profile's stack_defaults, else compiled, as the "
+                          "reference harness."),
+        click.option("--compile-prefill/--no-compile-prefill", default=None,
+                     help="Prefill compiled; overrides --compile for prefill."),
+        click.option("--compile-decode/--no-compile-decode", default=None,
+                     help="Decode compiled; overrides --compile for decode."),
         click.option("--decode-graphs/--no-decode-graphs", default=None,
                      help="Decode under CUDA graphs (torch.compile reduce-overhead). Default: the profile's "
-                          "stack_defaults, else on."),
+                          "stack_defaults, else on when decode is compiled."),
         click.option("--prefill-graphs/--no-prefill-graphs", default=None,
                      help="Prefill under CUDA graphs. Default: the profile's stack_defaults, else off."),
         click.option("--comm-group", type=int, default=None,
@@ -113,21 +121,32 @@ def check_sizes(tp=None, batch=None, prompt_len=None, gen_len=None, gpus_per_nod
 
 def make_workload(model, tp, profile, batch, prompt_len, gen_len, gpus_per_node, dtype, head, attention, kv,
                   prefill_logits, expand_gqa, decode_graphs, prefill_graphs, collective, memory_check=True,
-                  comm_group=None):
+                  comm_group=None, compile_=None, compile_prefill=None, compile_decode=None):
     from sim.predict import Workload
     check_sizes(tp, batch, prompt_len, gen_len, gpus_per_node, comm_group)
     prof = load_profile(profile)
     given = dict(dtype=dtype, head=head, attention=attention, kv=kv, prefill_logits=prefill_logits,
                  expand_gqa=expand_gqa, prefill_graphs=prefill_graphs, decode_graphs=decode_graphs,
+                 compile_prefill=compile_prefill if compile_prefill is not None else compile_,
+                 compile_decode=compile_decode if compile_decode is not None else compile_,
                  collective=None if collective == "auto" else collective)
     # what the user said wins; then what the profile's cluster runs by default; then Stack's defaults
-    stack = Stack(**(prof.stack_defaults | {k: v for k, v in given.items() if v is not None}))
+    fields = prof.stack_defaults | {k: v for k, v in given.items() if v is not None}
+    if "decode_graphs" not in fields and "compile_decode" in fields:
+        fields["decode_graphs"] = fields["compile_decode"]     # reduce-overhead graphs come with compile
+    stack = Stack(**fields)
     impls = sorted({t.impl for t in prof.collective_tables} | {prof.default_impl, "nccl", "auto"})
     if stack.collective not in impls:
         raise ValueError(f"profile {prof.name} has no collective implementation {stack.collective!r}; "
                          f"choose from: {', '.join(impls)}")
     return Workload(get_model(model), tp, prof, batch, prompt_len, gen_len, stack, gpus_per_node,
                     memory_check=memory_check, comm_group=comm_group)
+
+
+def stack_dict(stack: Stack) -> dict:
+    """The priced stack as JSON (every Stack field)."""
+    from dataclasses import asdict
+    return asdict(stack)
 
 
 @main.command()
@@ -155,7 +174,8 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
     else:
         preds = run(w, schedules, record=False, mode="sampled" if exact else "fast")
     out = {"model": w.model.name, "tp": w.tp, "profile": w.profile.name, "batch": w.batch,
-           "prompt_len": w.prompt_len, "gen_len": w.gen_len, "schedules": [p.to_dict() for p in preds]}
+           "prompt_len": w.prompt_len, "gen_len": w.gen_len, "stack": stack_dict(w.stack),
+           "schedules": [p.to_dict() for p in preds]}
     jitter_note = None
     if exact or exhaustive:
         out["mode"] = "sampled" if exact else "brute"
@@ -189,6 +209,7 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
             row.append(f"±{d['tokens_per_s_ci95']:.2f} (n={d['samples']['decode']})")
         t.add_row(*row)
     console = Console(width=max(100, Console().width))
+    console.print(f"stack: {w.stack.describe()}", style="dim")
     console.print(t)
     if jitter_note:
         console.print(jitter_note, style="dim")

@@ -71,7 +71,7 @@ def breakdown(w: Workload, spec: str, phase: str) -> dict:
     sched = w.schedule(spec, step)
 
     def op_s(op):
-        return simr.comm_s(op, phase) if op.is_comm else simr.cost.compute_s(op, phase)
+        return simr.comm_s(op, phase) if op.is_comm else simr.cost.compute_s(op, phase, sched)
 
     by_kind: dict = defaultdict(lambda: {"count": 0, "us": 0.0})
     compute_us = comm_us = 0.0

@@ -40,7 +40,8 @@ class CompareError(ValueError):
 # ------------------------------------------------------------------ measuring
 
 def measure(point: Point, schedules: tuple[str, ...], out_dir: Path, backend: str = "gloo", device: str = "cpu",
-            repeats: int = 3, warmup: int = 1, timeout_s: float = 120.0, deadline_s: float = 900.0) -> dict:
+            repeats: int = 3, warmup: int = 1, timeout_s: float = 120.0, deadline_s: float = 900.0,
+            compile: bool = False) -> dict:
     """Run `tpsim bench` for one point (or reuse its saved result) and return the measured JSON."""
     from hw.dist import RunConfig, launch
     key = point.key.replace("/", "_").replace("\\", "_")        # a config.json path as --model
@@ -53,12 +54,12 @@ def measure(point: Point, schedules: tuple[str, ...], out_dir: Path, backend: st
         # reuse only a run of the same work: every asked schedule, same backend, device and repeats
         if (old and {s for s in schedules} <= {r["schedule"] for r in old.get("schedules", [])}
                 and old.get("env", {}).get("backend") == backend and old.get("env", {}).get("device") == device
-                and old.get("repeats") == repeats):
+                and old.get("repeats") == repeats and bool(old.get("stack", {}).get("compile")) == compile):
             return old
     cfg = RunConfig(model=point.model, tp=point.tp, batch=point.batch, prompt_len=point.prompt_len,
                     gen_len=point.gen_len, schedules=tuple(schedules), backend=backend, device=device,
                     dtype="fp32" if device == "cpu" else "fp16", repeats=repeats, warmup=warmup,
-                    timeout_s=timeout_s, decode_graphs=device == "cuda", out=str(path))
+                    timeout_s=timeout_s, decode_graphs=device == "cuda", compile=compile, out=str(path))
     cfg.validate()
     launch("hw.bench:worker", cfg.to_dict(), point.tp, timeout_s=timeout_s, deadline_s=deadline_s)
     return json.loads(path.read_text())
@@ -81,6 +82,7 @@ def workload_of(measured: dict, profile) -> Workload:
                   attention=st.get("attention", "math"), kv=st.get("kv", "static"),
                   prefill_logits=st.get("prefill_logits", "all"), expand_gqa=st.get("expand_gqa", True),
                   prefill_graphs=False, decode_graphs=bool(st.get("decode_graphs", False)),
+                  compile_prefill=bool(st.get("compile", False)), compile_decode=bool(st.get("compile", False)),
                   collective=env.get("backend", "nccl"))
     emulated = measured.get("emulated")          # one rank of a TP job on one device (bench --emulate-tp)
     # the run happened, so no memory check: the simulator's estimate must not veto a measurement
@@ -455,7 +457,7 @@ def write_point_trace(measured: dict, profile, out_dir: Path) -> Path:
 
 def run_compare(points: list[Point], schedules: tuple[str, ...], out_dir: Path, profile_arg: str | None,
                 backend: str, device: str, nproc: int, quick: bool, repeats: int, measured_files: tuple[str, ...],
-                timeout_s: float, echo=print) -> dict:
+                timeout_s: float, echo=print, compile: bool = False) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     if profile_arg is None and not measured_files:
         from calib.run import calibrate
@@ -478,7 +480,7 @@ def run_compare(points: list[Point], schedules: tuple[str, ...], out_dir: Path, 
             echo(f"[{i + 1}/{len(points)}] bench {p.key} ({len(schedules)} schedules, {repeats} repeats)")
             try:
                 measured_runs.append((p.key, measure(p, schedules, out_dir, backend, device, repeats=repeats,
-                                                     timeout_s=timeout_s)))
+                                                     timeout_s=timeout_s, compile=compile)))
             except Exception as e:          # noqa: BLE001 - a failed point is reported, the grid goes on
                 measured_runs.append((p.key, e))
     results, failed, timelines = [], [], {}
@@ -526,8 +528,10 @@ class _Fail(click.ClickException):
 @click.option("--out-dir", default="compare-out", show_default=True, type=click.Path(file_okay=False),
               help="compare.json, report.md, plots, measured/*.json (reused on rerun), profile.json.")
 @click.option("--timeout-s", type=float, default=120.0, show_default=True, help="Per collective / rank timeout.")
+@click.option("--compile/--no-compile", "compile_", default=False, show_default=True,
+              help="Bench whole compiled passes (`tpsim bench --compile`) and predict the compiled stack.")
 def compare_cmd(backend, device, nproc, quick, profile_arg, models, tps, batches, prompt_len, gen_len, schedules,
-                repeats, measured_files, out_dir, timeout_s):
+                repeats, measured_files, out_dir, timeout_s, compile_):
     """Run the harness and the simulator on the same grid and report where the prediction is right."""
     if not measured_files:                  # the harness runs here (and calibration, without --profile)
         from hw.commands import require_torch
@@ -545,7 +549,7 @@ def compare_cmd(backend, device, nproc, quick, profile_arg, models, tps, batches
             load_profile(profile_arg)
         points = [Point(m, tp, b, prompt_len, gen_len) for m in models for tp in (tps or (nproc,)) for b in batches]
         result = run_compare(points, schedules, Path(out_dir), profile_arg, backend, device, nproc, quick, repeats,
-                             tuple(measured_files), timeout_s, echo=click.echo)
+                             tuple(measured_files), timeout_s, echo=click.echo, compile=compile_)
     except (ValueError, ProfileError) as e:
         raise _Fail(str(e)) from None
     _print_summary(result, Path(out_dir))

@@ -354,7 +354,8 @@ def build_profile(cfg, groups: dict, world: int) -> dict:
                            for k in ("compute_slowdown", "comm_slowdown")}
     # what the measured points assume, for a CLI that defaults its stack from the profile
     prof["stack_defaults"] = {"dtype": cfg.dtype, "collective": impl0,
-                              **({"decode_graphs": False, "prefill_graphs": False} if cfg.device == "cpu" else {})}
+                              **({"decode_graphs": False, "prefill_graphs": False, "compile_prefill": False,
+                                   "compile_decode": False} if cfg.device == "cpu" else {})}
     arr = next((g for g in groups.values() if g["kind"] == "arrival"), None)
     if arr:         # the ranks' arrival spread at a barrier-free all-reduce (calib.collectives.arrival_waits)
         what = (f"spread of arrival times across {arr['ranks']} ranks at {arr['calls']} barrier-free all-reduces "

@@ -78,8 +78,9 @@ def run_bench(cfg: RunConfig, ctx: hwdist.DistContext) -> dict:
     gen = torch.Generator().manual_seed(cfg.seed)
     prompt = torch.randint(0, model.vocab, (cfg.batch, cfg.prompt_len), generator=gen).to(rm.device)
     graphs: dict[str, DecodeGraph] = {}
+    compiled = compile_passes(runner, plans, cfg, ctx.rank) if cfg.compile else {}
 
-    if cfg.decode_graphs and dec_step is not None:
+    if cfg.decode_graphs and dec_step is not None and not cfg.compile:
         for s in specs:                                     # every rank captures the same spec together,
             graphs[s] = DecodeGraph(runner, plans[s][1])    # before warm-up and timing
 
@@ -89,6 +90,18 @@ def run_bench(cfg: RunConfig, ctx: hwdist.DistContext) -> dict:
         _sync(cfg)
         hwdist.fault_point(ctx.rank, "prefill")
         t0 = time.perf_counter()
+        if compiled:
+            # whole compiled passes: waits happen inside the graph, so no exposed time is measured here
+            nxt = compiled[spec][0](pre, prompt, compiled["pos0"])[1]
+            _sync(cfg)
+            t1 = time.perf_counter()
+            pos_t = compiled["pos"]
+            for j in range(1, cfg.gen_len):
+                hwdist.fault_point(ctx.rank, "decode")
+                pos_t.fill_(cfg.prompt_len + j - 1)
+                nxt = compiled[spec][1](dec, nxt.view(-1, 1), pos_t)[1]
+            _sync(cfg)
+            return t1 - t0, time.perf_counter() - t1, 0.0
         res = runner.forward(pre, prompt, 0)
         _sync(cfg)
         t1 = time.perf_counter()
@@ -120,6 +133,40 @@ def run_bench(cfg: RunConfig, ctx: hwdist.DistContext) -> dict:
     dist.all_gather_object(everything, {"samples": samples, "records": records,
                                         "env": _rank_env(ctx) | {"probe_s": probes}}, group=cpu)
     return assemble(cfg, model.name, specs, everything, est.to_dict())
+
+
+def compile_passes(runner: Runner, plans: dict, cfg: RunConfig, rank: int) -> dict:
+    """torch.compile each schedule's whole prefill and decode pass (Runner.functional_pass), as the
+    reference harness compiles its forward (FACTS.md §10): fullgraph, static shapes; decode under
+    CUDA graphs (mode reduce-overhead) on cuda with --graphs. On CPU Inductor generates C++ (OpenMP)
+    kernels, on CUDA Triton ones. Compiling is slow (tens of seconds per pass on a small CPU); the
+    compiled code is cached by Inductor's FX graph cache (TORCHINDUCTOR_CACHE_DIR, default
+    /tmp/torchinductor_$USER), so a rerun of the same shapes starts fast. Each pass is compiled
+    here, once, with a progress line, before warm-up."""
+    import torch._dynamo.config as dcfg
+    for name in ("recompile_limit", "cache_size_limit"):       # one graph per (schedule, phase)
+        if hasattr(dcfg, name):
+            setattr(dcfg, name, max(getattr(dcfg, name), 4 * len(plans) + 8))
+    dev = runner.rm.device
+    out: dict = {"pos0": torch.tensor(0, device=dev), "pos": torch.tensor(cfg.prompt_len, device=dev)}
+    dec_mode = "reduce-overhead" if (cfg.device == "cuda" and cfg.decode_graphs) else None
+    backend = "Triton" if cfg.device == "cuda" else "C++"
+    for spec, (pre, dec) in plans.items():
+        fns = (torch.compile(runner.functional_pass, fullgraph=True, dynamic=False),
+               torch.compile(runner.functional_pass, fullgraph=True, dynamic=False, mode=dec_mode))
+        out[spec] = fns
+        t0 = time.perf_counter()
+        if rank == 0:
+            print(f"compiling {spec} (prefill + decode, Inductor {backend}; cached for reruns)...",
+                  file=sys.stderr, flush=True)
+        tok = torch.zeros(pre.step.batch, pre.step.q_len, dtype=torch.long, device=dev)
+        fns[0](pre, tok, out["pos0"])
+        if dec is not None:
+            fns[1](dec, tok[:, :1], out["pos"])
+        runner.rm.reset_cache()
+        if rank == 0:
+            print(f"compiled {spec} in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    return out
 
 
 RECORDED_DECODE_STEPS = 3      # per-op records of a few decode steps: one step's are too noisy to join on

@@ -197,14 +197,15 @@ def run_check(cfg: RunConfig, ctx: hwdist.DistContext) -> list[dict]:
     pre_step, dec_step = cfg.steps()
     tol = TOLERANCE[cfg.dtype]
     rows = []
+    run = _compiled(runner, cfg, ctx.rank) if cfg.compile else (lambda s, t, p: runner.forward(s, t, p).logits)
     for spec in cfg.schedules:
         pre = build(spec, model, tp, pre_step, stack)
         dec = build(spec, model, tp, dec_step, stack) if dec_step else None
         rm.reset_cache()
-        outs = [runner.forward(pre, tokens[:, :cfg.prompt_len], 0).logits]
+        outs = [run(pre, tokens[:, :cfg.prompt_len], 0)]
         for j in range(1, cfg.gen_len):                        # teacher-forced decode steps
             pos = cfg.prompt_len + j - 1
-            outs.append(runner.forward(dec, tokens[:, pos:pos + 1], pos).logits)
+            outs.append(run(dec, tokens[:, pos:pos + 1], pos))
         finite = all(bool(torch.isfinite(o).all()) for o in outs)
         plan = plan_of(spec, model.layers)
         unchecked = [k for k in dict.fromkeys(plan) if k not in REFERENCES]
@@ -222,6 +223,22 @@ def run_check(cfg: RunConfig, ctx: hwdist.DistContext) -> list[dict]:
         rows.append({"schedule": spec, "prefill_err": errs[0], "decode_err": dec_err,
                      "decode_steps": len(errs) - 1, "ok": finite and max(errs) <= tol, "tolerance": tol})
     return rows
+
+
+def _compiled(runner: Runner, cfg: RunConfig, rank: int):
+    """--compile: each pass through torch.compile(Runner.functional_pass) (as hw.bench), positions
+    as a device tensor so one decode graph serves every step."""
+    import sys
+    fn = torch.compile(runner.functional_pass, fullgraph=True, dynamic=False)
+    pos_t = torch.tensor(0, device=runner.rm.device)
+    if rank == 0:
+        print("compiling each schedule's prefill and decode (Inductor; cached for reruns)...", file=sys.stderr,
+              flush=True)
+
+    def run(sched, tokens, pos):
+        pos_t.fill_(pos)
+        return fn(sched, tokens, pos_t)[0].clone()
+    return run
 
 
 def worker(config: dict) -> int:

@@ -218,7 +218,9 @@ def _memory_gate(cfg) -> None:
 @click.option("--warmup", type=int, default=1, show_default=True, help="unmeasured generations per schedule")
 @click.option("--graphs/--no-graphs", "decode_graphs", default=None,
               help="decode under CUDA graphs [default: on for cuda with --kv static, else off]")
-@click.option("--compile", "compile_", is_flag=True, help="torch.compile the per-op kernels")
+@click.option("--compile/--no-compile", "compile_", default=False, show_default=True,
+              help="torch.compile each whole prefill and decode pass (Inductor: C++ kernels on CPU, Triton on "
+                   "CUDA; functional collectives), as the reference harness; compiled code is cached")
 @click.option("--gpu-mem-gib", type=float, default=None, help="per-rank memory to plan against [default: the device's]")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,
               help="also write a Chrome/Perfetto trace of one measured prefill and decode step per schedule "
@@ -244,10 +246,12 @@ def bench_cmd(deadline_s, compile_, trace_path=None, **kw):
 
 @click.command("check")
 @_common
-def check_cmd(deadline_s, **kw):
+@click.option("--compile/--no-compile", "compile_", default=False, show_default=True,
+              help="check the whole compiled passes (as `bench --compile`) instead of the eager runner")
+def check_cmd(deadline_s, compile_, **kw):
     """Numerics: each schedule's TP output vs its single-process reference (nonzero exit on failure)."""
     require_torch("check")
-    cfg = _config("check", deadline_s=deadline_s, **kw)
+    cfg = _config("check", deadline_s=deadline_s, compile=compile_, **kw)
     result = _run("hw.check:worker", cfg, deadline_s)
     if result is None:
         return

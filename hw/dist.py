@@ -110,7 +110,7 @@ class RunConfig:
     prefill_logits: str = "all"
     expand_gqa: bool = True
     decode_graphs: bool = False        # CUDA graphs for decode (cuda only)
-    compile: bool = False              # torch.compile the per-op kernels
+    compile: bool = False              # torch.compile each whole pass (hw.bench.compile_passes)
     repeats: int = 5
     warmup: int = 1
     seed: int = 0
@@ -147,7 +147,8 @@ class RunConfig:
     def stack(self) -> Stack:
         return Stack(dtype=self.dtype, head=self.head, attention=self.attention, kv=self.kv,
                      prefill_logits=self.prefill_logits, expand_gqa=self.expand_gqa,
-                     decode_graphs=self.decode_graphs, collective=self.backend)
+                     decode_graphs=self.decode_graphs, collective=self.backend,
+                     compile_prefill=self.compile, compile_decode=self.compile)
 
     def steps(self) -> tuple[Step, Step | None]:
         """The prefill step and the decode step every decode pass reuses (None when gen_len == 1)."""

@@ -183,6 +183,41 @@ class Runner:
         logits_name = [op for op in sched.ops if op.kind == "sample"][-1].inputs[0]
         return PassResult(vals[logits_name], vals["next_tokens"], records, sum(waits), tuple(waits), first_sync)
 
+    # ------------------------------------------------------------------ one pass as one graph
+
+    def functional_pass(self, sched: Schedule, tokens: torch.Tensor,
+                        start_pos: int | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One forward pass as one traceable function, for torch.compile(fullgraph=True) as the
+        reference harness compiles its whole forward (FACTS.md §10): compute ops run
+        COMPILED_KERNELS, collectives are functional (`_c10d_functional.all_reduce` +
+        `wait_tensor`), so Inductor fuses across op boundaries and sinks each wait to the first
+        reader -- the IR's dataflow, not this loop, decides the overlap. Every op's nodes carry
+        its IR name (node.meta["custom"]["tpsim_op"]) for hw.inductor_kernels. Returns
+        (logits [rows, vocab(+pad)], next tokens [batch])."""
+        import torch.distributed._functional_collectives as funcol
+        from torch.fx.traceback import annotate
+        ctx = _Ctx(self, sched, start_pos)
+        vals: dict[str, torch.Tensor] = {TOKENS: tokens}
+        for op in sched.ops:
+            with annotate({"tpsim_op": op.name}):
+                x = [vals[v] for v in op.inputs]
+                if op.kind == "all_reduce":
+                    out = funcol.all_reduce(x[0], "sum", self.group) if self.group is not None else x[0]
+                elif op.kind == "all_gather":
+                    rows, width = x[0].shape
+                    tp = op.attr("group")
+                    if self.group is None:
+                        n, g = 1, x[0]
+                    else:
+                        n = dist_world(self.group)
+                        g = funcol.all_gather_tensor(x[0].contiguous(), 0, self.group)     # [n*rows, w]
+                    out = g.view(n, rows, width).permute(1, 0, 2).repeat(1, tp // n, 1).reshape(rows, tp * width)
+                else:
+                    out = COMPILED_KERNELS[op.kind](ctx, op, *x)
+            vals[op.outputs[0]] = out
+        logits = vals[[op for op in sched.ops if op.kind == "sample"][-1].inputs[0]]
+        return logits, vals["next_tokens"]
+
     # ------------------------------------------------------------------ collectives
 
     def _event(self, stream=None):
@@ -252,6 +287,11 @@ class Runner:
             records.append(Record(p.op.name, self.rank, "wait", s - t0, e - t0, phase, p.op.kind))
         vals[v] = p.finish(p.buf)
         return e - s
+
+
+def dist_world(group) -> int:
+    import torch.distributed as dist
+    return dist.get_world_size(group)
 
 
 def _identity(b: torch.Tensor) -> torch.Tensor:
@@ -381,10 +421,46 @@ def _attention(ctx: _Ctx, op: Op, qkv: torch.Tensor) -> torch.Tensor:
     return o.transpose(1, 2).reshape(B * S, H * D)
 
 
+def _attention_sdpa_math(ctx: _Ctx, op: Op, qkv: torch.Tensor) -> torch.Tensor:
+    """The compiled stack's attention, as the reference harness (FACTS.md §10) runs it: RoPE and
+    cache write as `_attention`, GQA K/V expanded with repeat_interleave, then PyTorch's math SDPA
+    op itself (the GPU runs forced the math backend; calling the op, not F.sdpa, keeps Inductor
+    on CPU from picking its fused flash kernel). Under compile Inductor decomposes it: q, k, v
+    upcast to fp32, scaled, q@k^T + mask, softmax, @v, cast back."""
+    B, S = ctx.step.batch, ctx.step.q_len
+    H, KVH, D = op.attr("heads"), op.attr("kv_heads"), op.attr("head_dim")
+    if op.attr("impl") != "math":
+        return _attention(ctx, op, qkv)
+    rm = ctx.rm
+    x = qkv.view(B, S, H + 2 * KVH, D)
+    q, k, v = x.split([H, KVH, KVH], dim=2)                 # [B, S, h, D]
+    pos = ctx.positions
+    cos, sin = rm.cos[pos][None, :, None, :], rm.sin[pos][None, :, None, :]
+    q = (q.float() * cos + rotate_half(q.float()) * sin).to(qkv.dtype)
+    k = (k.float() * cos + rotate_half(k.float()) * sin).to(qkv.dtype)
+    kc, vc = rm.kv[op.param]                                # [B, max_seq, KVH, D]
+    kc.index_copy_(1, pos, k)
+    vc.index_copy_(1, pos, v)
+    L = ctx.kv_len
+    keys, vals = kc[:, :L].transpose(1, 2), vc[:, :L].transpose(1, 2)     # [B, KVH, L, D]
+    if bool(op.attr("expand_gqa")) and H != KVH:
+        keys = keys.repeat_interleave(H // KVH, dim=1)                    # [B, H, L, D]
+        vals = vals.repeat_interleave(H // KVH, dim=1)
+    keep = ctx.arange[:L][None, :] <= pos[:, None]                        # [S, L] causal over the cache
+    # F.sdpa turns a bool mask into an additive one in the query's dtype before the math op
+    # (convert_boolean_attn_mask); the math op itself adds whatever it gets
+    mask = torch.zeros(keep.shape, dtype=qkv.dtype, device=qkv.device).masked_fill(~keep, float("-inf"))[None, None]
+    o = torch.ops.aten._scaled_dot_product_attention_math(
+        q.transpose(1, 2), keys, vals, attn_mask=mask, enable_gqa=keys.shape[1] != H)[0]   # [B, H, S, D]
+    return o.transpose(1, 2).reshape(B * S, H * D)
+
+
 KERNELS: dict[str, Callable] = {
     "embed": _embed, "rmsnorm": _rmsnorm, "gemm": _gemm, "attention": _attention,
     "swiglu": _swiglu, "add": _add, "sample": _sample, "standin": _standin, "wait": _wait,
 }
+# The kernels of a compiled pass (Runner.functional_pass): the same ops, attention as math SDPA.
+COMPILED_KERNELS: dict[str, Callable] = KERNELS | {"attention": _attention_sdpa_math}
 _COMPILABLE = ("rmsnorm", "swiglu", "attention")
 
 

@@ -1,6 +1,11 @@
 """Op -> seconds, from a Profile.
 
-Compute ops: a measured time when the profile has one for the op's exact shape; interpolated
+Compute ops of a compiled phase (Stack.compiled) inside a layer: the kernels Inductor emits for
+that layer (sim/fusion.py): extern matmuls priced as the IR's GEMM (below), generated kernels by
+the bytes they read and write (memory roofline with the profile's efficiency curve), each kernel
+at least one launch (the graph floor under CUDA graphs, an eager launch without).
+
+Other compute ops: a measured time when the profile has one for the op's exact shape; interpolated
 (log-log) along the op's size axis when it has neighbours; otherwise a roofline
 max(flops / (peak * eff), bytes / (bw * eff)) per kernel, with the efficiency curves of the
 profile. Launch overhead: on a GPU the CPU queues kernels ahead of the GPU, so an op costs
@@ -18,12 +23,15 @@ import bisect
 import math
 from dataclasses import dataclass
 
+from . import fusion
 from .profile import CollectiveTable, LinkModel, Profile
-from .schedule import Op
+from .schedule import Op, Schedule
 from .stack import DTYPE_BYTES, Stack
 
-# Kinds whose eager kernels torch.compile fuses under CUDA graphs: an eager-measured time does not
-# price them in a graph-mode step (GEMMs are the same cuBLAS kernel either way).
+# Kinds whose eager kernels torch.compile fuses: an eager-measured time does not price them in a
+# compiled step, nor a compiled-measured one an eager step (GEMMs are the same cuBLAS kernel either
+# way). A point's mode "graph" means measured as a compiled step (`tpsim calibrate` times compiled
+# steps under CUDA graphs).
 FUSED_UNDER_GRAPHS = {"rmsnorm", "swiglu", "attention"}
 
 # Attrs that never change an op's cost (where in the cache a step writes): not part of a lookup key.
@@ -44,9 +52,12 @@ class Work:
     matmul: bool = False      # limited by matrix throughput (gemm efficiency) vs memory
 
 
-def op_work(op: Op, graphs: bool) -> list[Work]:
-    """What one compute op does. Eager PyTorch runs unfused elementwise kernels; under CUDA
-    graphs the decode step is torch.compile'd (reduce-overhead), which fuses them."""
+def op_work(op: Op, fused: bool = False, graphs: bool | None = None) -> list[Work]:
+    """What one compute op does on its own. Eager PyTorch runs unfused elementwise kernels; a
+    compiled (`fused`) phase one fused kernel per op (ops inside a layer of a compiled phase are
+    priced from Inductor's own kernels instead, sim/fusion.py). `graphs` is the old name of
+    `fused`, kept for callers that still pass it."""
+    graphs = fused if graphs is None else graphs
     e = DTYPE_BYTES[op.dtype]
     a = dict(op.attrs)
     k = op.kind
@@ -141,44 +152,94 @@ class CostModel:
         self.profile, self.stack = profile, stack
         self.gpus_per_node = gpus_per_node or profile.gpus_per_node
         self._cache: dict = {}
+        # measured points by the mode they price: keyed by "compiled" (fused kernels) or not
         self._points = _indexes(profile)
 
     # -- compute
 
-    def compute_s(self, op: Op, phase: str) -> float:
+    def compute_s(self, op: Op, phase: str, sched: Schedule | None = None) -> float:
+        """Seconds of one compute op. With the op's schedule, an op inside a layer of a compiled
+        phase is priced from Inductor's kernels for that layer (sim/fusion.py)."""
         if op.given_cost_s is not None:          # a stand-in or wait (sim.transform): its own cost
             return op.given_cost_s
+        fused, graphs = self.stack.compiled(phase), self.stack.graphs(phase)
+        roles = fusion.layer_roles(sched, op, self.profile.device) if (fused and sched is not None) else None
+        if roles is not None:
+            key = ("compiled", op.signature, fusion.role_of(op), sched.plan[op.layer],
+                   fusion.variant(sched, self.profile.device), sched.step, sched.model, sched.tp, graphs)
+            t = self._cache.get(key)
+            if t is None:
+                t = self._cache[key] = self._kernels_s(op, roles.get(fusion.role_of(op), []), sched, graphs)
+            return t
         key = (op.signature, phase)
         t = self._cache.get(key)
         if t is None:
-            t = self._cache[key] = self._compute_s(op, self.stack.graphs(phase))
+            t = self._cache[key] = self._compute_s(op, fused, graphs)
         return t
 
-    def _compute_s(self, op: Op, graphs: bool) -> float:
-        measured = self._measured(op, graphs)
+    def _launch_s(self, graphs: bool) -> float:
+        return self.profile.launch_s["graph" if graphs else "eager"]
+
+    def _floor(self, gpu_s: float, kernels: int, graphs: bool) -> float:
+        """A GPU queues launches ahead of the kernels (max); a CPU device does both in turn (sum)."""
+        launch = kernels * self._launch_s(graphs)
+        return max(gpu_s, launch) if self.profile.device == "cuda" else gpu_s + launch
+
+    def _compute_s(self, op: Op, fused: bool, graphs: bool) -> float:
+        measured = self._measured(op, fused, graphs)
         if measured is not None:
             return measured
-        works = op_work(op, graphs)
-        gpu = roofline_s(self.profile, works, op.dtype)
-        launch = sum(w.kernels for w in works) * self.profile.launch_s["graph" if graphs else "eager"]
-        return max(gpu, launch) if self.profile.device == "cuda" else gpu + launch
+        works = op_work(op, fused)
+        return self._floor(roofline_s(self.profile, works, op.dtype), sum(w.kernels for w in works), graphs)
 
-    def _measured(self, op: Op, graphs: bool) -> float | None:
+    def _kernels_s(self, op: Op, kernels: list, sched: Schedule, graphs: bool) -> float:
+        """The kernels Inductor charges to `op` (none: its work is fused into another op's kernel).
+        Extern matmuls of a GEMM op: the GEMM's own price (measured points or roofline); the
+        extern bmm's of math SDPA: 2 b H q L d FLOPs each, in fp32 when SDPA upcast (the profile's
+        fp32 matmul peak if it has one), plus their bytes; generated kernels: bytes at the memory
+        roofline. Every kernel costs at least one launch."""
+        sym = fusion.symbols(sched)
+        act = DTYPE_BYTES[op.dtype]
+        total = 0.0
+        for k in kernels:
+            if k.kind == "collective":
+                continue                    # priced as the IR's comm op
+            if k.kind == "matmul" and op.kind == "gemm":
+                total += self._compute_s(op, True, graphs)
+                continue
+            nbytes = k.bytes(sym, act)
+            if k.kind == "matmul":
+                s = sched.model.shard(sched.tp)
+                st = sched.step
+                flops = 2.0 * st.batch * s.heads * st.q_len * st.kv_len * s.head_dim
+                dtype = "fp32" if k.matmul_dtype() == "fp32" else op.dtype
+                w = Work(flops, nbytes, 1, matmul=True)
+                peak_dtype = dtype if dtype in self.profile.peak_flops else op.dtype
+                total += self._floor(roofline_s(self.profile, [w], peak_dtype), 1, graphs)
+            else:
+                total += self._floor(roofline_s(self.profile, [Work(0.0, nbytes, 1)], op.dtype), 1, graphs)
+        return total
+
+    def _measured(self, op: Op, fused: bool, graphs: bool | None = None) -> float | None:
+        """A measured time for `op`: points indexed by whether the phase is compiled (`fused`:
+        fusable kernels measured eager do not price a compiled step); the launch floor follows
+        whether the step replays a CUDA graph (`graphs`, default: as `fused`)."""
+        graphs = fused if graphs is None else graphs
         sweep = SWEEP_ATTR.get(op.kind)
         attrs = dict(op.attrs)
         if sweep is None or sweep not in attrs:
             return None
         rest = tuple(sorted((k, v) for k, v in op.attrs if k != sweep and k not in COST_FREE_ATTRS))
-        pts = self._points[graphs].get((op.kind, op.dtype, rest))
+        pts = self._points[fused].get((op.kind, op.dtype, rest))
         extra = SEPARABLE_ATTRS.get(op.kind, ())
         if not pts and any(attrs.get(x) for x in extra):
             # measured without the separable piece: look the plain op up, price the piece apart
             plain = Op(op.name, op.kind, op.inputs, op.outputs,
                        tuple((k, v) for k, v in op.attrs if k not in extra), op.dtype)
-            t = self._measured(plain, graphs)
+            t = self._measured(plain, fused, graphs)
             if t is None:
                 return None
-            works = separable_work(op, graphs)
+            works = separable_work(op, fused)
             launch = sum(w.kernels for w in works) * self.profile.launch_s["graph" if graphs else "eager"]
             gpu = roofline_s(self.profile, works, op.dtype)
             return t + (max(gpu, launch) if self.profile.device == "cuda" else gpu + launch)
@@ -196,8 +257,8 @@ class CostModel:
             near = pts[0] if i == 0 else pts[-1]
             near_op = Op(op.name, op.kind, op.inputs, op.outputs,
                          tuple((k, near[0] if k == sweep else v) for k, v in op.attrs), op.dtype)
-            r_here = roofline_s(self.profile, op_work(op, graphs), op.dtype)
-            r_near = roofline_s(self.profile, op_work(near_op, graphs), op.dtype)
+            r_here = roofline_s(self.profile, op_work(op, fused), op.dtype)
+            r_near = roofline_s(self.profile, op_work(near_op, fused), op.dtype)
             t = near[1] * (r_here / r_near if r_near > 0 else 1.0)
         if op.kind == "gemm" and self.profile.device == "cuda":
             # a GEMM is one kernel; database times are device time (kernels back to back), so a

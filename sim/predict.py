@@ -153,8 +153,8 @@ class Simulator:
                                p.arrival_jitter, self._scope, self.w.comm_group or workload.tp, WARM_LAYERS,
                                seed, rel_tol) if self.mode == "sampled" else None
 
-    def _op_time(self, op, phase: str) -> float:
-        return self.comm_s(op, phase) if op.is_comm else self.cost.compute_s(op, phase)
+    def _op_time(self, op, phase: str, sched: Schedule | None = None) -> float:
+        return self.comm_s(op, phase) if op.is_comm else self.cost.compute_s(op, phase, sched)
 
     def _scope(self, op) -> str:
         """The scope whose arrival jitter a collective draws: it spans nodes or not."""
@@ -210,7 +210,7 @@ class Simulator:
         phase, cost = sched.step.phase, self.cost
 
         def op_time(op):
-            return self.comm_s(op, phase) if op.is_comm else cost.compute_s(op, phase)
+            return self.comm_s(op, phase) if op.is_comm else cost.compute_s(op, phase, sched)
 
         jitter = self.w.profile.arrival_jitter
         mean = (lambda op: jitter[self._scope(op)].mean_s) if self.exact else None

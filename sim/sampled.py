@@ -98,7 +98,7 @@ def exponential_mean_from_spread(offsets_s: list[list[float]]) -> tuple[float, i
 class Sampler:
     """The jitter's cost per step of one workload's schedules, every rank simulated.
 
-    op_time(op, phase) prices an op; scope_of(op) names the scope ("node"/"net") whose jitter a
+    op_time(op, phase, schedule) prices an op (the schedule: compiled layers are priced per layer); scope_of(op) names the scope ("node"/"net") whose jitter a
     collective draws; jitter maps scope -> profile.ArrivalJitter."""
 
     def __init__(self, model, tp: int, stack, op_time: Callable, interference, jitter: dict,
@@ -136,8 +136,9 @@ class Sampler:
                     coefs.append(extra / k)
             out = []
             for counts in plans:
-                c = compile_schedule(self._schedule(spec, counts, rs, step),
-                                     lambda op: self.op_time(op, step.phase), self.interference)
+                sched = self._schedule(spec, counts, rs, step)
+                c = compile_schedule(sched, lambda op, sched=sched: self.op_time(op, step.phase, sched),
+                                     self.interference)
                 mean = np.array([self.jitter[self.scope_of(op)].mean_s for op in c.comm_ops])
                 out.append(_Config(c, mean, simulate_ranks(c, 1, self.interference)[0]))
             self._configs[key] = (out, coefs)

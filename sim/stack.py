@@ -1,7 +1,10 @@
 """The software stack a prediction describes, and the shapes of one forward pass.
 
 Defaults follow the Ladder Residual paper's gpt-fast-style harness (DESIGN.md, "Benchmark
-protocol"); every choice is a field so users can describe their own serving stack instead.
+protocol"; FACTS.md §10): both phases torch.compile'd, decode under CUDA graphs (reduce-overhead),
+prefill without. Compilation and graphs are separate fields: compilation decides which kernels run
+(Inductor's fused ones, docs/compiled-stack.md), graphs what each launch costs. Every choice is a
+field so users can describe their own serving stack instead (eager: compile_* = False).
 """
 from __future__ import annotations
 
@@ -25,6 +28,8 @@ class Stack:
     kv: str = "static"                # attend over the whole static cache (masked) or only the filled part
     prefill_logits: str = "all"       # logits for every prompt position, or only the last
     expand_gqa: bool = True           # repeat K/V heads to the query head count before attention
+    compile_prefill: bool = True      # prefill torch.compile'd (Inductor fuses pointwise work across ops)
+    compile_decode: bool = True       # decode torch.compile'd
     prefill_graphs: bool = False      # prefill under CUDA graphs
     decode_graphs: bool = True        # decode under CUDA graphs (torch.compile reduce-overhead)
     collective: str = "auto"          # collective implementation (a profile table's impl); auto: the profile's default
@@ -41,7 +46,19 @@ class Stack:
         return DTYPE_BYTES[self.dtype]
 
     def graphs(self, phase: str) -> bool:
+        """Kernels replayed from a CUDA graph (launch cost: the graph floor, not a Python launch)."""
         return self.prefill_graphs if phase == "prefill" else self.decode_graphs
+
+    def compiled(self, phase: str) -> bool:
+        """The phase runs Inductor's kernels (sim/fusion.py), not one eager kernel per torch op."""
+        return self.compile_prefill if phase == "prefill" else self.compile_decode
+
+    def describe(self) -> str:
+        """One line naming the priced stack, e.g. 'prefill compiled, decode compiled + CUDA graphs'."""
+        def one(phase: str) -> str:
+            how = "compiled" if self.compiled(phase) else "eager"
+            return f"{phase} {how}" + (" + CUDA graphs" if self.graphs(phase) else "")
+        return f"{one('prefill')}, {one('decode')}, {self.attention} attention, {self.kv} KV"
 
 
 def _check(field: str, value: str, choices: tuple[str, ...]) -> None:

@@ -77,7 +77,7 @@ def examples(path: Path) -> list[Example]:
             o = k
             while k < end and not lines[k].startswith("$ "):
                 k += 1
-            out.append(Example(path, start + 1, shlex.split(cmd)[1:], lines[o:k], (o, k), skip))
+            out.append(Example(path, start + 1, shlex.split(cmd, comments=True)[1:], lines[o:k], (o, k), skip))
         i = end + 1
     return out
 

@@ -140,7 +140,7 @@ def test_bias_and_qk_norm_are_priced_on_top_of_the_measured_plain_op():
     q3 = _attn_ops(replace(get_model("llama-3.1-8b"), qk_norm=True), tp=8, step=Step.decode(1, 1024, 512, 1, Stack()))
     sdpa = q3["L0.attn.sdpa"]
     plain = replace(sdpa, attrs=tuple(kv for kv in sdpa.attrs if kv[0] != "qk_norm"))
-    eager = CostModel(prof, Stack(decode_graphs=False))
+    eager = CostModel(prof, Stack(compile_decode=False, decode_graphs=False))
     # eager: 12 more kernels (6 per norm); a decode step's q/k norm is launch-bound
     assert eager.compute_s(sdpa, "decode") - eager.compute_s(plain, "decode") >= 12 * prof.launch_s["eager"] - 1e-12
     # graphs: fused into the RoPE kernel -- a few KB more, hidden under the launch-bound decode kernel

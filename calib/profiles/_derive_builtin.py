@@ -345,6 +345,17 @@ def write(name, prof):
 
 # ---------------------------------------------------------------- boxes
 
+# FP32 (non-tensor-core) peaks: math SDPA upcasts to fp32 and its bmm's run in fp32. PyTorch's
+# default keeps TF32 off for matmuls (torch.backends.cuda.matmul.allow_tf32 = False since 1.12),
+# so the datasheet's plain FP32 number applies, not its TF32 tensor-core number.
+_FP32_NOTE = "; fp32 matmuls (math SDPA's upcast bmm) run without TF32 under PyTorch's default"
+FP32_TFLOPS = {
+    "h100_sxm": (67.0, "NVIDIA H100 SXM5 datasheet: FP32 67 TFLOPS" + _FP32_NOTE),
+    "h200_sxm": (67.0, "NVIDIA H200 SXM datasheet: FP32 67 TFLOPS" + _FP32_NOTE),
+    "a100_sxm": (19.5, "NVIDIA A100 SXM datasheet: FP32 19.5 TFLOPS" + _FP32_NOTE),
+    "l40s": (91.6, "NVIDIA L40S datasheet: FP32 91.6 TFLOPS" + _FP32_NOTE),
+}
+
 def nvswitch_box(name, desc, system, nccl_ver, gemm_rel, vllm_rel, mem_gib, mem_src, tflops, tflops_src,
                  hbm, hbm_src, topo, extra_tables=(), eager_extra=None):
     kernel = "sglang_torch_linear" if system != "a100_sxm" else "sglang"
@@ -356,7 +367,8 @@ def nvswitch_box(name, desc, system, nccl_ver, gemm_rel, vllm_rel, mem_gib, mem_
         "gpus_per_node": sv(8, topo.pop("_gpus_src")),
         "memory_gib": sv(mem_gib, mem_src),
         "compute": {
-            "matmul_tflops": {"fp16": sv(tflops, tflops_src), "bf16": sv(tflops, tflops_src)},
+            "matmul_tflops": {"fp16": sv(tflops, tflops_src), "bf16": sv(tflops, tflops_src),
+                              "fp32": sv(*FP32_TFLOPS[system])},
             "memory_gbps": sv(hbm, hbm_src),
             "gemm_efficiency": gemm, "memory_efficiency": memc,
             "launch_us": {"eager": sv(eager_us, eager_src), "graph": sv(floor_us, floor_src)},
@@ -505,7 +517,8 @@ def main():
         "compute": {
             "matmul_tflops": {"fp16": sv(362.05, "NVIDIA L40S datasheet: FP16/BF16 Tensor 362.05 TFLOPS dense "
                                                  "(733 with sparsity)"),
-                              "bf16": sv(362.05, "NVIDIA L40S datasheet: BF16 Tensor 362.05 TFLOPS dense")},
+                              "bf16": sv(362.05, "NVIDIA L40S datasheet: BF16 Tensor 362.05 TFLOPS dense"),
+                              "fp32": sv(*FP32_TFLOPS["l40s"])},
             "memory_gbps": sv(864, "NVIDIA L40S datasheet: GDDR6 864 GB/s"),
             "gemm_efficiency": gemm, "memory_efficiency": memc,
             "launch_us": {"eager": sv(eager_us, eager_src), "graph": sv(floor_us, floor_src)},

@@ -1,0 +1,374 @@
+"""Derive the kernels Inductor emits for one compiled layer of each schedule (sim/compiled_kernels.json).
+
+The reference harness compiles its whole forward (FACTS.md §10), so the cost of a compiled layer
+is the cost of what Inductor generates for it: extern matmuls (cuBLAS / aten) plus generated
+kernels that fuse pointwise and reduction work across IR-op boundaries. Here we compile the
+harness's own functional pass (hw.runner.Runner.functional_pass: COMPILED_KERNELS, math SDPA,
+functional all-reduce on a 1-rank gloo group) for a tiny probe model, hook Inductor's scheduler
+and record, per kernel: the IR ops its nodes came from, whether it is an extern kernel, and the
+bytes Inductor itself estimates it reads and writes per buffer
+(BaseSchedulerNode.get_read_write_buffer_accesses: min(accessed elements, buffer size) x dtype).
+
+Probe dimensions are distinct primes, so every buffer's element count factors uniquely into a
+product of symbols (b, q, L, kvh, G, G2 = G + 2, hidden, ffn, dh = head_dim / 2, and 2): the table
+stores those products, and sim/fusion.py evaluates them at any model's shapes without torch.
+
+GPU vs CPU. On CPU Inductor lowers every cat as a ConcatKernel (one copy kernel per input), on
+GPU as a pointwise cat fused into its user (torch/_inductor/lowering.py, cat): target "cuda" sets
+config.force_pointwise_cat, which is the GPU's choice for RoPE's rotate_half (2 simple pointwise
+inputs, pointwise use). Inductor's CUDA path decomposes a matmul with one row (mm with M == 1, bmm with
+M == 1: decode at batch 1, decode attention at any batch) into a generated mul + sum reduction
+when coordinate_descent_tuning is on (the reference sets it; torch/_inductor/decomposition.py,
+mm and bmm). On CPU that branch is skipped, so for target "cuda" we install the same branch
+(checked against the installed source: a torch that changes it fails loudly). Everything else
+(fusion decisions, realized buffers) is the CPU C++ backend's; docs/compiled-stack.md lists where
+Triton may differ.
+
+Run: python -m hw.inductor_kernels [--out sim/compiled_kernels.json] [--only KIND:VARIANT ...]
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import inspect
+import json
+import os
+import sys
+import tempfile
+import time
+
+import torch
+
+from sim.model import ModelSpec
+from sim.schedule import build_plan
+from sim.stack import Stack, Step
+
+# symbol -> probe value (distinct primes; "2" is the constant factor, e.g. head_dim = 2 * dh)
+PROBE = {"G": 3, "G2": 5, "b": 7, "q": 11, "L": 13, "kvh": 17, "hidden": 19, "ffn": 23, "dh": 29,
+         "vocab": 31}
+SYMBOL_ORDER = ("b", "q", "L", "kvh", "G", "G2", "hidden", "ffn", "dh", "vocab")
+
+# (schedule layer kind, schedule spec with every layer of that kind, layers compiled, layer kept)
+KINDS = {
+    "standard": ("standard", 2),
+    "upper-bound": ("upper-bound", 2),
+    "parallel": ("parallel", 2),
+    "spd": ("spd:0-2", 3),
+    "ladder": ("ladder", 3),
+}
+KEEP_LAYER = 1          # the layer whose kernels the table keeps (it has a neighbour on each side)
+
+# variant -> (phase, batch, target): which Inductor path a step takes (sim.fusion.variant picks one)
+VARIANTS = {
+    "prefill": ("prefill", PROBE["b"], "cuda"),           # M = b * prompt > 1: extern mm / bmm
+    "decode": ("decode", PROBE["b"], "cuda"),             # bmm M = 1 decomposed; mm M = b extern
+    "decode-m1": ("decode", 1, "cuda"),                   # also mm M = 1 decomposed (batch 1)
+    "decode-cpu": ("decode", PROBE["b"], "cpu"),          # the C++ backend: no M = 1 decomposition
+}
+
+DTYPE = "fp16"          # the reference's activation dtype; fp32 buffers stay fp32 in the table
+DTYPE_TORCH = "float16"
+
+# Inductor's CUDA-only branches we take on CPU for target "cuda" (torch/_inductor/decomposition.py)
+_MM_BRANCH = "(self.unsqueeze(2) * input2.unsqueeze(0)).sum(dim=1)"
+_BMM_BRANCH = "(self.unsqueeze(-1) * batch2.unsqueeze(1)).sum(dim=2)"
+_GUARD = 'config.coordinate_descent_tuning and self.device.type not in ["cpu", "mps"]'
+
+
+def probe_model(layers: int) -> ModelSpec:
+    p = PROBE
+    return ModelSpec("inductor-probe", hidden=p["hidden"], layers=layers, heads=p["kvh"] * p["G"],
+                     kv_heads=p["kvh"], head_dim=2 * p["dh"], ffn=p["ffn"], vocab=p["vocab"])
+
+
+def factor(numel: int) -> dict[str, int]:
+    """numel -> {symbol: power} over the probe primes; ValueError if something else remains."""
+    out: dict[str, int] = {}
+    n = numel
+    for sym, v in [("2", 2)] + [(s, PROBE[s]) for s in SYMBOL_ORDER]:
+        while n % v == 0:
+            out[sym] = out.get(sym, 0) + 1
+            n //= v
+    if n != 1:
+        raise ValueError(f"{numel} elements do not factor over the probe dimensions (left {n})")
+    return out
+
+
+def monomial(powers: dict[str, int]) -> str:
+    parts = []
+    for sym in ("2",) + SYMBOL_ORDER:
+        parts += [sym] * powers.get(sym, 0)
+    return "*".join(parts) or "1"
+
+
+@contextlib.contextmanager
+def cuda_matmul_decompositions():
+    """Take Inductor's CUDA branch of the mm / bmm decompositions on CPU (see module doc)."""
+    from torch._inductor import decomposition as D
+    for fn, branch in ((D.mm, _MM_BRANCH), (D.bmm, _BMM_BRANCH)):
+        src = inspect.getsource(fn)
+        if _GUARD not in src or branch not in src:
+            raise RuntimeError(f"torch {torch.__version__}: Inductor's {fn.__name__} decomposition no longer has "
+                               f"the coordinate-descent M == 1 branch this derivation reproduces; re-read "
+                               f"torch/_inductor/decomposition.py and update hw/inductor_kernels.py")
+    aten = torch.ops.aten
+    orig = {k: D.decompositions[k] for k in (aten.mm.default, aten.bmm.default)}
+
+    @D.pw_cast_for_opmath
+    def mm(self, input2, out_dtype=None):
+        if self.shape[0] == 1 or input2.shape[1] == 1:
+            return (self.unsqueeze(2) * input2.unsqueeze(0)).sum(dim=1)
+        return orig[aten.mm.default](self, input2) if out_dtype is None else NotImplemented
+
+    @D.pw_cast_for_opmath
+    def bmm(self, batch2, out_dtype=None):
+        if self.shape[2] == 1 and batch2.shape[1] == 1:
+            return (self * batch2).contiguous()
+        if self.shape[1] == 1 or batch2.shape[2] == 1:
+            return (self.unsqueeze(-1) * batch2.unsqueeze(1)).sum(dim=2)
+        return orig[aten.bmm.default](self, batch2) if out_dtype is None else NotImplemented
+
+    D.decompositions[aten.mm.default], D.decompositions[aten.bmm.default] = mm, bmm
+    try:
+        yield
+    finally:
+        D.decompositions.update(orig)
+
+
+class _Recorder:
+    """Hooks Scheduler._codegen: every scheduled node (kernel) of the graphs compiled meanwhile."""
+
+    def __init__(self):
+        self.kernels: list[dict] = []
+
+    @contextlib.contextmanager
+    def hook(self):
+        from torch._inductor import scheduler as S
+        orig = S.Scheduler._codegen
+        rec = self
+
+        def _codegen(sched, nodes):
+            out = orig(sched, nodes)
+            for n in nodes:
+                k = _describe(n)
+                if k is not None:
+                    rec.kernels.append(k)
+            return out
+
+        S.Scheduler._codegen = _codegen
+        try:
+            yield
+        finally:
+            S.Scheduler._codegen = orig
+
+
+def _buf_dtype(name: str):
+    from torch._inductor.virtualized import V
+    buf = V.graph.name_to_buffer.get(name) or V.graph.graph_inputs.get(name)
+    try:
+        names = buf.get_mutation_names() if hasattr(buf, "get_mutation_names") else []
+        if names:           # a collective's in-place output (NoneLayout): the mutated buffer's dtype
+            return _buf_dtype(names[0])
+        return buf.get_dtype()
+    except Exception:       # noqa: BLE001 - multi-output layouts carry no dtype
+        return None
+
+
+def _describe(node) -> dict | None:
+    from torch._inductor import ir
+    from torch._inductor import scheduler as S
+    if isinstance(node, S.NopKernelSchedulerNode):
+        return None
+    ops = set()
+    for sn in node.get_nodes():
+        for o in (sn.node.origins if sn.node is not None else ()):
+            name = (o.meta.get("custom") or {}).get("tpsim_op")
+            if name:
+                ops.add(name)
+    extern = isinstance(node, S.ExternKernelSchedulerNode)
+    kind = "generated"
+    if extern:
+        kname = type(node.node).__name__
+        kernel = getattr(node.node, "python_kernel_name", None) or kname
+        if isinstance(node.node, (ir._CollectiveKernel, ir._WaitKernel)):
+            kind = "collective"
+        elif "mm" in str(kernel) or "addmm" in str(kernel):
+            kind = "matmul"
+        else:
+            kind = "extern"
+    else:
+        kernel = node.get_name()
+    bufs = []
+    for mode, (r, w) in (("read", (True, False)), ("write", (False, True))):
+        for name, nbytes in node.get_read_write_buffer_accesses(include_reads=r, include_writes=w).items():
+            dt = _buf_dtype(name)
+            if dt is None or nbytes == 0:
+                continue
+            size = torch.empty((), dtype=dt).element_size()
+            bufs.append({"mode": mode, "buffer": name, "dtype": str(dt).replace("torch.", ""),
+                         "numel": monomial(factor(nbytes // size))})
+    return {"kind": kind, "kernel": str(kernel), "ops": sorted(ops), "buffers": bufs}
+
+
+def _one_rank_group():
+    import torch.distributed as dist
+    if not dist.is_initialized():
+        fd, path = tempfile.mkstemp(prefix="tpsim-inductor-")
+        os.close(fd)
+        dist.init_process_group("gloo", init_method=f"file://{path}", rank=0, world_size=1)
+    return dist.group.WORLD
+
+
+def compile_kernels(kind: str, variant: str) -> list[dict]:
+    """Compile one probe forward pass (every layer of schedule `kind`) and return the kernels
+    of layer KEEP_LAYER, each attributed to one IR op (see attribute())."""
+    from hw.model import build_rank_model
+    from hw.runner import Runner
+    import torch._inductor.config as icfg
+    spec, layers = KINDS[kind]
+    phase, batch, target = VARIANTS[variant]
+    model = probe_model(layers)
+    prompt, gen = PROBE["q"], PROBE["L"] - PROBE["q"]
+    stack = Stack(dtype=DTYPE)
+    step = (Step.prefill(batch, prompt, gen, stack) if phase == "prefill"
+            else Step.decode(batch, prompt, gen, 1, stack))
+    from sim.schedule import plan_of
+    sched = build_plan(spec, plan_of(spec, layers), model, 1, step, stack)
+    torch._dynamo.reset()
+    rm = build_rank_model(model, 1, 0, batch=batch, max_seq=prompt + gen, dtype=DTYPE)
+    runner = Runner(rm, _one_rank_group())
+    tokens = torch.zeros(batch, step.q_len, dtype=torch.long)
+    pos = torch.tensor(step.start_pos)
+    fn = torch.compile(runner.functional_pass, fullgraph=True, dynamic=False)
+    rec = _Recorder()
+    patches = {"coordinate_descent_tuning": True, "reorder_for_compute_comm_overlap": True,
+               "fx_graph_cache": False, "force_disable_caches": True,
+               # Inductor lowers cat (RoPE's rotate_half) as a ConcatKernel on CPU always, on GPU as a
+               # pointwise cat that fuses into its pointwise user (lowering.cat): take the GPU choice
+               "force_pointwise_cat": target == "cuda"}
+    decomp = cuda_matmul_decompositions() if target == "cuda" else contextlib.nullcontext()
+    with icfg.patch(patches), decomp, rec.hook(), torch.no_grad():
+        fn(sched, tokens, pos)
+    return attribute(rec.kernels, sched)
+
+
+def attribute(kernels: list[dict], sched) -> list[dict]:
+    """Each kernel to the one IR op that is latest in issue order among those it fuses (a fused
+    kernel can start only after all of them could: the latest op's inputs imply the others'),
+    kept if that op is in layer KEEP_LAYER; roles drop the layer prefix ("attn.norm")."""
+    order = {op.name: i for i, op in enumerate(sched.ops)}
+    layer = {op.name: op.layer for op in sched.ops}
+    comm = {op.name for op in sched.ops if op.is_comm}
+    kinds = {op.name: op.kind for op in sched.ops}
+    out = []
+    for k in kernels:
+        ops = [o for o in k["ops"] if o in order]
+        if not ops:
+            continue
+        # a functional all-reduce copies its input first: that copy is compute (often fused into the
+        # producer's kernel), charged to the latest compute op, never to the collective
+        compute = [o for o in ops if o not in comm]
+        if k["kind"] != "collective" and compute:
+            ops = compute
+        gemms = [o for o in ops if kinds[o] == "gemm"]
+        if k["kind"] == "matmul" and gemms:
+            last = max(gemms, key=order.get)    # an extern matmul is its GEMM's; an addmm's add rides along
+        else:
+            last = max(ops, key=order.get)
+        if layer[last] != KEEP_LAYER:
+            continue
+        role = last.split(".", 1)[1]
+        fuses = [_rel(o, layer[o]) for o in sorted(ops, key=order.get) if o != last]
+        out.append({"role": role, "kind": k["kind"], "kernel": k["kernel"],
+                    "fuses": [f for f in fuses if f != "embed"], "buffers": _residual(k["buffers"], ops)})
+    return out
+
+
+GEMM_ROLES = ("attn.qkv", "attn.out", "mlp.up", "mlp.down")
+
+
+def recharge_matmuls(layers: dict) -> dict:
+    """The extern-matmul rule of attribute() applied to an already derived table (in place): a
+    matmul kernel charged to a non-GEMM op (an addmm's fused residual add) goes to the latest GEMM
+    of the layer among the ops it fuses."""
+    for variants in layers.values():
+        for ks in variants.values():
+            for k in ks:
+                if k["kind"] != "matmul" or k["role"] in GEMM_ROLES:
+                    continue
+                g = [f for f in k["fuses"] if f in GEMM_ROLES]
+                if g:
+                    k["fuses"] = [f for f in k["fuses"] if f != g[-1]] + [k["role"]]
+                    k["role"] = g[-1]
+    return layers
+
+
+def _residual(bufs: list[dict], ops: list[str]) -> list[dict]:
+    """A short probe never realizes its residual stream: Inductor recomputes x = embed(tokens) +
+    the all-reduced partials inside each consumer (it realizes a reused pointwise chain only once
+    it reads more than config.realize_reads_threshold buffers, i.e. every couple of layers in a
+    deep model). Stand one read of the residual x [b*q, hidden] in for the embedding's reads."""
+    if "embed" not in ops:
+        return bufs
+    out = [b for b in bufs if "vocab" not in b["numel"] and not (b["dtype"] == "int64" and b["mode"] == "read")]
+    return [{"mode": "read", "buffer": "residual", "dtype": DTYPE_TORCH, "numel": "b*q*hidden"}] + out
+
+
+def _rel(name: str, layer: int | None) -> str:
+    """An IR op name relative to the kept layer: 'attn.add', 'prev:mlp.add', 'next:attn.norm'."""
+    if layer is None:
+        return name
+    role = name.split(".", 1)[1]
+    if layer == KEEP_LAYER:
+        return role
+    return f"{'prev' if layer < KEEP_LAYER else 'next'}:{role}"
+
+
+def derive(only: list[str] | None = None, progress=print) -> dict:
+    table: dict = {}
+    for kind in KINDS:
+        for variant in VARIANTS:
+            key = f"{kind}:{variant}"
+            if only and key not in only:
+                continue
+            t0 = time.perf_counter()
+            table.setdefault(kind, {})[variant] = compile_kernels(kind, variant)
+            progress(f"{key}: {len(table[kind][variant])} kernels ({time.perf_counter() - t0:.0f} s)")
+    return table
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "sim", "compiled_kernels.json"))
+    ap.add_argument("--only", nargs="*", help="KIND:VARIANT to derive (default: all), merged into --out")
+    a = ap.parse_args(argv)
+    old = {}
+    if a.only and os.path.exists(a.out):
+        with open(a.out) as f:
+            old = json.load(f).get("layers", {})
+    for kind in KINDS:
+        for variant in VARIANTS:
+            key = f"{kind}:{variant}"
+            if a.only and key not in a.only:
+                continue
+            t0 = time.perf_counter()
+            old.setdefault(kind, {})[variant] = compile_kernels(kind, variant)
+            print(f"{key}: {len(old[kind][variant])} kernels ({time.perf_counter() - t0:.0f} s)",
+                  file=sys.stderr, flush=True)
+            _write(a.out, old)
+    return 0
+
+
+def _write(path: str, layers: dict) -> None:
+    from sim.trace import write_json_atomic
+    doc = {"format": "tpsim-compiled-kernels", "version": 1, "torch": torch.__version__,
+           "command": "python -m hw.inductor_kernels", "dtype": DTYPE,
+           "probe": PROBE, "variants": {k: {"phase": v[0], "batch": v[1], "target": v[2]} for k, v in VARIANTS.items()},
+           "note": "see docs/compiled-stack.md: derived on the CPU C++ backend; target cuda takes Inductor's "
+                   "CUDA mm/bmm M == 1 decompositions",
+           "layers": layers}
+    write_json_atomic(path, doc)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
