@@ -11,6 +11,10 @@ import click
 from sim.model import MODELS, get_model, valid_tp
 from sim.profile import ProfileError, builtin_names, load_profile, read_raw
 from sim.schedule import COMM, DEFAULT_SCHEDULES, SCHEDULE_HELP, build
+
+MODEL_CHANGE_HELP = ("model change: none = same model and outputs as standard; retrain = a different "
+                     "architecture, trained for it; drops syncs = all-reduces skipped, accuracy lost; "
+                     "n/a = not a way to run the model.")
 from sim.stack import ATTENTION_IMPLS, DECODE_KV, DTYPE_BYTES, HEADS, PREFILL_LOGITS, Stack, Step
 from sim.trace import chrome_trace, write_json_atomic, write_text_atomic
 
@@ -124,7 +128,12 @@ def make_workload(model, tp, profile, batch, prompt_len, gen_len, gpus_per_node,
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 @user_errors
 def predict(schedules, exact, as_json, **kw):
-    """Predict prefill time, decode time, tokens/s and speedup over standard TP per schedule."""
+    """Predict prefill time, decode time, tokens/s and speedup over standard TP per schedule.
+
+    Each schedule also says what it asks of the model (model_change): none (standard, token-split,
+    seq-parallel: the same model and outputs), retrain (ladder, parallel: a different architecture
+    that must be trained), drops syncs (spd: the trained model with all-reduces skipped, some
+    accuracy lost), n/a (upper-bound: no communication, a speed ceiling only)."""
     from sim.predict import predict as run
     w = make_workload(**kw)
     schedules = list(schedules) or list(DEFAULT_SCHEDULES)
@@ -147,16 +156,20 @@ def predict(schedules, exact, as_json, **kw):
     t = Table(title=f"{w.model.name}  TP{w.tp} ({w.nodes} node{'s' * (w.nodes > 1)})  profile {w.profile.name}  "
                     f"batch {w.batch}  prompt {w.prompt_len}  gen {w.gen_len}  {w.stack.dtype}",
               title_justify="left")
-    for col in ("schedule", "prefill ms", "decode ms", "ms/token", "tokens/s", "speedup", "exposed comm ms"):
-        t.add_column(col, justify="left" if col == "schedule" else "right")
+    for col in ("schedule", "prefill ms", "decode ms", "ms/token", "tokens/s", "speedup", "exposed comm ms",
+                "model change"):
+        t.add_column(col, justify="left" if col in ("schedule", "model change") else "right")
     for p in preds:
         per_tok = p.decode_s / (w.gen_len - 1) * 1e3 if w.gen_len > 1 else float("nan")
         t.add_row(p.schedule, f"{p.prefill_s * 1e3:.1f}", f"{p.decode_s * 1e3:.1f}", f"{per_tok:.3f}",
-                  f"{p.tokens_per_s:.1f}", f"{p.speedup:.3f}x", f"{p.exposed_comm_s * 1e3:.1f}")
+                  f"{p.tokens_per_s:.1f}", f"{p.speedup:.3f}x", f"{p.exposed_comm_s * 1e3:.1f}", p.model_change)
     console = Console(width=max(100, Console().width))
     console.print(t)
+    for p in preds:
+        for note in p.notes:
+            console.print(f"{p.schedule}: {note}")
     console.print("ms/token: one decode step.  exposed comm: time the compute stream waited for collectives "
-                  "(prefill + all decode steps).  speedup: tokens/s over standard.", style="dim")
+                  "(prefill + all decode steps).  speedup: tokens/s over standard.  " + MODEL_CHANGE_HELP, style="dim")
 
 
 @main.command()

@@ -326,11 +326,11 @@ class _Builder:
         units = st.batch if along == "batch" else st.q_len
         k = min(splits, units)
         if k < 2:
-            self.note(f"token-split:{splits}: {st.phase} with {units} {'sequence' if along == 'batch' else 'token'}"
-                      f"{'s' * (units != 1)} cannot be split along {along}; runs standard")
+            self.note(f"{st.phase} of {units} {'sequence' if along == 'batch' else 'token'}{'s' * (units != 1)} "
+                      f"cannot be split along {along}: runs standard")
             return LAYER_KINDS["standard"](self, first, end, x)
         if k < splits:
-            self.note(f"token-split:{splits}: {st.phase} splits into {k} (only {units} along {along})")
+            self.note(f"{st.phase} splits into {k}, not {splits} (only {units} along {along})")
         mbs = []
         for j, (lo, n) in enumerate(_chunks(units, k)):
             mbs.append(MicroBatch(j, lo, n, 0, st.q_len) if along == "batch" else MicroBatch(j, 0, st.batch, lo, n))
@@ -379,7 +379,7 @@ class _Builder:
         padded = rs * g
         pad = padded - rows
         if pad:
-            self.note(f"seq-parallel: {st.phase} pads {rows} token row{'s' * (rows != 1)} to {padded} (TP {g}): "
+            self.note(f"{st.phase} pads {rows} token row{'s' * (rows != 1)} to {padded} (TP {g}): "
                       f"every all-gather / reduce-scatter moves {padded} rows, {pad} of them padding")
 
         def gather(name: str, v: str, layer: int) -> str:
