@@ -278,6 +278,8 @@ def show(model, spec, tp, layer, phase, batch, prompt_len, gen_len):
     click.echo(f"{len(s.ops)} ops per forward pass, {len(s.collectives)} collectives"
                + (f"; ladder layers {s.ladder_layers[0]}..{s.ladder_layers[-1]}" if s.ladder_layers else "")
                + (f"; SPD blocks {_ranges(s.spd_layers)}" if s.spd_layers else ""))
+    for note in s.notes:                    # e.g. token-split falling back, seq-parallel padding
+        click.echo(f"note: {note}")
 
 
 def _ranges(xs) -> str:
@@ -312,7 +314,9 @@ def trace(spec, ranks, out_path, **kw):
         res = sim.step(spec, step)
         records += [r.__class__(r.op, r.rank, r.stream, r.start_s + offset, r.end_s + offset, r.phase, r.kind)
                     for r in res.records]
-        summary.append(f"{step.phase} {res.duration_s * 1e3:.3f} ms (exposed comm {res.exposed_comm_s * 1e3:.3f} ms)")
+        notes = w.schedule(spec, step).notes
+        summary.append(f"{step.phase} {res.duration_s * 1e3:.3f} ms (exposed comm {res.exposed_comm_s * 1e3:.3f} ms)"
+                       + "".join(f" [{n}]" for n in notes))
         offset += res.duration_s
     write_json_atomic(out_path, chrome_trace(records, label=spec))
     click.echo(f"wrote {out_path}: {len(records)} events, {ranks} rank(s); " + "; ".join(summary)
