@@ -192,9 +192,12 @@ def predict(schedules, exact, as_json, **kw):
                    "resumes from OUT.partial.jsonl when rerun with the same --out.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="PNG of speedups: heatmaps over TP (or lines over --bw-scale when swept).")
+@click.option("--plot-view", type=click.Choice(["speedup", "no-retraining"]), default="speedup", show_default=True,
+              help="no-retraining: per batch size, the best schedule that keeps the model (standard, "
+                   "token-split, seq-parallel) against ladder / parallel / spd.")
 @user_errors
 def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, prompt_len, gen_len, jobs,
-          out_path, plot_path):
+          out_path, plot_path, plot_view):
     """What-if grid from the simulator alone: models x TP x batch x profile x link scaling -> CSV (+ plot)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
     from sim import sweep as sw
@@ -232,7 +235,7 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
     click.echo(f"wrote {out_path} (and {json_path}): {len(points)} points, {len(rows)} rows"
                + (f"; {len(failed)} point(s) could not run (see the error column), e.g. {failed[0]}" if failed else ""))
     if plot_path:
-        sw.plot(rows, plot_path)
+        sw.plot(rows, plot_path, plot_view)
         click.echo(f"wrote {plot_path}")
 
 

@@ -208,3 +208,27 @@ def test_seq_parallel_collectives_priced_at_nccl_tests_sizes():
     a = op(ts, "L0.mb1.attn.sdpa")
     whole = op(build("standard", m, 8, Step.decode(4, 1024, 512, 1, ST), ST), "L0.attn.sdpa")
     assert cm.compute_s(a, "decode") == cm.compute_s(whole, "decode")
+
+
+# ---------------------------------------------------------------- sweep's no-retraining view
+
+def _row(schedule, batch, tps, profile="p"):
+    return {"model": "m", "tp": 8, "profile": profile, "bw_scale": 1.0, "lat_scale": 1.0, "batch": batch,
+            "schedule": schedule, "tokens_per_s": tps, "speedup": tps / 100.0, "error": ""}
+
+
+def test_best_no_retraining_picks_the_fastest_schedule_that_keeps_the_model(tmp_path):
+    from sim import sweep as sw
+    rows = [_row("standard", 1, 100), _row("token-split", 1, 99), _row("seq-parallel", 1, 90),
+            _row("ladder", 1, 130), _row("spd:0.5", 1, 140),
+            _row("standard", 8, 100), _row("token-split", 8, 112), _row("seq-parallel", 8, 104),
+            _row("ladder", 8, 120)]
+    best = sw.best_no_retraining(rows)
+    assert {k[5]: r["schedule"] for k, r in best.items()} == {1: "standard", 8: "token-split"}
+    out = tmp_path / "p.png"
+    sw.plot(rows, out, "no-retraining")
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(ValueError, match="unknown plot view"):
+        sw.plot(rows, out, "nope")
+    with pytest.raises(ValueError, match="keeps the model"):
+        sw.plot([_row("ladder", 1, 130)], out, "no-retraining")
