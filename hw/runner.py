@@ -330,7 +330,8 @@ def _add(ctx: _Ctx, op: Op, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def _standin(ctx: _Ctx, op: Op, x: torch.Tensor) -> torch.Tensor:
-    """A collective's output computed locally: x itself, or x [rows, w] tiled to [rows, width]."""
+    """A collective's output computed locally: x itself, x [rows, w] tiled to [rows, width] or to
+    [rows, width] with more rows (a row all-gather), or its first rows (a reduce-scatter)."""
     cost_s = op.attr("cost_ns") * 1e-9
     if cost_s > 0:
         if x.is_cuda:
@@ -338,8 +339,12 @@ def _standin(ctx: _Ctx, op: Op, x: torch.Tensor) -> torch.Tensor:
         end = time.perf_counter() + cost_s
         while time.perf_counter() < end:            # busy, as the compute it stands for would be
             pass
-    width = op.attr("width")
-    return x if x.shape[-1] == width else x.repeat(1, width // x.shape[-1])
+    rows, width = op.attr("rows"), op.attr("width")
+    if x.shape[-1] != width:                        # an all-gather along the width
+        x = x.repeat(1, width // x.shape[-1])
+    if x.shape[0] < rows:                           # an all-gather of token rows (seq-parallel)
+        x = x.repeat(rows // x.shape[0], 1)
+    return x if x.shape[0] == rows else x[:rows]    # a reduce-scatter keeps one block of rows
 
 
 def _wait(ctx: _Ctx, op: Op, x: torch.Tensor) -> torch.Tensor:

@@ -212,23 +212,29 @@ def test_seq_parallel_collectives_priced_at_nccl_tests_sizes():
 
 # ---------------------------------------------------------------- sweep's no-retraining view
 
-def _row(schedule, batch, tps, profile="p"):
-    return {"model": "m", "tp": 8, "profile": profile, "bw_scale": 1.0, "lat_scale": 1.0, "batch": batch,
-            "schedule": schedule, "tokens_per_s": tps, "speedup": tps / 100.0, "error": ""}
+def _row(schedule, batch, prefill_s, decode_s):
+    tps = batch * 10 / (prefill_s + decode_s)
+    return {"model": "m", "tp": 8, "profile": "p", "bw_scale": 1.0, "lat_scale": 1.0, "batch": batch, "gen_len": 10,
+            "schedule": schedule, "prefill_s": prefill_s, "decode_s": decode_s, "tokens_per_s": tps,
+            "speedup": 1.0, "error": ""}
 
 
-def test_best_no_retraining_picks_the_fastest_schedule_that_keeps_the_model(tmp_path):
+def test_best_no_retraining_picks_the_fastest_schedule_per_phase(tmp_path):
     from sim import sweep as sw
-    rows = [_row("standard", 1, 100), _row("token-split", 1, 99), _row("seq-parallel", 1, 90),
-            _row("ladder", 1, 130), _row("spd:0.5", 1, 140),
-            _row("standard", 8, 100), _row("token-split", 8, 112), _row("seq-parallel", 8, 104),
-            _row("ladder", 8, 120)]
+    rows = [_row("standard", 1, 1.0, 9.0), _row("token-split", 1, 1.2, 9.0), _row("seq-parallel", 1, 0.9, 9.5),
+            _row("ladder", 1, 0.5, 5.0), _row("spd:0.5", 1, 0.4, 4.0),
+            _row("standard", 8, 4.0, 6.0), _row("token-split", 8, 3.0, 5.0), _row("seq-parallel", 8, 3.5, 5.5),
+            _row("ladder", 8, 3.0, 4.0)]
     best = sw.best_no_retraining(rows)
-    assert {k[5]: r["schedule"] for k, r in best.items()} == {1: "standard", 8: "token-split"}
+    b1, b8 = best[("m", 8, "p", 1.0, 1.0, 1)], best[("m", 8, "p", 1.0, 1.0, 8)]
+    # batch 1: seq-parallel's prefill (0.9) with standard's decode (9.0): 10 / 9.9 tokens/s over 10 / 10
+    assert b1["schedule"] == "seq-parallel / standard" and b1["speedup"] == pytest.approx(10 / 9.9)
+    # batch 8: token-split wins both phases: 80 / 8 over 80 / 10
+    assert b8["schedule"] == "token-split" and b8["speedup"] == pytest.approx(10 / 8)
     out = tmp_path / "p.png"
     sw.plot(rows, out, "no-retraining")
     assert out.read_bytes()[:4] == b"\x89PNG"
     with pytest.raises(ValueError, match="unknown plot view"):
         sw.plot(rows, out, "nope")
     with pytest.raises(ValueError, match="keeps the model"):
-        sw.plot([_row("ladder", 1, 130)], out, "no-retraining")
+        sw.plot([_row("ladder", 1, 1.0, 1.0)], out, "no-retraining")
