@@ -158,12 +158,13 @@ def predict(schedules, exact, as_json, **kw):
               title_justify="left")
     for col in ("schedule", "prefill ms", "decode ms", "ms/token", "tokens/s", "speedup", "exposed comm ms",
                 "model change"):
-        t.add_column(col, justify="left" if col in ("schedule", "model change") else "right")
+        t.add_column(col, justify="left" if col in ("schedule", "model change") else "right",
+                     min_width=max(len(p.schedule) for p in preds) if col == "schedule" else None)
     for p in preds:
         per_tok = p.decode_s / (w.gen_len - 1) * 1e3 if w.gen_len > 1 else float("nan")
         t.add_row(p.schedule, f"{p.prefill_s * 1e3:.1f}", f"{p.decode_s * 1e3:.1f}", f"{per_tok:.3f}",
                   f"{p.tokens_per_s:.1f}", f"{p.speedup:.3f}x", f"{p.exposed_comm_s * 1e3:.1f}", p.model_change)
-    console = Console(width=max(100, Console().width))
+    console = Console(width=max(112, Console().width))
     console.print(t)
     for p in preds:
         for note in p.notes:
