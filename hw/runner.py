@@ -16,6 +16,10 @@ Positions. One decode schedule serves every decode step: start_pos (an int, or a
 tensor under CUDA graphs) is an argument of `forward`, not read from the ops' attrs; with
 kv="filled" the attended length is start_pos + q_len, as the IR's kv_len says.
 
+Token-split and seq-parallel need nothing special: a micro-batch's attention reads its own
+sequences of the KV cache (attr b0) at its own positions; slice/concat/pad/shard move rows; a
+reduce-scatter is torch.distributed's reduce_scatter_tensor (gloo has it in torch 2.13, async).
+
 Stand-ins and waits (sim.transform) run too: a `standin` computes a collective's output locally
 (its input, or tiled to the gathered width), spinning for its cost_ns on CPU when it has one; a
 `wait` only marks where a collective is awaited. So calibration runs its patterns (no
