@@ -344,11 +344,9 @@ def _standin(ctx: _Ctx, op: Op, x: torch.Tensor) -> torch.Tensor:
         while time.perf_counter() < end:            # busy, as the compute it stands for would be
             pass
     rows, width = op.attr("rows"), op.attr("width")
-    if x.shape[-1] != width:                        # an all-gather along the width
-        x = x.repeat(1, width // x.shape[-1])
-    if x.shape[0] < rows:                           # an all-gather of token rows (seq-parallel)
-        x = x.repeat(rows // x.shape[0], 1)
-    return x if x.shape[0] == rows else x[:rows]    # a reduce-scatter keeps one block of rows
+    if op.get("dim", -1) == 0:                      # seq-parallel: gathered token rows, or one block of them
+        return x.repeat(rows // x.shape[0], 1) if x.shape[0] < rows else x[:rows]
+    return x if x.shape[-1] == width else x.repeat(1, width // x.shape[-1])
 
 
 def _wait(ctx: _Ctx, op: Op, x: torch.Tensor) -> torch.Tensor:

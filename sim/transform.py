@@ -34,14 +34,14 @@ def standin(op: Op, cost_ns: int = 0) -> Op:
     output is its input tiled to the gathered width (or rows, dim=0), a reduce-scatter's its first
     rows/group rows."""
     rows, width, group = op.attr("rows"), op.attr("width"), op.attr("group")
-    if op.kind == "all_gather" and op.get("dim", -1) == 0:
-        rows *= group
-    elif op.kind == "all_gather":
-        width *= group
+    by_rows = op.kind == "reduce_scatter" or (op.kind == "all_gather" and op.get("dim", -1) == 0)
+    if op.kind == "all_gather":
+        rows, width = (rows * group, width) if by_rows else (rows, width * group)
     elif op.kind == "reduce_scatter":
         rows //= group
+    dim = (("dim", 0),) if by_rows else ()          # the stand-in changes the rows, not the width
     return Op(op.name + STANDIN, "standin", op.inputs[:1], op.outputs,
-              (("rows", rows), ("width", width), ("cost_ns", cost_ns)), op.dtype, op.layer)
+              (("rows", rows), ("width", width), ("cost_ns", cost_ns)) + dim, op.dtype, op.layer)
 
 
 def wait(op: Op) -> Op:

@@ -68,6 +68,6 @@ def test_standins_of_seq_parallel_collectives_have_their_output_shapes():
     from sim.transform import local
     s = local(build("seq-parallel", get_model("toy-512"), 4, Step.decode(2, 8, 4, 1, Stack()), Stack()))
     by = {o.name: dict(o.attrs) for o in s.ops}
-    assert by["L0.attn.allgather.standin"] == {"rows": 4, "width": 512, "cost_ns": 0}
-    assert by["L0.attn.reducescatter.standin"] == {"rows": 1, "width": 512, "cost_ns": 0}
+    assert by["L0.attn.allgather.standin"] == {"rows": 4, "width": 512, "cost_ns": 0, "dim": 0}
+    assert by["L0.attn.reducescatter.standin"] == {"rows": 1, "width": 512, "cost_ns": 0, "dim": 0}
     assert not s.collectives
