@@ -628,6 +628,15 @@ def build_plan(name: str, plan: tuple[str, ...], model: ModelSpec, tp: int, step
     return Schedule(name, model, tp, step, stack, tuple(b.ops), plan=tuple(plan), notes=tuple(b.notes))
 
 
+def notes_of(spec: str, model: ModelSpec, tp: int, steps, stack: Stack = Stack()) -> tuple[str, ...]:
+    """The builder's notes for `spec` over `steps` (e.g. prefill and a decode step), each once."""
+    out: dict[str, None] = {}
+    for step in steps:
+        if step is not None:
+            out.update(dict.fromkeys(build(spec, model, tp, step, stack).notes))
+    return tuple(out)
+
+
 def build(spec: str, model: ModelSpec, tp: int, step: Step, stack: Stack = Stack()) -> Schedule:
     """Build the ops of one forward pass of schedule `spec` (see SCHEDULE_HELP)."""
     return build_plan(spec, plan_of(spec, model.layers), model, tp, step, stack)
