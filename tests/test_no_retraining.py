@@ -238,3 +238,11 @@ def test_best_no_retraining_picks_the_fastest_schedule_per_phase(tmp_path):
         sw.plot(rows, out, "nope")
     with pytest.raises(ValueError, match="keeps the model"):
         sw.plot([_row("ladder", 1, 1.0, 1.0)], out, "no-retraining")
+
+
+def test_compare_calibrates_the_collectives_the_schedules_use():
+    from calib.compare import _collective_kinds
+    from sim.sweep import Shape
+    pts = [Shape("toy-512", 2, 2, 32, 16)]
+    assert _collective_kinds(pts, ("standard", "token-split", "ladder")) == ("all_reduce",)
+    assert _collective_kinds(pts, ("standard", "seq-parallel")) == ("all_reduce", "all_gather", "reduce_scatter")

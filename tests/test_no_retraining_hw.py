@@ -47,6 +47,7 @@ def test_bench_records_name_the_ir_ops():
         assert {x["op"] for x in recs if x["stream"] == "compute"} == {o.name for o in ir.ops if not o.is_comm}
     kinds = {x["kind"] for r in d["schedules"] for x in r["records"] if x["stream"] == "comm"}
     assert kinds == {"all_reduce", "all_gather", "reduce_scatter"}
+    assert all(r["notes"] == [] for r in d["schedules"])        # batch 2 splits; 30 and 2 rows need no padding
 
 
 @pytest.mark.slow
@@ -55,3 +56,7 @@ def test_emulated_rank_runs_seq_parallel_shapes():
     res = CliRunner().invoke(bench_cmd, [*SMALL, "--tp", "1", "--emulate-tp", "4", "--schedule", "seq-parallel",
                                          "--repeats", "1", "--warmup", "0", "--json"])
     assert res.exit_code == 0, res.output
+    sp = json.loads(res.output)["schedules"][1]
+    assert sp["schedule"] == "seq-parallel" and sp["notes"] == [
+        "prefill pads 15 token rows to 16 (TP 4): every all-gather / reduce-scatter moves 16 rows, 1 of them padding",
+        "decode pads 1 token row to 4 (TP 4): every all-gather / reduce-scatter moves 4 rows, 3 of them padding"]
