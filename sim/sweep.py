@@ -295,7 +295,7 @@ def plot_no_retraining(rows: list[dict], path: str | os.PathLike) -> None:
         scale = "" if (bw, lat) == (1.0, 1.0) else f" bw x{bw} lat x{lat}"
         ax.set(title=f"{m} TP{tp} | {prof}{scale}", xlabel="batch size", ylabel="speedup over standard TP")
         ax.title.set_fontsize(9)
-        ax.legend(fontsize=7, loc="center right")
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, frameon=False)
     fig.suptitle("tpsim sweep: the best schedule that keeps the model vs. those that change it", fontsize=10)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110, bbox_inches="tight")
