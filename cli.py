@@ -11,6 +11,10 @@ import click
 from sim.model import MODELS, get_model, valid_tp
 from sim.profile import ProfileError, builtin_names, load_profile, read_raw
 from sim.schedule import COMM, DEFAULT_SCHEDULES, SCHEDULE_HELP, build
+
+MODEL_CHANGE_HELP = ("model change: none = same model and outputs as standard; retrain = a different "
+                     "architecture, trained for it; drops syncs = all-reduces skipped, accuracy lost; "
+                     "n/a = not a way to run the model.")
 from sim.stack import ATTENTION_IMPLS, DECODE_KV, DTYPE_BYTES, HEADS, PREFILL_LOGITS, Stack, Step
 from sim.trace import chrome_trace, write_json_atomic, write_text_atomic
 
@@ -160,7 +164,12 @@ def stack_dict(stack: Stack) -> dict:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 @user_errors
 def predict(schedules, exact, exhaustive, as_json, **kw):
-    """Predict prefill time, decode time, tokens/s and speedup over standard TP per schedule."""
+    """Predict prefill time, decode time, tokens/s and speedup over standard TP per schedule.
+
+    Each schedule also says what it asks of the model (model_change): none (standard, token-split,
+    seq-parallel: the same model and outputs), retrain (ladder, parallel: a different architecture
+    that must be trained), drops syncs (spd: the trained model with all-reduces skipped, some
+    accuracy lost), n/a (upper-bound: no communication, a speed ceiling only)."""
     from sim.predict import predict as run
     w = make_workload(**kw)
     schedules = list(schedules) or list(DEFAULT_SCHEDULES)
@@ -195,26 +204,31 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
     t = Table(title=f"{w.model.name}  TP{w.tp} ({w.nodes} node{'s' * (w.nodes > 1)})  profile {w.profile.name}  "
                     f"batch {w.batch}  prompt {w.prompt_len}  gen {w.gen_len}  {w.stack.dtype}",
               title_justify="left")
-    for col in ("schedule", "prefill ms", "decode ms", "ms/token", "tokens/s", "speedup", "exposed comm ms"):
-        t.add_column(col, justify="left" if col == "schedule" else "right")
+    for col in ("schedule", "prefill ms", "decode ms", "ms/token", "tokens/s", "speedup", "exposed comm ms",
+                "model change"):
+        t.add_column(col, justify="left" if col in ("schedule", "model change") else "right",
+                     min_width=max(len(p.schedule) for p in preds) if col == "schedule" else None)
     sampled = bool(exact)
     if sampled:
         t.add_column("tokens/s 95% CI", justify="right")
     for p in preds:
         per_tok = p.decode_s / (w.gen_len - 1) * 1e3 if w.gen_len > 1 else float("nan")
         row = [p.schedule, f"{p.prefill_s * 1e3:.1f}", f"{p.decode_s * 1e3:.1f}", f"{per_tok:.3f}",
-               f"{p.tokens_per_s:.1f}", f"{p.speedup:.3f}x", f"{p.exposed_comm_s * 1e3:.1f}"]
+               f"{p.tokens_per_s:.1f}", f"{p.speedup:.3f}x", f"{p.exposed_comm_s * 1e3:.1f}", p.model_change]
         if sampled:
             d = p.to_dict()
             row.append(f"±{d['tokens_per_s_ci95']:.2f} (n={d['samples']['decode']})")
         t.add_row(*row)
-    console = Console(width=max(100, Console().width))
+    console = Console(width=max(112, Console().width))
     console.print(f"stack: {w.stack.describe()}", style="dim")
     console.print(t)
+    for p in preds:
+        for note in p.notes:
+            console.print(f"{p.schedule}: {note}")
     if jitter_note:
         console.print(jitter_note, style="dim")
     console.print("ms/token: one decode step.  exposed comm: time the compute stream waited for collectives "
-                  "(prefill + all decode steps).  speedup: tokens/s over standard.", style="dim")
+                  "(prefill + all decode steps).  speedup: tokens/s over standard.  " + MODEL_CHANGE_HELP, style="dim")
 
 
 @main.command()
@@ -238,9 +252,12 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
                    "resumes from OUT.partial.jsonl when rerun with the same --out.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="PNG of speedups: heatmaps over TP (or lines over --bw-scale when swept).")
+@click.option("--plot-view", type=click.Choice(["speedup", "no-retraining"]), default="speedup", show_default=True,
+              help="no-retraining: per batch size, the best schedule that keeps the model (standard, "
+                   "token-split, seq-parallel) against ladder / parallel / spd.")
 @user_errors
 def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, prompt_len, gen_len, jobs,
-          out_path, plot_path):
+          out_path, plot_path, plot_view):
     """What-if grid from the simulator alone: models x TP x batch x profile x link scaling -> CSV (+ plot)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
     from sim import sweep as sw
@@ -290,7 +307,7 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
     click.echo(f"wrote {out_path} (and {json_path}): {len(points)} points, {len(rows)} rows"
                + (f"; {len(failed)} point(s) could not run (see the error column), e.g. {failed[0]}" if failed else ""))
     if plot_path:
-        sw.plot(rows, plot_path)
+        sw.plot(rows, plot_path, plot_view)
         click.echo(f"wrote {plot_path}")
 
 
@@ -337,6 +354,8 @@ def show(model, spec, tp, layer, phase, batch, prompt_len, gen_len):
     click.echo(f"{len(s.ops)} ops per forward pass, {len(s.collectives)} collectives"
                + (f"; ladder layers {s.ladder_layers[0]}..{s.ladder_layers[-1]}" if s.ladder_layers else "")
                + (f"; SPD blocks {_ranges(s.spd_layers)}" if s.spd_layers else ""))
+    for note in s.notes:                    # e.g. token-split falling back, seq-parallel padding
+        click.echo(f"note: {note}")
 
 
 def _ranges(xs) -> str:
@@ -373,7 +392,9 @@ def trace(spec, ranks, out_path, **kw):
         res = sim.step(spec, step)
         records += [r.__class__(r.op, r.rank, r.stream, r.start_s + offset, r.end_s + offset, r.phase, r.kind)
                     for r in res.records]
-        summary.append(f"{step.phase} {res.duration_s * 1e3:.3f} ms (exposed comm {res.exposed_comm_s * 1e3:.3f} ms)")
+        notes = w.schedule(spec, step).notes
+        summary.append(f"{step.phase} {res.duration_s * 1e3:.3f} ms (exposed comm {res.exposed_comm_s * 1e3:.3f} ms)"
+                       + "".join(f" [{n}]" for n in notes))
         offset += res.duration_s
     write_json_atomic(out_path, chrome_trace(records, label=spec))
     click.echo(f"wrote {out_path}: {len(records)} events, {ranks} rank(s); " + "; ".join(summary)

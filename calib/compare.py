@@ -455,6 +455,17 @@ def write_point_trace(measured: dict, profile, out_dir: Path) -> Path:
 
 # ------------------------------------------------------------------ the command
 
+def _collective_kinds(points: list[Point], schedules: tuple[str, ...]) -> tuple[str, ...]:
+    """all_reduce plus every collective kind the schedules emit on the grid (e.g. reduce_scatter)."""
+    from sim.schedule import KINDS, build
+    from sim.stack import Step
+    used = {"all_reduce"}
+    for p in points:
+        step = Step.prefill(p.batch, p.prompt_len, p.gen_len, Stack())
+        used |= {op.kind for spec in schedules for op in build(spec, get_model(p.model), p.tp, step).collectives}
+    return tuple(k for k in KINDS if k in used)
+
+
 def run_compare(points: list[Point], schedules: tuple[str, ...], out_dir: Path, profile_arg: str | None,
                 backend: str, device: str, nproc: int, quick: bool, repeats: int, measured_files: tuple[str, ...],
                 timeout_s: float, echo=print, compile: bool = False) -> dict:
@@ -463,8 +474,11 @@ def run_compare(points: list[Point], schedules: tuple[str, ...], out_dir: Path, 
         from calib.run import calibrate
         models = tuple(dict.fromkeys(p.model for p in points))
         echo(f"calibrating {backend} on {nproc} ranks for {', '.join(models)} -> {out_dir / 'profile.json'}")
+        # a quick calibration measures all-reduce only; also the collectives the schedules use (seq-parallel)
+        used = _collective_kinds(points, schedules)
         calibrate(backend, nproc, models, tuple(sorted({p.tp for p in points})), tuple(sorted({p.batch for p in points})),
-                  points[0].prompt_len, points[0].gen_len, quick, out_dir / "profile.json")
+                  points[0].prompt_len, points[0].gen_len, quick, out_dir / "profile.json",
+                  **({"collectives": used} if quick and used != ("all_reduce",) else {}))
         profile_arg = str(out_dir / "profile.json")
     if profile_arg is None:
         raise CompareError("--measured needs --profile: the profile to predict with")

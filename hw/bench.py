@@ -28,7 +28,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from sim.schedule import build
+from sim.schedule import build, notes_of
 from hw import dist as hwdist
 from hw.dist import RunConfig
 from sim.memory import GIB, check_fits, estimate
@@ -254,7 +254,8 @@ def assemble(cfg: RunConfig, model_name: str, specs: list[str], per_rank: list[d
                      "spread": {"prefill_s": _spread(pre), "decode_s": _spread(dec), "tokens_per_s": _spread(tps),
                                 "speedup": _spread([a / b for a, b in zip(tps, base_tps)]),
                                 "rank_skew_s": _spread(skew)},
-                     "records": recs})
+                     "records": recs,
+                     "notes": list(notes_of(s, cfg.model_spec(), cfg.model_tp, cfg.steps(), cfg.stack()))})
     std = rows[0]["tokens_per_s"]
     for r in rows:
         r["speedup"] = r["tokens_per_s"] / std
@@ -305,4 +306,5 @@ def format_result(result: dict) -> str:
                      f"{r['tokens_per_s']:>10.1f}{r['speedup']:>8.2f}x"
                      f"{'  ' + format(sp.get('min', 0), '.2f') + '-' + format(sp.get('max', 0), '.2f') + 'x':>16}"
                      f"{r['exposed_comm_s'] * 1e3:>12.2f}")
+    lines += [f"{r['schedule']}: {n}" for r in result["schedules"] for n in r.get("notes", ())]
     return "\n".join(lines)

@@ -16,6 +16,10 @@ Positions. One decode schedule serves every decode step: start_pos (an int, or a
 tensor under CUDA graphs) is an argument of `forward`, not read from the ops' attrs; with
 kv="filled" the attended length is start_pos + q_len, as the IR's kv_len says.
 
+Token-split and seq-parallel need nothing special: a micro-batch's attention reads its own
+sequences of the KV cache (attr b0) at its own positions; slice/concat/pad/shard move rows; a
+reduce-scatter is torch.distributed's reduce_scatter_tensor (gloo has it in torch 2.13, async).
+
 Stand-ins and waits (sim.transform) run too: a `standin` computes a collective's output locally
 (its input, or tiled to the gathered width), spinning for its cost_ns on CPU when it has one; a
 `wait` only marks where a collective is awaited. So calibration runs its patterns (no
@@ -231,7 +235,8 @@ class Runner:
             buf, call = x, (lambda b: dist.all_reduce(b, group=self.group, async_op=True))
             finish = _identity
         elif op.kind == "all_gather":
-            # [rows, w] from each rank -> gathered [tp*rows, w] -> [rows, tp*w] (concat on last dim)
+            # [rows, w] from each rank -> gathered [tp*rows, w] -> [rows, tp*w] (concat on last dim),
+            # or kept as [tp*rows, w] with dim=0 (seq-parallel: the token rows of every rank)
             rows, width = x.shape
             tp, n = op.attr("group"), dist.get_world_size(self.group)
             if tp % n:
@@ -240,8 +245,27 @@ class Runner:
             # for the tp - 1 it does not have: the shapes downstream are the real job's
             buf = torch.empty(n * rows, width, dtype=x.dtype, device=x.device)
             call = (lambda b: dist.all_gather_into_tensor(b, x.contiguous(), group=self.group, async_op=True))
-            finish = (lambda b: b.view(n, rows, width).permute(1, 0, 2).repeat(1, tp // n, 1)
-                      .reshape(rows, tp * width))
+            if op.get("dim", -1) == 0:
+                finish = (lambda b: b if n == tp else b.repeat(tp // n, 1))
+            else:
+                finish = (lambda b: b.view(n, rows, width).permute(1, 0, 2).repeat(1, tp // n, 1)
+                          .reshape(rows, tp * width))
+        elif op.kind == "reduce_scatter":
+            # [tp*rs, w] partial sums -> this rank's block [rs, w] of their sum. torch 2.13's gloo has
+            # reduce_scatter_tensor (async), as NCCL does. An emulated rank (group smaller than tp)
+            # sums over its group and keeps its block: the real job's shapes, not its traffic.
+            rows, width = x.shape
+            tp, n = op.attr("group"), dist.get_world_size(self.group)
+            rs = rows // tp
+            if n == tp:
+                buf = torch.empty(rs, width, dtype=x.dtype, device=x.device)
+                src = x.contiguous()
+                call = (lambda b: dist.reduce_scatter_tensor(b, src, group=self.group, async_op=True))
+                finish = _identity
+            else:
+                buf, r = x, self.rank % tp
+                call = (lambda b: dist.all_reduce(b, group=self.group, async_op=True))
+                finish = (lambda b: b[r * rs:(r + 1) * rs])
         else:
             raise ValueError(f"op {op.name}: no collective for kind {op.kind}")
         if self.cuda:
@@ -303,6 +327,7 @@ class _Ctx:
 
     def __init__(self, runner: Runner, sched: Schedule, start_pos: int | torch.Tensor):
         self.rm = runner.rm
+        self.rank = runner.rank                 # the TP rank: which block of rows a seq-parallel shard holds
         self.step = sched.step
         self.stack = sched.stack
         q = sched.step.q_len
@@ -356,7 +381,8 @@ def _add(ctx: _Ctx, op: Op, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def _standin(ctx: _Ctx, op: Op, x: torch.Tensor) -> torch.Tensor:
-    """A collective's output computed locally: x itself, or x [rows, w] tiled to [rows, width]."""
+    """A collective's output computed locally: x itself, x [rows, w] tiled to [rows, width] or to
+    [rows, width] with more rows (a row all-gather), or its first rows (a reduce-scatter)."""
     cost_s = op.attr("cost_ns") * 1e-9
     if cost_s > 0:
         if x.is_cuda:
@@ -364,12 +390,43 @@ def _standin(ctx: _Ctx, op: Op, x: torch.Tensor) -> torch.Tensor:
         end = time.perf_counter() + cost_s
         while time.perf_counter() < end:            # busy, as the compute it stands for would be
             pass
-    width = op.attr("width")
+    rows, width = op.attr("rows"), op.attr("width")
+    if op.get("dim", -1) == 0:                      # seq-parallel: gathered token rows, or one block of them
+        return x.repeat(rows // x.shape[0], 1) if x.shape[0] < rows else x[:rows]
     return x if x.shape[-1] == width else x.repeat(1, width // x.shape[-1])
 
 
 def _wait(ctx: _Ctx, op: Op, x: torch.Tensor) -> torch.Tensor:
     return x                                        # the runner waited before calling this
+
+
+def _slice(ctx: _Ctx, op: Op, x: torch.Tensor) -> torch.Tensor:
+    """Rows of sequences b0..b0+nb at positions q0..q0+nq of x laid out [batch, q_len] (padding rows
+    beyond batch*q_len dropped): a view when contiguous, else a copy."""
+    B, S, w = op.attr("batch"), op.attr("q_len"), x.shape[-1]
+    b0, nb, q0, nq = op.attr("b0"), op.attr("nb"), op.attr("q0"), op.attr("nq")
+    if nq == S:
+        return x[b0 * S:(b0 + nb) * S]
+    return x[:B * S].view(B, S, w)[b0:b0 + nb, q0:q0 + nq].reshape(nb * nq, w)
+
+
+def _concat(ctx: _Ctx, op: Op, *parts: torch.Tensor) -> torch.Tensor:
+    """Micro-batches back to [batch * q_len, w]: along the batch, or along each sequence's tokens."""
+    if op.attr("axis") == "batch":
+        return torch.cat(parts, dim=0)
+    B, w = op.attr("batch"), parts[0].shape[-1]
+    return torch.cat([p.view(B, -1, w) for p in parts], dim=1).reshape(-1, w)
+
+
+def _pad(ctx: _Ctx, op: Op, x: torch.Tensor) -> torch.Tensor:
+    return F.pad(x, (0, 0, 0, op.attr("rows") - x.shape[0]))        # zero rows appended
+
+
+def _shard(ctx: _Ctx, op: Op, x: torch.Tensor) -> torch.Tensor:
+    """This rank's block of rows [rs, w] of x padded to group * rs rows (seq-parallel's residual)."""
+    rs, r = op.attr("rows"), ctx.rank % op.attr("group")
+    block = x[r * rs:(r + 1) * rs]
+    return block if block.shape[0] == rs else F.pad(block, (0, 0, 0, rs - block.shape[0]))
 
 
 def _sample(ctx: _Ctx, op: Op, logits: torch.Tensor) -> torch.Tensor:
@@ -383,24 +440,32 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([-b, a], dim=-1)
 
 
-def _attention(ctx: _Ctx, op: Op, qkv: torch.Tensor) -> torch.Tensor:
-    """qkv [rows, (H + 2*KVH) * D] -> o [rows, H * D]: RoPE, cache write, causal SDPA over the cache."""
+def _attention(ctx: _Ctx, op: Op, qkv: torch.Tensor, *after: torch.Tensor) -> torch.Tensor:
+    """qkv [rows, (H + 2*KVH) * D] -> o [rows, H * D]: RoPE, cache write, causal SDPA over the cache.
+
+    A token-split micro-batch is sequences b0..b0+B of the cache (attr b0) at step positions
+    q0..q0+S (q0 = its start_pos - the step's); `after` (an earlier token chunk's output) only
+    orders it after the chunk whose K/V it attends to."""
     rm = ctx.rm
-    B, S = ctx.step.batch, ctx.step.q_len
+    B, S = op.attr("batch"), op.attr("q_len")
+    b0, q0 = op.get("b0", 0), op.attr("start_pos") - ctx.step.start_pos
     H, KVH, D = op.attr("heads"), op.attr("kv_heads"), op.attr("head_dim")
     x = qkv.view(B, S, H + 2 * KVH, D)
     q, k, v = x.split([H, KVH, KVH], dim=2)                 # [B, S, h, D]
     if dict(op.attrs).get("qk_norm"):
         q = _head_norm(q, rm.weights[f"L{op.layer}.q_norm"], rm.model.norm_eps)
         k = _head_norm(k, rm.weights[f"L{op.layer}.k_norm"], rm.model.norm_eps)
-    pos = ctx.positions                                     # [S]
+    pos = ctx.positions[q0:q0 + S]                          # [S]
     cos, sin = rm.cos[pos][None, :, None, :], rm.sin[pos][None, :, None, :]
     q = (q.float() * cos + rotate_half(q.float()) * sin).to(qkv.dtype)
     k = (k.float() * cos + rotate_half(k.float()) * sin).to(qkv.dtype)
-    kc, vc = rm.kv[op.param]                                # [B, max_seq, KVH, D]
+    kc, vc = rm.kv[op.param]                                # [batch, max_seq, KVH, D]
+    if b0 or B != kc.shape[0]:
+        kc, vc = kc[b0:b0 + B], vc[b0:b0 + B]               # this micro-batch's sequences (a view)
     kc.index_copy_(1, pos, k)
     vc.index_copy_(1, pos, v)
-    L = ctx.kv_len
+    # the filled cache ends with this chunk; the static one is attended whole (masked)
+    L = ctx.kv_len if ctx.stack.kv == "static" else ctx.kv_len - (ctx.step.q_len - q0 - S)
     keys, vals = kc[:, :L].transpose(1, 2), vc[:, :L].transpose(1, 2)     # [B, KVH, L, D]
     qh = q.transpose(1, 2)                                                # [B, H, S, D]
     mask = ctx.arange[:L][None, :] <= pos[:, None]                        # [S, L] causal over cache
@@ -458,6 +523,7 @@ def _attention_sdpa_math(ctx: _Ctx, op: Op, qkv: torch.Tensor) -> torch.Tensor:
 KERNELS: dict[str, Callable] = {
     "embed": _embed, "rmsnorm": _rmsnorm, "gemm": _gemm, "attention": _attention,
     "swiglu": _swiglu, "add": _add, "sample": _sample, "standin": _standin, "wait": _wait,
+    "slice": _slice, "concat": _concat, "pad": _pad, "shard": _shard,
 }
 # The kernels of a compiled pass (Runner.functional_pass): the same ops, attention as math SDPA.
 COMPILED_KERNELS: dict[str, Callable] = KERNELS | {"attention": _attention_sdpa_math}

@@ -34,8 +34,9 @@ from .stack import DTYPE_BYTES, Stack
 # steps under CUDA graphs).
 FUSED_UNDER_GRAPHS = {"rmsnorm", "swiglu", "attention"}
 
-# Attrs that never change an op's cost (where in the cache a step writes): not part of a lookup key.
-COST_FREE_ATTRS = {"start_pos"}
+# Attrs that never change an op's cost (where in the cache a step writes, which sequences of the
+# cache a micro-batch reads): not part of a lookup key.
+COST_FREE_ATTRS = {"start_pos", "b0"}
 
 # The attr each kind's measured points are interpolated along.
 SWEEP_ATTR = {"gemm": "m", "attention": "kv_len", "rmsnorm": "rows", "swiglu": "rows",
@@ -79,6 +80,13 @@ def op_work(op: Op, fused: bool = False, graphs: bool | None = None) -> list[Wor
     if k == "embed":
         el = a["rows"] * a["width"]
         return [Work(0.0, 2 * e * el, 1)]
+    if k in ("slice", "shard", "pad"):
+        # row bookkeeping of token-split / seq-parallel: a view (no kernel) unless it must copy
+        el = a["rows"] * a["width"]
+        return [Work(0.0, 2 * e * el, 1)] if a.get("copy") or a.get("pad") else []
+    if k == "concat":
+        el = a["rows"] * a["width"]
+        return [Work(0.0, 2 * e * el, 1)]           # torch.cat of the micro-batches: one copy kernel
     if k == "sample":
         # argmax over the last position's logits per sequence: [batch, vocab]
         return [Work(float(a["batch"] * a["vocab"]), e * a["batch"] * a["vocab"], 2)]

@@ -28,7 +28,7 @@ from .memory import GIB, check_fits, estimate
 from .model import ModelSpec
 from .profile import Profile
 from .sampled import MIN_SAMPLES_PREFILL, REL_TOL, Estimate, Sampler
-from .schedule import Schedule, build, build_plan, plan_of, runs
+from .schedule import Schedule, build, build_plan, model_change, plan_of, runs
 from .stack import Stack, Step
 
 MODES = ("fast", "sampled", "brute")
@@ -100,6 +100,8 @@ class Prediction:
     batch: int
     gen_len: int
     speedup: float = 1.0
+    model_change: str = "none"          # what the schedule asks of the model (sim.schedule.MODEL_CHANGE)
+    notes: tuple[str, ...] = ()         # what the schedule builder chose (a fallback, padding and its cost)
     prefill: StepResult | None = field(default=None, repr=False)        # timeline of the prefill
     decode: StepResult | None = field(default=None, repr=False)         # timeline of decode step 1
     mode: str = "fast"
@@ -121,7 +123,8 @@ class Prediction:
     def to_dict(self) -> dict:
         out = {"schedule": self.schedule, "prefill_s": self.prefill_s, "decode_s": self.decode_s,
                "tokens_per_s": self.tokens_per_s, "speedup": self.speedup,
-               "exposed_comm_s": self.exposed_comm_s}
+               "exposed_comm_s": self.exposed_comm_s, "model_change": self.model_change,
+               "notes": list(self.notes)}
         if self.mode == "sampled":
             pre, dec = self.jitter_prefill or Estimate.zero(), self.jitter_decode or Estimate.zero()
             total = self.prefill_s + self.decode_s
@@ -218,6 +221,26 @@ class Simulator:
         return simulate(sched, op_time, ranks=self.ranks, interference=self.interference, arrival_mean_s=mean,
                         record=record, seed=self.seed * 1_000_003 + self._passes)
 
+    def notes(self, spec: str) -> tuple[str, ...]:
+        """The builder's notes for the prefill and a decode step, plus what padding costs (seq-parallel:
+        each padded all-gather / reduce-scatter priced at its padded size minus at the real tokens')."""
+        w = self.w
+        steps = [(w.prefill_step(), 1)] + ([(w.decode_step(1), w.gen_len - 1)] if w.gen_len > 1 else [])
+        out, pad_s = [], 0.0
+        for step, count in steps:
+            sched = self.w.schedule(spec, step)
+            out += [n for n in sched.notes if n not in out]
+            for op in sched.collectives:
+                if (op.kind == "reduce_scatter" or op.get("dim", -1) == 0) and \
+                        dict(op.attrs)["rows"] * (op.attr("group") if op.kind == "all_gather" else 1) > step.tokens:
+                    mode = "graph" if w.stack.graphs(step.phase) else "eager"
+                    real = self.cost.collective_s(op.kind, w.stack.dtype_bytes * step.tokens * op.attr("width"),
+                                                  op.attr("group"), mode)
+                    pad_s += count * max(self.comm_s(op, step.phase) - real, 0.0)
+        if pad_s > 0:
+            out.append(f"padding costs {pad_s * 1e3:.1f} ms of collective time over the run (prefill + decode)")
+        return tuple(out)
+
     def predict(self, spec: str) -> Prediction:
         w = self.w
         pre_s, pre_exp = self.step_time(spec, w.prefill_step())
@@ -235,7 +258,8 @@ class Simulator:
             # every decode step reads the whole static cache: all steps are the same step
             d, e = self.step_time(spec, w.decode_step(1))
             decode_s, decode_exposed = d * len(steps), e * len(steps)
-        p = Prediction(spec, pre_s, decode_s, pre_exp + decode_exposed, w.batch, w.gen_len, mode=self.mode)
+        p = Prediction(spec, pre_s, decode_s, pre_exp + decode_exposed, w.batch, w.gen_len, mode=self.mode,
+                       model_change=model_change(spec), notes=self.notes(spec))
         if self.mode == "sampled":
             self._add_jitter(spec, p, pre_s, steps)
         if self.record:          # full timelines of the prefill and of decode step 1, for traces and joins

@@ -33,8 +33,15 @@ KINDS = {
     "standin": COMPUTE,     # local stand-in of given cost (attr cost_ns): [rows, w] -> [rows, width], the
                             # input itself or tiled to width (what an all-gather's output looks like)
     "wait": COMPUTE,        # explicit wait: done once its input (a collective's output) exists; no work
+    # row bookkeeping of token-split and seq-parallel (a view where the rows are contiguous, else a copy):
+    "slice": COMPUTE,       # [>= batch*q_len, w] laid out [batch, q_len] -> sequences b0..b0+nb, positions
+                            # q0..q0+nq: [nb*nq, w] (attr copy: 1 when the rows are not contiguous)
+    "concat": COMPUTE,      # micro-batches -> [batch*q_len, w], joined along axis "batch" or "tokens"
+    "pad": COMPUTE,         # [rows - pad, w] -> [rows, w], zero rows appended (a reduce-scatter's input)
+    "shard": COMPUTE,       # [n, w] -> this rank's block of rows [rows, w] of the input padded to group*rows
     "all_reduce": COMM,     # sum over the TP group, [rows, width] in and out
-    "all_gather": COMM,     # concat over the TP group along the last dim
+    "all_gather": COMM,     # concat over the TP group along the last dim (attr dim=0: along rows, [group*rows, w])
+    "reduce_scatter": COMM, # sum over the TP group, rank r keeps rows block r: [rows, w] -> [rows/group, w]
 }
 
 GIVEN_COST = ("standin", "wait")      # kinds that carry their own cost (sim.transform builds them)
@@ -73,6 +80,10 @@ class Op:
                 return v
         raise KeyError(f"op {self.name} has no attr {key!r}")
 
+    def get(self, key: str, default: int | str) -> int | str:
+        """An optional attr (e.g. b0, the first sequence of a micro-batch)."""
+        return next((v for k, v in self.attrs if k == key), default)
+
     @property
     def given_cost_s(self) -> float | None:
         """The cost a stand-in or wait carries itself (attr cost_ns); None for ops a profile prices."""
@@ -94,7 +105,8 @@ class Schedule:
     step: Step
     stack: Stack
     ops: tuple[Op, ...]
-    plan: tuple[str, ...] = ()      # the kind of each layer (LAYER_KINDS)
+    plan: tuple[str, ...] = ()      # the kind of each layer (LAYER_KINDS; "kind:arg" for a kind with an argument)
+    notes: tuple[str, ...] = ()     # what the builder chose that the user should see (e.g. a fallback)
     producer: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -133,6 +145,21 @@ class Schedule:
 
 # ---------------------------------------------------------------- builders
 
+@dataclass(frozen=True)
+class MicroBatch:
+    """One micro-batch of a token split: sequences b0..b0+nb at step positions q0..q0+nq."""
+
+    index: int
+    b0: int
+    nb: int
+    q0: int
+    nq: int
+
+    @property
+    def rows(self) -> int:
+        return self.nb * self.nq
+
+
 class _Builder:
     """Appends ops with the shapes of one (model, tp, step, stack)."""
 
@@ -142,8 +169,18 @@ class _Builder:
         if model.sliding_window and step.kv_len > model.sliding_window:      # Mistral v0.1
             raise ValueError(f"{model.name.split('[:')[0]} attends to its last {model.sliding_window} positions "
                              f"(sliding window); prompt + gen beyond that is not priced (tpsim prices full attention)")
-        self.rows = step.tokens          # activations are [batch * q_len, hidden]
         self.ops: list[Op] = []
+        self.notes: list[str] = []
+        self.mb: MicroBatch | None = None       # set while building one micro-batch's ops (token-split)
+        self._chunk_sdpa: dict[int, str] = {}   # layer -> the previous token chunk's attention output
+
+    @property
+    def rows(self) -> int:
+        """Activation rows of what is being built: [batch * q_len, hidden], or one micro-batch's."""
+        return self.mb.rows if self.mb else self.step.tokens
+
+    def tag(self, i: int) -> str:
+        return f"L{i}.mb{self.mb.index}" if self.mb else f"L{i}"
 
     def add_op(self, name, kind, inputs, outputs, attrs, layer=None, param=None) -> str:
         self.ops.append(Op(name, kind, tuple(inputs), tuple(outputs), tuple(attrs),
@@ -157,28 +194,45 @@ class _Builder:
                            [("rows", self.rows), ("width", self.model.hidden), ("vocab", self.model.vocab)],
                            param="embed")
 
+    def _attention_attrs(self) -> list[tuple[str, int | str]]:
+        """The attention shape of the step, or of the current micro-batch: a micro-batch of sequences
+        reads its own rows b0.. of the KV cache; a token chunk writes positions start+q0.. and attends
+        to everything before them (the earlier chunks' K/V, already in the cache)."""
+        st, s, mb = self.step, self.shard, self.mb
+        batch, q_len, q0 = (mb.nb, mb.nq, mb.q0) if mb else (st.batch, st.q_len, 0)
+        start = st.start_pos + q0
+        kv = st.kv_len if self.stack.kv == "static" else start + q_len
+        attrs = [("batch", batch), ("q_len", q_len), ("start_pos", start), ("kv_len", kv),
+                 ("heads", s.heads), ("kv_heads", s.kv_heads), ("head_dim", s.head_dim),
+                 ("expand_gqa", int(self.stack.expand_gqa)), ("impl", self.stack.attention)]
+        if mb and mb.nb < st.batch:
+            attrs.append(("b0", mb.b0))
+        return attrs
+
     def attn(self, i: int, x: str, norm: bool = True) -> str:
         """Attention of layer i on residual x (or on an already-normed x): returns partial P_r."""
-        s, p = self.shard, f"L{i}.attn"
+        s, p = self.shard, f"{self.tag(i)}.attn"
         n = self.norm(f"{p}.norm", x, i, f"L{i}.attn_norm") if norm else x
         # Qwen2's q/k/v bias is the GEMM's epilogue; Qwen3's q/k RMSNorm runs inside attention
         # (before RoPE): attrs only when present, so Llama ops keep their signatures
         bias = [("bias", 1)] if self.model.qkv_bias else []
         qkv = self.add_op(f"{p}.qkv", "gemm", [n], [f"{p}.qkv_out"],
                           [("m", self.rows), ("n", s.qkv_dim), ("k", s.hidden)] + bias, i, f"L{i}.wqkv")
-        st = self.step
-        o = self.add_op(f"{p}.sdpa", "attention", [qkv], [f"{p}.sdpa_out"],
-                        [("batch", st.batch), ("q_len", st.q_len), ("start_pos", st.start_pos),
-                         ("kv_len", st.kv_len), ("heads", s.heads), ("kv_heads", s.kv_heads),
-                         ("head_dim", s.head_dim), ("expand_gqa", int(self.stack.expand_gqa)),
-                         ("impl", self.stack.attention)] + ([("qk_norm", 1)] if self.model.qk_norm else []),
-                        i, f"L{i}.kv")
+        ins = [qkv]
+        if self.mb and self.mb.q0 > 0:
+            # causal prefill chunk: it attends to the earlier chunks' K/V, written by their attention
+            ins.append(self._chunk_sdpa[i])
+        qk_norm = [("qk_norm", 1)] if self.model.qk_norm else []
+        o = self.add_op(f"{p}.sdpa", "attention", ins, [f"{p}.sdpa_out"], self._attention_attrs() + qk_norm, i,
+                        f"L{i}.kv")
+        if self.mb:
+            self._chunk_sdpa[i] = o
         return self.add_op(f"{p}.out", "gemm", [o], [f"{p}.partial"],
                            [("m", self.rows), ("n", s.hidden), ("k", s.q_dim)], i, f"L{i}.wo")
 
     def mlp(self, i: int, x: str, norm: bool = True) -> str:
         """SwiGLU MLP of layer i on residual x: returns partial Z_r."""
-        s, p = self.shard, f"L{i}.mlp"
+        s, p = self.shard, f"{self.tag(i)}.mlp"
         n = self.norm(f"{p}.norm", x, i, f"L{i}.mlp_norm") if norm else x
         up = self.add_op(f"{p}.up", "gemm", [n], [f"{p}.up_out"],
                          [("m", self.rows), ("n", 2 * s.ffn), ("k", s.hidden)], i, f"L{i}.w13")
@@ -195,8 +249,9 @@ class _Builder:
         return self.add_op(name, "all_reduce", [x], [f"{name}_out"],
                            [("rows", self.rows), ("width", self.model.hidden), ("group", self.tp)], layer)
 
-    def add(self, name: str, a: str, b: str, out: str, layer: int | None) -> str:
-        return self.add_op(name, "add", [a, b], [out], [("rows", self.rows), ("width", self.model.hidden)], layer)
+    def add(self, name: str, a: str, b: str, out: str, layer: int | None, rows: int | None = None) -> str:
+        return self.add_op(name, "add", [a, b], [out], [("rows", rows or self.rows), ("width", self.model.hidden)],
+                           layer)
 
     def head(self, x: str) -> str:
         """Final norm, LM head (replicated or vocab-parallel + all-gather), greedy sampling."""
@@ -263,15 +318,126 @@ class _Builder:
         r = self.add(f"L{i}.attn.add", r, a, f"L{i}.h", i)
         return self.add(f"L{i}.mlp.add", r, m, f"L{i}.x", i)
 
+    def token_split_layers(self, first: int, end: int, x: str, splits: int = 2) -> str:
+        """Token-split overlap (NanoFlow, TokenWeave) on layers first..end-1: standard math per micro-batch.
+
+        The step is cut into micro-batches along the batch (decode) or the prompt tokens (prefill);
+        each sublayer (attention, then MLP) is issued for micro-batch 0, 1, ..., and a micro-batch's
+        all-reduce is awaited only by its own residual add, issued just before its next sublayer. So
+        micro-batch j's all-reduce overlaps the compute of micro-batches j+1.. (and, for the last,
+        the next sublayer of micro-batch 0). Costs the split adds are the IR's own: GEMMs at m/N,
+        N x the kernels, the slice/concat copies, and compute slowed while a collective runs
+        (the engine's Interference). Where the step cannot be split (decode at batch 1, a 1-token
+        prefill) the layers are standard and the schedule says so in its notes."""
+        st = self.step
+        along = "batch" if st.phase == "decode" else "tokens"
+        units = st.batch if along == "batch" else st.q_len
+        k = min(splits, units)
+        if k < 2:
+            self.note(f"{st.phase} of {units} {'sequence' if along == 'batch' else 'token'}{'s' * (units != 1)} "
+                      f"cannot be split along {along}: runs standard")
+            return LAYER_KINDS["standard"](self, first, end, x)
+        if k < splits:
+            self.note(f"{st.phase} splits into {k}, not {splits} (only {units} along {along})")
+        mbs = []
+        for j, (lo, n) in enumerate(_chunks(units, k)):
+            mbs.append(MicroBatch(j, lo, n, 0, st.q_len) if along == "batch" else MicroBatch(j, 0, st.batch, lo, n))
+        xs = []
+        for mb in mbs:      # a view along the batch; a strided copy along the tokens of several sequences
+            copy = int(along == "tokens" and st.batch > 1)
+            xs.append(self.add_op(f"L{first}.mb{mb.index}.split", "slice", [x], [f"L{first}.mb{mb.index}.x_in"],
+                                  [("rows", mb.rows), ("width", self.model.hidden), ("batch", st.batch),
+                                   ("q_len", st.q_len), ("b0", mb.b0), ("nb", mb.nb), ("q0", mb.q0),
+                                   ("nq", mb.nq), ("copy", copy)], first))
+        pending: list[tuple | None] = [None] * k     # per micro-batch: (add name, output, layer, all-reduce value)
+        for i in range(first, end):
+            for half in ("attn", "mlp"):
+                for j, mb in enumerate(mbs):
+                    self.mb = mb
+                    if pending[j]:
+                        name, out, layer, ar = pending[j]
+                        xs[j] = self.add(name, xs[j], ar, out, layer)
+                    part = self.attn(i, xs[j]) if half == "attn" else self.mlp(i, xs[j])
+                    t = self.tag(i)
+                    ar = self.all_reduce(f"{t}.{half}.allreduce", part, i)       # async; awaited by the add
+                    pending[j] = ((f"{t}.attn.add", f"{t}.h", i, ar) if half == "attn"
+                                  else (f"{t}.mlp.add", f"{t}.x", i, ar))
+                    self.mb = None
+        for j, mb in enumerate(mbs):
+            name, out, layer, ar = pending[j]
+            self.mb = mb
+            xs[j] = self.add(name, xs[j], ar, out, layer)
+            self.mb = None
+        return self.add_op(f"L{end - 1}.merge", "concat", xs, [f"L{end - 1}.x"],
+                           [("rows", st.tokens), ("width", self.model.hidden), ("batch", st.batch),
+                            ("q_len", st.q_len), ("axis", along)], end - 1)
+
+    def seq_parallel_layers(self, first: int, end: int, x: str) -> str:
+        """Megatron sequence parallelism on layers first..end-1 (Korthikanti et al. 2022).
+
+        Between layers each rank holds 1/TP of the token rows of the residual, [rows/TP, hidden]
+        (padded to TP x rows/TP rows when tokens do not divide, e.g. decode at batch < TP). Each
+        sublayer: norm on the shard -> all-gather of the rows -> the TP GEMMs/attention on all rows
+        -> reduce-scatter of the partial sums (rank r keeps rows block r) -> residual add on the
+        shard. Same bytes as the all-reduce it replaces (a ring all-reduce is a reduce-scatter then
+        an all-gather) plus the padding, all blocking; the norms and adds are 1/TP of the rows."""
+        st, hidden, g = self.step, self.model.hidden, self.tp
+        rows = st.tokens
+        rs = -(-rows // g)                   # rows of each rank's shard
+        padded = rs * g
+        pad = padded - rows
+        if pad:
+            self.note(f"{st.phase} pads {rows} token row{'s' * (rows != 1)} to {padded} (TP {g}): "
+                      f"every all-gather / reduce-scatter moves {padded} rows, {pad} of them padding")
+
+        def gather(name: str, v: str, layer: int) -> str:
+            out = self.add_op(name, "all_gather", [v], [f"{name}_out"],
+                              [("rows", rs), ("width", hidden), ("group", g), ("dim", 0)], layer)
+            if pad:                              # drop the padding rows: a view
+                out = self.add_op(f"{name}.unpad", "slice", [out], [f"{name}.unpad_out"],
+                                  [("rows", rows), ("width", hidden), ("batch", st.batch), ("q_len", st.q_len),
+                                   ("b0", 0), ("nb", st.batch), ("q0", 0), ("nq", st.q_len), ("copy", 0)], layer)
+            return out
+
+        def scatter(name: str, v: str, layer: int) -> str:
+            if pad:
+                v = self.add_op(f"{name}.pad", "pad", [v], [f"{name}.pad_out"],
+                                [("rows", padded), ("width", hidden), ("pad", pad)], layer)
+            return self.add_op(name, "reduce_scatter", [v], [f"{name}_out"],
+                               [("rows", padded), ("width", hidden), ("group", g)], layer)
+
+        r = self.add_op(f"L{first}.sp.shard", "shard", [x], [f"L{first}.sp.x_in"],
+                        [("rows", rs), ("width", hidden), ("group", g), ("pad", pad)], first)
+        for i in range(first, end):
+            n = self.norm(f"L{i}.attn.norm", r, i, f"L{i}.attn_norm", rs)
+            p = self.attn(i, gather(f"L{i}.attn.allgather", n, i), norm=False)
+            h = self.add(f"L{i}.attn.add", r, scatter(f"L{i}.attn.reducescatter", p, i), f"L{i}.h", i, rs)
+            n = self.norm(f"L{i}.mlp.norm", h, i, f"L{i}.mlp_norm", rs)
+            z = self.mlp(i, gather(f"L{i}.mlp.allgather", n, i), norm=False)
+            r = self.add(f"L{i}.mlp.add", h, scatter(f"L{i}.mlp.reducescatter", z, i), f"L{i}.x", i, rs)
+        return gather(f"L{end - 1}.sp.gather", r, end - 1)
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
     def layers(self, plan: tuple[str, ...]) -> str:
         """Embedding, the layers as `plan` says (one LAYER_KINDS entry per layer), head."""
         x = self.embed()
         for kind, first, end in runs(plan):
-            build = LAYER_KINDS.get(kind)
-            if build is None:
-                raise ValueError(f"unknown layer kind {kind!r}; choose from {', '.join(LAYER_KINDS)}")
-            x = build(self, first, end, x)
+            x = layer_builder(kind)(self, first, end, x)
         return self.head(x)
+
+
+def _chunks(total: int, n: int) -> list[tuple[int, int]]:
+    """`total` units cut into n contiguous (start, size) pieces, the larger ones first: 5, 2 -> (0,3),(3,2)."""
+    q, r = divmod(total, n)
+    out, lo = [], 0
+    for j in range(n):
+        size = q + (j < r)
+        out.append((lo, size))
+        lo += size
+    return out
 
 
 def _each(layer: Callable[[_Builder, int, str], str]) -> Callable[[_Builder, int, int, str], str]:
@@ -291,7 +457,26 @@ LAYER_KINDS: dict[str, Callable[[_Builder, int, int, str], str]] = {
     "spd": _each(_Builder.spd_layer),
     "parallel": _each(_Builder.parallel_layer),
     "upper-bound": _each(lambda b, i, x: b.standard_layer(i, x, comm=False)),
+    "token-split": _Builder.token_split_layers,          # "token-split:N" in a plan: N micro-batches
+    "seq-parallel": _Builder.seq_parallel_layers,
 }
+
+
+def kind_base(kind: str) -> str:
+    """A plan's layer kind without its argument: 'token-split:3' -> 'token-split'."""
+    return kind.partition(":")[0]
+
+
+def layer_builder(kind: str) -> Callable[[_Builder, int, int, str], str]:
+    """The builder of a run of layers of `kind` ('kind' or 'kind:N' for a kind that takes a count)."""
+    base, _, arg = kind.partition(":")
+    build = LAYER_KINDS.get(base)
+    if build is None:
+        raise ValueError(f"unknown layer kind {kind!r}; choose from {', '.join(LAYER_KINDS)}")
+    if not arg:
+        return build
+    n = int(arg)
+    return lambda b, first, end, x: build(b, first, end, x, n)
 
 
 def runs(plan: tuple[str, ...]) -> list[tuple[str, int, int]]:
@@ -332,19 +517,47 @@ def plan_spd(n: int, layers: tuple[int, ...] = ()) -> tuple[str, ...]:
     return tuple("spd" if i in chosen else "standard" for i in range(n))
 
 
+def plan_token_split(n: int, splits: int = 2) -> tuple[str, ...]:
+    """Every layer split into `splits` micro-batches (batch in decode, tokens in prefill)."""
+    return (f"token-split:{splits}",) * n
+
+
+def plan_seq_parallel(n: int) -> tuple[str, ...]:
+    return ("seq-parallel",) * n
+
+
 SCHEDULES = {
     "standard": plan_standard,
     "ladder": plan_ladder,
     "spd": plan_spd,
     "parallel": plan_parallel,
     "upper-bound": plan_upper_bound,
+    "token-split": plan_token_split,
+    "seq-parallel": plan_seq_parallel,
 }
+
+# What running each schedule asks of the model (predict's model_change column):
+#   none         the same model and outputs as standard TP (only the order and shape of the work change)
+#   retrain      a different architecture: the model must be trained (or fine-tuned) for it
+#   drops syncs  the trained model with some all-reduces skipped: outputs change, some accuracy is lost
+#   n/a          not a way to run the model (upper-bound: no communication, a speed ceiling only)
+MODEL_CHANGE = {
+    "standard": "none", "token-split": "none", "seq-parallel": "none",
+    "ladder": "retrain", "parallel": "retrain", "spd": "drops syncs", "upper-bound": "n/a",
+}
+NO_RETRAINING = tuple(k for k, v in MODEL_CHANGE.items() if v == "none")
+
+
+def model_change(spec: str) -> str:
+    """none | retrain | drops syncs | n/a for schedule `spec` (see MODEL_CHANGE)."""
+    return MODEL_CHANGE[spec.partition(":")[0]]
 
 # What every command runs when given no --schedule: the five schedules, SPD on the SPD paper's 70% of blocks.
 DEFAULT_SCHEDULES = ("standard", "ladder", "parallel", "spd:0.7", "upper-bound")
 
 SCHEDULE_HELP = ("standard | ladder | ladder:K (upper K layers) | spd:F (fraction F of blocks from the top) "
-                 "| spd:3,5,9-12 (layer list; one layer as spd:[7]) | parallel | upper-bound")
+                 "| spd:3,5,9-12 (layer list; one layer as spd:[7]) | parallel | upper-bound "
+                 "| token-split | token-split:N (N micro-batches) | seq-parallel")
 
 
 def parse_schedule(spec: str, n_layers: int) -> tuple[str, dict]:
@@ -363,6 +576,14 @@ def parse_schedule(spec: str, n_layers: int) -> tuple[str, dict]:
             raise ValueError(f"bad ladder spec {spec!r}; use ladder or ladder:K (K = upper layers)") from None
     if base == "spd":
         return base, {"layers": _spd_layers(spec, arg, n_layers)}
+    if base == "token-split":
+        try:
+            splits = int(arg)
+        except ValueError:
+            splits = 0
+        if splits < 2:
+            raise ValueError(f"bad token-split spec {spec!r}; use token-split or token-split:N with N >= 2")
+        return base, {"splits": splits}
     raise ValueError(f"schedule {base!r} takes no argument (got {spec!r})")
 
 
@@ -412,7 +633,16 @@ def build_plan(name: str, plan: tuple[str, ...], model: ModelSpec, tp: int, step
         raise ValueError(f"plan has {len(plan)} layers, model {model.name} has {model.layers}")
     b = _Builder(model, tp, step, stack)
     b.layers(plan)
-    return Schedule(name, model, tp, step, stack, tuple(b.ops), plan=tuple(plan))
+    return Schedule(name, model, tp, step, stack, tuple(b.ops), plan=tuple(plan), notes=tuple(b.notes))
+
+
+def notes_of(spec: str, model: ModelSpec, tp: int, steps, stack: Stack = Stack()) -> tuple[str, ...]:
+    """The builder's notes for `spec` over `steps` (e.g. prefill and a decode step), each once."""
+    out: dict[str, None] = {}
+    for step in steps:
+        if step is not None:
+            out.update(dict.fromkeys(build(spec, model, tp, step, stack).notes))
+    return tuple(out)
 
 
 def build(spec: str, model: ModelSpec, tp: int, step: Step, stack: Stack = Stack()) -> Schedule:

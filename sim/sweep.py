@@ -211,9 +211,18 @@ def iter_rows(rows: list[dict], **match) -> Iterator[dict]:
             yield r
 
 
-def plot(rows: list[dict], path: str | os.PathLike) -> None:
+PLOT_VIEWS = ("speedup", "no-retraining")
+
+
+def plot(rows: list[dict], path: str | os.PathLike, view: str = "speedup") -> None:
     """Speedup over standard: heatmaps (model x TP) per schedule and profile, one batch per
-    figure row when batches vary; line plots over bandwidth scale when that was swept."""
+    figure row when batches vary; line plots over bandwidth scale when that was swept.
+    view "no-retraining": per batch size, the best schedule that keeps the model against the
+    ones that change it (plot_no_retraining)."""
+    if view not in PLOT_VIEWS:
+        raise ValueError(f"unknown plot view {view!r}; choose from {', '.join(PLOT_VIEWS)}")
+    if view == "no-retraining":
+        return plot_no_retraining(rows, path)
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -262,6 +271,79 @@ def plot(rows: list[dict], path: str | os.PathLike) -> None:
             ax.set_title(f"{s} | {p} | batch {b}", fontsize=8)
         fig.colorbar(im, ax=axes, shrink=0.8, label="speedup over standard")
     fig.suptitle("tpsim sweep: predicted speedup over standard TP", fontsize=10)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
+def best_no_retraining(rows: list[dict]) -> dict[tuple, dict]:
+    """(model, tp, profile, bw_scale, lat_scale, batch) -> the fastest way to run the point without
+    changing the model: the prefill and the decode steps each with the fastest schedule whose
+    model_change is none (standard, token-split, seq-parallel) -- a serving stack may pick the
+    schedule per phase, as they keep the same model and outputs. The result is a row with
+    schedule "P" when one schedule wins both phases, else "P / D" (prefill / decode), its
+    tokens_per_s and speedup over standard (which must be among the rows)."""
+    from .schedule import model_change
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r.get("error") or model_change(r["schedule"]) != "none":
+            continue
+        k = (r["model"], r["tp"], r["profile"], r["bw_scale"], r["lat_scale"], r["batch"])
+        groups.setdefault(k, []).append(r)
+    best: dict[tuple, dict] = {}
+    for k, rs in groups.items():
+        std = next((r for r in rs if r["schedule"] == "standard"), None)
+        if std is None:
+            continue
+        pre = min(rs, key=lambda r: r["prefill_s"])
+        dec = min(rs, key=lambda r: r["decode_s"])
+        tps = std["batch"] * std["gen_len"] / (pre["prefill_s"] + dec["decode_s"])
+        name = pre["schedule"] if pre is dec or pre["schedule"] == dec["schedule"] else \
+            f"{pre['schedule']} / {dec['schedule']}"
+        best[k] = {"schedule": name, "prefill_schedule": pre["schedule"], "decode_schedule": dec["schedule"],
+                   "prefill_s": pre["prefill_s"], "decode_s": dec["decode_s"], "tokens_per_s": tps,
+                   "speedup": tps / std["tokens_per_s"]}
+    return best
+
+
+def plot_no_retraining(rows: list[dict], path: str | os.PathLike) -> None:
+    """One panel per (model, TP, profile, link scaling): speedup over standard against batch size,
+    for the best schedule that keeps the model (each point labelled with the one that wins) and
+    for every schedule that changes it (ladder, parallel, spd)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from .schedule import model_change
+
+    best = best_no_retraining(rows)
+    if not best:
+        raise ValueError("nothing to plot: no grid point ran a schedule that keeps the model")
+    panels = list(dict.fromkeys(k[:5] for k in best))
+    changing = list(dict.fromkeys(r["schedule"] for r in rows if not r.get("error")
+                                  and model_change(r["schedule"]) in ("retrain", "drops syncs")))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.0), squeeze=False, sharey=True)
+    for ax, key in zip(axes[0], panels):
+        m, tp, prof, bw, lat = key
+        pts = sorted((k[5], r) for k, r in best.items() if k[:5] == key)
+        xs = [b for b, _ in pts]
+        ax.plot(xs, [r["speedup"] for _, r in pts], marker="o", lw=2, color="black",
+                label="best keeping the model (prefill / decode schedule)")
+        for b, r in pts:
+            ax.annotate(r["schedule"].replace(" / ", "/\n"), (b, r["speedup"]), textcoords="offset points",
+                        xytext=(0, -18), ha="center", fontsize=6)
+        for s in changing:
+            sp = sorted((r["batch"], r["speedup"]) for r in iter_rows(rows, schedule=s, model=m, tp=tp, profile=prof,
+                                                                       bw_scale=bw, lat_scale=lat) if not r.get("error"))
+            if sp:
+                ax.plot(*zip(*sp), marker="s", ls="--", label=f"{s} ({model_change(s)})")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(xs, [str(b) for b in xs])
+        ax.axhline(1.0, color="grey", lw=0.8)
+        scale = "" if (bw, lat) == (1.0, 1.0) else f" bw x{bw} lat x{lat}"
+        ax.set(title=f"{m} TP{tp} | {prof}{scale}", xlabel="batch size", ylabel="speedup over standard TP")
+        ax.title.set_fontsize(9)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, frameon=False)
+    fig.suptitle("tpsim sweep: the best schedule that keeps the model vs. those that change it", fontsize=10)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)

@@ -5,7 +5,8 @@ Each transform takes a built Schedule and returns another, so the same two inter
 The new ops are two IR kinds that carry their own cost (sim.schedule.GIVEN_COST):
 
   standin  a local value of a collective's output shape, standing in for it: the input itself
-           ([rows, width] for an all-reduce) or the input tiled to the gathered width (all-gather);
+           ([rows, width] for an all-reduce), the input tiled to the gathered width or rows
+           (all-gather), or its first rows/group rows (reduce-scatter);
   wait     a point in the issue order where a collective's output is awaited, reading nothing else.
 
   local(s)       every collective replaced by its stand-in: the pass without communication
@@ -29,10 +30,18 @@ STANDIN, WAIT = ".standin", ".wait"      # name suffixes of the ops a transform 
 
 
 def standin(op: Op, cost_ns: int = 0) -> Op:
-    """A compute op writing `op`'s output from `op`'s input, locally, at cost `cost_ns`."""
-    width = op.attr("width") * (op.attr("group") if op.kind == "all_gather" else 1)
+    """A compute op writing `op`'s output from `op`'s input, locally, at cost `cost_ns`: an all-gather's
+    output is its input tiled to the gathered width (or rows, dim=0), a reduce-scatter's its first
+    rows/group rows."""
+    rows, width, group = op.attr("rows"), op.attr("width"), op.attr("group")
+    by_rows = op.kind == "reduce_scatter" or (op.kind == "all_gather" and op.get("dim", -1) == 0)
+    if op.kind == "all_gather":
+        rows, width = (rows * group, width) if by_rows else (rows, width * group)
+    elif op.kind == "reduce_scatter":
+        rows //= group
+    dim = (("dim", 0),) if by_rows else ()          # the stand-in changes the rows, not the width
     return Op(op.name + STANDIN, "standin", op.inputs[:1], op.outputs,
-              (("rows", op.attr("rows")), ("width", width), ("cost_ns", cost_ns)), op.dtype, op.layer)
+              (("rows", rows), ("width", width), ("cost_ns", cost_ns)) + dim, op.dtype, op.layer)
 
 
 def wait(op: Op) -> Op:

@@ -21,9 +21,27 @@ def test_predict_json_shape():
         "model": "llama-3.1-70b", "tp": 8, "profile": "h100-sxm", "batch": 4, "prompt_len": 1024, "gen_len": 512}
     assert [s["schedule"] for s in out["schedules"]] == ["standard", "ladder", "parallel", "upper-bound", "spd:0.7"]
     for s in out["schedules"]:
-        assert set(s) == {"schedule", "prefill_s", "decode_s", "tokens_per_s", "speedup", "exposed_comm_s"}
+        assert set(s) == {"schedule", "prefill_s", "decode_s", "tokens_per_s", "speedup", "exposed_comm_s",
+                          "model_change", "notes"}
         assert s["tokens_per_s"] == pytest.approx(4 * 512 / (s["prefill_s"] + s["decode_s"]))
     assert out["schedules"][0]["speedup"] == 1.0
+    assert [s["model_change"] for s in out["schedules"]] == ["none", "retrain", "retrain", "n/a", "drops syncs"]
+
+
+def test_predict_no_retraining_schedules_say_so():
+    """token-split and seq-parallel keep the model (model_change none); at batch 1 decode cannot be
+    split, which the output says, and seq-parallel's padding to TP rows is shown with its cost."""
+    r = run("predict", "--model", "llama-3.1-70b", "--tp", "8", "--schedule", "token-split",
+            "--schedule", "seq-parallel", "--gen", "16", "--json")
+    assert r.exit_code == 0, r.output
+    ts, sp = json.loads(r.output)["schedules"]
+    assert ts["model_change"] == sp["model_change"] == "none"
+    assert ts["notes"] == ["decode of 1 sequence cannot be split along batch: runs standard"]
+    assert sp["notes"][0] == ("decode pads 1 token row to 8 (TP 8): every all-gather / reduce-scatter moves "
+                              "8 rows, 7 of them padding")
+    assert sp["notes"][1].startswith("padding costs ")
+    bad = run("predict", "--model", "llama-3.1-70b", "--tp", "8", "--schedule", "token-split:1")
+    assert bad.exit_code == 2 and "token-split:N with N >= 2" in bad.output
 
 
 def test_predict_without_standard_still_has_speedup():

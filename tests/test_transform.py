@@ -58,3 +58,16 @@ def test_an_all_gather_stands_in_at_its_gathered_width():
     assert sub.attr("width") == 2 * gather.attr("width") and sub.outputs == gather.outputs
     # blocking/overlapped keep only all-reduces: the gather is a stand-in there too
     assert gather.name not in names(overlapped(s)) and gather.name + ".standin" in names(blocking(s))
+
+
+def test_standins_of_seq_parallel_collectives_have_their_output_shapes():
+    """A row all-gather's stand-in has group x the rows, a reduce-scatter's 1/group of them."""
+    from sim.model import get_model
+    from sim.schedule import build
+    from sim.stack import Stack, Step
+    from sim.transform import local
+    s = local(build("seq-parallel", get_model("toy-512"), 4, Step.decode(2, 8, 4, 1, Stack()), Stack()))
+    by = {o.name: dict(o.attrs) for o in s.ops}
+    assert by["L0.attn.allgather.standin"] == {"rows": 4, "width": 512, "cost_ns": 0, "dim": 0}
+    assert by["L0.attn.reducescatter.standin"] == {"rows": 1, "width": 512, "cost_ns": 0, "dim": 0}
+    assert not s.collectives
