@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from sim.profile import new_profile, sourced
+
 
 # ------------------------------------------------------------------ collectives
 
@@ -228,7 +230,6 @@ def build_profile(cfg, groups: dict, world: int) -> dict:
 
     Without cfg.extends the profile is complete; with it, only what was measured is written and
     'extends' names the base (collectives.model.node then replaces the base's node protocols)."""
-    from sim.profile import FORMAT, VERSION
     dev = next((g for g in groups.values() if g["kind"] == "device"), None)
     host = dev["host"] if dev else _hostname()
     date = min((g["finished_at"] for g in groups.values()), default="")[:10]
@@ -243,23 +244,20 @@ def build_profile(cfg, groups: dict, world: int) -> dict:
         return f"measured by tpsim calibrate on {host} {date} ({backend_txt}{med}): {what}"
 
     name = cfg.name or Path(cfg.out).stem
-    prof: dict = {"format": FORMAT, "version": VERSION, "name": name}
-    if cfg.extends:
-        prof["extends"] = cfg.extends
     label = dev["device_name"] if dev else "this machine"
-    prof["description"] = (f"{label}, {world} ranks over {cfg.backend}, {cfg.dtype}; measured by tpsim calibrate "
-                           f"({'quick' if cfg.quick else 'full'}) on {host} {date}")
+    prof = new_profile(name, f"{label}, {world} ranks over {cfg.backend}, {cfg.dtype}; measured by tpsim calibrate "
+                             f"({'quick' if cfg.quick else 'full'}) on {host} {date}", extends=cfg.extends)
     compute: dict = {}
     if not cfg.extends:
         prof["device"] = cfg.device
-        prof["gpus_per_node"] = {"value": world, "source": src(f"world size of the calibration ({world} ranks on one node)")}
+        prof["gpus_per_node"] = sourced(world, src(f"world size of the calibration ({world} ranks on one node)"))
         if cfg.device == "cuda" and dev and dev.get("device_mem_bytes"):
             gib = dev["device_mem_bytes"] / 2 ** 30
-            prof["memory_gib"] = {"value": round(gib, 2), "source": src(f"torch.cuda total_memory of {label}")}
+            prof["memory_gib"] = sourced(round(gib, 2), src(f"torch.cuda total_memory of {label}"))
         else:
             ram = (dev or {}).get("host_ram_bytes") or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-            prof["memory_gib"] = {"value": round(ram / 2 ** 30 / world, 2),
-                                  "source": src(f"host RAM {ram / 2 ** 30:.1f} GiB shared by {world} ranks")}
+            prof["memory_gib"] = sourced(round(ram / 2 ** 30 / world, 2),
+                                  src(f"host RAM {ram / 2 ** 30:.1f} GiB shared by {world} ranks"))
     compute_groups = [g for g in groups.values() if g["kind"] == "compute"]
     cpoints = _dedupe([p for g in compute_groups for p in g["points"]])
     ctrials = cfg.trials["compute"]                     # per rank
@@ -268,22 +266,22 @@ def build_profile(cfg, groups: dict, world: int) -> dict:
         bw = max(dev["copy_bytes_per_s"].values())
         launch = dev["launch_s"]
         sizes = ", ".join(f"{n}^3" for n in dev["matmul_flops"])
-        compute["matmul_tflops"] = {cfg.dtype: {"value": round(peak / 1e12, 6),
-                                                "source": src(f"best {cfg.dtype} torch.matmul FLOP/s over square sizes "
-                                                              f"{sizes}, every rank at once, median over ranks")}}
-        compute["memory_gbps"] = {"value": round(bw / 1e9, 3),
-                                  "source": src("best copy bandwidth (read + write bytes) over "
-                                                f"{len(dev['copy_bytes_per_s'])} sizes, every rank at once")}
+        compute["matmul_tflops"] = {cfg.dtype: sourced(round(peak / 1e12, 6),
+                                                src(f"best {cfg.dtype} torch.matmul FLOP/s over square sizes "
+                                                              f"{sizes}, every rank at once, median over ranks"))}
+        compute["memory_gbps"] = sourced(round(bw / 1e9, 3),
+                                  src("best copy bandwidth (read + write bytes) over "
+                                                f"{len(dev['copy_bytes_per_s'])} sizes, every rank at once"))
         graph_s = dev.get("graph_launch_s")
         compute["launch_us"] = {
-            "eager": {"value": round(launch * 1e6, 4),
-                      "source": src("per-op overhead of the harness call path: hw.runner KERNELS['add'] on "
+            "eager": sourced(round(launch * 1e6, 4),
+                      src("per-op overhead of the harness call path: hw.runner KERNELS['add'] on "
                                     "1-element tensors, back to back (Python + dispatch + a trivial kernel); "
-                                    "measured compute points already include it")},
-            "graph": ({"value": round(graph_s * 1e6, 4), "source": src("CUDA graph of 200 tiny kernels replayed, per kernel")}
+                                    "measured compute points already include it")),
+            "graph": (sourced(round(graph_s * 1e6, 4), src("CUDA graph of 200 tiny kernels replayed, per kernel"))
                       if graph_s is not None else
-                      {"value": round(launch * 1e6, 4),
-                       "source": src("no CUDA graphs on a CPU device: the eager per-op overhead")})}
+                      sourced(round(launch * 1e6, 4),
+                       src("no CUDA graphs on a CPU device: the eager per-op overhead")))}
         # efficiency curves: the device sweeps themselves plus every measured compute point
         gx = [2.0 * int(n) ** 3 for n in dev["matmul_flops"]]
         gy = [f / peak for f in dev["matmul_flops"].values()]
@@ -317,9 +315,9 @@ def build_profile(cfg, groups: dict, world: int) -> dict:
         tabs = tables(pts, src("latency per call, the slowest rank per trial, barrier before each trial", ntr))
         coll: dict = {"default_impl": impl0, "tables": tabs}
         extra = _eager_extra(tabs)
-        coll["eager_extra_us"] = ({"value": round(extra, 3), "source": src(
-            "median over sizes of eager minus CUDA-graph all-reduce latency")} if extra is not None else
-            {"value": 0.0, "source": src("not needed: every table was measured in eager mode, the only mode here")})
+        coll["eager_extra_us"] = (sourced(round(extra, 3), src(
+            "median over sizes of eager minus CUDA-graph all-reduce latency")) if extra is not None else
+            sourced(0.0, src("not needed: every table was measured in eager mode, the only mode here")))
         model, fit = model_section(tabs, impl0, src("collective latency", ntr))
         if model:
             # over a base that has node protocols, ours replace them (mixing two fits' min() would be
@@ -343,14 +341,14 @@ def build_profile(cfg, groups: dict, world: int) -> dict:
         prof["overlap"] = {}
         for key, text in how.items():
             raw = s.get(key + "_raw", s[key])
-            prof["overlap"][key] = {"value": value[key],
-                                    "source": src(f"{text} = {raw:.3f}" + _clamped(raw)
-                                                  + f"; {_overlap_what(ov)}", ov["trials"])}
+            prof["overlap"][key] = sourced(value[key],
+                                    src(f"{text} = {raw:.3f}" + _clamped(raw)
+                                                  + f"; {_overlap_what(ov)}", ov["trials"]))
         # written, not left out: over a base with a fitted wake-up, that wake must not pair with these
-        prof["overlap"]["wake_us"] = {"value": 0.0, "source": src(
-            "not part of this method's model (refit_overlap fits it where the passes allow)")}
+        prof["overlap"]["wake_us"] = sourced(0.0, src(
+            "not part of this method's model (refit_overlap fits it where the passes allow)"))
     elif not cfg.extends:
-        prof["overlap"] = {k: {"value": 1.0, "source": src("single rank: no collective to overlap")}
+        prof["overlap"] = {k: sourced(1.0, src("single rank: no collective to overlap"))
                            for k in ("compute_slowdown", "comm_slowdown")}
     # what the measured points assume, for a CLI that defaults its stack from the profile
     prof["stack_defaults"] = {"dtype": cfg.dtype, "collective": impl0,
@@ -369,9 +367,9 @@ def build_profile(cfg, groups: dict, world: int) -> dict:
             what += ("; written as 0: the gloo collective tables above were timed the same barrier-free way "
                      "(slowest rank's time), so they already include this skew on average")
         prof["jitter"] = {"arrival": {arr["scope"]: {"dist": "exponential",
-                                                     "mean_us": {"value": value, "source": src(what)}}}}
+                                                     "mean_us": sourced(value, src(what))}}}
     elif not cfg.extends:
-        prof["jitter"] = {"launch_us": {"value": 0.0, "source": "not measured by tpsim calibrate (no launch-skew model)"}}
+        prof["jitter"] = {"launch_us": sourced(0.0, "not measured by tpsim calibrate (no launch-skew model)")}
     prof["raw"] = {"groups": {k: {"source": src(f"raw measurement group {k}"), **v} for k, v in sorted(groups.items())},
                    "config": cfg.fingerprint()}
     if coll_groups and fit is not None:
@@ -418,9 +416,9 @@ def refit_overlap(prof: dict, loaded) -> bool:
                 "model but extrapolates poorly; calibrate two models of different compute/collective balance "
                 "(e.g. --models toy-512 --models toy-1024)")
     prof["overlap"] = {
-        "compute_slowdown": {"value": got["compute_slowdown"], "source": why},
-        "comm_slowdown": {"value": got["comm_slowdown"], "source": why},
-        "wake_us": {"value": got["wake_us"], "source": why + " (wake-up of a rank blocked on a collective)"}}
+        "compute_slowdown": sourced(got["compute_slowdown"], why),
+        "comm_slowdown": sourced(got["comm_slowdown"], why),
+        "wake_us": sourced(got["wake_us"], why + " (wake-up of a rank blocked on a collective)")}
     return True
 
 
