@@ -57,7 +57,8 @@ def calibrate_cmd(backend, nproc, models, tps, batches, prompts, gens, quick, ou
     an interrupted calibration (state in OUT.state.json)."""
     from hw.commands import require_torch
     require_torch("calibrate")
-    from calib.run import CalibConfig, CalibrationStopped, calibrate, run_here
+    from calib.plan import CalibConfig, CalibrationStopped
+    from calib.run import calibrate, run_here
     from hw.dist import WorkerFailed, check_timeout
     try:
         _check_values(backend, nproc, tps, batches, prompts, gens, kw.get("timeout_s"), kw.get("stop_after"))

@@ -174,17 +174,22 @@ def new_profile(name: str, description: str, extends: str | None = None) -> dict
     return doc
 
 
-def write_profile(path: str | os.PathLike, data: dict) -> Profile:
-    """Validate a profile document (loaded with its base merged, from a side file beside `path`),
-    then write it to `path` atomically: a document that does not validate raises ProfileError
-    naming the field and leaves `path` as it was. Returns the loaded profile."""
-    out = Path(path)
+def load_document(data: dict, near: str | os.PathLike) -> Profile:
+    """Validate a profile document not yet written, with its `extends` base merged, as
+    `load_profile` would read it: through a side file beside `near` (removed again)."""
+    out = Path(near)
     fd, side_name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.stem}.", suffix=".probe.json")
     os.close(fd)
     try:
         write_json_atomic(side_name, data)
-        loaded = load_profile(side_name)
+        return load_profile(side_name)
     finally:
         Path(side_name).unlink(missing_ok=True)
-    write_json_atomic(out, data)
+
+
+def write_profile(path: str | os.PathLike, data: dict) -> Profile:
+    """Validate a profile document, then write it to `path` atomically: one that does not validate
+    raises ProfileError naming the field and leaves `path` as it was. Returns the loaded profile."""
+    loaded = load_document(data, near=path)
+    write_json_atomic(path, data)
     return loaded

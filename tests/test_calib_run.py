@@ -9,7 +9,8 @@ from click.testing import CliRunner
 pytest.importorskip("torch")
 
 from calib.commands import calibrate_cmd  # noqa: E402
-from calib.run import CalibConfig, CalibrationStopped, calibrate, env_tag, plan_groups, read_state, state_path  # noqa: E402
+from calib.plan import CalibConfig, CalibrationStopped, env_tag, plan_groups, read_state, state_path, write_state  # noqa: E402
+from calib.run import calibrate  # noqa: E402
 from sim.model import get_model  # noqa: E402
 from sim.predict import Workload, predict  # noqa: E402
 from sim.profile import load_profile  # noqa: E402
@@ -91,7 +92,6 @@ def test_state_of_other_options_is_refused(tmp_path):
     out = tmp_path / "p.json"
     cfg = CalibConfig(out=str(out), models=("tiny",), quick=True)
     st = read_state(cfg)
-    from calib.run import write_state
     write_state(cfg.state_path, st)
     other = CalibConfig(out=str(out), models=("toy-512",), quick=True)
     with pytest.raises(ValueError, match="other options .*models"):
