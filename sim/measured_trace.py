@@ -96,7 +96,7 @@ def bench_trace(result: dict) -> dict:
 
 def side_by_side_trace(measured: dict, w, specs: list[str] | None = None) -> dict:
     """Measured and simulated tracks of each rank, per schedule, of one grid point (`w` is the
-    simulator's Workload for the measured run, calib.compare.workload_of)."""
+    simulator's Workload for the measured run, calib.compare_measure.workload_of)."""
     groups = []
     for row in measured.get("schedules", []):
         spec = row["schedule"]

@@ -64,7 +64,7 @@ def test_interrupted_calibration_resumes_without_remeasuring(tmp_path):
     assert prof["overlap"]["compute_slowdown"]["value"] >= 1.0
     p = load_profile(str(out))
     # the overlap trials are kept, so compare can bootstrap the predicted speedup's interval
-    from calib.compare import overlap_samples
+    from calib.compare_intervals import overlap_samples
     triples = overlap_samples(p)
     assert len(triples) == 30 and all(cs >= 1.0 and ks >= 1.0 and w >= 0.0 for cs, ks, w in triples)
     # fitted by simulating the calibration's own passes: the fit says what it matched, per case
