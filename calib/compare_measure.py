@@ -21,7 +21,8 @@ def measure(point: Point, schedules: tuple[str, ...], out_dir: Path, backend: st
             repeats: int = 3, warmup: int = 1, timeout_s: float = 120.0, deadline_s: float = 900.0,
             compile: bool = False) -> dict:
     """Run `tpsim bench` for one point (or reuse its saved result) and return the measured JSON."""
-    from hw.dist import RunConfig, launch
+    from hw.dist import launch
+    from hw.run_config import RunConfig
     key = point.key.replace("/", "_").replace("\\", "_")        # a config.json path as --model
     path = out_dir / "measured" / f"{key}.json"
     if path.exists():

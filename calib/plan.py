@@ -63,7 +63,7 @@ class CalibConfig:
     stop_after: int | None = None              # test hook: stop after this many newly measured groups
 
     def __post_init__(self) -> None:
-        from hw.dist import check_backend_device
+        from hw.run_config import check_backend_device
         check_backend_device(self.backend, self.device)
         if self.dtype not in DTYPE_BYTES:
             raise ValueError(f"unknown dtype {self.dtype!r}; choose from {', '.join(DTYPE_BYTES)}")

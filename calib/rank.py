@@ -16,20 +16,20 @@ from calib.shapes import ShapeCase
 
 def worker(config: dict) -> int:
     """Entry point of one rank (hw.dist launches it as `calib.rank:worker`)."""
-    from hw import dist as hwdist
+    from hw import rank as hwrank
     cfg = CalibConfig.from_dict(config)
-    ctx = hwdist.init_from_env(cfg.backend, "cuda" if cfg.device == "cuda" else "cpu", cfg.timeout_s)
+    ctx = hwrank.init_from_env(cfg.backend, "cuda" if cfg.device == "cuda" else "cpu", cfg.timeout_s)
     try:
         return run_groups(cfg, ctx)
     finally:
-        hwdist.shutdown()
+        hwrank.shutdown()
 
 
 def run_groups(cfg: CalibConfig, ctx, progress: Callable | None = None) -> int:
     """Run every group of this launch not in the state file; rank 0 saves after each group.
     Returns 0 when all are done, STOPPED when `stop_after` ended it early."""
     import torch.distributed as dist
-    from hw.dist import cpu_group
+    from hw.rank import cpu_group
     pg = cpu_group()
 
     def barrier():
@@ -39,7 +39,7 @@ def run_groups(cfg: CalibConfig, ctx, progress: Callable | None = None) -> int:
     state = box[0]
     groups = plan_groups(cfg, ctx.world, cfg.env_index)
     new = 0
-    from hw.dist import fault_point
+    from hw.rank import fault_point
     for i, g in enumerate(groups):
         if g.name in state["groups"]:
             continue
@@ -152,7 +152,7 @@ def _merge_device(per_rank: list[dict]) -> dict:
         "device_mem_bytes": r0.get("device_mem_bytes"),
         "host": socket.gethostname(), "host_ram_bytes": ram, "cpu_count": os.cpu_count(),
         "ranks": len(per_rank),
-        # CPU ranks pinned to these cores (hw.dist.pin_cores); measured values depend on it
+        # CPU ranks pinned to these cores (hw.rank.pin_cores); measured values depend on it
         "rank_cores": [r.get("cores") for r in per_rank],
     }
 

@@ -136,7 +136,7 @@ def run_here(cfg: CalibConfig) -> Path | None:
     """torchrun mode: this process is one rank; rank 0 writes the profile. Extra env settings
     cannot be applied here (NCCL reads the environment before we run): set them on torchrun."""
     import torch.distributed as dist
-    from hw import dist as hwdist
+    from hw import rank as hwrank
     from calib.rank import run_groups
     if cfg.envs:
         raise ValueError("--nccl-env needs the launcher (--nproc); under torchrun set NCCL_* yourself "
@@ -147,18 +147,18 @@ def run_here(cfg: CalibConfig) -> Path | None:
         check_extends(cfg.extends)
         lock = acquire(cfg.out, "calibration")     # rank 0 writes --out: one such run at a time
         check_writable(cfg.out)
-    ctx = hwdist.init_from_env(cfg.backend, "cuda" if cfg.device == "cuda" else "cpu", cfg.timeout_s)
+    ctx = hwrank.init_from_env(cfg.backend, "cuda" if cfg.device == "cuda" else "cpu", cfg.timeout_s)
     try:
         _check_world(cfg, ctx.world)
         box = [uuid.uuid4().hex[:12]]
-        dist.broadcast_object_list(box, src=0, group=hwdist.cpu_group())
+        dist.broadcast_object_list(box, src=0, group=hwrank.cpu_group())
         cfg = replace(cfg, run_id=box[0])
         rc = run_groups(cfg, ctx)
         if rc == STOPPED:
             raise CalibrationStopped(f"calibration stopped early; partial results kept in {cfg.state_path}")
         return finish(cfg, read_state(cfg), ctx.world) if ctx.rank == 0 else None
     finally:
-        hwdist.shutdown()
+        hwrank.shutdown()
         if lock is not None:
             from sim.lock import release
             release(lock)

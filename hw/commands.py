@@ -52,7 +52,7 @@ def check_cuda(n: int = 1) -> None:
 
 def _check_ranges(kw: dict) -> None:
     """Every numeric option in range, nothing silently replaced (ValueError -> exit 2)."""
-    from hw.dist import check_timeout
+    from hw.run_config import check_timeout
     for name, key, lo, hi in (("--tp", "tp", 1, 1024), ("--batch", "batch", 1, 1 << 16),
                               ("--prompt", "prompt_len", 1, MAX_PROMPT), ("--gen", "gen_len", 1, MAX_GEN),
                               ("--layers", "layers", 1, 1 << 16), ("--emulate-tp", "emulate_tp", 1, 1024),
@@ -117,7 +117,7 @@ def _common(f):
 
 def _config(kind: str, **kw):
     """Options -> validated RunConfig (UsageFail on user mistakes)."""
-    from hw.dist import RunConfig, default_timeout_s
+    from hw.run_config import RunConfig, default_timeout_s
     device = kw.pop("device")
     if device == "auto":
         device = "cuda" if _cuda_available() else "cpu"
