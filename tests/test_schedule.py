@@ -129,13 +129,13 @@ def test_kv_head_replication_and_tp_errors():
 
 
 def test_a_new_layer_kind_is_one_registry_entry(monkeypatch):
-    """A schedule whose layers are attention only: a builder in LAYER_KINDS and a plan in SCHEDULES."""
-    from sim import schedule as S
+    """A schedule whose layers are attention only: a builder in sim.builder.LAYER_KINDS and a plan in sim.schedule.SCHEDULES."""
+    from sim import builder as B, schedule as S
 
     def attn_only(b, i, x):
         p = b.all_reduce(f"L{i}.attn.allreduce", b.attn(i, x), i)
         return b.add(f"L{i}.attn.add", x, p, f"L{i}.x", i)
-    monkeypatch.setitem(S.LAYER_KINDS, "attn-only", S._each(attn_only))
+    monkeypatch.setitem(B.LAYER_KINDS, "attn-only", B._each(attn_only))
     monkeypatch.setitem(S.SCHEDULES, "attn-only", lambda n: ("attn-only",) * n)
     s = sched("attn-only")
     assert s.plan == ("attn-only",) * M.layers and len(s.collectives) == M.layers
