@@ -27,7 +27,7 @@ from sim.profile import new_profile, sourced
 # ------------------------------------------------------------------ collectives
 
 def ring_terms(collective: str, n: int) -> tuple[int, float]:
-    """(steps, algbw/busbw) of a ring over n ranks, as sim.cost.ring_s prices it."""
+    """(steps, algbw/busbw) of a ring over n ranks, as sim.collective_cost.ring_s prices it."""
     if n <= 1:
         return 0, 1.0
     if collective == "all_reduce":
