@@ -275,7 +275,7 @@ def build_profile(cfg, groups: dict, world: int) -> dict:
         graph_s = dev.get("graph_launch_s")
         compute["launch_us"] = {
             "eager": sourced(round(launch * 1e6, 4),
-                      src("per-op overhead of the harness call path: hw.runner KERNELS['add'] on "
+                      src("per-op overhead of the harness call path: hw.kernels KERNELS['add'] on "
                                     "1-element tensors, back to back (Python + dispatch + a trivial kernel); "
                                     "measured compute points already include it")),
             "graph": (sourced(round(graph_s * 1e6, 4), src("CUDA graph of 200 tiny kernels replayed, per kernel"))
@@ -300,7 +300,7 @@ def build_profile(cfg, groups: dict, world: int) -> dict:
                                                       "them, time minus per-op overhead), median per half-decade")}
     if cpoints:
         cases = ", ".join(sorted({g_name.split('/', 1)[1] for g_name, g in groups.items() if g['kind'] == 'compute'}))
-        compute["tables"] = [{"source": src(f"each op timed with hw.runner KERNELS on its real input tensors "
+        compute["tables"] = [{"source": src(f"each op timed with hw.kernels KERNELS on its real input tensors "
                                             f"(cases {cases}; on CPU inside the cases' passes); the slowest "
                                             f"rank's median, since a TP pass moves at its pace; CPU times include "
                                             f"the per-op call overhead", ctrials),
