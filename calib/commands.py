@@ -10,13 +10,8 @@ import os
 
 import click
 
+from sim.cli_options import TpsimError as UsageFail
 from sim.stack import ATTENTION_IMPLS, DECODE_KV, DTYPE_BYTES, HEADS, PREFILL_LOGITS
-
-
-class UsageFail(click.ClickException):
-    """A user mistake (bad option, unknown model): exit code 2."""
-
-    exit_code = 2
 
 
 @click.command("calibrate")
@@ -60,7 +55,6 @@ def calibrate_cmd(backend, nproc, models, tps, batches, prompts, gens, quick, ou
     from calib.plan import CalibConfig, CalibrationStopped
     from calib.run import calibrate, run_here
     from hw.dist import WorkerFailed
-    from hw.run_config import check_timeout
     try:
         _check_values(backend, nproc, tps, batches, prompts, gens, kw.get("timeout_s"), kw.get("stop_after"))
     except ValueError as e:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import click
 
+from sim.cli_options import TpsimError
 from sim.model import get_model
 from sim.profile import ProfileError, load_profile
 from sim.schedule import DEFAULT_SCHEDULES
@@ -98,10 +99,6 @@ def run_compare(points: list[Point], schedules: tuple[str, ...], out_dir: Path, 
     return result
 
 
-class _Fail(click.ClickException):
-    exit_code = 2
-
-
 @click.command("compare")
 @click.option("--backend", type=click.Choice(["gloo", "nccl"]), default="gloo", show_default=True)
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None, help="Default: cpu for gloo, cuda for nccl.")
@@ -147,7 +144,7 @@ def compare_cmd(backend, device, nproc, quick, profile_arg, models, tps, batches
         result = run_compare(points, schedules, Path(out_dir), profile_arg, backend, device, nproc, quick, repeats,
                              tuple(measured_files), timeout_s, echo=click.echo, compile=compile_)
     except (ValueError, ProfileError) as e:
-        raise _Fail(str(e)) from None
+        raise TpsimError(str(e)) from None
     _print_summary(result, Path(out_dir))
     if not result["points"]:             # every point failed: a report of nothing is not a success
         raise click.ClickException(f"nothing could be compared: all {len(result['failed'])} point(s) failed "

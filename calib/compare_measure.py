@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from sim.errors import UserError
 from sim.model import ModelSpec, get_model
 from sim.predict import Workload
 from sim.stack import Stack
@@ -13,7 +14,7 @@ from sim.sweep import Shape
 Point = Shape          # a grid point: model, TP, batch, prompt and gen lengths
 
 
-class CompareError(ValueError):
+class CompareError(UserError):
     """A grid point that cannot be compared; the message says why."""
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import click
 
+from sim.cli_options import TpsimError as UsageFail
 from calib.imports import COLLECTIVES, ImportedTable, parse_nccl_tests
 from sim.profile import ProfileError, builtin_names, load_profile, new_profile, write_profile
 
@@ -168,10 +169,6 @@ def _fmt_bytes(n: int) -> str:
         if n >= k:
             return f"{n / k:g} {unit}"
     return f"{n} B"
-
-
-class UsageFail(click.ClickException):
-    exit_code = 2
 
 
 @click.command("import-nccl-tests")

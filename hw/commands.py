@@ -19,14 +19,9 @@ import tempfile
 
 import click
 
+from sim.cli_options import TpsimError as UsageFail
 from sim.schedule import DEFAULT_SCHEDULES, SCHEDULE_HELP
 from sim.stack import ATTENTION_IMPLS, DECODE_KV, DTYPE_BYTES, HEADS, PREFILL_LOGITS
-
-
-class UsageFail(click.ClickException):
-    """A user mistake (bad option, model does not fit): exit code 2."""
-
-    exit_code = 2
 
 
 def require_torch(command: str) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from .errors import UserError
 from .topology import TopologySpec
 
 FORMAT, VERSION = "tpsim-profile", 1
@@ -35,7 +36,7 @@ MAX_GPUS = 1024                  # per node
 MAX_TABLE_POINTS = 10_000        # per measured table
 
 
-class ProfileError(ValueError):
+class ProfileError(UserError):
     """A profile that cannot be used; the message names the file and the field."""
 
 
