@@ -14,7 +14,7 @@ import math
 from .ir import Op
 from .profile import CollectiveTable, LinkModel, Profile
 from .stack import DTYPE_BYTES
-from .topology import TopologyModel
+from .topology_price import TopologyModel
 
 
 class CollectiveCost:

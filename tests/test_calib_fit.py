@@ -3,7 +3,8 @@ import math
 
 import pytest
 
-from calib.fit import Protocol, efficiency_curve, fit_protocols, model_section, tables
+from calib.fit import efficiency_curve
+from calib.fit_collectives import Protocol, fit_protocols, model_section, tables
 from sim.collective_cost import ring_s
 from sim.profile import LinkModel
 

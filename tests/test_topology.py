@@ -17,7 +17,8 @@ import pytest
 from sim.cost import CostModel
 from sim.profile import load_profile
 from sim.stack import Stack
-from sim.topology import TopologyModel, build_graph, ring_busbw_gbps, route
+from sim.topology import build_graph, ring_busbw_gbps, route
+from sim.topology_price import TopologyModel
 
 NVSWITCH = ("h100-sxm", "h200-sxm", "a100-sxm")
 

@@ -21,7 +21,7 @@ import pandas as pd
 
 sys.path.insert(0, ".")
 from sim.profile import parse  # noqa: E402
-from sim.topology import TopologyModel  # noqa: E402
+from sim.topology_price import TopologyModel  # noqa: E402
 
 AIC = "aiconfigurator 0.12.0 (PyPI aiconfigurator-core 0.12.0, NVIDIA)"
 DATA = Path(sys.argv[1])
