@@ -18,7 +18,6 @@ import os
 import statistics
 from pathlib import Path
 
-
 from sim.profile import new_profile, sourced
 
 from calib.fit_collectives import model_section, tables
