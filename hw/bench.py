@@ -1,4 +1,4 @@
-"""The benchmark protocol (DESIGN.md): measured tokens/s of each schedule on this machine.
+"""The benchmark protocol (docs/design.md): measured tokens/s of each schedule on this machine.
 
 Per schedule one *generation* = prefill of batch x prompt (produces token 1) + gen-1 decode steps
 with the static KV cache, greedy tokens fed back. Every schedule is warmed up, then measured
@@ -137,7 +137,7 @@ def run_bench(cfg: RunConfig, ctx: hwrank.DistContext) -> dict:
 
 def compile_passes(runner: Runner, plans: dict, cfg: RunConfig, rank: int) -> dict:
     """torch.compile each schedule's whole prefill and decode pass (Runner.functional_pass), as the
-    reference harness compiles its forward (FACTS.md §10): fullgraph, static shapes; decode under
+    reference harness compiles its forward (docs/sources.md §10): fullgraph, static shapes; decode under
     CUDA graphs (mode reduce-overhead) on cuda with --graphs. On CPU Inductor generates C++ (OpenMP)
     kernels, on CUDA Triton ones. Compiling is slow (tens of seconds per pass on a small CPU); the
     compiled code is cached by Inductor's FX graph cache (TORCHINDUCTOR_CACHE_DIR, default

@@ -179,7 +179,7 @@ def _attention(ctx: KernelCtx, op: Op, qkv: torch.Tensor, *after: torch.Tensor) 
 
 
 def _attention_sdpa_math(ctx: KernelCtx, op: Op, qkv: torch.Tensor) -> torch.Tensor:
-    """The compiled stack's attention, as the reference harness (FACTS.md §10) runs it: RoPE and
+    """The compiled stack's attention, as the reference harness (docs/sources.md §10) runs it: RoPE and
     cache write as `_attention`, GQA K/V expanded with repeat_interleave, then PyTorch's math SDPA
     op itself (the GPU runs forced the math backend; calling the op, not F.sdpa, keeps Inductor
     on CPU from picking its fused flash kernel). Under compile Inductor decomposes it: q, k, v

@@ -191,7 +191,7 @@ class Runner:
     def functional_pass(self, sched: Schedule, tokens: torch.Tensor,
                         start_pos: int | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One forward pass as one traceable function, for torch.compile(fullgraph=True) as the
-        reference harness compiles its whole forward (FACTS.md §10): compute ops run
+        reference harness compiles its whole forward (docs/sources.md §10): compute ops run
         COMPILED_KERNELS, collectives are functional (`_c10d_functional.all_reduce` +
         `wait_tensor`), so Inductor fuses across op boundaries and sinks each wait to the first
         reader -- the IR's dataflow, not this loop, decides the overlap. Every op's nodes carry

@@ -4,7 +4,7 @@ A measured latency-vs-bytes table for the (collective, group, scope, mode, impl)
 log-log; beyond its largest size, extended at the derived model's bandwidth; without a table,
 derived from the profile's topology graph (sim/topology.py: ring / tree / NVLS / two-level over
 the bottleneck links), or, for a profile without a topology section, the NCCL-style protocol
-model base + steps * hop + bytes / algbw (FACTS.md §4).
+model base + steps * hop + bytes / algbw (docs/sources.md §4).
 """
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ class CollectiveCost:
 
         In graph mode an NCCL collective also pays the profile's graph_extra: what the compiled
         functional collective adds inside a CUDA graph over the bare NCCL kernel the tables time
-        (Inductor's clone of the input before the in-place all_reduce_, FACTS.md §10).
+        (Inductor's clone of the input before the in-place all_reduce_, docs/sources.md §10).
 
         `path` names where the number came from: "table", "table>derived" (beyond the table's
         largest size), "table(graph)+eager_extra", "topology:<algorithm/protocol>",
@@ -151,7 +151,7 @@ class CollectiveCost:
 
 
 def ring_s(protocols: tuple[LinkModel, ...], collective: str, nbytes: float, group: int) -> float:
-    """NCCL's choice: the fastest enabled protocol for this size (FACTS.md §4).
+    """NCCL's choice: the fastest enabled protocol for this size (docs/sources.md §4).
 
     Ring all-reduce: 2(n-1) steps at algbw = busbw * n / (2(n-1)); all-gather and
     reduce-scatter: n-1 steps at algbw = busbw * n / (n-1). A protocol whose hop is paid once

@@ -28,10 +28,8 @@ from .trace import write_json_atomic
 # ------------------------------------------------------------------ loading
 
 def builtin_dir() -> Path:
-    """calib/profiles/ beside sim/ (in the source tree and in site-packages alike).
-
-    Read as data files, not imported, so sim/ still depends on nothing above it."""
-    return Path(__file__).resolve().parent.parent / "calib" / "profiles"
+    """sim/profiles/, the built-in profiles beside this module (read as data files)."""
+    return Path(__file__).resolve().parent / "profiles"
 
 
 def builtin_names() -> list[str]:

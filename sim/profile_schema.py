@@ -88,7 +88,7 @@ class CollectiveTable:
 
 @dataclass(frozen=True)
 class LinkModel:
-    """One NCCL algorithm/protocol: time = base + steps * hop + bytes / algbw (FACTS.md §4)."""
+    """One NCCL algorithm/protocol: time = base + steps * hop + bytes / algbw (docs/sources.md §4)."""
 
     name: str             # e.g. "ring_ll", "ring_simple", "nvls"
     base_s: float

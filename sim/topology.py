@@ -6,7 +6,7 @@ inter-node fabric, each link with a sourced bandwidth. `build_graph` turns it in
 DiGraph, one edge per link direction, each edge naming the *resource* it consumes (a full-duplex
 link has one resource per direction; host memory is one resource that writes and reads share).
 
-Pricing follows NCCL's own cost model (FACTS.md §4, tuning.cc): for every enabled (algorithm,
+Pricing follows NCCL's own cost model (docs/sources.md §4, tuning.cc): for every enabled (algorithm,
 protocol), `time = base + steps * hop + bytes / algbw`, and the fastest wins. What the topology
 adds is *which* hop latency applies (NVLink, PCI, network) and the bandwidth: every ring edge
 (rank r -> r+1) is routed through the graph and the busbw is the tightest resource,

@@ -149,7 +149,7 @@ class TopologyModel:
         return Term("nvls-tree", t_lat, t_lat, min(algbw, net))
 
     def _protocols(self, link_cls: str, nodes: int) -> list[tuple[str, float, float]]:
-        """(protocol, payload fraction, busbw cap) enabled on this path (FACTS.md §4):
+        """(protocol, payload fraction, busbw cap) enabled on this path (docs/sources.md §4):
         LL128 only over NVLink inside a node (and P2P on); LL capped (tuning.cc llMaxBws)."""
         spec = self.spec
         cap = spec.ll_busbw_cap_gbps if nodes == 1 else spec.ll_busbw_cap_multi_node_gbps
