@@ -11,7 +11,7 @@ from sim.cli_options import (_stderr_console, check_sizes, make_workload, stack_
                              workload_options)
 from sim.model import MODELS, get_model, valid_tp
 from sim.profile import builtin_names, load_profile, read_raw
-from sim.schedule import COMM, DEFAULT_SCHEDULES, SCHEDULE_HELP, build
+from sim.schedule import COMM, DEFAULT_SCHEDULES, SCHEDULE_HELP, ScheduleSpec, build
 from sim.stack import Stack, Step
 from sim.trace import chrome_trace, write_json_atomic, write_text_atomic
 
@@ -160,9 +160,8 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
     for m in models:
         get_model(m)
     scheds = tuple(dict.fromkeys(("standard",) + (schedules or DEFAULT_SCHEDULES[1:])))
-    from sim.schedule import parse_schedule
     for spec in scheds:
-        parse_schedule(spec, 10 ** 6)
+        ScheduleSpec.parse(spec)              # a bad spec fails before any work
     points = sw.grid(models, tps, batches, profiles_, prompt_len, gen_len, bw_scales, lat_scales)
     checkpoint = f"{out_path}.partial.jsonl"
     from pathlib import Path

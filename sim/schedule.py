@@ -6,7 +6,9 @@ its MODEL_CHANGE, and (for a new kind of layer) a builder in sim/builder.py's LA
 """
 from __future__ import annotations
 
+import functools
 import math
+from dataclasses import dataclass
 
 from .builder import LAYER_KINDS, Builder, kind_base, runs  # noqa: F401  (re-exported: public names)
 from .ir import COMM, COMPUTE, GIVEN_COST, KINDS, TOKENS, Op, Schedule  # noqa: F401  (re-exported)
@@ -144,10 +146,49 @@ def _spd_layers(spec: str, arg: str, n_layers: int) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
-def plan_of(spec: str, n_layers: int) -> tuple[str, ...]:
-    """The kind of each of `n_layers` layers under schedule `spec` (see SCHEDULE_HELP)."""
-    base, kwargs = parse_schedule(spec, n_layers)
-    return SCHEDULES[base](n_layers, **kwargs)
+@dataclass(frozen=True)
+class ScheduleSpec:
+    """A schedule spec parsed once, at the edge (the CLI, `predict`, the harness's config): its text
+    as the user wrote it ("ladder:16"), its name in SCHEDULES and its argument text. Its plan for
+    a model depth is computed once and cached, not re-parsed for every simulated step."""
+
+    text: str
+    base: str
+    arg: str = ""
+
+    @classmethod
+    def parse(cls, spec: "str | ScheduleSpec") -> "ScheduleSpec":
+        """Check the spec's syntax (ValueError naming the choices); a layer list is checked
+        against a model's depth when `plan` gets one."""
+        if isinstance(spec, ScheduleSpec):
+            return spec
+        parse_schedule(spec, ANY_DEPTH)
+        base, _, arg = spec.partition(":")
+        return cls(spec, base, arg)
+
+    def plan(self, n_layers: int) -> tuple[str, ...]:
+        """The kind of each of `n_layers` layers (see SCHEDULE_HELP)."""
+        return _plan(self.text, n_layers, SCHEDULES.get(self.base))
+
+    def __str__(self) -> str:
+        return self.text
+
+
+ANY_DEPTH = 10 ** 6          # a syntax check of a spec before a model is known: every layer index is valid
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan(spec: str, n_layers: int, plan_fn) -> tuple[str, ...]:
+    # keyed by the plan function too, so a registry entry replaced (a test's monkeypatch) is not stale
+    _, kwargs = parse_schedule(spec, n_layers)
+    return plan_fn(n_layers, **kwargs)
+
+
+def plan_of(spec: "str | ScheduleSpec", n_layers: int) -> tuple[str, ...]:
+    """The kind of each of `n_layers` layers under schedule `spec` (see SCHEDULE_HELP): parsed
+    once per (spec, depth), however many steps ask."""
+    text = str(spec)
+    return _plan(text, n_layers, SCHEDULES.get(text.partition(":")[0]))
 
 
 def build_plan(name: str, plan: tuple[str, ...], model: ModelSpec, tp: int, step: Step,
@@ -169,6 +210,6 @@ def notes_of(spec: str, model: ModelSpec, tp: int, steps, stack: Stack = Stack()
     return tuple(out)
 
 
-def build(spec: str, model: ModelSpec, tp: int, step: Step, stack: Stack = Stack()) -> Schedule:
+def build(spec: "str | ScheduleSpec", model: ModelSpec, tp: int, step: Step, stack: Stack = Stack()) -> Schedule:
     """Build the ops of one forward pass of schedule `spec` (see SCHEDULE_HELP)."""
-    return build_plan(spec, plan_of(spec, model.layers), model, tp, step, stack)
+    return build_plan(str(spec), plan_of(spec, model.layers), model, tp, step, stack)
