@@ -47,23 +47,6 @@ def workload_options(fn):
         click.option("--gen", "gen_len", type=int, default=512, show_default=True, help="Generated tokens."),
         click.option("--gpus-per-node", type=int, default=None,
                      help="GPUs per node (default: the profile's); TP beyond it spans nodes."),
-        click.option("--dtype", type=click.Choice(list(DTYPE_BYTES)), default=None,
-                     help="Default: the profile's stack_defaults, else fp16."),
-        click.option("--head", type=click.Choice(HEADS), default=None,
-                     help="LM head replicated on every rank, or split over the vocabulary + all-gather. "
-                          "Default: the profile's stack_defaults, else replicated."),
-        click.option("--attention", type=click.Choice(ATTENTION_IMPLS), default=None,
-                     help="Attention kernel: math SDPA (materialized scores) or fused flash. Default: the "
-                          "profile's stack_defaults, else math."),
-        click.option("--kv", type=click.Choice(DECODE_KV), default=None,
-                     help="Attention reads the whole static KV cache (masked) or only its filled part. "
-                          "Default: the profile's stack_defaults, else static."),
-        click.option("--prefill-logits", type=click.Choice(PREFILL_LOGITS), default=None,
-                     help="Logits for every prompt position, or only the last. Default: the profile's "
-                          "stack_defaults, else all."),
-        click.option("--expand-gqa/--no-expand-gqa", default=None,
-                     help="Repeat K/V heads to the query head count before attention. Default: the "
-                          "profile's stack_defaults, else on."),
         click.option("--compile/--no-compile", "compile_", default=None,
                      help="Both phases torch.compile'd (Inductor's fused kernels, docs/compiled-stack.md) or eager "
                           "(one kernel per torch op). Default: the profile's stack_defaults, else compiled, as the "
@@ -89,7 +72,40 @@ def workload_options(fn):
     ]
     for o in reversed(opts):
         fn = o(fn)
+    return stack_options(fn)
+
+
+def stack_options(fn):
+    """The serving-stack flags, declared once for every command that runs or prices a stack
+    (predict, trace, bench, check). Each defaults to None: predict and trace then take the
+    profile's stack_defaults, else Stack's defaults; bench and check take `HARNESS_STACK`."""
+    opts = [
+        click.option("--dtype", type=click.Choice(list(DTYPE_BYTES)), default=None,
+                     help="Default: the profile's stack_defaults, else fp16 (bench/check: fp16 on cuda, fp32 on cpu)."),
+        click.option("--head", type=click.Choice(HEADS), default=None,
+                     help="LM head replicated on every rank, or split over the vocabulary + all-gather. "
+                          "Default: the profile's stack_defaults, else replicated."),
+        click.option("--attention", type=click.Choice(ATTENTION_IMPLS), default=None,
+                     help="Attention kernel: math SDPA (materialized scores) or fused flash. Default: the "
+                          "profile's stack_defaults, else math."),
+        click.option("--kv", type=click.Choice(DECODE_KV), default=None,
+                     help="Attention reads the whole static KV cache (masked) or only its filled part. "
+                          "Default: the profile's stack_defaults, else static."),
+        click.option("--prefill-logits", type=click.Choice(PREFILL_LOGITS), default=None,
+                     help="Logits for every prompt position, or only the last. Default: the profile's "
+                          "stack_defaults, else all."),
+        click.option("--expand-gqa/--no-expand-gqa", default=None,
+                     help="Repeat K/V heads to the query head count before attention. Default: the "
+                          "profile's stack_defaults, else on."),
+    ]
+    for o in reversed(opts):
+        fn = o(fn)
     return fn
+
+
+# What bench and check run for a stack flag not given (Stack's defaults; dtype follows the device).
+HARNESS_STACK = {"head": "replicated", "attention": "math", "kv": "static", "prefill_logits": "all",
+                 "expand_gqa": True}
 
 
 def _stderr_console():
