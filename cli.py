@@ -2,15 +2,20 @@
 bench, check, calibrate, compare (harness; need the [hw] extra)."""
 from __future__ import annotations
 
+import importlib
 import json
+import math
 import sys
+from pathlib import Path
 
 import click
 
 from sim.cli_options import (_stderr_console, check_sizes, make_workload, stack_dict, user_errors,
                              workload_options)
+from sim.lock import check_writable, output_lock
 from sim.model import MODELS, get_model, valid_tp
-from sim.profile import builtin_names, load_profile, read_raw
+from sim.predict import Simulator, predict as run
+from sim.profile import builtin_names, describe, load_profile, read_raw
 from sim.schedule import COMM, DEFAULT_SCHEDULES, SCHEDULE_HELP, ScheduleSpec, build
 from sim.stack import Stack, Step
 from sim.trace import chrome_trace, write_json_atomic, write_text_atomic
@@ -45,7 +50,8 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
     seq-parallel: the same model and outputs), retrain (ladder, parallel: a different architecture
     that must be trained), drops syncs (spd: the trained model with all-reduces skipped, some
     accuracy lost), n/a (upper-bound: no communication, a speed ceiling only)."""
-    from sim.predict import predict as run
+    from rich.console import Console      # rich: ~40 ms to import, only when printing
+    from rich.table import Table
     w = make_workload(**kw)
     schedules = list(schedules) or list(DEFAULT_SCHEDULES)
     if exhaustive:  # every rank, layer and decode step: minutes for big models, so show progress
@@ -74,8 +80,6 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
     if as_json:
         click.echo(json.dumps(out, indent=1))
         return
-    from rich.console import Console
-    from rich.table import Table
     t = Table(title=f"{w.model.name}  TP{w.tp} ({w.nodes} node{'s' * (w.nodes > 1)})  profile {w.profile.name}  "
                     f"batch {w.batch}  prompt {w.prompt_len}  gen {w.gen_len}  {w.stack.dtype}",
               title_justify="left")
@@ -134,10 +138,8 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
 def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, prompt_len, gen_len, jobs,
           out_path, plot_path, plot_view):
     """What-if grid from the simulator alone: models x TP x batch x profile x link scaling -> CSV (+ plot)."""
+    from sim import sweep as sw           # multiprocessing and the sweep's grid: ~0.1 s, only for sweep
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
-    from sim import sweep as sw
-    import math
-    from sim.lock import check_writable, output_lock
     if not 1 <= jobs <= 1024:
         raise ValueError(f"--jobs must be in 1..1024, got {jobs}")
     if jobs > sw.max_jobs():                 # more processes than cores only add start-up and memory
@@ -164,7 +166,6 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
         ScheduleSpec.parse(spec)              # a bad spec fails before any work
     points = sw.grid(models, tps, batches, profiles_, prompt_len, gen_len, bw_scales, lat_scales)
     checkpoint = f"{out_path}.partial.jsonl"
-    from pathlib import Path
     json_path = Path(out_path).with_suffix(".json")
     if json_path == Path(out_path):
         json_path = Path(f"{out_path}.json")
@@ -197,7 +198,7 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
 @user_errors
 def show(model, spec, tp, layer, phase, batch, prompt_len, gen_len):
     """Print one layer's ops in issue order with what each waits for, to check a schedule by eye."""
-    from rich.console import Console
+    from rich.console import Console      # rich: ~40 ms to import, only when printing
     from rich.table import Table
     check_sizes(tp, batch, prompt_len, gen_len)
     m = get_model(model)
@@ -251,8 +252,6 @@ def _ranges(xs) -> str:
 @user_errors
 def trace(spec, ranks, out_path, **kw):
     """Write a Chrome/Perfetto trace of one prefill and one decode step (a track per rank and stream)."""
-    from sim.lock import check_writable
-    from sim.predict import Simulator
     check_writable(out_path)
     w = make_workload(**kw)
     ranks = w.tp if ranks is None else ranks
@@ -284,7 +283,7 @@ def profiles():
 @user_errors
 def profiles_list():
     """Built-in profiles and what they describe."""
-    from rich.console import Console
+    from rich.console import Console      # rich: ~40 ms to import, only when printing
     from rich.table import Table
     t = Table()
     for col in ("name", "GPUs/node", "description"):
@@ -300,9 +299,8 @@ def profiles_list():
 @user_errors
 def profiles_show(name):
     """Every value of profile NAME (or a JSON path) with where it came from."""
-    from rich.console import Console
+    from rich.console import Console      # rich: ~40 ms to import, only when printing
     from rich.table import Table
-    from sim.profile import describe
     p = load_profile(name)
     _, path = read_raw(name)
     t = Table(title=f"{p.name}: {p.description}  ({path})", title_justify="left")
@@ -326,7 +324,7 @@ profiles.add_command(import_nccl_tests_cmd)
 def models(show_):
     """Model presets with their shapes and valid TP degrees (any Llama-family config.json works
     wherever a model name is accepted)."""
-    from rich.console import Console
+    from rich.console import Console      # rich: ~40 ms to import, only when printing
     from rich.table import Table
     if show_:
         from sim.model_show import show_model
@@ -345,7 +343,6 @@ def models(show_):
 
 def _register_optional() -> None:
     """Harness and calibration commands, from packages that import torch lazily."""
-    import importlib
     for module, attrs in (("hw.commands", ("bench_cmd", "check_cmd")),
                           ("calib.commands", ("calibrate_cmd",)),
                           ("calib.compare", ("compare_cmd",))):

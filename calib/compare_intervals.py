@@ -2,7 +2,11 @@
 the calibration kept, and whether a measured speedup is determined at all given its spread."""
 from __future__ import annotations
 
+import dataclasses
+
 from sim.predict import Simulator, Workload
+
+from calib.overlap_summary import factor_samples, profile_factors
 
 PREDICTED_INTERVAL = (0.05, 0.95)       # quantiles of the bootstrap: a 90% interval
 
@@ -12,7 +16,6 @@ def overlap_samples(profile) -> list[tuple[float, float, float]]:
     calibration: the refits kept by a simulation fit (calib.overlap_fit), else the closed form
     redrawn from the kept trials (calib.overlap_summary.factor_samples, no wake-up); [] when the profile
     kept no trials (GPU, imported or built-in)."""
-    from calib.overlap_summary import factor_samples, profile_factors
     groups = (profile.raw or {}).get("raw", {}).get("groups", {})                # the file's raw section
     used = {"compute_slowdown": profile.compute_slowdown, "comm_slowdown": profile.comm_slowdown}
     for g in reversed(list(groups.values())):       # a profile's own groups follow its base's
@@ -29,7 +32,6 @@ def speedup_interval(w: Workload, spec: str, samples: list[tuple[float, float, f
     """The predicted speedup's interval from the calibration's own noise: `spec` over standard
     predicted under each bootstrap triple of overlap parameters, its PREDICTED_INTERVAL quantiles.
     None without samples. Schedules that never overlap a collective get a zero-width interval."""
-    import dataclasses
     if not samples:
         return None
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sim.measured_trace import side_by_side_trace
 from sim.predict import Simulator
 from sim.trace import write_json_atomic, write_text_atomic
 
@@ -141,7 +142,6 @@ def point_timeline(measured: dict, spec: str, pred: dict | None, profile) -> dic
 
 def write_point_trace(measured: dict, profile, out_dir: Path) -> Path:
     """traces/MODEL-tpN-bB-pP-gG.json: measured and simulated tracks side by side per rank and schedule."""
-    from sim.measured_trace import side_by_side_trace
     w = workload_of(measured, profile)
     name = f"{w.model.name}-tp{w.tp}-b{w.batch}-p{w.prompt_len}-g{w.gen_len}".replace("/", "_").replace("[:", "-L")
     path = out_dir / "traces" / f"{name.rstrip(']')}.json"

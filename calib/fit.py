@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import math
 import os
+import socket
 import statistics
 from pathlib import Path
 
-from sim.profile import new_profile, sourced
+from sim.cost import op_work
+from sim.profile import new_profile, read_raw, sourced
+from sim.schedule import Op
 
 from calib.fit_collectives import model_section, tables
+from calib.overlap_summary import FACTOR_CAP
 
 
 # ------------------------------------------------------------------ compute efficiency
@@ -43,8 +47,6 @@ def compute_efficiencies(points: list[dict], peak_flops: float, mem_bytes_per_s:
                          launch_s: float) -> tuple[tuple[list, list], tuple[list, list]]:
     """(flops, gemm efficiency), (bytes, memory efficiency) from compute points. Each point's time
     minus the per-op call overhead is its device time (the overhead is priced separately)."""
-    from sim.cost import op_work
-    from sim.schedule import Op
     gx, gy, mx, my = [], [], [], []
     for p in points:
         op = Op("p", p["kind"], (), ("o",), tuple(sorted(p["attrs"].items())), p["dtype"])
@@ -224,7 +226,6 @@ def build_profile(cfg, groups: dict, world: int) -> dict:
 def _base_has_node_model(base: str | None) -> bool:
     if not base:
         return False
-    from sim.profile import read_raw
     data, _ = read_raw(base)
     return isinstance(data.get("collectives", {}).get("model", {}).get("node"), dict)
 
@@ -234,7 +235,7 @@ def refit_overlap(prof: dict, loaded) -> bool:
     engine reproduces the measured passes (calib.overlap_fit), with the wake-up they need. The
     closed-form values stay in the raw group; the fit (values, per-case measured and fitted ratios,
     bootstrap samples) is kept beside them. Returns False when there is nothing to refit."""
-    from calib.overlap_fit import fit_profile_overlap
+    from calib.overlap_fit import fit_profile_overlap   # scipy.optimize: ~0.3 s to import, only when refitting
     ov = next((g for g in prof.get("raw", {}).get("groups", {}).values() if g.get("kind") == "overlap"), None)
     if ov is None:
         return False
@@ -260,7 +261,6 @@ def refit_overlap(prof: dict, loaded) -> bool:
 
 
 def _clamped(x: float) -> str:
-    from calib.overlap_summary import FACTOR_CAP
     if x >= FACTOR_CAP:    # a collective with no measurable progress under compute lands here too
         return f" (at or above the cap of {FACTOR_CAP:g}, written as {FACTOR_CAP:g})"
     return "" if x >= 1.0 else " (below 1 within noise: no measurable slowdown, written as 1)"
@@ -300,5 +300,4 @@ def _dedupe(points: list[dict]) -> list[dict]:
 
 
 def _hostname() -> str:
-    import socket
     return socket.gethostname()

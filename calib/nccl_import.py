@@ -13,14 +13,15 @@ Pure Python (no torch): it runs wherever `tpsim predict` does.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import click
 
 from sim.cli_options import TpsimError as UsageFail
-from calib.imports import COLLECTIVES, ImportedTable, parse_nccl_tests
 from sim.profile import ProfileError, builtin_names, load_profile, new_profile, write_profile
+
+from calib.imports import COLLECTIVES, ImportedTable, parse_nccl_tests
 
 _MPI_PREFIX = re.compile(r"^\[\d+,\d+\]<(stdout|stderr)>:")
 _RUN_START = re.compile(r"^#\s*(nThread\b|Using devices\b|Rank\s+\d+\b|size\s+count\b)")
@@ -119,7 +120,6 @@ def read_files(paths, *, group: int | None = None, mode: str | None = None,
 
 
 def _with_path(t: ImportedTable, path: str) -> ImportedTable:
-    from dataclasses import replace
     return replace(t, path=path)
 
 

@@ -10,6 +10,7 @@ loses at most the group it was in. calib/run.py launches the ranks and writes th
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass, field, fields
@@ -18,6 +19,9 @@ from pathlib import Path
 
 from sim.model import get_model, valid_tp
 from sim.stack import DTYPE_BYTES, Stack
+from sim.trace import write_json_atomic
+
+from hw.run_config import check_backend_device
 
 from calib.shapes import ShapeCase
 
@@ -63,7 +67,6 @@ class CalibConfig:
     stop_after: int | None = None              # test hook: stop after this many newly measured groups
 
     def __post_init__(self) -> None:
-        from hw.run_config import check_backend_device
         check_backend_device(self.backend, self.device)
         if self.dtype not in DTYPE_BYTES:
             raise ValueError(f"unknown dtype {self.dtype!r}; choose from {', '.join(DTYPE_BYTES)}")
@@ -170,7 +173,6 @@ class CalibConfig:
 def code_version() -> str:
     """tpsim and torch versions and a digest of the measuring code (hw/, calib/*.py): what a
     measured group depends on besides the options."""
-    import hashlib
     from importlib.metadata import PackageNotFoundError, version
 
     def ver(pkg: str) -> str:
@@ -285,7 +287,6 @@ def read_state(cfg: CalibConfig) -> dict:
 
 
 def write_state(path: str, state: dict) -> None:
-    from sim.trace import write_json_atomic
     write_json_atomic(path, state)
 
 

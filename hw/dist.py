@@ -46,6 +46,7 @@ import tempfile
 import threading
 import time
 
+import hw
 from hw.rank import BEAT_ENV, LAUNCHER_PID_ENV, LOG_TAG, PATH_ENV, WATCH_FD_ENV, free_port, read_beat
 from hw.run_config import check_timeout
 
@@ -64,7 +65,6 @@ def worker_env(rank: int, world: int, port: int, threads: int) -> dict[str, str]
 
 def package_root() -> str:
     """The directory holding the `hw` package this launcher runs (a source checkout or site-packages)."""
-    import hw
     return os.path.dirname(os.path.dirname(os.path.abspath(hw.__file__)))
 
 

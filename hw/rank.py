@@ -12,12 +12,15 @@ import mmap
 import os
 import signal
 import socket
+import struct
 import sys
 import threading
 import time
 from dataclasses import dataclass
 from datetime import timedelta
 from importlib import import_module
+
+from sim.trace import write_json_atomic
 
 from hw.run_config import RunConfig
 
@@ -43,8 +46,6 @@ def run_rank(config: dict, body, render) -> tuple[RunConfig, dict]:
     """One rank of `bench` or `check`: set up the process group, `body(cfg, ctx) -> result` (the
     same result on rank 0 of every rank's work), rank 0 writes it atomically to --out and/or prints
     it (`render(result)` for the table form), and the group is torn down whatever happens."""
-    import json
-    from sim.trace import write_json_atomic
     cfg = RunConfig.from_dict(config)
     if cfg.fault:
         os.environ[FAULT_ENV] = cfg.fault
@@ -191,7 +192,6 @@ class _Beat:
         self.count = 0
 
     def write(self, phase: str) -> None:
-        import struct
         self.count += 1
         self.mm[:self.SIZE] = struct.pack("<qd48s", self.count, time.monotonic(), phase.encode()[:48])
 
@@ -212,7 +212,6 @@ def mark(phase: str) -> None:
 
 def read_beat(path: str) -> tuple[int, float, str] | None:
     """(count, monotonic time, phase) of a rank's progress file; None before its first mark."""
-    import struct
     try:
         with open(path, "rb") as f:
             data = f.read(_Beat.SIZE)

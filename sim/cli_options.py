@@ -109,7 +109,7 @@ HARNESS_STACK = {"head": "replicated", "attention": "math", "kv": "static", "pre
 
 
 def _stderr_console():
-    from rich.console import Console
+    from rich.console import Console      # rich: ~40 ms to import, only when printing
     return Console(stderr=True)
 
 

@@ -5,13 +5,15 @@ enough for the exact mode's many sampled steps.
 """
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
+from itertools import count
 from typing import Callable
 
 import numpy as np
 
 from .engine import Interference
-from .ir import TOKENS, Op, Schedule
+from .ir import Op, Schedule, TOKENS
 
 
 @dataclass(frozen=True)
@@ -91,8 +93,6 @@ def simulate_ranks(c: Compiled, ranks: int, interference: Interference = Interfe
     slows by compute_slowdown while one is in flight, and it by comm_slowdown while any rank
     computes; a rank that blocked on a collective resumes its wake-up after the end. Arrivals are
     not events: only the last one matters (it starts the collective), so each is a max."""
-    import heapq
-    from itertools import count
     push_, pop_ = heapq.heappush, heapq.heappop
     coll, time_s, reads, comm_wake = c.coll, c.time_s, c.reads, c.comm_wake_s
     last_read = [max(k for k, _ in rd) if rd else -1 for rd in reads]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from .predict import Simulator
 from .trace import Record, chrome_trace
 
 PHASES = ("prefill", "decode")
@@ -37,7 +38,6 @@ def measured_records(records: Iterable[dict], decode_pass: int = 0) -> dict[str,
 def simulated_records(w, spec: str, ranks: int) -> dict[str, list[Record]]:
     """{phase: Records} of one simulated prefill and the first decode step, `ranks` ranks (exact
     simulation: every rank is its own process, with the profile's jitter)."""
-    from .predict import Simulator
     sim = Simulator(w, exact=True, record=True, ranks=ranks)
     out = {"prefill": list(sim.step(spec, w.prefill_step()).records), "decode": []}
     if w.gen_len > 1:

@@ -6,9 +6,10 @@ import json
 import math
 from pathlib import Path
 
-from .profile_schema import (COLLECTIVES, JITTER_DISTS, MAX_DEPTH, MAX_FILE_BYTES, MAX_GPUS, MAX_INT,
-                             MAX_TABLE_POINTS, MODES, SCOPES, ArrivalJitter, CollectiveTable, ComputePoint,
-                             Curve, LinkModel, Profile, ProfileError, _finite, _has_source, _short)
+from .profile_schema import (ArrivalJitter, COLLECTIVES, CollectiveTable, ComputePoint, Curve, JITTER_DISTS,
+                             LinkModel, MAX_DEPTH, MAX_FILE_BYTES, MAX_GPUS, MAX_INT, MAX_TABLE_POINTS, MODES,
+                             Profile, ProfileError, SCOPES, _finite, _has_source, _short)
+from .stack import Stack
 from .topology import INTRA_KINDS, LINK_CLASSES, NcclLatency, TopologySpec
 
 def read_json(path: Path) -> dict:
@@ -282,7 +283,6 @@ class _Getter:
         d = self.get("stack_defaults", {})
         if not isinstance(d, dict):
             self.fail("stack_defaults", "must be an object")
-        from .stack import Stack
         known = set(Stack.__dataclass_fields__)
         bad = sorted(set(d) - known)
         if bad:
