@@ -164,7 +164,7 @@ def _each(layer):
     return run
 
 
-# Layer kind (sim.schedule.LAYER_KINDS) -> reference of a run of such layers.
+# Layer kind (sim.builder.LAYER_KINDS) -> reference of a run of such layers.
 REFERENCES = {
     "standard": _each(Reference._standard),
     "ladder": Reference._ladder,

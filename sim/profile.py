@@ -1,6 +1,6 @@
 """Hardware profiles: what one op and one collective cost on a cluster, with provenance.
 
-A profile is a versioned JSON file (format "tpsim-profile", version 1; README "Profile format").
+A profile is a versioned JSON file (format "tpsim-profile", version 1; docs/profile-format.md).
 Every number sits next to the `source` it came from, as {"value": x, "source": "..."}, or a table
 carries one `source` for all its points. Loading validates the file and names the bad field and
 the file on any problem. `"extends": "h100-sxm"` completes a partial profile from a base one:
@@ -11,6 +11,10 @@ replaces `collectives`, since none of the P2P-on measurements apply to it).
 An optional `topology` section (sim/topology.py) describes the box's links; when present it prices
 every collective that has no measured table, and `collectives.model` (the plain NCCL protocol
 model) becomes optional and is used only where the topology cannot answer.
+
+This module owns the format both ways: reading (`load_profile`, `read_raw`, `describe`) and
+writing (`new_profile`, `sourced`, `write_profile`, used by calibration and the nccl-tests
+import). Its vocabulary and types are sim/profile_schema.py; field validation sim/profile_check.py.
 """
 from __future__ import annotations
 

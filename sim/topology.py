@@ -1,6 +1,6 @@
 """Collective cost derived from a topology graph, for configurations nobody measured.
 
-A profile's `topology` section (README "Profile format") declares a node: GPUs, how they reach
+A profile's `topology` section (docs/profile-format.md) declares a node: GPUs, how they reach
 each other (NVSwitch or PCIe), PCIe switches, CPU sockets with their host memory, NICs and the
 inter-node fabric, each link with a sourced bandwidth. `build_graph` turns it into a networkx
 DiGraph, one edge per link direction, each edge naming the *resource* it consumes (a full-duplex
