@@ -2,41 +2,27 @@
 bench, check, calibrate, compare (harness; need the [hw] extra)."""
 from __future__ import annotations
 
-import functools
+import importlib
 import json
+import math
 import sys
+from pathlib import Path
 
 import click
 
+from sim.cli_options import (_stderr_console, check_sizes, make_workload, stack_dict, user_errors,
+                             workload_options)
+from sim.lock import check_writable, output_lock
 from sim.model import MODELS, get_model, valid_tp
-from sim.profile import ProfileError, builtin_names, load_profile, read_raw
-from sim.schedule import COMM, DEFAULT_SCHEDULES, SCHEDULE_HELP, build
+from sim.predict import Simulator, predict as run
+from sim.profile import builtin_names, describe, load_profile, read_raw
+from sim.schedule import COMM, DEFAULT_SCHEDULES, SCHEDULE_HELP, ScheduleSpec, build
+from sim.stack import Stack, Step
+from sim.trace import chrome_trace, write_json_atomic, write_text_atomic
 
 MODEL_CHANGE_HELP = ("model change: none = same model and outputs as standard; retrain = a different "
                      "architecture, trained for it; drops syncs = all-reduces skipped, accuracy lost; "
                      "n/a = not a way to run the model.")
-from sim.stack import ATTENTION_IMPLS, DECODE_KV, DTYPE_BYTES, HEADS, PREFILL_LOGITS, Stack, Step
-from sim.trace import chrome_trace, write_json_atomic, write_text_atomic
-
-
-
-class TpsimError(click.ClickException):
-    """A user mistake: one line on stderr, exit code 2, no traceback."""
-
-    exit_code = 2
-
-
-def user_errors(fn):
-    """Turn ValueError (bad model, TP, schedule, profile...) into a one-line error, exit 2."""
-    @functools.wraps(fn)
-    def wrapper(*a, **kw):
-        try:
-            return fn(*a, **kw)
-        except (ValueError, ProfileError) as e:
-            raise TpsimError(str(e)) from None
-        except OSError as e:                  # an output path that cannot be written, a missing file
-            raise TpsimError(f"cannot use {e.filename}: {e.strerror}") from None
-    return wrapper
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -45,112 +31,6 @@ def main():
     """Predict and measure tensor-parallel LLM inference under different compute/communication
     schedules: standard (Megatron), ladder (Ladder Residual), spd (Sync-Point Drop), parallel
     (PaLM-style attention+MLP), upper-bound (no communication)."""
-
-
-def workload_options(fn):
-    """Options shared by predict, trace and sweep: the model, cluster and serving stack."""
-    opts = [
-        click.option("--model", required=True, help=f"Model preset, or a Hugging Face config.json (or its "
-                                                     f"folder); NAME[:K] for its first K layers. "
-                                                     f"Presets: {', '.join(MODELS)}"),
-        click.option("--tp", type=int, required=True, help="Tensor-parallel degree (GPUs per model replica)."),
-        click.option("--profile", default="h100-sxm", show_default=True,
-                     help="Built-in profile name or path to a profile JSON (see `tpsim profiles list`)."),
-        click.option("--batch", type=int, default=1, show_default=True, help="Sequences per batch."),
-        click.option("--prompt", "prompt_len", type=int, default=1024, show_default=True, help="Prompt tokens."),
-        click.option("--gen", "gen_len", type=int, default=512, show_default=True, help="Generated tokens."),
-        click.option("--gpus-per-node", type=int, default=None,
-                     help="GPUs per node (default: the profile's); TP beyond it spans nodes."),
-        click.option("--dtype", type=click.Choice(list(DTYPE_BYTES)), default=None,
-                     help="Default: the profile's stack_defaults, else fp16."),
-        click.option("--head", type=click.Choice(HEADS), default=None,
-                     help="LM head replicated on every rank, or split over the vocabulary + all-gather. "
-                          "Default: the profile's stack_defaults, else replicated."),
-        click.option("--attention", type=click.Choice(ATTENTION_IMPLS), default=None,
-                     help="Attention kernel: math SDPA (materialized scores) or fused flash. Default: the "
-                          "profile's stack_defaults, else math."),
-        click.option("--kv", type=click.Choice(DECODE_KV), default=None,
-                     help="Attention reads the whole static KV cache (masked) or only its filled part. "
-                          "Default: the profile's stack_defaults, else static."),
-        click.option("--prefill-logits", type=click.Choice(PREFILL_LOGITS), default=None,
-                     help="Logits for every prompt position, or only the last. Default: the profile's "
-                          "stack_defaults, else all."),
-        click.option("--expand-gqa/--no-expand-gqa", default=None,
-                     help="Repeat K/V heads to the query head count before attention. Default: the "
-                          "profile's stack_defaults, else on."),
-        click.option("--compile/--no-compile", "compile_", default=None,
-                     help="Both phases torch.compile'd (Inductor's fused kernels, docs/compiled-stack.md) or eager "
-                          "(one kernel per torch op). Default: the profile's stack_defaults, else compiled, as the "
-                          "reference harness."),
-        click.option("--compile-prefill/--no-compile-prefill", default=None,
-                     help="Prefill compiled; overrides --compile for prefill."),
-        click.option("--compile-decode/--no-compile-decode", default=None,
-                     help="Decode compiled; overrides --compile for decode."),
-        click.option("--decode-graphs/--no-decode-graphs", default=None,
-                     help="Decode under CUDA graphs (torch.compile reduce-overhead). Default: the profile's "
-                          "stack_defaults, else on when decode is compiled."),
-        click.option("--prefill-graphs/--no-prefill-graphs", default=None,
-                     help="Prefill under CUDA graphs. Default: the profile's stack_defaults, else off."),
-        click.option("--comm-group", type=int, default=None,
-                     help="Ranks the collectives really span (default: TP). 1 predicts one rank of the TP job "
-                          "emulated on a single GPU, as `tpsim bench --tp 1 --emulate-tp TP` measures it."),
-        click.option("--memory-check/--no-memory-check", default=True, show_default=True,
-                     help="Refuse a workload whose per-rank weights + KV cache + activations exceed the "
-                          "profile's GPU memory."),
-        click.option("--collective", default="auto", show_default=True,
-                     help="Collective implementation, a table key of the profile (nccl, custom, gloo); "
-                          "auto: the profile's default_impl."),
-    ]
-    for o in reversed(opts):
-        fn = o(fn)
-    return fn
-
-
-def _stderr_console():
-    from rich.console import Console
-    return Console(stderr=True)
-
-
-MAX_TOKENS = 1 << 20       # --prompt and --gen (documented in docs/reliability.md)
-
-
-def check_sizes(tp=None, batch=None, prompt_len=None, gen_len=None, gpus_per_node=None, comm_group=None) -> None:
-    """Workload sizes within documented bounds, before any work (memory and time grow with them)."""
-    for name, v, hi in (("--tp", tp, 1024), ("--batch", batch, 1 << 16), ("--prompt", prompt_len, MAX_TOKENS),
-                        ("--gen", gen_len, MAX_TOKENS), ("--gpus-per-node", gpus_per_node, 1024),
-                        ("--comm-group", comm_group, 1024)):
-        if v is not None and not 1 <= v <= hi:
-            raise ValueError(f"{name} must be in 1..{hi}, got {v}")
-
-
-def make_workload(model, tp, profile, batch, prompt_len, gen_len, gpus_per_node, dtype, head, attention, kv,
-                  prefill_logits, expand_gqa, decode_graphs, prefill_graphs, collective, memory_check=True,
-                  comm_group=None, compile_=None, compile_prefill=None, compile_decode=None):
-    from sim.predict import Workload
-    check_sizes(tp, batch, prompt_len, gen_len, gpus_per_node, comm_group)
-    prof = load_profile(profile)
-    given = dict(dtype=dtype, head=head, attention=attention, kv=kv, prefill_logits=prefill_logits,
-                 expand_gqa=expand_gqa, prefill_graphs=prefill_graphs, decode_graphs=decode_graphs,
-                 compile_prefill=compile_prefill if compile_prefill is not None else compile_,
-                 compile_decode=compile_decode if compile_decode is not None else compile_,
-                 collective=None if collective == "auto" else collective)
-    # what the user said wins; then what the profile's cluster runs by default; then Stack's defaults
-    fields = prof.stack_defaults | {k: v for k, v in given.items() if v is not None}
-    if "decode_graphs" not in fields and "compile_decode" in fields:
-        fields["decode_graphs"] = fields["compile_decode"]     # reduce-overhead graphs come with compile
-    stack = Stack(**fields)
-    impls = sorted({t.impl for t in prof.collective_tables} | {prof.default_impl, "nccl", "auto"})
-    if stack.collective not in impls:
-        raise ValueError(f"profile {prof.name} has no collective implementation {stack.collective!r}; "
-                         f"choose from: {', '.join(impls)}")
-    return Workload(get_model(model), tp, prof, batch, prompt_len, gen_len, stack, gpus_per_node,
-                    memory_check=memory_check, comm_group=comm_group)
-
-
-def stack_dict(stack: Stack) -> dict:
-    """The priced stack as JSON (every Stack field)."""
-    from dataclasses import asdict
-    return asdict(stack)
 
 
 @main.command()
@@ -170,7 +50,8 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
     seq-parallel: the same model and outputs), retrain (ladder, parallel: a different architecture
     that must be trained), drops syncs (spd: the trained model with all-reduces skipped, some
     accuracy lost), n/a (upper-bound: no communication, a speed ceiling only)."""
-    from sim.predict import predict as run
+    from rich.console import Console      # rich: ~40 ms to import, only when printing
+    from rich.table import Table
     w = make_workload(**kw)
     schedules = list(schedules) or list(DEFAULT_SCHEDULES)
     if exhaustive:  # every rank, layer and decode step: minutes for big models, so show progress
@@ -199,8 +80,6 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
     if as_json:
         click.echo(json.dumps(out, indent=1))
         return
-    from rich.console import Console
-    from rich.table import Table
     t = Table(title=f"{w.model.name}  TP{w.tp} ({w.nodes} node{'s' * (w.nodes > 1)})  profile {w.profile.name}  "
                     f"batch {w.batch}  prompt {w.prompt_len}  gen {w.gen_len}  {w.stack.dtype}",
               title_justify="left")
@@ -259,10 +138,8 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
 def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, prompt_len, gen_len, jobs,
           out_path, plot_path, plot_view):
     """What-if grid from the simulator alone: models x TP x batch x profile x link scaling -> CSV (+ plot)."""
+    from sim import sweep as sw           # multiprocessing and the sweep's grid: ~0.1 s, only for sweep
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
-    from sim import sweep as sw
-    import math
-    from sim.lock import check_writable, output_lock
     if not 1 <= jobs <= 1024:
         raise ValueError(f"--jobs must be in 1..1024, got {jobs}")
     if jobs > sw.max_jobs():                 # more processes than cores only add start-up and memory
@@ -285,12 +162,10 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
     for m in models:
         get_model(m)
     scheds = tuple(dict.fromkeys(("standard",) + (schedules or DEFAULT_SCHEDULES[1:])))
-    from sim.schedule import parse_schedule
     for spec in scheds:
-        parse_schedule(spec, 10 ** 6)
+        ScheduleSpec.parse(spec)              # a bad spec fails before any work
     points = sw.grid(models, tps, batches, profiles_, prompt_len, gen_len, bw_scales, lat_scales)
     checkpoint = f"{out_path}.partial.jsonl"
-    from pathlib import Path
     json_path = Path(out_path).with_suffix(".json")
     if json_path == Path(out_path):
         json_path = Path(f"{out_path}.json")
@@ -323,7 +198,7 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
 @user_errors
 def show(model, spec, tp, layer, phase, batch, prompt_len, gen_len):
     """Print one layer's ops in issue order with what each waits for, to check a schedule by eye."""
-    from rich.console import Console
+    from rich.console import Console      # rich: ~40 ms to import, only when printing
     from rich.table import Table
     check_sizes(tp, batch, prompt_len, gen_len)
     m = get_model(model)
@@ -377,8 +252,6 @@ def _ranges(xs) -> str:
 @user_errors
 def trace(spec, ranks, out_path, **kw):
     """Write a Chrome/Perfetto trace of one prefill and one decode step (a track per rank and stream)."""
-    from sim.lock import check_writable
-    from sim.predict import Simulator
     check_writable(out_path)
     w = make_workload(**kw)
     ranks = w.tp if ranks is None else ranks
@@ -410,7 +283,7 @@ def profiles():
 @user_errors
 def profiles_list():
     """Built-in profiles and what they describe."""
-    from rich.console import Console
+    from rich.console import Console      # rich: ~40 ms to import, only when printing
     from rich.table import Table
     t = Table()
     for col in ("name", "GPUs/node", "description"):
@@ -426,9 +299,8 @@ def profiles_list():
 @user_errors
 def profiles_show(name):
     """Every value of profile NAME (or a JSON path) with where it came from."""
-    from rich.console import Console
+    from rich.console import Console      # rich: ~40 ms to import, only when printing
     from rich.table import Table
-    from sim.profile import describe
     p = load_profile(name)
     _, path = read_raw(name)
     t = Table(title=f"{p.name}: {p.description}  ({path})", title_justify="left")
@@ -452,7 +324,7 @@ profiles.add_command(import_nccl_tests_cmd)
 def models(show_):
     """Model presets with their shapes and valid TP degrees (any Llama-family config.json works
     wherever a model name is accepted)."""
-    from rich.console import Console
+    from rich.console import Console      # rich: ~40 ms to import, only when printing
     from rich.table import Table
     if show_:
         from sim.model_show import show_model
@@ -471,7 +343,6 @@ def models(show_):
 
 def _register_optional() -> None:
     """Harness and calibration commands, from packages that import torch lazily."""
-    import importlib
     for module, attrs in (("hw.commands", ("bench_cmd", "check_cmd")),
                           ("calib.commands", ("calibrate_cmd",)),
                           ("calib.compare", ("compare_cmd",))):

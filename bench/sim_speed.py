@@ -145,7 +145,7 @@ def main() -> None:
     dt = time.perf_counter() - t0
     print(f"  70B TP8 ladder decode step, 8 ranks: {res.events} events in {dt * 1e3:.1f} ms "
           f"= {res.events / dt / 1e3:.0f}k events/s (SimPy, brute force)")
-    from sim.engine import compile_schedule, simulate_ranks
+    from sim.engine_ranks import compile_schedule, simulate_ranks
     c = compile_schedule(sched, lambda op: sim._op_time(op, "decode"), sim.interference)
     t_rank = timed(lambda: simulate_ranks(c, 8, sim.interference), 3)
     print(f"  the same step on the rank engine (--exact): {t_rank * 1e3:.1f} ms, x{dt / t_rank:.0f} faster")

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sim.collective_table import Row, busbw_factor, collective_rows  # noqa: E402
 from sim.profile import load_profile  # noqa: E402
-from sim.topology import TopologyModel  # noqa: E402
+from sim.topology_price import TopologyModel  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data"
 SMALL_BYTES = 65536

@@ -10,13 +10,8 @@ import os
 
 import click
 
+from sim.cli_options import TpsimError as UsageFail
 from sim.stack import ATTENTION_IMPLS, DECODE_KV, DTYPE_BYTES, HEADS, PREFILL_LOGITS
-
-
-class UsageFail(click.ClickException):
-    """A user mistake (bad option, unknown model): exit code 2."""
-
-    exit_code = 2
 
 
 @click.command("calibrate")
@@ -57,8 +52,9 @@ def calibrate_cmd(backend, nproc, models, tps, batches, prompts, gens, quick, ou
     an interrupted calibration (state in OUT.state.json)."""
     from hw.commands import require_torch
     require_torch("calibrate")
-    from calib.run import CalibConfig, CalibrationStopped, calibrate, run_here
-    from hw.dist import WorkerFailed, check_timeout
+    from calib.plan import CalibConfig, CalibrationStopped
+    from calib.run import calibrate, run_here
+    from hw.dist import WorkerFailed
     try:
         _check_values(backend, nproc, tps, batches, prompts, gens, kw.get("timeout_s"), kw.get("stop_after"))
     except ValueError as e:
@@ -94,7 +90,7 @@ def calibrate_cmd(backend, nproc, models, tps, batches, prompts, gens, quick, ou
 
 def _check_values(backend, nproc, tps, batches, prompts, gens, timeout_s, stop_after) -> None:
     """Ranges and the device, before any process starts (ValueError -> exit 2)."""
-    from hw.dist import check_timeout
+    from hw.run_config import check_timeout
     from hw.commands import MAX_GEN, MAX_PROMPT, check_cuda
     if not 1 <= nproc <= 1024:
         raise ValueError(f"--nproc must be in 1..1024, got {nproc}")
@@ -114,7 +110,7 @@ def _check_values(backend, nproc, tps, batches, prompts, gens, timeout_s, stop_a
 def _default_timeout_s(backend, models, batches, prompts) -> float:
     """Proportionate to the biggest prefill pass timed (whole model on one rank, the worst case),
     never under 120 s: device constants and collective sweeps have no pass to estimate from."""
-    from hw.dist import default_timeout_s
+    from hw.run_config import default_timeout_s
     from sim.model import get_model
     flops = 0.0
     for name in models:

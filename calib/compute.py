@@ -120,7 +120,7 @@ def time_in_passes(case: ShapeCase, device: str, dtype: str, *, trials: int, war
 def time_samples(samples: dict[tuple, _Sample], *, device: str, trials: int, warmup: int = 2,
                  inner: int = 10, barrier=None) -> dict[tuple, list[float]]:
     """Seconds per call of each signature's kernel, `trials` each, interleaved."""
-    from hw.runner import KERNELS
+    from hw.kernels import KERNELS
     cuda = device.startswith("cuda")
     keys = list(samples)
     out = {k: [] for k in keys}
@@ -180,7 +180,7 @@ def launch_overhead_s(device: str, dtype: str, calls: int = 2000) -> float:
     On CPU this is Python + dispatch + the tiny kernel (the floor every measured op pays); on GPU,
     the CPU-side launch rate of back-to-back tiny kernels (no sync inside)."""
     from hw.model import torch_dtype
-    from hw.runner import KERNELS
+    from hw.kernels import KERNELS
     from sim.schedule import Op
     op = Op("add", "add", ("a", "b"), ("c",), (("rows", 1), ("width", 1)), dtype)
     a = torch.ones(1, 1, dtype=torch_dtype(dtype), device=device)

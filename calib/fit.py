@@ -15,173 +15,16 @@ from __future__ import annotations
 
 import math
 import os
+import socket
 import statistics
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
+from sim.cost import op_work
+from sim.profile import new_profile, read_raw, sourced
+from sim.schedule import Op
 
-
-# ------------------------------------------------------------------ collectives
-
-def ring_terms(collective: str, n: int) -> tuple[int, float]:
-    """(steps, algbw/busbw) of a ring over n ranks, as sim.cost.ring_s prices it."""
-    if n <= 1:
-        return 0, 1.0
-    if collective == "all_reduce":
-        return 2 * (n - 1), n / (2 * (n - 1))
-    return n - 1, n / (n - 1)
-
-
-@dataclass(frozen=True)
-class Protocol:
-    name: str
-    base_us: float
-    hop_us: float
-    busbw_gbps: float
-
-    def time_us(self, collective: str, n: int, nbytes: float) -> float:
-        steps, f = ring_terms(collective, n)
-        return self.base_us + steps * self.hop_us + nbytes / (self.busbw_gbps * 1e3 * f)
-
-
-@dataclass(frozen=True)
-class ProtocolFit:
-    protocols: tuple[Protocol, ...]
-    residual_rms_pct: float         # rms of (model / measured - 1) over the points, in %
-    residual_max_pct: float
-    points: int
-    hop_identified: bool            # False with a single group size: latency is all in base_us
-
-    def time_us(self, collective: str, n: int, nbytes: float) -> float:
-        return min(p.time_us(collective, n, nbytes) for p in self.protocols)
-
-
-def fit_protocols(points: list[tuple[int, float, float]], collective: str = "all_reduce",
-                  regimes: int = 2) -> ProtocolFit:
-    """Fit the NCCL-style model to (group, bytes, time_us) points (medians, one per size/group).
-
-    With one group size, base and hop cannot be told apart: hop is fixed to 0. With fewer than
-    six distinct sizes, one regime only."""
-    from scipy.optimize import least_squares
-    pts = [(int(n), float(b), float(t)) for n, b, t in points if n > 1 and b > 0 and t > 0]
-    if len(pts) < 2:
-        raise ValueError(f"need at least 2 collective points over groups > 1 to fit, got {len(pts)}")
-    groups = sorted({n for n, _, _ in pts})
-    hop_ok = len(groups) > 1
-    sizes = sorted({b for _, b, _ in pts})
-    k = regimes if len(sizes) >= 3 * regimes else 1
-    n_arr = np.array([p[0] for p in pts], float)
-    b_arr = np.array([p[1] for p in pts])
-    t_arr = np.array([p[2] for p in pts])
-    terms = [ring_terms(collective, int(n)) for n in n_arr]
-    steps = np.array([s for s, _ in terms], float)
-    inv_f = np.array([1.0 / f for _, f in terms])
-
-    def model(x, sel=slice(None)):
-        out = None
-        for j in range(len(x) // 3):
-            base, hop, inv_bw = x[3 * j:3 * j + 3]
-            t = base + steps[sel] * hop + b_arr[sel] * inv_f[sel] * inv_bw / 1e3
-            out = t if out is None else np.minimum(out, t)
-        return out
-
-    def fit(x0, sel=slice(None)):
-        lo = [0.0, 0.0, 1e-9] * (len(x0) // 3)
-        hi = [np.inf, np.inf if hop_ok else 1e-12, np.inf] * (len(x0) // 3)
-        x0 = np.clip(x0, lo, [h if np.isfinite(h) else v for h, v in zip(hi, x0)])
-        r = least_squares(lambda x: np.log(model(x, sel)) - np.log(t_arr[sel]), x0, bounds=(lo, hi),
-                          x_scale="jac", method="trf", max_nfev=5000)
-        return r.x, float(np.sum(r.fun ** 2))
-
-    def guess(sel) -> np.ndarray:
-        tb, bb = t_arr[sel], b_arr[sel] * inv_f[sel]
-        slope = max((tb.max() - tb.min()) / max(bb.max() - bb.min(), 1.0), 1e-9)   # us per byte
-        return np.array([max(tb.min(), 1e-3), 0.0, slope * 1e3])
-
-    x1, cost = fit(guess(slice(None)))
-    best = x1
-    if k == 2:
-        for cut in sizes[2:-2]:               # each side needs >= 2 sizes
-            small, large = b_arr < cut, b_arr >= cut
-            xs, _ = fit(guess(small), small)
-            xl, _ = fit(guess(large), large)
-            x, c = fit(np.concatenate([xs, xl]))
-            if c < cost:
-                best, cost = x, c
-    protos = []
-    names = ["small", "large"] if len(best) == 6 else ["all"]
-    for j, name in enumerate(names):
-        base, hop, inv_bw = best[3 * j:3 * j + 3]
-        protos.append(Protocol(name, float(base), float(hop) if hop_ok else 0.0, float(1.0 / inv_bw)))
-    protos.sort(key=lambda p: p.busbw_gbps)
-    if len(protos) == 2:
-        protos = [Protocol("small", *_vals(protos[0])), Protocol("large", *_vals(protos[1]))]
-    rel = model(best) / t_arr - 1
-    return ProtocolFit(tuple(protos), float(np.sqrt(np.mean(rel ** 2)) * 100), float(np.max(np.abs(rel)) * 100),
-                       len(pts), hop_ok)
-
-
-def _vals(p: Protocol) -> tuple[float, float, float]:
-    return p.base_us, p.hop_us, p.busbw_gbps
-
-
-def tables(points: list[dict], source: str) -> list[dict]:
-    """Raw collective points [{collective, group, mode, impl, bytes, time_us}] -> profile tables
-    (median per size, made non-decreasing in size; one table per collective/group/mode/impl).
-
-    Moving more bytes never takes less time, so a dip in the medians is noise; on a noisy host
-    (a 2-core CPU box) one such dip at exactly a model's message size would otherwise decide the
-    prediction. Adjacent violators are pooled (isotonic regression, weighted by samples); the raw
-    points stay in the profile's `raw` section."""
-    by: dict[tuple, dict[int, list[float]]] = {}
-    for p in points:
-        key = (p["collective"], int(p["group"]), p["mode"], p["impl"])
-        by.setdefault(key, {}).setdefault(int(p["bytes"]), []).append(float(p["time_us"]))
-    out = []
-    for (coll, group, mode, impl), sizes in sorted(by.items()):
-        bs = sorted(sizes)
-        mono = isotonic([statistics.median(sizes[b]) for b in bs], [len(sizes[b]) for b in bs])
-        out.append({"collective": coll, "group": group, "scope": "node", "mode": mode, "impl": impl,
-                    "bytes": bs, "time_us": [round(v, 3) for v in mono],
-                    "source": source + "; medians per size made non-decreasing (isotonic regression)"})
-    return out
-
-
-def isotonic(ys: list[float], ws: list[float]) -> list[float]:
-    """Weighted least-squares non-decreasing fit (pool adjacent violators)."""
-    blocks: list[list[float]] = []            # [mean, weight, count]
-    for y, w in zip(ys, ws):
-        blocks.append([y, float(w), 1])
-        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
-            m2, w2, n2 = blocks.pop()
-            m1, w1, n1 = blocks.pop()
-            blocks.append([(m1 * w1 + m2 * w2) / (w1 + w2), w1 + w2, n1 + n2])
-    return [m for m, _, n in blocks for _ in range(n)]
-
-
-def model_section(tabs: list[dict], impl: str, source: str) -> tuple[dict, ProtocolFit | None]:
-    """collectives.model.node from the all-reduce tables of `impl` (eager preferred)."""
-    for mode in ("eager", "graph"):
-        pts = [(t["group"], b, u) for t in tabs if t["collective"] == "all_reduce" and t["impl"] == impl
-               and t["mode"] == mode and t["group"] > 1 for b, u in zip(t["bytes"], t["time_us"])]
-        if len({p[1] for p in pts}) >= 2:          # (a lone rank's group of one has no ring to fit)
-            f = fit_protocols(pts)
-            sec = {}
-            for p in f.protocols:
-                sec[p.name] = {"base_us": round(p.base_us, 4), "hop_us": round(p.hop_us, 4),
-                               "busbw_gbps": round(p.busbw_gbps, 6), "hop": "per_step",
-                               "residual_rms_pct": round(f.residual_rms_pct, 2),
-                               "residual_max_pct": round(f.residual_max_pct, 2),
-                               "source": f"{source}; fitted (scipy least squares, log residuals) to {f.points} "
-                                         f"{impl} all_reduce {mode} medians, regime '{p.name}' of "
-                                         f"min(small, large); rms residual {f.residual_rms_pct:.1f}%, max "
-                                         f"{f.residual_max_pct:.1f}%"
-                                         + ("" if f.hop_identified else
-                                            "; one group size measured, so hop_us is 0 and base_us holds "
-                                            "the whole latency")}
-            return sec, f
-    return {}, None
+from calib.fit_collectives import model_section, tables
+from calib.overlap_summary import FACTOR_CAP
 
 
 # ------------------------------------------------------------------ compute efficiency
@@ -204,8 +47,6 @@ def compute_efficiencies(points: list[dict], peak_flops: float, mem_bytes_per_s:
                          launch_s: float) -> tuple[tuple[list, list], tuple[list, list]]:
     """(flops, gemm efficiency), (bytes, memory efficiency) from compute points. Each point's time
     minus the per-op call overhead is its device time (the overhead is priced separately)."""
-    from sim.cost import op_work
-    from sim.schedule import Op
     gx, gy, mx, my = [], [], [], []
     for p in points:
         op = Op("p", p["kind"], (), ("o",), tuple(sorted(p["attrs"].items())), p["dtype"])
@@ -228,7 +69,6 @@ def build_profile(cfg, groups: dict, world: int) -> dict:
 
     Without cfg.extends the profile is complete; with it, only what was measured is written and
     'extends' names the base (collectives.model.node then replaces the base's node protocols)."""
-    from sim.profile import FORMAT, VERSION
     dev = next((g for g in groups.values() if g["kind"] == "device"), None)
     host = dev["host"] if dev else _hostname()
     date = min((g["finished_at"] for g in groups.values()), default="")[:10]
@@ -243,23 +83,20 @@ def build_profile(cfg, groups: dict, world: int) -> dict:
         return f"measured by tpsim calibrate on {host} {date} ({backend_txt}{med}): {what}"
 
     name = cfg.name or Path(cfg.out).stem
-    prof: dict = {"format": FORMAT, "version": VERSION, "name": name}
-    if cfg.extends:
-        prof["extends"] = cfg.extends
     label = dev["device_name"] if dev else "this machine"
-    prof["description"] = (f"{label}, {world} ranks over {cfg.backend}, {cfg.dtype}; measured by tpsim calibrate "
-                           f"({'quick' if cfg.quick else 'full'}) on {host} {date}")
+    prof = new_profile(name, f"{label}, {world} ranks over {cfg.backend}, {cfg.dtype}; measured by tpsim calibrate "
+                             f"({'quick' if cfg.quick else 'full'}) on {host} {date}", extends=cfg.extends)
     compute: dict = {}
     if not cfg.extends:
         prof["device"] = cfg.device
-        prof["gpus_per_node"] = {"value": world, "source": src(f"world size of the calibration ({world} ranks on one node)")}
+        prof["gpus_per_node"] = sourced(world, src(f"world size of the calibration ({world} ranks on one node)"))
         if cfg.device == "cuda" and dev and dev.get("device_mem_bytes"):
             gib = dev["device_mem_bytes"] / 2 ** 30
-            prof["memory_gib"] = {"value": round(gib, 2), "source": src(f"torch.cuda total_memory of {label}")}
+            prof["memory_gib"] = sourced(round(gib, 2), src(f"torch.cuda total_memory of {label}"))
         else:
             ram = (dev or {}).get("host_ram_bytes") or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-            prof["memory_gib"] = {"value": round(ram / 2 ** 30 / world, 2),
-                                  "source": src(f"host RAM {ram / 2 ** 30:.1f} GiB shared by {world} ranks")}
+            prof["memory_gib"] = sourced(round(ram / 2 ** 30 / world, 2),
+                                  src(f"host RAM {ram / 2 ** 30:.1f} GiB shared by {world} ranks"))
     compute_groups = [g for g in groups.values() if g["kind"] == "compute"]
     cpoints = _dedupe([p for g in compute_groups for p in g["points"]])
     ctrials = cfg.trials["compute"]                     # per rank
@@ -268,22 +105,22 @@ def build_profile(cfg, groups: dict, world: int) -> dict:
         bw = max(dev["copy_bytes_per_s"].values())
         launch = dev["launch_s"]
         sizes = ", ".join(f"{n}^3" for n in dev["matmul_flops"])
-        compute["matmul_tflops"] = {cfg.dtype: {"value": round(peak / 1e12, 6),
-                                                "source": src(f"best {cfg.dtype} torch.matmul FLOP/s over square sizes "
-                                                              f"{sizes}, every rank at once, median over ranks")}}
-        compute["memory_gbps"] = {"value": round(bw / 1e9, 3),
-                                  "source": src("best copy bandwidth (read + write bytes) over "
-                                                f"{len(dev['copy_bytes_per_s'])} sizes, every rank at once")}
+        compute["matmul_tflops"] = {cfg.dtype: sourced(round(peak / 1e12, 6),
+                                                src(f"best {cfg.dtype} torch.matmul FLOP/s over square sizes "
+                                                              f"{sizes}, every rank at once, median over ranks"))}
+        compute["memory_gbps"] = sourced(round(bw / 1e9, 3),
+                                  src("best copy bandwidth (read + write bytes) over "
+                                                f"{len(dev['copy_bytes_per_s'])} sizes, every rank at once"))
         graph_s = dev.get("graph_launch_s")
         compute["launch_us"] = {
-            "eager": {"value": round(launch * 1e6, 4),
-                      "source": src("per-op overhead of the harness call path: hw.runner KERNELS['add'] on "
+            "eager": sourced(round(launch * 1e6, 4),
+                      src("per-op overhead of the harness call path: hw.kernels KERNELS['add'] on "
                                     "1-element tensors, back to back (Python + dispatch + a trivial kernel); "
-                                    "measured compute points already include it")},
-            "graph": ({"value": round(graph_s * 1e6, 4), "source": src("CUDA graph of 200 tiny kernels replayed, per kernel")}
+                                    "measured compute points already include it")),
+            "graph": (sourced(round(graph_s * 1e6, 4), src("CUDA graph of 200 tiny kernels replayed, per kernel"))
                       if graph_s is not None else
-                      {"value": round(launch * 1e6, 4),
-                       "source": src("no CUDA graphs on a CPU device: the eager per-op overhead")})}
+                      sourced(round(launch * 1e6, 4),
+                       src("no CUDA graphs on a CPU device: the eager per-op overhead")))}
         # efficiency curves: the device sweeps themselves plus every measured compute point
         gx = [2.0 * int(n) ** 3 for n in dev["matmul_flops"]]
         gy = [f / peak for f in dev["matmul_flops"].values()]
@@ -302,7 +139,7 @@ def build_profile(cfg, groups: dict, world: int) -> dict:
                                                       "them, time minus per-op overhead), median per half-decade")}
     if cpoints:
         cases = ", ".join(sorted({g_name.split('/', 1)[1] for g_name, g in groups.items() if g['kind'] == 'compute'}))
-        compute["tables"] = [{"source": src(f"each op timed with hw.runner KERNELS on its real input tensors "
+        compute["tables"] = [{"source": src(f"each op timed with hw.kernels KERNELS on its real input tensors "
                                             f"(cases {cases}; on CPU inside the cases' passes); the slowest "
                                             f"rank's median, since a TP pass moves at its pace; CPU times include "
                                             f"the per-op call overhead", ctrials),
@@ -317,9 +154,9 @@ def build_profile(cfg, groups: dict, world: int) -> dict:
         tabs = tables(pts, src("latency per call, the slowest rank per trial, barrier before each trial", ntr))
         coll: dict = {"default_impl": impl0, "tables": tabs}
         extra = _eager_extra(tabs)
-        coll["eager_extra_us"] = ({"value": round(extra, 3), "source": src(
-            "median over sizes of eager minus CUDA-graph all-reduce latency")} if extra is not None else
-            {"value": 0.0, "source": src("not needed: every table was measured in eager mode, the only mode here")})
+        coll["eager_extra_us"] = (sourced(round(extra, 3), src(
+            "median over sizes of eager minus CUDA-graph all-reduce latency")) if extra is not None else
+            sourced(0.0, src("not needed: every table was measured in eager mode, the only mode here")))
         model, fit = model_section(tabs, impl0, src("collective latency", ntr))
         if model:
             # over a base that has node protocols, ours replace them (mixing two fits' min() would be
@@ -343,14 +180,14 @@ def build_profile(cfg, groups: dict, world: int) -> dict:
         prof["overlap"] = {}
         for key, text in how.items():
             raw = s.get(key + "_raw", s[key])
-            prof["overlap"][key] = {"value": value[key],
-                                    "source": src(f"{text} = {raw:.3f}" + _clamped(raw)
-                                                  + f"; {_overlap_what(ov)}", ov["trials"])}
+            prof["overlap"][key] = sourced(value[key],
+                                    src(f"{text} = {raw:.3f}" + _clamped(raw)
+                                                  + f"; {_overlap_what(ov)}", ov["trials"]))
         # written, not left out: over a base with a fitted wake-up, that wake must not pair with these
-        prof["overlap"]["wake_us"] = {"value": 0.0, "source": src(
-            "not part of this method's model (refit_overlap fits it where the passes allow)")}
+        prof["overlap"]["wake_us"] = sourced(0.0, src(
+            "not part of this method's model (refit_overlap fits it where the passes allow)"))
     elif not cfg.extends:
-        prof["overlap"] = {k: {"value": 1.0, "source": src("single rank: no collective to overlap")}
+        prof["overlap"] = {k: sourced(1.0, src("single rank: no collective to overlap"))
                            for k in ("compute_slowdown", "comm_slowdown")}
     # what the measured points assume, for a CLI that defaults its stack from the profile
     prof["stack_defaults"] = {"dtype": cfg.dtype, "collective": impl0,
@@ -369,9 +206,9 @@ def build_profile(cfg, groups: dict, world: int) -> dict:
             what += ("; written as 0: the gloo collective tables above were timed the same barrier-free way "
                      "(slowest rank's time), so they already include this skew on average")
         prof["jitter"] = {"arrival": {arr["scope"]: {"dist": "exponential",
-                                                     "mean_us": {"value": value, "source": src(what)}}}}
+                                                     "mean_us": sourced(value, src(what))}}}
     elif not cfg.extends:
-        prof["jitter"] = {"launch_us": {"value": 0.0, "source": "not measured by tpsim calibrate (no launch-skew model)"}}
+        prof["jitter"] = {"launch_us": sourced(0.0, "not measured by tpsim calibrate (no launch-skew model)")}
     prof["raw"] = {"groups": {k: {"source": src(f"raw measurement group {k}"), **v} for k, v in sorted(groups.items())},
                    "config": cfg.fingerprint()}
     if coll_groups and fit is not None:
@@ -389,7 +226,6 @@ def build_profile(cfg, groups: dict, world: int) -> dict:
 def _base_has_node_model(base: str | None) -> bool:
     if not base:
         return False
-    from sim.profile import read_raw
     data, _ = read_raw(base)
     return isinstance(data.get("collectives", {}).get("model", {}).get("node"), dict)
 
@@ -399,7 +235,7 @@ def refit_overlap(prof: dict, loaded) -> bool:
     engine reproduces the measured passes (calib.overlap_fit), with the wake-up they need. The
     closed-form values stay in the raw group; the fit (values, per-case measured and fitted ratios,
     bootstrap samples) is kept beside them. Returns False when there is nothing to refit."""
-    from calib.overlap_fit import fit_profile_overlap
+    from calib.overlap_fit import fit_profile_overlap   # scipy.optimize: ~0.3 s to import, only when refitting
     ov = next((g for g in prof.get("raw", {}).get("groups", {}).values() if g.get("kind") == "overlap"), None)
     if ov is None:
         return False
@@ -418,14 +254,13 @@ def refit_overlap(prof: dict, loaded) -> bool:
                 "model but extrapolates poorly; calibrate two models of different compute/collective balance "
                 "(e.g. --models toy-512 --models toy-1024)")
     prof["overlap"] = {
-        "compute_slowdown": {"value": got["compute_slowdown"], "source": why},
-        "comm_slowdown": {"value": got["comm_slowdown"], "source": why},
-        "wake_us": {"value": got["wake_us"], "source": why + " (wake-up of a rank blocked on a collective)"}}
+        "compute_slowdown": sourced(got["compute_slowdown"], why),
+        "comm_slowdown": sourced(got["comm_slowdown"], why),
+        "wake_us": sourced(got["wake_us"], why + " (wake-up of a rank blocked on a collective)")}
     return True
 
 
 def _clamped(x: float) -> str:
-    from calib.overlap_summary import FACTOR_CAP
     if x >= FACTOR_CAP:    # a collective with no measurable progress under compute lands here too
         return f" (at or above the cap of {FACTOR_CAP:g}, written as {FACTOR_CAP:g})"
     return "" if x >= 1.0 else " (below 1 within noise: no measurable slowdown, written as 1)"
@@ -465,5 +300,4 @@ def _dedupe(points: list[dict]) -> list[dict]:
 
 
 def _hostname() -> str:
-    import socket
     return socket.gethostname()

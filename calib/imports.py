@@ -1,6 +1,6 @@
 """Read public collective measurements into profile tables: nccl-tests `all_reduce_perf` output.
 
-Layouts accepted (FACTS.md §5), all reduced to (bytes, out-of-place time_us) per row:
+Layouts accepted (docs/sources.md §5), all reduced to (bytes, out-of-place time_us) per row:
   * text, nccl-tests >= 2.13: `size count type redop root | time algbw busbw #wrong | (in-place) ...`
     (13 tokens; root is -1 for all-reduce);
   * text, <= 2.12: no root column, `error` instead of `#wrong` (12 tokens);

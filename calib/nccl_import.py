@@ -12,16 +12,16 @@ Pure Python (no torch): it runs wherever `tpsim predict` does.
 """
 from __future__ import annotations
 
-import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import click
 
+from sim.cli_options import TpsimError as UsageFail
+from sim.profile import ProfileError, builtin_names, load_profile, new_profile, write_profile
+
 from calib.imports import COLLECTIVES, ImportedTable, parse_nccl_tests
-from sim.profile import FORMAT, VERSION, ProfileError, builtin_names, load_profile
-from sim.trace import write_json_atomic
 
 _MPI_PREFIX = re.compile(r"^\[\d+,\d+\]<(stdout|stderr)>:")
 _RUN_START = re.compile(r"^#\s*(nThread\b|Using devices\b|Rank\s+\d+\b|size\s+count\b)")
@@ -120,7 +120,6 @@ def read_files(paths, *, group: int | None = None, mode: str | None = None,
 
 
 def _with_path(t: ImportedTable, path: str) -> ImportedTable:
-    from dataclasses import replace
     return replace(t, path=path)
 
 
@@ -159,26 +158,10 @@ def build_profile(tables: list[ImportedTable], *, extends: str, name: str, impl:
         # the simulator looks a group up as 'node' when it fits in one node of the base, else 'net'
         scope = "node" if t.group <= base.gpus_per_node else "net"
         out.append(t.to_table(scope=scope, impl=impl))
-    return {"format": FORMAT, "version": VERSION, "name": name,
-            "description": f"{base.description.split(';')[0]}; collectives measured by nccl-tests "
-                           f"({len(out)} table{'s' * (len(out) != 1)}, imported by tpsim)",
-            "extends": extends, "collectives": {"tables": out}}
-
-
-def write_profile(prof: dict, out: str) -> None:
-    """Validate (load with its base merged) before replacing `out` atomically."""
-    d = os.path.dirname(os.path.abspath(out))
-    probe = os.path.join(d, f".probe-{os.getpid()}-{os.path.basename(out)}")
-    if not probe.endswith(".json"):
-        probe += ".json"
-    write_json_atomic(probe, prof)
-    try:
-        load_profile(probe)
-    except ProfileError as e:
-        raise ValueError(f"the imported profile does not load: {e}") from None
-    finally:
-        os.unlink(probe)
-    write_json_atomic(out, prof)
+    doc = new_profile(name, f"{base.description.split(';')[0]}; collectives measured by nccl-tests "
+                            f"({len(out)} table{'s' * (len(out) != 1)}, imported by tpsim)", extends=extends)
+    doc["collectives"] = {"tables": out}
+    return doc
 
 
 def _fmt_bytes(n: int) -> str:
@@ -186,10 +169,6 @@ def _fmt_bytes(n: int) -> str:
         if n >= k:
             return f"{n / k:g} {unit}"
     return f"{n} B"
-
-
-class UsageFail(click.ClickException):
-    exit_code = 2
 
 
 @click.command("import-nccl-tests")
@@ -218,7 +197,7 @@ def import_nccl_tests_cmd(files, out, extends, group, mode, collective, impl, na
         base = extends or default_base(gpus)
         per_node = load_profile(base).gpus_per_node
         prof = build_profile(tables, extends=base, name=name or Path(out).stem, impl=impl)
-        write_profile(prof, out)
+        write_profile(out, prof)
     except (ValueError, ProfileError) as e:
         raise UsageFail(str(e)) from None
     except OSError as e:

@@ -28,9 +28,13 @@ import random
 import statistics
 from typing import Callable
 
+import numpy as np
+from scipy.optimize import minimize
+
+from sim import transform
+from sim.cost import CostModel
 from sim.engine import Interference, simulate
 from sim.model import get_model
-from sim import transform
 from sim.schedule import Op, Schedule, build
 from sim.stack import Stack, Step
 
@@ -87,8 +91,6 @@ def fit(cases: list[tuple[Schedule, Callable[[Op], float], tuple[float, float]]]
         max_evals: int = 300) -> tuple[Interference, float]:
     """The Interference minimizing sum over cases of (log ratio error)^2 + (wait share error)^2,
     and that residual. `cases`: (standard decode schedule, op costs, measured targets)."""
-    import numpy as np
-    from scipy.optimize import minimize
     # a wake-up longer than every all-reduce changes nothing more (min(w, t)): cap it there, so the
     # loss has no flat direction towards a meaningless huge value
     wake_cap = max(op_time(op) for sched, op_time, _ in cases for op in sched.ops if op.kind == "all_reduce")
@@ -111,7 +113,6 @@ def fit_profile_overlap(profile, summary: dict, n_boot: int = 30, seed: int = 0)
     """Fit (s, k, w) for a profile from its in-pass overlap summary; None when the summary has no
     case descriptors (older calibrations, GPU). Returns the values, each case's measured and
     fitted ratios, the residual and `n_boot` bootstrap triples [s, k, w_us]."""
-    from sim.cost import CostModel
     cases = summary.get("cases") or []
     if summary.get("method") != "passes" or not cases or not all("case" in c for c in cases):
         return None

@@ -1,4 +1,4 @@
-"""The benchmark protocol (DESIGN.md): measured tokens/s of each schedule on this machine.
+"""The benchmark protocol (docs/design.md): measured tokens/s of each schedule on this machine.
 
 Per schedule one *generation* = prefill of batch x prompt (produces token 1) + gen-1 decode steps
 with the static KV cache, greedy tokens fed back. Every schedule is warmed up, then measured
@@ -29,8 +29,8 @@ import torch
 import torch.distributed as dist
 
 from sim.schedule import build, notes_of
-from hw import dist as hwdist
-from hw.dist import RunConfig
+from hw import rank as hwrank
+from hw.run_config import RunConfig
 from sim.memory import GIB, check_fits, estimate
 from hw.model import build_rank_model
 from hw.probe import probe_s
@@ -39,7 +39,7 @@ from hw.runner import DecodeGraph, Runner
 
 def worker(config: dict) -> int:
     """Entry point of one rank (hw.dist launches it; under torchrun, hw.commands calls it in-process)."""
-    hwdist.run_rank(config, run_bench, format_result)
+    hwrank.run_rank(config, run_bench, format_result)
     return 0
 
 
@@ -59,7 +59,7 @@ def _sync(cfg: RunConfig) -> None:
         torch.cuda.synchronize()
 
 
-def run_bench(cfg: RunConfig, ctx: hwdist.DistContext) -> dict:
+def run_bench(cfg: RunConfig, ctx: hwrank.DistContext) -> dict:
     model, stack = cfg.model_spec(), cfg.stack()
     if cfg.tp != ctx.world:
         raise ValueError(f"--tp {cfg.tp} but {ctx.world} processes were started")
@@ -73,7 +73,7 @@ def run_bench(cfg: RunConfig, ctx: hwdist.DistContext) -> dict:
                  build(s, model, tp, dec_step, stack) if dec_step else None) for s in specs}
     rm = build_rank_model(model, tp, ctx.rank, batch=cfg.batch, max_seq=cfg.prompt_len + cfg.gen_len,
                           dtype=cfg.dtype, device=ctx.device, seed=cfg.seed, head=cfg.head)
-    group, cpu = dist.group.WORLD, hwdist.cpu_group()
+    group, cpu = dist.group.WORLD, hwrank.cpu_group()
     runner = Runner(rm, group, rank=ctx.rank, compile=cfg.compile)
     gen = torch.Generator().manual_seed(cfg.seed)
     prompt = torch.randint(0, model.vocab, (cfg.batch, cfg.prompt_len), generator=gen).to(rm.device)
@@ -88,7 +88,7 @@ def run_bench(cfg: RunConfig, ctx: hwdist.DistContext) -> dict:
         pre, dec = plans[spec]
         dist.barrier(group=cpu)
         _sync(cfg)
-        hwdist.fault_point(ctx.rank, "prefill")
+        hwrank.fault_point(ctx.rank, "prefill")
         t0 = time.perf_counter()
         if compiled:
             # whole compiled passes: waits happen inside the graph, so no exposed time is measured here
@@ -97,7 +97,7 @@ def run_bench(cfg: RunConfig, ctx: hwdist.DistContext) -> dict:
             t1 = time.perf_counter()
             pos_t = compiled["pos"]
             for j in range(1, cfg.gen_len):
-                hwdist.fault_point(ctx.rank, "decode")
+                hwrank.fault_point(ctx.rank, "decode")
                 pos_t.fill_(cfg.prompt_len + j - 1)
                 nxt = compiled[spec][1](dec, nxt.view(-1, 1), pos_t)[1]
             _sync(cfg)
@@ -107,7 +107,7 @@ def run_bench(cfg: RunConfig, ctx: hwdist.DistContext) -> dict:
         t1 = time.perf_counter()
         wait_s, nxt = res.wait_s, res.next_tokens
         for j in range(1, cfg.gen_len):
-            hwdist.fault_point(ctx.rank, "decode")
+            hwrank.fault_point(ctx.rank, "decode")
             pos = cfg.prompt_len + j - 1
             if spec in graphs:
                 res = graphs[spec].replay(nxt.view(-1, 1), pos)
@@ -137,7 +137,7 @@ def run_bench(cfg: RunConfig, ctx: hwdist.DistContext) -> dict:
 
 def compile_passes(runner: Runner, plans: dict, cfg: RunConfig, rank: int) -> dict:
     """torch.compile each schedule's whole prefill and decode pass (Runner.functional_pass), as the
-    reference harness compiles its forward (FACTS.md §10): fullgraph, static shapes; decode under
+    reference harness compiles its forward (docs/sources.md §10): fullgraph, static shapes; decode under
     CUDA graphs (mode reduce-overhead) on cuda with --graphs. On CPU Inductor generates C++ (OpenMP)
     kernels, on CUDA Triton ones. Compiling is slow (tens of seconds per pass on a small CPU); the
     compiled code is cached by Inductor's FX graph cache (TORCHINDUCTOR_CACHE_DIR, default
@@ -269,7 +269,7 @@ def assemble(cfg: RunConfig, model_name: str, specs: list[str], per_rank: list[d
             "env": _env(cfg, per_rank)}
 
 
-def _rank_env(ctx: hwdist.DistContext) -> dict:
+def _rank_env(ctx: hwrank.DistContext) -> dict:
     dev = torch.cuda.get_device_name(ctx.device) if ctx.device.startswith("cuda") else (
         platform.processor() or platform.machine())
     return {"rank": ctx.rank, "hostname": socket.gethostname(), "device": dev,
@@ -284,7 +284,7 @@ def _env(cfg: RunConfig, per_rank: list[dict]) -> dict:
         except Exception:   # noqa: BLE001 - builds without NCCL
             nccl = None
     knobs = {k: v for k, v in os.environ.items()
-             if k.startswith(("NCCL_", "TORCH_NCCL_", "OMP_NUM_THREADS", hwdist.PIN_ENV))}
+             if k.startswith(("NCCL_", "TORCH_NCCL_", "OMP_NUM_THREADS", hwrank.PIN_ENV))}
     return {"torch": torch.__version__, "nccl": nccl, "cuda": torch.version.cuda, "python": sys.version.split()[0],
             "backend": cfg.backend, "device": cfg.device, "world_size": cfg.tp, "env_vars": knobs,
             "hostnames": sorted({r["env"]["hostname"] for r in per_rank}),

@@ -28,8 +28,8 @@ import torch.nn.functional as F
 
 from sim.model import ModelSpec
 from sim.schedule import build, kind_base, plan_of, runs
-from hw import dist as hwdist
-from hw.dist import RunConfig
+from hw import rank as hwrank
+from hw.run_config import RunConfig
 from hw.model import build_rank_model, full_weights
 from hw.runner import Runner
 
@@ -164,7 +164,7 @@ def _each(layer):
     return run
 
 
-# Layer kind (sim.schedule.LAYER_KINDS) -> reference of a run of such layers.
+# Layer kind (sim.builder.LAYER_KINDS) -> reference of a run of such layers.
 REFERENCES = {
     "standard": _each(Reference._standard),
     "ladder": Reference._ladder,
@@ -184,7 +184,7 @@ def _compare(tp_logits: torch.Tensor, ref: torch.Tensor, batch: int, vocab: int)
     return ((got - ref).abs().max() / ref.abs().max().clamp(min=1.0)).item()
 
 
-def run_check(cfg: RunConfig, ctx: hwdist.DistContext) -> list[dict]:
+def run_check(cfg: RunConfig, ctx: hwrank.DistContext) -> list[dict]:
     """Every schedule: TP run vs its reference; returns rows {schedule, prefill_err, decode_err, ok}."""
     import torch.distributed as dist
     model, stack = cfg.model_spec(), cfg.stack()
@@ -249,7 +249,7 @@ def _compiled(runner: Runner, cfg: RunConfig, rank: int):
 
 def worker(config: dict) -> int:
     """Entry point of one rank; nonzero when printing and some schedule failed its check."""
-    cfg, result = hwdist.run_rank(config, _checked, format_check)
+    cfg, result = hwrank.run_rank(config, _checked, format_check)
     return 0 if (not cfg.print_result or result["ok"]) else 1
 
 
@@ -259,7 +259,7 @@ def _checked(cfg: RunConfig, ctx) -> dict:
     torch.set_default_dtype(torch.float32)
     rows = run_check(cfg, ctx)
     every = [None] * ctx.world
-    dist.all_gather_object(every, rows, group=hwdist.cpu_group())
+    dist.all_gather_object(every, rows, group=hwrank.cpu_group())
     merged = _merge(every)
     return {"model": cfg.model_spec().name, "tp": ctx.world, "dtype": cfg.dtype, "backend": cfg.backend,
             "device": cfg.device, "batch": cfg.batch, "prompt_len": cfg.prompt_len, "gen_len": cfg.gen_len,

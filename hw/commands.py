@@ -19,14 +19,9 @@ import tempfile
 
 import click
 
+from sim.cli_options import HARNESS_STACK, stack_options
+from sim.cli_options import TpsimError as UsageFail
 from sim.schedule import DEFAULT_SCHEDULES, SCHEDULE_HELP
-from sim.stack import ATTENTION_IMPLS, DECODE_KV, DTYPE_BYTES, HEADS, PREFILL_LOGITS
-
-
-class UsageFail(click.ClickException):
-    """A user mistake (bad option, model does not fit): exit code 2."""
-
-    exit_code = 2
 
 
 def require_torch(command: str) -> None:
@@ -52,7 +47,7 @@ def check_cuda(n: int = 1) -> None:
 
 def _check_ranges(kw: dict) -> None:
     """Every numeric option in range, nothing silently replaced (ValueError -> exit 2)."""
-    from hw.dist import check_timeout
+    from hw.run_config import check_timeout
     for name, key, lo, hi in (("--tp", "tp", 1, 1024), ("--batch", "batch", 1, 1 << 16),
                               ("--prompt", "prompt_len", 1, MAX_PROMPT), ("--gen", "gen_len", 1, MAX_GEN),
                               ("--layers", "layers", 1, 1 << 16), ("--emulate-tp", "emulate_tp", 1, 1024),
@@ -91,13 +86,6 @@ def _common(f):
         click.option("--backend", type=click.Choice(["gloo", "nccl"]), default=None,
                      help="collective backend [default: nccl on cuda, gloo on cpu]"),
         click.option("--device", type=click.Choice(["cpu", "cuda", "auto"]), default="auto", show_default=True),
-        click.option("--dtype", type=click.Choice(list(DTYPE_BYTES)), default=None,
-                     help="[default: fp16 on cuda; fp32 on cpu]"),
-        click.option("--attention", type=click.Choice(ATTENTION_IMPLS), default="math", show_default=True),
-        click.option("--kv", type=click.Choice(DECODE_KV), default="static", show_default=True),
-        click.option("--head", type=click.Choice(HEADS), default="replicated", show_default=True),
-        click.option("--prefill-logits", type=click.Choice(PREFILL_LOGITS), default="all", show_default=True),
-        click.option("--expand-gqa/--no-expand-gqa", default=True, show_default=True),
         click.option("--seed", type=int, default=0, show_default=True),
         click.option("--timeout-s", type=float, default=None,
                      help="a collective (or rank start-up) that waits longer ends the run with an error "
@@ -112,12 +100,12 @@ def _common(f):
     ]
     for o in reversed(opts):
         f = o(f)
-    return f
+    return stack_options(f)
 
 
 def _config(kind: str, **kw):
     """Options -> validated RunConfig (UsageFail on user mistakes)."""
-    from hw.dist import RunConfig, default_timeout_s
+    from hw.run_config import RunConfig, default_timeout_s
     device = kw.pop("device")
     if device == "auto":
         device = "cuda" if _cuda_available() else "cpu"
@@ -129,6 +117,7 @@ def _config(kind: str, **kw):
         raise UsageFail(str(e)) from None
     backend = kw.pop("backend") or ("nccl" if device == "cuda" else "gloo")
     dtype = kw.pop("dtype") or ("fp16" if device == "cuda" else "fp32")
+    kw.update({k: v for k, v in HARNESS_STACK.items() if kw.get(k) is None})
     schedules = kw.pop("schedules") or DEFAULT_SCHEDULES
     defaults = {"bench": (1024, 512), "check": (16, 9)}[kind]
     kw["prompt_len"] = defaults[0] if kw["prompt_len"] is None else kw["prompt_len"]

@@ -1,6 +1,6 @@
 """Derive the kernels Inductor emits for one compiled layer of each schedule (sim/compiled_kernels.json).
 
-The reference harness compiles its whole forward (FACTS.md §10), so the cost of a compiled layer
+The reference harness compiles its whole forward (docs/sources.md §10), so the cost of a compiled layer
 is the cost of what Inductor generates for it: extern matmuls (cuBLAS / aten) plus generated
 kernels that fuse pointwise and reduction work across IR-op boundaries. Here we compile the
 harness's own functional pass (hw.runner.Runner.functional_pass: COMPILED_KERNELS, math SDPA,

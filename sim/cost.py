@@ -11,20 +11,16 @@ max(flops / (peak * eff), bytes / (bw * eff)) per kernel, with the efficiency cu
 profile. Launch overhead: on a GPU the CPU queues kernels ahead of the GPU, so an op costs
 max(GPU time, its kernels' launch time); on a CPU device the two add up.
 
-Collectives: a measured latency-vs-bytes table for the (collective, group, scope, mode, impl),
-interpolated in log-log; beyond its largest size, extended at the derived model's bandwidth;
-without a table, derived from the profile's topology graph (sim/topology.py: ring / tree / NVLS /
-two-level over the bottleneck links), or, for a profile without a topology section, the
-NCCL-style protocol model base + steps * hop + bytes / algbw (FACTS.md §4).
+Collectives: sim/collective_cost.py.
 """
 from __future__ import annotations
 
 import bisect
-import math
 from dataclasses import dataclass
 
 from . import fusion
-from .profile import CollectiveTable, LinkModel, Profile
+from .collective_cost import CollectiveCost, loglog
+from .profile import Profile
 from .schedule import Op, Schedule
 from .stack import DTYPE_BYTES, Stack
 
@@ -153,8 +149,9 @@ def roofline_s(profile: Profile, works: list[Work], dtype: str) -> float:
     return t
 
 
-class CostModel:
-    """Prices the ops of one workload on one profile; caches by op signature."""
+class CostModel(CollectiveCost):
+    """Prices the ops of one workload on one profile; caches by op signature. Compute ops here,
+    collectives in CollectiveCost (sim/collective_cost.py)."""
 
     def __init__(self, profile: Profile, stack: Stack, gpus_per_node: int | None = None):
         self.profile, self.stack = profile, stack
@@ -259,7 +256,7 @@ class CostModel:
         if i < len(xs) and xs[i] == x:
             t = pts[i][1]
         elif 0 < i < len(xs):
-            t = _loglog(x, pts[i - 1], pts[i])
+            t = loglog(x, pts[i - 1], pts[i])
         else:
             # outside the measured range: the roofline's shape, anchored on the nearest measured point
             near = pts[0] if i == 0 else pts[-1]
@@ -273,179 +270,6 @@ class CostModel:
             # GEMM shorter than its launch costs the launch, as on the roofline path
             t = max(t, self.profile.launch_s["graph" if graphs else "eager"])
         return t
-
-    # -- collectives
-
-    def scope(self, group: int) -> str:
-        return "node" if group <= self.gpus_per_node else "net"
-
-    def comm_s(self, op: Op, phase: str) -> float:
-        key = (op.signature, phase)
-        t = self._cache.get(key)
-        if t is None:
-            a = dict(op.attrs)
-            nbytes = DTYPE_BYTES[op.dtype] * a["rows"] * a["width"]
-            if op.kind == "all_gather":
-                nbytes *= a["group"]            # nccl-tests convention: size of the gathered output
-            mode = "graph" if self.stack.graphs(phase) else "eager"
-            t = self._cache[key] = self.collective_s(op.kind, nbytes, a["group"], mode)
-        return t
-
-    def collective_s(self, collective: str, nbytes: float, group: int, mode: str, impl: str | None = None) -> float:
-        """Seconds for one collective of `nbytes` (nccl-tests size convention) over `group` ranks."""
-        return self.price(collective, nbytes, group, mode, impl)[0]
-
-    def price(self, collective: str, nbytes: float, group: int, mode: str,
-              impl: str | None = None) -> tuple[float, str]:
-        """(seconds, path) for one collective as the running stack pays it.
-
-        The device time comes, in order, from: (1) a measured table for (collective, group,
-        scope, mode, impl); (2) the same table measured in the other mode (plus the profile's
-        eager_extra when eager is asked and only graph data exists); (3) the topology model of the
-        profile (sim/topology.py), plus eager_extra in eager mode; (4) without a topology, the NCCL
-        protocol model `collectives.model`. An unmeasured group spanning nodes (topology with
-        NICs) is its derived time plus the derived model's error on a measured one-node group (the
-        smallest of at least the per-node size, else the largest). A non-NCCL impl (custom
-        all-reduce) without a table for this group is priced as NCCL: that is what serving stacks
-        fall back to where their kernel cannot run.
-
-        In graph mode an NCCL collective also pays the profile's graph_extra: what the compiled
-        functional collective adds inside a CUDA graph over the bare NCCL kernel the tables time
-        (Inductor's clone of the input before the in-place all_reduce_, FACTS.md §10).
-
-        `path` names where the number came from: "table", "table>derived" (beyond the table's
-        largest size), "table(graph)+eager_extra", "topology:<algorithm/protocol>",
-        "topology:<...>+node-correction(gN)" or "protocol-model", with "+graph_extra" appended when
-        that was added."""
-        scope = self.scope(group)
-        if impl is None:
-            impl = self.stack.collective if self.stack.collective != "auto" else self.profile.default_impl
-        t, path = self._device_price(collective, nbytes, group, mode, impl, scope)
-        own_kernel = impl != "nccl" and path.startswith("table")     # a custom kernel's own table
-        if mode == "graph" and not own_kernel and group > 1 and self.profile.graph_extra_s > 0:
-            t, path = t + self.profile.graph_extra_s, path + "+graph_extra"
-        return t, path
-
-    def _device_price(self, collective, nbytes, group, mode, impl, scope) -> tuple[float, str]:
-        table = _find_table(self.profile, collective, group, scope, mode, impl)
-        extra, label = 0.0, "table"
-        if table is None:
-            other = "graph" if mode == "eager" else "eager"
-            table = _find_table(self.profile, collective, group, scope, other, impl)
-            if table is not None:
-                label = f"table({other})"
-                if mode == "eager":
-                    extra, label = self.profile.eager_extra_s, label + "+eager_extra"
-        if table is not None:
-            if nbytes > table.bytes[-1]:
-                label = label.replace("table", "table>derived", 1)
-            return extra + _table_s(table, nbytes, lambda b: self.derived_s(collective, b, group)), label
-        if group == 1:
-            return 0.0, "local"             # nothing to exchange; measured group-1 tables win above
-        extra = self.profile.eager_extra_s if mode == "eager" else 0.0
-        suffix = "+eager_extra" if mode == "eager" and extra else ""
-        topo = self.topology()
-        if group > self.gpus_per_node and topo is not None and topo.spec.multi_node:
-            # Spanning nodes, unmeasured: the derived time, corrected by the model's error on a
-            # measured one-node group of at least the per-node size (that size itself if measured).
-            # Each node's GPUs move at least what a one-node all-reduce of the buffer moves, so a
-            # derived cross-node time must not undercut a measured one-node time; the cluster's own
-            # collectives cross nodes (a custom one-shot kernel does not), hence default_impl.
-            nodes = -(-group // self.gpus_per_node)
-            local = -(-group // nodes)                  # ranks fill nodes evenly (TopologyModel.placement)
-            ref = self._measured_node_group(collective, local)
-            if ref is not None:
-                ref_s, _ = self._device_price(collective, nbytes, ref, mode, self.profile.default_impl,
-                                              self.scope(ref))
-                err = ref_s - self.derived_s(collective, nbytes, ref)
-                name, t = self._derived(collective, nbytes, group)
-                return max(t + err, 0.0), f"{name}+node-correction(g{ref})"
-        name, t = self._derived(collective, nbytes, group)
-        return extra + t, name + suffix
-
-    def _derived(self, collective: str, nbytes: float, group: int) -> tuple[str, float]:
-        """(path, seconds) of the unmeasured path: topology model if the profile has one that
-        covers the group, else the protocol model (graph-mode device time, no eager overhead)."""
-        if group <= 1:
-            return "local", 0.0
-        topo = self.topology()
-        if topo is not None and (group <= self.gpus_per_node or topo.spec.multi_node):
-            name, t = topo.pick(collective, nbytes, group, self.gpus_per_node)
-            return f"topology:{name}", t
-        scope = self.scope(group)
-        if not self.profile.link_models:
-            raise ValueError(f"profile {self.profile.name}: no measured table, no topology NICs and no "
-                             f"collectives.model to price a {collective} over {group} ranks ({scope})")
-        return "protocol-model", ring_s(self._link(scope), collective, nbytes, group)
-
-    def _measured_node_group(self, collective: str, size: int) -> int | None:
-        """The one-node group size (> 1) with a measured table of the cluster's own collectives
-        (either mode): the smallest at least `size`, else the largest below it; None if none."""
-        impl = self.profile.default_impl
-        groups = {t.group for t in self.profile.collective_tables
-                  if t.collective == collective and t.impl == impl and t.scope == "node" and 1 < t.group
-                  <= self.gpus_per_node}
-        above = [g for g in groups if g >= size]
-        return min(above) if above else max(groups, default=None)
-
-    def derived_s(self, collective: str, nbytes: float, group: int) -> float:
-        """The unmeasured path's seconds (see _derived)."""
-        return self._derived(collective, nbytes, group)[1]
-
-    def topology(self):
-        """The profile's TopologyModel (built once per CostModel), or None."""
-        if self.profile.topology is None:
-            return None
-        if getattr(self, "_topology", None) is None:
-            from .topology import TopologyModel
-            self._topology = TopologyModel(self.profile.topology)
-        return self._topology
-
-    def _link(self, scope: str) -> tuple[LinkModel, ...]:
-        return self.profile.link_models.get(scope) or self.profile.link_models["node"]
-
-
-def ring_s(protocols: tuple[LinkModel, ...], collective: str, nbytes: float, group: int) -> float:
-    """NCCL's choice: the fastest enabled protocol for this size (FACTS.md §4).
-
-    Ring all-reduce: 2(n-1) steps at algbw = busbw * n / (2(n-1)); all-gather and
-    reduce-scatter: n-1 steps at algbw = busbw * n / (n-1). A protocol whose hop is paid once
-    (NVLS: the switch reduces) has latency base + hop whatever n."""
-    n = group
-    if n <= 1:
-        return 0.0
-    if collective == "all_reduce":
-        steps, bw_factor = 2 * (n - 1), n / (2 * (n - 1))
-    else:
-        steps, bw_factor = n - 1, n / (n - 1)
-    return min(p.base_s + (steps if p.per_step else 1) * p.hop_s + nbytes / (p.busbw_gbps * 1e9 * bw_factor)
-               for p in protocols)
-
-
-def _find_table(profile: Profile, collective, group, scope, mode, impl) -> CollectiveTable | None:
-    for t in profile.collective_tables:
-        if (t.collective, t.group, t.scope, t.mode, t.impl) == (collective, group, scope, mode, impl):
-            return t
-    return None
-
-
-def _table_s(t: CollectiveTable, nbytes: float, derived) -> float:
-    """Log-log interpolation in a measured table; beyond its largest size, the largest measured
-    point plus what the derived model adds between that size and this one (its bandwidth, with
-    the protocol it would pick at these sizes)."""
-    xs = t.bytes
-    if nbytes <= xs[0]:
-        return t.time_s[0]              # latency floor: below the smallest size nothing gets cheaper
-    if nbytes >= xs[-1]:
-        return t.time_s[-1] + max(derived(nbytes) - derived(xs[-1]), 0.0)
-    i = bisect.bisect_left(xs, nbytes)
-    return _loglog(nbytes, (xs[i - 1], t.time_s[i - 1]), (xs[i], t.time_s[i]))
-
-
-def _loglog(x: float, p0: tuple, p1: tuple) -> float:
-    (x0, y0), (x1, y1) = p0, p1
-    f = (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0))
-    return math.exp(math.log(y0) + f * (math.log(y1) - math.log(y0)))
 
 
 _INDEXES: dict = {}     # id(profile.compute_points) -> (that tuple, {graphs: index}); see _indexes

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from pathlib import Path
 from typing import Iterator
 
 
@@ -18,7 +19,6 @@ def check_writable(out: str | os.PathLike, option: str = "--out") -> None:
     """`out` can be written (checked before any work, so a long run never fails at its last step):
     its directory exists and takes a new file (a probe created and removed: permission bits lie to
     root and on read-only mounts), and an existing `out` is a writable file."""
-    from pathlib import Path
     p = Path(out)
     d = p.resolve().parent
     if p.is_dir():

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from .predict import Simulator
 from .trace import Record, chrome_trace
 
 PHASES = ("prefill", "decode")
@@ -37,7 +38,6 @@ def measured_records(records: Iterable[dict], decode_pass: int = 0) -> dict[str,
 def simulated_records(w, spec: str, ranks: int) -> dict[str, list[Record]]:
     """{phase: Records} of one simulated prefill and the first decode step, `ranks` ranks (exact
     simulation: every rank is its own process, with the profile's jitter)."""
-    from .predict import Simulator
     sim = Simulator(w, exact=True, record=True, ranks=ranks)
     out = {"prefill": list(sim.step(spec, w.prefill_step()).records), "decode": []}
     if w.gen_len > 1:
@@ -96,7 +96,7 @@ def bench_trace(result: dict) -> dict:
 
 def side_by_side_trace(measured: dict, w, specs: list[str] | None = None) -> dict:
     """Measured and simulated tracks of each rank, per schedule, of one grid point (`w` is the
-    simulator's Workload for the measured run, calib.compare.workload_of)."""
+    simulator's Workload for the measured run, calib.compare_measure.workload_of)."""
     groups = []
     for row in measured.get("schedules", []):
         spec = row["schedule"]

@@ -1,4 +1,4 @@
-"""A workload in, a prediction per schedule out (the benchmark protocol of DESIGN.md).
+"""A workload in, a prediction per schedule out (the benchmark protocol of docs/design.md).
 
 prefill_s: one forward pass over batch x prompt (it produces token 1).
 decode_s:  the remaining gen-1 steps, each one token per sequence.

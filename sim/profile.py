@@ -1,6 +1,6 @@
 """Hardware profiles: what one op and one collective cost on a cluster, with provenance.
 
-A profile is a versioned JSON file (format "tpsim-profile", version 1; README "Profile format").
+A profile is a versioned JSON file (format "tpsim-profile", version 1; docs/profile-format.md).
 Every number sits next to the `source` it came from, as {"value": x, "source": "..."}, or a table
 carries one `source` for all its points. Loading validates the file and names the bad field and
 the file on any problem. `"extends": "h100-sxm"` completes a partial profile from a base one:
@@ -11,143 +11,29 @@ replaces `collectives`, since none of the P2P-on measurements apply to it).
 An optional `topology` section (sim/topology.py) describes the box's links; when present it prices
 every collective that has no measured table, and `collectives.model` (the plain NCCL protocol
 model) becomes optional and is used only where the topology cannot answer.
+
+This module owns the format both ways: reading (`load_profile`, `read_raw`, `describe`) and
+writing (`new_profile`, `sourced`, `write_profile`, used by calibration and the nccl-tests
+import). Its vocabulary and types are sim/profile_schema.py; field validation sim/profile_check.py.
 """
 from __future__ import annotations
 
 import copy
-import json
-import math
 import os
-from dataclasses import dataclass, field
+import tempfile
 from pathlib import Path
 
-from .topology import INTRA_KINDS, LINK_CLASSES, NcclLatency, TopologySpec
-
-FORMAT, VERSION = "tpsim-profile", 1
-SCOPES = ("node", "net")          # collective within one node, or spanning nodes
-MODES = ("eager", "graph")        # collective launched eagerly or replayed in a CUDA graph
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
-
-
-MAX_FILE_BYTES = 64 << 20        # a calibrated profile with its raw points is well under 1 MiB
-MAX_DEPTH = 64                   # nesting of objects/lists (the deepest real profile is ~10)
-MAX_INT = 1 << 63                # larger integers are nobody's measurement (and overflow floats)
-MAX_GPUS = 1024                  # per node
-MAX_TABLE_POINTS = 10_000        # per measured table
-
-
-class ProfileError(ValueError):
-    """A profile that cannot be used; the message names the file and the field."""
-
-
-@dataclass(frozen=True)
-class Curve:
-    """Piecewise-linear in log(x): efficiency as a function of work size (flops or bytes)."""
-
-    x: tuple[float, ...]
-    y: tuple[float, ...]
-
-    def __call__(self, v: float) -> float:
-        if len(self.x) == 1 or v <= self.x[0]:
-            return self.y[0]
-        if v >= self.x[-1]:
-            return self.y[-1]
-        lv = math.log(v)
-        for i in range(1, len(self.x)):
-            if v <= self.x[i]:
-                l0, l1 = math.log(self.x[i - 1]), math.log(self.x[i])
-                t = (lv - l0) / (l1 - l0)
-                return self.y[i - 1] + t * (self.y[i] - self.y[i - 1])
-        return self.y[-1]
-
-
-@dataclass(frozen=True)
-class ComputePoint:
-    """One measured op time (from `tpsim calibrate` or an imported database)."""
-
-    kind: str
-    attrs: tuple[tuple[str, int | str], ...]
-    dtype: str
-    time_s: float
-    mode: str = "any"     # "eager": unfused kernels launched one by one; "graph": as a captured/compiled step
-
-
-@dataclass(frozen=True)
-class CollectiveTable:
-    """Measured latency vs message size for one collective configuration."""
-
-    collective: str       # all_reduce | all_gather | reduce_scatter
-    group: int            # ranks in the group
-    scope: str            # node | net
-    mode: str             # eager | graph
-    impl: str             # nccl | custom | gloo | ...
-    bytes: tuple[float, ...]
-    time_s: tuple[float, ...]
-    source: str
-
-
-@dataclass(frozen=True)
-class LinkModel:
-    """One NCCL algorithm/protocol: time = base + steps * hop + bytes / algbw (FACTS.md §4)."""
-
-    name: str             # e.g. "ring_ll", "ring_simple", "nvls"
-    base_s: float
-    hop_s: float
-    busbw_gbps: float     # bus bandwidth (nccl-tests convention), GB/s = 1e9 B/s
-    per_step: bool = True  # hop paid per ring step (ring/tree) or once (NVLS)
-
-
-@dataclass(frozen=True)
-class ArrivalJitter:
-    """Per-rank delay before each arrival at a collective of one scope: iid draws per rank and
-    collective. "exponential": mean mean_s (what the spread of arrivals measures directly: with
-    iid exponential delays, each rank's lag behind the first arrival is again exponential with
-    that mean). Zero: no jitter simulated, which is not a claim that real ranks have none."""
-
-    dist: str                         # "exponential"
-    mean_s: float
-    source: str
-
-
-JITTER_DISTS = ("exponential",)
-
-
-@dataclass(frozen=True)
-class Profile:
-    name: str
-    description: str
-    gpus_per_node: int
-    memory_gib: float
-    device: str                                  # "cuda" | "cpu": how launches overlap compute
-    peak_flops: dict                             # dtype -> FLOP/s of dense matrix math
-    mem_bytes_per_s: float
-    gemm_efficiency: Curve                       # achieved/peak FLOP/s vs flops per kernel
-    memory_efficiency: Curve                     # achieved/peak bandwidth vs bytes per kernel
-    launch_s: dict                               # mode ("eager"/"graph") -> seconds per kernel launch
-    compute_points: tuple[ComputePoint, ...]
-    collective_tables: tuple[CollectiveTable, ...]
-    link_models: dict                            # scope -> tuple[LinkModel, ...] (fastest wins)
-    eager_extra_s: float                         # extra per collective in eager mode when only graph data exists
-    default_impl: str                            # collective implementation the cluster runs ("nccl", "gloo")
-    stack_defaults: dict                         # Stack fields this cluster runs by default (e.g. fp32, no graphs on CPU)
-    compute_slowdown: float                      # factor on compute while a collective runs on the rank
-    comm_slowdown: float                         # factor on a collective while compute runs on the rank
-    jitter_s: float                              # legacy jitter.launch_us (the simulator reads arrival_jitter)
-    wake_s: float = 0.0                          # part of a collective's time that wakes a rank blocked on it
-    graph_extra_s: float = 0.0                   # extra per NCCL collective inside a compiled CUDA-graph step
-    arrival_jitter: dict = field(default_factory=dict)  # scope ("node"/"net") -> ArrivalJitter (exact mode)
-    source_path: str = ""
-    raw: dict = field(default_factory=dict, compare=False, repr=False)
-    topology: TopologySpec | None = field(default=None, compare=False, repr=False)
+from .profile_check import parse, read_json
+from .profile_schema import (COLLECTIVES, FORMAT, JITTER_DISTS, MODES, SCOPES, VERSION, ArrivalJitter,  # noqa: F401
+                             CollectiveTable, ComputePoint, Curve, LinkModel, Profile, ProfileError, _short)
+from .trace import write_json_atomic
 
 
 # ------------------------------------------------------------------ loading
 
 def builtin_dir() -> Path:
-    """calib/profiles/ beside sim/ (in the source tree and in site-packages alike).
-
-    Read as data files, not imported, so sim/ still depends on nothing above it."""
-    return Path(__file__).resolve().parent.parent / "calib" / "profiles"
+    """sim/profiles/, the built-in profiles beside this module (read as data files)."""
+    return Path(__file__).resolve().parent / "profiles"
 
 
 def builtin_names() -> list[str]:
@@ -189,69 +75,6 @@ def read_raw(name_or_path: str, _seen: tuple = ()) -> tuple[dict, Path]:
             raise ProfileError(f"profile {path}: field 'extends': {e}") from None
         data = merge(base_data, data)
     return data, path
-
-
-def read_json(path: Path) -> dict:
-    """One profile file, parsed and checked for what no field check can catch later: its size, its
-    encoding, its nesting depth and non-finite or absurd numbers anywhere (NaN, Infinity, 10**400).
-    Every error names the file (and the field, where there is one)."""
-    try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise ProfileError(f"profile {path}: {size} bytes is over the {MAX_FILE_BYTES >> 20} MiB limit "
-                               f"for a profile file")
-        raw = path.read_bytes()
-    except OSError as e:
-        raise ProfileError(f"profile {path}: cannot read it: {e.strerror}") from None
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise ProfileError(f"profile {path}: not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start})") from None
-    try:
-        data = json.loads(text, parse_int=_parse_int)
-    except json.JSONDecodeError as e:
-        raise ProfileError(f"profile {path}: not valid JSON (line {e.lineno} column {e.colno}: {e.msg})") from None
-    except RecursionError:
-        raise ProfileError(f"profile {path}: nested deeper than {MAX_DEPTH} levels") from None
-    except _BadInt as e:
-        line = text.count("\n", 0, max(0, text.find(e.args[0]))) + 1
-        raise ProfileError(f"profile {path}: line {line}: integer {e.args[0][:20]}... is out of range "
-                           f"(|n| < 2**63)") from None
-    if not isinstance(data, dict):
-        raise ProfileError(f"profile {path}: top level must be a JSON object")
-    bad = _first_bad_value(data)
-    if bad:
-        field_, why = bad
-        raise ProfileError(f"profile {path}: field '{field_}' {why}")
-    return data
-
-
-class _BadInt(ValueError):
-    pass
-
-
-def _parse_int(s: str) -> int:
-    # int() of a 5,000-digit string raises ValueError itself; past 2**63 nothing is a real measurement
-    if len(s) > 20 or abs(int(s)) >= MAX_INT:
-        raise _BadInt(s)
-    return int(s)
-
-
-def _first_bad_value(data) -> tuple[str, str] | None:
-    """(field path, what is wrong) of the first non-finite number or too-deep nesting, walking the
-    tree without recursion (so the walk itself cannot hit Python's recursion limit)."""
-    stack = [("", data, 0)]
-    while stack:
-        path, v, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            return path, f"nests deeper than {MAX_DEPTH} levels"
-        if isinstance(v, float) and not math.isfinite(v):
-            return path, f"must be a finite number, got {v}"
-        if isinstance(v, dict):
-            stack += [(f"{path}.{k}" if path else str(k), x, depth + 1) for k, x in reversed(v.items())]
-        elif isinstance(v, list):
-            stack += [(f"{path}[{i}]", x, depth + 1) for i, x in reversed(list(enumerate(v)))]
-    return None
 
 
 _PREPEND_LISTS = {("collectives", "tables"), ("compute", "tables")}
@@ -313,374 +136,6 @@ def describe(name_or_path: str) -> list[tuple[str, str, str]]:
     return out
 
 
-def parse(data: dict, where: str = "<profile>") -> Profile:
-    g = _Getter(data, where)
-    name = g.str_("name")
-    peak = {dt: g.num(f"compute.matmul_tflops.{dt}", positive=True) * 1e12 for dt in g.obj("compute.matmul_tflops")}
-    if not peak:
-        raise ProfileError(f"profile {where}: field 'compute.matmul_tflops' needs at least one dtype")
-    topology = g.topology(int(g.num("gpus_per_node", positive=True, max_=MAX_GPUS))) if "topology" in data else None
-    links = {}
-    if topology is None and "model" not in g.obj("collectives"):
-        g.fail("collectives.model", "is missing (a profile needs a 'topology' section or a "
-                                    "'collectives.model' to price collectives it has no table for)")
-    for scope in (g.obj("collectives.model") if topology is None or "model" in g.obj("collectives") else {}):
-        if scope not in SCOPES:
-            raise ProfileError(f"profile {where}: field 'collectives.model.{scope}': scope must be one of {SCOPES}")
-        links[scope] = tuple(g.protocol(f"collectives.model.{scope}.{name}", name)
-                             for name in g.obj(f"collectives.model.{scope}"))
-        if not links[scope]:
-            raise ProfileError(f"profile {where}: field 'collectives.model.{scope}' lists no protocol")
-    if "node" not in links and topology is None:
-        raise ProfileError(f"profile {where}: field 'collectives.model.node' is missing "
-                           f"(or give a 'topology' section to derive collective costs from)")
-    device = g.str_("device", default="cuda")
-    if device not in ("cuda", "cpu"):
-        raise ProfileError(f"profile {where}: field 'device' must be cuda or cpu, got {_short(device)}")
-    return Profile(
-        name=name,
-        description=g.str_("description", default=""),
-        gpus_per_node=int(g.num("gpus_per_node", positive=True, max_=MAX_GPUS)),
-        memory_gib=g.num("memory_gib", positive=True),
-        device=device,
-        peak_flops=peak,
-        mem_bytes_per_s=g.num("compute.memory_gbps", positive=True) * 1e9,
-        gemm_efficiency=g.curve("compute.gemm_efficiency", "flops"),
-        memory_efficiency=g.curve("compute.memory_efficiency", "bytes"),
-        launch_s={m: g.num(f"compute.launch_us.{m}", min_=0.0) * 1e-6 for m in MODES},
-        compute_points=g.compute_points() + g.gemm_tables(),
-        collective_tables=g.collective_tables(),
-        link_models=links,
-        eager_extra_s=g.num("collectives.eager_extra_us", default=0.0) * 1e-6,
-        graph_extra_s=g.num("collectives.graph_extra_us", default=0.0, min_=0.0) * 1e-6,
-        default_impl=g.str_("collectives.default_impl", default="nccl"),
-        stack_defaults=g.stack_defaults(),
-        compute_slowdown=g.num("overlap.compute_slowdown", min_=1.0, max_=100.0),
-        comm_slowdown=g.num("overlap.comm_slowdown", min_=1.0, max_=100.0),
-        jitter_s=g.num("jitter.launch_us", default=0.0) * 1e-6,
-        wake_s=g.num("overlap.wake_us", default=0.0, min_=0.0) * 1e-6,
-        arrival_jitter=g.arrival_jitter(),
-        source_path=where,
-        raw=data,
-        topology=topology,
-    )
-
-
-class _Getter:
-    """Typed access to a profile dict; every failure names the field and the file."""
-
-    def __init__(self, data: dict, where: str):
-        self.data, self.where = data, where
-
-    def fail(self, path: str, msg: str):
-        raise ProfileError(f"profile {self.where}: field '{path}' {msg}")
-
-    def get(self, path: str, default=...):
-        cur = self.data
-        for part in path.split("."):
-            if not isinstance(cur, dict) or part not in cur:
-                if default is not ...:
-                    return default
-                self.fail(path, "is missing")
-            cur = cur[part]
-        return cur
-
-    def obj(self, path: str) -> dict:
-        v = self.get(path)
-        if not isinstance(v, dict):
-            self.fail(path, "must be an object")
-        return v
-
-    def str_(self, path: str, default=...) -> str:
-        v = self.get(path, default)
-        if not isinstance(v, str):
-            self.fail(path, f"must be a string, got {_short(v)}")
-        return v
-
-    def num(self, path: str, default=..., positive: bool = False, min_: float | None = None,
-            max_: float = 1e9) -> float:
-        """A finite number (bare or {"value", "source"}) in range. `max_`: no profile number in its
-        units (TFLOP/s, GB/s, us, GiB, ratios) is anywhere near 1e9; larger is a typo or an attack."""
-        v = self.get(path, default)
-        if isinstance(v, dict):           # {"value": x, "source": "..."}
-            if "value" not in v:
-                self.fail(path, "is an object without 'value'")
-            if not _has_source(v):
-                self.fail(path, "has no 'source' (every number states where it came from)")
-            v = v["value"]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            self.fail(path, f"must be a number, got {_short(v)}")
-        if positive and v <= 0:
-            self.fail(path, f"must be positive, got {v}")
-        if min_ is not None and v < min_:
-            self.fail(path, f"must be >= {min_}, got {v}")
-        if abs(v) > max_:
-            self.fail(path, f"must be at most {max_:g}, got {v:g}")
-        return float(v)
-
-    def sourced(self, path: str, types: tuple, default=...):
-        """A non-numeric value (string, bool) given as {"value": v, "source": "..."} or bare."""
-        v = self.get(path, default)
-        if isinstance(v, dict):
-            if "value" not in v:
-                self.fail(path, "is an object without 'value'")
-            if not _has_source(v):
-                self.fail(path, "has no 'source' (every number states where it came from)")
-            v = v["value"]
-        if not isinstance(v, types):
-            self.fail(path, f"must be {' or '.join(t.__name__ for t in types)}, got {_short(v)}")
-        return v
-
-    def topology(self, gpus_per_node: int) -> TopologySpec:
-        t = "topology"
-        self.obj(t)
-        intra = self.sourced(f"{t}.intra", (str,))
-        if intra not in INTRA_KINDS:
-            self.fail(f"{t}.intra", f"must be one of {INTRA_KINDS}, got {_short(intra)}")
-        nv = self.num(f"{t}.nvlink_gbps", positive=True) if intra == "nvswitch" else \
-            self.num(f"{t}.nvlink_gbps", default=0.0, min_=0.0)
-        sockets = int(self.num(f"{t}.sockets", positive=True))
-        nic = self.num(f"{t}.nic_gbps", default=0.0, min_=0.0)
-        nics = int(self.num(f"{t}.nics_per_node", default=0.0, min_=0.0))
-        if (nic > 0) != (nics > 0):
-            self.fail(f"{t}.nics_per_node" if nic > 0 else f"{t}.nic_gbps",
-                      "must be given with the other of nic_gbps / nics_per_node (both or neither)")
-        lat = self._nccl(f"{t}.nccl")
-        try:
-            return TopologySpec(
-                gpus_per_node=gpus_per_node, intra=intra,
-                p2p=self.sourced(f"{t}.p2p", (bool,)),
-                nvlink_gbps=nv,
-                nvls_busbw_gbps=self.num(f"{t}.nvls_busbw_gbps", default=0.0, min_=0.0),
-                ll_busbw_cap_gbps=self.num(f"{t}.ll_busbw_cap_gbps", default=0.0, min_=0.0),
-                ll_busbw_cap_multi_node_gbps=self.num(f"{t}.ll_busbw_cap_multi_node_gbps", default=0.0, min_=0.0),
-                ll_payload=self.num(f"{t}.nccl.ll_payload", positive=True),
-                ll128_payload=self.num(f"{t}.nccl.ll128_payload", positive=True),
-                pcie_gbps=self.num(f"{t}.pcie_gbps", positive=True),
-                gpus_per_pcie_switch=int(self.num(f"{t}.gpus_per_pcie_switch", positive=True)),
-                sockets=sockets,
-                host_mem_gbps=self.num(f"{t}.host_mem_gbps", positive=True),
-                cpu_link_gbps=self.num(f"{t}.cpu_link_gbps", positive=True) if sockets > 1 else
-                self.num(f"{t}.cpu_link_gbps", default=0.0, min_=0.0),
-                nic_gbps=nic, nics_per_node=nics, latency=lat,
-                latency_offset_us=self.num(f"{t}.latency_offset_us", default=0.0),
-                shm_hop_us={k: self.num(f"{t}.shm_hop_us.{k}", min_=0.0)
-                            for k in (self.obj(f"{t}.shm_hop_us") if f"shm_hop_us" in self.obj(t) else {})},
-                shm_gbps=self.num(f"{t}.shm_gbps", default=0.0, min_=0.0),
-                sources={k: v.get("source", "") for k, v in self.obj(t).items() if isinstance(v, dict)},
-            )
-        except ValueError as e:
-            self.fail(t, str(e))
-
-    def _nccl(self, path: str) -> NcclLatency:
-        """NCCL's latency constants: base_us per (algorithm_protocol), hop_us per link class."""
-        n = self.obj(path)
-        if not _has_source(n):
-            self.fail(path, "has no 'source'")
-        base = self.obj(f"{path}.base_us")
-        for key in ("ring_ll", "ring_ll128", "ring_simple", "nvls"):
-            if key not in base:
-                self.fail(f"{path}.base_us.{key}", "is missing")
-        hops = {}
-        for cls in LINK_CLASSES:
-            h = self.obj(f"{path}.hop_us.{cls}")
-            for key in ("ll", "ll128", "simple"):
-                if key not in h:
-                    self.fail(f"{path}.hop_us.{cls}.{key}", "is missing")
-            hops[cls] = {k: self.num(f"{path}.hop_us.{cls}.{k}", min_=0.0) for k in h}
-        return NcclLatency({k: self.num(f"{path}.base_us.{k}", min_=0.0) for k in base}, hops)
-
-    def arrival_jitter(self) -> dict:
-        """jitter.arrival.{node,net}: {"dist": "exponential", "mean_us": sourced number}; a scope left
-        out takes the other's; without `arrival`, the legacy jitter.launch_us applies to both."""
-        arr = self.get("jitter.arrival", None)
-        if arr is None:
-            us = self.num("jitter.launch_us", default=0.0, min_=0.0)
-            v = self.get("jitter.launch_us", None)
-            src = v.get("source", "") if isinstance(v, dict) else "jitter.launch_us" if v is not None else \
-                "no jitter section: none simulated"
-            return {s: ArrivalJitter("exponential", us * 1e-6, src) for s in SCOPES}
-        if not isinstance(arr, dict) or not arr or set(arr) - set(SCOPES):
-            self.fail("jitter.arrival", f"must be an object with scopes from {SCOPES}")
-        out = {}
-        for scope in arr:
-            p = f"jitter.arrival.{scope}"
-            dist = self.str_(f"{p}.dist", default="exponential")
-            if dist not in JITTER_DISTS:
-                self.fail(f"{p}.dist", f"must be one of {JITTER_DISTS}, got {dist!r}")
-            mean = self.num(f"{p}.mean_us", min_=0.0)
-            v = self.get(f"{p}.mean_us")
-            if not isinstance(v, dict):
-                self.fail(f"{p}.mean_us", "must be {\"value\": ..., \"source\": ...} (say where the skew comes from)")
-            out[scope] = ArrivalJitter(dist, mean * 1e-6, str(v["source"]))
-        for scope in SCOPES:
-            out.setdefault(scope, next(iter(out.values())))
-        return out
-
-    def stack_defaults(self) -> dict:
-        d = self.get("stack_defaults", {})
-        if not isinstance(d, dict):
-            self.fail("stack_defaults", "must be an object")
-        from .stack import Stack
-        known = set(Stack.__dataclass_fields__)
-        bad = sorted(set(d) - known)
-        if bad:
-            self.fail(f"stack_defaults.{bad[0]}", f"is not a stack field; known: {', '.join(sorted(known))}")
-        try:
-            Stack(**d)
-        except (TypeError, ValueError) as e:
-            self.fail("stack_defaults", f"is invalid: {e}")
-        return dict(d)
-
-    def protocol(self, path: str, name: str) -> LinkModel:
-        p = self.obj(path)
-        if not _has_source(p):
-            self.fail(path, "has no 'source'")
-        hop = p.get("hop", "per_step")
-        if hop not in ("per_step", "once"):
-            self.fail(f"{path}.hop", f"must be per_step or once, got {_short(hop)}")
-        return LinkModel(name, self.num(f"{path}.base_us", min_=0.0) * 1e-6, self.num(f"{path}.hop_us", min_=0.0) * 1e-6,
-                         self.num(f"{path}.busbw_gbps", positive=True), hop == "per_step")
-
-    def curve(self, path: str, xkey: str) -> Curve:
-        c = self.obj(path)
-        if not _has_source(c):
-            self.fail(path, "has no 'source'")
-        xs, ys = c.get(xkey), c.get("efficiency")
-        if not isinstance(xs, list) or not isinstance(ys, list) or len(xs) != len(ys) or not xs:
-            self.fail(path, f"needs equal-length non-empty lists '{xkey}' and 'efficiency'")
-        if len(xs) > MAX_TABLE_POINTS:
-            self.fail(path, f"has {len(xs)} points; at most {MAX_TABLE_POINTS}")
-        if any(not _finite(v) or not 0 < v <= 1e30 for v in xs) or list(xs) != sorted(xs):
-            self.fail(f"{path}.{xkey}", "must be positive finite numbers (<= 1e30), increasing")
-        if any(not _finite(v) or not 0 < v <= 1 for v in ys):
-            self.fail(f"{path}.efficiency", "values must be numbers in (0, 1]")
-        return Curve(tuple(map(float, xs)), tuple(map(float, ys)))
-
-    def compute_points(self) -> tuple[ComputePoint, ...]:
-        out = []
-        for ti, t in enumerate(self.get("compute.tables", [])):
-            p = f"compute.tables[{ti}]"
-            if not isinstance(t, dict) or not _has_source(t) or not isinstance(t.get("points"), list):
-                self.fail(p, "must be an object with 'source' and a list 'points'")
-            if len(t["points"]) > 100 * MAX_TABLE_POINTS:
-                self.fail(f"{p}.points", f"has {len(t['points'])} points; at most {100 * MAX_TABLE_POINTS}")
-            for pi, pt in enumerate(t["points"]):
-                q = f"{p}.points[{pi}]"
-                if not isinstance(pt, dict):
-                    self.fail(q, "must be an object with 'kind', 'attrs', 'time_s'")
-                for key in ("kind", "attrs", "time_s"):
-                    if key not in pt:
-                        self.fail(f"{q}.{key}", "is missing")
-                if not isinstance(pt["kind"], str):
-                    self.fail(f"{q}.kind", f"must be a string, got {_short(pt['kind'])}")
-                if not isinstance(pt["attrs"], dict):
-                    self.fail(f"{q}.attrs", f"must be an object of integers and strings, got {_short(pt['attrs'])}")
-                for k, v in pt["attrs"].items():
-                    if isinstance(v, bool) or not isinstance(v, (int, str)):
-                        self.fail(f"{q}.attrs.{k}", f"must be an integer or a string, got {_short(v)}")
-                time_s = pt["time_s"]
-                if not _finite(time_s) or not 0 < time_s <= 1e6:
-                    self.fail(f"{q}.time_s", f"must be a positive finite number of seconds, got {_short(time_s)}")
-                mode, dtype = pt.get("mode", "any"), pt.get("dtype", "fp16")
-                if mode not in ("any",) + MODES:
-                    self.fail(f"{q}.mode", f"must be any, eager or graph, got {_short(mode)}")
-                if not isinstance(dtype, str):
-                    self.fail(f"{q}.dtype", f"must be a string, got {_short(dtype)}")
-                attrs = tuple(sorted((str(k), v) for k, v in pt["attrs"].items()))
-                out.append(ComputePoint(pt["kind"], attrs, dtype, float(time_s), mode))
-        return tuple(out)
-
-    def gemm_tables(self) -> tuple[ComputePoint, ...]:
-        """`compute.gemm_tables`: measured GEMM times in a compact form, one row per weight shape.
-
-        Each table: {"source", "dtypes": [...], "m": [m0, m1, ...] (increasing), "rows": [{"n", "k",
-        "time_us": [t at m0, t at m1, ...]}, ...]}; a row may say how its (n, k) was obtained
-        ("nk": "interpolated" ...). Expanded to gemm ComputePoints (attrs m, n, k; mode any: the
-        same cuBLAS kernel eager and compiled), after `compute.tables`, so calibrated points win."""
-        out = []
-        for ti, t in enumerate(self.get("compute.gemm_tables", [])):
-            p = f"compute.gemm_tables[{ti}]"
-            if not isinstance(t, dict) or not t.get("source"):
-                self.fail(p, "must be an object with a 'source'")
-            ms, dtypes, rows = t.get("m"), t.get("dtypes", ["fp16"]), t.get("rows")
-            if (not isinstance(ms, list) or not ms or any(isinstance(v, bool) or not isinstance(v, int) or v < 1
-                                                          for v in ms) or ms != sorted(set(ms))):
-                self.fail(f"{p}.m", "must be an increasing list of positive integers")
-            if not isinstance(dtypes, list) or not dtypes or any(not isinstance(d, str) for d in dtypes):
-                self.fail(f"{p}.dtypes", "must be a non-empty list of dtype names")
-            if not isinstance(rows, list):
-                self.fail(f"{p}.rows", "must be a list")
-            for ri, r in enumerate(rows):
-                n, k, us = (r.get("n"), r.get("k"), r.get("time_us")) if isinstance(r, dict) else (None,) * 3
-                if (any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in (n, k))
-                        or not isinstance(us, list) or len(us) != len(ms)
-                        or any(isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 for v in us)):
-                    self.fail(f"{p}.rows[{ri}]", f"needs positive integers 'n', 'k' and 'time_us': {len(ms)} "
-                                                 f"positive times, one per m")
-                out += [ComputePoint("gemm", (("k", k), ("m", m), ("n", n)), dt, v * 1e-6)
-                        for dt in dtypes for m, v in zip(ms, us)]
-        return tuple(out)
-
-    def collective_tables(self) -> tuple[CollectiveTable, ...]:
-        out = []
-        tables = self.get("collectives.tables", [])
-        if not isinstance(tables, list):
-            self.fail("collectives.tables", "must be a list of tables")
-        for ti, t in enumerate(tables):
-            p = f"collectives.tables[{ti}]"
-            if not isinstance(t, dict):
-                self.fail(p, "must be an object")
-            for key in ("collective", "group", "scope", "mode", "bytes", "time_us", "source"):
-                if key not in t:
-                    self.fail(f"{p}.{key}", "is missing")
-            if t["collective"] not in COLLECTIVES:
-                self.fail(f"{p}.collective", f"must be one of {COLLECTIVES}, got {_short(t['collective'])}")
-            if isinstance(t["group"], bool) or not isinstance(t["group"], int) or t["group"] < 1:
-                self.fail(f"{p}.group", f"must be a positive integer (ranks in the group), got {_short(t['group'])}")
-            if t["scope"] not in SCOPES:
-                self.fail(f"{p}.scope", f"must be one of {SCOPES}")
-            if t["mode"] not in MODES:
-                self.fail(f"{p}.mode", f"must be one of {MODES}")
-            if t["group"] > 1 << 20:
-                self.fail(f"{p}.group", f"must be at most {1 << 20} ranks, got {t['group']}")
-            for key in ("impl", "source"):
-                if key in t and (not isinstance(t[key], str) or (key == "source" and not t[key].strip())):
-                    self.fail(f"{p}.{key}", f"must be a string, got {_short(t[key])}")
-            b, us = t["bytes"], t["time_us"]
-            if not isinstance(b, list) or not isinstance(us, list) or len(b) != len(us) or not b:
-                self.fail(p, "needs equal-length non-empty lists 'bytes' and 'time_us'")
-            if len(b) > MAX_TABLE_POINTS:
-                self.fail(f"{p}.bytes", f"has {len(b)} points; at most {MAX_TABLE_POINTS}")
-            for key, vs, hi in (("bytes", b, 2.0 ** 50), ("time_us", us, 1e12)):
-                for i, v in enumerate(vs):
-                    if not _finite(v) or not 0 < v <= hi:
-                        self.fail(f"{p}.{key}[{i}]", f"must be a positive finite number (<= {hi:g}), got {_short(v)}")
-            if list(b) != sorted(b):
-                self.fail(f"{p}.bytes", "must be increasing")
-            out.append(CollectiveTable(str(t["collective"]), int(t["group"]), t["scope"], t["mode"],
-                                       str(t.get("impl", "nccl")), tuple(map(float, b)),
-                                       tuple(v * 1e-6 for v in us), str(t["source"])))
-        return tuple(out)
-
-
-def _has_source(obj: dict) -> bool:
-    """A non-empty string says where the number came from (a list or a number says nothing)."""
-    src = obj.get("source")
-    return isinstance(src, str) and bool(src.strip())
-
-
-def _finite(v) -> bool:
-    """A JSON number that is a real, finite number (true/false are not numbers here)."""
-    return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
-
-
-def _short(v) -> str:
-    """A value for an error message, cut to one short line."""
-    text = repr(v)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def sources(data: dict, prefix: str = "") -> list[tuple[str, str, str]]:
     """(field, value, source) for every sourced number and table, for `tpsim profiles show`."""
     out = []
@@ -703,3 +158,40 @@ def sources(data: dict, prefix: str = "") -> list[tuple[str, str, str]]:
                         else f"{label} ({n} points)".strip())
                 out.append((f"{path}[{i}]", what, str(x.get("source", ""))))
     return out
+
+
+# ------------------------------------------------------------------ writing
+
+def sourced(value, source: str) -> dict:
+    """One value of the format with its provenance, as every number of a profile is written."""
+    return {"value": value, "source": source}
+
+
+def new_profile(name: str, description: str, extends: str | None = None) -> dict:
+    """The head of a profile document: format, version, name, the base it extends, description."""
+    doc: dict = {"format": FORMAT, "version": VERSION, "name": name}
+    if extends:
+        doc["extends"] = extends
+    doc["description"] = description
+    return doc
+
+
+def load_document(data: dict, near: str | os.PathLike) -> Profile:
+    """Validate a profile document not yet written, with its `extends` base merged, as
+    `load_profile` would read it: through a side file beside `near` (removed again)."""
+    out = Path(near)
+    fd, side_name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.stem}.", suffix=".probe.json")
+    os.close(fd)
+    try:
+        write_json_atomic(side_name, data)
+        return load_profile(side_name)
+    finally:
+        Path(side_name).unlink(missing_ok=True)
+
+
+def write_profile(path: str | os.PathLike, data: dict) -> Profile:
+    """Validate a profile document, then write it to `path` atomically: one that does not validate
+    raises ProfileError naming the field and leaves `path` as it was. Returns the loaded profile."""
+    loaded = load_document(data, near=path)
+    write_json_atomic(path, data)
+    return loaded

@@ -30,7 +30,7 @@ from typing import Callable
 
 import numpy as np
 
-from .engine import Compiled, compile_schedule, simulate_ranks
+from .engine_ranks import Compiled, compile_schedule, simulate_ranks
 from .schedule import Schedule, build_plan, plan_of, runs
 from .stack import Step
 

@@ -1,7 +1,7 @@
 """The software stack a prediction describes, and the shapes of one forward pass.
 
-Defaults follow the Ladder Residual paper's gpt-fast-style harness (DESIGN.md, "Benchmark
-protocol"; FACTS.md §10): both phases torch.compile'd, decode under CUDA graphs (reduce-overhead),
+Defaults follow the Ladder Residual paper's gpt-fast-style harness (docs/design.md, "Benchmark
+protocol"; docs/sources.md §10): both phases torch.compile'd, decode under CUDA graphs (reduce-overhead),
 prefill without. Compilation and graphs are separate fields: compilation decides which kernels run
 (Inductor's fused ones, docs/compiled-stack.md), graphs what each launch costs. Every choice is a
 field so users can describe their own serving stack instead (eager: compile_* = False).

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import hashlib
 import io
 import itertools
 import json
@@ -24,9 +25,12 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+import numpy as np
+
 from .model import get_model
 from .predict import Workload, predict
-from .profile import load_profile
+from .profile import load_profile, read_raw
+from .schedule import model_change
 from .stack import Stack
 
 # Points of one sweep share a few profiles: parse each once per process (bounded, so memory stays flat).
@@ -99,8 +103,6 @@ def input_digest(profile: str) -> str:
     checkpointed point whose digest differs: rows from an edited profile or another simulator
     are never mixed into the result. A profile that cannot be read digests to its error (the point
     reruns and reports it)."""
-    import hashlib
-    from .profile import read_raw
     h = hashlib.sha256()
     try:
         data, _ = read_raw(profile)
@@ -113,7 +115,6 @@ def input_digest(profile: str) -> str:
 
 @functools.lru_cache(maxsize=1)
 def _code_digest() -> str:
-    import hashlib
     try:
         from importlib.metadata import version
         ver = version("tpsim")
@@ -226,7 +227,6 @@ def plot(rows: list[dict], path: str | os.PathLike, view: str = "speedup") -> No
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import numpy as np
 
     ok = [r for r in rows if not r.get("error") and r["schedule"] != "standard"]
     if not ok:
@@ -283,7 +283,6 @@ def best_no_retraining(rows: list[dict]) -> dict[tuple, dict]:
     schedule per phase, as they keep the same model and outputs. The result is a row with
     schedule "P" when one schedule wins both phases, else "P / D" (prefill / decode), its
     tokens_per_s and speedup over standard (which must be among the rows)."""
-    from .schedule import model_change
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         if r.get("error") or model_change(r["schedule"]) != "none":
@@ -313,7 +312,6 @@ def plot_no_retraining(rows: list[dict], path: str | os.PathLike) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from .schedule import model_change
 
     best = best_no_retraining(rows)
     if not best:

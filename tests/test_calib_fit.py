@@ -3,8 +3,9 @@ import math
 
 import pytest
 
-from calib.fit import Protocol, efficiency_curve, fit_protocols, model_section, tables
-from sim.cost import ring_s
+from calib.fit import efficiency_curve
+from calib.fit_collectives import Protocol, fit_protocols, model_section, tables
+from sim.collective_cost import ring_s
 from sim.profile import LinkModel
 
 SMALL = Protocol("small", 6.6, 0.6, 40.0)       # LL-like: low latency, low bandwidth
@@ -48,7 +49,7 @@ def test_single_group_puts_latency_in_base():
 
 
 def test_fitted_section_prices_like_the_simulator():
-    """The fit's model and sim.cost.ring_s agree on every point (same steps / busbw convention)."""
+    """The fit's model and sim.collective_cost.ring_s agree on every point (same steps / busbw convention)."""
     pts = synth((2, 4, 8))
     tabs = tables([{"collective": "all_reduce", "group": n, "mode": "eager", "impl": "gloo", "bytes": b,
                     "time_us": t} for n, b, t in pts], "synthetic")

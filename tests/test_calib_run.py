@@ -9,7 +9,8 @@ from click.testing import CliRunner
 pytest.importorskip("torch")
 
 from calib.commands import calibrate_cmd  # noqa: E402
-from calib.run import CalibConfig, CalibrationStopped, calibrate, env_tag, plan_groups, read_state, state_path  # noqa: E402
+from calib.plan import CalibConfig, CalibrationStopped, env_tag, plan_groups, read_state, state_path, write_state  # noqa: E402
+from calib.run import calibrate  # noqa: E402
 from sim.model import get_model  # noqa: E402
 from sim.predict import Workload, predict  # noqa: E402
 from sim.profile import load_profile  # noqa: E402
@@ -63,7 +64,7 @@ def test_interrupted_calibration_resumes_without_remeasuring(tmp_path):
     assert prof["overlap"]["compute_slowdown"]["value"] >= 1.0
     p = load_profile(str(out))
     # the overlap trials are kept, so compare can bootstrap the predicted speedup's interval
-    from calib.compare import overlap_samples
+    from calib.compare_intervals import overlap_samples
     triples = overlap_samples(p)
     assert len(triples) == 30 and all(cs >= 1.0 and ks >= 1.0 and w >= 0.0 for cs, ks, w in triples)
     # fitted by simulating the calibration's own passes: the fit says what it matched, per case
@@ -91,7 +92,6 @@ def test_state_of_other_options_is_refused(tmp_path):
     out = tmp_path / "p.json"
     cfg = CalibConfig(out=str(out), models=("tiny",), quick=True)
     st = read_state(cfg)
-    from calib.run import write_state
     write_state(cfg.state_path, st)
     other = CalibConfig(out=str(out), models=("toy-512",), quick=True)
     with pytest.raises(ValueError, match="other options .*models"):

@@ -49,7 +49,7 @@ def test_end_to_end_report(run_dir):
 
 def test_machine_drift_is_measurement_over_calibration():
     from types import SimpleNamespace
-    from calib.compare import machine_drift
+    from calib.compare_measure import machine_drift
     prof = SimpleNamespace(raw={"raw": {"groups": {"compute/a": {"kind": "compute", "probe_s": 0.010},
                                                     "compute/b": {"kind": "compute", "probe_s": 0.014},
                                                     "device": {"kind": "device"}}}})

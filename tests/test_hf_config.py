@@ -164,7 +164,7 @@ def test_predict_and_models_show_from_a_config_path():
 def test_compare_finds_a_config_models_shapes_in_the_measured_json():
     """bench records the ModelSpec of a config.json run (its name is no preset): compare uses it."""
     from dataclasses import asdict
-    from calib.compare import workload_of
+    from calib.compare_measure import workload_of
     m = get_model(hf("qwen3-0.6b") + "[:2]")
     measured = {"model": m.name, "model_spec": asdict(m), "tp": 2, "batch": 1, "prompt_len": 16, "gen_len": 4,
                 "schedules": [], "dtype": "fp16"}

@@ -67,7 +67,7 @@ def test_bench_json_records_match_ir(tmp_path):
     assert d["profile"] == "measured" and d["tp"] == 2 and d["env"]["world_size"] == 2
     assert d["env"]["backend"] == "gloo" and d["env"]["torch"]
     assert len(d["env"]["probe_s"]) == 2 and all(x > 0 for x in d["env"]["probe_s"])     # hw.probe
-    # each rank pinned to its own cores (hw.dist.pin_cores), recorded with the result
+    # each rank pinned to its own cores (hw.rank.pin_cores), recorded with the result
     cores = d["env"]["rank_cores"]
     if len(os.sched_getaffinity(0)) >= 2:
         assert all(cores) and not set(cores[0]) & set(cores[1]) and len(cores[0]) == len(cores[1])

@@ -92,7 +92,7 @@ def test_runner_runs_stand_ins_and_waits():
     op = next(op for op in sched.ops if op.kind == "standin")
     import dataclasses
     import time
-    from hw.runner import KERNELS
+    from hw.kernels import KERNELS
     slow = dataclasses.replace(op, attrs=tuple((k, 2_000_000 if k == "cost_ns" else v) for k, v in op.attrs))
     x = torch.ones(1, TINY.hidden)
     t0 = time.perf_counter()

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from hw.dist import PIN_ENV, core_share
+from hw.rank import PIN_ENV, core_share
 
 
 def test_equal_contiguous_shares():
@@ -28,7 +28,7 @@ pytestmark_linux = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reas
 
 
 def _pinned_in_subprocess(env_extra: dict, rank: int = 0, world: int = 1) -> list:
-    code = ("import json, os, threading; from hw.dist import pin_cores; "
+    code = ("import json, os, threading; from hw.rank import pin_cores; "
             f"c = pin_cores({rank}, {world}); "
             "t = []; th = threading.Thread(target=lambda: t.append(sorted(os.sched_getaffinity(0)))); "
             "th.start(); th.join(); print(json.dumps([c and list(c), sorted(os.sched_getaffinity(0)), t[0]]))")

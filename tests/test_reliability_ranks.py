@@ -113,16 +113,16 @@ def test_calibrate_ctrl_c_ends_every_rank_and_a_second_run_on_the_same_out_refus
 
 
 def test_ranks_do_not_run_code_from_the_working_directory(tmp_path):
-    """A booby-trapped ./hw/dist.py where the user runs tpsim: the ranks must not execute it."""
+    """A booby-trapped ./hw/rank.py where the user runs tpsim: the ranks must not execute it."""
     trap = tmp_path / "hw"
     trap.mkdir()
     (trap / "__init__.py").write_text("")
     marker = tmp_path / "TRAP_RAN"
-    (trap / "dist.py").write_text(f"open({str(marker)!r}, 'w').write('x')\nimport sys\nsys.exit(99)\n")
+    (trap / "rank.py").write_text(f"open({str(marker)!r}, 'w').write('x')\nimport sys\nsys.exit(99)\n")
     r = subprocess.run([sys.executable, CLI, "check", "--model", "tiny", "--tp", "2", "--device", "cpu",
                         "--prompt", "8", "--gen", "3", "--schedule", "standard", "--timeout-s", "120"],
                        cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert not marker.exists(), "a rank imported hw/dist.py from the working directory"
+    assert not marker.exists(), "a rank imported hw/rank.py from the working directory"
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
 
 

@@ -6,7 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from sim.engine import Interference, compile_schedule, simulate, simulate_ranks
+from sim.engine import Interference, simulate
+from sim.engine_ranks import compile_schedule, simulate_ranks
 from sim.model import get_model
 from sim.predict import Simulator, Workload, predict
 from sim.profile import ArrivalJitter, ProfileError, load_profile, parse

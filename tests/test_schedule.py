@@ -129,14 +129,28 @@ def test_kv_head_replication_and_tp_errors():
 
 
 def test_a_new_layer_kind_is_one_registry_entry(monkeypatch):
-    """A schedule whose layers are attention only: a builder in LAYER_KINDS and a plan in SCHEDULES."""
-    from sim import schedule as S
+    """A schedule whose layers are attention only: a builder in sim.builder.LAYER_KINDS and a plan in sim.schedule.SCHEDULES."""
+    from sim import builder as B, schedule as S
 
     def attn_only(b, i, x):
         p = b.all_reduce(f"L{i}.attn.allreduce", b.attn(i, x), i)
         return b.add(f"L{i}.attn.add", x, p, f"L{i}.x", i)
-    monkeypatch.setitem(S.LAYER_KINDS, "attn-only", S._each(attn_only))
+    monkeypatch.setitem(B.LAYER_KINDS, "attn-only", B._each(attn_only))
     monkeypatch.setitem(S.SCHEDULES, "attn-only", lambda n: ("attn-only",) * n)
     s = sched("attn-only")
     assert s.plan == ("attn-only",) * M.layers and len(s.collectives) == M.layers
     assert reads(s, "L1.attn.norm") == ("L0.x",) and not [op for op in s.ops if ".mlp." in op.name]
+
+
+def test_schedule_spec_is_parsed_once_at_the_edge():
+    """A ScheduleSpec checks the syntax without a model, plans per depth, and prints as written."""
+    from sim.schedule import ScheduleSpec, plan_of
+    s = ScheduleSpec.parse("spd:0.5")
+    assert (s.base, s.arg, str(s)) == ("spd", "0.5", "spd:0.5") and ScheduleSpec.parse(s) is s
+    assert s.plan(5) == ("standard", "standard", "spd", "spd", "spd")      # round half up: 3 of 5
+    assert plan_of(s, 5) == plan_of("spd:0.5", 5) == s.plan(5)
+    assert sched(s).name == "spd:0.5"
+    with pytest.raises(ValueError, match="unknown schedule 'bogus'"):
+        ScheduleSpec.parse("bogus")
+    with pytest.raises(ValueError, match="spd layer 9 outside 0..7"):
+        ScheduleSpec.parse("spd:[9]").plan(8)                   # the layer list checked once the depth is known

@@ -6,7 +6,8 @@ import pytest
 pytest.importorskip("torch")         # hw.bench (median_ci) imports torch
 pytestmark = pytest.mark.hw
 
-from calib.compare import _sign, speedup_interval, speedup_undetermined  # noqa: E402
+from calib.compare_intervals import speedup_interval, speedup_undetermined  # noqa: E402
+from calib.compare_join import speedup_sign  # noqa: E402
 from calib.overlap_summary import factor_samples, summarize_passes  # noqa: E402
 from sim.model import get_model  # noqa: E402
 from sim.predict import Simulator, Workload  # noqa: E402
@@ -42,11 +43,11 @@ def test_old_measurements_fall_back_to_the_quartiles():
 
 
 def test_verdicts():
-    assert _sign({"sign_match": True, "measured_speedup_within_noise": True}) == "ok"
-    assert _sign({"sign_match": False, "measured_speedup_within_noise": True}) == "undetermined"
-    assert _sign({"sign_match": False, "measured_speedup_within_noise": False}) == "WRONG"
+    assert speedup_sign({"sign_match": True, "measured_speedup_within_noise": True}) == "ok"
+    assert speedup_sign({"sign_match": False, "measured_speedup_within_noise": True}) == "undetermined"
+    assert speedup_sign({"sign_match": False, "measured_speedup_within_noise": False}) == "WRONG"
     # the measurement is sure, the prediction's own interval is not
-    assert _sign({"sign_match": False, "measured_speedup_within_noise": False,
+    assert speedup_sign({"sign_match": False, "measured_speedup_within_noise": False,
                   "predicted_speedup_within_noise": True}) == "undetermined"
 
 

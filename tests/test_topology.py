@@ -17,7 +17,8 @@ import pytest
 from sim.cost import CostModel
 from sim.profile import load_profile
 from sim.stack import Stack
-from sim.topology import TopologyModel, build_graph, ring_busbw_gbps, route
+from sim.topology import build_graph, ring_busbw_gbps, route
+from sim.topology_price import TopologyModel
 
 NVSWITCH = ("h100-sxm", "h200-sxm", "a100-sxm")
 
@@ -132,7 +133,7 @@ def test_two_and_four_h100_nodes_match_published_runs():
 
 @pytest.mark.parametrize("name", NVSWITCH)
 def test_large_message_busbw_within_10_percent(name):
-    """The bandwidths come from datasheets / NCCL constants / published 8-GPU busbw (FACTS §6);
+    """The bandwidths come from datasheets / NCCL constants / published 8-GPU busbw (docs/sources.md §6);
     the check is against an independent measurement set (aiconfigurator's NCCL tables) at their
     largest size, 512 MiB."""
     errs = errors(name)

@@ -1,11 +1,11 @@
-"""Regenerate tpsim's built-in profiles from the aiconfigurator 0.12.0 measured database + FACTS.md.
+"""Regenerate tpsim's built-in profiles from the aiconfigurator 0.12.0 measured database + the sources in docs/sources.md.
 
 Not part of tpsim at run time (the profiles are data files); kept so every derived number in
-calib/profiles/*.json can be regenerated and checked. Needs pandas + pyarrow and the unpacked
+sim/profiles/*.json can be regenerated and checked. Needs pandas + pyarrow and the unpacked
 aiconfigurator-core 0.12.0 wheel (the measured tables ship inside it):
     pip download aiconfigurator-core==0.12.0 --no-deps -d /tmp/aic
     unzip -q /tmp/aic/aiconfigurator_core-0.12.0-*.whl -d /tmp/aic/core
-    python calib/profiles/_derive_builtin.py /tmp/aic/core/aiconfigurator_core/systems/data calib/profiles
+    python sim/profiles/_derive_builtin.py /tmp/aic/core/aiconfigurator_core/systems/data sim/profiles
 Run from the tpsim repo root (it imports sim.profile / sim.topology to derive the latency offset).
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pandas as pd
 
 sys.path.insert(0, ".")
 from sim.profile import parse  # noqa: E402
-from sim.topology import TopologyModel  # noqa: E402
+from sim.topology_price import TopologyModel  # noqa: E402
 
 AIC = "aiconfigurator 0.12.0 (PyPI aiconfigurator-core 0.12.0, NVIDIA)"
 DATA = Path(sys.argv[1])
@@ -142,7 +142,7 @@ def gemm_table(system, rel, kernel):
 
     Kernel: the bf16 torch-linear rows (kernel_source `kernel`), i.e. F.linear -> cuBLAS, the same
     kernel the reference harness runs: its fp16 nn.Linear matmuls compile to Inductor's extern
-    mm (cuBLAS) in both phases (FACTS.md §10; no max-autotune templates), and eager runs the same
+    mm (cuBLAS) in both phases (docs/sources.md §10; no max-autotune templates), and eager runs the same
     aten mm. fp16 and bf16 run the same tensor-core rate and bytes on Hopper/Ampere/Ada, so the
     bf16 times stand for fp16 too (not measured in fp16: cuBLAS may pick a different tile)."""
     backend, version = rel.split("/")
@@ -237,7 +237,7 @@ def custom_tables(system, rel):
 
 def nccl_latency():
     return {
-        "source": "NCCL src/graph/tuning.cc v2.30 latency constants (FACTS.md §4): base per algorithm/protocol, "
+        "source": "NCCL src/graph/tuning.cc v2.30 latency constants (docs/sources.md §4): base per algorithm/protocol, "
                   "hop per link class; LL payload 50%, LL128 ~92-95% (0.92 taken)",
         "base_us": {"ring_ll": 6.6, "ring_ll128": 14.0, "ring_simple": 8.4, "tree_ll": 6.8, "nvls": 0.0},
         "hop_us": {"nvlink": {"ll": 0.6, "ll128": 1.9, "simple": 3.4, "tree_ll": 0.6, "nvls": 25.0},
@@ -260,7 +260,7 @@ def _matrix(text: str, title: str) -> list[float]:
 
 def shm_constants(nccl: dict):
     """Per-step latency and per-flow rate of NCCL's SHM transport (NCCL_P2P_DISABLE=1) on 8xH100,
-    from public p2pBandwidthLatencyTest matrices (calib/profiles/_data/, URLs inside).
+    from public p2pBandwidthLatencyTest matrices (sim/profiles/_data/, URLs inside).
 
     A P2P=Disabled copy is staged GPU -> pinned host memory -> GPU; its GPU time over a P2P=Enabled
     copy is what the two PCIe crossings through host memory add. NCCL's SHM LL step is the sender's
@@ -276,7 +276,7 @@ def shm_constants(nccl: dict):
     pci = nccl["hop_us"]["pci"]
     simple = round(ll + pci["simple"] - pci["ll"], 2)
     src = (f"derived (assumption stated): 8xH100 p2pBandwidthLatencyTest, mean off-diagonal GPU latency "
-           f"P2P=Disabled {off:.2f} us vs P2P=Enabled {on:.2f} us (calib/profiles/_data/"
+           f"P2P=Disabled {off:.2f} us vs P2P=Enabled {on:.2f} us (sim/profiles/_data/"
            f"p2pBandwidthLatencyTest-8xH100.txt); the staged copy's extra {off - on:.2f} us is 4 one-way "
            f"GPU<->host-memory traversals; an SHM LL step (shm.cc: sender writes LL lines into host memory "
            f"the receiver polls) pays one: {ll} us")
@@ -320,11 +320,11 @@ def latency_offset(prof: dict, tables: list, where: str):
 
 
 OVERLAP = {
-    "compute_slowdown": sv(1.21, "FACTS.md §7: Concerto measured an 18-24% slowdown of work overlapped with "
+    "compute_slowdown": sv(1.21, "docs/sources.md §7: Concerto measured an 18-24% slowdown of work overlapped with "
                                  "communication (A800); midpoint 21% taken (measured on A800, applied to this GPU). "
                                  "Worst case not modelled: a 132-block GEMM with a concurrent 24-block NCCL kernel "
                                  "nearly doubled on H100 (second wave)"),
-    "comm_slowdown": sv(1.21, "FACTS.md §7: Concerto's 18-24% slowdown of overlapped work (A800), midpoint 21%, "
+    "comm_slowdown": sv(1.21, "docs/sources.md §7: Concerto's 18-24% slowdown of overlapped work (A800), midpoint 21%, "
                               "applied to the collective too (it loses SMs and HBM bandwidth to the GEMM)"),
 }
 JITTER = {"arrival": {scope: {"dist": "exponential", "mean_us": sv(0.0, (
@@ -391,7 +391,7 @@ def main():
     h100_eager = [1024, 16384, 65536, 262144, 1048576], [19.35, 20.7, 23.1, 24.8, 32.4]
     t_eager_h100 = {"collective": "all_reduce", "group": 8, "scope": "node", "mode": "eager", "impl": "nccl",
                     "bytes": h100_eager[0], "time_us": h100_eager[1],
-                    "source": "Triton-distributed#57: 8xH100 torch.distributed all_reduce, eager (FACTS.md §6; "
+                    "source": "Triton-distributed#57: 8xH100 torch.distributed all_reduce, eager (docs/sources.md §6; "
                               "the <=1 KB range 19.2-19.5 and 16-64 KiB range 20.7-23.1 as end points)"}
     # eager extra for H100: Triton-distributed#57 eager minus aiconfigurator graph at the same sizes (8 GPUs)
     g8 = [t for t in nccl_tables("h100_sxm", "2.29.2") if t["collective"] == "all_reduce" and t["group"] == 8][0]
@@ -408,12 +408,12 @@ def main():
         "intra": sv("nvswitch", "NVIDIA DGX H100 datasheet: 4x NVSwitch (NVLink4), all 8 GPUs one hop apart"),
         "p2p": sv(True, "NCCL default (NCCL_P2P_DISABLE unset): P2P transport over NVLink"),
         "nvlink_gbps": sv(367, "ring busbw NCCL reaches on 8xH100 SXM over NVLink: 365-370 GB/s (NVIDIA/nccl#1455, "
-                               "nccl-tests#212); matches NCCL's own 18 links x 20.6 GB/s (tuning, FACTS.md §4)"),
+                               "nccl-tests#212); matches NCCL's own 18 links x 20.6 GB/s (tuning, docs/sources.md §4)"),
         "nvls_busbw_gbps": sv(480, "NVLS all-reduce busbw ~480 GB/s at 8xH100 (NVIDIA/nccl#1455, nccl-tests#212)"),
-        "ll_busbw_cap_gbps": sv(141, "NCCL tuning.cc LL cap on a single Hopper node: 141 GB/s busbw (FACTS.md §4)"),
+        "ll_busbw_cap_gbps": sv(141, "NCCL tuning.cc LL cap on a single Hopper node: 141 GB/s busbw (docs/sources.md §4)"),
         "ll_busbw_cap_multi_node_gbps": sv(45, "NCCL tuning.cc llMaxBws, Hopper, 2 nodes: 45 GB/s ('avg of ring & "
                                                "tree'); 35 beyond 2 nodes is not modelled"),
-        "pcie_gbps": sv(48, "NCCL's PCIe Gen5 x16 bandwidth (FACTS.md §4); H100 SXM host link is PCIe Gen5 x16"),
+        "pcie_gbps": sv(48, "NCCL's PCIe Gen5 x16 bandwidth (docs/sources.md §4); H100 SXM host link is PCIe Gen5 x16"),
         "gpus_per_pcie_switch": sv(2, "DGX H100 user guide system topology: GPUs in pairs behind 4 PCIe switches, "
                                       "each with its NICs"),
         "sockets": sv(2, "NVIDIA DGX H100 datasheet: 2x Intel Xeon Platinum 8480C"),
@@ -437,17 +437,17 @@ def main():
     h200_topo.pop("latency_offset_us")
     h200_topo["_gpus_src"] = "NVIDIA DGX H200 datasheet: 8x H200 SXM per system"
     h200_topo["intra"]["source"] = "NVIDIA DGX H200 datasheet: 4x NVSwitch (NVLink4, 900 GB/s per GPU)"
-    h200_topo["nvlink_gbps"] = sv(367, "ring busbw 367 GB/s at 8xH200 (FACTS.md §6: NVIDIA/nccl#1455, nccl-tests#212)")
-    h200_topo["nvls_busbw_gbps"] = sv(482, "NVLS all-reduce busbw 482 GB/s at 8xH200 (FACTS.md §6)")
+    h200_topo["nvlink_gbps"] = sv(367, "ring busbw 367 GB/s at 8xH200 (docs/sources.md §6: NVIDIA/nccl#1455, nccl-tests#212)")
+    h200_topo["nvls_busbw_gbps"] = sv(482, "NVLS all-reduce busbw 482 GB/s at 8xH200 (docs/sources.md §6)")
     h200_topo["sockets"]["source"] = "NVIDIA DGX H200 datasheet: 2x Intel Xeon Platinum 8480C"
     h200_topo["nic_gbps"]["source"] = "NVIDIA DGX H200 datasheet: ConnectX-7 400 Gb/s = 50 GB/s per NIC"
     h200_topo["nics_per_node"]["source"] = "NVIDIA DGX H200 datasheet: 8x single-port ConnectX-7"
-    # sglang#22734 H200 eager NCCL (FACTS.md §6), range end points at the range's end sizes
+    # sglang#22734 H200 eager NCCL (docs/sources.md §6), range end points at the range's end sizes
     s_eager = ([2048, 8192, 16384, 65536, 262144, 1048576], [17.2, 19.8, 18.8, 22.4, 19.5, 25.9])
     s_graph = ([2048, 8192, 16384, 65536, 262144, 1048576], [16.8, 17.2, 17.8, 19.9, 20.3, 27.0])
     t_eager_h200 = {"collective": "all_reduce", "group": 8, "scope": "node", "mode": "eager", "impl": "nccl",
                     "bytes": s_eager[0], "time_us": s_eager[1],
-                    "source": "sglang#22734: 8xH200 NCCL all_reduce through torch, eager (FACTS.md §6; ranges "
+                    "source": "sglang#22734: 8xH200 NCCL all_reduce through torch, eager (docs/sources.md §6; ranges "
                               "2-8 KiB and 16-64 KiB taken as their end points)"}
     d = [e - g for e, g in zip(s_eager[1], s_graph[1])]
     h200_extra = sv(round(statistics.median(d), 2), f"derived: median of eager - graph NCCL all_reduce in "
@@ -463,12 +463,12 @@ def main():
         "_gpus_src": "NVIDIA DGX A100 datasheet: 8x A100 SXM4 per system",
         "intra": sv("nvswitch", "NVIDIA DGX A100 datasheet: 6x NVSwitch (NVLink3, 600 GB/s per GPU)"),
         "p2p": sv(True, "NCCL default (NCCL_P2P_DISABLE unset): P2P transport over NVLink"),
-        "nvlink_gbps": sv(204, "ring busbw NCCL reaches on 8xA100 SXM: ~200-208 GB/s (FACTS.md §6, public "
+        "nvlink_gbps": sv(204, "ring busbw NCCL reaches on 8xA100 SXM: ~200-208 GB/s (docs/sources.md §6, public "
                                "nccl-tests); NCCL's own 12 links x 20 GB/s = 240 overstates it"),
         "ll_busbw_cap_gbps": sv(87.7, "NCCL tuning.cc llMaxBws, Ampere single node: 87.7 GB/s"),
         "ll_busbw_cap_multi_node_gbps": sv(22.5, "NCCL tuning.cc llMaxBws, Ampere, 2 nodes: 22.5 GB/s ('avg of "
                                                  "ring & tree'); 19.0 beyond 2 nodes is not modelled"),
-        "pcie_gbps": sv(24, "NCCL's PCIe Gen4 x16 bandwidth (FACTS.md §4); A100 SXM4 host link is PCIe Gen4 x16"),
+        "pcie_gbps": sv(24, "NCCL's PCIe Gen4 x16 bandwidth (docs/sources.md §4); A100 SXM4 host link is PCIe Gen4 x16"),
         "gpus_per_pcie_switch": sv(2, "DGX A100 user guide system topology: 4 PCIe Gen4 switches, 2 GPUs + 2 NICs each"),
         "sockets": sv(2, "NVIDIA DGX A100 datasheet: 2x AMD EPYC 7742"),
         "host_mem_gbps": sv(204.8, "theoretical per socket: 8 channels DDR4-3200 x 8 B (EPYC 7742, AMD spec)"),
@@ -494,7 +494,7 @@ def main():
                         "file models intra-node traffic at PCIe bandwidth"),
         "ll_busbw_cap_gbps": sv(87.7, "NCCL tuning.cc llMaxBws, Ampere-class index (Ada, sm89) single node: 87.7 GB/s"),
         "ll_busbw_cap_multi_node_gbps": sv(22.5, "NCCL tuning.cc llMaxBws, Ampere-class index, 2 nodes: 22.5 GB/s"),
-        "pcie_gbps": sv(24, "NCCL's PCIe Gen4 x16 bandwidth (FACTS.md §4); L40S is PCIe Gen4 x16 (datasheet)"),
+        "pcie_gbps": sv(24, "NCCL's PCIe Gen4 x16 bandwidth (docs/sources.md §4); L40S is PCIe Gen4 x16 (datasheet)"),
         "gpus_per_pcie_switch": sv(2, "assumed: a typical 8-GPU PCIe server puts 2 GPUs behind each of 4 PCIe "
                                       "switches; the measured server's layout is not published"),
         "sockets": sv(2, "assumed: 2-socket host (typical 8-GPU PCIe server); not given by aiconfigurator"),
@@ -539,7 +539,7 @@ def main():
     shm_hops, shm_gbps = shm_constants(nvl_lat)
     for base, pcie, prof in (("h100-sxm", "Gen5", h100), ("a100-sxm", "Gen4", a100)):
         topo = {"p2p": sv(False, "NCCL_P2P_DISABLE=1 (NCCL docs): P2P transport off; ring/tree edges inside "
-                                 "a node use the SHM transport through host memory (FACTS.md §4, shm.cc)"),
+                                 "a node use the SHM transport through host memory (docs/sources.md §4, shm.cc)"),
                 "shm_hop_us": shm_hops if base == "h100-sxm" else
                 {k: sv(v["value"], "transferred from h100-sxm-p2p-off (a GPU<->host-memory traversal is a "
                                    "PCIe/host property, not a GPU one): " + v["source"]) for k, v in shm_hops.items()}}

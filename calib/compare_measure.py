@@ -1,0 +1,106 @@
+"""Compare, step 1: measure one grid point on the harness, and rebuild the simulator's workload
+(model, stack, shape) from what the measured JSON says was run."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sim.errors import UserError
+from sim.model import ModelSpec, get_model
+from sim.predict import Workload
+from sim.stack import Stack
+from sim.sweep import Shape
+
+Point = Shape          # a grid point: model, TP, batch, prompt and gen lengths
+
+
+class CompareError(UserError):
+    """A grid point that cannot be compared; the message says why."""
+
+
+def measure(point: Point, schedules: tuple[str, ...], out_dir: Path, backend: str = "gloo", device: str = "cpu",
+            repeats: int = 3, warmup: int = 1, timeout_s: float = 120.0, deadline_s: float = 900.0,
+            compile: bool = False) -> dict:
+    """Run `tpsim bench` for one point (or reuse its saved result) and return the measured JSON."""
+    from hw.dist import launch
+    from hw.run_config import RunConfig
+    key = point.key.replace("/", "_").replace("\\", "_")        # a config.json path as --model
+    path = out_dir / "measured" / f"{key}.json"
+    if path.exists():
+        try:
+            old = json.loads(path.read_text())
+        except json.JSONDecodeError:
+            old = None
+        # reuse only a run of the same work: every asked schedule, same backend, device and repeats
+        if (old and {s for s in schedules} <= {r["schedule"] for r in old.get("schedules", [])}
+                and old.get("env", {}).get("backend") == backend and old.get("env", {}).get("device") == device
+                and old.get("repeats") == repeats and bool(old.get("stack", {}).get("compile")) == compile):
+            return old
+    cfg = RunConfig(model=point.model, tp=point.tp, batch=point.batch, prompt_len=point.prompt_len,
+                    gen_len=point.gen_len, schedules=tuple(schedules), backend=backend, device=device,
+                    dtype="fp32" if device == "cpu" else "fp16", repeats=repeats, warmup=warmup,
+                    timeout_s=timeout_s, decode_graphs=device == "cuda", compile=compile, out=str(path))
+    cfg.validate()
+    launch("hw.bench:worker", cfg.to_dict(), point.tp, timeout_s=timeout_s, deadline_s=deadline_s)
+    return json.loads(path.read_text())
+
+
+def workload_of(measured: dict, profile) -> Workload:
+    """The simulator's Workload for a measured run: same model, shapes and serving stack."""
+    for key in ("model", "tp", "batch", "prompt_len", "gen_len", "schedules"):
+        if key not in measured:
+            raise CompareError(f"measured JSON lacks {key!r}: is it the output of `tpsim bench --json`?")
+    try:
+        model = _measured_model(measured)
+    except ValueError as e:
+        raise CompareError(f"measured JSON is for {measured['model']!r}: {e}") from None
+    st = measured.get("stack", {})
+    env = measured.get("env", {})
+    stack = Stack(dtype=measured.get("dtype", "fp16"), head=st.get("head", "replicated"),
+                  attention=st.get("attention", "math"), kv=st.get("kv", "static"),
+                  prefill_logits=st.get("prefill_logits", "all"), expand_gqa=st.get("expand_gqa", True),
+                  prefill_graphs=False, decode_graphs=bool(st.get("decode_graphs", False)),
+                  compile_prefill=bool(st.get("compile", False)), compile_decode=bool(st.get("compile", False)),
+                  collective=env.get("backend", "nccl"))
+    emulated = measured.get("emulated")          # one rank of a TP job on one device (bench --emulate-tp)
+    # the run happened, so no memory check: the simulator's estimate must not veto a measurement
+    return Workload(model, int(measured["tp"]), profile, int(measured["batch"]), int(measured["prompt_len"]),
+                    int(measured["gen_len"]), stack, memory_check=False,
+                    comm_group=int(emulated["ranks"]) if emulated else None)
+
+
+def _measured_model(measured: dict) -> ModelSpec:
+    """The shapes the run carries (hw.bench "model_spec", when it is of the model the run names:
+    a Hugging Face config.json run needs no path to its config here), else the preset it names."""
+    spec = measured.get("model_spec")
+    if isinstance(spec, dict) and spec.get("name") == measured["model"]:
+        try:
+            return ModelSpec(**spec)
+        except TypeError:            # written by another tpsim version: fall back on the name
+            pass
+    return get_model(measured["model"])
+
+
+def check_profile_covers(w: Workload) -> None:
+    """The profile must price this workload's collectives with the harness's implementation."""
+    impl = w.stack.collective
+    group = w.comm_group or w.tp
+    if group > 1 and not any(t.impl == impl for t in w.profile.collective_tables):
+        have = sorted({t.impl for t in w.profile.collective_tables}) or ["none"]
+        raise CompareError(f"profile {w.profile.name} has no collective tables for {impl!r} "
+                           f"(it has: {', '.join(have)}); calibrate with --backend {impl} first")
+
+
+def machine_drift(measured: dict, profile) -> dict | None:
+    """How much slower (> 1) or faster the machine computed during the measurement than while the
+    profile's compute points were taken: hw.probe timed in both (calibration: once per compute
+    group; measurement: before and after the timed repeats), the fastest of each side, since a
+    transient (another process on the core for a moment) only ever slows one probe down while a
+    drift slows them all. None without both probes."""
+    groups = (profile.raw or {}).get("raw", {}).get("groups", {})
+    cal = [g["probe_s"] for g in groups.values() if g.get("kind") == "compute" and g.get("probe_s")]
+    meas = (measured.get("env") or {}).get("probe_s")
+    if not cal or not meas:
+        return None
+    c, m = min(cal), min(meas)
+    return {"calibration_probe_s": c, "measurement_probe_s": list(meas), "ratio": m / c}

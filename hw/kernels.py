@@ -1,0 +1,226 @@
+"""The kernels of the harness: one torch function per IR compute kind (sim/ir.py KINDS), called by
+hw.runner.Runner as KERNELS[op.kind](ctx, op, *inputs). Activations are 2-D
+[rows = batch * q_len, width], as the IR's attrs say.
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import TYPE_CHECKING, Callable
+
+import torch
+import torch.nn.functional as F
+
+from sim.ir import Op, Schedule
+
+if TYPE_CHECKING:
+    from hw.runner import Runner
+
+
+class KernelCtx:
+    """What kernels need besides their inputs: the rank's model and the pass's positions."""
+
+    def __init__(self, runner: Runner, sched: Schedule, start_pos: int | torch.Tensor):
+        self.rm = runner.rm
+        self.rank = runner.rank                 # the TP rank: which block of rows a seq-parallel shard holds
+        self.step = sched.step
+        self.stack = sched.stack
+        q = sched.step.q_len
+        self.arange = runner._arange                                    # [max_seq]
+        if isinstance(start_pos, torch.Tensor):
+            if sched.stack.kv != "static":
+                raise ValueError("a device-tensor start_pos (CUDA graphs) needs kv='static'")
+            self.positions = start_pos + runner._arange[:q]             # [q_len]
+            self.kv_len = self.rm.max_seq
+        else:
+            if start_pos + q > self.rm.max_seq:
+                raise ValueError(f"positions up to {start_pos + q} exceed the KV cache ({self.rm.max_seq})")
+            self.positions = runner._arange[start_pos:start_pos + q]
+            self.kv_len = self.rm.max_seq if sched.stack.kv == "static" else start_pos + q
+
+
+def _embed(ctx: KernelCtx, op: Op, tokens: torch.Tensor) -> torch.Tensor:
+    return F.embedding(tokens.reshape(-1), ctx.rm.weights["embed"])          # [rows, hidden]
+
+
+def _rmsnorm(ctx: KernelCtx, op: Op, x: torch.Tensor) -> torch.Tensor:
+    rows = op.attr("rows")
+    if x.shape[0] != rows:               # final norm with last-position logits: [B*S, H] -> [B, H]
+        x = x.view(ctx.step.batch, -1, x.shape[-1])[:, -1]
+    xf = x.float()
+    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + ctx.rm.model.norm_eps)
+    return y.to(x.dtype) * ctx.rm.weights[op.param]
+
+
+def _gemm(ctx: KernelCtx, op: Op, x: torch.Tensor) -> torch.Tensor:
+    # [m, k] @ W[n, k]^T (+ bias [n], Qwen2's qkv: the IR's bias attr) -> [m, n]
+    return F.linear(x, ctx.rm.weights[op.param], ctx.rm.weights.get(f"{op.param}.bias"))
+
+
+def _head_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    """Qwen3's q/k norm: RMSNorm over head_dim of [B, S, h, D], weight [D]."""
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * w
+
+
+def _swiglu(ctx: KernelCtx, op: Op, x: torch.Tensor) -> torch.Tensor:
+    a, b = x.chunk(2, dim=-1)                               # [rows, 2f] -> [rows, f]
+    return F.silu(a) * b
+
+
+def _add(ctx: KernelCtx, op: Op, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return a + b
+
+
+def _standin(ctx: KernelCtx, op: Op, x: torch.Tensor) -> torch.Tensor:
+    """A collective's output computed locally: x itself, x [rows, w] tiled to [rows, width] or to
+    [rows, width] with more rows (a row all-gather), or its first rows (a reduce-scatter)."""
+    cost_s = op.attr("cost_ns") * 1e-9
+    if cost_s > 0:
+        if x.is_cuda:
+            raise ValueError(f"op {op.name}: a stand-in with a cost runs on CPU only")
+        end = time.perf_counter() + cost_s
+        while time.perf_counter() < end:            # busy, as the compute it stands for would be
+            pass
+    rows, width = op.attr("rows"), op.attr("width")
+    if op.get("dim", -1) == 0:                      # seq-parallel: gathered token rows, or one block of them
+        return x.repeat(rows // x.shape[0], 1) if x.shape[0] < rows else x[:rows]
+    return x if x.shape[-1] == width else x.repeat(1, width // x.shape[-1])
+
+
+def _wait(ctx: KernelCtx, op: Op, x: torch.Tensor) -> torch.Tensor:
+    return x                                        # the runner waited before calling this
+
+
+def _slice(ctx: KernelCtx, op: Op, x: torch.Tensor) -> torch.Tensor:
+    """Rows of sequences b0..b0+nb at positions q0..q0+nq of x laid out [batch, q_len] (padding rows
+    beyond batch*q_len dropped): a view when contiguous, else a copy."""
+    B, S, w = op.attr("batch"), op.attr("q_len"), x.shape[-1]
+    b0, nb, q0, nq = op.attr("b0"), op.attr("nb"), op.attr("q0"), op.attr("nq")
+    if nq == S:
+        return x[b0 * S:(b0 + nb) * S]
+    return x[:B * S].view(B, S, w)[b0:b0 + nb, q0:q0 + nq].reshape(nb * nq, w)
+
+
+def _concat(ctx: KernelCtx, op: Op, *parts: torch.Tensor) -> torch.Tensor:
+    """Micro-batches back to [batch * q_len, w]: along the batch, or along each sequence's tokens."""
+    if op.attr("axis") == "batch":
+        return torch.cat(parts, dim=0)
+    B, w = op.attr("batch"), parts[0].shape[-1]
+    return torch.cat([p.view(B, -1, w) for p in parts], dim=1).reshape(-1, w)
+
+
+def _pad(ctx: KernelCtx, op: Op, x: torch.Tensor) -> torch.Tensor:
+    return F.pad(x, (0, 0, 0, op.attr("rows") - x.shape[0]))        # zero rows appended
+
+
+def _shard(ctx: KernelCtx, op: Op, x: torch.Tensor) -> torch.Tensor:
+    """This rank's block of rows [rs, w] of x padded to group * rs rows (seq-parallel's residual)."""
+    rs, r = op.attr("rows"), ctx.rank % op.attr("group")
+    block = x[r * rs:(r + 1) * rs]
+    return block if block.shape[0] == rs else F.pad(block, (0, 0, 0, rs - block.shape[0]))
+
+
+def _sample(ctx: KernelCtx, op: Op, logits: torch.Tensor) -> torch.Tensor:
+    b = op.attr("batch")
+    last = logits.view(b, -1, logits.shape[-1])[:, -1, :op.attr("vocab")]   # drop vocab padding
+    return last.argmax(dim=-1)                                              # [batch]
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    a, b = x.chunk(2, dim=-1)
+    return torch.cat([-b, a], dim=-1)
+
+
+def _attention(ctx: KernelCtx, op: Op, qkv: torch.Tensor, *after: torch.Tensor) -> torch.Tensor:
+    """qkv [rows, (H + 2*KVH) * D] -> o [rows, H * D]: RoPE, cache write, causal SDPA over the cache.
+
+    A token-split micro-batch is sequences b0..b0+B of the cache (attr b0) at step positions
+    q0..q0+S (q0 = its start_pos - the step's); `after` (an earlier token chunk's output) only
+    orders it after the chunk whose K/V it attends to."""
+    rm = ctx.rm
+    B, S = op.attr("batch"), op.attr("q_len")
+    b0, q0 = op.get("b0", 0), op.attr("start_pos") - ctx.step.start_pos
+    H, KVH, D = op.attr("heads"), op.attr("kv_heads"), op.attr("head_dim")
+    x = qkv.view(B, S, H + 2 * KVH, D)
+    q, k, v = x.split([H, KVH, KVH], dim=2)                 # [B, S, h, D]
+    if dict(op.attrs).get("qk_norm"):
+        q = _head_norm(q, rm.weights[f"L{op.layer}.q_norm"], rm.model.norm_eps)
+        k = _head_norm(k, rm.weights[f"L{op.layer}.k_norm"], rm.model.norm_eps)
+    pos = ctx.positions[q0:q0 + S]                          # [S]
+    cos, sin = rm.cos[pos][None, :, None, :], rm.sin[pos][None, :, None, :]
+    q = (q.float() * cos + rotate_half(q.float()) * sin).to(qkv.dtype)
+    k = (k.float() * cos + rotate_half(k.float()) * sin).to(qkv.dtype)
+    kc, vc = rm.kv[op.param]                                # [batch, max_seq, KVH, D]
+    if b0 or B != kc.shape[0]:
+        kc, vc = kc[b0:b0 + B], vc[b0:b0 + B]               # this micro-batch's sequences (a view)
+    kc.index_copy_(1, pos, k)
+    vc.index_copy_(1, pos, v)
+    # the filled cache ends with this chunk; the static one is attended whole (masked)
+    L = ctx.kv_len if ctx.stack.kv == "static" else ctx.kv_len - (ctx.step.q_len - q0 - S)
+    keys, vals = kc[:, :L].transpose(1, 2), vc[:, :L].transpose(1, 2)     # [B, KVH, L, D]
+    qh = q.transpose(1, 2)                                                # [B, H, S, D]
+    mask = ctx.arange[:L][None, :] <= pos[:, None]                        # [S, L] causal over cache
+    expand = bool(op.attr("expand_gqa"))
+    if expand and H != KVH:
+        keys = keys.repeat_interleave(H // KVH, dim=1)                    # [B, H, L, D]
+        vals = vals.repeat_interleave(H // KVH, dim=1)
+    if op.attr("impl") == "flash":
+        o = F.scaled_dot_product_attention(qh, keys, vals, attn_mask=mask,
+                                           enable_gqa=(not expand and H != KVH))
+    else:                                                                 # math: materialized scores
+        G = H // keys.shape[1]
+        qg = qh.reshape(B, keys.shape[1], G, S, D)                        # heads grouped by KV head
+        s = torch.matmul(qg, keys.unsqueeze(2).transpose(-1, -2)) / math.sqrt(D)   # [B, KVH', G, S, L]
+        s = s.masked_fill(~mask, float("-inf"))
+        p = torch.softmax(s, dim=-1, dtype=torch.float32).to(qkv.dtype)
+        o = torch.matmul(p, vals.unsqueeze(2)).reshape(B, H, S, D)
+    return o.transpose(1, 2).reshape(B * S, H * D)
+
+
+def _attention_sdpa_math(ctx: KernelCtx, op: Op, qkv: torch.Tensor) -> torch.Tensor:
+    """The compiled stack's attention, as the reference harness (docs/sources.md §10) runs it: RoPE and
+    cache write as `_attention`, GQA K/V expanded with repeat_interleave, then PyTorch's math SDPA
+    op itself (the GPU runs forced the math backend; calling the op, not F.sdpa, keeps Inductor
+    on CPU from picking its fused flash kernel). Under compile Inductor decomposes it: q, k, v
+    upcast to fp32, scaled, q@k^T + mask, softmax, @v, cast back."""
+    B, S = ctx.step.batch, ctx.step.q_len
+    H, KVH, D = op.attr("heads"), op.attr("kv_heads"), op.attr("head_dim")
+    if op.attr("impl") != "math":
+        return _attention(ctx, op, qkv)
+    rm = ctx.rm
+    x = qkv.view(B, S, H + 2 * KVH, D)
+    q, k, v = x.split([H, KVH, KVH], dim=2)                 # [B, S, h, D]
+    pos = ctx.positions
+    cos, sin = rm.cos[pos][None, :, None, :], rm.sin[pos][None, :, None, :]
+    q = (q.float() * cos + rotate_half(q.float()) * sin).to(qkv.dtype)
+    k = (k.float() * cos + rotate_half(k.float()) * sin).to(qkv.dtype)
+    kc, vc = rm.kv[op.param]                                # [B, max_seq, KVH, D]
+    kc.index_copy_(1, pos, k)
+    vc.index_copy_(1, pos, v)
+    L = ctx.kv_len
+    keys, vals = kc[:, :L].transpose(1, 2), vc[:, :L].transpose(1, 2)     # [B, KVH, L, D]
+    if bool(op.attr("expand_gqa")) and H != KVH:
+        keys = keys.repeat_interleave(H // KVH, dim=1)                    # [B, H, L, D]
+        vals = vals.repeat_interleave(H // KVH, dim=1)
+    keep = ctx.arange[:L][None, :] <= pos[:, None]                        # [S, L] causal over the cache
+    # F.sdpa turns a bool mask into an additive one in the query's dtype before the math op
+    # (convert_boolean_attn_mask); the math op itself adds whatever it gets
+    mask = torch.zeros(keep.shape, dtype=qkv.dtype, device=qkv.device).masked_fill(~keep, float("-inf"))[None, None]
+    o = torch.ops.aten._scaled_dot_product_attention_math(
+        q.transpose(1, 2), keys, vals, attn_mask=mask, enable_gqa=keys.shape[1] != H)[0]   # [B, H, S, D]
+    return o.transpose(1, 2).reshape(B * S, H * D)
+
+
+KERNELS: dict[str, Callable] = {
+    "embed": _embed, "rmsnorm": _rmsnorm, "gemm": _gemm, "attention": _attention,
+    "swiglu": _swiglu, "add": _add, "sample": _sample, "standin": _standin, "wait": _wait,
+    "slice": _slice, "concat": _concat, "pad": _pad, "shard": _shard,
+}
+
+
+# The kernels of a compiled pass (Runner.functional_pass): the same ops, attention as math SDPA.
+COMPILED_KERNELS: dict[str, Callable] = KERNELS | {"attention": _attention_sdpa_math}
+
+
+COMPILABLE_KINDS = ("rmsnorm", "swiglu", "attention")

@@ -1,0 +1,326 @@
+"""The rank side of a multi-process run: join the process group (from torchrun's or our launcher's
+environment), pin CPU ranks to their cores, mark progress, honour test faults, and end with the
+launcher. `_worker_main` is what each launched rank runs (hw/dist.py starts it); `run_rank` is
+one rank of `bench` or `check`. Torch is imported inside functions only (the one torch boundary),
+so the launcher and the CLI import this module without it.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import mmap
+import os
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from importlib import import_module
+
+from sim.trace import write_json_atomic
+
+from hw.run_config import RunConfig
+
+PIN_ENV = "TPSIM_PIN_CORES"  # "0" leaves CPU ranks unpinned
+
+
+FAULT_ENV = "TPSIM_FAULT"    # "RANK:PHASE:MODE", e.g. "1:decode:exit" or "1:prefill:hang" (tests)
+
+
+WATCH_FD_ENV = "TPSIM_WATCH_FD"        # the rank's end of the launcher pipe (EOF: the launcher is gone)
+
+
+LAUNCHER_PID_ENV = "TPSIM_LAUNCHER_PID"
+
+
+BEAT_ENV = "TPSIM_BEAT_FILE"           # the rank's progress file (see `mark`)
+
+
+PATH_ENV = "TPSIM_SYS_PATH"            # the launcher's import path (JSON), minus the working directory
+
+
+def run_rank(config: dict, body, render) -> tuple[RunConfig, dict]:
+    """One rank of `bench` or `check`: set up the process group, `body(cfg, ctx) -> result` (the
+    same result on rank 0 of every rank's work), rank 0 writes it atomically to --out and/or prints
+    it (`render(result)` for the table form), and the group is torn down whatever happens."""
+    cfg = RunConfig.from_dict(config)
+    if cfg.fault:
+        os.environ[FAULT_ENV] = cfg.fault
+    ctx = init_from_env(cfg.backend, cfg.device, cfg.timeout_s)
+    try:
+        result = body(cfg, ctx)
+        if ctx.rank == 0:
+            if cfg.out:
+                write_json_atomic(cfg.out, result)
+            if cfg.print_result:
+                print(json.dumps(result, indent=1) if cfg.json else render(result), flush=True)
+    finally:
+        shutdown()
+    return cfg, result
+
+
+@dataclass(frozen=True)
+class DistContext:
+    rank: int
+    world: int
+    local_rank: int
+    backend: str
+    device: str          # "cpu" or "cuda:<local_rank>"
+    cores: tuple[int, ...] | None = None     # the CPU cores this rank is pinned to (None: not pinned)
+
+
+def core_share(available: list[int], local_rank: int, local_world: int) -> tuple[int, ...] | None:
+    """The cores local rank `local_rank` of `local_world` gets: an equal contiguous slice of
+    `available` (the leftover cores of an uneven split stay unused, so every rank gets the same
+    number), or None when there are fewer cores than ranks (then the OS schedules them)."""
+    cores = sorted(available)
+    share = len(cores) // local_world if local_world > 0 else 0
+    if share < 1 or not 0 <= local_rank < local_world:
+        return None
+    return tuple(cores[local_rank * share:(local_rank + 1) * share])
+
+
+def pin_cores(local_rank: int, local_world: int) -> tuple[int, ...] | None:
+    """Pin every thread of this process to its `core_share` (before the process group exists, so
+    gloo's threads, created at init, inherit it). Returns the cores, or None when not pinned
+    (TPSIM_PIN_CORES=0, more ranks than cores, or no sched_setaffinity on this OS)."""
+    if os.environ.get(PIN_ENV, "1") == "0" or not hasattr(os, "sched_setaffinity"):
+        return None
+    cores = core_share(list(os.sched_getaffinity(0)), local_rank, local_world)
+    if cores is None:
+        return None
+    # sched_setaffinity(0) pins the calling thread only; threads torch already started
+    # (its intra-op pool) are pinned through /proc/self/task.
+    for tid in [0] + [int(t) for t in os.listdir("/proc/self/task") if t.isdigit()]:
+        try:
+            os.sched_setaffinity(tid, cores)
+        except OSError:          # a thread that has exited meanwhile
+            pass
+    return cores
+
+
+def init_from_env(backend: str, device: str, timeout_s: float) -> DistContext:
+    """Join the process group described by torchrun-style env vars (single process if unset)."""
+    import torch
+    import torch.distributed as dist
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local = int(os.environ.get("LOCAL_RANK", str(rank)))
+    if backend == "nccl" and device != "cuda":
+        raise ValueError("--backend nccl needs --device cuda")
+    dev, cores = "cpu", None
+    if device == "cpu":
+        cores = pin_cores(local, int(os.environ.get("LOCAL_WORLD_SIZE", str(world))))
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError("--device cuda but torch sees no GPU")
+        torch.cuda.set_device(local)
+        dev = f"cuda:{local}"
+    if "MASTER_ADDR" not in os.environ:          # plain `python -m hw.bench`: a group of one
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    kw = {"device_id": torch.device(dev)} if device == "cuda" else {}
+    timeout = timedelta(seconds=timeout_s)
+    store = rendezvous_store(rank, world, timeout)
+    if store is not None:
+        kw["store"] = store
+    dist.init_process_group(backend, rank=rank, world_size=world, timeout=timeout, **kw)
+    return DistContext(rank, world, local, backend, dev, cores)
+
+
+def rendezvous_store(rank: int, world: int, timeout: timedelta):
+    """The TCPStore of the group, its server (rank 0) listening on MASTER_ADDR:MASTER_PORT only.
+
+    torch's env:// rendezvous binds the server to every interface; a local group would then take
+    connections from the network. Rank 0 binds the socket itself and hands it to TCPStore
+    (master_listen_fd). None under torchrun (its agent's store is used, as env:// would)."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        return None
+    import torch.distributed as dist
+    host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    if rank != 0:
+        return dist.TCPStore(host, port, world, False, timeout=timeout)
+    try:
+        info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(info[0], socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(info[4])
+        sock.listen(max(128, world))
+    except OSError as e:
+        # no fallback to env:// here: the other ranks already talk to a store without its key prefix
+        raise RuntimeError(f"rank 0 cannot listen on MASTER_ADDR:MASTER_PORT = {host}:{port}: {e.strerror}") from None
+    # detach: the store owns the listening fd from here on (no Python object closes it under it)
+    return dist.TCPStore(host, port, world, True, timeout=timeout, master_listen_fd=sock.detach(),
+                         wait_for_workers=False)
+
+
+def cpu_group():
+    """A gloo group over all ranks for barriers and Python-object gathers (also under NCCL)."""
+    import torch.distributed as dist
+    return dist.new_group(backend="gloo") if dist.get_backend() != "gloo" else dist.group.WORLD
+
+
+def shutdown() -> None:
+    import torch.distributed as dist
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def fault_point(rank: int, phase: str) -> None:
+    """Test hook: die or hang here when TPSIM_FAULT names this rank and phase; then mark progress."""
+    spec = os.environ.get(FAULT_ENV, "")
+    if spec:
+        _fault(spec, rank, phase)
+    mark(phase)
+
+
+class _Beat:
+    """This rank's progress file: 8-byte count, 8-byte monotonic time, 48-byte phase name, written
+    through an mmap (a store to memory, no system call: cheap inside timed decode loops)."""
+
+    SIZE = 64
+
+    def __init__(self, path: str):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            os.ftruncate(fd, self.SIZE)
+            self.mm = mmap.mmap(fd, self.SIZE)
+        finally:
+            os.close(fd)
+        self.count = 0
+
+    def write(self, phase: str) -> None:
+        self.count += 1
+        self.mm[:self.SIZE] = struct.pack("<qd48s", self.count, time.monotonic(), phase.encode()[:48])
+
+
+def mark(phase: str) -> None:
+    """Record that this rank got this far (the launcher reads it to name the rank that stopped)."""
+    path = os.environ.get(BEAT_ENV)
+    if not path:
+        return
+    if not _beat:
+        try:
+            _beat.append(_Beat(path))
+        except OSError:
+            os.environ.pop(BEAT_ENV, None)
+            return
+    _beat[0].write(phase)
+
+
+def read_beat(path: str) -> tuple[int, float, str] | None:
+    """(count, monotonic time, phase) of a rank's progress file; None before its first mark."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(_Beat.SIZE)
+    except OSError:
+        return None
+    if len(data) < _Beat.SIZE:
+        return None
+    n, t, ph = struct.unpack("<qd48s", data)
+    return (n, t, ph.rstrip(b"\0").decode(errors="replace")) if n > 0 else None
+
+
+def _fault(spec: str, rank: int, phase: str) -> None:
+    try:
+        r, ph, mode = spec.split(":")
+    except ValueError:
+        raise ValueError(f"{FAULT_ENV} must be RANK:PHASE:MODE (MODE exit|hang), got {spec!r}") from None
+    if int(r) != rank or ph != phase:
+        return
+    if mode == "exit":
+        print(f"{LOG_TAG} rank {rank}: injected fault, exiting in {phase}", file=sys.stderr, flush=True)
+        os._exit(17)
+    if mode == "hang":
+        print(f"{LOG_TAG} rank {rank}: injected fault, hanging in {phase}", file=sys.stderr, flush=True)
+        while True:
+            time.sleep(3600)
+    raise ValueError(f"{FAULT_ENV}: unknown mode {mode!r} (exit|hang)")
+
+
+def _worker_main(argv: list[str]) -> None:
+    if len(argv) != 2:
+        raise SystemExit("usage: python -m hw.rank MODULE:FUNCTION CONFIG.json")
+    _tie_to_launcher()
+    extra = os.environ.get(PATH_ENV)
+    if extra:
+        sys.path += [p for p in json.loads(extra) if p not in sys.path]
+    mod, _, fn = argv[0].partition(":")
+    with open(argv[1]) as f:
+        config = json.load(f)
+    rank = os.environ.get("RANK", "?")
+    try:
+        rc = getattr(import_module(mod), fn)(config)
+    except Exception as e:   # noqa: BLE001 - report every failure in one line the launcher shows
+        import traceback
+        traceback.print_exc()
+        print(f"{LOG_TAG} rank {rank} failed: {type(e).__name__}: {_one_line(e)}", file=sys.stderr, flush=True)
+        sys.exit(1)
+    sys.exit(int(rc or 0))
+
+
+LOG_TAG = "[tpsim]"
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def _tie_to_launcher() -> None:
+    """End this rank (and its process group) when the launcher dies, however it dies.
+
+    Two ways, either enough: the kernel's parent-death signal (Linux), and a daemon thread blocked
+    reading the launcher's pipe, which returns (EOF) once the launcher's end is closed: at its
+    exit, on SIGKILL too. The thread covers what PDEATHSIG cannot: a launcher that died before
+    this rank set it, and non-Linux systems."""
+    fd = os.environ.pop(WATCH_FD_ENV, None)
+    parent = os.environ.pop(LAUNCHER_PID_ENV, None)
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+        if parent and os.getppid() != int(parent):     # died before prctl: nobody will signal us
+            _die_with_group()
+    if fd is None:
+        return
+
+    def watch() -> None:
+        try:
+            while os.read(int(fd), 1):
+                pass
+        except OSError:
+            pass
+        _die_with_group()
+    threading.Thread(target=watch, name="tpsim-launcher-watchdog", daemon=True).start()
+
+
+def _die_with_group() -> None:
+    print(f"{LOG_TAG} rank {os.environ.get('RANK', '?')}: the launcher is gone; ending", file=sys.stderr, flush=True)
+    try:
+        os.killpg(os.getpgid(0), signal.SIGKILL)      # the rank's own session: it and what it started
+    except OSError:
+        pass
+    os._exit(1)
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    if "timed out" in text.lower() or "timeout" in text.lower():
+        text = "a collective timed out (--timeout-s); a peer is hung or dead. " + text
+    return text[:400]
+
+
+_beat: list = []
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+if __name__ == "__main__":
+    _worker_main(sys.argv[1:])

@@ -1,0 +1,131 @@
+"""The bench/check run configuration (`RunConfig`): what every rank runs, JSON-serializable so the
+launcher can hand it to workers, validated before any process starts."""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+
+from sim.model import ModelSpec, get_model
+from sim.schedule import build
+from sim.stack import Stack, Step
+
+MAX_TIMEOUT_S = 86400.0
+
+
+def check_backend_device(backend: str, device: str) -> None:
+    """The process-group backend and the device must exist and go together (NCCL is GPU-only)."""
+    if backend not in ("gloo", "nccl"):
+        raise ValueError(f"unknown backend {backend!r}; choose gloo or nccl")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"unknown device {device!r}; choose cpu or cuda")
+    if backend == "nccl" and device != "cuda":
+        raise ValueError("--backend nccl needs --device cuda (use gloo on CPU)")
+
+
+def check_timeout(v: float, name: str) -> None:
+    """A finite, positive number of seconds up to a day (nan/inf would disable the watchdogs)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0 < v <= MAX_TIMEOUT_S:
+        raise ValueError(f"{name} must be a number of seconds in (0, {MAX_TIMEOUT_S:.0f}], got {v}")
+
+
+def default_timeout_s(flops_per_pass: float, device: str) -> float:
+    """A collective timeout proportionate to the work: 30 s for start-up (importing torch on a busy
+    box) plus 20x the longest forward pass at a pessimistic rate (1 GFLOP/s per CPU rank, 1 TFLOP/s
+    per GPU). A tiny model hangs for ~30 s instead of 5 minutes; a 70B prefill on CPU still gets
+    hours. Capped at MAX_TIMEOUT_S."""
+    rate = 1e12 if device == "cuda" else 1e9
+    return min(MAX_TIMEOUT_S, 30.0 + 20.0 * flops_per_pass / rate)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a rank needs to run `bench` or `check`; JSON-serializable (sent to workers)."""
+
+    model: str = "tiny"
+    layers: int | None = None          # run the first K layers only
+    tp: int = 2
+    batch: int = 1
+    prompt_len: int = 1024
+    gen_len: int = 512
+    schedules: tuple[str, ...] = ("standard",)
+    backend: str = "gloo"
+    device: str = "cpu"
+    dtype: str = "fp32"
+    head: str = "replicated"
+    attention: str = "math"
+    kv: str = "static"
+    prefill_logits: str = "all"
+    expand_gqa: bool = True
+    decode_graphs: bool = False        # CUDA graphs for decode (cuda only)
+    compile: bool = False              # torch.compile each whole pass (hw.bench.compile_passes)
+    repeats: int = 5
+    warmup: int = 1
+    seed: int = 0
+    timeout_s: float = 300.0
+    gpu_mem_gib: float | None = None
+    out: str | None = None             # rank 0 writes the result JSON here (atomically)
+    print_result: bool = False         # rank 0 prints the result (torchrun mode)
+    json: bool = False
+    fault: str | None = None           # test hook, see FAULT_ENV
+    emulate_tp: int | None = None      # one process runs rank 0 of a TP-`emulate_tp` job (its shard
+                                       # shapes); collectives go over the 1-process group
+
+    def __post_init__(self) -> None:
+        for f in ("tp", "batch", "prompt_len", "gen_len", "repeats"):
+            if getattr(self, f) < 1:
+                raise ValueError(f"{f} must be >= 1, got {getattr(self, f)}")
+        if self.warmup < 0:
+            raise ValueError(f"warmup must be >= 0, got {self.warmup}")
+        check_timeout(self.timeout_s, "--timeout-s")
+        if self.layers is not None and self.layers < 1:
+            raise ValueError(f"--layers must be >= 1, got {self.layers}")
+        check_backend_device(self.backend, self.device)
+        if self.decode_graphs and self.device != "cuda":
+            raise ValueError("CUDA graphs need --device cuda")
+        if self.emulate_tp is not None and (self.emulate_tp < 1 or self.tp != 1):
+            raise ValueError(f"--emulate-tp {self.emulate_tp} runs one process (--tp 1) as rank 0 of a TP "
+                             f"job of that degree; got --tp {self.tp}")
+        self.stack()
+
+    def model_spec(self) -> ModelSpec:
+        m = get_model(self.model)
+        return m.truncated(self.layers) if self.layers else m
+
+    def stack(self) -> Stack:
+        return Stack(dtype=self.dtype, head=self.head, attention=self.attention, kv=self.kv,
+                     prefill_logits=self.prefill_logits, expand_gqa=self.expand_gqa,
+                     decode_graphs=self.decode_graphs, collective=self.backend,
+                     compile_prefill=self.compile, compile_decode=self.compile)
+
+    def steps(self) -> tuple[Step, Step | None]:
+        """The prefill step and the decode step every decode pass reuses (None when gen_len == 1)."""
+        st = self.stack()
+        pre = Step.prefill(self.batch, self.prompt_len, self.gen_len, st)
+        dec = Step.decode(self.batch, self.prompt_len, self.gen_len, 1, st) if self.gen_len > 1 else None
+        return pre, dec
+
+    @property
+    def model_tp(self) -> int:
+        """The TP degree whose shards and schedules run (the emulated one, if any)."""
+        return self.emulate_tp or self.tp
+
+    def validate(self) -> None:
+        """Raise ValueError for anything the user got wrong, before processes start."""
+        m = self.model_spec()
+        m.shard(self.model_tp)
+        pre, _ = self.steps()
+        for s in self.schedules:
+            build(s, m, self.model_tp, pre, self.stack())
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["schedules"] = list(self.schedules)
+        return d
+
+    @staticmethod
+    def from_dict(d: dict) -> "RunConfig":
+        known = {f.name for f in fields(RunConfig)}
+        kw = {k: v for k, v in d.items() if k in known}
+        if "schedules" in kw:
+            kw["schedules"] = tuple(kw["schedules"])
+        return RunConfig(**kw)

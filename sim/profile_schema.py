@@ -1,0 +1,158 @@
+"""The profile format's vocabulary: its name and version, the limits a file must keep, and the typed
+values a parsed profile is made of (sim/profile.py reads and writes the JSON; sim/profile_check.py
+validates it field by field)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .errors import UserError
+from .topology import TopologySpec
+
+FORMAT, VERSION = "tpsim-profile", 1
+
+
+SCOPES = ("node", "net")          # collective within one node, or spanning nodes
+
+
+MODES = ("eager", "graph")        # collective launched eagerly or replayed in a CUDA graph
+
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
+
+
+MAX_FILE_BYTES = 64 << 20        # a calibrated profile with its raw points is well under 1 MiB
+
+
+MAX_DEPTH = 64                   # nesting of objects/lists (the deepest real profile is ~10)
+
+
+MAX_INT = 1 << 63                # larger integers are nobody's measurement (and overflow floats)
+
+
+MAX_GPUS = 1024                  # per node
+
+
+MAX_TABLE_POINTS = 10_000        # per measured table
+
+
+class ProfileError(UserError):
+    """A profile that cannot be used; the message names the file and the field."""
+
+
+@dataclass(frozen=True)
+class Curve:
+    """Piecewise-linear in log(x): efficiency as a function of work size (flops or bytes)."""
+
+    x: tuple[float, ...]
+    y: tuple[float, ...]
+
+    def __call__(self, v: float) -> float:
+        if len(self.x) == 1 or v <= self.x[0]:
+            return self.y[0]
+        if v >= self.x[-1]:
+            return self.y[-1]
+        lv = math.log(v)
+        for i in range(1, len(self.x)):
+            if v <= self.x[i]:
+                l0, l1 = math.log(self.x[i - 1]), math.log(self.x[i])
+                t = (lv - l0) / (l1 - l0)
+                return self.y[i - 1] + t * (self.y[i] - self.y[i - 1])
+        return self.y[-1]
+
+
+@dataclass(frozen=True)
+class ComputePoint:
+    """One measured op time (from `tpsim calibrate` or an imported database)."""
+
+    kind: str
+    attrs: tuple[tuple[str, int | str], ...]
+    dtype: str
+    time_s: float
+    mode: str = "any"     # "eager": unfused kernels launched one by one; "graph": as a captured/compiled step
+
+
+@dataclass(frozen=True)
+class CollectiveTable:
+    """Measured latency vs message size for one collective configuration."""
+
+    collective: str       # all_reduce | all_gather | reduce_scatter
+    group: int            # ranks in the group
+    scope: str            # node | net
+    mode: str             # eager | graph
+    impl: str             # nccl | custom | gloo | ...
+    bytes: tuple[float, ...]
+    time_s: tuple[float, ...]
+    source: str
+
+
+@dataclass(frozen=True)
+class LinkModel:
+    """One NCCL algorithm/protocol: time = base + steps * hop + bytes / algbw (docs/sources.md §4)."""
+
+    name: str             # e.g. "ring_ll", "ring_simple", "nvls"
+    base_s: float
+    hop_s: float
+    busbw_gbps: float     # bus bandwidth (nccl-tests convention), GB/s = 1e9 B/s
+    per_step: bool = True  # hop paid per ring step (ring/tree) or once (NVLS)
+
+
+@dataclass(frozen=True)
+class ArrivalJitter:
+    """Per-rank delay before each arrival at a collective of one scope: iid draws per rank and
+    collective. "exponential": mean mean_s (what the spread of arrivals measures directly: with
+    iid exponential delays, each rank's lag behind the first arrival is again exponential with
+    that mean). Zero: no jitter simulated, which is not a claim that real ranks have none."""
+
+    dist: str                         # "exponential"
+    mean_s: float
+    source: str
+
+
+JITTER_DISTS = ("exponential",)
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    gpus_per_node: int
+    memory_gib: float
+    device: str                                  # "cuda" | "cpu": how launches overlap compute
+    peak_flops: dict                             # dtype -> FLOP/s of dense matrix math
+    mem_bytes_per_s: float
+    gemm_efficiency: Curve                       # achieved/peak FLOP/s vs flops per kernel
+    memory_efficiency: Curve                     # achieved/peak bandwidth vs bytes per kernel
+    launch_s: dict                               # mode ("eager"/"graph") -> seconds per kernel launch
+    compute_points: tuple[ComputePoint, ...]
+    collective_tables: tuple[CollectiveTable, ...]
+    link_models: dict                            # scope -> tuple[LinkModel, ...] (fastest wins)
+    eager_extra_s: float                         # extra per collective in eager mode when only graph data exists
+    default_impl: str                            # collective implementation the cluster runs ("nccl", "gloo")
+    stack_defaults: dict                         # Stack fields this cluster runs by default (e.g. fp32, no graphs on CPU)
+    compute_slowdown: float                      # factor on compute while a collective runs on the rank
+    comm_slowdown: float                         # factor on a collective while compute runs on the rank
+    jitter_s: float                              # legacy jitter.launch_us (the simulator reads arrival_jitter)
+    wake_s: float = 0.0                          # part of a collective's time that wakes a rank blocked on it
+    graph_extra_s: float = 0.0                   # extra per NCCL collective inside a compiled CUDA-graph step
+    arrival_jitter: dict = field(default_factory=dict)  # scope ("node"/"net") -> ArrivalJitter (exact mode)
+    source_path: str = ""
+    raw: dict = field(default_factory=dict, compare=False, repr=False)
+    topology: TopologySpec | None = field(default=None, compare=False, repr=False)
+
+
+def _has_source(obj: dict) -> bool:
+    """A non-empty string says where the number came from (a list or a number says nothing)."""
+    src = obj.get("source")
+    return isinstance(src, str) and bool(src.strip())
+
+
+def _finite(v) -> bool:
+    """A JSON number that is a real, finite number (true/false are not numbers here)."""
+    return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def _short(v) -> str:
+    """A value for an error message, cut to one short line."""
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
