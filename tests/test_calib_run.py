@@ -73,7 +73,7 @@ def test_interrupted_calibration_resumes_without_remeasuring(tmp_path):
     assert p.wake_s == pytest.approx(fit["wake_us"] * 1e-6) and p.compute_slowdown == fit["compute_slowdown"]
     (case,) = fit["cases"]
     assert case["measured"][0] > 0 and case["fitted"][0] > 0
-    stack = Stack(dtype="fp32", collective="gloo", decode_graphs=False)
+    stack = Stack(dtype="fp32", collective="gloo", decode_graphs=False, compile_prefill=False, compile_decode=False)
     w = Workload(get_model("tiny"), 2, p, 1, 8, 4, stack)
     (pred,) = predict(w, ["standard"], record=False)
     assert pred.prefill_s > 0 and pred.decode_s > 0

@@ -90,11 +90,12 @@ def test_bad_measured_inputs_fail_alone(run_dir, tmp_path):
     assert len(res["points"]) == 1
     errors = " ".join(f["error"] for f in res["failed"])
     assert "llama-9" in errors and "cannot read measured JSON" in errors
-    # a profile that cannot price the measured run (a GPU profile for a CPU fp32/gloo run): a clear message
+    # a profile that cannot price the measured run (a GPU profile, NCCL tables only, for a CPU gloo run):
+    # a clear message naming what is missing
     r = CliRunner().invoke(main, ["compare", "--profile", "h100-sxm", "--measured", str(good),
                                   "--out-dir", str(tmp_path / "out2")])
     res = json.loads((tmp_path / "out2" / "compare.json").read_text())
-    assert not res["points"] and "h100-sxm has no matrix peak for fp32" in res["failed"][0]["error"]
+    assert not res["points"] and "h100-sxm has no collective tables for 'gloo'" in res["failed"][0]["error"]
     # and one with the right dtype but no gloo collective tables
     prof = json.loads((run_dir / "profile.json").read_text())
     prof["collectives"]["tables"] = []
