@@ -33,10 +33,12 @@ T="--timeout-s 60"
 if [ "${SMOKE:-0}" = 1 ]; then
   DEV="--device cpu --backend gloo"; BIG=toy-1024; BIG_TP=4; SMALL=toy-512; SMALL_TPS="--tp 1 --tp 2"
   BASE=h200-sxm; LEN="--prompt 32 --gen 8"; CAL_LEN="--prompt 32 --gen 8"; BACKEND=gloo
+  COMPILE_BATCHES="1 4"; COMPILE_LAYERS=2
 else
   DEV="--device cuda --backend nccl"; BIG=llama-3.1-70b; BIG_TP=8; SMALL=llama-3.1-8b
   SMALL_TPS="--tp 1 --tp 2 --tp 4 --tp 8"; BASE=h200-sxm; LEN="--prompt 1024 --gen 128"
   CAL_LEN="--prompt 1024 --gen 128"; BACKEND=nccl
+  COMPILE_BATCHES="1 64 4 16"; COMPILE_LAYERS=4     # 1 and 64 first: the batch-64 step is the open question of #13
 fi
 
 { date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null
@@ -54,6 +56,14 @@ run python3 cli.py bench $DEV --tp 1 --emulate-tp $BIG_TP --model $BIG $LEN --re
   --schedule standard --schedule ladder --schedule upper-bound --json --out "$OUT/bench-$BIG-tp$BIG_TP-emulated.json"
 run python3 cli.py bench $DEV --tp 1 --model $SMALL $LEN --repeats 3 --warmup 1 $T --deadline-s 240 \
   --schedule standard --schedule upper-bound --json --out "$OUT/bench-$SMALL-tp1.json"
+# #13 item 6: the compiled stack (Inductor + CUDA-graph decode, the reference's) on one emulated TP rank
+# of the big model at batch 1/4/16/64; --layers keeps Inductor's compile to seconds, and the simulator
+# predicts the same truncated model (--model NAME[:K]) with `predict --comm-group 1`
+for B in ${COMPILE_BATCHES}; do
+  run python3 cli.py bench $DEV --tp 1 --emulate-tp $BIG_TP --model $BIG --layers $COMPILE_LAYERS --batch $B $LEN \
+    --compile --repeats 3 --warmup 1 $T --deadline-s 240 --schedule upper-bound --json \
+    --out "$OUT/bench-$BIG-tp$BIG_TP-emulated-compiled-b$B.json"
+done
 run python3 cli.py compare --profile "$OUT/h200-measured-compute.json" \
   --measured "$OUT/bench-$BIG-tp$BIG_TP-emulated.json" --measured "$OUT/bench-$SMALL-tp1.json" --out-dir "$OUT/compare"
 tar -C "$OUT" -czf "$OUT/compare.tgz" compare && rm -rf "$OUT/compare"
