@@ -10,14 +10,14 @@ from pathlib import Path
 
 import click
 
-from sim.cli_options import (_stderr_console, check_sizes, make_workload, stack_dict, user_errors,
-                             workload_options)
+from sim.cli_options import (_stderr_console, check_sizes, compile_options, make_workload, stack_dict,
+                             stack_options, user_errors, workload_options)
 from sim.lock import check_writable, output_lock
 from sim.model import MODELS, get_model, valid_tp
 from sim.predict import Simulator, predict as run
 from sim.profile import builtin_names, describe, load_profile, read_raw
 from sim.schedule import COMM, DEFAULT_SCHEDULES, SCHEDULE_HELP, ScheduleSpec, build
-from sim.stack import Stack, Step
+from sim.stack import Step, make_stack
 from sim.trace import chrome_trace, write_json_atomic, write_text_atomic
 
 MODEL_CHANGE_HELP = ("model change: none = same model and outputs as standard; retrain = a different "
@@ -134,9 +134,11 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
 @click.option("--plot-view", type=click.Choice(["speedup", "no-retraining"]), default="speedup", show_default=True,
               help="no-retraining: per batch size, the best schedule that keeps the model (standard, "
                    "token-split, seq-parallel) against ladder / parallel / spd.")
+@compile_options
+@stack_options
 @user_errors
 def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, prompt_len, gen_len, jobs,
-          out_path, plot_path, plot_view):
+          out_path, plot_path, plot_view, **stack_flags):
     """What-if grid from the simulator alone: models x TP x batch x profile x link scaling -> CSV (+ plot)."""
     from sim import sweep as sw           # multiprocessing and the sweep's grid: ~0.1 s, only for sweep
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
@@ -161,6 +163,8 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
         load_profile(p)                       # a bad profile fails before any work
     for m in models:
         get_model(m)
+    # each point's profile fills the stack fields the flags leave at Stack's defaults (sim.sweep.run_point)
+    stack = make_stack(_stack_given(**stack_flags))
     scheds = tuple(dict.fromkeys(("standard",) + (schedules or DEFAULT_SCHEDULES[1:])))
     for spec in scheds:
         ScheduleSpec.parse(spec)              # a bad spec fails before any work
@@ -173,7 +177,7 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
         with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
                       TimeRemainingColumn(), transient=True, disable=not sys.stderr.isatty()) as bar:
             task = bar.add_task("sweep", total=len(points))
-            rows = sw.sweep(points, scheds, jobs=jobs, checkpoint=checkpoint,
+            rows = sw.sweep(points, scheds, stack=stack, jobs=jobs, checkpoint=checkpoint,
                             progress=lambda done, total: bar.update(task, completed=done))
         write_text_atomic(out_path, sw.to_csv(rows))
         write_json_atomic(json_path, rows)
@@ -195,14 +199,16 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
 @click.option("--batch", type=int, default=1, show_default=True)
 @click.option("--prompt", "prompt_len", type=int, default=1024, show_default=True)
 @click.option("--gen", "gen_len", type=int, default=512, show_default=True)
+@compile_options
+@stack_options
 @user_errors
-def show(model, spec, tp, layer, phase, batch, prompt_len, gen_len):
+def show(model, spec, tp, layer, phase, batch, prompt_len, gen_len, **stack_flags):
     """Print one layer's ops in issue order with what each waits for, to check a schedule by eye."""
     from rich.console import Console      # rich: ~40 ms to import, only when printing
     from rich.table import Table
     check_sizes(tp, batch, prompt_len, gen_len)
     m = get_model(model)
-    stack = Stack()
+    stack = make_stack(_stack_given(**stack_flags))       # no profile: Stack's defaults under the flags
     if phase == "decode" and gen_len < 2:
         raise ValueError("a decode step needs --gen >= 2 (the prefill makes token 1); or --phase prefill")
     step = (Step.prefill(batch, prompt_len, gen_len, stack) if phase == "prefill"
@@ -231,6 +237,12 @@ def show(model, spec, tp, layer, phase, batch, prompt_len, gen_len):
                + (f"; SPD blocks {_ranges(s.spd_layers)}" if s.spd_layers else ""))
     for note in s.notes:                    # e.g. token-split falling back, seq-parallel padding
         click.echo(f"note: {note}")
+
+
+def _stack_given(compile_, compile_prefill, compile_decode, decode_graphs, prefill_graphs, **flags) -> dict:
+    """The stack flags (compile_options + stack_options) as make_stack's `given`; None = not given."""
+    return dict(flags, compile=compile_, compile_prefill=compile_prefill, compile_decode=compile_decode,
+                decode_graphs=decode_graphs, prefill_graphs=prefill_graphs)
 
 
 def _ranges(xs) -> str:

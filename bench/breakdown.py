@@ -30,7 +30,7 @@ import sim  # noqa: E402
 from sim.model import get_model  # noqa: E402
 from sim.predict import Simulator, Workload  # noqa: E402
 from sim.profile import load_profile  # noqa: E402
-from sim.stack import Stack  # noqa: E402
+from sim.stack import Stack, make_stack  # noqa: E402
 
 
 def _stack(prof, overrides: list[str]) -> Stack:
@@ -50,7 +50,7 @@ def _stack(prof, overrides: list[str]) -> Stack:
             kw[key] = int(val)
         else:
             kw[key] = val
-    return Stack(**kw)
+    return make_stack(kw)      # the one assembly path: decode graphs follow compile_decode unless set
 
 
 def _shape(op) -> str:

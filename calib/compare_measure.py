@@ -8,7 +8,7 @@ from pathlib import Path
 from sim.errors import UserError
 from sim.model import ModelSpec, get_model
 from sim.predict import Workload
-from sim.stack import Stack
+from sim.stack import make_stack
 from sim.sweep import Shape
 
 Point = Shape          # a grid point: model, TP, batch, prompt and gen lengths
@@ -56,12 +56,11 @@ def workload_of(measured: dict, profile) -> Workload:
         raise CompareError(f"measured JSON is for {measured['model']!r}: {e}") from None
     st = measured.get("stack", {})
     env = measured.get("env", {})
-    stack = Stack(dtype=measured.get("dtype", "fp16"), head=st.get("head", "replicated"),
-                  attention=st.get("attention", "math"), kv=st.get("kv", "static"),
-                  prefill_logits=st.get("prefill_logits", "all"), expand_gqa=st.get("expand_gqa", True),
-                  prefill_graphs=False, decode_graphs=bool(st.get("decode_graphs", False)),
-                  compile_prefill=bool(st.get("compile", False)), compile_decode=bool(st.get("compile", False)),
-                  collective=env.get("backend", "nccl"))
+    # what bench ran: its JSON's stack (eager, no graphs unless recorded); fields it lacks: Stack's defaults
+    stack = make_stack(dict(dtype=measured.get("dtype", "fp16"), head=st.get("head"), attention=st.get("attention"),
+                            kv=st.get("kv"), prefill_logits=st.get("prefill_logits"), expand_gqa=st.get("expand_gqa"),
+                            prefill_graphs=False, decode_graphs=bool(st.get("decode_graphs", False)),
+                            compile=bool(st.get("compile", False)), collective=env.get("backend", "nccl")))
     emulated = measured.get("emulated")          # one rank of a TP job on one device (bench --emulate-tp)
     # the run happened, so no memory check: the simulator's estimate must not veto a measurement
     return Workload(model, int(measured["tp"]), profile, int(measured["batch"]), int(measured["prompt_len"]),

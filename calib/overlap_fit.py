@@ -36,7 +36,7 @@ from sim.cost import CostModel
 from sim.engine import Interference, simulate
 from sim.model import get_model
 from sim.schedule import Op, Schedule, build
-from sim.stack import Stack, Step
+from sim.stack import Step, make_stack
 
 from calib.overlap_summary import FACTOR_CAP, redraw_trials
 
@@ -51,7 +51,7 @@ def decode_schedule(desc: dict) -> Schedule:
     model = get_model(desc["model"])
     if desc["layers"] < model.layers:
         model = model.truncated(desc["layers"])
-    st = Stack(**desc["stack"])
+    st = make_stack(desc["stack"])
     return build("standard", model, desc["tp"], Step.decode(desc["batch"], desc["prompt_len"], desc["gen_len"], 1, st), st)
 
 

@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from sim.model import get_model, valid_tp
-from sim.stack import DTYPE_BYTES, Stack
+from sim.stack import DTYPE_BYTES, Stack, make_stack
 from sim.trace import write_json_atomic
 
 from hw.run_config import check_backend_device
@@ -86,7 +86,7 @@ class CalibConfig:
             if any(v < 1 for v in getattr(self, name)):
                 raise ValueError(f"{name} must all be >= 1, got {getattr(self, name)}")
         for kv, att, head, pl in self._stack_choices():
-            Stack(dtype=self.dtype, kv=kv, attention=att, head=head, prefill_logits=pl)
+            make_stack(dict(dtype=self.dtype, kv=kv, attention=att, head=head, prefill_logits=pl))
         if not self.extends:
             missing = [p for p in ("device", "collectives", "overlap") if p not in self.parts]
             if missing:
@@ -100,8 +100,8 @@ class CalibConfig:
                 for pl in self.prefill_logits]
 
     def stacks(self) -> list[Stack]:
-        return [Stack(dtype=self.dtype, kv=kv, attention=a, head=h, prefill_logits=pl,
-                      decode_graphs=False, collective=self.impl_of(0))
+        return [make_stack(dict(dtype=self.dtype, kv=kv, attention=a, head=h, prefill_logits=pl,
+                                decode_graphs=False, collective=self.impl_of(0)))
                 for kv, a, h, pl in self._stack_choices()]
 
     def cases(self, world: int) -> list[ShapeCase]:

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, fields
 
 from sim.model import ModelSpec, get_model
 from sim.schedule import build
-from sim.stack import Stack, Step
+from sim.stack import Stack, Step, make_stack
 
 MAX_TIMEOUT_S = 86400.0
 
@@ -92,10 +92,9 @@ class RunConfig:
         return m.truncated(self.layers) if self.layers else m
 
     def stack(self) -> Stack:
-        return Stack(dtype=self.dtype, head=self.head, attention=self.attention, kv=self.kv,
-                     prefill_logits=self.prefill_logits, expand_gqa=self.expand_gqa,
-                     decode_graphs=self.decode_graphs, collective=self.backend,
-                     compile_prefill=self.compile, compile_decode=self.compile)
+        return make_stack(dict(dtype=self.dtype, head=self.head, attention=self.attention, kv=self.kv,
+                               prefill_logits=self.prefill_logits, expand_gqa=self.expand_gqa,
+                               decode_graphs=self.decode_graphs, collective=self.backend, compile=self.compile))
 
     def steps(self) -> tuple[Step, Step | None]:
         """The prefill step and the decode step every decode pass reuses (None when gen_len == 1)."""

@@ -11,7 +11,7 @@ import click
 from sim.model import MODELS, get_model
 from sim.predict import Workload
 from sim.profile import load_profile
-from sim.stack import ATTENTION_IMPLS, DECODE_KV, DTYPE_BYTES, HEADS, PREFILL_LOGITS, Stack
+from sim.stack import ATTENTION_IMPLS, DECODE_KV, DTYPE_BYTES, HEADS, PREFILL_LOGITS, Stack, make_stack
 
 
 class TpsimError(click.ClickException):
@@ -47,6 +47,26 @@ def workload_options(fn):
         click.option("--gen", "gen_len", type=int, default=512, show_default=True, help="Generated tokens."),
         click.option("--gpus-per-node", type=int, default=None,
                      help="GPUs per node (default: the profile's); TP beyond it spans nodes."),
+        click.option("--comm-group", type=int, default=None,
+                     help="Ranks the collectives really span (default: TP). 1 predicts one rank of the TP job "
+                          "emulated on a single GPU, as `tpsim bench --tp 1 --emulate-tp TP` measures it."),
+        click.option("--memory-check/--no-memory-check", default=True, show_default=True,
+                     help="Refuse a workload whose per-rank weights + KV cache + activations exceed the "
+                          "profile's GPU memory."),
+        click.option("--collective", default="auto", show_default=True,
+                     help="Collective implementation, a table key of the profile (nccl, custom, gloo); "
+                          "auto: the profile's default_impl."),
+    ]
+    for o in reversed(opts):
+        fn = o(fn)
+    return compile_options(stack_options(fn))
+
+
+def compile_options(fn):
+    """How each phase runs (torch.compile, CUDA graphs): predict, trace, sweep and show. Each
+    defaults to None (the profile's stack_defaults, else Stack's). bench and check declare their
+    own --compile, off by default: their harness runs eager unless asked."""
+    opts = [
         click.option("--compile/--no-compile", "compile_", default=None,
                      help="Both phases torch.compile'd (Inductor's fused kernels, docs/compiled-stack.md) or eager "
                           "(one kernel per torch op). Default: the profile's stack_defaults, else compiled, as the "
@@ -60,24 +80,15 @@ def workload_options(fn):
                           "stack_defaults, else on when decode is compiled."),
         click.option("--prefill-graphs/--no-prefill-graphs", default=None,
                      help="Prefill under CUDA graphs. Default: the profile's stack_defaults, else off."),
-        click.option("--comm-group", type=int, default=None,
-                     help="Ranks the collectives really span (default: TP). 1 predicts one rank of the TP job "
-                          "emulated on a single GPU, as `tpsim bench --tp 1 --emulate-tp TP` measures it."),
-        click.option("--memory-check/--no-memory-check", default=True, show_default=True,
-                     help="Refuse a workload whose per-rank weights + KV cache + activations exceed the "
-                          "profile's GPU memory."),
-        click.option("--collective", default="auto", show_default=True,
-                     help="Collective implementation, a table key of the profile (nccl, custom, gloo); "
-                          "auto: the profile's default_impl."),
     ]
     for o in reversed(opts):
         fn = o(fn)
-    return stack_options(fn)
+    return fn
 
 
 def stack_options(fn):
     """The serving-stack flags, declared once for every command that runs or prices a stack
-    (predict, trace, bench, check). Each defaults to None: predict and trace then take the
+    (predict, trace, sweep, show, bench, check). Each defaults to None: predict and trace then take the
     profile's stack_defaults, else Stack's defaults; bench and check take `HARNESS_STACK`."""
     opts = [
         click.option("--dtype", type=click.Choice(list(DTYPE_BYTES)), default=None,
@@ -132,14 +143,10 @@ def make_workload(model, tp, profile, batch, prompt_len, gen_len, gpus_per_node,
     prof = load_profile(profile)
     given = dict(dtype=dtype, head=head, attention=attention, kv=kv, prefill_logits=prefill_logits,
                  expand_gqa=expand_gqa, prefill_graphs=prefill_graphs, decode_graphs=decode_graphs,
-                 compile_prefill=compile_prefill if compile_prefill is not None else compile_,
-                 compile_decode=compile_decode if compile_decode is not None else compile_,
-                 collective=None if collective == "auto" else collective)
+                 compile=compile_, compile_prefill=compile_prefill, compile_decode=compile_decode,
+                 collective=collective)
     # what the user said wins; then what the profile's cluster runs by default; then Stack's defaults
-    fields = prof.stack_defaults | {k: v for k, v in given.items() if v is not None}
-    if "decode_graphs" not in fields and "compile_decode" in fields:
-        fields["decode_graphs"] = fields["compile_decode"]     # reduce-overhead graphs come with compile
-    stack = Stack(**fields)
+    stack = make_stack(given, prof.stack_defaults)
     impls = sorted({t.impl for t in prof.collective_tables} | {prof.default_impl, "nccl", "auto"})
     if stack.collective not in impls:
         raise ValueError(f"profile {prof.name} has no collective implementation {stack.collective!r}; "

@@ -8,7 +8,7 @@ field so users can describe their own serving stack instead (eager: compile_* = 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
 
@@ -64,6 +64,31 @@ class Stack:
 def _check(field: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise ValueError(f"unknown {field} {value!r}; choose from: {', '.join(choices)}")
+
+
+def make_stack(given: dict, profile_defaults: dict | None = None, base: Stack = Stack()) -> Stack:
+    """The one place a Stack is assembled from user, profile and harness inputs.
+
+    Precedence: a value in `given` that is not None wins; then `profile_defaults` (a profile's
+    stack_defaults: what its cluster runs); then `base`. `given` may hold "compile" (both phases;
+    compile_prefill / compile_decode override it) and collective "auto" (= not given, so the
+    profile's default applies). Decode CUDA graphs follow compile_decode unless set: torch.compile's
+    reduce-overhead mode brings them. Unknown keys are a user error (ValueError), not a TypeError."""
+    given = {k: v for k, v in given.items() if v is not None}
+    both = given.pop("compile", None)
+    if both is not None:
+        given.setdefault("compile_prefill", both)
+        given.setdefault("compile_decode", both)
+    if given.get("collective") == "auto":
+        del given["collective"]
+    chosen = dict(profile_defaults or {}) | given
+    names = {f.name for f in fields(Stack)}
+    unknown = sorted(set(chosen) - names)
+    if unknown:
+        raise ValueError(f"unknown stack field(s) {', '.join(unknown)}; choose from: {', '.join(sorted(names))}")
+    if "decode_graphs" not in chosen and "compile_decode" in chosen:
+        chosen["decode_graphs"] = chosen["compile_decode"]
+    return replace(base, **chosen)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import itertools
 import json
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
@@ -31,7 +31,7 @@ from .model import get_model
 from .predict import Workload, predict
 from .profile import load_profile, read_raw
 from .schedule import model_change
-from .stack import Stack
+from .stack import Stack, make_stack
 
 # Points of one sweep share a few profiles: parse each once per process (bounded, so memory stays flat).
 # Keyed by the profile's input digest too: a profile edited between two sweeps in one process is reread.
@@ -80,7 +80,9 @@ def run_point(point: Point, schedules: tuple[str, ...], stack: Stack = Stack(), 
     base = asdict(point)
     try:
         prof = _load_profile(point.profile, digest)
-        stack = replace(stack, **{k: v for k, v in prof.stack_defaults.items() if getattr(Stack(), k) == getattr(stack, k)})
+        # the flags the user changed from Stack's defaults win; the point's profile fills the rest
+        changed = {f: v for f, v in asdict(stack).items() if getattr(Stack(), f) != v}
+        stack = make_stack(changed, prof.stack_defaults)
         w = Workload(get_model(point.model), point.tp, prof, point.batch,
                      point.prompt_len, point.gen_len, stack, comm_bw_scale=point.bw_scale,
                      comm_lat_scale=point.lat_scale)

@@ -127,3 +127,22 @@ def test_profiles_and_models_list():
     assert r.exit_code == 0 and "datasheet" in r.output
     r = run("models")
     assert r.exit_code == 0 and "llama-3.1-405b" in r.output
+
+
+def test_sweep_and_show_take_the_stack_flags(tmp_path):
+    """The stack flags are declared once (sim.cli_options) and reach sweep's points and show's ops."""
+    flags = ("--no-compile", "--attention", "flash", "--kv", "filled")
+    r = run("sweep", "--model", "tiny", "--tp", "2", "--schedule", "ladder", "--out", str(tmp_path / "s.csv"), *flags)
+    assert r.exit_code == 0, r.output
+    rows = json.loads((tmp_path / "s.json").read_text())
+    p = run("predict", "--model", "tiny", "--tp", "2", "--schedule", "standard", "--schedule", "ladder", "--json", *flags)
+    assert p.exit_code == 0, p.output
+    want = {s["schedule"]: s["tokens_per_s"] for s in json.loads(p.output)["schedules"]}
+    assert {r["schedule"]: r["tokens_per_s"] for r in rows} == pytest.approx(want)
+    plain = run("sweep", "--model", "tiny", "--tp", "2", "--schedule", "ladder", "--out", str(tmp_path / "p.csv"))
+    assert plain.exit_code == 0, plain.output
+    assert json.loads((tmp_path / "p.json").read_text())[0]["tokens_per_s"] != pytest.approx(want["standard"])
+    # decode step 1 reads the filled KV (prompt 1024 + 1 token), not the whole static cache (1536)
+    s = run("show", "--model", "tiny", "--tp", "2", *flags)
+    assert s.exit_code == 0, s.output
+    assert "kv_len=1025" in s.output and "kv_len=1536" not in s.output

@@ -122,3 +122,17 @@ def test_comm_group_one_prices_emulated_rank():
     assert timed["standard"].decode_s > emu["standard"].decode_s
     with pytest.raises(ValueError, match="comm_group"):
         Workload(m, 8, H100, comm_group=9)
+
+
+def test_make_stack_precedence():
+    """Given (not None) beats the profile's stack_defaults beats the base; compile covers both phases;
+    decode graphs follow compile_decode unless set; collective auto means not given."""
+    from sim.stack import Stack, make_stack
+    s = make_stack({"compile": False, "attention": None, "collective": "auto"},
+                   {"attention": "flash", "kv": "filled", "collective": "custom"}, Stack(dtype="bf16"))
+    assert s == Stack(dtype="bf16", compile_prefill=False, compile_decode=False, decode_graphs=False,
+                      attention="flash", kv="filled", collective="custom")
+    assert make_stack({"compile": False, "compile_decode": True}).decode_graphs is True
+    assert make_stack({"compile_decode": False, "decode_graphs": True}).decode_graphs is True
+    with pytest.raises(ValueError, match="unknown stack field"):
+        make_stack({"heads": "x"})
