@@ -1,0 +1,161 @@
+"""Collective constants of the built-in profiles: NCCL and custom all-reduce tables from the
+aiconfigurator database, NCCL latencies, the SHM (P2P off) step, in-graph extra, latency offset, overlap
+and jitter sections. Imported by _derive_builtin.py (run that)."""
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, ".")
+from sim.profile import parse  # noqa: E402
+from sim.topology_price import TopologyModel  # noqa: E402
+
+from _derive_common import AIC, DATA, OUT, sv  # noqa: E402
+
+# ---------------------------------------------------------------- collectives
+
+def nccl_tables(system, ver):
+    f = DATA / system / "comm" / "nccl" / ver / "nccl_perf.parquet"
+    d = pd.read_parquet(f)
+    d = d[d.nccl_dtype == "half"]
+    out = []
+    for op in ("all_reduce", "all_gather", "reduce_scatter"):
+        for n in sorted(d.num_gpus.unique()):
+            g = d[(d.op_name == op) & (d.num_gpus == n)].groupby("message_size").latency.median().sort_index()
+            out.append({"collective": op, "group": int(n), "scope": "node", "mode": "graph", "impl": "nccl",
+                        "bytes": [int(2 * s) for s in g.index], "time_us": [round(float(v) * 1e3, 3) for v in g],
+                        "source": f"{AIC} database: systems/data/{system}/comm/nccl/{ver}/nccl_perf.parquet "
+                                  f"(NCCL {ver}, fp16, {op}, {n} GPUs); message_size is fp16 elements (nccl-tests "
+                                  f"count: busbw at 512 MiB is NVLS-class only if so), all_gather size = gathered "
+                                  f"output; back-to-back device time, filed as graph mode (agrees with "
+                                  f"sglang#22734 H200 graph-mode NCCL within 10%)"})
+    return out
+
+
+def custom_tables(system, rel):
+    f = DATA / system / "comm" / "vllm" / rel / "custom_allreduce_perf.parquet"
+    d = pd.read_parquet(f)
+    d = d.assign(num_gpus=d.num_gpus.astype(int), message_size=d.message_size.astype(int))
+    out = []
+    for mode in ("graph", "eager"):
+        for n in sorted(d.num_gpus.unique()):
+            g = d[(d.kernel_source.str.contains(mode)) & (d.num_gpus == n)].groupby("message_size").latency \
+                .median().sort_index()
+            out.append({"collective": "all_reduce", "group": int(n), "scope": "node", "mode": mode, "impl": "custom",
+                        "bytes": [int(2 * s) for s in g.index], "time_us": [round(float(v) * 1e3, 3) for v in g],
+                        "source": f"{AIC} database: systems/data/{system}/comm/vllm/{rel}/custom_allreduce_perf.parquet "
+                                  f"(vLLM custom all-reduce, {mode}, bf16, {n} GPUs; message_size in elements)"})
+    return out
+
+
+def nccl_latency():
+    return {
+        "source": "NCCL src/graph/tuning.cc v2.30 latency constants (docs/sources.md §4): base per algorithm/protocol, "
+                  "hop per link class; LL payload 50%, LL128 ~92-95% (0.92 taken)",
+        "base_us": {"ring_ll": 6.6, "ring_ll128": 14.0, "ring_simple": 8.4, "tree_ll": 6.8, "nvls": 0.0},
+        "hop_us": {"nvlink": {"ll": 0.6, "ll128": 1.9, "simple": 3.4, "tree_ll": 0.6, "nvls": 25.0},
+                   "pci": {"ll": 1.0, "ll128": 2.5, "simple": 5.7, "tree_ll": 1.0},
+                   "net": {"ll": 2.7, "ll128": 4.0, "simple": 14.0, "tree_ll": 5.0, "nvls": 18.0}},
+        "ll_payload": 0.5, "ll128_payload": 0.92,
+    }
+
+
+P2P_MATRIX = Path(__file__).with_name("_data") / "p2pBandwidthLatencyTest-8xH100.txt"
+
+
+def _matrix(text: str, title: str) -> list[float]:
+    """Off-diagonal entries of one 8x8 matrix of a p2pBandwidthLatencyTest output."""
+    lines = text.splitlines()
+    i = next(k for k, line in enumerate(lines) if line.strip() == title)
+    rows = [[float(x) for x in line.split()[1:9]] for line in lines[i + 2:i + 10]]
+    return [rows[a][b] for a in range(8) for b in range(8) if a != b]
+
+
+def shm_constants(nccl: dict):
+    """Per-step latency and per-flow rate of NCCL's SHM transport (NCCL_P2P_DISABLE=1) on 8xH100,
+    from public p2pBandwidthLatencyTest matrices (sim/profiles/_data/, URLs inside).
+
+    A P2P=Disabled copy is staged GPU -> pinned host memory -> GPU; its GPU time over a P2P=Enabled
+    copy is what the two PCIe crossings through host memory add. NCCL's SHM LL step is the sender's
+    posted write of LL lines into host memory, seen by the receiver that already polls them there
+    (shm.cc: buffers in host shared memory, receiver-side locality): taken as one of the four one-way
+    GPU<->host-memory traversals of the staged copy (D2H data + its completion, H2D request + data).
+    Simple adds NCCL's own Simple-over-LL difference for a PCI step (tuning.cc)."""
+    text = P2P_MATRIX.read_text()
+    off = statistics.mean(_matrix(text, "P2P=Disabled Latency Matrix (us)"))
+    on = statistics.mean(_matrix(text, "P2P=Enabled Latency (P2P Writes) Matrix (us)"))
+    bw = statistics.mean(_matrix(text, "Unidirectional P2P=Disabled Bandwidth Matrix (GB/s)"))
+    ll = round((off - on) / 4, 2)
+    pci = nccl["hop_us"]["pci"]
+    simple = round(ll + pci["simple"] - pci["ll"], 2)
+    src = (f"derived (assumption stated): 8xH100 p2pBandwidthLatencyTest, mean off-diagonal GPU latency "
+           f"P2P=Disabled {off:.2f} us vs P2P=Enabled {on:.2f} us (sim/profiles/_data/"
+           f"p2pBandwidthLatencyTest-8xH100.txt); the staged copy's extra {off - on:.2f} us is 4 one-way "
+           f"GPU<->host-memory traversals; an SHM LL step (shm.cc: sender writes LL lines into host memory "
+           f"the receiver polls) pays one: {ll} us")
+    hops = {"ll": sv(ll, src), "tree_ll": sv(ll, src),
+            "simple": sv(simple, f"{src}; Simple: + NCCL tuning.cc PCI Simple-LL hop difference "
+                                 f"{pci['simple'] - pci['ll']:.1f} us = {simple} us")}
+    gbps = sv(round(bw, 1), f"mean off-diagonal 'Unidirectional P2P=Disabled Bandwidth' of 8x HGX H100 "
+                            f"(https://github.com/NVIDIA/nccl/issues/1264): the rate a staged GPU->host->GPU "
+                            f"flow reaches; caps each PCIe link of an SHM ring edge")
+    return hops, gbps
+
+
+def graph_extra(floor_us: float, system: str):
+    """What a compiled functional all-reduce adds inside a CUDA-graph step over the bare NCCL kernel."""
+    return sv(floor_us, (
+        f"derived: one graph-replayed copy kernel ({floor_us} us, this profile's compute.launch_us.graph "
+        f"floor, {system}). Under torch.compile the reference stack's all-reduce is the functional "
+        f"_c10d_functional.all_reduce, which Inductor lowers as clone(input) + in-place all_reduce_ + "
+        f"wait_tensor (torch/_inductor/comm_lowering.py _all_reduce; with reorder_for_compute_comm_overlap=True, "
+        f"which the reference sets, the clone is realized and kept out of fusion); the copy is the known "
+        f"funcol all-reduce copy (pytorch/pytorch#138773). ProcessGroupNCCL's side-stream fork/join and "
+        f"wait_tensor become graph edges (no kernels): counted 0. The measured NCCL tables time the bare "
+        f"kernel back to back, so they lack this"))
+
+
+def latency_offset(prof: dict, tables: list, where: str):
+    """The shift o minimizing the largest relative error max |(model + o) / measured - 1| over the small
+    all-reduce points (<= 4 KiB): the same metric the topology tests report."""
+    p = parse(json.loads(json.dumps(prof)), where)
+    tm = TopologyModel(p.topology)
+    pts = []
+    for t in tables:
+        if t["collective"] != "all_reduce" or t["impl"] != "nccl" or t["mode"] != "graph":
+            continue
+        for b, us in zip(t["bytes"], t["time_us"]):
+            if b <= 4096:
+                pts.append((tm.collective_s("all_reduce", b, t["group"]) * 1e6, us))
+    best = min((max(abs((m + o) / y - 1) for m, y in pts), o)
+               for o in np.arange(-5.0, 10.0, 0.01) if all(m + o > 0 for m, _ in pts))
+    return round(float(best[1]), 2), len(pts), best[0]
+
+
+OVERLAP = {
+    "compute_slowdown": sv(1.21, "docs/sources.md §7: Concerto measured an 18-24% slowdown of work overlapped with "
+                                 "communication (A800); midpoint 21% taken (measured on A800, applied to this GPU). "
+                                 "Worst case not modelled: a 132-block GEMM with a concurrent 24-block NCCL kernel "
+                                 "nearly doubled on H100 (second wave)"),
+    "comm_slowdown": sv(1.21, "docs/sources.md §7: Concerto's 18-24% slowdown of overlapped work (A800), midpoint 21%, "
+                              "applied to the collective too (it loses SMs and HBM bandwidth to the GEMM)"),
+}
+JITTER = {"arrival": {scope: {"dist": "exponential", "mean_us": sv(0.0, (
+    f"not modelled: no public measurement of per-rank arrival spread at {what} collectives on this box "
+    "was found (NCCL / nccl-tests issues discuss it only qualitatively; vLLM PR #57037 injects delays rather "
+    "than measuring natural skew); 0 means --exact adds none, not that real ranks have none. "
+    "`tpsim calibrate` measures it on your cluster"))} for scope, what in (("node", "one-node"), ("net", "cross-node"))}}
+
+
+def write(name, prof):
+    """indent=1, but lists of numbers on one line (tables stay readable in a diff)."""
+    import re
+    text = json.dumps(prof, indent=1, ensure_ascii=False)
+    text = re.sub(r"\[\s*([-0-9.e+,\s]+?)\s*\]", lambda m: "[" + ", ".join(m.group(1).split()).replace(",,", ",") + "]",
+                  text)
+    (OUT / f"{name}.json").write_text(text + "\n")

@@ -1,0 +1,180 @@
+"""Compute constants of the built-in profiles: GEMM efficiency curves and exact-shape GEMM tables from
+the aiconfigurator database, launch costs. Imported by _derive_builtin.py (run that)."""
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, ".")
+
+from _derive_common import AIC, DATA, sv  # noqa: E402
+
+# ---------------------------------------------------------------- compute
+
+def gemm_curves(system, rel, kernel, peak_tflops, bw_gbps):
+    d = pd.read_parquet(DATA / system / "gemm" / rel / "gemm_perf.parquet")
+    d = d[(d.kernel_source == kernel) & (d.gemm_dtype == "bfloat16")]
+    m, n, k, t = (d[c].to_numpy(float) for c in ("m", "n", "k", "latency"))
+    t = t * 1e-3
+    flops = 2 * m * n * k
+    nbytes = 2 * (m * k + k * n + m * n)
+    peak, bw = peak_tflops * 1e12, bw_gbps * 1e9
+    comp = flops / peak >= nbytes / bw
+
+    def binned(x, y, lo, hi):
+        xs, ys = [], []
+        edges = 10 ** np.arange(lo, hi + 0.5, 0.5)
+        for a, b in zip(edges, edges[1:]):
+            sel = (x >= a) & (x < b)
+            if sel.sum() >= 5:
+                xs.append(float(f"{math.sqrt(a * b):.3g}"))
+                ys.append(round(float(min(1.0, max(1e-4, np.median(y[sel])))), 4))
+        return xs, ys
+
+    gx, gy = binned(flops[comp], flops[comp] / t[comp] / peak, 5, 15)
+    mem = m <= 16
+    mx, my = binned(nbytes[mem], nbytes[mem] / t[mem] / bw, 3, 11)
+    src = (f"{AIC} database: systems/data/{system}/gemm/{rel}/gemm_perf.parquet, kernel_source {kernel}, bf16")
+    gemm = {"flops": gx, "efficiency": gy,
+            "source": f"derived: {src}; {int(comp.sum())} compute-bound shapes (flops/peak >= bytes/bw), "
+                      f"median achieved/peak per half-decade of flops"}
+    memc = {"bytes": mx, "efficiency": my,
+            "source": f"derived: {src}; {int(mem.sum())} memory-bound shapes (m <= 16), median achieved "
+                      f"bytes/s / datasheet HBM bandwidth per half-decade of bytes (bytes = 2(mk+kn+mn))"}
+    floor_us = round(float(t.min() * 1e6), 2)
+    floor_src = (f"derived: smallest kernel time in {src} ({floor_us} us, tiny shapes): the floor one kernel "
+                 f"costs when replayed back to back, as aiconfigurator times kernels")
+    return gemm, memc, floor_us, floor_src
+
+
+# m of every GEMM table row: powers of two 1..65536. They hold the decode batches (m = batch:
+# 1, 4, 16, 64) and the prefill shapes of the protocol (m = batch x 1024: 1024, 4096, 16384,
+# 65536) exactly; cost.py interpolates log-log between them for any other m.
+GEMM_M = [2 ** i for i in range(17)]
+GEMM_DTYPES = ["fp16", "bf16"]
+GEMM_COLLECTOR = ("ai-dynamo/aiconfigurator collector/sglang/collect_gemm.py: bfloat16 rows time "
+                  "F.linear(a[m,k], w[n,k]) (cuBLAS), up to 6 weight copies in rotation, device time; its "
+                  "earlier versions label the same rows kernel_source 'sglang'")
+
+
+def ir_gemm_shapes() -> list[tuple[int, int]]:
+    """Every (n, k) the IR (sim/schedule.py) emits for a built-in model preset (sim/model.py) at
+    each valid TP up to 16: qkv [m, hidden] -> [m, qkv_dim/tp]; attn out [m, q_dim/tp] ->
+    [m, hidden]; mlp up (w1 and w3 fused) -> [m, 2 ffn/tp]; down [m, ffn/tp] -> [m, hidden];
+    LM head replicated -> [m, vocab] and vocab-parallel -> [m, ceil(vocab/tp)]."""
+    from sim.model import MODELS, valid_tp
+    shapes = set()
+    for model in MODELS.values():
+        for tp in valid_tp(model, 16):
+            s = model.shard(tp)
+            shapes |= {(s.qkv_dim, model.hidden), (model.hidden, s.q_dim), (2 * s.ffn, model.hidden),
+                       (model.hidden, s.ffn), (model.vocab, model.hidden)}
+            if tp > 1:
+                shapes.add((-(-model.vocab // tp), model.hidden))
+    return sorted(shapes)
+
+
+class AicGemm:
+    """aiconfigurator's own GEMM query (its compiled engine, shipped in the same wheel as the
+    tables), driven through the model-less probe spec its sdk builds (engine.py
+    build_database_probe_spec_json): SILICON mode, this version's own rows only.
+
+    What that query does (GemmTable::query, aic-core/rust/aiconfigurator-core/src/perf_database/
+    gemm.rs in ai-dynamo/aiconfigurator; the wheel ships it compiled) and what we checked here:
+    the table is clamped to >= SOL at load; a collected (n, k) site answers from its own m curve:
+    the measured row at a collected m (checked: equal to the parquet row at 300 random rows),
+    linear in m between collected m (checked), utilization held beyond the largest m (32768:
+    checked t(131072) = 2 t(65536)); an (n, k) that was not collected is transferred from <= 4
+    neighbour sites within 2 octaves by log2-inverse-distance weighting of utilization (here within
+    +-5% of linear interpolation in n or k between the grid neighbours)."""
+
+    def __init__(self, system: str, backend: str, version: str):
+        wheel = DATA.parents[2]                 # .../aiconfigurator_core/systems/data -> wheel root
+        sys.path.insert(0, str(wheel))
+        import aiconfigurator_core as aic
+        sys.path.remove(str(wheel))
+        systems = str(DATA.parent)
+        engine = {"schema_version": 1, "model_name": "__database_probe__", "system_name": system,
+                  "systems_path": systems, "backend": backend, "backend_version": version,
+                  "kv_block_size": None, "tp_size": 1, "pp_size": 1, "attention_dp_size": None,
+                  "moe_tp_size": None, "moe_ep_size": None, "cp_size": None, "weight_dtype": None,
+                  "moe_dtype": None, "activation_dtype": None, "kv_cache_dtype": None,
+                  "enable_shared_layer": False, "strict_provenance": False, "database_mode": "SILICON",
+                  "transfer_policy": None, "tolerate_dirless_version": False, "extra": {}}
+        spec = {"schema_version": aic.engine_spec_schema_version(), "engine": engine,
+                "context_ops": [], "generation_ops": []}
+        self.engine = aic.AicEngine.from_spec(aic.engine_spec_bincode_from_json(json.dumps(spec)), systems)
+
+    def ms(self, m: int, n: int, k: int) -> float:
+        op = [{"Gemm": {"name": "g", "scale_factor": 1.0, "n": n, "k": k, "quant_mode": "bfloat16",
+                        "scale_num_tokens": 1, "low_precision_input": False, "seq_split": 1,
+                        "below_grid_sol": False}}]
+        # context phase, batch 1, s = m tokens: the GEMM runs with m rows
+        (_, ms, _, _), = self.engine.evaluate_ops_json(json.dumps(op), True, 1, m, 0, 1.0, None)
+        return float(ms)
+
+
+def gemm_table(system, rel, kernel):
+    """compute.gemm_tables entry: one row per IR (n, k), times at GEMM_M, from aiconfigurator's query.
+
+    Kernel: the bf16 torch-linear rows (kernel_source `kernel`), i.e. F.linear -> cuBLAS, the same
+    kernel the reference harness runs: its fp16 nn.Linear matmuls compile to Inductor's extern
+    mm (cuBLAS) in both phases (docs/sources.md §10; no max-autotune templates), and eager runs the same
+    aten mm. fp16 and bf16 run the same tensor-core rate and bytes on Hopper/Ampere/Ada, so the
+    bf16 times stand for fp16 too (not measured in fp16: cuBLAS may pick a different tile)."""
+    backend, version = rel.split("/")
+    d = pd.read_parquet(DATA / system / "gemm" / rel / "gemm_perf.parquet")
+    d = d[(d.kernel_source == kernel) & (d.gemm_dtype == "bfloat16")]
+    sites = set(zip(d.n.astype(int), d.k.astype(int)))
+    ms_grid = set(d.m.astype(int))
+    nmax, kmax, mmax = int(d.n.max()), int(d.k.max()), max(ms_grid)
+    q = AicGemm(system, backend, version)
+    rows = []
+    for n, k in ir_gemm_shapes():
+        row = {"n": n, "k": k, "time_us": [float(f"{q.ms(m, n, k) * 1e3:.5g}") for m in GEMM_M]}
+        if (n, k) not in sites:
+            row["nk"] = "extrapolated" if n > nmax or k > kmax else "interpolated"
+        rows.append(row)
+    measured = sum((n, k) in sites for n, k in ir_gemm_shapes())
+    # how far apart two neighbouring measurements lie: the database times m and m + 1 (m >= 17) of
+    # every site; over the compute-bound ones (>= 1e10 flops) |t(m+1) / t(m) - 1| (tile effects
+    # included): a single row can be off by this much
+    t = d.set_index(["m", "n", "k"]).latency
+    t = t[~t.index.duplicated()]
+    spread = [abs(t[(m + 1, n, k)] / t[(m, n, k)] - 1) for m, n, k in t.index
+              if m >= 32 and 2 * m * n * k >= 1e10 and (m + 1, n, k) in t.index]
+    med, p90 = np.median(spread), np.quantile(spread, 0.9)
+    off_m = [m for m in GEMM_M if m not in ms_grid]
+    src = (f"{AIC} database: systems/data/{system}/gemm/{rel}/gemm_perf.parquet, kernel_source {kernel}, "
+           f"bf16 ({GEMM_COLLECTOR}). Times (us) at each m of 'm' for every (n, k) the IR emits for the "
+           f"built-in models at TP <= 16, as aiconfigurator's own GEMM query returns them (its compiled "
+           f"engine, SILICON mode): {measured} of {len(rows)} (n, k) rows are collected sites, whose times "
+           f"at a collected m are the measured rows; the other rows ('nk': interpolated / extrapolated "
+           f"beyond n <= {nmax}, k <= {kmax}) are aiconfigurator's log2-IDW utilization transfer from "
+           f"neighbour sites. m not collected ({', '.join(map(str, off_m))}) is linear in m between "
+           f"collected m, beyond m = {mmax} utilization held. Row-to-row spread: the m and m+1 rows of "
+           f"{len(spread)} compute-bound sites differ by {med:.1%} (median), {p90:.1%} (p90). "
+           f"bf16 rows stand for fp16 (same tensor-core "
+           f"rate and bytes); the kernel is the cuBLAS GEMM torch runs for nn.Linear, eager and under "
+           f"Inductor (extern mm)")
+    return {"source": src, "dtypes": GEMM_DTYPES, "m": GEMM_M, "rows": rows}
+
+
+def eager_launch(system, rel):
+    f = DATA / system / "comm" / "vllm" / rel / "custom_allreduce_perf.parquet"
+    d = pd.read_parquet(f)
+    d = d.assign(num_gpus=d.num_gpus.astype(int), message_size=d.message_size.astype(int))
+    small = d[d.message_size <= 2048]
+    e = small[small.kernel_source.str.contains("eager")].set_index(["num_gpus", "message_size"]).latency
+    g = small[small.kernel_source.str.contains("graph")].set_index(["num_gpus", "message_size"]).latency
+    diff = ((e - g).dropna() * 1e3 / 2)
+    v = round(float(diff.median()), 2)
+    return v, (f"derived: (eager - graph) / 2 kernels for vLLM's custom all-reduce at <= 2048 elements, "
+               f"2/4/8 GPUs, median ({AIC} database: systems/data/{system}/comm/vllm/{rel}/"
+               f"custom_allreduce_perf.parquet); eager = copy into the registered buffer + the all-reduce "
+               f"kernel, launched from Python, so this is per eager kernel launch including Python dispatch "
+               f"(an upper estimate for plain torch ops)")
