@@ -62,13 +62,19 @@ def numel(expr: str, sym: dict[str, float]) -> float:
 
 
 @functools.cache
-def table(path: str = str(TABLE_PATH)) -> dict:
-    """The derived table ({} when absent: every compiled phase then prices the analytic fused model)."""
+def _document(path: str) -> dict:
+    """The table file as JSON, read once ({} when absent)."""
     p = Path(path)
     if not p.exists():
         return {}
     with open(p) as f:
-        doc = json.load(f)
+        return json.load(f)
+
+
+@functools.cache
+def table(path: str = str(TABLE_PATH)) -> dict:
+    """The derived table ({} when absent: every compiled phase then prices the analytic fused model)."""
+    doc = _document(path)
     out = {}
     for kind, variants in doc.get("layers", {}).items():
         for variant, ks in variants.items():
@@ -82,12 +88,8 @@ def table(path: str = str(TABLE_PATH)) -> dict:
 
 
 def meta(path: str = str(TABLE_PATH)) -> dict:
-    p = Path(path)
-    if not p.exists():
-        return {}
-    with open(p) as f:
-        doc = json.load(f)
-    return {k: v for k, v in doc.items() if k != "layers"}
+    """The table's provenance (torch version, command, notes): everything but the layers."""
+    return {k: v for k, v in _document(path).items() if k != "layers"}
 
 
 def variant(sched: Schedule, device: str) -> str:

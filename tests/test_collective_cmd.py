@@ -101,16 +101,10 @@ def test_errors_are_one_line_exit_2(args, msg):
     assert msg in r.output and "Traceback" not in r.output
 
 
-def test_group_spanning_nodes_needs_a_network(tmp_path):
-    from sim.profile import read_raw
-    data, _ = read_raw("h100-sxm")
-    for k in ("nic_gbps", "nics_per_node"):
-        data["topology"].pop(k)
-    p = tmp_path / "one-box.json"
-    p.write_text(json.dumps(data))
+def test_group_spanning_nodes_needs_a_network(no_nic_profile):
     with pytest.raises(ValueError, match="describes no network"):
-        collective_rows(load_profile(str(p)), "all_reduce", 16, "graph", (1024,))
-    r = run("--profile", str(p), "--group", "16")
+        collective_rows(load_profile(no_nic_profile), "all_reduce", 16, "graph", (1024,))
+    r = run("--profile", no_nic_profile, "--group", "16")
     assert r.exit_code == 2 and "describes no network" in r.output
 
 

@@ -316,15 +316,8 @@ def test_table_extension_uses_topology_bandwidth():
     assert extra > 0
 
 
-def test_topology_without_nics_cannot_span_nodes(tmp_path):
-    import json
-    from sim.profile import read_raw
-    data, _ = read_raw("h100-sxm")
-    for k in ("nic_gbps", "nics_per_node"):
-        data["topology"].pop(k)
-    p = tmp_path / "one-box.json"
-    p.write_text(json.dumps(data))
-    c = CostModel(load_profile(str(p)), Stack())
+def test_topology_without_nics_cannot_span_nodes(no_nic_profile):
+    c = CostModel(load_profile(no_nic_profile), Stack())
     assert c.collective_s("all_reduce", 1024, 8, "graph") > 0
     with pytest.raises(ValueError, match="no measured table, no topology NICs"):
         c.collective_s("all_reduce", 1024, 16, "graph")
