@@ -81,7 +81,8 @@ class TopologySpec:
     latency: NcclLatency
     latency_offset_us: float = 0.0
     shm_hop_us: dict = field(default_factory=dict, hash=False)   # real per-step latency over SHM, per protocol
-    shm_gbps: float = 0.0           # rate one staged GPU->host->GPU flow reaches (0: the PCIe links bound it)
+    shm_gbps: float = 0.0           # per-GPU rate of an SHM flow, every GPU reading and writing host memory at once
+                                    # (0: the PCIe links alone bound it)
     sources: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -189,18 +190,23 @@ def ring_busbw_gbps(g: nx.DiGraph, spec: TopologySpec, ranks: list[tuple[int, in
     1/channels of the data."""
     load: dict = {}
     cap: dict = {}
+    shm = False
     for c in range(channels):
         for a, b in _ring_edges(ranks, c):
             path = route(g, spec, a, b)
-            # a staged (SHM) flow runs at the rate the public P2P=Disabled copies reach, below the
-            # PCIe datasheet rate: its PCIe links carry at most shm_gbps each
-            shm = not spec.p2p and a[0] == b[0] and spec.shm_gbps > 0
+            shm = shm or (not spec.p2p and a[0] == b[0])
             for u, v in zip(path, path[1:]):
                 e = g.edges[u, v]
                 load[e["res"]] = load.get(e["res"], 0.0) + 1.0 / channels
-                pcie = e["cls"] == "pci" and ".mem" not in u + v        # host memory keeps its own rate
-                cap[e["res"]] = min(e["gbps"], spec.shm_gbps) if shm and pcie else e["gbps"]
-    return min(cap[r] / load[r] for r in load) if load else math.inf
+                cap[e["res"]] = e["gbps"]
+    bw = min(cap[r] / load[r] for r in load) if load else math.inf
+    # An SHM (P2P off) edge is moved by the GPUs' own SMs (shm.cc: NCCL_SHM_USE_CUDA_MEMCPY=0): the
+    # sender stores into host memory while the receiver loads from it, every GPU of the ring at once,
+    # so each GPU's link carries both directions. shm_gbps is the per-GPU rate measured for exactly
+    # that pattern (nvbandwidth *_all_bidirectional_*), shared uplinks included: a per-flow cap.
+    if shm and spec.shm_gbps > 0:
+        bw = min(bw, spec.shm_gbps)
+    return bw
 
 
 def _ring_edges(ranks: list[tuple[int, int]], channel: int) -> list[tuple]:

@@ -223,8 +223,7 @@ def main():
                 "shm_hop_us": shm_hops if base == "h100-sxm" else
                 {k: sv(v["value"], "transferred from h100-sxm-p2p-off (a GPU<->host-memory traversal is a "
                                    "PCIe/host property, not a GPU one): " + v["source"]) for k, v in shm_hops.items()}}
-        if base == "h100-sxm":
-            topo["shm_gbps"] = shm_gbps
+        topo["shm_gbps"] = shm_gbps["hopper" if base == "h100-sxm" else "ampere"]
         twin = {
             "format": "tpsim-profile", "version": 1, "extends": base, "name": f"{base}-p2p-off",
             "description": f"{base} with NCCL_P2P_DISABLE=1: ring/tree steps through host shared memory "
