@@ -14,7 +14,8 @@ Two optional fields keep like with like:
   the default algorithm.
 - "in_median": false, with "out_of_scope": why -- printed apart, never counted in a median (a
   measurement of something the profile does not describe, e.g. an eager custom all-reduce timed
-  differently from the profile's only custom table).
+  differently from the profile's only custom table). With "profile": null as well, the system is
+  one no built-in profile describes: its rows are printed, not priced.
 
     python bench/validate_collectives.py            # table
     python bench/validate_collectives.py --json     # one JSON object
@@ -71,6 +72,13 @@ def evaluate(sources: list[dict]) -> list[dict]:
     rows = []
     for d in sources:
         measured = {int(b): float(us) for b, us in d["points"]}
+        if not d.get("profile"):
+            # no built-in profile describes the measured system: printed, never priced
+            rows.extend({"file": d["file"], "profile": "-", "group": d["group"], "nodes": d["nodes"], "p2p": d["p2p"],
+                         "mode": d["mode"], "impl": d.get("impl", "nccl"), "bytes": b, "measured_us": us,
+                         "priced_us": None, "error_pct": None, "path": "not priced (no profile)",
+                         "in_median": False, "forced": bool(d.get("algo"))} for b, us in sorted(measured.items()))
+            continue
         if d.get("algo"):
             priced = forced_rows(d, measured)
         else:
@@ -118,9 +126,11 @@ def main(argv: list[str]) -> int:
     for r in sorted(rows, key=lambda r: not r["in_median"]):
         if not r["in_median"] and not any(not x["in_median"] for x in rows[:rows.index(r)]):
             print("-- out of scope (printed, not in any median):")
+        priced = "-" if r["priced_us"] is None else f"{r['priced_us']:9.2f}"
+        err = "-" if r["error_pct"] is None else f"{r['error_pct']:+7.1f}%"
         print(f"{r['file'][:40]:40s} {r['profile']:16s} {r['group']:3d} {r['nodes']:5d} {'on' if r['p2p'] else 'off':>4s} "
-              f"{r['mode']:6s} {r['impl']:6s} {r['bytes']:10d} {r['measured_us']:9.2f} {r['priced_us']:9.2f} "
-              f"{r['error_pct']:+7.1f}%  {r['path']}")
+              f"{r['mode']:6s} {r['impl']:6s} {r['bytes']:10d} {r['measured_us']:9.2f} {priced:>9s} "
+              f"{err:>8s}  {r['path']}")
     print()
     for d in load():
         if not d.get("in_median", True):

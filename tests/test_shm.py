@@ -63,3 +63,17 @@ def test_p2p_off_large_all_reduce_price_path():
     # A100 has no NVLS: the same call with P2P on rides NVLink, ~37x faster
     t_on = TopologyModel(load_profile("a100-sxm").topology).collective_s("all_reduce", 2 ** 30, 4)
     assert t / t_on > 30
+
+
+def test_validator_prints_but_never_prices_a_system_without_profile():
+    """bench/data files with "profile": null (e.g. the 8x A40 PCIe P2P-off runs) are listed, not priced,
+    and stay out of every median; the P2P-off median counts only the A100 SXM points."""
+    sys.path.insert(0, str(DATA.parent.parent.parent / "bench"))
+    import validate_collectives as vc
+    srcs = vc.load()
+    rows = vc.evaluate(srcs)
+    a40 = [r for r in rows if r["file"].startswith("llm-insights-4xa40")]
+    assert len(a40) == 4 and all(r["priced_us"] is None and not r["in_median"] for r in a40)
+    off = vc.summary(rows)["P2P off"]
+    assert off["points"] == 4
+    assert all(r["profile"] == "a100-sxm-p2p-off" for r in rows if not r["p2p"] and r["in_median"])
