@@ -103,6 +103,7 @@ def shm_flow_gbps(h800_text: str, a100_text: str) -> dict:
     h2d = nvbandwidth_row(h800_text, "host_to_all_bidirectional_memcpy_sm")
     d2h = nvbandwidth_row(h800_text, "all_to_host_bidirectional_memcpy_sm")
     hop = round(statistics.mean(h2d), 1)
+    ce_ratio = statistics.mean(h2d) / statistics.mean(nvbandwidth_row(h800_text, "host_to_all_bidirectional_memcpy_ce"))
     assert "H2D drops to ~11 GB/s" in a100_text and "about 5-6GB/s" in a100_text, "A100 source text changed"
     single_bidir_h2d, gpus_per_uplink = 11.0, 2
     amp = round(single_bidir_h2d / gpus_per_uplink, 2)
@@ -116,7 +117,7 @@ def shm_flow_gbps(h800_text: str, a100_text: str) -> dict:
              f"GPU (NVIDIA/nvbandwidth#53: 'H2D drops to ~11 GB/s while D2H maintains ~25 GB/s'; GPUs in PXB "
              f"pairs) / {gpus_per_uplink} GPUs sharing each PCIe switch uplink = {amp} GB/s per GPU when all are "
              f"busy, as in an SHM ring; agrees with NVIDIA/nvbandwidth#11's A100 host_to_all_bidirectional_memcpy_ce "
-             f"'about 5-6GB/s' (copy engines; on the H800 run SM copies reach 0.71x of CE in that test, so the "
+             f"'about 5-6GB/s' (copy engines; on the H800 run SM copies reach {ce_ratio:.2f}x of CE in that test, so the "
              f"SM rate may be lower still). sim/profiles/_data/nvbandwidth-A100-host-bidirectional.txt. Per-flow cap")
     return {"hopper": sv(hop, src_h), "ampere": sv(amp, src_a)}
 
