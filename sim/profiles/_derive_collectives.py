@@ -56,11 +56,17 @@ def custom_tables(system, rel):
 def nccl_latency():
     return {
         "source": "NCCL src/graph/tuning.cc v2.30 latency constants (docs/sources.md §4): base per algorithm/protocol, "
-                  "hop per link class; LL payload 50%, LL128 ~92-95% (0.92 taken)",
-        "base_us": {"ring_ll": 6.6, "ring_ll128": 14.0, "ring_simple": 8.4, "tree_ll": 6.8, "nvls": 0.0},
-        "hop_us": {"nvlink": {"ll": 0.6, "ll128": 1.9, "simple": 3.4, "tree_ll": 0.6, "nvls": 25.0},
-                   "pci": {"ll": 1.0, "ll128": 2.5, "simple": 5.7, "tree_ll": 1.0},
-                   "net": {"ll": 2.7, "ll128": 4.0, "simple": 14.0, "tree_ll": 5.0, "nvls": 18.0}},
+                  "hop per link class; LL payload 50%, LL128 ~92-95% (0.92 taken). Tree LL128/Simple (baseLat "
+                  "14.0/8.4; hwLat NVLink 1.25/4.0, PCI 1.9/4.0, NET 8.5/14) and NVLSTree's own columns (hwLat "
+                  "NVLink 25, NET 14) as in tuning.cc 2.21-2.30; the tree's LL128/Simple are offered across nodes only",
+        "base_us": {"ring_ll": 6.6, "ring_ll128": 14.0, "ring_simple": 8.4, "tree_ll": 6.8, "tree_ll128": 14.0,
+                    "tree_simple": 8.4, "nvls": 0.0},
+        "hop_us": {"nvlink": {"ll": 0.6, "ll128": 1.9, "simple": 3.4, "tree_ll": 0.6, "tree_ll128": 1.25,
+                              "tree_simple": 4.0, "nvls": 25.0, "nvls_tree": 25.0},
+                   "pci": {"ll": 1.0, "ll128": 2.5, "simple": 5.7, "tree_ll": 1.0, "tree_ll128": 1.9,
+                           "tree_simple": 4.0},
+                   "net": {"ll": 2.7, "ll128": 4.0, "simple": 14.0, "tree_ll": 5.0, "tree_ll128": 8.5,
+                           "tree_simple": 14.0, "nvls": 18.0, "nvls_tree": 14.0}},
         "ll_payload": 0.5, "ll128_payload": 0.92,
     }
 
