@@ -20,7 +20,7 @@ sys.path.insert(0, ".")
 
 from _derive_common import AIC, DATA, OUT, sv  # noqa: E402
 from _derive_compute import eager_launch, gemm_curves, gemm_table  # noqa: E402
-from _derive_collectives import (JITTER, OVERLAP, custom_tables, graph_extra, latency_offset,  # noqa: E402
+from _derive_collectives import (GRAPH_NET_HOST, JITTER, OVERLAP, custom_tables, graph_extra, latency_offset,  # noqa: E402
                                  nccl_latency, nccl_tables, shm_constants, write)
 
 # ---------------------------------------------------------------- boxes
@@ -55,7 +55,7 @@ def nvswitch_box(name, desc, system, nccl_ver, gemm_rel, vllm_rel, mem_gib, mem_
             "gemm_tables": [gemm_table(system, gemm_rel, kernel)],
         },
         "collectives": {"eager_extra_us": eager_extra, "graph_extra_us": graph_extra(floor_us, system),
-                        "tables": tables},
+                        "graph_net_host_us": GRAPH_NET_HOST, "tables": tables},
         "topology": topo,
         "overlap": OVERLAP, "jitter": JITTER,
     }

@@ -126,6 +126,15 @@ def graph_extra(floor_us: float, system: str):
         f"kernel back to back, so they lack this"))
 
 
+GRAPH_NET_HOST = sv(0.0, (
+    "not set (0 = not charged): NCCL adds one host node per collective that crosses the network to a captured "
+    "CUDA graph (src/enqueue.cc: a plan with proxy ops launches hostStreamPlanCallback on its host stream and the "
+    "kernel waits for it; skipped inside a node, NVIDIA/nccl#1805); the nodes chain per rank from the graph's "
+    "launch (the simulator's host lane, sim/engine.py host_s). No public H100 measurement of one chained graph "
+    "host node was found (meta-pytorch/torchcomms#3646 measures the inline placement on GB200: 52-85 us more per "
+    "replay than NCCL's chained one), so none is assumed; set it from your own measurement"))
+
+
 def latency_offset(prof: dict, tables: list, where: str):
     """The shift o minimizing the largest relative error max |(model + o) / measured - 1| over the small
     all-reduce points (<= 4 KiB): the same metric the topology tests report."""
