@@ -4,6 +4,7 @@ GPU behind its own PCIe switch), 2 nodes x 8 = 16 ranks.
 
 Numbers used below (profile h100-sxm, all from tuning.cc or the datasheet-sourced topology):
   NVLink ring busbw 367 GB/s (8-GPU chain), NIC 50 GB/s x 8, latency offset -1.18 us;
+  LL busbw cap across 2 nodes 39.0 GB/s (llMaxBws, Intel host row);
   Tree:  base LL 6.8, LL128 14.0, Simple 8.4; hop NVLink 0.6 / 1.25 / 4.0; NET 5.0 / 8.5 / 14.
   Ring:  base LL128 14.0, Simple 8.4; hop NVLink LL128 1.9, Simple 3.4; NET LL128 4.0, Simple 14.
   NVLSTree: hwLat NVLink 25, NET 14 (its own column; NVLS's NET column is 18).
@@ -74,9 +75,10 @@ def test_tree_correction_factor_by_size():
     _, t = _terms()
     ll = t["tree/ll"]
     assert TREE_CORRECTION["ll"][8] == 0.7
-    assert ll.time_us(16384) == pytest.approx(25.2 + 16384 / (22.5 * 0.7 * 1e3))         # 26.240
-    assert ll.time_us(64) == pytest.approx(25.2 + 64 / (22.5 * 1e3))
-    assert ll.time_us(8) == pytest.approx(25.2 + 8 / (22.5 * 1e3))
+    assert ll.algbw_gbps == pytest.approx(39.0 * 0.5)            # llMaxBw (Intel host, 2 nodes) x .5
+    assert ll.time_us(16384) == pytest.approx(25.2 + 16384 / (19.5 * 0.7 * 1e3))         # 26.400
+    assert ll.time_us(64) == pytest.approx(25.2 + 64 / (19.5 * 1e3))
+    assert ll.time_us(8) == pytest.approx(25.2 + 8 / (19.5 * 1e3))
     simple = t["tree/simple"]
     big = 2 ** 30                                                  # 1 GiB: index 24, beyond the table
     assert simple.time_us(big) == pytest.approx(92.4 + big / (367 * 0.92 * 0.5 * 1e3))
