@@ -37,6 +37,17 @@ class CollectiveCost:
             t = self._cache[key] = self.collective_s(op.kind, nbytes, a["group"], mode)
         return t
 
+    def host_s(self, op: Op, phase: str) -> float:
+        """Seconds of the host node NCCL adds to a captured CUDA graph for a collective that crosses
+        the network (enqueue.cc: a plan with proxy ops launches hostStreamPlanCallback on NCCL's host
+        stream and the kernel waits for it; NVIDIA/nccl#1805: skipped inside a node). The simulator
+        chains these per rank (sim/engine.py `host_s`); 0 in eager mode, inside a node, or while the
+        profile leaves collectives.graph_net_host_us unset."""
+        h = self.profile.graph_net_host_s
+        if h <= 0 or not op.is_comm or not self.stack.graphs(phase):
+            return 0.0
+        return h if op.attr("group") > self.gpus_per_node else 0.0
+
     def collective_s(self, collective: str, nbytes: float, group: int, mode: str, impl: str | None = None) -> float:
         """Seconds for one collective of `nbytes` (nccl-tests size convention) over `group` ranks."""
         return self.price(collective, nbytes, group, mode, impl)[0]

@@ -107,7 +107,8 @@ class _Collective:
 def simulate(schedule: Schedule, op_time: Callable[[Op], float], ranks: int = 1,
              interference: Interference = Interference(), rank_delay_s: tuple[float, ...] = (),
              jitter_s: float = 0.0, seed: int = 0, record: bool = True,
-             arrival_mean_s: Callable[[Op], float] | None = None) -> StepResult:
+             arrival_mean_s: Callable[[Op], float] | None = None,
+             host_s: Callable[[Op], float] | None = None) -> StepResult:
     """Run one forward pass of `schedule` on `ranks` simulated ranks.
 
     ranks=1 is the representative-rank fast path: with symmetric ranks and no skew or jitter
@@ -115,6 +116,12 @@ def simulate(schedule: Schedule, op_time: Callable[[Op], float], ranks: int = 1,
     starts rank r late; `jitter_s` adds an exponential delay (that mean) before each rank's
     arrival at each collective; `arrival_mean_s(op)`, when given, is that mean per collective
     instead (the profile's jitter of the collective's scope).
+
+    `host_s(op)`, when given and > 0, is a host task the collective's kernel waits for: NCCL's
+    per-collective host node in a captured CUDA graph when the collective crosses the network
+    (enqueue.cc hostStreamPlanCallback). Those host nodes form one chain per rank on NCCL's host
+    stream, starting at the graph's launch (the rank's start) and waiting for nothing on the GPU,
+    so collective k cannot start on a rank before the sum of the host times of collectives 0..k.
     """
     env = _CountingEnv()
     rs = [_Rank(env, r) for r in range(ranks)]
@@ -180,6 +187,7 @@ def simulate(schedule: Schedule, op_time: Callable[[Op], float], ranks: int = 1,
         rank.finished = True
 
     def comm_stream(rank: _Rank):
+        host_ready = rank_delay_s[rank.rank] if rank.rank < len(rank_delay_s) else 0.0
         while True:
             op = yield rank.comm_queue.get()
             pending = [event(rank, v) for v in op.inputs if not event(rank, v).triggered]
@@ -190,6 +198,11 @@ def simulate(schedule: Schedule, op_time: Callable[[Op], float], ranks: int = 1,
             comm_in = [schedule.producer[v] for v in op.inputs if v != TOKENS and schedule.producer[v].is_comm]
             if comm_in and interference.wake_s > 0:
                 yield env.timeout(min(interference.wake_s, max(times[p.name] for p in comm_in)))
+            h = host_s(op) if host_s is not None else 0.0
+            if h > 0:                       # the rank's host-node chain (see the docstring)
+                host_ready += h
+                if env.now < host_ready:
+                    yield env.timeout(host_ready - env.now)
             mean = arrival_mean_s(op) if arrival_mean_s is not None else jitter_s
             if mean > 0:
                 yield env.timeout(float(rng.exponential(mean)))

@@ -29,11 +29,15 @@ class Compiled:
     comm_names: tuple[str, ...]       # per collective: its op name
     comm_ops: tuple[Op, ...]          # per collective: the op (its scope picks the jitter)
     comm_time_s: tuple[float, ...]    # per collective: its own time (the wake-up excluded)
+    comm_host_ready_s: tuple[float, ...] = ()   # per collective: end of its host node in the rank's
+                                      # host-node chain (engine.simulate's host_s), from the step's start
 
 
 def compile_schedule(schedule: Schedule, op_time: Callable[[Op], float],
-                     interference: Interference = Interference()) -> Compiled:
-    """Per-op times and collective reads of `schedule`, as `simulate` would charge them."""
+                     interference: Interference = Interference(),
+                     host_s: Callable[[Op], float] | None = None) -> Compiled:
+    """Per-op times and collective reads of `schedule`, as `simulate` would charge them (with the
+    same `host_s` host-node chain)."""
     times = {op.name: op_time(op) for op in schedule.ops}
     for name, t in times.items():
         if not t >= 0:
@@ -76,8 +80,13 @@ def compile_schedule(schedule: Schedule, op_time: Callable[[Op], float],
         m_coll.append(k)
         m_time.append(t)
         m_reads.append(rd)
+    host, ready = [], 0.0
+    for o in ops:                     # the host-node chain: cumulative over the collectives that have one
+        h = host_s(o) if host_s is not None else 0.0
+        ready += max(h, 0.0)
+        host.append(ready if h > 0 else 0.0)
     return Compiled(tuple(m_coll), tuple(m_time), tuple(m_reads), tuple(comm_wake), tuple(names), tuple(ops),
-                    comm_time)
+                    comm_time, tuple(host) if any(host) else ())
 
 
 def simulate_ranks(c: Compiled, ranks: int, interference: Interference = Interference(),
@@ -126,8 +135,10 @@ def simulate_ranks(c: Compiled, ranks: int, interference: Interference = Interfe
     fl = [-1, 0.0, 1.0, 0.0, 0]
     busy_n = [0]
 
+    host_ready = c.comm_host_ready_s or (0.0,) * n_coll
+
     def arrive(r, k, free_s):
-        t = max(issue_s[r][k], free_s) + comm_wake[k] + delays[k][r]
+        t = max(max(issue_s[r][k], free_s) + comm_wake[k], host_ready[k]) + delays[k][r]
         if t > latest[k] or arrived[k] == 0:
             latest[k] = t
         arrived[k] += 1

@@ -154,10 +154,23 @@ class Simulator:
         self.interference = Interference(p.compute_slowdown, p.comm_slowdown, p.wake_s)
         self.sampler = Sampler(workload.model, workload.tp, workload.stack, self._op_time, self.interference,
                                p.arrival_jitter, self._scope, self.w.comm_group or workload.tp, WARM_LAYERS,
-                               seed, rel_tol) if self.mode == "sampled" else None
+                               seed, rel_tol, host_time=self._host_time) if self.mode == "sampled" else None
 
     def _op_time(self, op, phase: str, sched: Schedule | None = None) -> float:
         return self.comm_s(op, phase) if op.is_comm else self.cost.compute_s(op, phase, sched)
+
+    @property
+    def _host_time(self):
+        """(op, phase) -> seconds of NCCL's graph host node for a network collective (CostModel.host_s),
+        or None while the profile leaves collectives.graph_net_host_us unset (the engines skip it)."""
+        if self.w.profile.graph_net_host_s <= 0:
+            return None
+
+        def host(op, phase: str) -> float:
+            if self.w.comm_group is not None:
+                op = replace(op, attrs=tuple((k, self.w.comm_group if k == "group" else v) for k, v in op.attrs))
+            return self.cost.host_s(op, phase)
+        return host
 
     def _scope(self, op) -> str:
         """The scope whose arrival jitter a collective draws: it spans nodes or not."""
@@ -218,8 +231,10 @@ class Simulator:
         jitter = self.w.profile.arrival_jitter
         mean = (lambda op: jitter[self._scope(op)].mean_s) if self.exact else None
         self._passes += 1       # each pass draws its own jitter (steps are independent draws)
+        host = self._host_time
         return simulate(sched, op_time, ranks=self.ranks, interference=self.interference, arrival_mean_s=mean,
-                        record=record, seed=self.seed * 1_000_003 + self._passes)
+                        record=record, seed=self.seed * 1_000_003 + self._passes,
+                        host_s=(lambda op: host(op, phase)) if host is not None else None)
 
     def notes(self, spec: str) -> tuple[str, ...]:
         """The builder's notes for the prefill and a decode step, plus what padding costs (seq-parallel:

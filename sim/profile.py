@@ -66,8 +66,8 @@ def read_raw(name_or_path: str, _seen: tuple = ()) -> tuple[dict, Path]:
     if data.get("version") != VERSION:
         raise ProfileError(f"profile {path}: field 'version' must be {VERSION}, got {_short(data.get('version'))}")
     base = data.get("extends")
-    if base:
-        if not isinstance(base, str):
+    if "extends" in data:               # present but null/empty is a broken reference, not "no base"
+        if not isinstance(base, str) or not base:
             raise ProfileError(f"profile {path}: field 'extends' must name a profile, got {_short(base)}")
         try:
             base_data, _ = read_raw(base, _seen + (str(path.resolve()),))

@@ -103,8 +103,9 @@ class Sampler:
 
     def __init__(self, model, tp: int, stack, op_time: Callable, interference, jitter: dict,
                  scope_of: Callable, ranks: int, warm_layers: int, seed: int = 0, rel_tol: float = REL_TOL,
-                 max_samples: int = MAX_SAMPLES):
+                 max_samples: int = MAX_SAMPLES, host_time: Callable | None = None):
         self.model, self.tp, self.stack, self.op_time = model, tp, stack, op_time
+        self.host_time = host_time          # (op, phase) -> NCCL graph host node seconds, or None
         self.interference, self.jitter, self.scope_of = interference, jitter, scope_of
         self.ranks, self.warm = ranks, warm_layers
         self.rel_tol, self.max_samples = rel_tol, max_samples
@@ -137,8 +138,9 @@ class Sampler:
             out = []
             for counts in plans:
                 sched = self._schedule(spec, counts, rs, step)
+                host = (lambda op: self.host_time(op, step.phase)) if self.host_time is not None else None
                 c = compile_schedule(sched, lambda op, sched=sched: self.op_time(op, step.phase, sched),
-                                     self.interference)
+                                     self.interference, host)
                 mean = np.array([self.jitter[self.scope_of(op)].mean_s for op in c.comm_ops])
                 out.append(_Config(c, mean, simulate_ranks(c, 1, self.interference)[0]))
             self._configs[key] = (out, coefs)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from .topology import TopologySpec, _hop_class, _nic_of, build_graph, ring_busbw_gbps
+from .topology import TopologySpec, _hop_class, _nic_of, _switch_of, build_graph, ring_busbw_gbps
 
 
 class TopologyModel:
@@ -50,17 +50,14 @@ class TopologyModel:
         if group <= 1:
             return "local", 0.0
         terms = self._terms(collective, tuple(self.placement(group, gpus_per_node)))
-        t = min(terms, key=lambda x: x.tuner_us + nbytes / (x.algbw_gbps * 1e3))
-        real_us = t.real_us + nbytes / (t.algbw_gbps * 1e3)
-        return t.name, max(real_us + self.spec.latency_offset_us, 0.0) * 1e-6
+        t = min(terms, key=lambda x: x.time_us(nbytes, real=False))
+        return t.name, max(t.time_us(nbytes) + self.spec.latency_offset_us, 0.0) * 1e-6
 
     def choices(self, collective: str, nbytes: float, group: int, gpus_per_node: int | None = None) -> list:
         """[(name, real seconds)] for every candidate, in the tuner's order (its pick first)."""
         ranks = self.placement(group, gpus_per_node)
-        terms = sorted(self._terms(collective, tuple(ranks)),
-                       key=lambda x: x.tuner_us + nbytes / (x.algbw_gbps * 1e3))
-        return [(x.name, (x.real_us + nbytes / (x.algbw_gbps * 1e3) + self.spec.latency_offset_us) * 1e-6)
-                for x in terms]
+        terms = sorted(self._terms(collective, tuple(ranks)), key=lambda x: x.time_us(nbytes, real=False))
+        return [(x.name, (x.time_us(nbytes) + self.spec.latency_offset_us) * 1e-6) for x in terms]
 
     def busbw_gbps(self, collective: str, group: int, gpus_per_node: int | None = None) -> float:
         """Large-message bus bandwidth the model predicts (nccl-tests convention)."""
@@ -114,8 +111,11 @@ class TopologyModel:
             hop_net = lat.hop_us["net"][p] if nodes > 1 else 0.0
             base = lat.base_us[f"ring_{p}"] + inter_steps * hop_net
             bus = min(ring_bus * payload, cap) if cap else ring_bus * payload
+            # tuning.cc ncclTopoGetAlgoTime: "Plateau effect of ring" -- an all-reduce ring Simple over
+            # nodes pays 1.4x its latency (sm80+) once nBytes / (nChannels x nRanks) >= 64
+            plateau = (64.0 * channels * n, RING_PLATEAU) if nodes > 1 and ar and p == "simple" else NO_PLATEAU
             terms.append(Term(f"ring/{p}", base + (steps - inter_steps) * hop_t,
-                              base + (steps - inter_steps) * hop_r, bus * to_alg))
+                              base + (steps - inter_steps) * hop_r, bus * to_alg, plateau=plateau))
         if ar:
             terms += self._tree_terms(g, ranks, local, nodes, intra_cls, protos)
             gl = n // nodes
@@ -142,21 +142,35 @@ class TopologyModel:
         t_lat = lat.base_us["nvls"] + lat.hop_us["nvlink"]["nvls"]
         if nodes == 1:
             return Term("nvls", t_lat, t_lat, algbw)
+        # NVLSTree has its own hwLat columns (tuning.cc 2.19+: NVLink 25 like NVLS, but NET 14, not NVLS's 18)
+        t_lat = lat.base_us["nvls"] + lat.hop_us["nvlink"].get("nvls_tree", lat.hop_us["nvlink"]["nvls"])
         nics = len({_nic_of(spec, i) for i in range(gl)})       # the rail NICs of the GPUs in use
         net = min(spec.nic_gbps, spec.pcie_gbps) * nics / (1 if nodes == 2 else 2)
-        hop = lat.hop_us["net"].get("nvls", lat.hop_us["net"]["simple"])
+        hop = lat.hop_us["net"].get("nvls_tree", lat.hop_us["net"].get("nvls", lat.hop_us["net"]["simple"]))
         t_lat += 2 * math.ceil(math.log2(nodes)) * hop
         return Term("nvls-tree", t_lat, t_lat, min(algbw, net))
 
     def _protocols(self, link_cls: str, nodes: int) -> list[tuple[str, float, float]]:
         """(protocol, payload fraction, busbw cap) enabled on this path (docs/sources.md §4):
-        LL128 only over NVLink inside a node (and P2P on); LL capped (tuning.cc llMaxBws)."""
+        LL capped (tuning.cc llMaxBws); LL128 over NVLink (tuning.cc: typeIntra <= PATH_NVB) and,
+        across nodes, only where every GPU reaches its NIC through its own PCIe switch
+        (NCCL 2.19+ tuning.cc: typeInter <= PATH_PXB; Hopper also PXN, not modelled)."""
         spec = self.spec
         cap = spec.ll_busbw_cap_gbps if nodes == 1 else spec.ll_busbw_cap_multi_node_gbps
         out = [("ll", spec.ll_payload, cap), ("simple", 1.0, 0.0)]
-        if link_cls == "nvlink" and nodes == 1:
+        if link_cls == "nvlink" and (nodes == 1 or self._nic_behind_own_switch()):
             out.insert(1, ("ll128", spec.ll128_payload, 0.0))
         return out
+
+    def _nic_behind_own_switch(self) -> bool:
+        """Every GPU's rail NIC hangs off the GPU's own PCIe switch (NCCL path type PIX/PXB)."""
+        spec = self.spec
+        if not spec.multi_node:
+            return False
+        owner = {j: min(i for i in range(spec.gpus_per_node) if _nic_of(spec, i) == j)
+                 for j in {_nic_of(spec, i) for i in range(spec.gpus_per_node)}}
+        return all(_switch_of(spec, i) == _switch_of(spec, owner[_nic_of(spec, i)])
+                   for i in range(spec.gpus_per_node))
 
     def _tree_terms(self, g, ranks, local, nodes, intra_cls, protos) -> list["Term"]:
         """Double binary tree: a chain inside each node, a binary tree across nodes.
@@ -172,7 +186,8 @@ class TopologyModel:
             return []
         out = []
         for p, payload, cap in protos:
-            if p == "ll128":
+            # one node keeps its LL tree only; across nodes NCCL's tree runs every enabled protocol
+            if nodes == 1 and p != "ll":
                 continue
             key = f"tree_{p}"
             if key not in lat.base_us:
@@ -186,11 +201,14 @@ class TopologyModel:
             bus = bw * TREE_BUSBW_FACTOR
             if p == "ll":
                 bus = bus / TREE_LL_DIVISOR
+            if p == "ll128":
+                bus = bus * TREE_LL128_INTER_FACTOR
             if cap:
                 bus = min(bus, cap)
             b = bus * TREE_ALGBW_RATIO
             out.append(Term(f"tree/{p}", lat.base_us[key] + 2 * ((per_node - 1) * hop_t + net),
-                            lat.base_us[key] + 2 * ((per_node - 1) * hop_r + net), b))
+                            lat.base_us[key] + 2 * ((per_node - 1) * hop_r + net), b,
+                            bw_factors=TREE_CORRECTION[p]))
         return out
 
     def _two_level_terms(self, g, ranks, local, nodes, intra_cls) -> list["Term"]:
@@ -238,11 +256,46 @@ TREE_LL_DIVISOR = 3.8
 TREE_ALGBW_RATIO = 0.5
 
 
+# tuning.cc, Tree LL128 across nodes: busBw x 120/128 (7/9 inside one node, not offered there)
+TREE_LL128_INTER_FACTOR = 120.0 / 128.0
+
+
+# tuning.cc treeCorrectionFactor (NCCL 2.19-2.29): "Trees are not perfectly sticking to the model for
+# medium sizes" -- a factor on Tree all-reduce bandwidth per power of two of nBytes >> 6 (64 B .. 256 MB),
+# 1 beyond. NCCL's tuner applies it to pick; it is NVIDIA's own measured correction, so it prices too.
+TREE_CORRECTION = {
+    "ll": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0),
+    "ll128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0),
+    "simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9),
+}
+
+
+# tuning.cc ncclTopoGetAlgoTime: ring Simple all-reduce over nodes, latency x 1.4 on sm80+ ("plateau
+# effect of ring"; 1.9 before sm80 -- every built-in profile's GPU is sm80+)
+RING_PLATEAU = 1.4
+NO_PLATEAU = (math.inf, 1.0)
+
+
 @dataclass(frozen=True)
 class Term:
-    """One candidate algorithm/protocol: time = latency + bytes / algbw."""
+    """One candidate algorithm/protocol: time = latency + bytes / algbw, with NCCL's two
+    size-dependent refinements (ncclTopoGetAlgoTime): a bandwidth factor per power of two of the
+    size (Tree), and a latency factor from a size on (ring Simple across nodes)."""
 
     name: str
     tuner_us: float          # the latency NCCL's tuner assumes (decides the pick)
     real_us: float           # the latency the path really costs (prices the pick)
     algbw_gbps: float
+    bw_factors: tuple = ()   # factor on algbw at log2(nbytes >> 6) = 0, 1, ...; 1 beyond (or if empty)
+    plateau: tuple = NO_PLATEAU   # (from nbytes, latency factor)
+
+    def time_us(self, nbytes: float, real: bool = True) -> float:
+        lat = self.real_us if real else self.tuner_us
+        if nbytes >= self.plateau[0]:
+            lat *= self.plateau[1]
+        bw = self.algbw_gbps
+        log_size = int(nbytes) >> 6
+        log_size = log_size.bit_length() - 1          # tuning.cc log2i; -1 below 64 B
+        if self.bw_factors and 0 <= log_size < len(self.bw_factors):
+            bw *= self.bw_factors[log_size]
+        return lat + nbytes / (bw * 1e3)

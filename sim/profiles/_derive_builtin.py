@@ -20,7 +20,7 @@ sys.path.insert(0, ".")
 
 from _derive_common import AIC, DATA, OUT, sv  # noqa: E402
 from _derive_compute import eager_launch, gemm_curves, gemm_table  # noqa: E402
-from _derive_collectives import (JITTER, OVERLAP, custom_tables, graph_extra, latency_offset,  # noqa: E402
+from _derive_collectives import (GRAPH_NET_HOST, JITTER, OVERLAP, custom_tables, graph_extra, latency_offset,  # noqa: E402
                                  nccl_latency, nccl_tables, shm_constants, write)
 
 # ---------------------------------------------------------------- boxes
@@ -55,7 +55,7 @@ def nvswitch_box(name, desc, system, nccl_ver, gemm_rel, vllm_rel, mem_gib, mem_
             "gemm_tables": [gemm_table(system, gemm_rel, kernel)],
         },
         "collectives": {"eager_extra_us": eager_extra, "graph_extra_us": graph_extra(floor_us, system),
-                        "tables": tables},
+                        "graph_net_host_us": GRAPH_NET_HOST, "tables": tables},
         "topology": topo,
         "overlap": OVERLAP, "jitter": JITTER,
     }
@@ -91,8 +91,10 @@ def main():
                                "nccl-tests#212); matches NCCL's own 18 links x 20.6 GB/s (tuning, docs/sources.md §4)"),
         "nvls_busbw_gbps": sv(480, "NVLS all-reduce busbw ~480 GB/s at 8xH100 (NVIDIA/nccl#1455, nccl-tests#212)"),
         "ll_busbw_cap_gbps": sv(141, "NCCL tuning.cc LL cap on a single Hopper node: 141 GB/s busbw (docs/sources.md §4)"),
-        "ll_busbw_cap_multi_node_gbps": sv(45, "NCCL tuning.cc llMaxBws, Hopper, 2 nodes: 45 GB/s ('avg of ring & "
-                                               "tree'); 35 beyond 2 nodes is not modelled"),
+        "ll_busbw_cap_multi_node_gbps": sv(39.0, "NCCL tuning.cc llMaxBws[index1][index2]: across nodes index1 is the "
+                                                 "CPU vendor, not the GPU (Intel: row 0 'Volta-N1/Intel-N2/Intel-N4'); "
+                                                 "DGX H100's Xeon 8480C at 2 nodes: 39.0 GB/s (20.4 beyond 2 nodes is "
+                                                 "not modelled). The Hopper row (141/45/35) is read only in one node"),
         "pcie_gbps": sv(48, "NCCL's PCIe Gen5 x16 bandwidth (docs/sources.md §4); H100 SXM host link is PCIe Gen5 x16"),
         "gpus_per_pcie_switch": sv(2, "DGX H100 user guide system topology: GPUs in pairs behind 4 PCIe switches, "
                                       "each with its NICs"),
@@ -146,8 +148,10 @@ def main():
         "nvlink_gbps": sv(204, "ring busbw NCCL reaches on 8xA100 SXM: ~200-208 GB/s (docs/sources.md §6, public "
                                "nccl-tests); NCCL's own 12 links x 20 GB/s = 240 overstates it"),
         "ll_busbw_cap_gbps": sv(87.7, "NCCL tuning.cc llMaxBws, Ampere single node: 87.7 GB/s"),
-        "ll_busbw_cap_multi_node_gbps": sv(22.5, "NCCL tuning.cc llMaxBws, Ampere, 2 nodes: 22.5 GB/s ('avg of "
-                                                 "ring & tree'); 19.0 beyond 2 nodes is not modelled"),
+        "ll_busbw_cap_multi_node_gbps": sv(22.5, "NCCL tuning.cc llMaxBws[index1][index2]: across nodes index1 is "
+                                                 "the CPU vendor (AMD: row 1 'Ampere-N1/AMD-N2/AMD-N4'); DGX A100's "
+                                                 "EPYC 7742 at 2 nodes: 22.5 GB/s ('avg of ring & tree'); 19.0 beyond "
+                                                 "2 nodes is not modelled"),
         "pcie_gbps": sv(24, "NCCL's PCIe Gen4 x16 bandwidth (docs/sources.md §4); A100 SXM4 host link is PCIe Gen4 x16"),
         "gpus_per_pcie_switch": sv(2, "DGX A100 user guide system topology: 4 PCIe Gen4 switches, 2 GPUs + 2 NICs each"),
         "sockets": sv(2, "NVIDIA DGX A100 datasheet: 2x AMD EPYC 7742"),
@@ -173,7 +177,9 @@ def main():
         "p2p": sv(True, "NCCL default: P2P over PCIe where the platform allows it; the aiconfigurator l40s system "
                         "file models intra-node traffic at PCIe bandwidth"),
         "ll_busbw_cap_gbps": sv(87.7, "NCCL tuning.cc llMaxBws, Ampere-class index (Ada, sm89) single node: 87.7 GB/s"),
-        "ll_busbw_cap_multi_node_gbps": sv(22.5, "NCCL tuning.cc llMaxBws, Ampere-class index, 2 nodes: 22.5 GB/s"),
+        "ll_busbw_cap_multi_node_gbps": sv(39.0, "NCCL tuning.cc llMaxBws[index1][index2]: across nodes index1 is the "
+                                                 "CPU vendor (Intel: row 0 'Volta-N1/Intel-N2/Intel-N4'); the assumed "
+                                                 "Xeon host at 2 nodes: 39.0 GB/s"),
         "pcie_gbps": sv(24, "NCCL's PCIe Gen4 x16 bandwidth (docs/sources.md §4); L40S is PCIe Gen4 x16 (datasheet)"),
         "gpus_per_pcie_switch": sv(2, "assumed: a typical 8-GPU PCIe server puts 2 GPUs behind each of 4 PCIe "
                                       "switches; the measured server's layout is not published"),

@@ -56,11 +56,17 @@ def custom_tables(system, rel):
 def nccl_latency():
     return {
         "source": "NCCL src/graph/tuning.cc v2.30 latency constants (docs/sources.md §4): base per algorithm/protocol, "
-                  "hop per link class; LL payload 50%, LL128 ~92-95% (0.92 taken)",
-        "base_us": {"ring_ll": 6.6, "ring_ll128": 14.0, "ring_simple": 8.4, "tree_ll": 6.8, "nvls": 0.0},
-        "hop_us": {"nvlink": {"ll": 0.6, "ll128": 1.9, "simple": 3.4, "tree_ll": 0.6, "nvls": 25.0},
-                   "pci": {"ll": 1.0, "ll128": 2.5, "simple": 5.7, "tree_ll": 1.0},
-                   "net": {"ll": 2.7, "ll128": 4.0, "simple": 14.0, "tree_ll": 5.0, "nvls": 18.0}},
+                  "hop per link class; LL payload 50%, LL128 ~92-95% (0.92 taken). Tree LL128/Simple (baseLat "
+                  "14.0/8.4; hwLat NVLink 1.25/4.0, PCI 1.9/4.0, NET 8.5/14) and NVLSTree's own columns (hwLat "
+                  "NVLink 25, NET 14) as in tuning.cc 2.21-2.30; the tree's LL128/Simple are offered across nodes only",
+        "base_us": {"ring_ll": 6.6, "ring_ll128": 14.0, "ring_simple": 8.4, "tree_ll": 6.8, "tree_ll128": 14.0,
+                    "tree_simple": 8.4, "nvls": 0.0},
+        "hop_us": {"nvlink": {"ll": 0.6, "ll128": 1.9, "simple": 3.4, "tree_ll": 0.6, "tree_ll128": 1.25,
+                              "tree_simple": 4.0, "nvls": 25.0, "nvls_tree": 25.0},
+                   "pci": {"ll": 1.0, "ll128": 2.5, "simple": 5.7, "tree_ll": 1.0, "tree_ll128": 1.9,
+                           "tree_simple": 4.0},
+                   "net": {"ll": 2.7, "ll128": 4.0, "simple": 14.0, "tree_ll": 5.0, "tree_ll128": 8.5,
+                           "tree_simple": 14.0, "nvls": 18.0, "nvls_tree": 14.0}},
         "ll_payload": 0.5, "ll128_payload": 0.92,
     }
 
@@ -161,6 +167,15 @@ def graph_extra(floor_us: float, system: str):
         f"funcol all-reduce copy (pytorch/pytorch#138773). ProcessGroupNCCL's side-stream fork/join and "
         f"wait_tensor become graph edges (no kernels): counted 0. The measured NCCL tables time the bare "
         f"kernel back to back, so they lack this"))
+
+
+GRAPH_NET_HOST = sv(0.0, (
+    "not set (0 = not charged): NCCL adds one host node per collective that crosses the network to a captured "
+    "CUDA graph (src/enqueue.cc: a plan with proxy ops launches hostStreamPlanCallback on its host stream and the "
+    "kernel waits for it; skipped inside a node, NVIDIA/nccl#1805); the nodes chain per rank from the graph's "
+    "launch (the simulator's host lane, sim/engine.py host_s). No public H100 measurement of one chained graph "
+    "host node was found (meta-pytorch/torchcomms#3646 measures the inline placement on GB200: 52-85 us more per "
+    "replay than NCCL's chained one), so none is assumed; set it from your own measurement"))
 
 
 def latency_offset(prof: dict, tables: list, where: str):
