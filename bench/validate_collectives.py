@@ -20,6 +20,12 @@ Optional fields:
 - "gpus_per_process": GPUs one process drives (nccl-tests -g N, nGpus N in the header); one
   thread then launches every rank's kernel in turn each iteration, so small sizes time the host's
   launch loop. Absent: 1 (one process per GPU, as the reference stack runs). Its own class.
+- "timing": how the source's loop timed each call ({"kind", "gpus_per_thread", "calls_per_graph",
+  "source": where the loop was read}); `sim.collective_timing.loop_time` turns the priced device
+  time (mode nccl) into what that loop measures. A point whose loop has no sourced price (one
+  thread launching N GPUs below the device-bound limit, one graph replay per call) is printed
+  apart with the reason, never in a median -- a rule over the whole class, not a cut by error.
+  "unstated": priced in the source's mode, nothing added.
 - "raw" (a file under bench/data/raw/ holding the posted text and its URL) and "raw_section" (the
   line that starts the part used, for a file holding several runs): `points_from_raw` re-reads the
   points from it with calib/imports.py (nccl-tests text) so a test can hold every row against the
@@ -39,6 +45,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sim.collective_table import Row, busbw_factor, collective_rows  # noqa: E402
+from sim.collective_timing import HostCosts, Timing, loop_time  # noqa: E402
 from sim.profile import load_profile  # noqa: E402
 from sim.topology_price import TopologyModel  # noqa: E402
 
@@ -97,17 +104,27 @@ def evaluate(sources: list[dict]) -> list[dict]:
     rows = []
     for d in sources:
         measured = {int(b): float(us) for b, us in d["points"]}
+        timing = Timing.from_dict(d.get("timing", {"kind": "unstated"}))
+        prof = load_profile(d["profile"])
         if d.get("algo"):
             priced = forced_rows(d, measured)
         else:
-            priced = collective_rows(load_profile(d["profile"]), d["collective"], d["group"], d["mode"],
-                                     tuple(measured), d.get("gpus_per_node"), measured, d.get("impl", "auto"))
+            # a stated loop starts from the bare kernel (mode nccl) and adds what the loop pays
+            mode = d["mode"] if timing.kind == "unstated" else "nccl"
+            priced = collective_rows(prof, d["collective"], d["group"], mode, tuple(measured),
+                                     d.get("gpus_per_node"), measured, d.get("impl", "auto"))
+        host = HostCosts.from_profile(prof)
         for r in priced:
+            lt = loop_time(r.time_us * 1e-6, timing, host)
+            r = Row(r.bytes, lt.time_s * 1e6, r.bytes / lt.time_s / 1e9 * busbw_factor(d["collective"], d["group"]),
+                    r.path + lt.path, r.measured_us)
             rows.append({"file": d["file"], "profile": d["profile"], "group": d["group"], "nodes": d["nodes"],
                          "p2p": d["p2p"], "mode": d["mode"], "impl": d.get("impl", "nccl"), "bytes": r.bytes,
                          "measured_us": r.measured_us, "priced_us": round(r.time_us, 2),
                          "error_pct": round(r.error_pct, 1), "path": r.path,
-                         "in_median": d.get("in_median", True), "forced": bool(d.get("algo")),
+                         "in_median": d.get("in_median", True) and lt.unpriced is None,
+                         "out_of_scope": d.get("out_of_scope") if not d.get("in_median", True) else lt.unpriced,
+                         "timing": timing.kind, "forced": bool(d.get("algo")),
                          "collective": d["collective"], "graph_launched": bool(d.get("graph_launched")),
                          "gpus_per_process": int(d.get("gpus_per_process", 1))})
     return rows
@@ -145,6 +162,8 @@ def summary(rows: list[dict]) -> dict:
     classes["  1 process, N GPUs"] = [r for r in one if r["gpus_per_process"] > 1]
     classes["  small, 1 process/GPU"] = [r for r in one if r["gpus_per_process"] == 1 and r["bytes"] <= SMALL_BYTES]
     classes["  small, 1 proc N GPUs"] = [r for r in one if r["gpus_per_process"] > 1 and r["bytes"] <= SMALL_BYTES]
+    for k in sorted({r.get("timing", "unstated") for r in one}):
+        classes[f"  timing {k}"] = [r for r in one if r.get("timing", "unstated") == k]
     return {k: med(v) for k, v in classes.items()}
 
 
@@ -178,9 +197,12 @@ def main(argv: list[str]) -> int:
               f"{r['mode']:6s} {r['impl']:6s} {r['bytes']:10d} {r['measured_us']:9.2f} {r['priced_us']:9.2f} "
               f"{r['error_pct']:+7.1f}%  {r['path']}")
     print()
-    for d in load():
-        if not d.get("in_median", True):
-            print(f"out of scope: {d['file']}: {d['out_of_scope']}")
+    reasons: dict[tuple[str, str], int] = {}
+    for r in rows:
+        if not r["in_median"]:
+            reasons[(r["file"], r["out_of_scope"])] = reasons.get((r["file"], r["out_of_scope"]), 0) + 1
+    for (f, why), n in reasons.items():
+        print(f"out of scope: {f} ({n} point{'s' if n > 1 else ''}): {why}")
     print()
     print(f"{'per source':40s} {'points':>6s} {'median |err|':>12s} {'median err':>10s}")
     for f, v in by_source.items():
