@@ -116,3 +116,84 @@ def test_summary_medians_are_per_class():
     assert s["  group 2"] == {"points": 1, "median_abs_error_pct": 2.0}
     assert s["  graph-launched"] == {"points": 1, "median_abs_error_pct": 2.0}
     assert s["P2P off"] == {"points": 1, "median_abs_error_pct": 5.0}
+
+
+# ------------------------------------------------------------------ timing loops (sim/collective_timing.py)
+
+from sim.collective_timing import KINDS, Timing  # noqa: E402
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.name)
+def test_every_source_states_its_timing_loop(path):
+    d = json.loads(path.read_text())
+    t = Timing.from_dict(d["timing"])
+    assert t.kind in KINDS and len(d["timing"]["source"]) > 20, "the loop says where it was read"
+
+
+@pytest.mark.parametrize("path", [p for p in RAW_SOURCES if json.loads(p.read_text()).get("raw_kind") != "torch-json"],
+                         ids=lambda p: p.name)
+def test_timing_matches_the_posted_nccl_tests_header(path):
+    """'nGpus N' in the header is the GPUs one thread launches; 'graph: 1' a -G batch of 'iters' calls."""
+    import re
+    d = json.loads(path.read_text())
+    t = Timing.from_dict(d["timing"])
+    head = (DATA / "raw" / d["raw"]).read_text()
+    m = re.search(r"nGpus (\d+)", head)
+    if m is None:                            # a file of sections without headers: the command is in `source`
+        m = re.search(r" -g (\d+)", d["source"])
+    assert t.gpus_per_thread == int(m.group(1))
+    g = re.search(r"graph: (\d+)", head)
+    if g and int(g.group(1)) > 0:
+        assert t.kind == "graph_replay_batched"
+        assert t.calls_per_graph == int(re.search(r"(?<!warmup) iters: (\d+)", head).group(1))
+    else:
+        assert t.kind == ("single_thread_n_gpus" if t.gpus_per_thread > 1 else "back_to_back_stream")
+
+
+def _made_up(timing: dict, sizes, factor: float, mode="nccl") -> dict:
+    prof = load_profile("h100-sxm")
+    priced = {r.bytes: r.time_us for r in collective_rows(prof, "all_reduce", 4, "nccl", sizes, 8)}
+    return {"file": "made-up.json", "profile": "h100-sxm", "collective": "all_reduce", "group": 4,
+            "gpus_per_node": 8, "mode": mode, "impl": "nccl", "p2p": True, "nodes": 1, "timing": timing,
+            "points": [[b, factor * priced[b]] for b in sizes]}
+
+
+def test_one_thread_n_gpus_class_rule_does_not_look_at_the_measurement():
+    """-g 4 at 4 KiB (9.77 us kernel < 4 x 8.81 = 35.24 us) is out of every median; 8 MiB (62.77 us)
+    is in. The same whether the measurement agrees with the price or is twice it."""
+    sizes = (4096, 8 << 20)
+    for factor in (1.0, 2.0):
+        rows = vc.evaluate([_made_up({"kind": "single_thread_n_gpus", "gpus_per_thread": 4}, sizes, factor)])
+        assert [r["in_median"] for r in rows] == [False, True]
+        assert "nccl-tests -g 4" in rows[0]["out_of_scope"] and rows[1]["out_of_scope"] is None
+        assert rows[0]["path"] == "table+host-floor?(g4)" and rows[1]["path"] == "table"
+        assert vc.summary(rows)["  timing single_thread_n_gpus"]["points"] == 1
+
+
+def test_eager_sync_per_call_is_the_kernel_plus_one_eager_launch():
+    """4 ranks, 1 KiB: table 9.31 us + launch_us.eager 8.81 us = 18.12 us, path table+eager_launch;
+    measured at 18.12 x 1.1 it scores -9.1% and stays in the medians."""
+    (row,) = vc.evaluate([_made_up({"kind": "eager_sync_per_call"}, (1024,), 1.0, mode="eager")])
+    assert row["priced_us"] == pytest.approx(18.12, abs=0.01) and row["path"] == "table+eager_launch"
+    (row,) = vc.evaluate([_made_up({"kind": "eager_sync_per_call"}, (1024,), 1.0, mode="eager")
+                          | {"points": [[1024, 18.12 * 1.1]]}])
+    assert row["error_pct"] == pytest.approx(-9.1, abs=0.05) and row["in_median"]
+
+
+def test_graph_replay_per_call_is_out_of_every_median():
+    rows = vc.evaluate([_made_up({"kind": "graph_replay_per_call"}, (1024, 1 << 20), 1.0)])
+    assert not any(r["in_median"] for r in rows) and all("cudaGraphLaunch" in r["out_of_scope"] for r in rows)
+    assert vc.summary(rows)["all"]["points"] == 0
+
+
+def test_the_real_sources_leave_out_only_the_unpriced_loops():
+    """Over bench/data: an out-of-median row is a source flagged as a whole, a graph replay per call,
+    or a one-thread-N-GPU row whose kernel is under N x 8.81 us; no such row is in a median."""
+    rows = vc.evaluate(vc.load())
+    by_file = {d["file"]: d for d in vc.load()}
+    for r in rows:
+        d = by_file[r["file"]]
+        t = Timing.from_dict(d["timing"])
+        unpriced = t.kind == "graph_replay_per_call" or (
+            t.kind == "single_thread_n_gpus" and r["priced_us"] < t.gpus_per_thread * 8.81 - 1e-9)
+        assert r["in_median"] == (d.get("in_median", True) and not unpriced), (r["file"], r["bytes"])
