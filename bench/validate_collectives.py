@@ -210,7 +210,7 @@ def main(argv: list[str]) -> int:
     print()
     for k, v in summ.items():
         m = "-" if v["median_abs_error_pct"] is None else f"{v['median_abs_error_pct']:.1f}%"
-        print(f"median |error| {k:22s}: {m:>7s}  ({v['points']} points)")
+        print(f"median |error| {k:30s}: {m:>7s}  ({v['points']} points)")
     return 0
 
 
