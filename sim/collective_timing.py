@@ -68,7 +68,8 @@ class Timing:
         if self.gpus_per_thread < 1 or self.calls_per_graph < 1:
             raise ValueError(f"timing {self.kind}: gpus_per_thread and calls_per_graph must be >= 1")
         one_gpu = self.kind in ("back_to_back_stream", "eager_sync_per_call", "graph_replay_per_call")
-        if (one_gpu and self.gpus_per_thread != 1) or (self.kind == "single_thread_n_gpus" and self.gpus_per_thread < 2):
+        several = self.gpus_per_thread > 1
+        if (one_gpu and several) or (self.kind == "single_thread_n_gpus" and not several):
             raise ValueError(f"timing {self.kind} with {self.gpus_per_thread} GPUs per thread: one thread driving "
                              f"several GPUs with stream launches is single_thread_n_gpus, and only that")
 
