@@ -22,6 +22,7 @@ from pathlib import Path
 _MPI_PREFIX = re.compile(r"^\[\d+,\d+\]<(stdout|stderr)>:")
 _RANK_LINE = re.compile(r"^#\s*Rank\s+(\d+)\b")
 _GRAPH = re.compile(r"\bgraph:\s*(\d+)")
+_NGPUS = re.compile(r"\bnGpus\s+(\d+)")
 _LOG = re.compile(r"\bNCCL (INFO|WARN|version)\b")
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
 MAX_RANKS = 1 << 16                 # ranks of one nccl-tests run (the largest published runs are ~10^4 GPUs)
@@ -38,6 +39,7 @@ class ImportedTable:
     time_us: tuple[float, ...]
     layout: str                     # "text>=2.13" | "text<=2.12" | "json"
     path: str
+    gpus_per_thread: int = 1        # nccl-tests -g (header 'nGpus N'): GPUs one thread launches each iteration
 
     def to_table(self, scope: str = "node", impl: str = "nccl", source: str | None = None) -> dict:
         """A `collectives.tables` entry of a profile."""
@@ -76,6 +78,7 @@ def _parse_text(text: str, name: str, group, collective, mode) -> ImportedTable:
     ranks: set[int] = set()
     header: list[str] | None = None
     graph = None
+    gpus = 1
     rows: dict[int, float] = {}
     layout = None
     # concatenated runs (`cat run1.txt run2.txt`): a '# Rank 0' line after data rows starts another
@@ -99,6 +102,9 @@ def _parse_text(text: str, name: str, group, collective, mode) -> ImportedTable:
             g = _GRAPH.search(line)
             if g:
                 graph = int(g.group(1))
+            g = _NGPUS.search(line)
+            if g:
+                gpus = max(gpus, int(g.group(1)))
             cols = line.lstrip("#").split()
             if cols[:2] == ["size", "count"] and "time" in cols:
                 header = cols
@@ -139,7 +145,7 @@ def _parse_text(text: str, name: str, group, collective, mode) -> ImportedTable:
             raise ValueError(f"{name} line {l1}: a second run with {len(r1)} ranks follows one with {len(r0)} "
                              f"(line {l0}); split the file and import each run on its own")
     ranks = set().union(*(r for _, r in run_ranks)) if group is None else ranks
-    return _table(rows, name, group, ranks, collective, mode, graph, layout)
+    return _table(rows, name, group, ranks, collective, mode, graph, layout, gpus)
 
 
 def _default_header(n: int, where: str) -> list[str]:
@@ -157,7 +163,7 @@ def _default_header(n: int, where: str) -> list[str]:
     return layouts[n]
 
 
-def _table(rows: dict, name, group, ranks, collective, mode, graph, layout) -> ImportedTable:
+def _table(rows: dict, name, group, ranks, collective, mode, graph, layout, gpus: int = 1) -> ImportedTable:
     n = group or len(ranks)
     if not n:
         raise ValueError(f"{name}: no '#  Rank N ...' header lines to count the ranks from; "
@@ -165,7 +171,8 @@ def _table(rows: dict, name, group, ranks, collective, mode, graph, layout) -> I
     if mode is None:
         mode = "graph" if graph else "eager"
     sizes = sorted(rows)
-    return ImportedTable(collective, n, mode, tuple(sizes), tuple(rows[s] for s in sizes), layout, name)
+    return ImportedTable(collective, n, mode, tuple(sizes), tuple(rows[s] for s in sizes), layout, name,
+                         max(1, min(gpus, n)))
 
 
 # ------------------------------------------------------------------ -J JSON
@@ -199,7 +206,10 @@ def _parse_json(text: str, name: str, group, collective, mode) -> ImportedTable:
     graph = _json_find(data, ("graph", "cudaGraph", "graph_launches"))
     if not rows:
         raise ValueError(f"{name}: no nccl-tests records with a positive size")
-    return _table(rows, name, group, ranks, collective, mode, bool(graph) if graph is not None else None, "json")
+    gpus = _json_find(data, ("nGpus", "ngpus"))
+    gpus = int(gpus) if isinstance(gpus, (int, float)) and not isinstance(gpus, bool) and gpus >= 1 else 1
+    return _table(rows, name, group, ranks, collective, mode, bool(graph) if graph is not None else None, "json",
+                  gpus)
 
 
 def _find_records(obj) -> list | None:
