@@ -42,7 +42,8 @@ Loops (`Timing.kind`; each bench/data source cites where its loop was read):
                         leaves unhidden of that same path.
   graph_replay_per_call torch: start event, one replay of a graph holding the single collective,
                         end event, synchronize. The events take in one Python-dispatched
-                        cudaGraphLaunch; no sourced H100 constant for it (compute.launch_us.graph is
+                        cudaGraphLaunch (and the collective's graph_nccl_node, added to the shown
+                        time); no sourced H100 constant for the launch (compute.launch_us.graph is
                         a kernel node's back-to-back floor inside a graph, not a graph launch from
                         the host): unpriced. The reference stack never pays it per collective (its
                         all-reduce is one node of the whole decode-step graph).
@@ -122,8 +123,9 @@ def loop_time(device_s: float, timing: Timing, host: HostCosts) -> LoopTime:
                         f"stack (one process per GPU) never pays it")
     if k == "eager_sync_per_call":
         return LoopTime(device_s + host.eager_launch_s, "+eager_launch")
-    # graph_replay_per_call
-    return LoopTime(device_s, "+graph_launch?",
+    # graph_replay_per_call: the captured collective pays NCCL's mixing nodes too; the launch stays unpriced
+    node = (host.graph_nccl_node_s, "+graph_nccl_node") if host.graph_nccl_node_s > 0 else (0.0, "")
+    return LoopTime(device_s + node[0], node[1] + "+graph_launch?",
                     "one Python-dispatched cudaGraphLaunch of a single-collective graph inside every "
                     "timed call; no sourced H100 constant for it, and the reference stack's all-reduce "
                     "is one node of the whole decode-step graph, which never pays it per collective")

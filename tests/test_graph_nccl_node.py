@@ -65,6 +65,10 @@ def test_nccl_tests_graph_loop_pays_it_every_call():
     assert loop_time(9.31e-6, Timing("graph_replay_batched", 4, 50), HostCosts(8.81e-6)) == LoopTime(9.31e-6, "")
     # stream launches pay no capture nodes
     assert loop_time(9.31e-6, Timing("back_to_back_stream"), host) == LoopTime(9.31e-6, "")
+    # one replay per timed call: the node is shown in the time, the graph launch keeps the point unpriced
+    lt = loop_time(9.31e-6, Timing("graph_replay_per_call"), host)
+    assert lt.time_s == pytest.approx(10.62e-6) and lt.path == "+graph_nccl_node+graph_launch?"
+    assert lt.unpriced is not None
 
 
 def test_nccl_mode_table_strips_both_graph_additions():
