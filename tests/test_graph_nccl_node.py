@@ -79,3 +79,46 @@ def test_nccl_mode_table_strips_both_graph_additions():
     (graph,) = collective_rows(prof, "all_reduce", 8, "graph", (16384,))
     assert bare.path == "table" and bare.time_us == pytest.approx(18.98)
     assert graph.time_us - bare.time_us == pytest.approx(2.49 + 1.31)
+
+
+def test_calibrated_graph_tables_already_hold_it(tmp_path):
+    """tpsim calibrate times graph mode as calls captured back to back in one CUDA graph, each paying
+    the record node: a calibration extending h100-sxm writes graph_nccl_node_us 0 so the base's 1.31 us
+    is not charged twice (the base's copy, graph_extra 2.49 us, stays)."""
+    import json
+    from types import SimpleNamespace
+
+    from calib.fit import build_profile
+    pts = [{"collective": "all_reduce", "group": 2, "mode": m, "impl": "nccl", "bytes": b, "time_us": t}
+           for m in ("graph", "eager") for b, t in ((1024, 10.0), (1 << 20, 40.0), (16 << 20, 200.0))]
+    cfg = SimpleNamespace(impl_of=lambda r: "nccl", backend="nccl", name="mine", out="mine.json", quick=True,
+                          extends="h100-sxm", trials={"collectives": 3, "compute": 3, "overlap": 3}, device="cuda",
+                          dtype="fp16", fingerprint=lambda: {})
+    prof = build_profile(cfg, {"c": {"kind": "collectives", "points": pts, "finished_at": "2026-11-30T00:00"}}, 2)
+    assert prof["collectives"]["graph_nccl_node_us"]["value"] == 0.0
+    f = tmp_path / "mine.json"
+    f.write_text(json.dumps(prof))
+    loaded = load_profile(str(f))
+    assert (loaded.graph_nccl_node_s, loaded.graph_extra_s) == (0.0, pytest.approx(2.49e-6))
+
+
+def test_compare_on_a_graph_file_adds_the_node_once():
+    """`tpsim collective --compare` on the -G 1 -g 4 file: --mode nccl rows are the bare kernel + the node
+    (8 B: 9.46 + 1.31 = 10.77 us); --mode graph rows already carry it (copy 2.49 + node 1.31 over the
+    kernel) and get no second one."""
+    import json
+
+    from click.testing import CliRunner
+
+    from cli import main
+    raw = str(Path(__file__).resolve().parent.parent / "bench" / "data" / "raw" / "ncb-4xh100-all_reduce-graph1.txt")
+    out = {}
+    for mode in ("nccl", "graph"):
+        r = CliRunner().invoke(main, ["collective", "--group", "4", "--mode", mode, "--bytes", "8", "--compare", raw,
+                                      "--json"])
+        assert r.exit_code == 0, r.output
+        out[mode] = json.loads(r.output)
+    (n,), (g,) = out["nccl"]["rows"], out["graph"]["rows"]
+    assert out["nccl"]["compare"]["timing"]["kind"] == "graph_replay_batched"
+    assert n["path"] == "table+graph_nccl_node" and n["time_us"] == pytest.approx(10.77, abs=0.01)
+    assert g["path"] == "table+graph_extra+graph_nccl_node" and g["time_us"] == pytest.approx(10.77 + 2.49, abs=0.01)
