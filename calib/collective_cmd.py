@@ -52,9 +52,10 @@ def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, c
     rows = collective_rows(prof, collective, group, mode, tuple(parse_size(s) for s in sizes) or None,
                            gpus_per_node, measured)
     timing, flagged = None, []
-    if measured is not None and imp.gpus_per_thread > 1:
+    if measured is not None and (imp.gpus_per_thread > 1 or imp.mode == "graph"):
         # one nccl-tests thread launched every GPU's kernel each iteration (-g N): mark the sizes
-        # whose time its host launch loop can set (sim/collective_timing.py)
+        # whose time its host launch loop can set; a -G file's captured calls each pay NCCL's
+        # graph-mixing record node (sim/collective_timing.py)
         kind = "graph_replay_batched" if imp.mode == "graph" else "single_thread_n_gpus"
         timing = Timing(kind, imp.gpus_per_thread)
         host = HostCosts.from_profile(prof)
@@ -63,8 +64,11 @@ def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, c
         marked = []
         for r, k in zip(rows, bare):
             lt = loop_time(k.time_us * 1e-6, timing, host)     # the loop acts on the bare kernel's time
-            marked.append(Row(r.bytes, r.time_us + (lt.time_s * 1e6 - k.time_us), r.busbw_gbps, r.path + lt.path,
-                              r.measured_us))
+            add_us, path = lt.time_s * 1e6 - k.time_us, lt.path
+            if mode == "graph" and path.startswith("+graph_nccl_node"):
+                # a graph-mode row already carries NCCL's record node: not twice
+                add_us, path = add_us - host.graph_nccl_node_s * 1e6, path[len("+graph_nccl_node"):]
+            marked.append(Row(r.bytes, r.time_us + add_us, r.busbw_gbps, r.path + path, r.measured_us))
             if lt.unpriced:
                 flagged.append(r.bytes)
         rows = marked

@@ -157,6 +157,12 @@ def build_profile(cfg, groups: dict, world: int) -> dict:
         coll["eager_extra_us"] = (sourced(round(extra, 3), src(
             "median over sizes of eager minus CUDA-graph all-reduce latency")) if extra is not None else
             sourced(0.0, src("not needed: every table was measured in eager mode, the only mode here")))
+        if any(t["mode"] == "graph" and t["impl"] == "nccl" for t in tabs):
+            # calib/collectives.py times graph mode as calls captured back to back in one CUDA graph, each
+            # already paying NCCL's graph-mixing record node: a base's graph_nccl_node_us must not add it again
+            coll["graph_nccl_node_us"] = sourced(0.0, src(
+                "included in the graph-mode tables (calls captured back to back in one CUDA graph each pay "
+                "NCCL's graph-mixing record node)"))
         model, fit = model_section(tabs, impl0, src("collective latency", ntr))
         if model:
             # over a base that has node protocols, ours replace them (mixing two fits' min() would be

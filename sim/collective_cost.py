@@ -68,19 +68,30 @@ class CollectiveCost:
 
         In graph mode an NCCL collective also pays the profile's graph_extra: what the compiled
         functional collective adds inside a CUDA graph over the bare NCCL kernel the tables time
-        (Inductor's clone of the input before the in-place all_reduce_, docs/sources.md §10).
+        (Inductor's clone of the input before the in-place all_reduce_, docs/sources.md §10), and
+        graph_nccl_node: the event-record node NCCL's graph-mixing support puts after every captured
+        NCCL kernel, which the next one waits on (docs/collectives.md).
 
         `path` names where the number came from: "table", "table>derived" (beyond the table's
         largest size), "table(graph)+eager_extra", "topology:<algorithm/protocol>",
-        "topology:<...>+node-correction(gN)" or "protocol-model", with "+graph_extra" appended when
-        that was added."""
+        "topology:<...>+node-correction(gN)" or "protocol-model", with "+graph_extra" and
+        "+graph_nccl_node" appended when those were added."""
         scope = self.scope(group)
         if impl is None:
             impl = self.stack.collective if self.stack.collective != "auto" else self.profile.default_impl
         t, path = self._device_price(collective, nbytes, group, mode, impl, scope)
         own_kernel = impl != "nccl" and path.startswith("table")     # a custom kernel's own table
-        if mode == "graph" and not own_kernel and group > 1 and self.profile.graph_extra_s > 0:
-            t, path = t + self.profile.graph_extra_s, path + "+graph_extra"
+        if mode == "graph" and not own_kernel and group > 1:
+            t, path = self._graph_added(t, path)
+        return t, path
+
+    def _graph_added(self, t: float, path: str) -> tuple[float, str]:
+        """(t, path) plus what a captured NCCL collective pays in a compiled CUDA-graph step over the
+        bare kernel: the functional collective's copy and NCCL's graph-mixing record node."""
+        for s, label in ((self.profile.graph_extra_s, "+graph_extra"),
+                         (self.profile.graph_nccl_node_s, "+graph_nccl_node")):
+            if s > 0:
+                t, path = t + s, path + label
         return t, path
 
     def _device_price(self, collective, nbytes, group, mode, impl, scope) -> tuple[float, str]:

@@ -6,8 +6,9 @@ would pick) or the plain protocol model -- so a user can hold a profile against 
 nccl-tests output (`measured` adds the measured time and the error per size).
 
 Modes: "graph" and "eager" price the collective as the running stack pays it (a compiled CUDA-graph
-step pays the profile's graph_extra, an eager call its eager_extra); "nccl" prices the bare NCCL
-kernel back to back, which is what nccl-tests times (with or without -G). Sizes follow nccl-tests:
+step pays the profile's graph_extra and graph_nccl_node, an eager call its eager_extra); "nccl" prices
+the bare NCCL kernel back to back, which is what nccl-tests times without -G (with -G each captured
+call adds graph_nccl_node: sim/collective_timing.py). Sizes follow nccl-tests:
 all-reduce / reduce-scatter `bytes` is the input buffer, all-gather `bytes` the gathered output.
 """
 from __future__ import annotations
@@ -91,8 +92,9 @@ def collective_rows(profile: Profile, collective: str, group: int, mode: str = "
         if mode == "nccl":
             # the bare kernel: device time of the graph-mode pricing, without the stack's extra
             t, path = cm.price(collective, b, group, "graph")
-            if path.endswith("+graph_extra"):
-                t, path = t - profile.graph_extra_s, path[:-len("+graph_extra")]
+            for s, label in (("graph_nccl_node_s", "+graph_nccl_node"), ("graph_extra_s", "+graph_extra")):
+                if path.endswith(label):
+                    t, path = t - getattr(profile, s), path[:-len(label)]
         else:
             t, path = cm.price(collective, b, group, mode)
         bus = b / t / 1e9 * busbw_factor(collective, group) if t > 0 else 0.0

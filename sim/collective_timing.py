@@ -27,7 +27,11 @@ Loops (`Timing.kind`; each bench/data source cites where its loop was read):
                         graph per GPU, launched k times; the time is divided by iters * k
                         (common.cu BenchTime). gpus_per_thread graph launches per calls_per_graph
                         calls: under N x compute.launch_us.eager / calls_per_graph (0.7 us for 4 GPUs
-                        and 50 calls), not added: priced as device.
+                        and 50 calls), not added. Each captured call does pay NCCL's graph-mixing
+                        nodes (NCCL_GRAPH_MIXING_SUPPORT=1, the default: strongstream.cc adds an
+                        event-record node after every captured NCCL kernel and the next captured
+                        kernel waits on it, so in this back-to-back chain every call has it on its
+                        path): device + collectives.graph_nccl_node_us.
   eager_sync_per_call   torch: start event, one eager dist.all_reduce, end event, synchronize, per
                         timed call. The GPU idles before each call, so the events take in the whole
                         host path of the call (Python dispatch, ProcessGroupNCCL, ncclAllReduce,
@@ -38,7 +42,8 @@ Loops (`Timing.kind`; each bench/data source cites where its loop was read):
                         leaves unhidden of that same path.
   graph_replay_per_call torch: start event, one replay of a graph holding the single collective,
                         end event, synchronize. The events take in one Python-dispatched
-                        cudaGraphLaunch; no sourced H100 constant for it (compute.launch_us.graph is
+                        cudaGraphLaunch (and the collective's graph_nccl_node, added to the shown
+                        time); no sourced H100 constant for the launch (compute.launch_us.graph is
                         a kernel node's back-to-back floor inside a graph, not a graph launch from
                         the host): unpriced. The reference stack never pays it per collective (its
                         all-reduce is one node of the whole decode-step graph).
@@ -83,10 +88,11 @@ class HostCosts:
     """The host constants the loops use, all from the profile (each states its source there)."""
 
     eager_launch_s: float          # compute.launch_us.eager: one eager kernel launch from Python
+    graph_nccl_node_s: float = 0.0  # collectives.graph_nccl_node_us: NCCL's mixing nodes per captured call
 
     @classmethod
     def from_profile(cls, profile) -> "HostCosts":
-        return cls(profile.launch_s["eager"])
+        return cls(profile.launch_s["eager"], profile.graph_nccl_node_s)
 
 
 @dataclass(frozen=True)
@@ -99,7 +105,11 @@ class LoopTime:
 def loop_time(device_s: float, timing: Timing, host: HostCosts) -> LoopTime:
     """What `timing`'s loop measures per call for a kernel of `device_s` seconds (module docstring)."""
     k = timing.kind
-    if k in ("back_to_back_stream", "graph_replay_batched", "unstated"):
+    if k in ("back_to_back_stream", "unstated"):
+        return LoopTime(device_s, "")
+    if k == "graph_replay_batched":
+        if host.graph_nccl_node_s > 0:
+            return LoopTime(device_s + host.graph_nccl_node_s, "+graph_nccl_node")
         return LoopTime(device_s, "")
     if k == "single_thread_n_gpus":
         n = timing.gpus_per_thread
@@ -113,8 +123,9 @@ def loop_time(device_s: float, timing: Timing, host: HostCosts) -> LoopTime:
                         f"stack (one process per GPU) never pays it")
     if k == "eager_sync_per_call":
         return LoopTime(device_s + host.eager_launch_s, "+eager_launch")
-    # graph_replay_per_call
-    return LoopTime(device_s, "+graph_launch?",
+    # graph_replay_per_call: the captured collective pays NCCL's mixing nodes too; the launch stays unpriced
+    node = (host.graph_nccl_node_s, "+graph_nccl_node") if host.graph_nccl_node_s > 0 else (0.0, "")
+    return LoopTime(device_s + node[0], node[1] + "+graph_launch?",
                     "one Python-dispatched cudaGraphLaunch of a single-collective graph inside every "
                     "timed call; no sourced H100 constant for it, and the reference stack's all-reduce "
                     "is one node of the whole decode-step graph, which never pays it per collective")

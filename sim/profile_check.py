@@ -115,6 +115,7 @@ def parse(data: dict, where: str = "<profile>") -> Profile:
         link_models=links,
         eager_extra_s=g.num("collectives.eager_extra_us", default=0.0) * 1e-6,
         graph_extra_s=g.num("collectives.graph_extra_us", default=0.0, min_=0.0) * 1e-6,
+        graph_nccl_node_s=g.num("collectives.graph_nccl_node_us", default=0.0, min_=0.0) * 1e-6,
         graph_net_host_s=g.num("collectives.graph_net_host_us", default=0.0, min_=0.0) * 1e-6,
         default_impl=g.str_("collectives.default_impl", default="nccl"),
         stack_defaults=g.stack_defaults(),

@@ -135,6 +135,7 @@ class Profile:
     jitter_s: float                              # legacy jitter.launch_us (the simulator reads arrival_jitter)
     wake_s: float = 0.0                          # part of a collective's time that wakes a rank blocked on it
     graph_extra_s: float = 0.0                   # extra per NCCL collective inside a compiled CUDA-graph step
+    graph_nccl_node_s: float = 0.0               # NCCL's graph-mixing nodes per captured NCCL collective (0: unset)
     graph_net_host_s: float = 0.0                # NCCL's host node per network collective in a CUDA graph (0: unset)
     arrival_jitter: dict = field(default_factory=dict)  # scope ("node"/"net") -> ArrivalJitter (exact mode)
     source_path: str = ""

@@ -20,8 +20,8 @@ sys.path.insert(0, ".")
 
 from _derive_common import AIC, DATA, OUT, sv  # noqa: E402
 from _derive_compute import eager_launch, gemm_curves, gemm_table  # noqa: E402
-from _derive_collectives import (GRAPH_NET_HOST, JITTER, OVERLAP, custom_tables, graph_extra, latency_offset,  # noqa: E402
-                                 nccl_latency, nccl_tables, shm_constants, write)
+from _derive_collectives import (GRAPH_NET_HOST, JITTER, OVERLAP, custom_tables, graph_extra, graph_nccl_node,  # noqa: E402
+                                 latency_offset, nccl_latency, nccl_tables, shm_constants, write)
 
 # ---------------------------------------------------------------- boxes
 
@@ -55,6 +55,7 @@ def nvswitch_box(name, desc, system, nccl_ver, gemm_rel, vllm_rel, mem_gib, mem_
             "gemm_tables": [gemm_table(system, gemm_rel, kernel)],
         },
         "collectives": {"eager_extra_us": eager_extra, "graph_extra_us": graph_extra(floor_us, system),
+                        "graph_nccl_node_us": graph_nccl_node(system),
                         "graph_net_host_us": GRAPH_NET_HOST, "tables": tables},
         "topology": topo,
         "overlap": OVERLAP, "jitter": JITTER,
@@ -212,7 +213,8 @@ def main():
         },
         "collectives": {"eager_extra_us": sv(h100_extra["value"], "transferred from h100-sxm (host software "
                                                                    "overhead): " + h100_extra["source"]),
-                        "graph_extra_us": graph_extra(floor_us, "l40s"), "tables": tables},
+                        "graph_extra_us": graph_extra(floor_us, "l40s"),
+                        "graph_nccl_node_us": graph_nccl_node("l40s"), "tables": tables},
         "topology": l40_topo, "overlap": OVERLAP, "jitter": JITTER,
     }
     off, npts, err = latency_offset(l40, tables, "l40s-pcie")
@@ -244,6 +246,9 @@ def main():
                 "graph_extra_us": sv(prof["collectives"]["graph_extra_us"]["value"],
                                      f"as {base} (the functional collective's copy, independent of the transport): "
                                      + prof["collectives"]["graph_extra_us"]["source"]),
+                "graph_nccl_node_us": sv(prof["collectives"]["graph_nccl_node_us"]["value"],
+                                         f"as {base} (NCCL's graph-capture nodes, independent of the transport): "
+                                         + prof["collectives"]["graph_nccl_node_us"]["source"]),
                 "tables": [],
             },
         }

@@ -74,6 +74,7 @@ def nccl_latency():
 P2P_MATRIX = Path(__file__).with_name("_data") / "p2pBandwidthLatencyTest-8xH100.txt"
 NVBW_H800 = Path(__file__).with_name("_data") / "nvbandwidth-8xH800-host.txt"
 NVBW_A100 = Path(__file__).with_name("_data") / "nvbandwidth-A100-host-bidirectional.txt"
+MIXING_ABLATION = Path(__file__).with_name("_data") / "nccl-graph-mixing-ablation-jacobi.csv"
 
 
 def _matrix(text: str, title: str) -> list[float]:
@@ -167,6 +168,49 @@ def graph_extra(floor_us: float, system: str):
         f"funcol all-reduce copy (pytorch/pytorch#138773). ProcessGroupNCCL's side-stream fork/join and "
         f"wait_tensor become graph edges (no kernels): counted 0. The measured NCCL tables time the bare "
         f"kernel back to back, so they lack this"))
+
+
+# GPU of each aiconfigurator system measured by the graph-mixing ablation (others: not set)
+_MIXING_GPU = {"h100_sxm": "H100", "h200_sxm": "H200"}
+
+
+def graph_nccl_node(system: str):
+    """What NCCL's graph-mixing nodes cost one captured collective inside a CUDA graph, from the public
+    NCCL_GRAPH_MIXING_SUPPORT=1 vs 0 ablation of NVIDIA's nccl_graphs/jacobi (sim/profiles/_data/
+    nccl-graph-mixing-ablation-jacobi.csv, URL inside); 0 (not set) for a GPU it did not measure.
+
+    Mechanism (NCCL 2.21 src/misc/strongstream.cc + src/enqueue.cc; the same in 2.29/2.30): with mixing
+    on (the default), ncclLaunchFinish -> ncclStrongStreamRelease adds a cudaGraphAddEventRecordNode on
+    the comm's serialEvent after every captured NCCL kernel, and the next captured NCCL kernel of the
+    comm depends on that record node (ncclLaunchPrepare: launch stream waits on deviceStream's tip);
+    ncclStrongStreamAcquire adds one external cudaGraphAddEventWaitNode per graph. With mixing off none
+    of these nodes exist. Statistic: per (GPU count) the fastest of 5 reps of each arm (the author's),
+    (mixing on - off) / 5000 iterations, at nx=128 only: there the halo branch (boundary kernels ->
+    NCCL kernel -> record node) is the graph's critical path; at nx=512 the interior Jacobi kernel on
+    the other stream outlasts it and hides the node. Median over the 4- and 8-GPU arms."""
+    gpu = _MIXING_GPU.get(system)
+    if gpu is None:
+        return sv(0.0, "not set (0 = not charged): no public measurement of NCCL's graph-mixing nodes on this GPU "
+                       "(the h100-sxm / h200-sxm profiles take theirs from a NCCL_GRAPH_MIXING_SUPPORT ablation)")
+    d = pd.read_csv(MIXING_ABLATION, comment="#")
+    d = d[(d.gpu == gpu) & (d.nx == 128)]
+    deltas = {}
+    for n, g in d.groupby("num_gpus"):
+        fastest = g.groupby("nccl_graph_mixing").runtime_s.min()
+        deltas[int(n)] = round(float(fastest[1] - fastest[0]) / int(g.niter.iloc[0]) * 1e6, 3)
+    us = round(statistics.median(deltas.values()), 2)
+    shown = ", ".join(f"{n} GPUs {v} us" for n, v in sorted(deltas.items()))
+    return sv(us, (
+        f"derived: NCCL_GRAPH_MIXING_SUPPORT=1 (default) minus =0 per graph-captured NCCL launch, {gpu}, median of "
+        f"[{shown}] (fastest of 5 reps per arm, /5000 iterations, nx=128 where the NCCL branch is the graph's critical "
+        f"path) from the public nccl_graphs/jacobi ablation in C-TC/multi-gpu-programming-models "
+        f"repro/nccl_graph_ablation (sim/profiles/_data/nccl-graph-mixing-ablation-jacobi.csv; the author calls it "
+        f"'~1 us' on H100, 'sub-us' on H200, near the noise floor). Mechanism, NCCL 2.21 strongstream.cc/enqueue.cc: "
+        f"with mixing on every captured NCCL kernel is followed by an event-record node on the comm's serialEvent "
+        f"that the comm's next captured NCCL kernel depends on (plus one external event-wait node per graph); "
+        f"NCCL_GRAPH_MIXING_SUPPORT=0 removes them (vllm#32106, sglang#27089, TensorRT-LLM#13511 turn it off for "
+        f"the bubble before NCCL kernels in graphs). The kernel launch itself (cudaLaunchKernelEx with cluster and "
+        f"mem-sync-domain attributes) is the same captured or not, so the tables' bare kernel time holds"))
 
 
 GRAPH_NET_HOST = sv(0.0, (
