@@ -10,8 +10,10 @@ bytes Inductor itself estimates it reads and writes per buffer
 (BaseSchedulerNode.get_read_write_buffer_accesses: min(accessed elements, buffer size) x dtype).
 
 Probe dimensions are distinct primes, so every buffer's element count factors uniquely into a
-product of symbols (b, q, L, kvh, G, G2 = G + 2, hidden, ffn, dh = head_dim / 2, and 2): the table
-stores those products, and sim/fusion.py evaluates them at any model's shapes without torch.
+product of symbols (b, q, L, kvh, G, G2 = G + 2, hidden, ffn, dh = head_dim / 2, and 2; tp and rs,
+a rank's rows, for seq-parallel): the table stores those products, and sim/fusion.py evaluates
+them at any model's shapes without torch. Token-split and seq-parallel take their own probe
+shapes (probe_of).
 
 GPU vs CPU. On CPU Inductor lowers every cat as a ConcatKernel (one copy kernel per input), on
 GPU as a pointwise cat fused into its user (torch/_inductor/lowering.py, cat): target "cuda" sets
@@ -71,7 +73,8 @@ KEEP_LAYER = 1          # the layer whose kernels the table keeps (it has a neig
 #                 step has N * 7; prefill: q = 11 tokens each, N * 11 per sequence, so the static
 #                 cache is L = 47 > 44); the table's b and q are the micro-batch's own (sim/fusion.py
 #                 evaluates each micro-batch op at its own size). A buffer spanning the whole step
-#                 (none in the kept layer so far) would read N * b, exact for an even split.
+#                 (the whole KV cache, read by decode attention fused across micro-batches) reads
+#                 N * b: exact for an even split.
 #  seq-parallel   TP 37 on a fake process group (no communication: the shapes of a real 37-rank
 #                 job), with b * q token rows padded to tp * rs, rs = 41 shard rows: prefill
 #                 b = 137, q = 11 (1507 rows padded to 1517), decode b = 1511 (padded to 1517);
