@@ -167,15 +167,26 @@ def lookup(sched: Schedule, op: Op, device: str) -> tuple[str, str, str] | None:
             if rest in BOUNDARY_ROLES:
                 return None
             n = len(micro_batches(sched.step, int(sched.plan[op.layer].partition(":")[2] or 2)))
-            derived = sorted(int(k.partition(":")[2]) for k, v in table() if k.startswith("token-split:") and v == var)
+            derived = [int(k.partition(":")[2]) for k, v in table() if k.startswith("token-split:") and v == var]
             if not derived:
                 return None
-            m = min(derived, key=lambda d: (abs(d - n), -d))
-            j = 0 if mb.index == 0 else m - 1 if mb.index == n - 1 else min(mb.index, m - 2) if m > 2 else 1
+            m, j = _nearest_split(n, mb.index, derived)
             kind, role = f"token-split:{m}", f"mb{j}.{rest}"
     elif role in BOUNDARY_ROLES:
         return None
     return (kind, var, role) if (kind, var) in table() else None
+
+
+def _nearest_split(n: int, j: int, derived: list[int]) -> tuple[int, int]:
+    """Micro-batch j of an n-way split -> (m, j') of the derived m-way table nearest n (the larger
+    on a tie): the first and the last micro-batch keep their place, a middle one takes a middle
+    one (with m = 2, the last: like it, it waits behind an earlier micro-batch)."""
+    m = min(derived, key=lambda d: (abs(d - n), -d))
+    if j == 0:
+        return m, 0
+    if j == n - 1:
+        return m, m - 1
+    return m, (min(j, m - 2) if m > 2 else 1)
 
 
 def kernels(key: tuple[str, str, str]) -> list[Kernel]:
