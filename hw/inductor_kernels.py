@@ -10,8 +10,10 @@ bytes Inductor itself estimates it reads and writes per buffer
 (BaseSchedulerNode.get_read_write_buffer_accesses: min(accessed elements, buffer size) x dtype).
 
 Probe dimensions are distinct primes, so every buffer's element count factors uniquely into a
-product of symbols (b, q, L, kvh, G, G2 = G + 2, hidden, ffn, dh = head_dim / 2, and 2): the table
-stores those products, and sim/fusion.py evaluates them at any model's shapes without torch.
+product of symbols (b, q, L, kvh, G, G2 = G + 2, hidden, ffn, dh = head_dim / 2, and 2; tp and rs,
+a rank's rows, for seq-parallel): the table stores those products, and sim/fusion.py evaluates
+them at any model's shapes without torch. Token-split and seq-parallel take their own probe
+shapes (probe_of).
 
 GPU vs CPU. On CPU Inductor lowers every cat as a ConcatKernel (one copy kernel per input), on
 GPU as a pointwise cat fused into its user (torch/_inductor/lowering.py, cat): target "cuda" sets
@@ -36,6 +38,7 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -46,17 +49,39 @@ from sim.stack import Stack, Step
 # symbol -> probe value (distinct primes; "2" is the constant factor, e.g. head_dim = 2 * dh)
 PROBE = {"G": 3, "G2": 5, "b": 7, "q": 11, "L": 13, "kvh": 17, "hidden": 19, "ffn": 23, "dh": 29,
          "vocab": 31}
-SYMBOL_ORDER = ("b", "q", "L", "kvh", "G", "G2", "hidden", "ffn", "dh", "vocab")
+# tp and rs (rows of a seq-parallel shard, ceil(b * q / tp)) exist in seq-parallel probes only
+SYMBOL_ORDER = ("b", "q", "L", "kvh", "G", "G2", "hidden", "ffn", "dh", "vocab", "tp", "rs")
 
-# (schedule layer kind, schedule spec with every layer of that kind, layers compiled, layer kept)
+# table kind (a plan's layer kind) -> (schedule spec with every layer of that kind, layers compiled)
 KINDS = {
     "standard": ("standard", 2),
     "upper-bound": ("upper-bound", 2),
     "parallel": ("parallel", 2),
     "spd": ("spd:0-2", 3),
     "ladder": ("ladder", 3),
+    # token-split and seq-parallel: 3 layers, so the kept layer 1 has no run boundary (split/merge,
+    # shard/gather: once per pass, priced by the analytic fused model)
+    "token-split:2": ("token-split:2", 3),
+    "token-split:4": ("token-split:4", 3),
+    "seq-parallel": ("seq-parallel", 3),
 }
+_PLAIN = ("standard", "upper-bound", "parallel", "spd", "ladder")     # kinds probed at the plain PROBE
 KEEP_LAYER = 1          # the layer whose kernels the table keeps (it has a neighbour on each side)
+
+# Probes of the new kinds, where the plain probe's sizes cannot tell the symbols apart.
+#  token-split:N  every micro-batch is the plain probe's size (decode: b = 7 sequences each, so the
+#                 step has N * 7; prefill: q = 11 tokens each, N * 11 per sequence, so the static
+#                 cache is L = 47 > 44); the table's b and q are the micro-batch's own (sim/fusion.py
+#                 evaluates each micro-batch op at its own size). A buffer spanning the whole step
+#                 (the whole KV cache, read by decode attention fused across micro-batches) reads
+#                 N * b: exact for an even split.
+#  seq-parallel   TP 37 on a fake process group (no communication: the shapes of a real 37-rank
+#                 job), with b * q token rows padded to tp * rs, rs = 41 shard rows: prefill
+#                 b = 137, q = 11 (1507 rows padded to 1517), decode b = 1511 (padded to 1517);
+#                 decode-m1 has 1 row (rs = 1, padded to 37).
+TS_L = 47
+SP_TP, SP_RS = 37, 41
+SP_BATCH = {"prefill": 137, "decode": 1511, "decode-m1": 1, "decode-cpu": 1511}
 
 # variant -> (phase, batch, target): which Inductor path a step takes (sim.fusion.variant picks one)
 VARIANTS = {
@@ -75,17 +100,48 @@ _BMM_BRANCH = "(self.unsqueeze(-1) * batch2.unsqueeze(1)).sum(dim=2)"
 _GUARD = 'config.coordinate_descent_tuning and self.device.type not in ["cpu", "mps"]'
 
 
-def probe_model(layers: int) -> ModelSpec:
+def probe_model(layers: int, tp: int = 1) -> ModelSpec:
+    """The probe model whose rank shard (of `tp`) has the probe's per-rank sizes."""
     p = PROBE
-    return ModelSpec("inductor-probe", hidden=p["hidden"], layers=layers, heads=p["kvh"] * p["G"],
-                     kv_heads=p["kvh"], head_dim=2 * p["dh"], ffn=p["ffn"], vocab=p["vocab"])
+    return ModelSpec("inductor-probe", hidden=p["hidden"], layers=layers, heads=p["kvh"] * p["G"] * tp,
+                     kv_heads=p["kvh"] * tp, head_dim=2 * p["dh"], ffn=p["ffn"] * tp, vocab=p["vocab"])
 
 
-def factor(numel: int) -> dict[str, int]:
+@dataclass(frozen=True)
+class Probe:
+    """One compile's shapes: TP degree, step batch, prompt, generated tokens, and the symbol ->
+    prime map its element counts factor over (a symbol of value 1 is left out: it cannot show)."""
+
+    tp: int
+    batch: int
+    prompt: int
+    gen: int
+    symbols: dict
+
+
+def probe_of(kind: str, variant: str) -> Probe:
+    phase, batch, _ = VARIANTS[variant]
+    q, L = PROBE["q"], PROBE["L"]
+    if kind.startswith("token-split:"):
+        n = int(kind.split(":")[1])
+        if phase == "prefill":
+            return Probe(1, batch, n * q, TS_L - n * q, dict(PROBE, L=TS_L))
+        return Probe(1, n * batch, q, L - q, dict(PROBE, b=batch))
+    if kind == "seq-parallel":
+        b = SP_BATCH[variant]
+        rows = b * (q if phase == "prefill" else 1)
+        if -(-rows // SP_TP) not in (1, SP_RS):
+            raise ValueError(f"seq-parallel probe: {rows} rows do not shard into {SP_RS} per rank")
+        return Probe(SP_TP, b, q, L - q, dict(PROBE, b=b, tp=SP_TP, rs=-(-rows // SP_TP)))
+    return Probe(1, batch, q, L - q, dict(PROBE))
+
+
+def factor(numel: int, probe: dict | None = None) -> dict[str, int]:
     """numel -> {symbol: power} over the probe primes; ValueError if something else remains."""
+    probe = PROBE if probe is None else probe
     out: dict[str, int] = {}
     n = numel
-    for sym, v in [("2", 2)] + [(s, PROBE[s]) for s in SYMBOL_ORDER]:
+    for sym, v in [("2", 2)] + [(s, probe[s]) for s in SYMBOL_ORDER if probe.get(s, 1) > 1]:
         while n % v == 0:
             out[sym] = out.get(sym, 0) + 1
             n //= v
@@ -138,8 +194,9 @@ def cuda_matmul_decompositions():
 class _Recorder:
     """Hooks Scheduler._codegen: every scheduled node (kernel) of the graphs compiled meanwhile."""
 
-    def __init__(self):
+    def __init__(self, probe: dict):
         self.kernels: list[dict] = []
+        self.probe = probe
 
     @contextlib.contextmanager
     def hook(self):
@@ -150,7 +207,7 @@ class _Recorder:
         def _codegen(sched, nodes):
             out = orig(sched, nodes)
             for n in nodes:
-                k = _describe(n)
+                k = _describe(n, rec.probe)
                 if k is not None:
                     rec.kernels.append(k)
             return out
@@ -174,7 +231,7 @@ def _buf_dtype(name: str):
         return None
 
 
-def _describe(node) -> dict | None:
+def _describe(node, probe: dict) -> dict | None:
     from torch._inductor import ir
     from torch._inductor import scheduler as S
     if isinstance(node, S.NopKernelSchedulerNode):
@@ -206,16 +263,29 @@ def _describe(node) -> dict | None:
                 continue
             size = torch.empty((), dtype=dt).element_size()
             bufs.append({"mode": mode, "buffer": name, "dtype": str(dt).replace("torch.", ""),
-                         "numel": monomial(factor(nbytes // size))})
+                         "numel": monomial(factor(nbytes // size, probe))})
     return {"kind": kind, "kernel": str(kernel), "ops": sorted(ops), "buffers": bufs}
 
 
 def _one_rank_group():
+    return _group(1)
+
+
+def _group(size: int):
+    """The default process group with `size` ranks, this process rank 0: a 1-rank gloo group, or
+    for more ranks torch's fake backend (collectives return at once; functional collectives trace
+    and compile with the real job's shapes)."""
     import torch.distributed as dist
+    if dist.is_initialized() and dist.get_world_size() != size:
+        dist.destroy_process_group()
     if not dist.is_initialized():
-        fd, path = tempfile.mkstemp(prefix="tpsim-inductor-")
-        os.close(fd)
-        dist.init_process_group("gloo", init_method=f"file://{path}", rank=0, world_size=1)
+        if size == 1:
+            fd, path = tempfile.mkstemp(prefix="tpsim-inductor-")
+            os.close(fd)
+            dist.init_process_group("gloo", init_method=f"file://{path}", rank=0, world_size=1)
+        else:
+            from torch.testing._internal.distributed.fake_pg import FakeStore
+            dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=size)
     return dist.group.WORLD
 
 
@@ -226,21 +296,22 @@ def compile_kernels(kind: str, variant: str) -> list[dict]:
     from hw.runner import Runner
     import torch._inductor.config as icfg
     spec, layers = KINDS[kind]
-    phase, batch, target = VARIANTS[variant]
-    model = probe_model(layers)
-    prompt, gen = PROBE["q"], PROBE["L"] - PROBE["q"]
+    phase, _, target = VARIANTS[variant]
+    pr = probe_of(kind, variant)
+    model = probe_model(layers, pr.tp)
+    batch, prompt, gen = pr.batch, pr.prompt, pr.gen
     stack = Stack(dtype=DTYPE)
     step = (Step.prefill(batch, prompt, gen, stack) if phase == "prefill"
             else Step.decode(batch, prompt, gen, 1, stack))
     from sim.schedule import plan_of
-    sched = build_plan(spec, plan_of(spec, layers), model, 1, step, stack)
+    sched = build_plan(spec, plan_of(spec, layers), model, pr.tp, step, stack)
     torch._dynamo.reset()
-    rm = build_rank_model(model, 1, 0, batch=batch, max_seq=prompt + gen, dtype=DTYPE)
-    runner = Runner(rm, _one_rank_group())
+    rm = build_rank_model(model, pr.tp, 0, batch=batch, max_seq=prompt + gen, dtype=DTYPE)
+    runner = Runner(rm, _group(pr.tp), rank=0)
     tokens = torch.zeros(batch, step.q_len, dtype=torch.long)
     pos = torch.tensor(step.start_pos)
     fn = torch.compile(runner.functional_pass, fullgraph=True, dynamic=False)
-    rec = _Recorder()
+    rec = _Recorder(pr.symbols)
     patches = {"coordinate_descent_tuning": True, "reorder_for_compute_comm_overlap": True,
                "fx_graph_cache": False, "force_disable_caches": True,
                # Inductor lowers cat (RoPE's rotate_half) as a ConcatKernel on CPU always, on GPU as a
@@ -249,10 +320,10 @@ def compile_kernels(kind: str, variant: str) -> list[dict]:
     decomp = cuda_matmul_decompositions() if target == "cuda" else contextlib.nullcontext()
     with icfg.patch(patches), decomp, rec.hook(), torch.no_grad():
         fn(sched, tokens, pos)
-    return attribute(rec.kernels, sched)
+    return attribute(rec.kernels, sched, "rs" if kind == "seq-parallel" else "b*q")
 
 
-def attribute(kernels: list[dict], sched) -> list[dict]:
+def attribute(kernels: list[dict], sched, residual_rows: str = "b*q") -> list[dict]:
     """Each kernel to the one IR op that is latest in issue order among those it fuses (a fused
     kernel can start only after all of them could: the latest op's inputs imply the others'),
     kept if that op is in layer KEEP_LAYER; roles drop the layer prefix ("attn.norm")."""
@@ -280,7 +351,8 @@ def attribute(kernels: list[dict], sched) -> list[dict]:
         role = last.split(".", 1)[1]
         fuses = [_rel(o, layer[o]) for o in sorted(ops, key=order.get) if o != last]
         out.append({"role": role, "kind": k["kind"], "kernel": k["kernel"],
-                    "fuses": [f for f in fuses if f != "embed"], "buffers": _residual(k["buffers"], ops)})
+                    "fuses": [f for f in fuses if f != "embed"],
+                    "buffers": _residual(k["buffers"], ops, residual_rows)})
     return out
 
 
@@ -303,15 +375,19 @@ def recharge_matmuls(layers: dict) -> dict:
     return layers
 
 
-def _residual(bufs: list[dict], ops: list[str]) -> list[dict]:
+def _residual(bufs: list[dict], ops: list[str], rows: str = "b*q") -> list[dict]:
     """A short probe never realizes its residual stream: Inductor recomputes x = embed(tokens) +
     the all-reduced partials inside each consumer (it realizes a reused pointwise chain only once
     it reads more than config.realize_reads_threshold buffers, i.e. every couple of layers in a
-    deep model). Stand one read of the residual x [b*q, hidden] in for the embedding's reads."""
+    deep model). Stand one read of the residual x [rows, hidden] in for the embedding's reads
+    (rows: b*q, a micro-batch's own under token-split; rs, the rank's shard, under seq-parallel)."""
     if "embed" not in ops:
         return bufs
     out = [b for b in bufs if "vocab" not in b["numel"] and not (b["dtype"] == "int64" and b["mode"] == "read")]
-    return [{"mode": "read", "buffer": "residual", "dtype": DTYPE_TORCH, "numel": "b*q*hidden"}] + out
+    powers: dict[str, int] = {}
+    for sym in rows.split("*") + ["hidden"]:
+        powers[sym] = powers.get(sym, 0) + 1
+    return [{"mode": "read", "buffer": "residual", "dtype": DTYPE_TORCH, "numel": monomial(powers)}] + out
 
 
 def _rel(name: str, layer: int | None) -> str:
@@ -364,8 +440,15 @@ def _write(path: str, layers: dict) -> None:
     doc = {"format": "tpsim-compiled-kernels", "version": 1, "torch": torch.__version__,
            "command": "python -m hw.inductor_kernels", "dtype": DTYPE,
            "probe": PROBE, "variants": {k: {"phase": v[0], "batch": v[1], "target": v[2]} for k, v in VARIANTS.items()},
+           "probes": {f"{kind}:{variant}": {"tp": p.tp, "batch": p.batch, "prompt": p.prompt, "gen": p.gen,
+                                            "symbols": {k: v for k, v in p.symbols.items() if k not in PROBE
+                                                        or v != PROBE[k]}}
+                      for kind in KINDS if kind not in _PLAIN for variant in VARIANTS
+                      for p in [probe_of(kind, variant)]},
            "note": "see docs/compiled-stack.md: derived on the CPU C++ backend; target cuda takes Inductor's "
-                   "CUDA mm/bmm M == 1 decompositions",
+                   "CUDA mm/bmm M == 1 decompositions. token-split:N roles carry the micro-batch (mb0.attn.norm), "
+                   "b and q are the micro-batch's own; seq-parallel is probed at TP 37 on a fake process group, "
+                   "rs = rows of a rank's shard (probes: what differs from the plain probe)",
            "layers": layers}
     write_json_atomic(path, doc)
 

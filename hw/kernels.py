@@ -178,24 +178,29 @@ def _attention(ctx: KernelCtx, op: Op, qkv: torch.Tensor, *after: torch.Tensor) 
     return o.transpose(1, 2).reshape(B * S, H * D)
 
 
-def _attention_sdpa_math(ctx: KernelCtx, op: Op, qkv: torch.Tensor) -> torch.Tensor:
+def _attention_sdpa_math(ctx: KernelCtx, op: Op, qkv: torch.Tensor, *after: torch.Tensor) -> torch.Tensor:
     """The compiled stack's attention, as the reference harness (docs/sources.md §10) runs it: RoPE and
     cache write as `_attention`, GQA K/V expanded with repeat_interleave, then PyTorch's math SDPA
     op itself (the GPU runs forced the math backend; calling the op, not F.sdpa, keeps Inductor
     on CPU from picking its fused flash kernel). Under compile Inductor decomposes it: q, k, v
-    upcast to fp32, scaled, q@k^T + mask, softmax, @v, cast back."""
-    B, S = ctx.step.batch, ctx.step.q_len
+    upcast to fp32, scaled, q@k^T + mask, softmax, @v, cast back. A token-split micro-batch
+    (sequences b0..b0+B, step positions q0..q0+S) works on its own rows of the cache, as in
+    `_attention`; `after` only orders a prefill chunk after the one whose K/V it reads."""
+    B, S = op.attr("batch"), op.attr("q_len")
+    b0, q0 = op.get("b0", 0), op.attr("start_pos") - ctx.step.start_pos
     H, KVH, D = op.attr("heads"), op.attr("kv_heads"), op.attr("head_dim")
     if op.attr("impl") != "math":
-        return _attention(ctx, op, qkv)
+        return _attention(ctx, op, qkv, *after)
     rm = ctx.rm
     x = qkv.view(B, S, H + 2 * KVH, D)
     q, k, v = x.split([H, KVH, KVH], dim=2)                 # [B, S, h, D]
-    pos = ctx.positions
+    pos = ctx.positions if (q0 == 0 and S == ctx.step.q_len) else ctx.positions[q0:q0 + S]   # [S]
     cos, sin = rm.cos[pos][None, :, None, :], rm.sin[pos][None, :, None, :]
     q = (q.float() * cos + rotate_half(q.float()) * sin).to(qkv.dtype)
     k = (k.float() * cos + rotate_half(k.float()) * sin).to(qkv.dtype)
-    kc, vc = rm.kv[op.param]                                # [B, max_seq, KVH, D]
+    kc, vc = rm.kv[op.param]                                # [batch, max_seq, KVH, D]
+    if b0 or B != kc.shape[0]:
+        kc, vc = kc[b0:b0 + B], vc[b0:b0 + B]               # this micro-batch's sequences (a view)
     kc.index_copy_(1, pos, k)
     vc.index_copy_(1, pos, v)
     L = ctx.kv_len

@@ -192,10 +192,11 @@ class Runner:
                         start_pos: int | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One forward pass as one traceable function, for torch.compile(fullgraph=True) as the
         reference harness compiles its whole forward (docs/sources.md §10): compute ops run
-        COMPILED_KERNELS, collectives are functional (`_c10d_functional.all_reduce` +
-        `wait_tensor`), so Inductor fuses across op boundaries and sinks each wait to the first
-        reader -- the IR's dataflow, not this loop, decides the overlap. Every op's nodes carry
-        its IR name (node.meta["custom"]["tpsim_op"]) for hw.inductor_kernels. Returns
+        COMPILED_KERNELS, collectives are functional (`_c10d_functional.all_reduce` /
+        `all_gather_into_tensor` / `reduce_scatter_tensor` + `wait_tensor`), so Inductor fuses
+        across op boundaries and sinks each wait to the first reader -- the IR's dataflow, not
+        this loop, decides the overlap. Every op's nodes carry its IR name
+        (node.meta["custom"]["tpsim_op"]) for hw.inductor_kernels. Returns
         (logits [rows, vocab(+pad)], next tokens [batch])."""
         import torch.distributed._functional_collectives as funcol
         from torch.fx.traceback import annotate
@@ -214,7 +215,22 @@ class Runner:
                     else:
                         n = dist_world(self.group)
                         g = funcol.all_gather_tensor(x[0].contiguous(), 0, self.group)     # [n*rows, w]
-                    out = g.view(n, rows, width).permute(1, 0, 2).repeat(1, tp // n, 1).reshape(rows, tp * width)
+                    if op.get("dim", -1) == 0:          # seq-parallel: the token rows of every rank
+                        out = g if n == tp else g.repeat(tp // n, 1)
+                    else:
+                        out = (g.view(n, rows, width).permute(1, 0, 2).repeat(1, tp // n, 1)
+                               .reshape(rows, tp * width))
+                elif op.kind == "reduce_scatter":
+                    # [tp*rs, w] partial sums -> this rank's block [rs, w] of their sum; an emulated rank
+                    # (group smaller than tp, as in _issue) sums over its group and keeps its block
+                    tp = op.attr("group")
+                    n = 1 if self.group is None else dist_world(self.group)
+                    if n == tp and self.group is not None:
+                        out = funcol.reduce_scatter_tensor(x[0].contiguous(), "sum", 0, self.group)
+                    else:
+                        rs, r = x[0].shape[0] // tp, self.rank % tp
+                        s = funcol.all_reduce(x[0], "sum", self.group) if self.group is not None else x[0]
+                        out = s[r * rs:(r + 1) * rs]
                 else:
                     out = COMPILED_KERNELS[op.kind](ctx, op, *x)
             vals[op.outputs[0]] = out

@@ -210,9 +210,7 @@ class Builder:
             return LAYER_KINDS["standard"](self, first, end, x)
         if k < splits:
             self.note(f"{st.phase} splits into {k}, not {splits} (only {units} along {along})")
-        mbs = []
-        for j, (lo, n) in enumerate(_chunks(units, k)):
-            mbs.append(MicroBatch(j, lo, n, 0, st.q_len) if along == "batch" else MicroBatch(j, 0, st.batch, lo, n))
+        mbs = micro_batches(st, k)
         xs = []
         for mb in mbs:      # a view along the batch; a strided copy along the tokens of several sequences
             copy = int(along == "tokens" and st.batch > 1)
@@ -298,6 +296,16 @@ class Builder:
         for kind, first, end in runs(plan):
             x = layer_builder(kind)(self, first, end, x)
         return self.head(x)
+
+
+def micro_batches(step: Step, splits: int) -> list[MicroBatch]:
+    """The micro-batches of a token split of `step` into min(splits, units) pieces: along the batch
+    in decode, along the tokens of every sequence in prefill (a single piece: no split)."""
+    if step.phase == "decode":
+        pieces = _chunks(step.batch, min(splits, step.batch))
+        return [MicroBatch(j, lo, n, 0, step.q_len) for j, (lo, n) in enumerate(pieces)]
+    pieces = _chunks(step.q_len, min(splits, step.q_len))
+    return [MicroBatch(j, 0, step.batch, lo, n) for j, (lo, n) in enumerate(pieces)]
 
 
 def _chunks(total: int, n: int) -> list[tuple[int, int]]:

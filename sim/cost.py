@@ -168,13 +168,13 @@ class CostModel(CollectiveCost):
         if op.given_cost_s is not None:          # a stand-in or wait (sim.transform): its own cost
             return op.given_cost_s
         fused, graphs = self.stack.compiled(phase), self.stack.graphs(phase)
-        roles = fusion.layer_roles(sched, op, self.profile.device) if (fused and sched is not None) else None
-        if roles is not None:
-            key = ("compiled", op.signature, fusion.role_of(op), sched.plan[op.layer],
-                   fusion.variant(sched, self.profile.device), sched.step, sched.model, sched.tp, graphs)
+        hit = fusion.lookup(sched, op, self.profile.device) if (fused and sched is not None) else None
+        if hit is not None:
+            # the micro-batch's size is in the op's signature (its m / rows / batch / q_len attrs)
+            key = ("compiled", op.signature, hit, sched.step, sched.model, sched.tp, graphs)
             t = self._cache.get(key)
             if t is None:
-                t = self._cache[key] = self._kernels_s(op, roles.get(fusion.role_of(op), []), sched, graphs)
+                t = self._cache[key] = self._kernels_s(op, fusion.kernels(hit), sched, graphs)
             return t
         key = (op.signature, phase)
         t = self._cache.get(key)
@@ -203,7 +203,7 @@ class CostModel(CollectiveCost):
         extern bmm's of math SDPA: 2 b H q L d FLOPs each, in fp32 when SDPA upcast (the profile's
         fp32 matmul peak if it has one), plus their bytes; generated kernels: bytes at the memory
         roofline. Every kernel costs at least one launch."""
-        sym = fusion.symbols(sched)
+        sym = fusion.symbols(sched, op)
         act = DTYPE_BYTES[op.dtype]
         total = 0.0
         for k in kernels:
@@ -214,9 +214,10 @@ class CostModel(CollectiveCost):
                 continue
             nbytes = k.bytes(sym, act)
             if k.kind == "matmul":
-                s = sched.model.shard(sched.tp)
-                st = sched.step
-                flops = 2.0 * st.batch * s.heads * st.q_len * st.kv_len * s.head_dim
+                # an extern bmm of math SDPA: [b, H, q, d] x [b, H, d, L], at the attention op's own
+                # shape (a token-split micro-batch's sequences or tokens)
+                a = dict(op.attrs)
+                flops = 2.0 * a["batch"] * a["heads"] * a["q_len"] * a["kv_len"] * a["head_dim"]
                 dtype = "fp32" if k.matmul_dtype() == "fp32" else op.dtype
                 w = Work(flops, nbytes, 1, matmul=True)
                 peak_dtype = dtype if dtype in self.profile.peak_flops else op.dtype

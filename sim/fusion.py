@@ -9,7 +9,13 @@ costs nothing extra. A kernel lists the buffers it reads and writes with their e
 as products of symbols:
 
   b batch, q q_len, L kv_len (the static cache), kvh KV heads per rank, G = heads / kvh,
-  G2 = G + 2 (q, k, v heads per KV head), hidden, ffn (per rank), dh = head_dim / 2, 2.
+  G2 = G + 2 (q, k, v heads per KV head), hidden, ffn (per rank), dh = head_dim / 2, 2;
+  tp, and rs = ceil(b * q / tp), the token rows of a seq-parallel rank's shard.
+
+Token-split layers: roles carry the micro-batch ("mb1.attn.norm"), and b and q are the
+micro-batch's own (sequences in decode, tokens in prefill), so one table prices any split size;
+tables exist for 2 and 4 micro-batches (another count takes the nearest: first, middle and last
+micro-batches keep their place). A step that cannot split runs standard layers, priced as such.
 
 So a buffer [b, heads, q, L] is "b*q*L*kvh*G"; an fp32 one keeps 4 bytes per element, one in
 the activation dtype takes the stack's. docs/compiled-stack.md explains the derivation and where
@@ -23,6 +29,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from .builder import MicroBatch, kind_base, micro_batches
 from .schedule import Op, Schedule
 
 TABLE_PATH = Path(__file__).with_name("compiled_kernels.json")
@@ -92,35 +99,97 @@ def meta(path: str = str(TABLE_PATH)) -> dict:
     return {k: v for k, v in _document(path).items() if k != "layers"}
 
 
-def variant(sched: Schedule, device: str) -> str:
+# Ops at the boundary of a run of token-split / seq-parallel layers (once per pass, outside the
+# kept layer of the derivation): priced by the analytic fused model
+BOUNDARY_ROLES = frozenset({"split", "merge", "sp.shard", "sp.gather", "sp.gather.unpad"})
+
+
+def micro_batch(sched: Schedule, op: Op) -> MicroBatch | None:
+    """The token-split micro-batch `op` works on ("L3.mb1.attn.qkv"), None outside one."""
+    if op.layer is None or not sched.plan or kind_base(sched.plan[op.layer]) != "token-split":
+        return None
+    tag = op.name.split(".")[1] if op.name.count(".") >= 2 else ""
+    if not (tag.startswith("mb") and tag[2:].isdigit()):
+        return None
+    splits = int(sched.plan[op.layer].partition(":")[2] or 2)
+    return micro_batches(sched.step, splits)[int(tag[2:])]
+
+
+def variant(sched: Schedule, device: str, op: Op | None = None) -> str:
     """Which Inductor path the step takes: prefill (M > 1 everywhere); decode on the GPU path
-    (bmm with one query row decomposed into a generated reduction; at batch 1 the linear layers'
-    mm too: `decode-m1`); decode on the CPU C++ backend (no such decomposition)."""
+    (bmm with one query row decomposed into a generated reduction; at batch 1 -- a micro-batch
+    of 1 sequence for a token-split op -- the linear layers' mm too: `decode-m1`); decode on the
+    CPU C++ backend (no such decomposition)."""
     st = sched.step
     if st.q_len > 1:
         return "prefill"
     if device == "cpu":
         return "decode-cpu"
-    return "decode-m1" if st.batch == 1 else "decode"
+    mb = micro_batch(sched, op) if op is not None else None
+    return "decode-m1" if (mb.nb if mb else st.batch) == 1 else "decode"
 
 
-def symbols(sched: Schedule) -> dict[str, float]:
+def symbols(sched: Schedule, op: Op | None = None) -> dict[str, float]:
+    """The table's symbols at this step's shapes; b and q a token-split micro-batch's own for its ops."""
     s, st = sched.model.shard(sched.tp), sched.step
     g = s.heads / s.kv_heads
-    return {"b": st.batch, "q": st.q_len, "L": st.kv_len, "kvh": s.kv_heads, "G": g, "G2": g + 2,
-            "hidden": s.hidden, "ffn": s.ffn, "dh": s.head_dim / 2, "vocab": s.vocab}
+    mb = micro_batch(sched, op) if op is not None else None
+    b, q = (mb.nb, mb.nq) if mb else (st.batch, st.q_len)
+    return {"b": b, "q": q, "L": st.kv_len, "kvh": s.kv_heads, "G": g, "G2": g + 2,
+            "hidden": s.hidden, "ffn": s.ffn, "dh": s.head_dim / 2, "vocab": s.vocab,
+            "tp": sched.tp, "rs": -(-st.tokens // sched.tp)}
 
 
 def role_of(op: Op) -> str:
     return op.name.split(".", 1)[1]
 
 
-def layer_roles(sched: Schedule, op: Op, device: str) -> dict[str, list[Kernel]] | None:
-    """The role -> kernels table of the compiled layer `op` belongs to, or None when the table has
-    no such layer (non-layer ops, a flash-attention or unexpanded-GQA stack it was not derived
-    for): those ops are priced by the analytic fused model (sim.cost.op_work)."""
+def lookup(sched: Schedule, op: Op, device: str) -> tuple[str, str, str] | None:
+    """(table kind, variant, role) whose kernels price `op` in a compiled phase, or None where the
+    table has none (non-layer ops, run-boundary ops, a flash-attention or unexpanded-GQA stack's
+    attention it was not derived for): those ops are priced by the analytic fused model
+    (sim.cost.op_work). An op whose role has no kernel under the key costs nothing (fused)."""
     if op.layer is None or not sched.plan:
         return None
-    if role_of(op) == "attn.sdpa" and (sched.stack.attention != "math" or not sched.stack.expand_gqa):
+    role = role_of(op)
+    if role.endswith("attn.sdpa") and (sched.stack.attention != "math" or not sched.stack.expand_gqa):
         return None
-    return table().get((sched.plan[op.layer], variant(sched, device)))
+    kind = sched.plan[op.layer]
+    var = variant(sched, device, op)
+    if kind_base(kind) == "token-split":
+        mb = micro_batch(sched, op)
+        if mb is None:
+            if role in BOUNDARY_ROLES:
+                return None
+            kind = "standard"        # a step that cannot split runs standard layers
+        else:
+            rest = role.split(".", 1)[1]
+            if rest in BOUNDARY_ROLES:
+                return None
+            n = len(micro_batches(sched.step, int(sched.plan[op.layer].partition(":")[2] or 2)))
+            derived = [int(k.partition(":")[2]) for k, v in table() if k.startswith("token-split:") and v == var]
+            if not derived:
+                return None
+            m, j = _nearest_split(n, mb.index, derived)
+            kind, role = f"token-split:{m}", f"mb{j}.{rest}"
+    elif role in BOUNDARY_ROLES:
+        return None
+    return (kind, var, role) if (kind, var) in table() else None
+
+
+def _nearest_split(n: int, j: int, derived: list[int]) -> tuple[int, int]:
+    """Micro-batch j of an n-way split -> (m, j') of the derived m-way table nearest n (the larger
+    on a tie): the first and the last micro-batch keep their place, a middle one takes a middle
+    one (with m = 2, the last: like it, it waits behind an earlier micro-batch)."""
+    m = min(derived, key=lambda d: (abs(d - n), -d))
+    if j == 0:
+        return m, 0
+    if j == n - 1:
+        return m, m - 1
+    return m, (min(j, m - 2) if m > 2 else 1)
+
+
+def kernels(key: tuple[str, str, str]) -> list[Kernel]:
+    """The kernels charged to role key[2] of layer kind key[0], variant key[1] ([]: fused away)."""
+    return table()[key[:2]].get(key[2], [])
+
