@@ -9,8 +9,8 @@ Two ways in, one worker code path:
 
 No silent hangs: the process group gets `timeout_s` (a collective that waits longer raises on
 gloo, and NCCL's watchdog aborts), and the launcher kills every other rank as soon as one exits
-nonzero, and everything once `deadline_s` passes. Torch is imported inside functions only, so the
-launcher (and the CLI) run without it.
+nonzero, and everything once `deadline_s` passes. The launcher imports torch (through hw.rank, whose
+constants it shares with the ranks); the CLI reaches it only through `hw.harness` (hw/__init__.py).
 
 CPU ranks are pinned, each to its own share of the cores (`pin_cores`), unless TPSIM_PIN_CORES=0.
 Why: unpinned, the OS migrates each rank's compute thread and gloo's communication threads across

@@ -38,10 +38,20 @@ import tempfile
 import time
 
 import torch
+import torch._inductor.config as icfg
+import torch.distributed as dist
+from torch._inductor import decomposition as D
+from torch._inductor import ir
+from torch._inductor import scheduler as S
+from torch._inductor.virtualized import V
 
 from sim.model import ModelSpec
-from sim.schedule import build_plan
+from sim.schedule import build_plan, plan_of
 from sim.stack import Stack, Step
+from sim.trace import write_json_atomic
+
+from hw.model import build_rank_model
+from hw.runner import Runner
 
 # symbol -> probe value (distinct primes; "2" is the constant factor, e.g. head_dim = 2 * dh)
 PROBE = {"G": 3, "G2": 5, "b": 7, "q": 11, "L": 13, "kvh": 17, "hidden": 19, "ffn": 23, "dh": 29,
@@ -104,7 +114,6 @@ def monomial(powers: dict[str, int]) -> str:
 @contextlib.contextmanager
 def cuda_matmul_decompositions():
     """Take Inductor's CUDA branch of the mm / bmm decompositions on CPU (see module doc)."""
-    from torch._inductor import decomposition as D
     for fn, branch in ((D.mm, _MM_BRANCH), (D.bmm, _BMM_BRANCH)):
         src = inspect.getsource(fn)
         if _GUARD not in src or branch not in src:
@@ -143,7 +152,6 @@ class _Recorder:
 
     @contextlib.contextmanager
     def hook(self):
-        from torch._inductor import scheduler as S
         orig = S.Scheduler._codegen
         rec = self
 
@@ -163,7 +171,6 @@ class _Recorder:
 
 
 def _buf_dtype(name: str):
-    from torch._inductor.virtualized import V
     buf = V.graph.name_to_buffer.get(name) or V.graph.graph_inputs.get(name)
     try:
         names = buf.get_mutation_names() if hasattr(buf, "get_mutation_names") else []
@@ -175,8 +182,6 @@ def _buf_dtype(name: str):
 
 
 def _describe(node) -> dict | None:
-    from torch._inductor import ir
-    from torch._inductor import scheduler as S
     if isinstance(node, S.NopKernelSchedulerNode):
         return None
     ops = set()
@@ -211,7 +216,6 @@ def _describe(node) -> dict | None:
 
 
 def _one_rank_group():
-    import torch.distributed as dist
     if not dist.is_initialized():
         fd, path = tempfile.mkstemp(prefix="tpsim-inductor-")
         os.close(fd)
@@ -222,9 +226,6 @@ def _one_rank_group():
 def compile_kernels(kind: str, variant: str) -> list[dict]:
     """Compile one probe forward pass (every layer of schedule `kind`) and return the kernels
     of layer KEEP_LAYER, each attributed to one IR op (see attribute())."""
-    from hw.model import build_rank_model
-    from hw.runner import Runner
-    import torch._inductor.config as icfg
     spec, layers = KINDS[kind]
     phase, batch, target = VARIANTS[variant]
     model = probe_model(layers)
@@ -232,7 +233,6 @@ def compile_kernels(kind: str, variant: str) -> list[dict]:
     stack = Stack(dtype=DTYPE)
     step = (Step.prefill(batch, prompt, gen, stack) if phase == "prefill"
             else Step.decode(batch, prompt, gen, 1, stack))
-    from sim.schedule import plan_of
     sched = build_plan(spec, plan_of(spec, layers), model, 1, step, stack)
     torch._dynamo.reset()
     rm = build_rank_model(model, 1, 0, batch=batch, max_seq=prompt + gen, dtype=DTYPE)
@@ -360,7 +360,6 @@ def main(argv=None) -> int:
 
 
 def _write(path: str, layers: dict) -> None:
-    from sim.trace import write_json_atomic
     doc = {"format": "tpsim-compiled-kernels", "version": 1, "torch": torch.__version__,
            "command": "python -m hw.inductor_kernels", "dtype": DTYPE,
            "probe": PROBE, "variants": {k: {"phase": v[0], "batch": v[1], "target": v[2]} for k, v in VARIANTS.items()},
