@@ -25,8 +25,10 @@ import click
 from sim.cli_options import TpsimError
 from sim.model import get_model
 from sim.profile import ProfileError, load_profile
-from sim.schedule import DEFAULT_SCHEDULES
-from sim.stack import Stack
+from sim.schedule import DEFAULT_SCHEDULES, KINDS, build
+from sim.stack import Stack, Step
+
+from hw import harness, require_torch
 
 from calib.compare_intervals import interval_note
 from calib.compare_join import compare_point, measured_speedup_text, predicted_speedup_text, speedup_sign, summarize
@@ -40,8 +42,6 @@ QUICK_MODELS = ("toy-512", "toy-1024")
 
 def _collective_kinds(points: list[Point], schedules: tuple[str, ...]) -> tuple[str, ...]:
     """all_reduce plus every collective kind the schedules emit on the grid (e.g. reduce_scatter)."""
-    from sim.schedule import KINDS, build
-    from sim.stack import Step
     used = {"all_reduce"}
     for p in points:
         step = Step.prefill(p.batch, p.prompt_len, p.gen_len, Stack())
@@ -54,11 +54,11 @@ def run_compare(points: list[Point], schedules: tuple[str, ...], out_dir: Path, 
                 timeout_s: float, echo=print, compile: bool = False) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     if profile_arg is None and not measured_files:
-        from calib.run import calibrate
         models = tuple(dict.fromkeys(p.model for p in points))
         echo(f"calibrating {backend} on {nproc} ranks for {', '.join(models)} -> {out_dir / 'profile.json'}")
         # a quick calibration measures all-reduce only; also the collectives the schedules use (seq-parallel)
         used = _collective_kinds(points, schedules)
+        calibrate = harness("calib.run", "compare").calibrate
         calibrate(backend, nproc, models, tuple(sorted({p.tp for p in points})), tuple(sorted({p.batch for p in points})),
                   points[0].prompt_len, points[0].gen_len, quick, out_dir / "profile.json",
                   **({"collectives": used} if quick and used != ("all_reduce",) else {}))
@@ -127,7 +127,6 @@ def compare_cmd(backend, device, nproc, quick, profile_arg, models, tps, batches
                 repeats, measured_files, out_dir, timeout_s, compile_):
     """Run the harness and the simulator on the same grid and report where the prediction is right."""
     if not measured_files:                  # the harness runs here (and calibration, without --profile)
-        from hw.commands import require_torch
         require_torch("compare")
     device = device or ("cpu" if backend == "gloo" else "cuda")
     models = models or (QUICK_MODELS if quick or not measured_files else ())
@@ -152,9 +151,9 @@ def compare_cmd(backend, device, nproc, quick, profile_arg, models, tps, batches
 
 
 def _print_summary(result: dict, out_dir: Path) -> None:
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
+    from rich.console import Console      # lazy: rich takes ~30 ms to import; cli imports this module at every start
+    from rich.markup import escape        # lazy: (rich, as above)
+    from rich.table import Table          # lazy: (rich, as above)
     t = Table(title=f"simulated vs measured (profile {result['profile']})", title_justify="left")
     for col in ("point", "schedule", "meas tok/s", "pred tok/s", "err", "meas speedup", "pred speedup", "sign"):
         t.add_column(col, justify="left" if col in ("point", "schedule") else "right")
