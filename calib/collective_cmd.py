@@ -56,8 +56,8 @@ def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, c
             out["compare"] = {"file": compare_path, "median_abs_error_pct": _median_abs(rows)}
         click.echo(json.dumps(out))
         return
-    from rich.console import Console
-    from rich.table import Table
+    from rich.console import Console      # lazy: rich takes ~30 ms to import; cli imports this module at every start
+    from rich.table import Table          # lazy: (rich, as above)
     per = gpus_per_node or prof.gpus_per_node
     t = Table(title=f"{collective}  {group} ranks ({-(-group // per)} node{'s' if group > per else ''})  "
                     f"profile {prof.name}  mode {mode}", title_justify="left")

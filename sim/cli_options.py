@@ -120,7 +120,7 @@ HARNESS_STACK = {"head": "replicated", "attention": "math", "kv": "static", "pre
 
 
 def _stderr_console():
-    from rich.console import Console      # rich: ~40 ms to import, only when printing
+    from rich.console import Console      # lazy: rich takes ~30 ms to import; only printing needs it
     return Console(stderr=True)
 
 
