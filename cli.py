@@ -13,8 +13,8 @@ from pathlib import Path
 import click
 
 from sim import sweep as sw
-from sim.cli_options import (_stderr_console, check_sizes, compile_options, make_workload, stack_dict,
-                             stack_options, user_errors, workload_options)
+from sim.cli_options import (_stderr_console, check_sizes, compile_options, make_workload, rich_console, rich_table,
+                             stack_dict, stack_options, user_errors, workload_options)
 from sim.lock import check_writable, output_lock
 from sim.model import MODELS, get_model, valid_tp
 from sim.model_show import show_model
@@ -61,12 +61,10 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
     seq-parallel: the same model and outputs), retrain (ladder, parallel: a different architecture
     that must be trained), drops syncs (spd: the trained model with all-reduces skipped, some
     accuracy lost), n/a (upper-bound: no communication, a speed ceiling only)."""
-    from rich.console import Console      # lazy: rich takes ~30 ms to import; only printing a table needs it
-    from rich.table import Table          # lazy: (rich, as above)
     w = make_workload(**kw)
     schedules = list(schedules) or list(DEFAULT_SCHEDULES)
     if exhaustive:  # every rank, layer and decode step: minutes for big models, so show progress
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn  # lazy: rich
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn  # lazy: rich, ~30 ms
         passes = len(set(schedules) | {"standard"}) * w.gen_len
         with Progress("exhaustive", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True,
                       disable=not sys.stderr.isatty(), console=_stderr_console()) as bar:
@@ -91,7 +89,7 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
     if as_json:
         click.echo(json.dumps(out, indent=1))
         return
-    t = Table(title=f"{w.model.name}  TP{w.tp} ({w.nodes} node{'s' * (w.nodes > 1)})  profile {w.profile.name}  "
+    t = rich_table(title=f"{w.model.name}  TP{w.tp} ({w.nodes} node{'s' * (w.nodes > 1)})  profile {w.profile.name}  "
                     f"batch {w.batch}  prompt {w.prompt_len}  gen {w.gen_len}  {w.stack.dtype}",
               title_justify="left")
     for col in ("schedule", "prefill ms", "decode ms", "ms/token", "tokens/s", "speedup", "exposed comm ms",
@@ -109,7 +107,7 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
             d = p.to_dict()
             row.append(f"±{d['tokens_per_s_ci95']:.2f} (n={d['samples']['decode']})")
         t.add_row(*row)
-    console = Console(width=max(112, Console().width))
+    console = rich_console(width=max(112, rich_console().width))
     console.print(f"stack: {w.stack.describe()}", style="dim")
     console.print(t)
     for p in preds:
@@ -151,7 +149,7 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
 def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, prompt_len, gen_len, jobs,
           out_path, plot_path, plot_view, **stack_flags):
     """What-if grid from the simulator alone: models x TP x batch x profile x link scaling -> CSV (+ plot)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn  # lazy: rich (~30 ms)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn  # lazy: rich, ~30 ms
     if not 1 <= jobs <= 1024:
         raise ValueError(f"--jobs must be in 1..1024, got {jobs}")
     if jobs > sw.max_jobs():                 # more processes than cores only add start-up and memory
@@ -214,8 +212,6 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
 @user_errors
 def show(model, spec, tp, layer, phase, batch, prompt_len, gen_len, **stack_flags):
     """Print one layer's ops in issue order with what each waits for, to check a schedule by eye."""
-    from rich.console import Console      # lazy: rich takes ~30 ms to import; only printing a table needs it
-    from rich.table import Table          # lazy: (rich, as above)
     check_sizes(tp, batch, prompt_len, gen_len)
     m = get_model(model)
     stack = make_stack(_stack_given(**stack_flags))       # no profile: Stack's defaults under the flags
@@ -231,7 +227,7 @@ def show(model, spec, tp, layer, phase, batch, prompt_len, gen_len, **stack_flag
     idx = [i for i, op in enumerate(s.ops) if op.layer == layer]
     nxt = [i for i, op in enumerate(s.ops) if op.layer == layer + 1]
     lo, hi = idx[0], (nxt[0] if nxt else len(s.ops))
-    t = Table(title=f"{spec}: ops issued for layer {layer} of {m.name} (TP{tp}, {phase}), in issue order",
+    t = rich_table(title=f"{spec}: ops issued for layer {layer} of {m.name} (TP{tp}, {phase}), in issue order",
               title_justify="left")
     for col in ("#", "op", "kind", "stream", "waits for", "shape"):
         t.add_column(col)
@@ -241,7 +237,7 @@ def show(model, spec, tp, layer, phase, batch, prompt_len, gen_len, **stack_flag
         shape = " ".join(f"{k}={v}" for k, v in op.attrs)
         t.add_row(str(i), op.name, op.kind, op.stream, ", ".join(deps) or "-", shape,
                   style="cyan" if op.stream == COMM else None)
-    Console(width=160).print(t)
+    rich_console(width=160).print(t)
     click.echo(f"{len(s.ops)} ops per forward pass, {len(s.collectives)} collectives"
                + (f"; ladder layers {s.ladder_layers[0]}..{s.ladder_layers[-1]}" if s.ladder_layers else "")
                + (f"; SPD blocks {_ranges(s.spd_layers)}" if s.spd_layers else ""))
@@ -305,15 +301,13 @@ def profiles():
 @user_errors
 def profiles_list():
     """Built-in profiles and what they describe."""
-    from rich.console import Console      # lazy: rich takes ~30 ms to import; only printing a table needs it
-    from rich.table import Table          # lazy: (rich, as above)
-    t = Table()
+    t = rich_table()
     for col in ("name", "GPUs/node", "description"):
         t.add_column(col)
     for name in builtin_names():
         p = load_profile(name)
         t.add_row(name, str(p.gpus_per_node), p.description)
-    Console(width=140).print(t)
+    rich_console(width=140).print(t)
 
 
 @profiles.command("show")
@@ -321,16 +315,14 @@ def profiles_list():
 @user_errors
 def profiles_show(name):
     """Every value of profile NAME (or a JSON path) with where it came from."""
-    from rich.console import Console      # lazy: rich takes ~30 ms to import; only printing a table needs it
-    from rich.table import Table          # lazy: (rich, as above)
     p = load_profile(name)
     _, path = read_raw(name)
-    t = Table(title=f"{p.name}: {p.description}  ({path})", title_justify="left")
+    t = rich_table(title=f"{p.name}: {p.description}  ({path})", title_justify="left")
     for col in ("field", "value", "source"):
         t.add_column(col, overflow="fold")
     for field, value, source in describe(name)[2:]:      # name and description are in the title
         t.add_row(field, value, source)
-    Console(width=180).print(t)
+    rich_console(width=180).print(t)
 
 
 profiles.add_command(import_nccl_tests_cmd)
@@ -344,12 +336,10 @@ profiles.add_command(import_nccl_tests_cmd)
 def models(show_):
     """Model presets with their shapes and valid TP degrees (any Llama-family config.json works
     wherever a model name is accepted)."""
-    from rich.console import Console      # lazy: rich takes ~30 ms to import; only printing a table needs it
-    from rich.table import Table          # lazy: (rich, as above)
     if show_:
         click.echo(show_model(get_model(show_)))
         return
-    t = Table()
+    t = rich_table()
     for col in ("name", "params", "layers", "hidden", "heads", "kv", "head_dim", "ffn", "vocab", "TP"):
         t.add_column(col, justify="left" if col == "name" else "right")
     for m in MODELS.values():
@@ -357,7 +347,7 @@ def models(show_):
         t.add_row(m.name, f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M", str(m.layers), str(m.hidden),
                   str(m.heads), str(m.kv_heads), str(m.head_dim), str(m.ffn), str(m.vocab),
                   ",".join(map(str, valid_tp(m, 16))))
-    Console(width=140).print(t)
+    rich_console(width=140).print(t)
 
 
 # the harness commands need torch only when they run (hw.harness); collective is pure Python

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import click
 
-from sim.cli_options import TpsimError
+from sim.cli_options import TpsimError, rich_console, rich_escape, rich_table
 from sim.model import get_model
 from sim.profile import ProfileError, load_profile
 from sim.schedule import DEFAULT_SCHEDULES, KINDS, build
@@ -151,19 +151,16 @@ def compare_cmd(backend, device, nproc, quick, profile_arg, models, tps, batches
 
 
 def _print_summary(result: dict, out_dir: Path) -> None:
-    from rich.console import Console      # lazy: rich takes ~30 ms to import; cli imports this module at every start
-    from rich.markup import escape        # lazy: (rich, as above)
-    from rich.table import Table          # lazy: (rich, as above)
-    t = Table(title=f"simulated vs measured (profile {result['profile']})", title_justify="left")
+    t = rich_table(title=f"simulated vs measured (profile {result['profile']})", title_justify="left")
     for col in ("point", "schedule", "meas tok/s", "pred tok/s", "err", "meas speedup", "pred speedup", "sign"):
         t.add_column(col, justify="left" if col in ("point", "schedule") else "right")
     for pt in result["points"]:
         for s in pt["schedules"]:
             t.add_row(f"{pt['model']} TP{pt['tp']} b{pt['batch']}", s["schedule"],
                       f"{s['measured']['tokens_per_s']:.1f}", f"{s['predicted']['tokens_per_s']:.1f}",
-                      f"{s['err']['tokens_per_s']:+.1%}", escape(measured_speedup_text(s)),
-                      escape(predicted_speedup_text(s)), speedup_sign(s))
-    c = Console(width=120)
+                      f"{s['err']['tokens_per_s']:+.1%}", rich_escape(measured_speedup_text(s)),
+                      rich_escape(predicted_speedup_text(s)), speedup_sign(s))
+    c = rich_console(width=120)
     c.print(t)
     for spec, s in result["summary"].items():
         why = [f"{n} with the measured interval containing 1" for n in [s["sign_mismatches_within_noise"]] if n]
@@ -173,7 +170,7 @@ def _print_summary(result: dict, out_dir: Path) -> None:
                 f"speedup sign {s['sign_matches']}/{s['points']}" + (f" (undetermined: {'; '.join(why)})" if why else ""))
     for note in (interval_note(result), drift_note(result)):
         if note:
-            c.print(escape(note))
+            c.print(rich_escape(note))
     for pt in result["points"]:
         if pt["missing_schedules"]:
             c.print(f"[yellow]not measured[/yellow] {pt['model']} TP{pt['tp']} b{pt['batch']}: "

@@ -217,6 +217,14 @@ def iter_rows(rows: list[dict], **match) -> Iterator[dict]:
 PLOT_VIEWS = ("speedup", "no-retraining")
 
 
+def _pyplot():
+    """matplotlib.pyplot on the Agg backend (files only, no display)."""
+    import matplotlib                    # lazy: matplotlib (the [plot] extra) takes ~0.5 s to import; only --plot
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt      # lazy: (matplotlib, as above)
+    return plt
+
+
 def plot(rows: list[dict], path: str | os.PathLike, view: str = "speedup") -> None:
     """Speedup over standard: heatmaps (model x TP) per schedule and profile, one batch per
     figure row when batches vary; line plots over bandwidth scale when that was swept.
@@ -226,9 +234,7 @@ def plot(rows: list[dict], path: str | os.PathLike, view: str = "speedup") -> No
         raise ValueError(f"unknown plot view {view!r}; choose from {', '.join(PLOT_VIEWS)}")
     if view == "no-retraining":
         return plot_no_retraining(rows, path)
-    import matplotlib                    # lazy: matplotlib (the [plot] extra) takes ~0.5 s to import; only --plot
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt      # lazy: (matplotlib, as above)
+    plt = _pyplot()
 
     ok = [r for r in rows if not r.get("error") and r["schedule"] != "standard"]
     if not ok:
@@ -311,9 +317,7 @@ def plot_no_retraining(rows: list[dict], path: str | os.PathLike) -> None:
     """One panel per (model, TP, profile, link scaling): speedup over standard against batch size,
     for the best schedule that keeps the model (each point labelled with the one that wins) and
     for every schedule that changes it (ladder, parallel, spd)."""
-    import matplotlib                    # lazy: matplotlib (the [plot] extra) takes ~0.5 s to import; only --plot
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt      # lazy: (matplotlib, as above)
+    plt = _pyplot()
 
     best = best_no_retraining(rows)
     if not best:
