@@ -69,9 +69,12 @@ def package_root() -> str:
 
 
 # Started as `python -I -c _BOOT ROOT TARGET CONFIG`: -I keeps the working directory (and PYTHON*
-# variables) off sys.path, so hw.dist comes from ROOT, the launcher's own package root.
-_BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); from hw.rank import _worker_main; "
-         "_worker_main(sys.argv[2:])")
+# variables) off sys.path, so hw.dist comes from ROOT, the launcher's own package root. The
+# launcher's other import paths (PATH_ENV: a user site, PYTHONPATH) are appended before hw.rank is
+# imported, since hw.rank imports torch, which may live on one of them.
+_BOOT = ("import json, os, sys; sys.path.insert(0, sys.argv[1]); "
+         f"sys.path += [p for p in json.loads(os.environ.get({PATH_ENV!r}) or '[]') if p not in sys.path]; "
+         "from hw.rank import _worker_main; _worker_main(sys.argv[2:])")
 
 
 def rank_command(target: str, cfg_path: str) -> list[str]:

@@ -43,7 +43,7 @@ LAUNCHER_PID_ENV = "TPSIM_LAUNCHER_PID"
 BEAT_ENV = "TPSIM_BEAT_FILE"           # the rank's progress file (see `mark`)
 
 
-PATH_ENV = "TPSIM_SYS_PATH"            # the launcher's import path (JSON), minus the working directory
+PATH_ENV = "TPSIM_SYS_PATH"            # the launcher's import path (JSON), minus the working directory (hw.dist._BOOT)
 
 
 def run_rank(config: dict, body, render) -> tuple[RunConfig, dict]:
@@ -243,9 +243,6 @@ def _worker_main(argv: list[str]) -> None:
     if len(argv) != 2:
         raise SystemExit("usage: python -m hw.rank MODULE:FUNCTION CONFIG.json")
     _tie_to_launcher()
-    extra = os.environ.get(PATH_ENV)
-    if extra:
-        sys.path += [p for p in json.loads(extra) if p not in sys.path]
     mod, _, fn = argv[0].partition(":")
     with open(argv[1]) as f:
         config = json.load(f)
