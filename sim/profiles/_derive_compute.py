@@ -96,7 +96,7 @@ class AicGemm:
     def __init__(self, system: str, backend: str, version: str):
         wheel = DATA.parents[2]                 # .../aiconfigurator_core/systems/data -> wheel root
         sys.path.insert(0, str(wheel))
-        import aiconfigurator_core as aic   # lazy: optional (derivation only); importable from the sys.path entry just above
+        import aiconfigurator_core as aic   # lazy: optional, derivation only; found via the sys.path entry above
         sys.path.remove(str(wheel))
         systems = str(DATA.parent)
         engine = {"schema_version": 1, "model_name": "__database_probe__", "system_name": system,
