@@ -1,8 +1,10 @@
 """tpsim command line: predict, show, trace, profiles, models (simulator; no torch needed);
-bench, check, calibrate, compare (harness; need the [hw] extra)."""
+bench, check, calibrate, compare (harness; need the [hw] extra).
+
+`import cli` imports no torch: the harness commands' modules (hw.commands, calib.commands,
+calib.compare) reach the torch side only through `hw.harness`, when a command runs."""
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import sys
@@ -10,15 +12,24 @@ from pathlib import Path
 
 import click
 
-from sim.cli_options import (_stderr_console, check_sizes, compile_options, make_workload, stack_dict,
-                             stack_options, user_errors, workload_options)
+from sim import sweep as sw
+from sim.cli_options import (_stderr_console, check_sizes, compile_options, make_workload, rich_console, rich_table,
+                             stack_dict, stack_options, user_errors, workload_options)
 from sim.lock import check_writable, output_lock
 from sim.model import MODELS, get_model, valid_tp
+from sim.model_show import show_model
 from sim.predict import Simulator, predict as run
 from sim.profile import builtin_names, describe, load_profile, read_raw
 from sim.schedule import COMM, DEFAULT_SCHEDULES, SCHEDULE_HELP, ScheduleSpec, build
 from sim.stack import Step, make_stack
 from sim.trace import chrome_trace, write_json_atomic, write_text_atomic
+
+from hw.commands import bench_cmd, check_cmd
+
+from calib.collective_cmd import collective_cmd
+from calib.commands import calibrate_cmd
+from calib.compare import compare_cmd
+from calib.nccl_import import import_nccl_tests_cmd
 
 MODEL_CHANGE_HELP = ("model change: none = same model and outputs as standard; retrain = a different "
                      "architecture, trained for it; drops syncs = all-reduces skipped, accuracy lost; "
@@ -50,12 +61,10 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
     seq-parallel: the same model and outputs), retrain (ladder, parallel: a different architecture
     that must be trained), drops syncs (spd: the trained model with all-reduces skipped, some
     accuracy lost), n/a (upper-bound: no communication, a speed ceiling only)."""
-    from rich.console import Console      # rich: ~40 ms to import, only when printing
-    from rich.table import Table
     w = make_workload(**kw)
     schedules = list(schedules) or list(DEFAULT_SCHEDULES)
     if exhaustive:  # every rank, layer and decode step: minutes for big models, so show progress
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn  # lazy: rich, ~30 ms
         passes = len(set(schedules) | {"standard"}) * w.gen_len
         with Progress("exhaustive", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True,
                       disable=not sys.stderr.isatty(), console=_stderr_console()) as bar:
@@ -80,7 +89,7 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
     if as_json:
         click.echo(json.dumps(out, indent=1))
         return
-    t = Table(title=f"{w.model.name}  TP{w.tp} ({w.nodes} node{'s' * (w.nodes > 1)})  profile {w.profile.name}  "
+    t = rich_table(title=f"{w.model.name}  TP{w.tp} ({w.nodes} node{'s' * (w.nodes > 1)})  profile {w.profile.name}  "
                     f"batch {w.batch}  prompt {w.prompt_len}  gen {w.gen_len}  {w.stack.dtype}",
               title_justify="left")
     for col in ("schedule", "prefill ms", "decode ms", "ms/token", "tokens/s", "speedup", "exposed comm ms",
@@ -98,7 +107,7 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
             d = p.to_dict()
             row.append(f"±{d['tokens_per_s_ci95']:.2f} (n={d['samples']['decode']})")
         t.add_row(*row)
-    console = Console(width=max(112, Console().width))
+    console = rich_console(width=max(112, rich_console().width))
     console.print(f"stack: {w.stack.describe()}", style="dim")
     console.print(t)
     for p in preds:
@@ -140,8 +149,7 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
 def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, prompt_len, gen_len, jobs,
           out_path, plot_path, plot_view, **stack_flags):
     """What-if grid from the simulator alone: models x TP x batch x profile x link scaling -> CSV (+ plot)."""
-    from sim import sweep as sw           # multiprocessing and the sweep's grid: ~0.1 s, only for sweep
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn  # lazy: rich, ~30 ms
     if not 1 <= jobs <= 1024:
         raise ValueError(f"--jobs must be in 1..1024, got {jobs}")
     if jobs > sw.max_jobs():                 # more processes than cores only add start-up and memory
@@ -204,8 +212,6 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
 @user_errors
 def show(model, spec, tp, layer, phase, batch, prompt_len, gen_len, **stack_flags):
     """Print one layer's ops in issue order with what each waits for, to check a schedule by eye."""
-    from rich.console import Console      # rich: ~40 ms to import, only when printing
-    from rich.table import Table
     check_sizes(tp, batch, prompt_len, gen_len)
     m = get_model(model)
     stack = make_stack(_stack_given(**stack_flags))       # no profile: Stack's defaults under the flags
@@ -221,7 +227,7 @@ def show(model, spec, tp, layer, phase, batch, prompt_len, gen_len, **stack_flag
     idx = [i for i, op in enumerate(s.ops) if op.layer == layer]
     nxt = [i for i, op in enumerate(s.ops) if op.layer == layer + 1]
     lo, hi = idx[0], (nxt[0] if nxt else len(s.ops))
-    t = Table(title=f"{spec}: ops issued for layer {layer} of {m.name} (TP{tp}, {phase}), in issue order",
+    t = rich_table(title=f"{spec}: ops issued for layer {layer} of {m.name} (TP{tp}, {phase}), in issue order",
               title_justify="left")
     for col in ("#", "op", "kind", "stream", "waits for", "shape"):
         t.add_column(col)
@@ -231,7 +237,7 @@ def show(model, spec, tp, layer, phase, batch, prompt_len, gen_len, **stack_flag
         shape = " ".join(f"{k}={v}" for k, v in op.attrs)
         t.add_row(str(i), op.name, op.kind, op.stream, ", ".join(deps) or "-", shape,
                   style="cyan" if op.stream == COMM else None)
-    Console(width=160).print(t)
+    rich_console(width=160).print(t)
     click.echo(f"{len(s.ops)} ops per forward pass, {len(s.collectives)} collectives"
                + (f"; ladder layers {s.ladder_layers[0]}..{s.ladder_layers[-1]}" if s.ladder_layers else "")
                + (f"; SPD blocks {_ranges(s.spd_layers)}" if s.spd_layers else ""))
@@ -295,15 +301,13 @@ def profiles():
 @user_errors
 def profiles_list():
     """Built-in profiles and what they describe."""
-    from rich.console import Console      # rich: ~40 ms to import, only when printing
-    from rich.table import Table
-    t = Table()
+    t = rich_table()
     for col in ("name", "GPUs/node", "description"):
         t.add_column(col)
     for name in builtin_names():
         p = load_profile(name)
         t.add_row(name, str(p.gpus_per_node), p.description)
-    Console(width=140).print(t)
+    rich_console(width=140).print(t)
 
 
 @profiles.command("show")
@@ -311,19 +315,15 @@ def profiles_list():
 @user_errors
 def profiles_show(name):
     """Every value of profile NAME (or a JSON path) with where it came from."""
-    from rich.console import Console      # rich: ~40 ms to import, only when printing
-    from rich.table import Table
     p = load_profile(name)
     _, path = read_raw(name)
-    t = Table(title=f"{p.name}: {p.description}  ({path})", title_justify="left")
+    t = rich_table(title=f"{p.name}: {p.description}  ({path})", title_justify="left")
     for col in ("field", "value", "source"):
         t.add_column(col, overflow="fold")
     for field, value, source in describe(name)[2:]:      # name and description are in the title
         t.add_row(field, value, source)
-    Console(width=180).print(t)
+    rich_console(width=180).print(t)
 
-
-from calib.nccl_import import import_nccl_tests_cmd  # noqa: E402  (pure Python: no torch)
 
 profiles.add_command(import_nccl_tests_cmd)
 
@@ -336,13 +336,10 @@ profiles.add_command(import_nccl_tests_cmd)
 def models(show_):
     """Model presets with their shapes and valid TP degrees (any Llama-family config.json works
     wherever a model name is accepted)."""
-    from rich.console import Console      # rich: ~40 ms to import, only when printing
-    from rich.table import Table
     if show_:
-        from sim.model_show import show_model
         click.echo(show_model(get_model(show_)))
         return
-    t = Table()
+    t = rich_table()
     for col in ("name", "params", "layers", "hidden", "heads", "kv", "head_dim", "ffn", "vocab", "TP"):
         t.add_column(col, justify="left" if col == "name" else "right")
     for m in MODELS.values():
@@ -350,29 +347,12 @@ def models(show_):
         t.add_row(m.name, f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M", str(m.layers), str(m.hidden),
                   str(m.heads), str(m.kv_heads), str(m.head_dim), str(m.ffn), str(m.vocab),
                   ",".join(map(str, valid_tp(m, 16))))
-    Console(width=140).print(t)
+    rich_console(width=140).print(t)
 
 
-def _register_optional() -> None:
-    """Harness and calibration commands, from packages that import torch lazily."""
-    for module, attrs in (("hw.commands", ("bench_cmd", "check_cmd")),
-                          ("calib.commands", ("calibrate_cmd",)),
-                          ("calib.compare", ("compare_cmd",))):
-        try:
-            mod = importlib.import_module(module)
-        except ImportError:
-            continue
-        for attr in attrs:
-            cmd = getattr(mod, attr, None)
-            if isinstance(cmd, click.Command):
-                main.add_command(cmd)
-
-
-_register_optional()
-
-from calib.collective_cmd import collective_cmd  # noqa: E402  (pure Python: no torch)
-
-main.add_command(collective_cmd)
+# the harness commands need torch only when they run (hw.harness); collective is pure Python
+for _cmd in (bench_cmd, check_cmd, calibrate_cmd, compare_cmd, collective_cmd):
+    main.add_command(_cmd)
 
 if __name__ == "__main__":
     sys.exit(main())

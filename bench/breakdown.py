@@ -23,6 +23,9 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from rich.console import Console
+from rich.table import Table
+
 _here = Path.cwd() if (Path.cwd() / "sim" / "cost.py").is_file() else Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(_here))
 
@@ -118,8 +121,6 @@ def _fmt_us(us: float) -> str:
 
 
 def show(out: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
     console = Console(width=max(120, Console().width))
     cases = out["cases"]
     heads = [f"{c['phase']} b{c['batch']}" for c in cases]

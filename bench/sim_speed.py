@@ -26,9 +26,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sim import sweep as sw  # noqa: E402
+from sim.engine_ranks import compile_schedule, simulate_ranks  # noqa: E402
 from sim.model import get_model  # noqa: E402
 from sim.predict import Simulator, Workload, predict  # noqa: E402
-from sim.profile import load_profile  # noqa: E402
+from sim.profile import ArrivalJitter, load_profile  # noqa: E402
 from sim.schedule import DEFAULT_SCHEDULES  # noqa: E402
 
 ALL = list(DEFAULT_SCHEDULES)
@@ -37,7 +38,6 @@ ALL = list(DEFAULT_SCHEDULES)
 def illustrative(profile):
     """The profile with a nonzero per-rank arrival jitter, for timing --exact where it has work to
     do. Illustrative only, never a built-in value: 5 us within a node, 10 us across nodes."""
-    from sim.profile import ArrivalJitter
     return dataclasses.replace(profile, arrival_jitter={
         "node": ArrivalJitter("exponential", 5e-6, "illustrative"),
         "net": ArrivalJitter("exponential", 10e-6, "illustrative")})
@@ -145,7 +145,6 @@ def main() -> None:
     dt = time.perf_counter() - t0
     print(f"  70B TP8 ladder decode step, 8 ranks: {res.events} events in {dt * 1e3:.1f} ms "
           f"= {res.events / dt / 1e3:.0f}k events/s (SimPy, brute force)")
-    from sim.engine_ranks import compile_schedule, simulate_ranks
     c = compile_schedule(sched, lambda op: sim._op_time(op, "decode"), sim.interference)
     t_rank = timed(lambda: simulate_ranks(c, 8, sim.interference), 3)
     print(f"  the same step on the rank engine (--exact): {t_rank * 1e3:.1f} ms, x{dt / t_rank:.0f} faster")
@@ -155,7 +154,7 @@ def main() -> None:
     p = predict(w70, ["standard"], record=False)[0]
     print(f"  tpsim fast path   {t_tpsim * 1e3:8.1f} ms/query   decode {p.decode_s / 511 * 1e3:.2f} ms/token")
     try:
-        from GenZ import decode_moddeling, prefill_moddeling
+        from GenZ import decode_moddeling, prefill_moddeling   # lazy: optional peer tool, timed only if installed
         system = {"Flops": 989, "Memory_size": 80, "Memory_BW": 3350, "ICN": 450, "real_values": True}
 
         def genz():

@@ -45,6 +45,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from calib.imports import parse_nccl_tests  # noqa: E402
 from sim.collective_table import Row, busbw_factor, collective_rows  # noqa: E402
 from sim.collective_timing import HostCosts, Timing, loop_time  # noqa: E402
 from sim.profile import load_profile  # noqa: E402
@@ -58,7 +59,6 @@ SMALL_BYTES = 65536
 def points_from_raw(d: dict) -> list[list]:
     """The [bytes, us] points of source `d` read again from its raw posted text: nccl-tests output
     through the project's importer (out-of-place time), or a torch harness JSON's size sweep."""
-    from calib.imports import parse_nccl_tests
     text = (RAW / d["raw"]).read_text()
     if d.get("raw_kind") == "torch-json":
         sweep = json.loads(text)["size_sweep"]

@@ -8,6 +8,7 @@ import statistics
 
 import click
 
+from sim.cli_options import rich_console, rich_table
 from sim.collective_table import COLLECTIVES, MODES, Row, collective_rows, parse_size, to_json
 from sim.collective_timing import HostCosts, Timing, loop_time
 from sim.profile import ProfileError, load_profile
@@ -83,10 +84,8 @@ def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, c
                                                 _median_abs([r for r in rows if r.bytes not in flagged])}
         click.echo(json.dumps(out))
         return
-    from rich.console import Console
-    from rich.table import Table
     per = gpus_per_node or prof.gpus_per_node
-    t = Table(title=f"{collective}  {group} ranks ({-(-group // per)} node{'s' if group > per else ''})  "
+    t = rich_table(title=f"{collective}  {group} ranks ({-(-group // per)} node{'s' if group > per else ''})  "
                     f"profile {prof.name}  mode {mode}", title_justify="left")
     for col in ("size (B)", "time (us)", "busbw (GB/s)") + (("measured (us)", "error") if measured else ()) \
             + ("path",):
@@ -96,7 +95,7 @@ def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, c
         if measured is not None:
             cells += ["-", "-"] if r.measured_us is None else [f"{r.measured_us:.2f}", f"{r.error_pct:+.1f}%"]
         t.add_row(*cells, r.path)
-    console = Console(width=140)
+    console = rich_console(width=140)
     console.print(t)
     if measured is not None:
         med = _median_abs(rows)

@@ -28,26 +28,15 @@ import time
 import torch
 import torch.distributed as dist
 
-from sim.stack import DTYPE_BYTES
+from sim.sampled import exponential_mean_from_spread
+
+from hw.model import torch_dtype
+
+from calib.plan import legal_size
 
 NCCL_KNOBS = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_NVLS_ENABLE", "NCCL_P2P_DISABLE", "NCCL_MAX_NCHANNELS",
               "NCCL_MIN_NCHANNELS", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE", "NCCL_IB_DISABLE",
               "TORCH_NCCL_HIGH_PRIORITY")
-
-
-def pow2_sizes(lo_bytes: int, hi_bytes: int, step: int = 1) -> list[int]:
-    """lo, lo*2^step, ... <= hi (powers of two)."""
-    out, b = [], lo_bytes
-    while b <= hi_bytes:
-        out.append(b)
-        b <<= step
-    return out
-
-
-def legal_size(collective: str, nbytes: int, group: int, elem: int) -> int:
-    """Round up so every rank's buffer holds whole elements (and splits evenly over the group)."""
-    unit = elem * (group if collective in ("all_gather", "reduce_scatter") else 1)
-    return max(unit, -(-int(nbytes) // unit) * unit)
 
 
 def nccl_env() -> dict:
@@ -107,7 +96,6 @@ def sweep(collective: str, sizes: list[int], group_size: int, *, mode: str, dtyp
     pg = subgroup(group_size)
     inside = rank < group_size
     barrier = world_barrier or dist.barrier
-    from hw.model import torch_dtype
     td = torch_dtype(dtype)
     cuda = device.startswith("cuda")
     calls = {b: _Call(collective, b, group_size, pg, td, device) for b in sizes} if inside else {}
@@ -209,19 +197,6 @@ def _q(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
 
 
-def model_bytes(schedules, dtype: str) -> dict[tuple[str, int], set[int]]:
-    """(collective, group) -> the exact message sizes (nccl-tests convention) the schedules' comm
-    ops move: rows * width * dtype bytes, all-gather counted as its gathered output."""
-    out: dict[tuple[str, int], set[int]] = {}
-    e = DTYPE_BYTES[dtype]
-    for sched in schedules:
-        for op in sched.collectives:
-            a = dict(op.attrs)
-            b = e * a["rows"] * a["width"] * (a["group"] if op.kind == "all_gather" else 1)
-            out.setdefault((op.kind, a["group"]), set()).add(b)
-    return out
-
-
 # ------------------------------------------------------------------ arrival spread (jitter)
 
 ARRIVAL_BYTES = 64 * 1024       # a decode-sized all-reduce: short, so the wait dominates its time
@@ -247,7 +222,6 @@ def arrival_waits(group_size: int, *, dtype: str, device: str, calls: int = ARRI
     if rank >= group_size:
         barrier()
         return []
-    from hw.model import torch_dtype
     td = torch_dtype(dtype)
     cuda = device.startswith("cuda")
     call = _Call("all_reduce", legal_size("all_reduce", nbytes, group_size, torch.tensor([], dtype=td).element_size()),
@@ -286,7 +260,6 @@ def arrival_offsets(per_rank: list[list[float]]) -> list[list[float]]:
 def arrival_summary(per_rank: list[list[float]]) -> dict:
     """The exponential per-rank delay the spread implies (sim.sampled.exponential_mean_from_spread),
     with the spread's quantiles for the record."""
-    from sim.sampled import exponential_mean_from_spread
     offsets = arrival_offsets(per_rank)
     mean_s, lags = exponential_mean_from_spread(offsets)
     spread = sorted(max(c) for c in offsets)

@@ -2,16 +2,25 @@
 `calibrate_cmd`). Under torchrun: `torchrun ... --no-python tpsim calibrate ...` (or `-m cli calibrate`).
 
 Launcher mode (default) starts --nproc local ranks; under torchrun (RANK/WORLD_SIZE set) this
-process is one rank and rank 0 writes the profile. Torch is imported inside the command only.
+process is one rank and rank 0 writes the profile. This module imports no torch (cli registers
+the command at start): the body reaches the torch side (calib.run, hw.dist) through `hw.harness`.
 """
 from __future__ import annotations
 
+import json
 import os
 
 import click
 
 from sim.cli_options import TpsimError as UsageFail
+from sim.model import get_model
 from sim.stack import ATTENTION_IMPLS, DECODE_KV, DTYPE_BYTES, HEADS, PREFILL_LOGITS
+
+from hw import harness, require_torch
+from hw.commands import MAX_GEN, MAX_PROMPT, check_cuda
+from hw.run_config import check_timeout, default_timeout_s
+
+from calib.plan import CalibConfig, CalibrationStopped
 
 
 @click.command("calibrate")
@@ -50,15 +59,12 @@ def calibrate_cmd(backend, nproc, models, tps, batches, prompts, gens, quick, ou
     """Measure collectives, the exact compute ops of the schedules and their overlap on this
     machine; write a profile (raw points kept beside the fits). Rerun the same command to resume
     an interrupted calibration (state in OUT.state.json)."""
-    from hw.commands import require_torch
     require_torch("calibrate")
-    from calib.plan import CalibConfig, CalibrationStopped
-    from calib.run import calibrate, run_here
-    from hw.dist import WorkerFailed
     try:
         _check_values(backend, nproc, tps, batches, prompts, gens, kw.get("timeout_s"), kw.get("stop_after"))
     except ValueError as e:
         raise UsageFail(str(e)) from None
+    calib_run, dist = harness("calib.run", "calibrate"), harness("hw.dist", "calibrate")
     if kw.get("timeout_s") is None:
         kw["timeout_s"] = _default_timeout_s(backend, models, batches or (1,), prompts or (1024,))
     opts = {k: v for k, v in kw.items() if v not in (None, ())}
@@ -77,10 +83,10 @@ def calibrate_cmd(backend, nproc, models, tps, batches, prompts, gens, quick, ou
                               tps=tuple(tps), batches=tuple(common["batches"]),
                               prompt_lens=tuple(common["prompt_len"]), gen_lens=tuple(common["gen_len"]),
                               quick=quick, extends=extends, **opts)
-            path = run_here(cfg)
+            path = calib_run.run_here(cfg)
         else:
-            path = _with_progress(lambda cb: calibrate(backend, nproc, progress=cb, **common, **opts))
-    except (CalibrationStopped, WorkerFailed) as e:
+            path = _with_progress(lambda cb: calib_run.calibrate(backend, nproc, progress=cb, **common, **opts))
+    except (CalibrationStopped, dist.WorkerFailed) as e:
         raise click.ClickException(str(e)) from None
     except ValueError as e:
         raise UsageFail(str(e)) from None
@@ -90,8 +96,6 @@ def calibrate_cmd(backend, nproc, models, tps, batches, prompts, gens, quick, ou
 
 def _check_values(backend, nproc, tps, batches, prompts, gens, timeout_s, stop_after) -> None:
     """Ranges and the device, before any process starts (ValueError -> exit 2)."""
-    from hw.run_config import check_timeout
-    from hw.commands import MAX_GEN, MAX_PROMPT, check_cuda
     if not 1 <= nproc <= 1024:
         raise ValueError(f"--nproc must be in 1..1024, got {nproc}")
     for name, vs, hi in (("--tp", tps, 1024), ("--batch", batches, 1 << 16), ("--prompt", prompts, MAX_PROMPT),
@@ -104,14 +108,12 @@ def _check_values(backend, nproc, tps, batches, prompts, gens, timeout_s, stop_a
     if stop_after is not None and stop_after < 1:
         raise ValueError(f"--stop-after must be >= 1, got {stop_after}")
     if backend == "nccl":
-        check_cuda(nproc if "RANK" not in os.environ else 1)
+        check_cuda(nproc if "RANK" not in os.environ else 1, "calibrate")
 
 
 def _default_timeout_s(backend, models, batches, prompts) -> float:
     """Proportionate to the biggest prefill pass timed (whole model on one rank, the worst case),
     never under 120 s: device constants and collective sweeps have no pass to estimate from."""
-    from hw.run_config import default_timeout_s
-    from sim.model import get_model
     flops = 0.0
     for name in models:
         try:
@@ -127,6 +129,7 @@ def _default_timeout_s(backend, models, batches, prompts) -> float:
 def _with_progress(run):
     """Run with a progress bar that appears at the first finished-group report, so an option refused
     before any work is one line with no bar drawn above it."""
+    # lazy: rich takes ~30 ms to import and cli imports this module at every start; only calibrating draws a bar
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     box: list = []
 
@@ -146,7 +149,6 @@ def _with_progress(run):
 
 
 def _summary(path: str) -> None:
-    import json
     with open(path) as f:
         p = json.load(f)
     click.echo(f"wrote {path}")

@@ -22,11 +22,13 @@ from pathlib import Path
 
 import click
 
-from sim.cli_options import TpsimError
+from sim.cli_options import TpsimError, rich_console, rich_escape, rich_table
 from sim.model import get_model
 from sim.profile import ProfileError, load_profile
-from sim.schedule import DEFAULT_SCHEDULES
-from sim.stack import Stack
+from sim.schedule import DEFAULT_SCHEDULES, KINDS, build
+from sim.stack import Stack, Step
+
+from hw import harness, require_torch
 
 from calib.compare_intervals import interval_note
 from calib.compare_join import compare_point, measured_speedup_text, predicted_speedup_text, speedup_sign, summarize
@@ -40,8 +42,6 @@ QUICK_MODELS = ("toy-512", "toy-1024")
 
 def _collective_kinds(points: list[Point], schedules: tuple[str, ...]) -> tuple[str, ...]:
     """all_reduce plus every collective kind the schedules emit on the grid (e.g. reduce_scatter)."""
-    from sim.schedule import KINDS, build
-    from sim.stack import Step
     used = {"all_reduce"}
     for p in points:
         step = Step.prefill(p.batch, p.prompt_len, p.gen_len, Stack())
@@ -54,11 +54,11 @@ def run_compare(points: list[Point], schedules: tuple[str, ...], out_dir: Path, 
                 timeout_s: float, echo=print, compile: bool = False) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     if profile_arg is None and not measured_files:
-        from calib.run import calibrate
         models = tuple(dict.fromkeys(p.model for p in points))
         echo(f"calibrating {backend} on {nproc} ranks for {', '.join(models)} -> {out_dir / 'profile.json'}")
         # a quick calibration measures all-reduce only; also the collectives the schedules use (seq-parallel)
         used = _collective_kinds(points, schedules)
+        calibrate = harness("calib.run", "compare").calibrate
         calibrate(backend, nproc, models, tuple(sorted({p.tp for p in points})), tuple(sorted({p.batch for p in points})),
                   points[0].prompt_len, points[0].gen_len, quick, out_dir / "profile.json",
                   **({"collectives": used} if quick and used != ("all_reduce",) else {}))
@@ -127,7 +127,6 @@ def compare_cmd(backend, device, nproc, quick, profile_arg, models, tps, batches
                 repeats, measured_files, out_dir, timeout_s, compile_):
     """Run the harness and the simulator on the same grid and report where the prediction is right."""
     if not measured_files:                  # the harness runs here (and calibration, without --profile)
-        from hw.commands import require_torch
         require_torch("compare")
     device = device or ("cpu" if backend == "gloo" else "cuda")
     models = models or (QUICK_MODELS if quick or not measured_files else ())
@@ -152,19 +151,16 @@ def compare_cmd(backend, device, nproc, quick, profile_arg, models, tps, batches
 
 
 def _print_summary(result: dict, out_dir: Path) -> None:
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-    t = Table(title=f"simulated vs measured (profile {result['profile']})", title_justify="left")
+    t = rich_table(title=f"simulated vs measured (profile {result['profile']})", title_justify="left")
     for col in ("point", "schedule", "meas tok/s", "pred tok/s", "err", "meas speedup", "pred speedup", "sign"):
         t.add_column(col, justify="left" if col in ("point", "schedule") else "right")
     for pt in result["points"]:
         for s in pt["schedules"]:
             t.add_row(f"{pt['model']} TP{pt['tp']} b{pt['batch']}", s["schedule"],
                       f"{s['measured']['tokens_per_s']:.1f}", f"{s['predicted']['tokens_per_s']:.1f}",
-                      f"{s['err']['tokens_per_s']:+.1%}", escape(measured_speedup_text(s)),
-                      escape(predicted_speedup_text(s)), speedup_sign(s))
-    c = Console(width=120)
+                      f"{s['err']['tokens_per_s']:+.1%}", rich_escape(measured_speedup_text(s)),
+                      rich_escape(predicted_speedup_text(s)), speedup_sign(s))
+    c = rich_console(width=120)
     c.print(t)
     for spec, s in result["summary"].items():
         why = [f"{n} with the measured interval containing 1" for n in [s["sign_mismatches_within_noise"]] if n]
@@ -174,7 +170,7 @@ def _print_summary(result: dict, out_dir: Path) -> None:
                 f"speedup sign {s['sign_matches']}/{s['points']}" + (f" (undetermined: {'; '.join(why)})" if why else ""))
     for note in (interval_note(result), drift_note(result)):
         if note:
-            c.print(escape(note))
+            c.print(rich_escape(note))
     for pt in result["points"]:
         if pt["missing_schedules"]:
             c.print(f"[yellow]not measured[/yellow] {pt['model']} TP{pt['tp']} b{pt['batch']}: "

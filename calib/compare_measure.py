@@ -11,6 +11,9 @@ from sim.predict import Workload
 from sim.stack import make_stack
 from sim.sweep import Shape
 
+from hw import harness
+from hw.run_config import RunConfig
+
 Point = Shape          # a grid point: model, TP, batch, prompt and gen lengths
 
 
@@ -22,8 +25,6 @@ def measure(point: Point, schedules: tuple[str, ...], out_dir: Path, backend: st
             repeats: int = 3, warmup: int = 1, timeout_s: float = 120.0, deadline_s: float = 900.0,
             compile: bool = False) -> dict:
     """Run `tpsim bench` for one point (or reuse its saved result) and return the measured JSON."""
-    from hw.dist import launch
-    from hw.run_config import RunConfig
     key = point.key.replace("/", "_").replace("\\", "_")        # a config.json path as --model
     path = out_dir / "measured" / f"{key}.json"
     if path.exists():
@@ -41,6 +42,7 @@ def measure(point: Point, schedules: tuple[str, ...], out_dir: Path, backend: st
                     dtype="fp32" if device == "cpu" else "fp16", repeats=repeats, warmup=warmup,
                     timeout_s=timeout_s, decode_graphs=device == "cuda", compile=compile, out=str(path))
     cfg.validate()
+    launch = harness("hw.dist", "compare").launch
     launch("hw.bench:worker", cfg.to_dict(), point.tp, timeout_s=timeout_s, deadline_s=deadline_s)
     return json.loads(path.read_text())
 

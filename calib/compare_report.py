@@ -65,9 +65,9 @@ def write_report(result: dict, out_dir: Path) -> list[Path]:
 
 def _plots(result: dict, out_dir: Path) -> list[Path]:
     try:
-        import matplotlib
+        import matplotlib                # lazy: optional (the [plot] extra; no plots without it), ~0.5 s to import
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # lazy: (matplotlib, as above)
     except ImportError:
         return []
     pts = result["points"]

@@ -29,7 +29,13 @@ from dataclasses import dataclass
 
 import torch
 
+from sim.memory import GIB, estimate
+from sim.schedule import Op
 from sim.transform import local
+
+from hw.kernels import KERNELS
+from hw.model import build_rank_model, torch_dtype
+from hw.runner import Runner
 
 from calib.shapes import ShapeCase
 
@@ -50,8 +56,6 @@ def random_tokens(sched, vocab: int, gen: torch.Generator, device: str) -> torch
 
 def capture(case: ShapeCase, device: str, dtype: str, seed: int = 0) -> dict[tuple, _Sample]:
     """signature -> (op, ctx, input tensors) from a pass of each schedule over a 1-layer model."""
-    from hw.model import build_rank_model
-    from hw.runner import Runner
     one = case.model.truncated(1)
     max_seq = case.prompt_len + case.gen_len
     rm = build_rank_model(one, case.tp, 0, batch=case.batch, max_seq=max_seq, dtype=dtype,
@@ -84,9 +88,6 @@ def pass_model(case: ShapeCase, device: str, dtype: str, seed: int = 0, group=No
     """(model, Runner) for timing inside passes: all layers when the rank's shard is small enough
     (a CPU's caches hold one layer's weights but not eight: timing one layer over and over would
     time cache-resident weights); else the first layer. `group`: the runner's process group."""
-    from sim.memory import GIB, estimate
-    from hw.model import build_rank_model
-    from hw.runner import Runner
     full = estimate(case.model, case.tp, case.batch, case.prompt_len, case.gen_len, case.stack, device)
     model = case.model if full.total_bytes < 2 * GIB else case.model.truncated(1)
     rm = build_rank_model(model, case.tp, 0, batch=case.batch, max_seq=case.prompt_len + case.gen_len, dtype=dtype,
@@ -120,7 +121,6 @@ def time_in_passes(case: ShapeCase, device: str, dtype: str, *, trials: int, war
 def time_samples(samples: dict[tuple, _Sample], *, device: str, trials: int, warmup: int = 2,
                  inner: int = 10, barrier=None) -> dict[tuple, list[float]]:
     """Seconds per call of each signature's kernel, `trials` each, interleaved."""
-    from hw.kernels import KERNELS
     cuda = device.startswith("cuda")
     keys = list(samples)
     out = {k: [] for k in keys}
@@ -179,9 +179,6 @@ def launch_overhead_s(device: str, dtype: str, calls: int = 2000) -> float:
 
     On CPU this is Python + dispatch + the tiny kernel (the floor every measured op pays); on GPU,
     the CPU-side launch rate of back-to-back tiny kernels (no sync inside)."""
-    from hw.model import torch_dtype
-    from hw.kernels import KERNELS
-    from sim.schedule import Op
     op = Op("add", "add", ("a", "b"), ("c",), (("rows", 1), ("width", 1)), dtype)
     a = torch.ones(1, 1, dtype=torch_dtype(dtype), device=device)
     f = KERNELS["add"]
@@ -201,7 +198,6 @@ def launch_overhead_s(device: str, dtype: str, calls: int = 2000) -> float:
 
 def graph_launch_s(device: str, dtype: str, kernels: int = 200, trials: int = 10) -> float:
     """GPU only: seconds per kernel of a CUDA graph of `kernels` tiny adds, replayed."""
-    from hw.model import torch_dtype
     a = torch.ones(1, dtype=torch_dtype(dtype), device=device)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -225,7 +221,6 @@ def graph_launch_s(device: str, dtype: str, kernels: int = 200, trials: int = 10
 
 def peak_flops(device: str, dtype: str, sizes: tuple[int, ...], trials: int = 5) -> float:
     """Best achieved FLOP/s of square matmuls [n, n] @ [n, n] (the device's practical peak)."""
-    from hw.model import torch_dtype
     best = 0.0
     for n in sizes:
         a = torch.randn(n, n, device=device).to(torch_dtype(dtype))

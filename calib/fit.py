@@ -24,7 +24,8 @@ from sim.profile import new_profile, read_raw, sourced
 from sim.schedule import Op
 
 from calib.fit_collectives import model_section, tables
-from calib.overlap_summary import FACTOR_CAP
+from calib.overlap_fit import fit_profile_overlap
+from calib.overlap_summary import FACTOR_CAP, profile_factors
 
 
 # ------------------------------------------------------------------ compute efficiency
@@ -181,7 +182,6 @@ def build_profile(cfg, groups: dict, world: int) -> dict:
         if early > 0.2:      # the in-pass fit assumes each all-reduce outlasts the module it overlaps
             how = {k: v + f" ({early:.0%} of the all-reduces finished within their module, which the fit does "
                    "not model: approximate)" for k, v in how.items()}
-        from calib.overlap_summary import profile_factors
         value = profile_factors(s)
         prof["overlap"] = {}
         for key, text in how.items():
@@ -241,7 +241,6 @@ def refit_overlap(prof: dict, loaded) -> bool:
     engine reproduces the measured passes (calib.overlap_fit), with the wake-up they need. The
     closed-form values stay in the raw group; the fit (values, per-case measured and fitted ratios,
     bootstrap samples) is kept beside them. Returns False when there is nothing to refit."""
-    from calib.overlap_fit import fit_profile_overlap   # scipy.optimize: ~0.3 s to import, only when refitting
     ov = next((g for g in prof.get("raw", {}).get("groups", {}).values() if g.get("kind") == "overlap"), None)
     if ov is None:
         return False

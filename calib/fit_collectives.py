@@ -6,6 +6,7 @@ import statistics
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.optimize import least_squares
 
 
 def ring_terms(collective: str, n: int) -> tuple[int, float]:
@@ -47,7 +48,6 @@ def fit_protocols(points: list[tuple[int, float, float]], collective: str = "all
 
     With one group size, base and hop cannot be told apart: hop is fixed to 0. With fewer than
     six distinct sizes, one regime only."""
-    from scipy.optimize import least_squares     # ~0.3 s to import: only when fitting, not at every CLI start
     pts = [(int(n), float(b), float(t)) for n, b, t in points if n > 1 and b > 0 and t > 0]
     if len(pts) < 2:
         raise ValueError(f"need at least 2 collective points over groups > 1 to fit, got {len(pts)}")

@@ -37,8 +37,15 @@ import time
 import torch
 import torch.distributed as dist
 
-from calib.overlap_fit import case_descriptor
+from sim.schedule import build
+from sim.stack import Step
+from sim.transform import blocking, local, overlapped
+
 from hw.model import torch_dtype
+
+from calib.collectives import CPU_GAP_S, _busy
+from calib.compute import pass_model, random_tokens
+from calib.overlap_fit import case_descriptor
 from calib.overlap_summary import EARLY_S
 
 
@@ -91,7 +98,6 @@ def _warm_gap() -> None:
     Right after a barrier (itself a collective) the collective's threads are awake and finish the
     next one at once; after compute they sleep, and on a host whose cores the ranks' compute fills
     they wait for a core. Collectives in a model are issued after compute, so measure them so."""
-    from calib.collectives import CPU_GAP_S, _busy
     _busy(CPU_GAP_S, _GAP_A, _GAP_W)
 
 
@@ -197,10 +203,6 @@ def measure_in_passes(case, device: str, dtype: str, *, trials: int, warmup: int
     the interference is measured here, on the model's own modules and all-reduce size. The
     all-reduce's result is only awaited, never read (the pass goes on with a stand-in), so all
     three patterns compute the same values."""
-    from calib.compute import pass_model, random_tokens
-    from sim.schedule import build
-    from sim.stack import Step
-    from sim.transform import blocking, local, overlapped
     model, runner = pass_model(case, device, dtype, seed, group=pg or dist.group.WORLD)
     st = case.stack
     sched = build("standard", model, case.tp, Step.decode(case.batch, case.prompt_len, case.gen_len, 1, st), st)

@@ -15,6 +15,7 @@ import json
 import os
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from sim.model import get_model, valid_tp
@@ -173,8 +174,6 @@ class CalibConfig:
 def code_version() -> str:
     """tpsim and torch versions and a digest of the measuring code (hw/, calib/*.py): what a
     measured group depends on besides the options."""
-    from importlib.metadata import PackageNotFoundError, version
-
     def ver(pkg: str) -> str:
         try:
             return version(pkg)
@@ -234,7 +233,6 @@ def plan_groups(cfg: CalibConfig, world: int, env_index: int = 0) -> list[Group]
     if "collectives" in cfg.parts:
         exact = _exact_sizes(cases, cfg.dtype)
         lo, hi, step = cfg.pow2_range()
-        from calib.collectives import legal_size, pow2_sizes
         elem = DTYPE_BYTES[cfg.dtype]
         for coll in cfg.collective_list():
             # a lone rank measures its group of one (the path an emulated TP rank takes); else 2..world
@@ -256,11 +254,40 @@ def plan_groups(cfg: CalibConfig, world: int, env_index: int = 0) -> list[Group]
 
 
 def _exact_sizes(cases: list[ShapeCase], dtype: str) -> dict:
-    from calib.collectives import model_bytes
     out: dict = {}
     for c in cases:
         for k, v in model_bytes(c.schedules(), dtype).items():
             out.setdefault(k, set()).update(v)
+    return out
+
+
+# ------------------------------------------------------------------ message sizes
+
+def pow2_sizes(lo_bytes: int, hi_bytes: int, step: int = 1) -> list[int]:
+    """lo, lo*2^step, ... <= hi (powers of two)."""
+    out, b = [], lo_bytes
+    while b <= hi_bytes:
+        out.append(b)
+        b <<= step
+    return out
+
+
+def legal_size(collective: str, nbytes: int, group: int, elem: int) -> int:
+    """Round up so every rank's buffer holds whole elements (and splits evenly over the group)."""
+    unit = elem * (group if collective in ("all_gather", "reduce_scatter") else 1)
+    return max(unit, -(-int(nbytes) // unit) * unit)
+
+
+def model_bytes(schedules, dtype: str) -> dict[tuple[str, int], set[int]]:
+    """(collective, group) -> the exact message sizes (nccl-tests convention) the schedules' comm
+    ops move: rows * width * dtype bytes, all-gather counted as its gathered output."""
+    out: dict[tuple[str, int], set[int]] = {}
+    e = DTYPE_BYTES[dtype]
+    for sched in schedules:
+        for op in sched.collectives:
+            a = dict(op.attrs)
+            b = e * a["rows"] * a["width"] * (a["group"] if op.kind == "all_gather" else 1)
+            out.setdefault((op.kind, a["group"]), set()).add(b)
     return out
 
 

@@ -4,19 +4,32 @@ hw.dist launches this module's `worker` by name: `calib.rank:worker`."""
 from __future__ import annotations
 
 import os
+import platform
 import socket
+import statistics
 import time
 from typing import Callable
 
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
 from sim.stack import DTYPE_BYTES
 
+from hw import rank as hwrank
+from hw.model import torch_dtype
+from hw.probe import probe_s
+
+from calib import compute
+from calib.collectives import arrival_summary, arrival_waits, max_over_ranks, nccl_env, points, sweep
+from calib.overlap import measure, measure_in_passes
+from calib.overlap_summary import summarize, summarize_passes
 from calib.plan import STOPPED, CalibConfig, Group, plan_groups, read_state, utc_now, write_state
 from calib.shapes import ShapeCase
 
 
 def worker(config: dict) -> int:
     """Entry point of one rank (hw.dist launches it as `calib.rank:worker`)."""
-    from hw import rank as hwrank
     cfg = CalibConfig.from_dict(config)
     ctx = hwrank.init_from_env(cfg.backend, "cuda" if cfg.device == "cuda" else "cpu", cfg.timeout_s)
     try:
@@ -28,9 +41,7 @@ def worker(config: dict) -> int:
 def run_groups(cfg: CalibConfig, ctx, progress: Callable | None = None) -> int:
     """Run every group of this launch not in the state file; rank 0 saves after each group.
     Returns 0 when all are done, STOPPED when `stop_after` ended it early."""
-    import torch.distributed as dist
-    from hw.rank import cpu_group
-    pg = cpu_group()
+    pg = hwrank.cpu_group()
 
     def barrier():
         dist.barrier(group=pg)
@@ -39,11 +50,10 @@ def run_groups(cfg: CalibConfig, ctx, progress: Callable | None = None) -> int:
     state = box[0]
     groups = plan_groups(cfg, ctx.world, cfg.env_index)
     new = 0
-    from hw.rank import fault_point
     for i, g in enumerate(groups):
         if g.name in state["groups"]:
             continue
-        fault_point(ctx.rank, "group")      # a progress mark per group (names a hung rank); test hook
+        hwrank.fault_point(ctx.rank, "group")      # a progress mark per group (names a hung rank); test hook
         t0 = time.monotonic()
         result = measure_group(g, cfg, ctx, barrier, pg)
         if ctx.rank == 0:
@@ -61,23 +71,17 @@ def run_groups(cfg: CalibConfig, ctx, progress: Callable | None = None) -> int:
 
 def measure_group(g: Group, cfg: CalibConfig, ctx, barrier, pg) -> dict:
     """Run group `g` on every rank; the gathered result (meaningful on rank 0)."""
-    import torch.distributed as dist
     dev = ctx.device
     if g.kind == "device":
         local = _device_constants(cfg, dev) | {"cores": list(ctx.cores) if ctx.cores is not None else None}
     elif g.kind == "collectives":
-        from calib.collectives import sweep
         p = g.params
         local = sweep(p["collective"], p["sizes"], p["group"], mode=p["mode"], dtype=cfg.dtype, device=dev,
                       trials=cfg.trials["collectives"], world_barrier=barrier)
     elif g.kind == "arrival":
-        from calib.collectives import arrival_waits
-        import socket
         local = {"waits": arrival_waits(g.params["group"], dtype=cfg.dtype, device=dev, world_barrier=barrier),
                  "host": socket.gethostname()}
     elif g.kind == "compute":
-        from calib import compute
-        from hw.probe import probe_s
         probe = probe_s(dev)                        # the machine's speed as these points are taken
         samples = compute.capture(g.params["case"], dev, cfg.dtype, seed=cfg.seed)     # each signature's op
         if dev.startswith("cuda"):
@@ -97,22 +101,17 @@ def measure_group(g: Group, cfg: CalibConfig, ctx, barrier, pg) -> dict:
     if g.kind == "device":
         return _merge_device(gathered)
     if g.kind == "collectives":
-        from calib.collectives import max_over_ranks, nccl_env, points
         p = g.params
         return {"points": points(p["collective"], p["group"], p["mode"], p["impl"], max_over_ranks(gathered)),
                 "env": nccl_env() if cfg.backend == "nccl" else {"backend": "gloo"},
                 "trials": cfg.trials["collectives"], "ranks": ctx.world}
     if g.kind == "arrival":
-        from calib.collectives import arrival_summary
         scope = "node" if len({r["host"] for r in gathered}) == 1 else "net"
         return {**arrival_summary([r["waits"] for r in gathered]), "scope": scope, "ranks": ctx.world}
     if g.kind == "compute":
-        from calib import compute
-        import statistics
         return {"points": compute.points(samples, [r["times"] for r in gathered]),
                 "probe_s": statistics.median(r["probe_s"] for r in gathered),
                 "trials": cfg.trials["compute"], "ranks": ctx.world}
-    from calib.overlap_summary import summarize, summarize_passes
     if "cases" in gathered[0]:                      # measured inside the models' passes (CPU)
         summary = summarize_passes([r["cases"] for r in gathered])
         what = "pooled over " + "; ".join(c["what"] for c in gathered[0]["cases"])
@@ -122,7 +121,6 @@ def measure_group(g: Group, cfg: CalibConfig, ctx, barrier, pg) -> dict:
 
 
 def _device_constants(cfg: CalibConfig, dev: str) -> dict:
-    from calib import compute
     cuda = dev.startswith("cuda")
     mm = (2048, 4096, 8192) if cuda else ((256, 512, 1024) if cfg.quick else (256, 512, 1024, 2048))
     copies = ([1 << 20, 16 << 20, 256 << 20, 1 << 30] if cuda else
@@ -132,15 +130,13 @@ def _device_constants(cfg: CalibConfig, dev: str) -> dict:
            "copy": {b: compute.mem_bandwidth(dev, b) for b in copies}}
     out["graph_launch_s"] = compute.graph_launch_s(dev, cfg.dtype) if cuda else None
     if cuda:
-        import torch
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
         out["device_name"], out["device_mem_bytes"] = props.name, props.total_memory
     return out
 
 
 def _merge_device(per_rank: list[dict]) -> dict:
-    import statistics as s
-    med = s.median
+    med = statistics.median
     r0 = per_rank[0]
     ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return {
@@ -164,7 +160,6 @@ def _cpu_name() -> str:
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    import platform
     return platform.processor() or "cpu"
 
 
@@ -174,11 +169,6 @@ def _overlap_local(cfg: CalibConfig, cases: list[ShapeCase], dev: str, barrier) 
     up-projection gemm of the first case's prefill ([rows, hidden] @ [hidden, 2*ffn/tp], rows cut
     until it lasts about as long as the collective) against an all-reduce of the prefill activation
     [batch*prompt, hidden]; without a case, [256, 1024] @ [1024, 1024] against 1 MiB."""
-    import torch
-    import torch.nn.functional as F
-    from calib.overlap import measure, measure_in_passes
-    from hw.model import torch_dtype
-    import torch.distributed as dist
     # in passes: cases as wide as the group (their all-reduces span it) with a decode step to run
     in_pass = [c for c in cases if c.tp == dist.get_world_size() and c.gen_len >= 2]
     if in_pass and not dev.startswith("cuda"):

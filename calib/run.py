@@ -15,10 +15,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from sim.profile import load_document, write_profile
+import torch.distributed as dist
+
+from sim.lock import acquire, check_writable, output_lock, release
+from sim.profile import ProfileError, load_document, load_profile, write_profile
+
+from hw import rank as hwrank
+from hw.dist import WorkerFailed, _install_signal_handlers, _restore_signal_handlers, launch
 
 from calib.fit import build_profile, refit_overlap
 from calib.plan import STOPPED, CalibConfig, CalibrationStopped, done_names, plan_groups, read_state
+from calib.rank import run_groups
 
 # ------------------------------------------------------------------ orchestration
 
@@ -31,7 +38,6 @@ def calibrate(backend: str = "gloo", nproc: int = 2, models=(), tps=(), batches=
     groups finish. Extra `options` are CalibConfig fields (dtype, kvs, parts, envs, stop_after, ...).
     A rerun with the same `out` and options resumes from `<out>.state.json`.
     Raises CalibrationStopped when `stop_after` ended it early (the state file is kept)."""
-    from hw.dist import WorkerFailed, launch
     as_tuple = (lambda v: tuple(v) if isinstance(v, (list, tuple)) else (v,))
     device = options.pop("device", "cuda" if backend == "nccl" else "cpu")
     options.setdefault("dtype", "fp16" if device == "cuda" else "fp32")
@@ -43,7 +49,6 @@ def calibrate(backend: str = "gloo", nproc: int = 2, models=(), tps=(), batches=
                       run_id=uuid.uuid4().hex[:12], **options)
     _check_world(cfg, nproc)
     check_extends(cfg.extends)
-    from sim.lock import check_writable, output_lock
     # one calibration per --out: the ranks inherit the lock, so it lasts until the last of them is gone
     with output_lock(cfg.out, "calibration") as lock_fd:
         check_writable(cfg.out)
@@ -63,7 +68,6 @@ def calibrate(backend: str = "gloo", nproc: int = 2, models=(), tps=(), batches=
 def check_extends(extends: str | None) -> None:
     """A --extends base that does not resolve fails now, not after the whole measurement."""
     if extends:
-        from sim.profile import ProfileError, load_profile
         try:
             load_profile(extends)
         except ProfileError as e:
@@ -94,7 +98,6 @@ def _launch_watched(launch, cfg: CalibConfig, nproc: int, total: int, names: set
         except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
             err.append(e)
     th = threading.Thread(target=target, daemon=True)
-    from hw.dist import _install_signal_handlers, _restore_signal_handlers
     handlers = _install_signal_handlers()        # SIGTERM/SIGHUP unwind through the except below
     th.start()
     seen = -1
@@ -135,15 +138,11 @@ def _launch_watched(launch, cfg: CalibConfig, nproc: int, total: int, names: set
 def run_here(cfg: CalibConfig) -> Path | None:
     """torchrun mode: this process is one rank; rank 0 writes the profile. Extra env settings
     cannot be applied here (NCCL reads the environment before we run): set them on torchrun."""
-    import torch.distributed as dist
-    from hw import rank as hwrank
-    from calib.rank import run_groups
     if cfg.envs:
         raise ValueError("--nccl-env needs the launcher (--nproc); under torchrun set NCCL_* yourself "
                          "and tag the tables with --impl")
     lock = None
     if int(os.environ.get("RANK", "0")) == 0:
-        from sim.lock import acquire, check_writable
         check_extends(cfg.extends)
         lock = acquire(cfg.out, "calibration")     # rank 0 writes --out: one such run at a time
         check_writable(cfg.out)
@@ -160,7 +159,6 @@ def run_here(cfg: CalibConfig) -> Path | None:
     finally:
         hwrank.shutdown()
         if lock is not None:
-            from sim.lock import release
             release(lock)
 
 

@@ -1,0 +1,31 @@
+"""The harness: the schedules run on real torch.distributed process groups (NCCL on GPUs, gloo on CPUs).
+
+Every module of hw/ imports torch at its top, but two: run_config.py (the bench config, plain data)
+and commands.py (the click commands `bench` and `check`, which cli.py registers at start).
+
+`harness()` is the one door through which the CLI's command bodies (hw.commands, calib.commands,
+calib.compare) reach the torch side: hw.bench, hw.check, hw.dist, calib.run, torch itself. It is
+lazy because `import cli` must work without torch (tpsim predict, collective, models: the [hw]
+extra is optional) and start fast (torch takes ~1 s to import). tests/test_imports.py holds every
+other function-local import to a `# lazy: <reason>` comment.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+
+from sim.cli_options import TpsimError
+
+
+def require_torch(command: str) -> None:
+    """One clear line (TpsimError: exit 2), before any process starts, when the [hw] extra (PyTorch) is missing."""
+    if importlib.util.find_spec("torch") is None:
+        raise TpsimError(f"tpsim {command} runs real PyTorch process groups and needs torch: "
+                        f"pip install 'tpsim[hw]' (on a CPU-only machine: pip install torch==2.13.0 first)")
+
+
+def harness(module: str, command: str):
+    """The torch-side `module` (e.g. "hw.dist", "calib.run", "torch") for `tpsim command`, imported
+    on first use (see the module doc for why lazily)."""
+    require_torch(command)
+    return importlib.import_module(module)

@@ -17,7 +17,7 @@ Run as `tpsim bench --nproc N`, or under torchrun as `torchrun --nproc-per-node 
 from __future__ import annotations
 
 import dataclasses
-
+import math
 import os
 import platform
 import socket
@@ -143,7 +143,7 @@ def compile_passes(runner: Runner, plans: dict, cfg: RunConfig, rank: int) -> di
     compiled code is cached by Inductor's FX graph cache (TORCHINDUCTOR_CACHE_DIR, default
     /tmp/torchinductor_$USER), so a rerun of the same shapes starts fast. Each pass is compiled
     here, once, with a progress line, before warm-up."""
-    import torch._dynamo.config as dcfg
+    import torch._dynamo.config as dcfg   # lazy: torch._dynamo takes ~0.8 s to import; only --compile needs it
     for name in ("recompile_limit", "cache_size_limit"):       # one graph per (schedule, phase)
         if hasattr(dcfg, name):
             setattr(dcfg, name, max(getattr(dcfg, name), 4 * len(plans) + 8))
@@ -203,14 +203,18 @@ def median_ci(xs: list[float], level: float = 0.90) -> tuple[float, float, float
     Returns (lo, hi, coverage). Below 5 samples even [min, max] covers less than 90%; it is
     returned with its true (lower) coverage. Why not mean +- t*s: repeats on a shared box have
     outliers (a descheduled rank) that a t-interval would let dominate."""
-    from scipy.stats import binom
-
     ys = sorted(xs)
     n = len(ys)
     k = 1
-    while k + 1 <= (n + 1) // 2 and 1 - 2 * binom.cdf(k, n, 0.5) >= level:
-        k += 1                       # binom.cdf(k, n) = P(B < k + 1): coverage of [x_(k+1), x_(n-k)]
-    return ys[k - 1], ys[n - k], float(1 - 2 * binom.cdf(k - 1, n, 0.5))
+    while k + 1 <= (n + 1) // 2 and 1 - 2 * _half_binom_cdf(k, n) >= level:
+        k += 1                       # _half_binom_cdf(k, n) = P(B < k + 1): coverage of [x_(k+1), x_(n-k)]
+    return ys[k - 1], ys[n - k], float(1 - 2 * _half_binom_cdf(k - 1, n))
+
+
+def _half_binom_cdf(k: int, n: int) -> float:
+    """P(B <= k) for B ~ Binom(n, 1/2), exact: sum of C(n, i) over i <= k, over 2^n (integers, one
+    rounding; what scipy.stats.binom.cdf(k, n, 0.5) gives, without its ~0.5 s import)."""
+    return sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
 
 
 def _spread(xs: list[float]) -> dict:

@@ -22,8 +22,10 @@ same random tokens for both), error = max|tp - ref| / max(1, max|ref|).
 from __future__ import annotations
 
 import math
+import sys
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 
 from sim.model import ModelSpec
@@ -186,7 +188,6 @@ def _compare(tp_logits: torch.Tensor, ref: torch.Tensor, batch: int, vocab: int)
 
 def run_check(cfg: RunConfig, ctx: hwrank.DistContext) -> list[dict]:
     """Every schedule: TP run vs its reference; returns rows {schedule, prefill_err, decode_err, ok}."""
-    import torch.distributed as dist
     model, stack = cfg.model_spec(), cfg.stack()
     tp = ctx.world
     if cfg.tp != tp:
@@ -234,7 +235,6 @@ def run_check(cfg: RunConfig, ctx: hwrank.DistContext) -> list[dict]:
 def _compiled(runner: Runner, cfg: RunConfig, rank: int):
     """--compile: each pass through torch.compile(Runner.functional_pass) (as hw.bench), positions
     as a device tensor so one decode graph serves every step."""
-    import sys
     fn = torch.compile(runner.functional_pass, fullgraph=True, dynamic=False)
     pos_t = torch.tensor(0, device=runner.rm.device)
     if rank == 0:
@@ -255,7 +255,6 @@ def worker(config: dict) -> int:
 
 def _checked(cfg: RunConfig, ctx) -> dict:
     """Every rank's errors, merged (worst over ranks) into the result rank 0 reports."""
-    import torch.distributed as dist
     torch.set_default_dtype(torch.float32)
     rows = run_check(cfg, ctx)
     every = [None] * ctx.world

@@ -1,6 +1,7 @@
 """`tpsim bench` and `tpsim check`: click commands the top-level cli registers.
 
-Torch is imported inside the commands only, so `import cli` works without the [hw] extra.
+This module imports no torch (`import cli` works without the [hw] extra): the command bodies
+reach the torch side (torch, hw.dist, hw.bench, hw.check) through `hw.harness` only.
 Each command runs in one of two modes:
   * launcher (default): starts --nproc local rank processes itself (hw.dist.launch), watches
     them (a rank exiting nonzero stops the rest; --timeout-s bounds every collective) and
@@ -16,38 +17,38 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from dataclasses import replace
 
 import click
 
 from sim.cli_options import HARNESS_STACK, stack_options
 from sim.cli_options import TpsimError as UsageFail
+from sim.lock import check_writable
+from sim.measured_trace import bench_trace
+from sim.memory import GIB, DoesNotFit, check_fits, estimate
+from sim.model import get_model
 from sim.schedule import DEFAULT_SCHEDULES, SCHEDULE_HELP
+from sim.trace import write_json_atomic
 
-
-def require_torch(command: str) -> None:
-    """A clear error, before any process starts, when the [hw] extra (PyTorch) is missing."""
-    import importlib.util
-    if importlib.util.find_spec("torch") is None:
-        raise UsageFail(f"tpsim {command} runs real PyTorch process groups and needs torch: "
-                        f"pip install 'tpsim[hw]' (on a CPU-only machine: pip install torch==2.13.0 first)")
+from hw import harness, require_torch
+from hw.run_config import RunConfig, check_timeout, default_timeout_s
 
 
 MAX_PROMPT = MAX_GEN = 1 << 20     # tokens; documented in docs/reliability.md
 
 
-def check_cuda(n: int = 1) -> None:
+def check_cuda(n: int = 1, command: str = "bench") -> None:
     """`--device cuda` needs torch to see `n` GPUs: one clear line instead of an assertion deep in torch."""
-    if not _cuda_available():
+    if not _cuda_available(command):
         raise ValueError("--device cuda: torch sees no GPU here (torch.cuda.is_available() is False); "
                          "use --device cpu --backend gloo")
-    import torch
+    torch = harness("torch", command)
     if torch.cuda.device_count() < n:
         raise ValueError(f"{n} ranks need {n} GPUs; torch sees {torch.cuda.device_count()}")
 
 
 def _check_ranges(kw: dict) -> None:
     """Every numeric option in range, nothing silently replaced (ValueError -> exit 2)."""
-    from hw.run_config import check_timeout
     for name, key, lo, hi in (("--tp", "tp", 1, 1024), ("--batch", "batch", 1, 1 << 16),
                               ("--prompt", "prompt_len", 1, MAX_PROMPT), ("--gen", "gen_len", 1, MAX_GEN),
                               ("--layers", "layers", 1, 1 << 16), ("--emulate-tp", "emulate_tp", 1, 1024),
@@ -63,7 +64,6 @@ def _check_ranges(kw: dict) -> None:
     if g is not None and not (0 < g < 1 << 20):
         raise ValueError(f"--gpu-mem-gib must be a positive number of GiB, got {g}")
     if kw.get("out"):
-        from sim.lock import check_writable
         check_writable(kw["out"])
 
 
@@ -105,14 +105,13 @@ def _common(f):
 
 def _config(kind: str, **kw):
     """Options -> validated RunConfig (UsageFail on user mistakes)."""
-    from hw.run_config import RunConfig, default_timeout_s
     device = kw.pop("device")
     if device == "auto":
-        device = "cuda" if _cuda_available() else "cpu"
+        device = "cuda" if _cuda_available(kind) else "cpu"
     try:
         _check_ranges(kw)
         if device == "cuda":
-            check_cuda(1 if _under_torchrun() else kw["tp"])
+            check_cuda(1 if _under_torchrun() else kw["tp"], kind)
     except ValueError as e:
         raise UsageFail(str(e)) from None
     backend = kw.pop("backend") or ("nccl" if device == "cuda" else "gloo")
@@ -131,7 +130,6 @@ def _config(kind: str, **kw):
                         "nothing to check against the reference")
     try:
         if kw.get("timeout_s") is None:       # proportionate to the work: a hang is reported in ~30 s on tiny
-            from sim.model import get_model
             m = get_model(kw["model"])
             m = m.truncated(kw["layers"]) if kw.get("layers") else m
             # prefill: 2 flops per parameter per token + the attention scores (4 * layers * b * p^2 * hidden)
@@ -146,22 +144,15 @@ def _config(kind: str, **kw):
     return cfg
 
 
-def _cuda_available() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
+def _cuda_available(command: str) -> bool:
+    return harness("torch", command).cuda.is_available()
 
 
-def _run(target: str, cfg, deadline_s: float | None) -> dict | None:
+def _run(target: str, cfg, deadline_s: float | None, command: str) -> dict | None:
     """Launcher or rank mode; returns rank 0's result dict (launcher mode) or None (rank mode)."""
-    from dataclasses import replace
-    from hw.dist import WorkerFailed, launch
     mod, _, fn = target.partition(":")
     if _under_torchrun():
-        from importlib import import_module
-        rc = getattr(import_module(mod), fn)(replace(cfg, print_result=True).to_dict())
+        rc = getattr(harness(mod, command), fn)(replace(cfg, print_result=True).to_dict())
         raise SystemExit(rc)
     out = cfg.out
     tmp = None
@@ -170,12 +161,13 @@ def _run(target: str, cfg, deadline_s: float | None) -> dict | None:
         os.close(fd)
         os.unlink(tmp)
         out = tmp
+    dist = harness("hw.dist", command)
     try:
-        launch(target, replace(cfg, out=os.path.abspath(out)).to_dict(), cfg.tp,
-               timeout_s=cfg.timeout_s, deadline_s=deadline_s)
+        dist.launch(target, replace(cfg, out=os.path.abspath(out)).to_dict(), cfg.tp,
+                    timeout_s=cfg.timeout_s, deadline_s=deadline_s)
         with open(out) as f:
             return json.load(f)
-    except WorkerFailed as e:
+    except dist.WorkerFailed as e:
         raise click.ClickException(str(e)) from None
     finally:
         if tmp and os.path.exists(tmp):
@@ -184,13 +176,11 @@ def _run(target: str, cfg, deadline_s: float | None) -> dict | None:
 
 def _memory_gate(cfg) -> None:
     """Refuse before starting processes when the run cannot fit (UsageFail with the numbers)."""
-    from sim.memory import GIB, DoesNotFit, check_fits, estimate
     est = estimate(cfg.model_spec(), cfg.model_tp, cfg.batch, cfg.prompt_len, cfg.gen_len, cfg.stack(), cfg.device)
     if cfg.gpu_mem_gib:
         cap, where = int(cfg.gpu_mem_gib * GIB), f"a {cfg.gpu_mem_gib:g} GiB device (--gpu-mem-gib)"
     elif cfg.device == "cuda":
-        import torch
-        props = torch.cuda.get_device_properties(0)
+        props = harness("torch", "bench").cuda.get_device_properties(0)
         cap, where = props.total_memory, props.name
     else:
         ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -219,16 +209,13 @@ def bench_cmd(deadline_s, compile_, trace_path=None, **kw):
     require_torch("bench")
     cfg = _config("bench", compile=compile_, deadline_s=deadline_s, **kw)
     _memory_gate(cfg)
-    result = _run("hw.bench:worker", cfg, deadline_s)
+    result = _run("hw.bench:worker", cfg, deadline_s, "bench")
     if result is None:
         return
-    from hw.bench import format_result
-    click.echo(json.dumps(result, indent=1) if cfg.json else format_result(result))
+    click.echo(json.dumps(result, indent=1) if cfg.json else harness("hw.bench", "bench").format_result(result))
     if cfg.out and not cfg.json:
         click.echo(f"wrote {cfg.out}")
     if trace_path:
-        from sim.measured_trace import bench_trace
-        from sim.trace import write_json_atomic
         write_json_atomic(trace_path, bench_trace(result))
         click.echo(f"wrote {trace_path}: open it in ui.perfetto.dev or chrome://tracing", err=cfg.json)
 
@@ -241,11 +228,10 @@ def check_cmd(deadline_s, compile_, **kw):
     """Numerics: each schedule's TP output vs its single-process reference (nonzero exit on failure)."""
     require_torch("check")
     cfg = _config("check", deadline_s=deadline_s, compile=compile_, **kw)
-    result = _run("hw.check:worker", cfg, deadline_s)
+    result = _run("hw.check:worker", cfg, deadline_s, "check")
     if result is None:
         return
-    from hw.check import format_check
-    click.echo(json.dumps(result, indent=1) if cfg.json else format_check(result))
+    click.echo(json.dumps(result, indent=1) if cfg.json else harness("hw.check", "check").format_check(result))
     if not result["ok"]:
         raise SystemExit(1)
 

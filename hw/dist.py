@@ -9,8 +9,8 @@ Two ways in, one worker code path:
 
 No silent hangs: the process group gets `timeout_s` (a collective that waits longer raises on
 gloo, and NCCL's watchdog aborts), and the launcher kills every other rank as soon as one exits
-nonzero, and everything once `deadline_s` passes. Torch is imported inside functions only, so the
-launcher (and the CLI) run without it.
+nonzero, and everything once `deadline_s` passes. The launcher imports torch (through hw.rank, whose
+constants it shares with the ranks); the CLI reaches it only through `hw.harness` (hw/__init__.py).
 
 CPU ranks are pinned, each to its own share of the cores (`pin_cores`), unless TPSIM_PIN_CORES=0.
 Why: unpinned, the OS migrates each rank's compute thread and gloo's communication threads across
@@ -69,9 +69,12 @@ def package_root() -> str:
 
 
 # Started as `python -I -c _BOOT ROOT TARGET CONFIG`: -I keeps the working directory (and PYTHON*
-# variables) off sys.path, so hw.dist comes from ROOT, the launcher's own package root.
-_BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); from hw.rank import _worker_main; "
-         "_worker_main(sys.argv[2:])")
+# variables) off sys.path, so hw.dist comes from ROOT, the launcher's own package root. The
+# launcher's other import paths (PATH_ENV: a user site, PYTHONPATH) are appended before hw.rank is
+# imported, since hw.rank imports torch, which may live on one of them.
+_BOOT = ("import json, os, sys; sys.path.insert(0, sys.argv[1]); "
+         f"sys.path += [p for p in json.loads(os.environ.get({PATH_ENV!r}) or '[]') if p not in sys.path]; "
+         "from hw.rank import _worker_main; _worker_main(sys.argv[2:])")
 
 
 def rank_command(target: str, cfg_path: str) -> list[str]:

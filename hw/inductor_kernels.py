@@ -41,10 +41,20 @@ import time
 from dataclasses import dataclass
 
 import torch
+import torch._inductor.config as icfg
+import torch.distributed as dist
+from torch._inductor import decomposition as D
+from torch._inductor import ir
+from torch._inductor import scheduler as S
+from torch._inductor.virtualized import V
 
 from sim.model import ModelSpec
-from sim.schedule import build_plan
+from sim.schedule import build_plan, plan_of
 from sim.stack import Stack, Step
+from sim.trace import write_json_atomic
+
+from hw.model import build_rank_model
+from hw.runner import Runner
 
 # symbol -> probe value (distinct primes; "2" is the constant factor, e.g. head_dim = 2 * dh)
 PROBE = {"G": 3, "G2": 5, "b": 7, "q": 11, "L": 13, "kvh": 17, "hidden": 19, "ffn": 23, "dh": 29,
@@ -160,7 +170,6 @@ def monomial(powers: dict[str, int]) -> str:
 @contextlib.contextmanager
 def cuda_matmul_decompositions():
     """Take Inductor's CUDA branch of the mm / bmm decompositions on CPU (see module doc)."""
-    from torch._inductor import decomposition as D
     for fn, branch in ((D.mm, _MM_BRANCH), (D.bmm, _BMM_BRANCH)):
         src = inspect.getsource(fn)
         if _GUARD not in src or branch not in src:
@@ -200,7 +209,6 @@ class _Recorder:
 
     @contextlib.contextmanager
     def hook(self):
-        from torch._inductor import scheduler as S
         orig = S.Scheduler._codegen
         rec = self
 
@@ -220,7 +228,6 @@ class _Recorder:
 
 
 def _buf_dtype(name: str):
-    from torch._inductor.virtualized import V
     buf = V.graph.name_to_buffer.get(name) or V.graph.graph_inputs.get(name)
     try:
         names = buf.get_mutation_names() if hasattr(buf, "get_mutation_names") else []
@@ -232,8 +239,6 @@ def _buf_dtype(name: str):
 
 
 def _describe(node, probe: dict) -> dict | None:
-    from torch._inductor import ir
-    from torch._inductor import scheduler as S
     if isinstance(node, S.NopKernelSchedulerNode):
         return None
     ops = set()
@@ -275,7 +280,6 @@ def _group(size: int):
     """The default process group with `size` ranks, this process rank 0: a 1-rank gloo group, or
     for more ranks torch's fake backend (collectives return at once; functional collectives trace
     and compile with the real job's shapes)."""
-    import torch.distributed as dist
     if dist.is_initialized() and dist.get_world_size() != size:
         dist.destroy_process_group()
     if not dist.is_initialized():
@@ -284,7 +288,7 @@ def _group(size: int):
             os.close(fd)
             dist.init_process_group("gloo", init_method=f"file://{path}", rank=0, world_size=1)
         else:
-            from torch.testing._internal.distributed.fake_pg import FakeStore
+            from torch.testing._internal.distributed.fake_pg import FakeStore  # lazy: test-only fake backend, needed only for TP > 1 probes
             dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=size)
     return dist.group.WORLD
 
@@ -292,9 +296,6 @@ def _group(size: int):
 def compile_kernels(kind: str, variant: str) -> list[dict]:
     """Compile one probe forward pass (every layer of schedule `kind`) and return the kernels
     of layer KEEP_LAYER, each attributed to one IR op (see attribute())."""
-    from hw.model import build_rank_model
-    from hw.runner import Runner
-    import torch._inductor.config as icfg
     spec, layers = KINDS[kind]
     phase, _, target = VARIANTS[variant]
     pr = probe_of(kind, variant)
@@ -303,7 +304,6 @@ def compile_kernels(kind: str, variant: str) -> list[dict]:
     stack = Stack(dtype=DTYPE)
     step = (Step.prefill(batch, prompt, gen, stack) if phase == "prefill"
             else Step.decode(batch, prompt, gen, 1, stack))
-    from sim.schedule import plan_of
     sched = build_plan(spec, plan_of(spec, layers), model, pr.tp, step, stack)
     torch._dynamo.reset()
     rm = build_rank_model(model, pr.tp, 0, batch=batch, max_seq=prompt + gen, dtype=DTYPE)
@@ -436,7 +436,6 @@ def main(argv=None) -> int:
 
 
 def _write(path: str, layers: dict) -> None:
-    from sim.trace import write_json_atomic
     doc = {"format": "tpsim-compiled-kernels", "version": 1, "torch": torch.__version__,
            "command": "python -m hw.inductor_kernels", "dtype": DTYPE,
            "probe": PROBE, "variants": {k: {"phase": v[0], "batch": v[1], "target": v[2]} for k, v in VARIANTS.items()},

@@ -11,6 +11,8 @@ from __future__ import annotations
 import statistics
 import time
 
+import torch
+
 PROBE_N = 256          # [256, 256] @ [256, 256]: ~1 ms on one CPU core, microseconds on a GPU
 PROBE_CALLS = 8
 
@@ -18,7 +20,6 @@ PROBE_CALLS = 8
 def probe_s(device: str = "cpu", reps: int = 7) -> float:
     """Median seconds of PROBE_CALLS fp32 matmuls [PROBE_N, PROBE_N]^2 on `device` (synchronized;
     on CPU on one thread: one core's speed, comparable between launches of 1 or N ranks)."""
-    import torch
     cuda = str(device).startswith("cuda")
     gen = torch.Generator().manual_seed(0)
     a = torch.randn(PROBE_N, PROBE_N, generator=gen).to(device)
@@ -27,13 +28,13 @@ def probe_s(device: str = "cpu", reps: int = 7) -> float:
     if not cuda:
         torch.set_num_threads(1)
     try:
-        _timed_calls(torch, a, b, cuda)                      # warm-up
-        return statistics.median(_timed_calls(torch, a, b, cuda) for _ in range(reps))
+        _timed_calls(a, b, cuda)                      # warm-up
+        return statistics.median(_timed_calls(a, b, cuda) for _ in range(reps))
     finally:
         torch.set_num_threads(threads)
 
 
-def _timed_calls(torch, a, b, cuda: bool) -> float:
+def _timed_calls(a, b, cuda: bool) -> float:
     """Seconds of PROBE_CALLS back-to-back a @ b (no autograd)."""
     with torch.no_grad():
         if cuda:

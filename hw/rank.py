@@ -1,8 +1,8 @@
 """The rank side of a multi-process run: join the process group (from torchrun's or our launcher's
 environment), pin CPU ranks to their cores, mark progress, honour test faults, and end with the
 launcher. `_worker_main` is what each launched rank runs (hw/dist.py starts it); `run_rank` is
-one rank of `bench` or `check`. Torch is imported inside functions only (the one torch boundary),
-so the launcher and the CLI import this module without it.
+one rank of `bench` or `check`. Like every module of hw/ but commands.py, it imports torch at its
+top: the CLI reaches it only through `hw.harness` (hw/__init__.py).
 """
 from __future__ import annotations
 
@@ -16,9 +16,13 @@ import struct
 import sys
 import threading
 import time
+import traceback
 from dataclasses import dataclass
 from datetime import timedelta
 from importlib import import_module
+
+import torch
+import torch.distributed as dist
 
 from sim.trace import write_json_atomic
 
@@ -39,7 +43,7 @@ LAUNCHER_PID_ENV = "TPSIM_LAUNCHER_PID"
 BEAT_ENV = "TPSIM_BEAT_FILE"           # the rank's progress file (see `mark`)
 
 
-PATH_ENV = "TPSIM_SYS_PATH"            # the launcher's import path (JSON), minus the working directory
+PATH_ENV = "TPSIM_SYS_PATH"            # the launcher's import path (JSON), minus the working directory (hw.dist._BOOT)
 
 
 def run_rank(config: dict, body, render) -> tuple[RunConfig, dict]:
@@ -104,8 +108,6 @@ def pin_cores(local_rank: int, local_world: int) -> tuple[int, ...] | None:
 
 def init_from_env(backend: str, device: str, timeout_s: float) -> DistContext:
     """Join the process group described by torchrun-style env vars (single process if unset)."""
-    import torch
-    import torch.distributed as dist
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     local = int(os.environ.get("LOCAL_RANK", str(rank)))
@@ -138,7 +140,6 @@ def rendezvous_store(rank: int, world: int, timeout: timedelta):
     (master_listen_fd). None under torchrun (its agent's store is used, as env:// would)."""
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
         return None
-    import torch.distributed as dist
     host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
     if rank != 0:
         return dist.TCPStore(host, port, world, False, timeout=timeout)
@@ -158,12 +159,10 @@ def rendezvous_store(rank: int, world: int, timeout: timedelta):
 
 def cpu_group():
     """A gloo group over all ranks for barriers and Python-object gathers (also under NCCL)."""
-    import torch.distributed as dist
     return dist.new_group(backend="gloo") if dist.get_backend() != "gloo" else dist.group.WORLD
 
 
 def shutdown() -> None:
-    import torch.distributed as dist
     if dist.is_initialized():
         dist.destroy_process_group()
 
@@ -244,9 +243,6 @@ def _worker_main(argv: list[str]) -> None:
     if len(argv) != 2:
         raise SystemExit("usage: python -m hw.rank MODULE:FUNCTION CONFIG.json")
     _tie_to_launcher()
-    extra = os.environ.get(PATH_ENV)
-    if extra:
-        sys.path += [p for p in json.loads(extra) if p not in sys.path]
     mod, _, fn = argv[0].partition(":")
     with open(argv[1]) as f:
         config = json.load(f)
@@ -254,7 +250,6 @@ def _worker_main(argv: list[str]) -> None:
     try:
         rc = getattr(import_module(mod), fn)(config)
     except Exception as e:   # noqa: BLE001 - report every failure in one line the launcher shows
-        import traceback
         traceback.print_exc()
         print(f"{LOG_TAG} rank {rank} failed: {type(e).__name__}: {_one_line(e)}", file=sys.stderr, flush=True)
         sys.exit(1)

@@ -41,6 +41,9 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
+import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
+from torch.fx.traceback import annotate
 
 from sim.schedule import TOKENS, Op, Schedule
 from sim.trace import Record
@@ -198,8 +201,6 @@ class Runner:
         this loop, decides the overlap. Every op's nodes carry its IR name
         (node.meta["custom"]["tpsim_op"]) for hw.inductor_kernels. Returns
         (logits [rows, vocab(+pad)], next tokens [batch])."""
-        import torch.distributed._functional_collectives as funcol
-        from torch.fx.traceback import annotate
         ctx = KernelCtx(self, sched, start_pos)
         vals: dict[str, torch.Tensor] = {TOKENS: tokens}
         for op in sched.ops:
@@ -245,7 +246,6 @@ class Runner:
         return e
 
     def _issue(self, op: Op, x: torch.Tensor, t0: float) -> _Pending:
-        import torch.distributed as dist
         if op.kind == "all_reduce":
             buf, call = x, (lambda b: dist.all_reduce(b, group=self.group, async_op=True))
             finish = _identity
@@ -329,7 +329,6 @@ class Runner:
 
 
 def dist_world(group) -> int:
-    import torch.distributed as dist
     return dist.get_world_size(group)
 
 
@@ -352,7 +351,6 @@ class DecodeGraph:
             raise ValueError("CUDA graphs need --device cuda")
         if sched.stack.kv != "static":
             raise ValueError("decode CUDA graphs need --kv static (the attended length must be fixed)")
-        import torch.distributed as dist
         self.runner, self.sched = runner, sched
         dev = runner.rm.device
         st = sched.step

@@ -119,9 +119,29 @@ HARNESS_STACK = {"head": "replicated", "attention": "math", "kv": "static", "pre
                  "expand_gqa": True}
 
 
+# rich is imported by these three, at first use: ~30 ms that `--help`, `--json` and the commands
+# that print no table (trace, sweep) do not pay at every start.
+
+def rich_console(**kw):
+    """A rich Console (kw: width, stderr, ...)."""
+    from rich.console import Console      # lazy: rich takes ~30 ms to import; only printing needs it
+    return Console(**kw)
+
+
+def rich_table(**kw):
+    """A rich Table (kw: title, title_justify, ...)."""
+    from rich.table import Table          # lazy: rich (see rich_console)
+    return Table(**kw)
+
+
+def rich_escape(text: str) -> str:
+    """`text` with its [brackets] escaped, printed as is by rich."""
+    from rich.markup import escape        # lazy: rich (see rich_console)
+    return escape(text)
+
+
 def _stderr_console():
-    from rich.console import Console      # rich: ~40 ms to import, only when printing
-    return Console(stderr=True)
+    return rich_console(stderr=True)
 
 
 MAX_TOKENS = 1 << 20       # --prompt and --gen (documented in docs/reliability.md)

@@ -23,7 +23,7 @@ import json
 import math
 from pathlib import Path
 
-from .model import ModelSpec
+from .model_spec import ModelSpec
 
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
                  "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}

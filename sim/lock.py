@@ -47,7 +47,7 @@ def acquire(out: str | os.PathLike, what: str = "run") -> int:
     """Lock `out` for this process; returns the lock's fd (inheritable by passing it on to children,
     which then hold the lock too). Raises OutputBusy when another live process holds it, and
     ValueError when the lock file cannot be created (the output's directory is not writable)."""
-    import fcntl
+    import fcntl   # lazy: POSIX-only; the rest of this module (check_writable, which predict uses) imports anywhere
     path = lock_path(out)
     while True:
         try:

@@ -1,4 +1,5 @@
-"""Model shapes (Llama-architecture decoder stacks) and their per-rank TP shards.
+"""Model presets and `get_model` (a preset name, or a Hugging Face config.json, to a ModelSpec). The
+shape types, ModelSpec and its per-rank TP Shard, are in sim/model_spec.py (re-exported here).
 
 Shapes come from docs/sources.md §3 (the models' published configs); the Qwen and
 Mistral presets from their Hugging Face config.json (source in each description). Any Llama-family
@@ -7,129 +8,9 @@ config.json is read by sim.hf_config wherever a model name is accepted (`get_mod
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
 
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """One decoder-only transformer: RMSNorm, RoPE, GQA attention, SwiGLU MLP."""
-
-    name: str
-    hidden: int
-    layers: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    ffn: int
-    vocab: int
-    tied_embeddings: bool = False
-    description: str = ""
-    # What Llama-family variants add to the same forward (sim.schedule puts them on the ops as
-    # attrs, so the cost model prices them and the harness runs them):
-    qkv_bias: bool = False          # Qwen2/2.5: bias on the q, k, v projections (not on o)
-    qk_norm: bool = False           # Qwen3: RMSNorm over head_dim on every q and k head before RoPE
-    rope_theta: float = 500_000.0   # RoPE base: changes the tables, not the work
-    norm_eps: float = 1e-5
-    sliding_window: int = 0         # Mistral v0.1: attend to the last W positions; 0 = full attention
-
-    def __post_init__(self) -> None:
-        for field in ("hidden", "layers", "heads", "kv_heads", "head_dim", "ffn", "vocab"):
-            if getattr(self, field) <= 0:
-                raise ValueError(f"model {self.name!r}: {field} must be positive, got {getattr(self, field)}")
-        if self.sliding_window < 0:
-            raise ValueError(f"model {self.name!r}: sliding_window must be >= 0, got {self.sliding_window}")
-        if self.heads % self.kv_heads:
-            raise ValueError(
-                f"model {self.name!r}: heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
-
-    @property
-    def q_dim(self) -> int:
-        return self.heads * self.head_dim
-
-    @property
-    def kv_dim(self) -> int:
-        return self.kv_heads * self.head_dim
-
-    def truncated(self, layers: int) -> "ModelSpec":
-        """The first `layers` layers of this model (harness runs of models too big to fit)."""
-        if not 1 <= layers <= self.layers:
-            raise ValueError(f"--layers must be in 1..{self.layers} for {self.name}, got {layers}")
-        if layers == self.layers:
-            return self
-        return replace(self, name=f"{self.name}[:{layers}]", layers=layers)
-
-    def shard(self, tp: int) -> "Shard":
-        return Shard.of(self, tp)
-
-    def param_count(self) -> int:
-        """Total parameters (embedding + head counted once when tied)."""
-        per_layer = (self.hidden * (self.q_dim + 2 * self.kv_dim) + self.q_dim * self.hidden
-                     + 3 * self.hidden * self.ffn + 2 * self.hidden
-                     + (self.q_dim + 2 * self.kv_dim if self.qkv_bias else 0)
-                     + (2 * self.head_dim if self.qk_norm else 0))
-        head = 0 if self.tied_embeddings else self.vocab * self.hidden
-        return self.layers * per_layer + self.vocab * self.hidden + head + self.hidden
-
-
-@dataclass(frozen=True)
-class Shard:
-    """What one TP rank holds of a model (Megatron column/row split).
-
-    Attention heads and the FFN are split across ranks. KV heads are split when
-    kv_heads >= tp; when kv_heads < tp each rank holds one (replicated) KV head,
-    which needs tp to be a multiple of kv_heads.
-    """
-
-    tp: int
-    heads: int       # query heads per rank
-    kv_heads: int    # KV heads per rank (1 when replicated)
-    head_dim: int
-    ffn: int         # FFN width per rank
-    hidden: int
-    vocab: int
-
-    @staticmethod
-    def of(model: ModelSpec, tp: int) -> "Shard":
-        problem = _shard_problem(model, tp)
-        if problem:
-            raise ValueError(f"{problem}; valid TP degrees for {model.name}: "
-                             f"{', '.join(map(str, valid_tp(model)))}")
-        kv = model.kv_heads // tp if model.kv_heads >= tp else 1
-        return Shard(tp=tp, heads=model.heads // tp, kv_heads=kv, head_dim=model.head_dim,
-                     ffn=model.ffn // tp, hidden=model.hidden, vocab=model.vocab)
-
-    @property
-    def q_dim(self) -> int:
-        return self.heads * self.head_dim
-
-    @property
-    def kv_dim(self) -> int:
-        return self.kv_heads * self.head_dim
-
-    @property
-    def qkv_dim(self) -> int:
-        return self.q_dim + 2 * self.kv_dim
-
-
-def _shard_problem(model: ModelSpec, tp: int) -> str | None:
-    """Why `model` cannot be split over `tp` ranks, or None when it can."""
-    if tp < 1:
-        return f"TP must be >= 1, got {tp}"
-    if model.heads % tp:
-        return f"TP {tp} does not divide the {model.heads} attention heads of {model.name}"
-    if model.ffn % tp:
-        return f"TP {tp} does not divide the FFN width {model.ffn} of {model.name}"
-    if model.kv_heads >= tp and model.kv_heads % tp:
-        return f"TP {tp} does not divide the {model.kv_heads} KV heads of {model.name}"
-    if model.kv_heads < tp and tp % model.kv_heads:
-        return (f"TP {tp} is not a multiple of the {model.kv_heads} KV heads of {model.name} "
-                f"(needed to replicate KV heads)")
-    return None
-
-
-def valid_tp(model: ModelSpec, up_to: int = 128) -> list[int]:
-    """TP degrees up to `up_to` that shard `model` cleanly."""
-    return [tp for tp in range(1, up_to + 1) if _shard_problem(model, tp) is None]
+from .hf_config import load_hf_config
+from .model_spec import ModelSpec, Shard, valid_tp  # noqa: F401  (sim.model is where callers look for them)
 
 
 def _m(name, hidden, layers, heads, kv, head_dim, ffn, vocab, tied=False, desc="", **kw):
@@ -184,7 +65,6 @@ def get_model(name: str) -> ModelSpec:
             raise ValueError(f"bad layer count in model name {name!r}; use NAME[:K]") from None
     if base not in MODELS:
         if is_config_path(base):
-            from .hf_config import load_hf_config
             spec = load_hf_config(base)
             return spec.truncated(layers) if layers is not None else spec
         raise ValueError(f"unknown model {base!r}; choose from: {', '.join(MODELS)}, "

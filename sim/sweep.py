@@ -22,6 +22,7 @@ import json
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
+from importlib.metadata import version
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
@@ -118,7 +119,6 @@ def input_digest(profile: str) -> str:
 @functools.lru_cache(maxsize=1)
 def _code_digest() -> str:
     try:
-        from importlib.metadata import version
         ver = version("tpsim")
     except Exception:            # noqa: BLE001 - a source checkout without metadata
         ver = "unknown"
@@ -217,6 +217,14 @@ def iter_rows(rows: list[dict], **match) -> Iterator[dict]:
 PLOT_VIEWS = ("speedup", "no-retraining")
 
 
+def _pyplot():
+    """matplotlib.pyplot on the Agg backend (files only, no display)."""
+    import matplotlib                    # lazy: matplotlib (the [plot] extra) takes ~0.5 s to import; only --plot
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt      # lazy: (matplotlib, as above)
+    return plt
+
+
 def plot(rows: list[dict], path: str | os.PathLike, view: str = "speedup") -> None:
     """Speedup over standard: heatmaps (model x TP) per schedule and profile, one batch per
     figure row when batches vary; line plots over bandwidth scale when that was swept.
@@ -226,9 +234,7 @@ def plot(rows: list[dict], path: str | os.PathLike, view: str = "speedup") -> No
         raise ValueError(f"unknown plot view {view!r}; choose from {', '.join(PLOT_VIEWS)}")
     if view == "no-retraining":
         return plot_no_retraining(rows, path)
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     ok = [r for r in rows if not r.get("error") and r["schedule"] != "standard"]
     if not ok:
@@ -311,9 +317,7 @@ def plot_no_retraining(rows: list[dict], path: str | os.PathLike) -> None:
     """One panel per (model, TP, profile, link scaling): speedup over standard against batch size,
     for the best schedule that keeps the model (each point labelled with the one that wins) and
     for every schedule that changes it (ladder, parallel, spd)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     best = best_no_retraining(rows)
     if not best:

@@ -4,6 +4,7 @@ and jitter sections. Imported by _derive_builtin.py (run that)."""
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -256,7 +257,6 @@ JITTER = {"arrival": {scope: {"dist": "exponential", "mean_us": sv(0.0, (
 
 def write(name, prof):
     """indent=1, but lists of numbers on one line (tables stay readable in a diff)."""
-    import re
     text = json.dumps(prof, indent=1, ensure_ascii=False)
     text = re.sub(r"\[\s*([-0-9.e+,\s]+?)\s*\]", lambda m: "[" + ", ".join(m.group(1).split()).replace(",,", ",") + "]",
                   text)

@@ -13,6 +13,8 @@ sys.path.insert(0, ".")
 
 from _derive_common import AIC, DATA, sv  # noqa: E402
 
+from sim.model import MODELS, valid_tp  # noqa: E402
+
 # ---------------------------------------------------------------- compute
 
 def gemm_curves(system, rel, kernel, peak_tflops, bw_gbps):
@@ -66,7 +68,6 @@ def ir_gemm_shapes() -> list[tuple[int, int]]:
     each valid TP up to 16: qkv [m, hidden] -> [m, qkv_dim/tp]; attn out [m, q_dim/tp] ->
     [m, hidden]; mlp up (w1 and w3 fused) -> [m, 2 ffn/tp]; down [m, ffn/tp] -> [m, hidden];
     LM head replicated -> [m, vocab] and vocab-parallel -> [m, ceil(vocab/tp)]."""
-    from sim.model import MODELS, valid_tp
     shapes = set()
     for model in MODELS.values():
         for tp in valid_tp(model, 16):
@@ -95,7 +96,7 @@ class AicGemm:
     def __init__(self, system: str, backend: str, version: str):
         wheel = DATA.parents[2]                 # .../aiconfigurator_core/systems/data -> wheel root
         sys.path.insert(0, str(wheel))
-        import aiconfigurator_core as aic
+        import aiconfigurator_core as aic   # lazy: optional, derivation only; found via the sys.path entry above
         sys.path.remove(str(wheel))
         systems = str(DATA.parent)
         engine = {"schema_version": 1, "model_name": "__database_probe__", "system_name": system,
