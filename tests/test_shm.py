@@ -13,7 +13,7 @@ from sim.topology_price import TopologyModel
 
 DATA = Path(__file__).resolve().parent.parent / "sim" / "profiles" / "_data"
 sys.path.insert(0, str(DATA.parent))
-from _derive_collectives import nvbandwidth_row, shm_flow_gbps  # noqa: E402
+from _derive_shm import nvbandwidth_row, shm_flow_gbps  # noqa: E402
 
 
 def test_nvbandwidth_row_reads_the_per_gpu_row():

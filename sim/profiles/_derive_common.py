@@ -6,8 +6,10 @@ import sys
 from pathlib import Path
 
 AIC = "aiconfigurator 0.12.0 (PyPI aiconfigurator-core 0.12.0, NVIDIA)"
-DATA = Path(sys.argv[1])
-OUT = Path(sys.argv[2])
+# From _derive_builtin.py's command line; None when a test imports a pure function (e.g. _derive_shm).
+_ARGS = sys.argv[1:3] if len(sys.argv) > 2 else [None, None]
+DATA = Path(_ARGS[0]) if _ARGS[0] else None
+OUT = Path(_ARGS[1]) if _ARGS[1] else None
 
 
 def sv(value, source):

@@ -1,0 +1,52 @@
+"""The per-GPU rate of NCCL's SHM transport (P2P off) from public nvbandwidth runs. Kept apart
+from _derive_collectives.py (which needs pandas for the database) so the tests can check it with
+the project's own dependencies."""
+from __future__ import annotations
+
+import statistics
+
+from _derive_common import sv
+
+
+def nvbandwidth_row(text: str, test: str) -> list[float]:
+    """The per-GPU row of one nvbandwidth host test ('Running <test>.', a title line, a header
+    line of GPU indices, then '0  v0 v1 ...')."""
+    lines = text.splitlines()
+    i = next(k for k, line in enumerate(lines) if line.strip() == f"Running {test}.")
+    return [float(x) for x in lines[i + 3].split()[1:]]
+
+
+def shm_flow_gbps(h800_text: str, a100_text: str) -> dict:
+    """Per-GPU rate of an NCCL SHM ring flow, per GPU generation (GB/s), from public nvbandwidth runs.
+
+    Mechanism (NCCL 2.21 src/transport/shm.cc): NCCL_SHM_USE_CUDA_MEMCPY defaults to 0, so the SMs of
+    the NCCL kernel move the data; NCCL_SHM_LOCALITY defaults to the receiver side, so the buffer lives
+    in host memory the sender's threads store into (GPU->host) and the receiver's threads load from
+    (host->GPU). In a ring every GPU does both at once, all GPUs together: nvbandwidth's
+    *_all_bidirectional_* pattern. The flow runs at the slower direction, host->GPU.
+    - Hopper (PCIe Gen5): 8x H800 (HGX H100 host side), mean host_to_all_bidirectional_memcpy_sm.
+    - Ampere (PCIe Gen4): no posted *_all_bidirectional_memcpy_sm of an 8x A100 SXM box was found.
+      nvbandwidth#53 (8x A100-SXM4-80GB, GPUs in PXB pairs as in DGX A100): one GPU's host->GPU copy
+      with a GPU->host copy running drops to ~11 GB/s; both GPUs of a PCIe switch share its uplink to
+      the CPU, so ~11 / 2 per GPU when every GPU is busy. nvbandwidth#11 measured that directly with
+      copy engines on A100 (host_to_all_bidirectional_memcpy_ce 'about 5-6GB/s')."""
+    h2d = nvbandwidth_row(h800_text, "host_to_all_bidirectional_memcpy_sm")
+    d2h = nvbandwidth_row(h800_text, "all_to_host_bidirectional_memcpy_sm")
+    hop = round(statistics.mean(h2d), 1)
+    ce_ratio = statistics.mean(h2d) / statistics.mean(nvbandwidth_row(h800_text, "host_to_all_bidirectional_memcpy_ce"))
+    assert "H2D drops to ~11 GB/s" in a100_text and "about 5-6GB/s" in a100_text, "A100 source text changed"
+    single_bidir_h2d, gpus_per_uplink = 11.0, 2
+    amp = round(single_bidir_h2d / gpus_per_uplink, 2)
+    src_h = (f"derived: mean per-GPU host_to_all_bidirectional_memcpy_sm of a public 8x H800 nvbandwidth run "
+             f"(HGX H100 host side, PCIe Gen5; sim/profiles/_data/nvbandwidth-8xH800-host.txt, URL inside): "
+             f"{[round(x, 2) for x in h2d]} -> {hop} GB/s (GPU->host direction of the same test: mean "
+             f"{statistics.mean(d2h):.1f}). An NCCL SHM step is SM-driven (shm.cc NCCL_SHM_USE_CUDA_MEMCPY=0): "
+             f"the sender's threads store into host memory while the receiver's threads load from it, every GPU "
+             f"of the ring at once -- this test's pattern; the host->GPU direction is the slower. Per-flow cap")
+    src_a = (f"derived: {single_bidir_h2d:g} GB/s host->GPU with a GPU->host copy running on one 8x A100-SXM4-80GB "
+             f"GPU (NVIDIA/nvbandwidth#53: 'H2D drops to ~11 GB/s while D2H maintains ~25 GB/s'; GPUs in PXB "
+             f"pairs) / {gpus_per_uplink} GPUs sharing each PCIe switch uplink = {amp} GB/s per GPU when all are "
+             f"busy, as in an SHM ring; agrees with NVIDIA/nvbandwidth#11's A100 host_to_all_bidirectional_memcpy_ce "
+             f"'about 5-6GB/s' (copy engines; on the H800 run SM copies reach {ce_ratio:.2f}x of CE in that test, so the "
+             f"SM rate may be lower still). sim/profiles/_data/nvbandwidth-A100-host-bidirectional.txt. Per-flow cap")
+    return {"hopper": sv(hop, src_h), "ampere": sv(amp, src_a)}
