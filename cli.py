@@ -12,24 +12,24 @@ from pathlib import Path
 
 import click
 
-from sim import sweep as sw
-from sim.cli_options import (_stderr_console, check_sizes, compile_options, make_workload, rich_console, rich_table,
-                             stack_dict, stack_options, user_errors, workload_options)
-from sim.lock import check_writable, output_lock
-from sim.model import MODELS, get_model, valid_tp
-from sim.model_show import show_model
-from sim.predict import Simulator, predict as run
-from sim.profile import builtin_names, describe, load_profile, read_raw
-from sim.schedule import COMM, DEFAULT_SCHEDULES, SCHEDULE_HELP, ScheduleSpec, build
-from sim.stack import Step, make_stack
-from sim.trace import chrome_trace, write_json_atomic, write_text_atomic
+from tpsim.sim import sweep as sw
+from tpsim.sim.cli_options import (_stderr_console, check_sizes, compile_options, make_workload, rich_console, rich_table,
+                                   stack_dict, stack_options, user_errors, workload_options)
+from tpsim.sim.lock import check_writable, output_lock
+from tpsim.sim.model import MODELS, get_model, valid_tp
+from tpsim.sim.model_show import show_model
+from tpsim.sim.predict import Simulator, predict as run
+from tpsim.sim.profile import builtin_names, describe, load_profile, read_raw
+from tpsim.sim.schedule import COMM, DEFAULT_SCHEDULES, SCHEDULE_HELP, ScheduleSpec, build
+from tpsim.sim.stack import Step, make_stack
+from tpsim.sim.trace import chrome_trace, write_json_atomic, write_text_atomic
 
-from hw.commands import bench_cmd, check_cmd
+from tpsim.hw.commands import bench_cmd, check_cmd
 
-from calib.collective_cmd import collective_cmd
-from calib.commands import calibrate_cmd
-from calib.compare import compare_cmd
-from calib.nccl_import import import_nccl_tests_cmd
+from tpsim.calib.collective_cmd import collective_cmd
+from tpsim.calib.commands import calibrate_cmd
+from tpsim.calib.compare import compare_cmd
+from tpsim.calib.nccl_import import import_nccl_tests_cmd
 
 MODEL_CHANGE_HELP = ("model change: none = same model and outputs as standard; retrain = a different "
                      "architecture, trained for it; drops syncs = all-reduces skipped, accuracy lost; "

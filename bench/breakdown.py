@@ -29,11 +29,11 @@ from rich.table import Table
 _here = Path.cwd() if (Path.cwd() / "sim" / "cost.py").is_file() else Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(_here))
 
-import sim  # noqa: E402
-from sim.model import get_model  # noqa: E402
-from sim.predict import Simulator, Workload  # noqa: E402
-from sim.profile import load_profile  # noqa: E402
-from sim.stack import Stack, make_stack  # noqa: E402
+from tpsim import sim  # noqa: E402
+from tpsim.sim.model import get_model  # noqa: E402
+from tpsim.sim.predict import Simulator, Workload  # noqa: E402
+from tpsim.sim.profile import load_profile  # noqa: E402
+from tpsim.sim.stack import Stack, make_stack  # noqa: E402
 
 
 def _stack(prof, overrides: list[str]) -> Stack:

@@ -23,8 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from calib.compare import QUICK_MODELS, Point, run_compare  # noqa: E402
-from sim.schedule import DEFAULT_SCHEDULES  # noqa: E402
+from tpsim.calib.compare import QUICK_MODELS, Point, run_compare  # noqa: E402
+from tpsim.sim.schedule import DEFAULT_SCHEDULES  # noqa: E402
 
 REPEATS = 9
 

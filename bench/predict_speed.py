@@ -15,11 +15,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sim.model import get_model  # noqa: E402
-from sim.predict import Workload, predict  # noqa: E402
-from sim.profile import load_profile  # noqa: E402
-from sim.schedule import DEFAULT_SCHEDULES  # noqa: E402
-from sim.stack import Stack  # noqa: E402
+from tpsim.sim.model import get_model  # noqa: E402
+from tpsim.sim.predict import Workload, predict  # noqa: E402
+from tpsim.sim.profile import load_profile  # noqa: E402
+from tpsim.sim.schedule import DEFAULT_SCHEDULES  # noqa: E402
+from tpsim.sim.stack import Stack  # noqa: E402
 
 ALL = list(DEFAULT_SCHEDULES)
 CONFIGS = [

@@ -25,12 +25,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sim import sweep as sw  # noqa: E402
-from sim.engine_ranks import compile_schedule, simulate_ranks  # noqa: E402
-from sim.model import get_model  # noqa: E402
-from sim.predict import Simulator, Workload, predict  # noqa: E402
-from sim.profile import ArrivalJitter, load_profile  # noqa: E402
-from sim.schedule import DEFAULT_SCHEDULES  # noqa: E402
+from tpsim.sim import sweep as sw  # noqa: E402
+from tpsim.sim.engine_ranks import compile_schedule, simulate_ranks  # noqa: E402
+from tpsim.sim.model import get_model  # noqa: E402
+from tpsim.sim.predict import Simulator, Workload, predict  # noqa: E402
+from tpsim.sim.profile import ArrivalJitter, load_profile  # noqa: E402
+from tpsim.sim.schedule import DEFAULT_SCHEDULES  # noqa: E402
 
 ALL = list(DEFAULT_SCHEDULES)
 

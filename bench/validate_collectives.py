@@ -45,11 +45,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from calib.imports import parse_nccl_tests  # noqa: E402
-from sim.collective_table import Row, busbw_factor, collective_rows  # noqa: E402
-from sim.collective_timing import HostCosts, Timing, loop_time  # noqa: E402
-from sim.profile import load_profile  # noqa: E402
-from sim.topology_price import TopologyModel  # noqa: E402
+from tpsim.calib.imports import parse_nccl_tests  # noqa: E402
+from tpsim.sim.collective_table import Row, busbw_factor, collective_rows  # noqa: E402
+from tpsim.sim.collective_timing import HostCosts, Timing, loop_time  # noqa: E402
+from tpsim.sim.profile import load_profile  # noqa: E402
+from tpsim.sim.topology_price import TopologyModel  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data"
 RAW = DATA / "raw"

@@ -8,10 +8,10 @@ import statistics
 
 import click
 
-from sim.cli_options import rich_console, rich_table
-from sim.collective_table import COLLECTIVES, MODES, Row, collective_rows, parse_size, to_json
-from sim.collective_timing import HostCosts, Timing, loop_time
-from sim.profile import ProfileError, load_profile
+from tpsim.sim.cli_options import rich_console, rich_table
+from tpsim.sim.collective_table import COLLECTIVES, MODES, Row, collective_rows, parse_size, to_json
+from tpsim.sim.collective_timing import HostCosts, Timing, loop_time
+from tpsim.sim.profile import ProfileError, load_profile
 
 from .imports import read_nccl_tests
 

@@ -28,11 +28,11 @@ import time
 import torch
 import torch.distributed as dist
 
-from sim.sampled import exponential_mean_from_spread
+from tpsim.sim.sampled import exponential_mean_from_spread
 
-from hw.model import torch_dtype
+from tpsim.hw.model import torch_dtype
 
-from calib.plan import legal_size
+from tpsim.calib.plan import legal_size
 
 NCCL_KNOBS = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_NVLS_ENABLE", "NCCL_P2P_DISABLE", "NCCL_MAX_NCHANNELS",
               "NCCL_MIN_NCHANNELS", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE", "NCCL_IB_DISABLE",

@@ -1,5 +1,5 @@
 """`tpsim calibrate`: measure this machine into a profile JSON (the top-level cli registers
-`calibrate_cmd`). Under torchrun: `torchrun ... --no-python tpsim calibrate ...` (or `-m cli calibrate`).
+`calibrate_cmd`). Under torchrun: `torchrun ... --no-python tpsim calibrate ...` (or `-m tpsim calibrate`).
 
 Launcher mode (default) starts --nproc local ranks; under torchrun (RANK/WORLD_SIZE set) this
 process is one rank and rank 0 writes the profile. This module imports no torch (cli registers
@@ -12,15 +12,15 @@ import os
 
 import click
 
-from sim.cli_options import TpsimError as UsageFail
-from sim.model import get_model
-from sim.stack import ATTENTION_IMPLS, DECODE_KV, DTYPE_BYTES, HEADS, PREFILL_LOGITS
+from tpsim.sim.cli_options import TpsimError as UsageFail
+from tpsim.sim.model import get_model
+from tpsim.sim.stack import ATTENTION_IMPLS, DECODE_KV, DTYPE_BYTES, HEADS, PREFILL_LOGITS
 
-from hw import harness, require_torch
-from hw.commands import MAX_GEN, MAX_PROMPT, check_cuda
-from hw.run_config import check_timeout, default_timeout_s
+from tpsim.hw import harness, require_torch
+from tpsim.hw.commands import MAX_GEN, MAX_PROMPT, check_cuda
+from tpsim.hw.run_config import check_timeout, default_timeout_s
 
-from calib.plan import CalibConfig, CalibrationStopped
+from tpsim.calib.plan import CalibConfig, CalibrationStopped
 
 
 @click.command("calibrate")
@@ -64,7 +64,7 @@ def calibrate_cmd(backend, nproc, models, tps, batches, prompts, gens, quick, ou
         _check_values(backend, nproc, tps, batches, prompts, gens, kw.get("timeout_s"), kw.get("stop_after"))
     except ValueError as e:
         raise UsageFail(str(e)) from None
-    calib_run, dist = harness("calib.run", "calibrate"), harness("hw.dist", "calibrate")
+    calib_run, dist = harness("tpsim.calib.run", "calibrate"), harness("tpsim.hw.dist", "calibrate")
     if kw.get("timeout_s") is None:
         kw["timeout_s"] = _default_timeout_s(backend, models, batches or (1,), prompts or (1024,))
     opts = {k: v for k, v in kw.items() if v not in (None, ())}

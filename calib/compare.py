@@ -22,18 +22,18 @@ from pathlib import Path
 
 import click
 
-from sim.cli_options import TpsimError, rich_console, rich_escape, rich_table
-from sim.model import get_model
-from sim.profile import ProfileError, load_profile
-from sim.schedule import DEFAULT_SCHEDULES, KINDS, build
-from sim.stack import Stack, Step
+from tpsim.sim.cli_options import TpsimError, rich_console, rich_escape, rich_table
+from tpsim.sim.model import get_model
+from tpsim.sim.profile import ProfileError, load_profile
+from tpsim.sim.schedule import DEFAULT_SCHEDULES, KINDS, build
+from tpsim.sim.stack import Stack, Step
 
-from hw import harness, require_torch
+from tpsim.hw import harness, require_torch
 
-from calib.compare_intervals import interval_note
-from calib.compare_join import compare_point, measured_speedup_text, predicted_speedup_text, speedup_sign, summarize
-from calib.compare_measure import CompareError, Point, measure
-from calib.compare_report import drift_note, point_timeline, write_point_trace, write_report
+from tpsim.calib.compare_intervals import interval_note
+from tpsim.calib.compare_join import compare_point, measured_speedup_text, predicted_speedup_text, speedup_sign, summarize
+from tpsim.calib.compare_measure import CompareError, Point, measure
+from tpsim.calib.compare_report import drift_note, point_timeline, write_point_trace, write_report
 
 QUICK_MODELS = ("toy-512", "toy-1024")
 
@@ -58,7 +58,7 @@ def run_compare(points: list[Point], schedules: tuple[str, ...], out_dir: Path, 
         echo(f"calibrating {backend} on {nproc} ranks for {', '.join(models)} -> {out_dir / 'profile.json'}")
         # a quick calibration measures all-reduce only; also the collectives the schedules use (seq-parallel)
         used = _collective_kinds(points, schedules)
-        calibrate = harness("calib.run", "compare").calibrate
+        calibrate = harness("tpsim.calib.run", "compare").calibrate
         calibrate(backend, nproc, models, tuple(sorted({p.tp for p in points})), tuple(sorted({p.batch for p in points})),
                   points[0].prompt_len, points[0].gen_len, quick, out_dir / "profile.json",
                   **({"collectives": used} if quick and used != ("all_reduce",) else {}))

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from sim.predict import Simulator, Workload
+from tpsim.sim.predict import Simulator, Workload
 
-from calib.overlap_summary import factor_samples, profile_factors
+from tpsim.calib.overlap_summary import factor_samples, profile_factors
 
 PREDICTED_INTERVAL = (0.05, 0.95)       # quantiles of the bootstrap: a 90% interval
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import statistics
 
-from sim.predict import Prediction, Simulator
+from tpsim.sim.predict import Prediction, Simulator
 
-from calib.compare_intervals import overlap_samples, speedup_interval, speedup_undetermined
-from calib.compare_measure import CompareError, check_profile_covers, machine_drift, workload_of
+from tpsim.calib.compare_intervals import overlap_samples, speedup_interval, speedup_undetermined
+from tpsim.calib.compare_measure import CompareError, check_profile_covers, machine_drift, workload_of
 
 def _rel(pred: float, meas: float) -> float:
     return (pred - meas) / meas if meas else float("nan")

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sim.errors import UserError
-from sim.model import ModelSpec, get_model
-from sim.predict import Workload
-from sim.stack import make_stack
-from sim.sweep import Shape
+from tpsim.sim.errors import UserError
+from tpsim.sim.model import ModelSpec, get_model
+from tpsim.sim.predict import Workload
+from tpsim.sim.stack import make_stack
+from tpsim.sim.sweep import Shape
 
-from hw import harness
-from hw.run_config import RunConfig
+from tpsim.hw import harness
+from tpsim.hw.run_config import RunConfig
 
 Point = Shape          # a grid point: model, TP, batch, prompt and gen lengths
 
@@ -42,8 +42,8 @@ def measure(point: Point, schedules: tuple[str, ...], out_dir: Path, backend: st
                     dtype="fp32" if device == "cpu" else "fp16", repeats=repeats, warmup=warmup,
                     timeout_s=timeout_s, decode_graphs=device == "cuda", compile=compile, out=str(path))
     cfg.validate()
-    launch = harness("hw.dist", "compare").launch
-    launch("hw.bench:worker", cfg.to_dict(), point.tp, timeout_s=timeout_s, deadline_s=deadline_s)
+    launch = harness("tpsim.hw.dist", "compare").launch
+    launch("tpsim.hw.bench:worker", cfg.to_dict(), point.tp, timeout_s=timeout_s, deadline_s=deadline_s)
     return json.loads(path.read_text())
 
 

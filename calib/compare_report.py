@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sim.measured_trace import side_by_side_trace
-from sim.predict import Simulator
-from sim.trace import write_json_atomic, write_text_atomic
+from tpsim.sim.measured_trace import side_by_side_trace
+from tpsim.sim.predict import Simulator
+from tpsim.sim.trace import write_json_atomic, write_text_atomic
 
-from calib.compare_intervals import interval_note
-from calib.compare_join import measured_speedup_text, predicted_speedup_text, speedup_sign
-from calib.compare_measure import workload_of
+from tpsim.calib.compare_intervals import interval_note
+from tpsim.calib.compare_join import measured_speedup_text, predicted_speedup_text, speedup_sign
+from tpsim.calib.compare_measure import workload_of
 
 def write_report(result: dict, out_dir: Path) -> list[Path]:
     """compare.json, report.md and its PNG plots under out_dir."""

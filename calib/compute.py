@@ -29,15 +29,15 @@ from dataclasses import dataclass
 
 import torch
 
-from sim.memory import GIB, estimate
-from sim.schedule import Op
-from sim.transform import local
+from tpsim.sim.memory import GIB, estimate
+from tpsim.sim.schedule import Op
+from tpsim.sim.transform import local
 
-from hw.kernels import KERNELS
-from hw.model import build_rank_model, torch_dtype
-from hw.runner import Runner
+from tpsim.hw.kernels import KERNELS
+from tpsim.hw.model import build_rank_model, torch_dtype
+from tpsim.hw.runner import Runner
 
-from calib.shapes import ShapeCase
+from tpsim.calib.shapes import ShapeCase
 
 
 @dataclass

@@ -19,13 +19,13 @@ import socket
 import statistics
 from pathlib import Path
 
-from sim.cost import op_work
-from sim.profile import new_profile, read_raw, sourced
-from sim.schedule import Op
+from tpsim.sim.cost import op_work
+from tpsim.sim.profile import new_profile, read_raw, sourced
+from tpsim.sim.schedule import Op
 
-from calib.fit_collectives import model_section, tables
-from calib.overlap_fit import fit_profile_overlap
-from calib.overlap_summary import FACTOR_CAP, profile_factors
+from tpsim.calib.fit_collectives import model_section, tables
+from tpsim.calib.overlap_fit import fit_profile_overlap
+from tpsim.calib.overlap_summary import FACTOR_CAP, profile_factors
 
 
 # ------------------------------------------------------------------ compute efficiency

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import click
 
-from sim.cli_options import TpsimError as UsageFail
-from sim.profile import ProfileError, builtin_names, load_profile, new_profile, write_profile
+from tpsim.sim.cli_options import TpsimError as UsageFail
+from tpsim.sim.profile import ProfileError, builtin_names, load_profile, new_profile, write_profile
 
-from calib.imports import COLLECTIVES, ImportedTable, parse_nccl_tests
+from tpsim.calib.imports import COLLECTIVES, ImportedTable, parse_nccl_tests
 
 _MPI_PREFIX = re.compile(r"^\[\d+,\d+\]<(stdout|stderr)>:")
 _RUN_START = re.compile(r"^#\s*(nThread\b|Using devices\b|Rank\s+\d+\b|size\s+count\b)")

@@ -37,16 +37,16 @@ import time
 import torch
 import torch.distributed as dist
 
-from sim.schedule import build
-from sim.stack import Step
-from sim.transform import blocking, local, overlapped
+from tpsim.sim.schedule import build
+from tpsim.sim.stack import Step
+from tpsim.sim.transform import blocking, local, overlapped
 
-from hw.model import torch_dtype
+from tpsim.hw.model import torch_dtype
 
-from calib.collectives import CPU_GAP_S, _busy
-from calib.compute import pass_model, random_tokens
-from calib.overlap_fit import case_descriptor
-from calib.overlap_summary import EARLY_S
+from tpsim.calib.collectives import CPU_GAP_S, _busy
+from tpsim.calib.compute import pass_model, random_tokens
+from tpsim.calib.overlap_fit import case_descriptor
+from tpsim.calib.overlap_summary import EARLY_S
 
 
 def measure(make_compute, rows: int, nbytes: int, *, dtype: torch.dtype, device: str, trials: int, pg=None,

@@ -31,14 +31,14 @@ from typing import Callable
 import numpy as np
 from scipy.optimize import minimize
 
-from sim import transform
-from sim.cost import CostModel
-from sim.engine import Interference, simulate
-from sim.model import get_model
-from sim.schedule import Op, Schedule, build
-from sim.stack import Step, make_stack
+from tpsim.sim import transform
+from tpsim.sim.cost import CostModel
+from tpsim.sim.engine import Interference, simulate
+from tpsim.sim.model import get_model
+from tpsim.sim.schedule import Op, Schedule, build
+from tpsim.sim.stack import Step, make_stack
 
-from calib.overlap_summary import FACTOR_CAP, redraw_trials
+from tpsim.calib.overlap_summary import FACTOR_CAP, redraw_trials
 
 def case_descriptor(case, model) -> dict:
     """What the fit needs to rebuild a case's pass: `model` is the one the pass ran (maybe truncated)."""

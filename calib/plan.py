@@ -18,13 +18,13 @@ from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from sim.model import get_model, valid_tp
-from sim.stack import DTYPE_BYTES, Stack, make_stack
-from sim.trace import write_json_atomic
+from tpsim.sim.model import get_model, valid_tp
+from tpsim.sim.stack import DTYPE_BYTES, Stack, make_stack
+from tpsim.sim.trace import write_json_atomic
 
-from hw.run_config import check_backend_device
+from tpsim.hw.run_config import check_backend_device
 
-from calib.shapes import ShapeCase
+from tpsim.calib.shapes import ShapeCase
 
 PARTS = ("device", "collectives", "compute", "overlap")
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")

@@ -14,18 +14,18 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from sim.stack import DTYPE_BYTES
+from tpsim.sim.stack import DTYPE_BYTES
 
-from hw import rank as hwrank
-from hw.model import torch_dtype
-from hw.probe import probe_s
+from tpsim.hw import rank as hwrank
+from tpsim.hw.model import torch_dtype
+from tpsim.hw.probe import probe_s
 
-from calib import compute
-from calib.collectives import arrival_summary, arrival_waits, max_over_ranks, nccl_env, points, sweep
-from calib.overlap import measure, measure_in_passes
-from calib.overlap_summary import summarize, summarize_passes
-from calib.plan import STOPPED, CalibConfig, Group, plan_groups, read_state, utc_now, write_state
-from calib.shapes import ShapeCase
+from tpsim.calib import compute
+from tpsim.calib.collectives import arrival_summary, arrival_waits, max_over_ranks, nccl_env, points, sweep
+from tpsim.calib.overlap import measure, measure_in_passes
+from tpsim.calib.overlap_summary import summarize, summarize_passes
+from tpsim.calib.plan import STOPPED, CalibConfig, Group, plan_groups, read_state, utc_now, write_state
+from tpsim.calib.shapes import ShapeCase
 
 
 def worker(config: dict) -> int:

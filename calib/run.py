@@ -17,15 +17,15 @@ from typing import Callable
 
 import torch.distributed as dist
 
-from sim.lock import acquire, check_writable, output_lock, release
-from sim.profile import ProfileError, load_document, load_profile, write_profile
+from tpsim.sim.lock import acquire, check_writable, output_lock, release
+from tpsim.sim.profile import ProfileError, load_document, load_profile, write_profile
 
-from hw import rank as hwrank
-from hw.dist import WorkerFailed, _install_signal_handlers, _restore_signal_handlers, launch
+from tpsim.hw import rank as hwrank
+from tpsim.hw.dist import WorkerFailed, _install_signal_handlers, _restore_signal_handlers, launch
 
-from calib.fit import build_profile, refit_overlap
-from calib.plan import STOPPED, CalibConfig, CalibrationStopped, done_names, plan_groups, read_state
-from calib.rank import run_groups
+from tpsim.calib.fit import build_profile, refit_overlap
+from tpsim.calib.plan import STOPPED, CalibConfig, CalibrationStopped, done_names, plan_groups, read_state
+from tpsim.calib.rank import run_groups
 
 # ------------------------------------------------------------------ orchestration
 
@@ -93,7 +93,7 @@ def _launch_watched(launch, cfg: CalibConfig, nproc: int, total: int, names: set
 
     def target():
         try:
-            launch("calib.rank:worker", cfg.to_dict(), nproc, timeout_s=cfg.timeout_s, cancel=cancel,
+            launch("tpsim.calib.rank:worker", cfg.to_dict(), nproc, timeout_s=cfg.timeout_s, cancel=cancel,
                    keep_fds=keep_fds)
         except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
             err.append(e)

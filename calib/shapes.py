@@ -5,10 +5,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.model import ModelSpec
-from sim.predict import DECODE_SAMPLES
-from sim.schedule import LAYER_KINDS, Schedule, build_plan
-from sim.stack import Stack, Step
+from tpsim.sim.model import ModelSpec
+from tpsim.sim.predict import DECODE_SAMPLES
+from tpsim.sim.schedule import LAYER_KINDS, Schedule, build_plan
+from tpsim.sim.stack import Stack, Step
 
 
 @dataclass(frozen=True)

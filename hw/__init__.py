@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 
-from sim.cli_options import TpsimError
+from tpsim.sim.cli_options import TpsimError
 
 
 def require_torch(command: str) -> None:
@@ -25,7 +25,7 @@ def require_torch(command: str) -> None:
 
 
 def harness(module: str, command: str):
-    """The torch-side `module` (e.g. "hw.dist", "calib.run", "torch") for `tpsim command`, imported
+    """The torch-side `module` (e.g. "tpsim.hw.dist", "tpsim.calib.run", "torch") for `tpsim command`, imported
     on first use (see the module doc for why lazily)."""
     require_torch(command)
     return importlib.import_module(module)

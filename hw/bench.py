@@ -28,13 +28,13 @@ import time
 import torch
 import torch.distributed as dist
 
-from sim.schedule import build, notes_of
-from hw import rank as hwrank
-from hw.run_config import RunConfig
-from sim.memory import GIB, check_fits, estimate
-from hw.model import build_rank_model
-from hw.probe import probe_s
-from hw.runner import DecodeGraph, Runner
+from tpsim.sim.schedule import build, notes_of
+from tpsim.hw import rank as hwrank
+from tpsim.hw.run_config import RunConfig
+from tpsim.sim.memory import GIB, check_fits, estimate
+from tpsim.hw.model import build_rank_model
+from tpsim.hw.probe import probe_s
+from tpsim.hw.runner import DecodeGraph, Runner
 
 
 def worker(config: dict) -> int:

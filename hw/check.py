@@ -28,12 +28,12 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from sim.model import ModelSpec
-from sim.schedule import build, kind_base, plan_of, runs
-from hw import rank as hwrank
-from hw.run_config import RunConfig
-from hw.model import build_rank_model, full_weights
-from hw.runner import Runner
+from tpsim.sim.model import ModelSpec
+from tpsim.sim.schedule import build, kind_base, plan_of, runs
+from tpsim.hw import rank as hwrank
+from tpsim.hw.run_config import RunConfig
+from tpsim.hw.model import build_rank_model, full_weights
+from tpsim.hw.runner import Runner
 
 TOLERANCE = {"fp32": 1e-4, "fp16": 3e-2, "bf16": 1e-1}
 

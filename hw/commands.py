@@ -9,7 +9,7 @@ Each command runs in one of two modes:
   * rank (under torchrun, detected by RANK/WORLD_SIZE in the environment): this process *is*
     one rank. torchrun starts the same command line as the launcher, through the one tpsim entry
     point: `torchrun --nproc-per-node 8 --no-python tpsim bench --device cuda --backend nccl ...`
-    (from a source checkout: `torchrun ... -m cli bench ...`). No module here has a `__main__`
+    (from a source checkout: `torchrun ... -m tpsim bench ...`). No module here has a `__main__`
     block, so no file is ever imported twice (once as `__main__`, once by its name).
 """
 from __future__ import annotations
@@ -21,17 +21,17 @@ from dataclasses import replace
 
 import click
 
-from sim.cli_options import HARNESS_STACK, stack_options
-from sim.cli_options import TpsimError as UsageFail
-from sim.lock import check_writable
-from sim.measured_trace import bench_trace
-from sim.memory import GIB, DoesNotFit, check_fits, estimate
-from sim.model import get_model
-from sim.schedule import DEFAULT_SCHEDULES, SCHEDULE_HELP
-from sim.trace import write_json_atomic
+from tpsim.sim.cli_options import HARNESS_STACK, stack_options
+from tpsim.sim.cli_options import TpsimError as UsageFail
+from tpsim.sim.lock import check_writable
+from tpsim.sim.measured_trace import bench_trace
+from tpsim.sim.memory import GIB, DoesNotFit, check_fits, estimate
+from tpsim.sim.model import get_model
+from tpsim.sim.schedule import DEFAULT_SCHEDULES, SCHEDULE_HELP
+from tpsim.sim.trace import write_json_atomic
 
-from hw import harness, require_torch
-from hw.run_config import RunConfig, check_timeout, default_timeout_s
+from tpsim.hw import harness, require_torch
+from tpsim.hw.run_config import RunConfig, check_timeout, default_timeout_s
 
 
 MAX_PROMPT = MAX_GEN = 1 << 20     # tokens; documented in docs/reliability.md
@@ -161,7 +161,7 @@ def _run(target: str, cfg, deadline_s: float | None, command: str) -> dict | Non
         os.close(fd)
         os.unlink(tmp)
         out = tmp
-    dist = harness("hw.dist", command)
+    dist = harness("tpsim.hw.dist", command)
     try:
         dist.launch(target, replace(cfg, out=os.path.abspath(out)).to_dict(), cfg.tp,
                     timeout_s=cfg.timeout_s, deadline_s=deadline_s)
@@ -209,10 +209,10 @@ def bench_cmd(deadline_s, compile_, trace_path=None, **kw):
     require_torch("bench")
     cfg = _config("bench", compile=compile_, deadline_s=deadline_s, **kw)
     _memory_gate(cfg)
-    result = _run("hw.bench:worker", cfg, deadline_s, "bench")
+    result = _run("tpsim.hw.bench:worker", cfg, deadline_s, "bench")
     if result is None:
         return
-    click.echo(json.dumps(result, indent=1) if cfg.json else harness("hw.bench", "bench").format_result(result))
+    click.echo(json.dumps(result, indent=1) if cfg.json else harness("tpsim.hw.bench", "bench").format_result(result))
     if cfg.out and not cfg.json:
         click.echo(f"wrote {cfg.out}")
     if trace_path:
@@ -228,10 +228,10 @@ def check_cmd(deadline_s, compile_, **kw):
     """Numerics: each schedule's TP output vs its single-process reference (nonzero exit on failure)."""
     require_torch("check")
     cfg = _config("check", deadline_s=deadline_s, compile=compile_, **kw)
-    result = _run("hw.check:worker", cfg, deadline_s, "check")
+    result = _run("tpsim.hw.check:worker", cfg, deadline_s, "check")
     if result is None:
         return
-    click.echo(json.dumps(result, indent=1) if cfg.json else harness("hw.check", "check").format_check(result))
+    click.echo(json.dumps(result, indent=1) if cfg.json else harness("tpsim.hw.check", "check").format_check(result))
     if not result["ok"]:
         raise SystemExit(1)
 

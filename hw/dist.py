@@ -2,7 +2,7 @@
 config hw/run_config.py.
 
 Two ways in, one worker code path:
-  * `torchrun --nproc-per-node N -m hw.bench ...`: torchrun sets RANK/WORLD_SIZE/MASTER_*; the
+  * `torchrun --nproc-per-node N -m tpsim.hw.bench ...`: torchrun sets RANK/WORLD_SIZE/MASTER_*; the
     worker calls `hw.rank.init_from_env`.
   * `tpsim bench --nproc N`: `launch` starts N rank processes (hw.rank._worker_main) with the
     same environment torchrun would give them, and watches them.
@@ -46,9 +46,9 @@ import tempfile
 import threading
 import time
 
-import hw
-from hw.rank import BEAT_ENV, LAUNCHER_PID_ENV, LOG_TAG, PATH_ENV, WATCH_FD_ENV, free_port, read_beat
-from hw.run_config import check_timeout
+from tpsim import hw
+from tpsim.hw.rank import BEAT_ENV, LAUNCHER_PID_ENV, LOG_TAG, PATH_ENV, WATCH_FD_ENV, free_port, read_beat
+from tpsim.hw.run_config import check_timeout
 
 
 class WorkerFailed(RuntimeError):
@@ -74,7 +74,7 @@ def package_root() -> str:
 # imported, since hw.rank imports torch, which may live on one of them.
 _BOOT = ("import json, os, sys; sys.path.insert(0, sys.argv[1]); "
          f"sys.path += [p for p in json.loads(os.environ.get({PATH_ENV!r}) or '[]') if p not in sys.path]; "
-         "from hw.rank import _worker_main; _worker_main(sys.argv[2:])")
+         "from tpsim.hw.rank import _worker_main; _worker_main(sys.argv[2:])")
 
 
 def rank_command(target: str, cfg_path: str) -> list[str]:

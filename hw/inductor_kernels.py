@@ -26,7 +26,7 @@ mm and bmm). On CPU that branch is skipped, so for target "cuda" we install the 
 (fusion decisions, realized buffers) is the CPU C++ backend's; docs/compiled-stack.md lists where
 Triton may differ.
 
-Run: python -m hw.inductor_kernels [--out sim/compiled_kernels.json] [--only KIND:VARIANT ...]
+Run: python -m tpsim.hw.inductor_kernels [--out sim/compiled_kernels.json] [--only KIND:VARIANT ...]
 """
 from __future__ import annotations
 
@@ -48,13 +48,13 @@ from torch._inductor import ir
 from torch._inductor import scheduler as S
 from torch._inductor.virtualized import V
 
-from sim.model import ModelSpec
-from sim.schedule import build_plan, plan_of
-from sim.stack import Stack, Step
-from sim.trace import write_json_atomic
+from tpsim.sim.model import ModelSpec
+from tpsim.sim.schedule import build_plan, plan_of
+from tpsim.sim.stack import Stack, Step
+from tpsim.sim.trace import write_json_atomic
 
-from hw.model import build_rank_model
-from hw.runner import Runner
+from tpsim.hw.model import build_rank_model
+from tpsim.hw.runner import Runner
 
 # symbol -> probe value (distinct primes; "2" is the constant factor, e.g. head_dim = 2 * dh)
 PROBE = {"G": 3, "G2": 5, "b": 7, "q": 11, "L": 13, "kvh": 17, "hidden": 19, "ffn": 23, "dh": 29,
@@ -437,7 +437,7 @@ def main(argv=None) -> int:
 
 def _write(path: str, layers: dict) -> None:
     doc = {"format": "tpsim-compiled-kernels", "version": 1, "torch": torch.__version__,
-           "command": "python -m hw.inductor_kernels", "dtype": DTYPE,
+           "command": "python -m tpsim.hw.inductor_kernels", "dtype": DTYPE,
            "probe": PROBE, "variants": {k: {"phase": v[0], "batch": v[1], "target": v[2]} for k, v in VARIANTS.items()},
            "probes": {f"{kind}:{variant}": {"tp": p.tp, "batch": p.batch, "prompt": p.prompt, "gen": p.gen,
                                             "symbols": {k: v for k, v in p.symbols.items() if k not in PROBE

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Callable
 import torch
 import torch.nn.functional as F
 
-from sim.ir import Op, Schedule
+from tpsim.sim.ir import Op, Schedule
 
 if TYPE_CHECKING:
-    from hw.runner import Runner
+    from tpsim.hw.runner import Runner
 
 
 class KernelCtx:

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import torch
 
-from sim.model import ModelSpec
-from sim.memory import Placement, kv_cache_shape, local_param_shapes
+from tpsim.sim.model import ModelSpec
+from tpsim.sim.memory import Placement, kv_cache_shape, local_param_shapes
 
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 ROPE_THETA = 500_000.0          # Llama 3 (ModelSpec.rope_theta's default; a model's own wins)

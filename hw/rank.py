@@ -24,9 +24,9 @@ from importlib import import_module
 import torch
 import torch.distributed as dist
 
-from sim.trace import write_json_atomic
+from tpsim.sim.trace import write_json_atomic
 
-from hw.run_config import RunConfig
+from tpsim.hw.run_config import RunConfig
 
 PIN_ENV = "TPSIM_PIN_CORES"  # "0" leaves CPU ranks unpinned
 
@@ -121,7 +121,7 @@ def init_from_env(backend: str, device: str, timeout_s: float) -> DistContext:
             raise ValueError("--device cuda but torch sees no GPU")
         torch.cuda.set_device(local)
         dev = f"cuda:{local}"
-    if "MASTER_ADDR" not in os.environ:          # plain `python -m hw.bench`: a group of one
+    if "MASTER_ADDR" not in os.environ:          # plain `python -m tpsim.hw.bench`: a group of one
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     kw = {"device_id": torch.device(dev)} if device == "cuda" else {}
     timeout = timedelta(seconds=timeout_s)
@@ -241,7 +241,7 @@ def _fault(spec: str, rank: int, phase: str) -> None:
 
 def _worker_main(argv: list[str]) -> None:
     if len(argv) != 2:
-        raise SystemExit("usage: python -m hw.rank MODULE:FUNCTION CONFIG.json")
+        raise SystemExit("usage: python -m tpsim.hw.rank MODULE:FUNCTION CONFIG.json")
     _tie_to_launcher()
     mod, _, fn = argv[0].partition(":")
     with open(argv[1]) as f:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields
 
-from sim.model import ModelSpec, get_model
-from sim.schedule import build
-from sim.stack import Stack, Step, make_stack
+from tpsim.sim.model import ModelSpec, get_model
+from tpsim.sim.schedule import build
+from tpsim.sim.stack import Stack, Step, make_stack
 
 MAX_TIMEOUT_S = 86400.0
 

@@ -45,10 +45,10 @@ import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 from torch.fx.traceback import annotate
 
-from sim.schedule import TOKENS, Op, Schedule
-from sim.trace import Record
-from hw.kernels import COMPILABLE_KINDS, COMPILED_KERNELS, KERNELS, KernelCtx
-from hw.model import RankModel
+from tpsim.sim.schedule import TOKENS, Op, Schedule
+from tpsim.sim.trace import Record
+from tpsim.hw.kernels import COMPILABLE_KINDS, COMPILED_KERNELS, KERNELS, KernelCtx
+from tpsim.hw.model import RankModel
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,10 @@ from dataclasses import asdict
 
 import click
 
-from sim.model import MODELS, get_model
-from sim.predict import Workload
-from sim.profile import load_profile
-from sim.stack import ATTENTION_IMPLS, DECODE_KV, DTYPE_BYTES, HEADS, PREFILL_LOGITS, Stack, make_stack
+from tpsim.sim.model import MODELS, get_model
+from tpsim.sim.predict import Workload
+from tpsim.sim.profile import load_profile
+from tpsim.sim.stack import ATTENTION_IMPLS, DECODE_KV, DTYPE_BYTES, HEADS, PREFILL_LOGITS, Stack, make_stack
 
 
 class TpsimError(click.ClickException):

@@ -1,6 +1,6 @@
 """A compiled layer as the kernels Inductor emits for it (sim/compiled_kernels.json).
 
-The table is derived from Inductor itself by `python -m hw.inductor_kernels` (torch needed there,
+The table is derived from Inductor itself by `python -m tpsim.hw.inductor_kernels` (torch needed there,
 never here): one layer of each schedule kind compiled for each variant (prefill; decode on the
 GPU path at batch > 1 and at batch 1; decode on the CPU C++ backend). Each kernel is attributed to
 the one IR op that is latest in issue order among those it fuses (the op's inputs imply the

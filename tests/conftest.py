@@ -7,7 +7,7 @@ import pytest
 @pytest.fixture
 def no_nic_profile(tmp_path) -> str:
     """Path of h100-sxm with the topology's NICs removed: one box that cannot span nodes."""
-    from sim.profile import read_raw
+    from tpsim.sim.profile import read_raw
     data, _ = read_raw("h100-sxm")
     for k in ("nic_gbps", "nics_per_node"):
         data["topology"].pop(k)

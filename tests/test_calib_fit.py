@@ -3,10 +3,10 @@ import math
 
 import pytest
 
-from calib.fit import efficiency_curve
-from calib.fit_collectives import Protocol, fit_protocols, model_section, tables
-from sim.collective_cost import ring_s
-from sim.profile import LinkModel
+from tpsim.calib.fit import efficiency_curve
+from tpsim.calib.fit_collectives import Protocol, fit_protocols, model_section, tables
+from tpsim.sim.collective_cost import ring_s
+from tpsim.sim.profile import LinkModel
 
 SMALL = Protocol("small", 6.6, 0.6, 40.0)       # LL-like: low latency, low bandwidth
 LARGE = Protocol("large", 14.0, 3.4, 360.0)     # Simple-like

@@ -3,8 +3,8 @@ import os
 
 import pytest
 
-from calib.imports import parse_nccl_tests, read_nccl_tests
-from sim.profile import parse
+from tpsim.calib.imports import parse_nccl_tests, read_nccl_tests
+from tpsim.sim.profile import parse
 
 FIX = os.path.join(os.path.dirname(__file__), "fixtures", "nccl_tests")
 

@@ -8,13 +8,13 @@ from click.testing import CliRunner
 
 pytest.importorskip("torch")
 
-from calib.commands import calibrate_cmd  # noqa: E402
-from calib.plan import CalibConfig, CalibrationStopped, env_tag, plan_groups, read_state, state_path, write_state  # noqa: E402
-from calib.run import calibrate  # noqa: E402
-from sim.model import get_model  # noqa: E402
-from sim.predict import Workload, predict  # noqa: E402
-from sim.profile import load_profile  # noqa: E402
-from sim.stack import Stack  # noqa: E402
+from tpsim.calib.commands import calibrate_cmd  # noqa: E402
+from tpsim.calib.plan import CalibConfig, CalibrationStopped, env_tag, plan_groups, read_state, state_path, write_state  # noqa: E402
+from tpsim.calib.run import calibrate  # noqa: E402
+from tpsim.sim.model import get_model  # noqa: E402
+from tpsim.sim.predict import Workload, predict  # noqa: E402
+from tpsim.sim.profile import load_profile  # noqa: E402
+from tpsim.sim.stack import Stack  # noqa: E402
 
 pytestmark = pytest.mark.hw
 SHAPES = dict(models=("tiny",), tps=(2,), batches=(1,), prompt_len=(8,), gen_len=(4,), quick=True)
@@ -64,7 +64,7 @@ def test_interrupted_calibration_resumes_without_remeasuring(tmp_path):
     assert prof["overlap"]["compute_slowdown"]["value"] >= 1.0
     p = load_profile(str(out))
     # the overlap trials are kept, so compare can bootstrap the predicted speedup's interval
-    from calib.compare_intervals import overlap_samples
+    from tpsim.calib.compare_intervals import overlap_samples
     triples = overlap_samples(p)
     assert len(triples) == 30 and all(cs >= 1.0 and ks >= 1.0 and w >= 0.0 for cs, ks, w in triples)
     # fitted by simulating the calibration's own passes: the fit says what it matched, per case
@@ -77,9 +77,9 @@ def test_interrupted_calibration_resumes_without_remeasuring(tmp_path):
     w = Workload(get_model("tiny"), 2, p, 1, 8, 4, stack)
     (pred,) = predict(w, ["standard"], record=False)
     assert pred.prefill_s > 0 and pred.decode_s > 0
-    from sim.cost import CostModel
+    from tpsim.sim.cost import CostModel
     cm = CostModel(p, stack)
-    from calib.shapes import ShapeCase
+    from tpsim.calib.shapes import ShapeCase
     case = ShapeCase(get_model("tiny"), 2, 1, 8, 4, stack)
     pts = {(q.kind, q.attrs, q.dtype): q.time_s for q in p.compute_points}
     for sched in case.schedules()[:1]:

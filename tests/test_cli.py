@@ -4,7 +4,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from cli import main
+from tpsim.cli import main
 
 
 def run(*args):

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cli import main
-from sim.collective_table import busbw_factor, collective_rows, parse_size
-from sim.profile import load_profile
+from tpsim.cli import main
+from tpsim.sim.collective_table import busbw_factor, collective_rows, parse_size
+from tpsim.sim.profile import load_profile
 
 FIX = Path(__file__).parent / "fixtures" / "nccl_tests"
 
@@ -112,7 +112,7 @@ def test_group_spanning_nodes_needs_a_network(no_nic_profile):
 def test_runs_without_torch(tmp_path):
     """torch made unimportable: the command still prices (sim + calib.imports are pure Python)."""
     code = ("import sys; sys.modules['torch'] = None\n"
-            "from cli import main\n"
+            "from tpsim.cli import main\n"
             "main(['collective', '--group', '8', '--bytes', '16K', '--json'])\n")
     r = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent.parent, capture_output=True,
                        text=True, timeout=120)

@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from calib.imports import read_nccl_tests
-from cli import main
-from sim.collective_timing import KINDS, HostCosts, LoopTime, Timing, loop_time
-from sim.profile import load_profile
+from tpsim.calib.imports import read_nccl_tests
+from tpsim.cli import main
+from tpsim.sim.collective_timing import KINDS, HostCosts, LoopTime, Timing, loop_time
+from tpsim.sim.profile import load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests" / "fixtures" / "nccl_tests"

@@ -5,10 +5,10 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from cli import main
-from sim.schedule import build
-from sim.model import get_model
-from sim.stack import Stack, Step
+from tpsim.cli import main
+from tpsim.sim.schedule import build
+from tpsim.sim.model import get_model
+from tpsim.sim.stack import Stack, Step
 
 pytestmark = pytest.mark.hw
 
@@ -49,7 +49,7 @@ def test_end_to_end_report(run_dir):
 
 def test_machine_drift_is_measurement_over_calibration():
     from types import SimpleNamespace
-    from calib.compare_measure import machine_drift
+    from tpsim.calib.compare_measure import machine_drift
     prof = SimpleNamespace(raw={"raw": {"groups": {"compute/a": {"kind": "compute", "probe_s": 0.010},
                                                     "compute/b": {"kind": "compute", "probe_s": 0.014},
                                                     "device": {"kind": "device"}}}})

@@ -6,12 +6,12 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from sim import fusion
-from sim.cost import CostModel
-from sim.model import get_model
-from sim.profile import load_profile
-from sim.schedule import build
-from sim.stack import Stack, Step
+from tpsim.sim import fusion
+from tpsim.sim.cost import CostModel
+from tpsim.sim.model import get_model
+from tpsim.sim.profile import load_profile
+from tpsim.sim.schedule import build
+from tpsim.sim.stack import Stack, Step
 
 H100 = load_profile("h100-sxm")
 
@@ -39,7 +39,7 @@ def test_table_covers_every_schedule_kind_and_variant():
                  "seq-parallel"):
         for variant in ("prefill", "decode", "decode-m1", "decode-cpu"):
             assert (kind, variant) in t, (kind, variant)
-    assert fusion.meta()["command"] == "python -m hw.inductor_kernels"
+    assert fusion.meta()["command"] == "python -m tpsim.hw.inductor_kernels"
 
 
 def test_fused_ops_cost_nothing_and_the_add_rides_on_the_next_norm():
@@ -169,7 +169,7 @@ def test_eager_stack_keeps_the_unfused_kernels():
 
 
 def test_predict_states_the_priced_stack():
-    import cli
+    from tpsim import cli
     r = CliRunner().invoke(cli.main, ["predict", "--model", "llama-3.2-1b", "--tp", "2", "--gen", "8",
                                       "--schedule", "standard"])
     assert r.exit_code == 0, r.output
@@ -191,8 +191,8 @@ def test_predict_states_the_priced_stack():
                                           ("token-split:2", "prefill"), ("seq-parallel", "decode")])
 def test_shipped_table_is_what_inductor_emits_here(kind, variant):
     """Recompile one layer on this machine's torch and compare kernel for kernel with the shipped
-    table: a torch whose fusion differs fails here (regenerate: python -m hw.inductor_kernels)."""
-    from hw.inductor_kernels import compile_kernels
+    table: a torch whose fusion differs fails here (regenerate: python -m tpsim.hw.inductor_kernels)."""
+    from tpsim.hw.inductor_kernels import compile_kernels
 
     def canon(ks):
         return sorted((k["role"], k["kind"], tuple(sorted((b["mode"], b["dtype"], b["numel"]) for b in k["buffers"])))
@@ -204,7 +204,7 @@ def test_shipped_table_is_what_inductor_emits_here(kind, variant):
     assert canon(got) == canon(shipped["layers"][kind][variant]), (
         f"Inductor (torch {__import__('torch').__version__}) now emits other kernels for {kind}:{variant} "
         f"than sim/compiled_kernels.json (derived with torch {shipped['torch']}): regenerate it with "
-        f"`python -m hw.inductor_kernels` and review the prediction changes")
+        f"`python -m tpsim.hw.inductor_kernels` and review the prediction changes")
 
 
 @pytest.mark.hw
@@ -212,9 +212,9 @@ def test_functional_pass_computes_what_the_runner_computes():
     """The compiled harness's pass (functional collectives, math SDPA op) run eagerly on one rank
     gives the eager runner's logits: same ops, same numbers."""
     import torch
-    from hw.inductor_kernels import _one_rank_group
-    from hw.model import build_rank_model
-    from hw.runner import Runner
+    from tpsim.hw.inductor_kernels import _one_rank_group
+    from tpsim.hw.model import build_rank_model
+    from tpsim.hw.runner import Runner
     m, st = get_model("tiny"), Stack(dtype="fp32")
     rm = build_rank_model(m, 1, 0, batch=2, max_seq=11, dtype="fp32")
     r = Runner(rm, _one_rank_group())
@@ -236,7 +236,7 @@ def test_compiled_token_split_and_seq_parallel_match_the_reference():
     """The compiled harness (whole forward through Inductor, functional all-gather and
     reduce-scatter, micro-batch attention on its own cache rows) computes what the reference does:
     uneven micro-batches (3 = 2 + 1) and 3 decode rows padded to 4 on TP2."""
-    from hw.commands import check_cmd
+    from tpsim.hw.commands import check_cmd
     res = CliRunner().invoke(check_cmd, ["--model", "tiny", "--tp", "2", "--batch", "3", "--prompt", "8", "--gen", "3",
                                          "--device", "cpu", "--backend", "gloo", "--compile", "--json",
                                          "--schedule", "token-split", "--schedule", "seq-parallel"])

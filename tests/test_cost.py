@@ -5,11 +5,11 @@ import math
 
 import pytest
 
-from sim.cost import CostModel, op_work, roofline_s
-from sim.model import get_model
-from sim.profile import CollectiveTable, ComputePoint, load_profile
-from sim.schedule import build
-from sim.stack import Stack, Step
+from tpsim.sim.cost import CostModel, op_work, roofline_s
+from tpsim.sim.model import get_model
+from tpsim.sim.profile import CollectiveTable, ComputePoint, load_profile
+from tpsim.sim.schedule import build
+from tpsim.sim.stack import Stack, Step
 
 H100 = load_profile("h100-sxm")
 M = get_model("llama-3.1-8b")

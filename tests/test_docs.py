@@ -89,7 +89,7 @@ def run(argv: list[str]) -> list[str]:
     """The CLI's output lines for `argv`, run in a scratch directory (examples may write files)."""
     from click.testing import CliRunner
 
-    from cli import main
+    from tpsim.cli import main
     cwd = os.getcwd()
     with tempfile.TemporaryDirectory() as tmp:
         os.chdir(tmp)

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from sim.cost import CostModel, roofline_s, op_work
-from sim.model import MODELS, get_model, valid_tp
-from sim.profile import ProfileError, builtin_dir, builtin_names, load_profile, parse, read_raw
-from sim.schedule import Op, build
-from sim.stack import Stack, Step
+from tpsim.sim.cost import CostModel, roofline_s, op_work
+from tpsim.sim.model import MODELS, get_model, valid_tp
+from tpsim.sim.profile import ProfileError, builtin_dir, builtin_names, load_profile, parse, read_raw
+from tpsim.sim.schedule import Op, build
+from tpsim.sim.stack import Stack, Step
 
 AIC_DATA = Path("/work/aic/core/aiconfigurator_core/systems/data")
 

@@ -7,14 +7,14 @@ import dataclasses
 
 import pytest
 
-from sim.cost import CostModel
-from sim.engine import Interference, simulate
-from sim.ir import COMM
-from sim.engine_ranks import compile_schedule, simulate_ranks
-from sim.model import get_model
-from sim.predict import Simulator, Workload
-from sim.profile import load_profile
-from sim.stack import Stack
+from tpsim.sim.cost import CostModel
+from tpsim.sim.engine import Interference, simulate
+from tpsim.sim.ir import COMM
+from tpsim.sim.engine_ranks import compile_schedule, simulate_ranks
+from tpsim.sim.model import get_model
+from tpsim.sim.predict import Simulator, Workload
+from tpsim.sim.profile import load_profile
+from tpsim.sim.stack import Stack
 from toy import TWO_AR_COST, TWO_AR_PASS, toy_op
 
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from sim.collective_timing import HostCosts, LoopTime, Timing, loop_time
-from sim.cost import CostModel
-from sim.profile import load_profile
-from sim.stack import Stack
+from tpsim.sim.collective_timing import HostCosts, LoopTime, Timing, loop_time
+from tpsim.sim.cost import CostModel
+from tpsim.sim.profile import load_profile
+from tpsim.sim.stack import Stack
 
 DATA = Path(__file__).resolve().parent.parent / "sim" / "profiles" / "_data" / "nccl-graph-mixing-ablation-jacobi.csv"
 
@@ -73,7 +73,7 @@ def test_nccl_tests_graph_loop_pays_it_every_call():
 
 def test_nccl_mode_table_strips_both_graph_additions():
     """`tpsim collective --mode nccl` prices the bare kernel: graph price minus copy minus node."""
-    from sim.collective_table import collective_rows
+    from tpsim.sim.collective_table import collective_rows
     prof = load_profile("h100-sxm")
     (bare,) = collective_rows(prof, "all_reduce", 8, "nccl", (16384,))
     (graph,) = collective_rows(prof, "all_reduce", 8, "graph", (16384,))
@@ -88,7 +88,7 @@ def test_calibrated_graph_tables_already_hold_it(tmp_path):
     import json
     from types import SimpleNamespace
 
-    from calib.fit import build_profile
+    from tpsim.calib.fit import build_profile
     pts = [{"collective": "all_reduce", "group": 2, "mode": m, "impl": "nccl", "bytes": b, "time_us": t}
            for m in ("graph", "eager") for b, t in ((1024, 10.0), (1 << 20, 40.0), (16 << 20, 200.0))]
     cfg = SimpleNamespace(impl_of=lambda r: "nccl", backend="nccl", name="mine", out="mine.json", quick=True,
@@ -110,7 +110,7 @@ def test_compare_on_a_graph_file_adds_the_node_once():
 
     from click.testing import CliRunner
 
-    from cli import main
+    from tpsim.cli import main
     raw = str(Path(__file__).resolve().parent.parent / "bench" / "data" / "raw" / "ncb-4xh100-all_reduce-graph1.txt")
     out = {}
     for mode in ("nccl", "graph"):

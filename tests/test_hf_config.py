@@ -7,13 +7,13 @@ from dataclasses import replace
 import pytest
 from click.testing import CliRunner
 
-from cli import main
-from sim.cost import CostModel, roofline_s, separable_work
-from sim.hf_config import spec_from_hf
-from sim.model import MODELS, get_model, valid_tp
-from sim.profile import load_profile
-from sim.schedule import build
-from sim.stack import Stack, Step
+from tpsim.cli import main
+from tpsim.sim.cost import CostModel, roofline_s, separable_work
+from tpsim.sim.hf_config import spec_from_hf
+from tpsim.sim.model import MODELS, get_model, valid_tp
+from tpsim.sim.profile import load_profile
+from tpsim.sim.schedule import build
+from tpsim.sim.stack import Stack, Step
 
 HF = os.path.join(os.path.dirname(__file__), "fixtures", "hf")
 
@@ -164,7 +164,7 @@ def test_predict_and_models_show_from_a_config_path():
 def test_compare_finds_a_config_models_shapes_in_the_measured_json():
     """bench records the ModelSpec of a config.json run (its name is no preset): compare uses it."""
     from dataclasses import asdict
-    from calib.compare_measure import workload_of
+    from tpsim.calib.compare_measure import workload_of
     m = get_model(hf("qwen3-0.6b") + "[:2]")
     measured = {"model": m.name, "model_spec": asdict(m), "tp": 2, "batch": 1, "prompt_len": 16, "gen_len": 4,
                 "schedules": [], "dtype": "fp16"}

@@ -10,10 +10,10 @@ from click.testing import CliRunner
 
 pytest.importorskip("torch")
 
-from hw.commands import bench_cmd, check_cmd  # noqa: E402
-from sim.model import get_model  # noqa: E402
-from sim.schedule import build  # noqa: E402
-from sim.stack import Stack, Step  # noqa: E402
+from tpsim.hw.commands import bench_cmd, check_cmd  # noqa: E402
+from tpsim.sim.model import get_model  # noqa: E402
+from tpsim.sim.schedule import build  # noqa: E402
+from tpsim.sim.stack import Stack, Step  # noqa: E402
 
 pytestmark = pytest.mark.hw
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -142,9 +142,9 @@ def test_user_errors_exit_2():
 
 @pytest.mark.slow          # starts real gloo ranks: 5-20 s
 def test_torchrun_rank_mode_and_layers():
-    """`torchrun -m cli check` runs each process as one rank; --layers truncates the model."""
+    """`torchrun -m tpsim check` runs each process as one rank; --layers truncates the model."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "cli", "check", "--model", "toy-512", "--layers", "1", "--prompt", "8", "--gen", "9",
+           "-m", "tpsim", "check", "--model", "toy-512", "--layers", "1", "--prompt", "8", "--gen", "9",
            "--device", "cpu", "--schedule", "standard", "--schedule", "ladder", "--json"]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)

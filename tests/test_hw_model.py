@@ -3,14 +3,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import hw.model as hm  # noqa: E402
-from hw.check import Reference  # noqa: E402
-from sim.memory import Placement  # noqa: E402
-from hw.runner import Runner, make_plan  # noqa: E402
-from sim.model import get_model  # noqa: E402
-from sim.schedule import build, plan_of  # noqa: E402
-from sim.stack import Stack, Step  # noqa: E402
-from sim.transform import local  # noqa: E402
+import tpsim.hw.model as hm  # noqa: E402
+from tpsim.hw.check import Reference  # noqa: E402
+from tpsim.sim.memory import Placement  # noqa: E402
+from tpsim.hw.runner import Runner, make_plan  # noqa: E402
+from tpsim.sim.model import get_model  # noqa: E402
+from tpsim.sim.schedule import build, plan_of  # noqa: E402
+from tpsim.sim.stack import Stack, Step  # noqa: E402
+from tpsim.sim.transform import local  # noqa: E402
 
 pytestmark = pytest.mark.hw
 TINY = get_model("tiny")
@@ -92,7 +92,7 @@ def test_runner_runs_stand_ins_and_waits():
     op = next(op for op in sched.ops if op.kind == "standin")
     import dataclasses
     import time
-    from hw.kernels import KERNELS
+    from tpsim.hw.kernels import KERNELS
     slow = dataclasses.replace(op, attrs=tuple((k, 2_000_000 if k == "cost_ns" else v) for k, v in op.attrs))
     x = torch.ones(1, TINY.hidden)
     t0 = time.perf_counter()
@@ -167,7 +167,7 @@ def test_plan_frees_and_clones():
 
 
 def test_cuda_path_imports_and_refuses_on_cpu():
-    from hw.runner import DecodeGraph
+    from tpsim.hw.runner import DecodeGraph
     st = Stack(dtype="fp32")
     rm = hm.build_rank_model(TINY, 1, 0, batch=1, max_seq=6)
     runner = Runner(rm, None)

@@ -122,8 +122,8 @@ def import_graph() -> nx.DiGraph:
 
 def test_no_import_cycles():
     g = import_graph()
-    assert {"cli", "sim.predict", "hw.commands", "calib.run"} <= set(g)
-    assert g.has_edge("calib.run", "hw.dist") and g.has_edge("hw.commands", "hw")     # the graph is real
+    assert {"cli", "tpsim.sim.predict", "tpsim.hw.commands", "tpsim.calib.run"} <= set(g)
+    assert g.has_edge("tpsim.calib.run", "tpsim.hw.dist") and g.has_edge("tpsim.hw.commands", "hw")     # the graph is real
     cycles = list(nx.simple_cycles(g))
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c + [c[0]]) for c in cycles[:10])
 
@@ -162,7 +162,7 @@ def test_simulator_commands_run_without_torch(tmp_path):
     code = f"""
 import json
 from click.testing import CliRunner
-from cli import main
+from tpsim.cli import main
 out = {{}}
 for name, args in {{
         "predict": ["predict", "--model", "tiny", "--tp", "2", "--gen", "8", "--prompt", "16", "--json"],

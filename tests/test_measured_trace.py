@@ -5,9 +5,9 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from cli import main
-from sim.measured_trace import combine
-from sim.trace import Record
+from tpsim.cli import main
+from tpsim.sim.measured_trace import combine
+from tpsim.sim.trace import Record
 
 
 def _check_chrome(trace: dict) -> list[dict]:

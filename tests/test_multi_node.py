@@ -13,8 +13,8 @@ import json
 
 import pytest
 
-from sim.profile import load_profile, read_raw
-from sim.topology_price import RING_PLATEAU, TREE_CORRECTION, TopologyModel
+from tpsim.sim.profile import load_profile, read_raw
+from tpsim.sim.topology_price import RING_PLATEAU, TREE_CORRECTION, TopologyModel
 
 OFFSET_US = -1.18
 

@@ -5,12 +5,12 @@ qkv 2, out 2, up 4, down 2 at 2 rows, so a 1-row micro-batch pays 1, 1, 2, 1; ev
 op 0; collectives a fixed time (latency-bound)."""
 import pytest
 
-from sim.cost import CostModel
-from sim.engine import Interference, simulate
-from sim.model import ModelSpec, get_model
-from sim.profile import load_profile
-from sim.schedule import build, model_change, parse_schedule
-from sim.stack import Stack, Step
+from tpsim.sim.cost import CostModel
+from tpsim.sim.engine import Interference, simulate
+from tpsim.sim.model import ModelSpec, get_model
+from tpsim.sim.profile import load_profile
+from tpsim.sim.schedule import build, model_change, parse_schedule
+from tpsim.sim.stack import Stack, Step
 
 ST = Stack()
 ONE_LAYER = ModelSpec("toy-1l", 64, 1, 4, 2, 16, 128, 256)
@@ -220,7 +220,7 @@ def _row(schedule, batch, prefill_s, decode_s):
 
 
 def test_best_no_retraining_picks_the_fastest_schedule_per_phase(tmp_path):
-    from sim import sweep as sw
+    from tpsim.sim import sweep as sw
     rows = [_row("standard", 1, 1.0, 9.0), _row("token-split", 1, 1.2, 9.0), _row("seq-parallel", 1, 0.9, 9.5),
             _row("ladder", 1, 0.5, 5.0), _row("spd:0.5", 1, 0.4, 4.0),
             _row("standard", 8, 4.0, 6.0), _row("token-split", 8, 3.0, 5.0), _row("seq-parallel", 8, 3.5, 5.5),
@@ -241,8 +241,8 @@ def test_best_no_retraining_picks_the_fastest_schedule_per_phase(tmp_path):
 
 
 def test_compare_calibrates_the_collectives_the_schedules_use():
-    from calib.compare import _collective_kinds
-    from sim.sweep import Shape
+    from tpsim.calib.compare import _collective_kinds
+    from tpsim.sim.sweep import Shape
     pts = [Shape("toy-512", 2, 2, 32, 16)]
     assert _collective_kinds(pts, ("standard", "token-split", "ladder")) == ("all_reduce",)
     assert _collective_kinds(pts, ("standard", "seq-parallel")) == ("all_reduce", "all_gather", "reduce_scatter")

@@ -7,10 +7,10 @@ from click.testing import CliRunner
 
 pytest.importorskip("torch")
 
-from hw.commands import bench_cmd, check_cmd  # noqa: E402
-from sim.model import get_model  # noqa: E402
-from sim.schedule import build  # noqa: E402
-from sim.stack import Stack, Step  # noqa: E402
+from tpsim.hw.commands import bench_cmd, check_cmd  # noqa: E402
+from tpsim.sim.model import get_model  # noqa: E402
+from tpsim.sim.schedule import build  # noqa: E402
+from tpsim.sim.stack import Stack, Step  # noqa: E402
 
 pytestmark = pytest.mark.hw
 SMALL = ["--model", "tiny", "--prompt", "15", "--gen", "9", "--device", "cpu", "--backend", "gloo"]

@@ -2,11 +2,11 @@
 the simulator's engine reproduces the measured passes, pinned on hand-computed toy timelines."""
 import pytest
 
-from calib.overlap_summary import summarize_passes
-from sim.engine import Interference, simulate
-from sim.schedule import Op, Schedule
+from tpsim.calib.overlap_summary import summarize_passes
+from tpsim.sim.engine import Interference, simulate
+from tpsim.sim.schedule import Op, Schedule
 from toy import ONE_LAYER, STACK
-from sim.stack import Step
+from tpsim.sim.stack import Step
 
 # A pass with two all-reduces: compute c0 = 2 before the first, 3 between them, 1 after the second
 # (C = 6 alone). A blocking all-reduce costs b = 4 here: Tb = 6 + 2 * 4 = 14.

@@ -3,10 +3,10 @@ import itertools
 
 import pytest
 
-from sim.model import get_model
-from sim.predict import Workload, predict
-from sim.profile import load_profile
-from sim.stack import Stack
+from tpsim.sim.model import get_model
+from tpsim.sim.predict import Workload, predict
+from tpsim.sim.profile import load_profile
+from tpsim.sim.stack import Stack
 
 H100 = load_profile("h100-sxm")
 SCHEDS = ["standard", "ladder", "ladder:4", "spd:0.5", "spd:1", "parallel", "upper-bound"]
@@ -109,7 +109,7 @@ def test_dtype_needs_a_peak_in_the_profile():
 def test_comm_group_one_prices_emulated_rank():
     # one rank of a TP8 job on one GPU: no peer to wait for; a measured group-1 table is used when present
     import dataclasses
-    from sim.profile import CollectiveTable
+    from tpsim.sim.profile import CollectiveTable
     m = get_model("llama-3.1-8b")
     eager = Stack(compile_prefill=False, compile_decode=False)    # same kernels in every schedule
     emu = by_name(predict(Workload(m, 8, H100, prompt_len=64, gen_len=4, comm_group=1, stack=eager),
@@ -127,7 +127,7 @@ def test_comm_group_one_prices_emulated_rank():
 def test_make_stack_precedence():
     """Given (not None) beats the profile's stack_defaults beats the base; compile covers both phases;
     decode graphs follow compile_decode unless set; collective auto means not given."""
-    from sim.stack import Stack, make_stack
+    from tpsim.sim.stack import Stack, make_stack
     s = make_stack({"compile": False, "attention": None, "collective": "auto"},
                    {"attention": "flash", "kv": "filled", "collective": "custom"}, Stack(dtype="bf16"))
     assert s == Stack(dtype="bf16", compile_prefill=False, compile_decode=False, decode_graphs=False,

@@ -3,9 +3,9 @@ import json
 
 import pytest
 
-from sim.cost import CostModel
-from sim.profile import ProfileError, builtin_names, describe, load_profile, read_raw
-from sim.stack import Stack
+from tpsim.sim.cost import CostModel
+from tpsim.sim.profile import ProfileError, builtin_names, describe, load_profile, read_raw
+from tpsim.sim.stack import Stack
 
 REQUIRED = {"h100-sxm", "h100-sxm-p2p-off", "h200-sxm", "a100-sxm", "a100-sxm-p2p-off", "l40s-pcie"}
 

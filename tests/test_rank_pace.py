@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from hw.rank import PIN_ENV, core_share
+from tpsim.hw.rank import PIN_ENV, core_share
 
 
 def test_equal_contiguous_shares():
@@ -28,7 +28,7 @@ pytestmark_linux = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reas
 
 
 def _pinned_in_subprocess(env_extra: dict, rank: int = 0, world: int = 1) -> list:
-    code = ("import json, os, threading; from hw.rank import pin_cores; "
+    code = ("import json, os, threading; from tpsim.hw.rank import pin_cores; "
             f"c = pin_cores({rank}, {world}); "
             "t = []; th = threading.Thread(target=lambda: t.append(sorted(os.sched_getaffinity(0)))); "
             "th.start(); th.join(); print(json.dumps([c and list(c), sorted(os.sched_getaffinity(0)), t[0]]))")
@@ -57,8 +57,8 @@ def test_pinning_can_be_turned_off():
 @pytest.mark.hw
 def test_compute_points_take_the_slowest_ranks_median():
     pytest.importorskip("torch")
-    from calib.compute import _Sample, points
-    from sim.schedule import Op
+    from tpsim.calib.compute import _Sample, points
+    from tpsim.sim.schedule import Op
     op = Op("L0.attn.norm", "rmsnorm", ("x",), ("y",), (("rows", 1), ("width", 8)), "fp32")
     samples = {op.signature: _Sample(op, None, ())}
     # rank 1 is ~10% slower; one outlier on rank 0 does not matter
@@ -72,7 +72,7 @@ def test_compute_points_take_the_slowest_ranks_median():
 @pytest.mark.hw
 def test_speed_probe_runs_on_one_thread_and_restores_the_setting():
     torch = pytest.importorskip("torch")
-    from hw.probe import probe_s
+    from tpsim.hw.probe import probe_s
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import cli
-from sim import sweep as sw
-from sim.profile import builtin_dir
+from tpsim import cli
+from tpsim.sim import sweep as sw
+from tpsim.sim.profile import builtin_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests" / "fixtures" / "nccl_tests"
@@ -45,7 +45,7 @@ BENCH = ["--model", "tiny", "--device", "cpu"]
     (["--batch", "0"], "--batch must be in 1.."),
 ])
 def test_bench_values_refused_before_work(args, says):
-    from hw.commands import bench_cmd
+    from tpsim.hw.commands import bench_cmd
     t = time.monotonic()
     line = one_line_exit_2(CliRunner().invoke(bench_cmd, [*BENCH, *args]))
     assert says in line
@@ -54,7 +54,7 @@ def test_bench_values_refused_before_work(args, says):
 
 @pytest.mark.hw
 def test_unwritable_bench_out_refused_before_work(tmp_path):
-    from hw.commands import bench_cmd
+    from tpsim.hw.commands import bench_cmd
     r = CliRunner().invoke(bench_cmd, [*BENCH, "--out", str(tmp_path)])     # click's own usage error
     assert r.exit_code == 2 and "is a directory" in r.output and "Traceback" not in r.output
     ro = tmp_path / "ro"
@@ -74,11 +74,11 @@ def test_device_cuda_without_a_gpu_is_one_line():
     import torch
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    from hw.commands import bench_cmd, check_cmd
+    from tpsim.hw.commands import bench_cmd, check_cmd
     for cmd in (bench_cmd, check_cmd):
         line = one_line_exit_2(CliRunner().invoke(cmd, ["--model", "tiny", "--device", "cuda"]))
         assert "torch sees no GPU" in line
-    from calib.commands import calibrate_cmd
+    from tpsim.calib.commands import calibrate_cmd
     line = one_line_exit_2(CliRunner().invoke(calibrate_cmd, ["--backend", "nccl", "--out", "x.json"]))
     assert "torch sees no GPU" in line
 
@@ -93,7 +93,7 @@ def test_device_cuda_without_a_gpu_is_one_line():
     (["--prompt", "0"], "--prompt must be in 1.."),
 ])
 def test_calibrate_values_refused_before_work(tmp_path, args, says):
-    from calib.commands import calibrate_cmd
+    from tpsim.calib.commands import calibrate_cmd
     t = time.monotonic()
     line = one_line_exit_2(CliRunner().invoke(calibrate_cmd, ["--quick", "--parts", "device", "--extends",
                                                               "h100-sxm", "--out", str(tmp_path / "p.json"), *args]))
@@ -102,7 +102,7 @@ def test_calibrate_values_refused_before_work(tmp_path, args, says):
 
 @pytest.mark.hw
 def test_calibrate_out_in_a_missing_directory_refused_before_work(tmp_path):
-    from calib.commands import calibrate_cmd
+    from tpsim.calib.commands import calibrate_cmd
     line = one_line_exit_2(CliRunner().invoke(calibrate_cmd, ["--quick", "--out", str(tmp_path / "no" / "p.json")]))
     assert "cannot write beside --out" in line or "does not exist" in line
 
@@ -161,7 +161,7 @@ def test_sweep_jobs_capped_at_the_cores(tmp_path):
 
 
 def test_sweep_refuses_while_another_holds_its_out(tmp_path):
-    from sim.lock import output_lock
+    from tpsim.sim.lock import output_lock
     out = tmp_path / "s.csv"
     with output_lock(out, "sweep"):
         line = one_line_exit_2(CliRunner().invoke(cli.main, ["sweep", "--model", "tiny", "--tp", "2", "--gen", "4",
@@ -193,7 +193,7 @@ def test_sweep_resume_recomputes_points_of_an_edited_profile(tmp_path):
 
 
 def test_compare_exits_nonzero_when_nothing_could_be_compared(tmp_path):
-    from calib.compare import compare_cmd
+    from tpsim.calib.compare import compare_cmd
     r = CliRunner().invoke(compare_cmd, ["--measured", str(tmp_path / "nope.json"), "--profile", "h100-sxm",
                                          "--out-dir", str(tmp_path / "out")])
     assert r.exit_code != 0 and "nothing could be compared" in r.output, r.output
@@ -202,7 +202,7 @@ def test_compare_exits_nonzero_when_nothing_could_be_compared(tmp_path):
 # ------------------------------------------------------------------ nccl-tests imports
 
 def test_import_json_claiming_a_billion_ranks_is_refused_with_its_line(tmp_path):
-    from calib.imports import read_nccl_tests
+    from tpsim.calib.imports import read_nccl_tests
     f = tmp_path / "ar.json"
     f.write_text((FIX / "ar.json").read_text().replace('"nranks": 8', '"nranks": 1e9'))
     with pytest.raises(ValueError, match=r"ar\.json line 4: 'nranks' must be a whole number of ranks"):
@@ -213,7 +213,7 @@ def test_import_json_claiming_a_billion_ranks_is_refused_with_its_line(tmp_path)
 
 
 def test_import_refuses_infinite_times(tmp_path):
-    from calib.imports import read_nccl_tests
+    from tpsim.calib.imports import read_nccl_tests
     f = tmp_path / "ar.json"
     f.write_text((FIX / "ar.json").read_text().replace('"time": 20.70', '"time": Infinity'))
     with pytest.raises(ValueError, match="positive finite"):
@@ -230,7 +230,7 @@ def test_import_refuses_infinite_times(tmp_path):
 
 
 def test_import_concatenated_runs_of_different_rank_counts_is_refused_with_the_line(tmp_path):
-    from calib.imports import read_nccl_tests
+    from tpsim.calib.imports import read_nccl_tests
     one = (FIX / "ar_v2_13.txt").read_text()
     rank_lines = [x for x in one.splitlines() if x.lstrip("# ").startswith("Rank")]
     assert len(rank_lines) >= 2

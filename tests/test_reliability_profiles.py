@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import cli
-from sim.profile import ProfileError, builtin_dir, load_profile
+from tpsim import cli
+from tpsim.sim.profile import ProfileError, builtin_dir, load_profile
 
 DEEP = "__DEEP__"
 HUGE = "__HUGE__"

@@ -45,12 +45,12 @@ def _cmdline(pid: int) -> str:
 
 
 def rank_pids(launcher: int) -> list[int]:
-    """The launcher's children running a rank (the bootstrap, or the old `-m hw.dist`)."""
+    """The launcher's children running a rank (the bootstrap, or the old `-m tpsim.hw.dist`)."""
     out = []
     for d in os.listdir("/proc"):
         if d.isdigit():
             st = _stat(int(d))
-            if st and st[1] == launcher and ("_worker_main" in _cmdline(int(d)) or "hw.dist" in _cmdline(int(d))):
+            if st and st[1] == launcher and ("_worker_main" in _cmdline(int(d)) or "tpsim.hw.dist" in _cmdline(int(d))):
                 out.append(int(d))
     return sorted(out)
 
@@ -174,7 +174,7 @@ def test_a_hung_rank_is_named_not_the_rank_whose_wait_expired(tmp_path):
 
 
 def test_default_timeout_is_proportionate_to_the_work():
-    from hw.commands import _config, bench_cmd
+    from tpsim.hw.commands import _config, bench_cmd
 
     def timeout(*args):
         kw = dict(bench_cmd.make_context("bench", ["--device", "cpu", *args]).params)

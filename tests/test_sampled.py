@@ -6,13 +6,13 @@ import json
 import numpy as np
 import pytest
 
-from sim.engine import Interference, simulate
-from sim.engine_ranks import compile_schedule, simulate_ranks
-from sim.model import get_model
-from sim.predict import Simulator, Workload, predict
-from sim.profile import ArrivalJitter, ProfileError, load_profile, parse
-from sim.sampled import control_variate_mean, exponential_mean_from_spread
-from sim.schedule import build_plan, plan_of
+from tpsim.sim.engine import Interference, simulate
+from tpsim.sim.engine_ranks import compile_schedule, simulate_ranks
+from tpsim.sim.model import get_model
+from tpsim.sim.predict import Simulator, Workload, predict
+from tpsim.sim.profile import ArrivalJitter, ProfileError, load_profile, parse
+from tpsim.sim.sampled import control_variate_mean, exponential_mean_from_spread
+from tpsim.sim.schedule import build_plan, plan_of
 from toy import toy_schedule, toy_time
 
 H100 = load_profile("h100-sxm")
@@ -167,7 +167,7 @@ def test_profile_arrival_jitter_per_scope_with_source():
 
 
 def test_builtin_profiles_state_their_jitter_source():
-    from sim.profile import builtin_names
+    from tpsim.sim.profile import builtin_names
     for name in builtin_names():
         p = load_profile(name)
         for scope, j in p.arrival_jitter.items():
@@ -177,7 +177,7 @@ def test_builtin_profiles_state_their_jitter_source():
 def test_cli_exact_reports_interval_and_jitter_source(tmp_path):
     from click.testing import CliRunner
 
-    from cli import main
+    from tpsim.cli import main
     args = ["predict", "--model", "llama-3.2-1b", "--tp", "2", "--prompt", "32", "--gen", "9"]
     r = CliRunner().invoke(main, args + ["--exact", "--json"])
     assert r.exit_code == 0, r.output

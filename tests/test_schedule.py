@@ -1,9 +1,9 @@
 """The IR's dataflow for each schedule (docs/design.md, "The schedules"), checked op by op."""
 import pytest
 
-from sim.model import get_model
-from sim.schedule import build, parse_schedule
-from sim.stack import Stack, Step
+from tpsim.sim.model import get_model
+from tpsim.sim.schedule import build, parse_schedule
+from tpsim.sim.stack import Stack, Step
 
 M = get_model("toy-512")          # 8 layers
 ST = Stack()
@@ -130,7 +130,7 @@ def test_kv_head_replication_and_tp_errors():
 
 def test_a_new_layer_kind_is_one_registry_entry(monkeypatch):
     """A schedule whose layers are attention only: a builder in sim.builder.LAYER_KINDS and a plan in sim.schedule.SCHEDULES."""
-    from sim import builder as B, schedule as S
+    from tpsim.sim import builder as B, schedule as S
 
     def attn_only(b, i, x):
         p = b.all_reduce(f"L{i}.attn.allreduce", b.attn(i, x), i)
@@ -144,7 +144,7 @@ def test_a_new_layer_kind_is_one_registry_entry(monkeypatch):
 
 def test_schedule_spec_is_parsed_once_at_the_edge():
     """A ScheduleSpec checks the syntax without a model, plans per depth, and prints as written."""
-    from sim.schedule import ScheduleSpec, plan_of
+    from tpsim.sim.schedule import ScheduleSpec, plan_of
     s = ScheduleSpec.parse("spd:0.5")
     assert (s.base, s.arg, str(s)) == ("spd", "0.5", "spd:0.5") and ScheduleSpec.parse(s) is s
     assert s.plan(5) == ("standard", "standard", "spd", "spd", "spd")      # round half up: 3 of 5

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from sim.profile import load_profile
-from sim.topology import build_graph, ring_busbw_gbps
-from sim.topology_price import TopologyModel
+from tpsim.sim.profile import load_profile
+from tpsim.sim.topology import build_graph, ring_busbw_gbps
+from tpsim.sim.topology_price import TopologyModel
 
 DATA = Path(__file__).resolve().parent.parent / "sim" / "profiles" / "_data"
 sys.path.insert(0, str(DATA.parent))

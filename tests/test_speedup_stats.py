@@ -6,13 +6,13 @@ import pytest
 pytest.importorskip("torch")         # hw.bench (median_ci) imports torch
 pytestmark = pytest.mark.hw
 
-from calib.compare_intervals import speedup_interval, speedup_undetermined  # noqa: E402
-from calib.compare_join import speedup_sign  # noqa: E402
-from calib.overlap_summary import factor_samples, summarize_passes  # noqa: E402
-from sim.model import get_model  # noqa: E402
-from sim.predict import Simulator, Workload  # noqa: E402
-from sim.profile import load_profile  # noqa: E402
-from hw.bench import _spread, median_ci  # noqa: E402
+from tpsim.calib.compare_intervals import speedup_interval, speedup_undetermined  # noqa: E402
+from tpsim.calib.compare_join import speedup_sign  # noqa: E402
+from tpsim.calib.overlap_summary import factor_samples, summarize_passes  # noqa: E402
+from tpsim.sim.model import get_model  # noqa: E402
+from tpsim.sim.predict import Simulator, Workload  # noqa: E402
+from tpsim.sim.profile import load_profile  # noqa: E402
+from tpsim.hw.bench import _spread, median_ci  # noqa: E402
 
 
 def test_median_ci_order_statistics_by_hand():

@@ -3,8 +3,8 @@ import json
 
 from click.testing import CliRunner
 
-from cli import main
-from sim import sweep as sw
+from tpsim.cli import main
+from tpsim.sim import sweep as sw
 
 
 def test_failed_point_does_not_stop_the_grid():

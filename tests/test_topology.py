@@ -14,11 +14,11 @@ import math
 
 import pytest
 
-from sim.cost import CostModel
-from sim.profile import load_profile
-from sim.stack import Stack
-from sim.topology import build_graph, ring_busbw_gbps, route
-from sim.topology_price import TopologyModel
+from tpsim.sim.cost import CostModel
+from tpsim.sim.profile import load_profile
+from tpsim.sim.stack import Stack
+from tpsim.sim.topology import build_graph, ring_busbw_gbps, route
+from tpsim.sim.topology_price import TopologyModel
 
 NVSWITCH = ("h100-sxm", "h200-sxm", "a100-sxm")
 

@@ -2,11 +2,11 @@
 and the timelines the engine gives them on hand-written costs."""
 import pytest
 
-from sim.engine import Interference, simulate
-from sim.model import get_model
-from sim.schedule import build
-from sim.stack import Stack, Step
-from sim.transform import blocking, local, overlapped
+from tpsim.sim.engine import Interference, simulate
+from tpsim.sim.model import get_model
+from tpsim.sim.schedule import build
+from tpsim.sim.stack import Stack, Step
+from tpsim.sim.transform import blocking, local, overlapped
 from toy import TWO_AR_COST, TWO_AR_PASS
 
 
@@ -62,10 +62,10 @@ def test_an_all_gather_stands_in_at_its_gathered_width():
 
 def test_standins_of_seq_parallel_collectives_have_their_output_shapes():
     """A row all-gather's stand-in has group x the rows, a reduce-scatter's 1/group of them."""
-    from sim.model import get_model
-    from sim.schedule import build
-    from sim.stack import Stack, Step
-    from sim.transform import local
+    from tpsim.sim.model import get_model
+    from tpsim.sim.schedule import build
+    from tpsim.sim.stack import Stack, Step
+    from tpsim.sim.transform import local
     s = local(build("seq-parallel", get_model("toy-512"), 4, Step.decode(2, 8, 4, 1, Stack()), Stack()))
     by = {o.name: dict(o.attrs) for o in s.ops}
     assert by["L0.attn.allgather.standin"] == {"rows": 4, "width": 512, "cost_ns": 0, "dim": 0}

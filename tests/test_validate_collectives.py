@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from sim.collective_table import COLLECTIVES, MODES, collective_rows
-from sim.profile import load_profile
+from tpsim.sim.collective_table import COLLECTIVES, MODES, collective_rows
+from tpsim.sim.profile import load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "bench" / "data"
@@ -124,7 +124,7 @@ def test_summary_medians_are_per_class():
 
 # ------------------------------------------------------------------ timing loops (sim/collective_timing.py)
 
-from sim.collective_timing import KINDS, Timing  # noqa: E402
+from tpsim.sim.collective_timing import KINDS, Timing  # noqa: E402
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.name)

@@ -2,9 +2,9 @@
 
 Per layer: attention = qkv 1 + out 1 = 2, MLP = up 2 + down 1 = 3; every other compute op 0;
 every collective C (set per test)."""
-from sim.model import ModelSpec
-from sim.schedule import Op, Schedule, build
-from sim.stack import Stack, Step
+from tpsim.sim.model import ModelSpec
+from tpsim.sim.schedule import Op, Schedule, build
+from tpsim.sim.stack import Stack, Step
 
 STACK = Stack()
 ONE_LAYER = ModelSpec("toy-1l", 64, 1, 4, 2, 16, 128, 256)

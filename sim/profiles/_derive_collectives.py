@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, ".")
-from sim.profile import parse  # noqa: E402
-from sim.topology_price import TopologyModel  # noqa: E402
+from tpsim.sim.profile import parse  # noqa: E402
+from tpsim.sim.topology_price import TopologyModel  # noqa: E402
 
 from _derive_common import AIC, DATA, OUT, sv  # noqa: E402
 from _derive_shm import shm_flow_gbps  # noqa: E402

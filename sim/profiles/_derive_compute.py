@@ -13,7 +13,7 @@ sys.path.insert(0, ".")
 
 from _derive_common import AIC, DATA, sv  # noqa: E402
 
-from sim.model import MODELS, valid_tp  # noqa: E402
+from tpsim.sim.model import MODELS, valid_tp  # noqa: E402
 
 # ---------------------------------------------------------------- compute
 
