@@ -5,6 +5,15 @@ bench, check, calibrate, compare (harness; need the [hw] extra).
 calib.compare) reach the torch side only through `hw.harness`, when a command runs."""
 from __future__ import annotations
 
+if not __package__ and __name__ in ("__main__", "__mp_main__"):
+    # `python cli.py ...` (or torchrun's `cli.py ...`) in a source checkout: run *this* checkout as
+    # the package tpsim, whatever tpsim is installed (a sweep's worker re-runs this as __mp_main__)
+    import _checkout
+    _checkout.load()
+    if __name__ == "__main__":
+        from tpsim.cli import main as _main
+        _main(prog_name="tpsim")
+
 import json
 import math
 import sys
@@ -354,5 +363,6 @@ def models(show_):
 for _cmd in (bench_cmd, check_cmd, calibrate_cmd, compare_cmd, collective_cmd):
     main.add_command(_cmd)
 
-if __name__ == "__main__":
-    sys.exit(main())
+
+if __name__ == "__main__":          # `python -m tpsim.cli` (installed); a checkout's `python cli.py` ran above
+    main(prog_name="tpsim")
