@@ -27,7 +27,8 @@ Ranks never outlive the launcher and never run code from the working directory (
     launcher is gone for any reason (SIGKILL included). On Linux PR_SET_PDEATHSIG adds the same
     from the kernel. SIGINT/SIGTERM of the launcher kill every rank before it exits;
   * ranks start as `python -I -c BOOT ROOT ...`: an isolated interpreter (no cwd, no PYTHON* env
-    on sys.path) that imports hw.dist from ROOT, the directory the launcher's own `hw` came from;
+    on sys.path) that loads the package `tpsim` from ROOT, the directory the launcher's own tpsim
+    came from, by path (_checkout.py): never another installed tpsim, nor a ./tpsim;
   * rank 0's rendezvous store listens on MASTER_ADDR only (loopback for a local group), not on
     every interface;
   * every rank marks its progress (a counter and a phase name in a small mmapped file); when a
@@ -46,7 +47,7 @@ import tempfile
 import threading
 import time
 
-from tpsim import hw
+import tpsim
 from tpsim.hw.rank import BEAT_ENV, LAUNCHER_PID_ENV, LOG_TAG, PATH_ENV, WATCH_FD_ENV, free_port, read_beat
 from tpsim.hw.run_config import check_timeout
 
@@ -64,15 +65,20 @@ def worker_env(rank: int, world: int, port: int, threads: int) -> dict[str, str]
 
 
 def package_root() -> str:
-    """The directory holding the `hw` package this launcher runs (a source checkout or site-packages)."""
-    return os.path.dirname(os.path.dirname(os.path.abspath(hw.__file__)))
+    """The directory of the `tpsim` package this launcher runs: a source checkout's root, or
+    site-packages/tpsim."""
+    return os.path.dirname(os.path.abspath(tpsim.__file__))
 
 
 # Started as `python -I -c _BOOT ROOT TARGET CONFIG`: -I keeps the working directory (and PYTHON*
-# variables) off sys.path, so hw.dist comes from ROOT, the launcher's own package root. The
-# launcher's other import paths (PATH_ENV: a user site, PYTHONPATH) are appended before hw.rank is
-# imported, since hw.rank imports torch, which may live on one of them.
-_BOOT = ("import json, os, sys; sys.path.insert(0, sys.argv[1]); "
+# variables) off sys.path; ROOT/_checkout.py then registers ROOT itself as the package tpsim
+# (by path), so every tpsim.* module of the rank is the launcher's own, even where another tpsim
+# is installed or a ./tpsim lies in the working directory. ROOT leaves sys.path again: its
+# directories (sim/, hw/, ...) are not top-level names. The launcher's other import paths
+# (PATH_ENV: a user site, PYTHONPATH) are appended before hw.rank is imported, since hw.rank
+# imports torch, which may live on one of them.
+_BOOT = ("import json, os, sys; sys.path.insert(0, sys.argv[1]); import _checkout; _checkout.load(sys.argv[1]); "
+         "del sys.path[0], sys.modules['_checkout']; "
          f"sys.path += [p for p in json.loads(os.environ.get({PATH_ENV!r}) or '[]') if p not in sys.path]; "
          "from tpsim.hw.rank import _worker_main; _worker_main(sys.argv[2:])")
 
@@ -83,10 +89,11 @@ def rank_command(target: str, cfg_path: str) -> list[str]:
 
 def _import_path() -> str:
     """The launcher's sys.path without the working directory (JSON), for the ranks to append: the
-    same third-party packages (a user site, PYTHONPATH) as the launcher, none of the cwd's code."""
-    cwd, root = os.path.realpath(os.getcwd()), os.path.realpath(package_root())
-    keep = [p for p in sys.path if p and (os.path.realpath(p) != cwd or os.path.realpath(p) == root)]
-    return json.dumps(keep)
+    same third-party packages (a user site, PYTHONPATH) as the launcher, none of the cwd's code.
+    Appended after the rank's own path; tpsim itself is already loaded by then (_BOOT), so no entry
+    here can stand in for it."""
+    cwd = os.path.realpath(os.getcwd())
+    return json.dumps([p for p in sys.path if p and os.path.realpath(p) != cwd])
 
 
 def launch(target: str, config: dict, nproc: int, *, timeout_s: float, deadline_s: float | None = None,
