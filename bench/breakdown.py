@@ -28,6 +28,8 @@ from rich.table import Table
 
 _here = Path.cwd() if (Path.cwd() / "sim" / "cost.py").is_file() else Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(_here))
+import _checkout  # noqa: E402  (this checkout as the package tpsim, whatever is installed)
+_checkout.load(str(_here))
 
 from tpsim import sim  # noqa: E402
 from tpsim.sim.model import get_model  # noqa: E402

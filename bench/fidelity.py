@@ -22,6 +22,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+import _checkout  # noqa: E402  (this checkout as the package tpsim, whatever is installed)
+_checkout.load()
 
 from tpsim.calib.compare import QUICK_MODELS, Point, run_compare  # noqa: E402
 from tpsim.sim.schedule import DEFAULT_SCHEDULES  # noqa: E402

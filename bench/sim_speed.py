@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import _checkout  # noqa: E402  (this checkout as the package tpsim, whatever is installed)
+_checkout.load()
 
 from tpsim.sim import sweep as sw  # noqa: E402
 from tpsim.sim.engine_ranks import compile_schedule, simulate_ranks  # noqa: E402

@@ -44,6 +44,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import _checkout  # noqa: E402  (this checkout as the package tpsim, whatever is installed)
+_checkout.load()
 
 from tpsim.calib.imports import parse_nccl_tests  # noqa: E402
 from tpsim.sim.collective_table import Row, busbw_factor, collective_rows  # noqa: E402

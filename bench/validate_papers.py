@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import _checkout  # noqa: E402  (this checkout as the package tpsim, whatever is installed)
+_checkout.load()
 
 from tpsim.sim.model import get_model  # noqa: E402
 from tpsim.sim.predict import Workload, predict  # noqa: E402

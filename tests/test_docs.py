@@ -174,6 +174,8 @@ def update() -> int:
 
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
+    import _checkout                  # this checkout as the package tpsim, whatever is installed
+    _checkout.load()
     if sys.argv[1:] != ["--update"]:
         raise SystemExit("usage: python tests/test_docs.py --update   (or run it with pytest)")
     print(f"{update()} example(s) refreshed")

@@ -6,7 +6,7 @@ aiconfigurator-core 0.12.0 wheel (the measured tables ship inside it):
     pip download aiconfigurator-core==0.12.0 --no-deps -d /tmp/aic
     unzip -q /tmp/aic/aiconfigurator_core-0.12.0-*.whl -d /tmp/aic/core
     python sim/profiles/_derive_builtin.py /tmp/aic/core/aiconfigurator_core/systems/data sim/profiles
-Run from the tpsim repo root (it imports sim.profile / sim.topology to derive the latency offset).
+Runs from anywhere: it imports this checkout as tpsim (tpsim.sim.profile / tpsim.sim.topology derive the latency offset).
 """
 from __future__ import annotations
 
@@ -14,9 +14,12 @@ import json
 import math
 import statistics
 import sys
+from pathlib import Path
 
 
-sys.path.insert(0, ".")
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))      # the checkout root
+import _checkout  # noqa: E402  (this checkout as the package tpsim, whatever is installed)
+_checkout.load()
 
 from _derive_common import AIC, DATA, OUT, sv  # noqa: E402
 from _derive_compute import eager_launch, gemm_curves, gemm_table  # noqa: E402

@@ -12,7 +12,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, ".")
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))      # the checkout root
+import _checkout  # noqa: E402  (this checkout as the package tpsim, whatever is installed)
+_checkout.load()
 from tpsim.sim.profile import parse  # noqa: E402
 from tpsim.sim.topology_price import TopologyModel  # noqa: E402
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import math
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, ".")
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))      # the checkout root
+import _checkout  # noqa: E402  (this checkout as the package tpsim, whatever is installed)
+_checkout.load()
 
 from _derive_common import AIC, DATA, sv  # noqa: E402
 
