@@ -1,7 +1,27 @@
-"""Fixtures shared by more than one test file."""
+"""Fixtures shared by more than one test file; and the suite tests the checkout it lives in.
+
+The code is imported as the package `tpsim` (the repository root is that package). An installed
+tpsim could be another copy (a shared environment with another checkout installed in editable
+mode): so `tpsim` here is a link to this checkout, first on sys.path and on PYTHONPATH, for the
+tests and for every Python process they start (the launcher's ranks load their tpsim by path).
+"""
+import atexit
 import json
+import os
+import sys
+import tempfile
+from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+_LINKS = tempfile.mkdtemp(prefix="tpsim-tests-")
+os.symlink(ROOT, os.path.join(_LINKS, "tpsim"), target_is_directory=True)
+atexit.register(lambda: (os.unlink(os.path.join(_LINKS, "tpsim")), os.rmdir(_LINKS)))
+sys.path.insert(0, _LINKS)
+os.environ["PYTHONPATH"] = os.pathsep.join([_LINKS, *filter(None, [os.environ.get("PYTHONPATH")])])
+assert "tpsim" not in sys.modules or Path(sys.modules["tpsim"].__file__).resolve().parent == ROOT, (
+    f"another tpsim was imported before the tests: {sys.modules['tpsim'].__file__}")
 
 
 @pytest.fixture

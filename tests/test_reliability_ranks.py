@@ -113,16 +113,24 @@ def test_calibrate_ctrl_c_ends_every_rank_and_a_second_run_on_the_same_out_refus
 
 
 def test_ranks_do_not_run_code_from_the_working_directory(tmp_path):
-    """A booby-trapped ./hw/rank.py where the user runs tpsim: the ranks must not execute it."""
-    trap = tmp_path / "hw"
-    trap.mkdir()
-    (trap / "__init__.py").write_text("")
+    """Booby traps where the user runs tpsim (./hw/rank.py, ./tpsim/, ./_checkout.py) and another
+    `tpsim` first on PYTHONPATH, as another installed copy would be: neither the launcher nor its
+    ranks may import any of them; the ranks run the launcher's own tpsim (this checkout)."""
+    work, other = tmp_path / "work", tmp_path / "other"
     marker = tmp_path / "TRAP_RAN"
-    (trap / "rank.py").write_text(f"open({str(marker)!r}, 'w').write('x')\nimport sys\nsys.exit(99)\n")
+    trap = f"open({str(marker)!r}, 'a').write(__file__ + '\\n')\nimport sys\nsys.exit(99)\n"
+    for d in (work / "hw", work / "tpsim" / "hw", other / "tpsim" / "hw"):
+        d.mkdir(parents=True)
+        (d / "__init__.py").write_text(trap)
+        (d / "rank.py").write_text(trap)
+    for d in (work / "tpsim", other / "tpsim"):
+        (d / "__init__.py").write_text(trap)
+    (work / "_checkout.py").write_text(trap)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(other), os.environ.get("PYTHONPATH", "")]))
     r = subprocess.run([sys.executable, CLI, "check", "--model", "tiny", "--tp", "2", "--device", "cpu",
                         "--prompt", "8", "--gen", "3", "--schedule", "standard", "--timeout-s", "120"],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert not marker.exists(), "a rank imported hw/rank.py from the working directory"
+                       cwd=work, env=env, capture_output=True, text=True, timeout=300)
+    assert not marker.exists(), f"imported a booby trap: {marker.read_text()}"
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
 
 
