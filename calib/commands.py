@@ -1,5 +1,6 @@
 """`tpsim calibrate`: measure this machine into a profile JSON (the top-level cli registers
-`calibrate_cmd`). Under torchrun: `torchrun ... --no-python tpsim calibrate ...` (or `-m tpsim calibrate`).
+`calibrate_cmd`). Under torchrun: `torchrun ... --no-python tpsim calibrate ...` (or `-m tpsim calibrate`;
+from a source checkout that is not installed, `cli.py calibrate`).
 
 Launcher mode (default) starts --nproc local ranks; under torchrun (RANK/WORLD_SIZE set) this
 process is one rank and rank 0 writes the profile. This module imports no torch (cli registers

@@ -9,7 +9,8 @@ Each command runs in one of two modes:
   * rank (under torchrun, detected by RANK/WORLD_SIZE in the environment): this process *is*
     one rank. torchrun starts the same command line as the launcher, through the one tpsim entry
     point: `torchrun --nproc-per-node 8 --no-python tpsim bench --device cuda --backend nccl ...`
-    (from a source checkout: `torchrun ... -m tpsim bench ...`). No module here has a `__main__`
+    (or `torchrun ... -m tpsim bench ...`; from a source checkout that is not installed,
+    `torchrun ... cli.py bench ...`, which runs that checkout as tpsim). No module here has a `__main__`
     block, so no file is ever imported twice (once as `__main__`, once by its name).
 """
 from __future__ import annotations
