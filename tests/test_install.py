@@ -42,7 +42,8 @@ def test_the_old_top_level_names_are_gone(tmp_path):
                  "import importlib.util as u\n"
                  "print([n for n in ('sim', 'hw', 'calib', 'cli') if u.find_spec(n)])", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "[]"
+    assert r.stdout.strip() == "[]", (f"importable here: {r.stdout.strip()}; an install of tpsim from before "
+                                      "issue 17 provides them: reinstall it (pip install -e .)")
 
 
 def test_cli_py_runs_its_own_checkout_whatever_tpsim_is_installed(tmp_path):
