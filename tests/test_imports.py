@@ -1,5 +1,5 @@
 """How the modules import each other (issue #16): no import cycles; torch stays behind one door
-(`hw.harness`), so `import cli`, tpsim predict, collective and models run without torch; and
+(`hw.harness`), so `import tpsim.cli`, tpsim predict, collective and models run without torch; and
 every other import inside a function says why it is there (`# lazy: <reason>`).
 
 Pure Python: the AST of every source file, and subprocesses in which torch cannot be imported."""
@@ -24,16 +24,18 @@ IMPORT_BY_NAME = {"hw/__init__.py", "hw/rank.py"}
 
 def sources() -> list[Path]:
     """Every Python file of the project but the tests: cli.py, the packages, the bench scripts."""
-    out = [ROOT / "cli.py"]
+    out = [ROOT / "__init__.py", ROOT / "cli.py"]
     for top in (*PACKAGES, "bench"):
         out += sorted((ROOT / top).rglob("*.py"))
     return out
 
 
 def module_name(path: Path) -> str:
+    """The name a file is imported by: the repository root is the package tpsim (issue #17), so
+    sim/predict.py is tpsim.sim.predict and cli.py is tpsim.cli."""
     rel = path.relative_to(ROOT).with_suffix("")
     parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
-    return ".".join(parts)
+    return ".".join(("tpsim",) + parts)
 
 
 def function_local_imports(tree: ast.AST) -> list[ast.stmt]:
@@ -122,8 +124,10 @@ def import_graph() -> nx.DiGraph:
 
 def test_no_import_cycles():
     g = import_graph()
-    assert {"cli", "tpsim.sim.predict", "tpsim.hw.commands", "tpsim.calib.run"} <= set(g)
-    assert g.has_edge("tpsim.calib.run", "tpsim.hw.dist") and g.has_edge("tpsim.hw.commands", "hw")     # the graph is real
+    assert {"tpsim.cli", "tpsim.sim.predict", "tpsim.hw.commands", "tpsim.calib.run"} <= set(g)
+    # the graph is real: edges by absolute and by relative import, and to a package's __init__
+    assert g.has_edge("tpsim.calib.run", "tpsim.hw.dist") and g.has_edge("tpsim.hw.commands", "tpsim.hw")
+    assert g.has_edge("tpsim.cli", "tpsim.sim.predict") and g.has_edge("tpsim.sim.predict", "tpsim.sim.engine")
     cycles = list(nx.simple_cycles(g))
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c + [c[0]]) for c in cycles[:10])
 
@@ -131,8 +135,8 @@ def test_no_import_cycles():
 def test_sim_imports_nothing_above_it():
     """sim/ is the floor: it imports neither torch nor hw/ nor calib/ nor cli."""
     g = import_graph()
-    up = [(a, b) for a, b in g.edges if a.startswith("sim") and not b.startswith("sim")]
-    assert not up, up
+    up = [(a, b) for a, b in g.edges if a.startswith("tpsim.sim") and b != "tpsim" and not b.startswith("tpsim.sim")]
+    assert g.out_degree("tpsim.sim.predict") > 3 and not up, up
     for path in (ROOT / "sim").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
@@ -149,7 +153,7 @@ def run_without_torch(code: str) -> subprocess.CompletedProcess:
 
 
 def test_import_cli_imports_no_torch():
-    r = subprocess.run([sys.executable, "-c", "import sys, cli; print(sorted(m for m in sys.modules "
+    r = subprocess.run([sys.executable, "-c", "import sys, tpsim.cli; print(sorted(m for m in sys.modules "
                         "if m.split('.')[0] in ('torch', 'matplotlib')))"],
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
