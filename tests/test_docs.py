@@ -17,10 +17,12 @@ Refresh every runnable example's output in place after a change that moves the n
 """
 from __future__ import annotations
 
+import atexit
 import math
 import os
 import re
 import shlex
+import shutil
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -85,18 +87,35 @@ def examples(path: Path) -> list[Example]:
 ALL = [e for p in DOCS for e in examples(p)]
 
 
-def run(argv: list[str]) -> list[str]:
-    """The CLI's output lines for `argv`, run in a scratch directory (examples may write files)."""
+_SCRATCH: dict[Path, str] = {}
+LINKED = ("tests", "bench", "docs")
+
+
+def scratch(doc: Path) -> str:
+    """The directory the examples of page `doc` run in: one per page, so an example may read what an
+    earlier one on the page wrote (import a profile, then predict with it); the repository's tests/,
+    bench/ and docs/ are linked into it, so an example names a checked-in file by its repository
+    path, as a reader in a checkout would."""
+    if doc not in _SCRATCH:
+        tmp = tempfile.mkdtemp(prefix="tpsim-docs-")
+        atexit.register(shutil.rmtree, tmp, True)
+        for name in LINKED:
+            os.symlink(ROOT / name, os.path.join(tmp, name))
+        _SCRATCH[doc] = tmp
+    return _SCRATCH[doc]
+
+
+def run(argv: list[str], doc: Path) -> list[str]:
+    """The CLI's output lines for `argv`, run in page `doc`'s scratch directory."""
     from click.testing import CliRunner
 
     from tpsim.cli import main
     cwd = os.getcwd()
-    with tempfile.TemporaryDirectory() as tmp:
-        os.chdir(tmp)
-        try:
-            r = CliRunner().invoke(main, argv)
-        finally:
-            os.chdir(cwd)
+    os.chdir(scratch(doc))
+    try:
+        r = CliRunner().invoke(main, argv)
+    finally:
+        os.chdir(cwd)
     lines = [ln.rstrip() for ln in r.output.splitlines()]
     while lines and not lines[-1]:
         lines.pop()
@@ -129,6 +148,15 @@ def mismatch(expected: list[str], actual: list[str]) -> str | None:
     return None
 
 
+def test_no_example_documents_a_missing_file():
+    """An example that names a checked-in file must find it: its documented output is the file's
+    result, not a 'No such file' error (the examples once ran where tests/fixtures/ did not exist).
+    A file meant to be missing says so in its name (nope.json)."""
+    missing = [f"{e.path.name}:{e.line}" for e in ALL
+               if any(("No such file" in x or "not found:" in x) and "nope" not in x for x in e.expected)]
+    assert not missing, missing
+
+
 def test_every_example_is_found_and_torch_ones_are_marked():
     assert len(ALL) >= 8, [str(p) for p in DOCS]
     for e in ALL:
@@ -140,7 +168,7 @@ def test_every_example_is_found_and_torch_ones_are_marked():
 def test_example(ex: Example):
     if ex.skip:
         pytest.skip(ex.skip)
-    problem = mismatch(ex.expected, run(ex.argv))
+    problem = mismatch(ex.expected, run(ex.argv, ex.path))
     assert problem is None, f"{ex.path.relative_to(ROOT)}:{ex.line} `tpsim {' '.join(ex.argv)}`: {problem}"
 
 
@@ -157,10 +185,9 @@ def update() -> int:
     changed = 0
     for path in DOCS:
         lines = path.read_text().splitlines()
-        for ex in reversed(examples(path)):          # bottom-up: earlier spans stay valid
-            if ex.skip:
-                continue
-            now = run(ex.argv)
+        runnable = [e for e in examples(path) if not e.skip]
+        outputs = [run(e.argv, path) for e in runnable]  # in page order: a later example may read an earlier one's file
+        for ex, now in reversed(list(zip(runnable, outputs))):   # replaced bottom-up: earlier spans stay valid
             if mismatch(ex.expected, now) is not None:
                 lines[ex.out_span[0]:ex.out_span[1]] = now
                 changed += 1
