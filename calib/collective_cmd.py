@@ -52,13 +52,13 @@ def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, c
         measured = dict(zip(imp.bytes, imp.time_us))
     rows = collective_rows(prof, collective, group, mode, tuple(parse_size(s) for s in sizes) or None,
                            gpus_per_node, measured)
-    timing, flagged = None, []
+    timing, flagged, reason = None, [], None
     if measured is not None and (imp.gpus_per_thread > 1 or imp.mode == "graph"):
         # one nccl-tests thread launched every GPU's kernel each iteration (-g N): mark the sizes
         # whose time its host launch loop can set; a -G file's captured calls each pay NCCL's
         # graph-mixing record node (sim/collective_timing.py)
         kind = "graph_replay_batched" if imp.mode == "graph" else "single_thread_n_gpus"
-        timing = Timing(kind, imp.gpus_per_thread)
+        timing = Timing(kind, imp.gpus_per_thread, graph_launches=max(1, imp.graph_launches))
         host = HostCosts.from_profile(prof)
         bare = rows if mode == "nccl" else collective_rows(prof, collective, group, "nccl",
                                                             tuple(r.bytes for r in rows), gpus_per_node)
@@ -72,6 +72,7 @@ def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, c
             marked.append(Row(r.bytes, r.time_us + add_us, r.busbw_gbps, r.path + path, r.measured_us))
             if lt.unpriced:
                 flagged.append(r.bytes)
+                reason = lt.unpriced
         rows = marked
     if as_json:
         out = to_json(prof.name, collective, group, mode, rows)
@@ -79,8 +80,9 @@ def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, c
             out["compare"] = {"file": compare_path, "median_abs_error_pct": _median_abs(rows)}
             if timing is not None:
                 out["compare"]["timing"] = {"kind": timing.kind, "gpus_per_thread": timing.gpus_per_thread,
-                                            "host_floor_sizes": flagged,
-                                            "median_abs_error_pct_device_bound":
+                                            "graph_launches": timing.graph_launches if imp.mode == "graph" else 0,
+                                            "unpriced_sizes": flagged, "unpriced_reason": reason,
+                                            "median_abs_error_pct_priced":
                                                 _median_abs([r for r in rows if r.bytes not in flagged])}
         click.echo(json.dumps(out))
         return
@@ -113,6 +115,10 @@ def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, c
                           f"(one process per GPU never pays it): {len(flagged)} sizes marked +host-floor?(g{g}); "
                           f"median |error| over the other {len(rows) - len(flagged)} sizes: "
                           + ("-" if dev is None else f"{dev:.1f}%"), soft_wrap=True)
+        elif flagged:
+            console.print(f"warning: {compare_path}: {reason}: {len(flagged)} sizes marked +first-launch? (their "
+                          f"times include it; nccl-tests -G 10 or more spreads it over ten times the calls)",
+                          soft_wrap=True)
 
 
 def _median_abs(rows) -> float | None:

@@ -40,6 +40,7 @@ class ImportedTable:
     layout: str                     # "text>=2.13" | "text<=2.12" | "json"
     path: str
     gpus_per_thread: int = 1        # nccl-tests -g (header 'nGpus N'): GPUs one thread launches each iteration
+    graph_launches: int = 0         # nccl-tests -G (header 'graph: N'): launches of each timed graph; 0 = none/unknown
 
     def to_table(self, scope: str = "node", impl: str = "nccl", source: str | None = None) -> dict:
         """A `collectives.tables` entry of a profile."""
@@ -171,8 +172,11 @@ def _table(rows: dict, name, group, ranks, collective, mode, graph, layout, gpus
     if mode is None:
         mode = "graph" if graph else "eager"
     sizes = sorted(rows)
+    launches = int(graph) if isinstance(graph, (int, float)) and not isinstance(graph, bool) and graph > 0 else 0
+    if graph is True:
+        launches = 1                             # a JSON flag without its count: at least one launch
     return ImportedTable(collective, n, mode, tuple(sizes), tuple(rows[s] for s in sizes), layout, name,
-                         max(1, min(gpus, n)))
+                         max(1, min(gpus, n)), launches)
 
 
 # ------------------------------------------------------------------ -J JSON
@@ -208,8 +212,11 @@ def _parse_json(text: str, name: str, group, collective, mode) -> ImportedTable:
         raise ValueError(f"{name}: no nccl-tests records with a positive size")
     gpus = _json_find(data, ("nGpus", "ngpus"))
     gpus = int(gpus) if isinstance(gpus, (int, float)) and not isinstance(gpus, bool) and gpus >= 1 else 1
-    return _table(rows, name, group, ranks, collective, mode, bool(graph) if graph is not None else None, "json",
-                  gpus)
+    if isinstance(graph, str):                   # "1" as a string: the count; anything else: unknown
+        graph = int(graph) if graph.strip().isdigit() else None
+    elif not isinstance(graph, (bool, int, float)):
+        graph = None
+    return _table(rows, name, group, ranks, collective, mode, graph, "json", gpus)
 
 
 def _find_records(obj) -> list | None:

@@ -25,13 +25,21 @@ Loops (`Timing.kind`; each bench/data source cites where its loop was read):
                         on its path). Otherwise unpriced.
   graph_replay_batched  nccl-tests -G k: all `iters` calls of an iteration loop are captured in one
                         graph per GPU, launched k times; the time is divided by iters * k
-                        (common.cu BenchTime). gpus_per_thread graph launches per calls_per_graph
-                        calls: under N x compute.launch_us.eager / calls_per_graph (0.7 us for 4 GPUs
-                        and 50 calls), not added. Each captured call does pay NCCL's graph-mixing
-                        nodes (NCCL_GRAPH_MIXING_SUPPORT=1, the default: strongstream.cc adds an
+                        (common.cu BenchTime). Each captured call pays NCCL's graph-mixing nodes
+                        (NCCL_GRAPH_MIXING_SUPPORT=1, the default: strongstream.cc adds an
                         event-record node after every captured NCCL kernel and the next captured
                         kernel waits on it, so in this back-to-back chain every call has it on its
-                        path): device + collectives.graph_nccl_node_us.
+                        path): device + collectives.graph_nccl_node_us. The launches: BenchTime
+                        instantiates a fresh graph per size and starts the timer right before
+                        launching it, with no cudaGraphUpload, so the graph's first launch -- in
+                        which the runtime uploads the executable graph to the device unless
+                        cudaGraphUpload or cudaGraphInstantiateFlagUpload did so before (CUDA runtime
+                        API docs of both), one graph per GPU in turn from one thread with -g N -- is
+                        inside every timed sample. With k = 1 it is
+                        the whole sample's launch, shared by only `iters` calls, and no public
+                        microbenchmark prices an H100 graph upload: unpriced. With k > 1 the upload
+                        is spread over k * iters calls and later launches of an uploaded graph
+                        cost about one kernel launch each: not added.
   eager_sync_per_call   torch: start event, one eager dist.all_reduce, end event, synchronize, per
                         timed call. The GPU idles before each call, so the events take in the whole
                         host path of the call (Python dispatch, ProcessGroupNCCL, ncclAllReduce,
@@ -61,17 +69,18 @@ KINDS = ("back_to_back_stream", "single_thread_n_gpus", "graph_replay_batched", 
 class Timing:
     """How a source's loop timed each call: `kind` (KINDS), the GPUs one launching thread drives
     (nccl-tests -g; nThread x nGpus in its header is the process), the calls captured per graph
-    (nccl-tests -G: the -n iters)."""
+    (nccl-tests -n iters) and the launches of each timed graph (nccl-tests -G k; header 'graph: k')."""
 
     kind: str
     gpus_per_thread: int = 1
     calls_per_graph: int = 1
+    graph_launches: int = 1
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"unknown timing {self.kind!r}; choose from {', '.join(KINDS)}")
-        if self.gpus_per_thread < 1 or self.calls_per_graph < 1:
-            raise ValueError(f"timing {self.kind}: gpus_per_thread and calls_per_graph must be >= 1")
+        if self.gpus_per_thread < 1 or self.calls_per_graph < 1 or self.graph_launches < 1:
+            raise ValueError(f"timing {self.kind}: gpus_per_thread, calls_per_graph and graph_launches must be >= 1")
         one_gpu = self.kind in ("back_to_back_stream", "eager_sync_per_call", "graph_replay_per_call")
         several = self.gpus_per_thread > 1
         if (one_gpu and several) or (self.kind == "single_thread_n_gpus" and not several):
@@ -80,7 +89,8 @@ class Timing:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Timing":
-        return cls(d["kind"], int(d.get("gpus_per_thread", 1)), int(d.get("calls_per_graph", 1)))
+        return cls(d["kind"], int(d.get("gpus_per_thread", 1)), int(d.get("calls_per_graph", 1)),
+                   int(d.get("graph_launches", 1)))
 
 
 @dataclass(frozen=True)
@@ -108,9 +118,17 @@ def loop_time(device_s: float, timing: Timing, host: HostCosts) -> LoopTime:
     if k in ("back_to_back_stream", "unstated"):
         return LoopTime(device_s, "")
     if k == "graph_replay_batched":
-        if host.graph_nccl_node_s > 0:
-            return LoopTime(device_s + host.graph_nccl_node_s, "+graph_nccl_node")
-        return LoopTime(device_s, "")
+        node = (host.graph_nccl_node_s, "+graph_nccl_node") if host.graph_nccl_node_s > 0 else (0.0, "")
+        if timing.graph_launches > 1:
+            return LoopTime(device_s + node[0], node[1])
+        n, calls = timing.gpus_per_thread, timing.calls_per_graph
+        return LoopTime(device_s + node[0], node[1] + "+first-launch?",
+                        f"each timed sample is the first launch of {n} freshly instantiated graph"
+                        f"{'s' if n > 1 else ''}{f' of {calls} captured calls' if calls > 1 else ''} "
+                        f"(nccl-tests -G 1, no cudaGraphUpload "
+                        f"before the timer{', one thread launching all ' + str(n) if n > 1 else ''}): the launch "
+                        f"uploads the graph, and no sourced constant prices that; the reference stack replays an "
+                        f"uploaded graph")
     if k == "single_thread_n_gpus":
         n = timing.gpus_per_thread
         bound_s = n * host.eager_launch_s      # N launches, each at most one Python-dispatched launch

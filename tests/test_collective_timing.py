@@ -22,11 +22,24 @@ def test_host_costs_come_from_the_profile():
 
 
 def test_loops_that_measure_the_device_time():
-    """Back to back with one GPU per thread, and -G batches (4 graph launches over 50 calls) with a
-    profile that leaves graph_nccl_node unset, time the kernel: 9.31 us in, 9.31 us out, nothing added
-    to the path (-G with the node: tests/test_graph_nccl_node.py)."""
-    for t in (Timing("back_to_back_stream"), Timing("graph_replay_batched", 4, 50), Timing("unstated")):
+    """Back to back with one GPU per thread, and -G 10 batches (4 graphs of 50 calls, each launched 10
+    times) with a profile that leaves graph_nccl_node unset, time the kernel: 9.31 us in, 9.31 us out,
+    nothing added to the path (-G with the node: tests/test_graph_nccl_node.py)."""
+    for t in (Timing("back_to_back_stream"), Timing("graph_replay_batched", 4, 50, 10), Timing("unstated")):
         assert loop_time(9.31e-6, t, HOST) == LoopTime(9.31e-6, "")
+
+
+def test_a_single_graph_launch_is_its_upload_and_stays_unpriced():
+    """-G 1: nccl-tests starts the timer, then launches each fresh graph once with no cudaGraphUpload
+    before, so every sample holds the upload; the same graphs launched twice or more are priced."""
+    one = loop_time(9.31e-6, Timing("graph_replay_batched", 4, 50, 1), HOST)
+    assert one.time_s == pytest.approx(9.31e-6) and one.path == "+first-launch?"
+    assert "nccl-tests -G 1" in one.unpriced and "one thread launching all 4" in one.unpriced
+    solo = loop_time(9.31e-6, Timing("graph_replay_batched", 1, 20, 1), HOST)
+    assert "freshly instantiated graph of 20 captured calls" in solo.unpriced and "one thread" not in solo.unpriced
+    assert loop_time(9.31e-6, Timing("graph_replay_batched", 1, 20, 2), HOST).unpriced is None
+    with pytest.raises(ValueError, match="graph_launches"):
+        Timing("graph_replay_batched", 1, 20, 0)
 
 
 def test_one_thread_driving_n_gpus_is_priced_only_where_the_device_covers_n_launches():
@@ -89,11 +102,12 @@ def test_compare_marks_the_host_floor_of_a_one_thread_four_gpu_file():
     out = json.loads(r.output)
     timing = out["compare"]["timing"]
     assert (timing["kind"], timing["gpus_per_thread"]) == ("single_thread_n_gpus", 4)
-    assert timing["host_floor_sizes"] == [8 << k for k in range(19)]         # 8 B .. 2 MiB
+    assert timing["unpriced_sizes"] == [8 << k for k in range(19)]           # 8 B .. 2 MiB
+    assert "host" in timing["unpriced_reason"] and timing["graph_launches"] == 0
     rows = {row["bytes"]: row for row in out["rows"]}
     assert rows[2 << 20]["path"] == "table+host-floor?(g4)" and rows[4 << 20]["path"] == "table"
     assert rows[2 << 20]["time_us"] == pytest.approx(27.66, abs=0.01)     # the device time, not a floor
-    assert timing["median_abs_error_pct_device_bound"] < 5.0
+    assert timing["median_abs_error_pct_priced"] < 5.0
     text = _collective("--group", "4", "--mode", "nccl", "--compare", str(RAW / "ncb-4xh100-all_reduce.txt"))
     assert "warning:" in text.output and "nccl-tests -g 4" in text.output and "19 sizes marked" in text.output
 

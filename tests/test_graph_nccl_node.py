@@ -56,13 +56,17 @@ def test_graph_step_pays_it_on_nccl_only():
 
 
 def test_nccl_tests_graph_loop_pays_it_every_call():
-    """nccl-tests -G 1 -g 4 (50 calls captured per graph): every call's kernel waits on the previous
+    """nccl-tests -G k -g 4 (50 calls captured per graph): every call's kernel waits on the previous
     call's record node: 9.31 us kernel + 1.31 = 10.62 us. A profile without the constant adds nothing."""
     host = HostCosts.from_profile(load_profile("h100-sxm"))
     assert host == HostCosts(eager_launch_s=pytest.approx(8.81e-6), graph_nccl_node_s=pytest.approx(1.31e-6))
-    lt = loop_time(9.31e-6, Timing("graph_replay_batched", 4, 50), host)
+    lt = loop_time(9.31e-6, Timing("graph_replay_batched", 4, 50, graph_launches=10), host)
     assert lt.time_s == pytest.approx(10.62e-6) and lt.path == "+graph_nccl_node" and lt.unpriced is None
-    assert loop_time(9.31e-6, Timing("graph_replay_batched", 4, 50), HostCosts(8.81e-6)) == LoopTime(9.31e-6, "")
+    assert loop_time(9.31e-6, Timing("graph_replay_batched", 4, 50, 10), HostCosts(8.81e-6)) == LoopTime(9.31e-6, "")
+    # -G 1: the one timed launch is the fresh graph's first, which uploads it: shown, kept unpriced
+    lt = loop_time(9.31e-6, Timing("graph_replay_batched", 4, 50, graph_launches=1), host)
+    assert lt.time_s == pytest.approx(10.62e-6) and lt.path == "+graph_nccl_node+first-launch?"
+    assert "first launch of 4 freshly instantiated graphs of 50 captured calls" in lt.unpriced
     # stream launches pay no capture nodes
     assert loop_time(9.31e-6, Timing("back_to_back_stream"), host) == LoopTime(9.31e-6, "")
     # one replay per timed call: the node is shown in the time, the graph launch keeps the point unpriced
@@ -120,5 +124,9 @@ def test_compare_on_a_graph_file_adds_the_node_once():
         out[mode] = json.loads(r.output)
     (n,), (g,) = out["nccl"]["rows"], out["graph"]["rows"]
     assert out["nccl"]["compare"]["timing"]["kind"] == "graph_replay_batched"
-    assert n["path"] == "table+graph_nccl_node" and n["time_us"] == pytest.approx(10.77, abs=0.01)
-    assert g["path"] == "table+graph_extra+graph_nccl_node" and g["time_us"] == pytest.approx(10.77 + 2.49, abs=0.01)
+    assert n["path"] == "table+graph_nccl_node+first-launch?" and n["time_us"] == pytest.approx(10.77, abs=0.01)
+    assert g["path"] == "table+graph_extra+graph_nccl_node+first-launch?"
+    assert g["time_us"] == pytest.approx(10.77 + 2.49, abs=0.01)
+    # -G 1: every size is the first launch of a fresh graph, so none is priced
+    assert out["nccl"]["compare"]["timing"]["graph_launches"] == 1
+    assert out["nccl"]["compare"]["timing"]["unpriced_sizes"] == [8]
