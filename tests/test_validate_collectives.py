@@ -58,7 +58,7 @@ def test_the_one_node_sources_keep_their_posted_text():
     names = {p.name for p in RAW_SOURCES}
     assert {"ncb-4xh100-all-reduce.json", "ncb-4xh100-all-gather.json", "ncb-4xh100-reduce-scatter.json",
             "ncb-4xh100-all-reduce-graph1.json", "nccl-tests-290-8xh100.json", "ncb-scaling-6xh100.json",
-            "ncb-4xh100-torch-graph.json"} <= names
+            "ncb-4xh100-torch-graph.json", "dgxc-nccl-8xh100.json"} <= names
 
 
 @pytest.mark.parametrize("path", RAW_SOURCES, ids=lambda p: p.name)
