@@ -147,8 +147,12 @@ class TopologyModel:
         nics = len({_nic_of(spec, i) for i in range(gl)})       # the rail NICs of the GPUs in use
         net = min(spec.nic_gbps, spec.pcie_gbps) * nics / (1 if nodes == 2 else 2)
         hop = lat.hop_us["net"].get("nvls_tree", lat.hop_us["net"].get("nvls", lat.hop_us["net"]["simple"]))
-        t_lat += 2 * math.ceil(math.log2(nodes)) * hop
-        return Term("nvls-tree", t_lat, t_lat, min(algbw, net))
+        depth = math.ceil(math.log2(nodes))
+        t_lat += 2 * depth * hop
+        # NVLS heads: the NVLS graph search gives one channel (head) per rail NIC, at most one per GPU
+        # (search.cc: maxChannels = ngpus; NCCL logs "NVLS Head 0..7" on 8-NIC nodes)
+        fill = NvlsTreeFill(heads=min(nics, gl), depth=depth, nodes=nodes, net_gbps=net)
+        return Term("nvls-tree", t_lat, t_lat, min(algbw, net), fill=fill)
 
     def _protocols(self, link_cls: str, nodes: int) -> list[tuple[str, float, float]]:
         """(protocol, payload fraction, busbw cap) enabled on this path (docs/sources.md §4):
@@ -270,6 +274,60 @@ TREE_CORRECTION = {
 }
 
 
+# NCCL 2.21 src/transport/nvls.cc: NCCL_PARAM(NvlsChannels, "NVLS_NCHANNELS", 16) -- the CTAs an
+# NVLS/NVLSTree kernel runs on (enqueue.cc getChannnelThreadInfo: `nc = comm->nvlsChannels`) -- and
+# NCCL_PARAM(NvlsChunkSize, "NVLS_CHUNKSIZE", 128*1024), the largest NVLSTree chunk.
+NVLS_CHANNELS = 16
+NVLS_CHUNK_BYTES = 128 * 1024
+
+
+def nvls_tree_chunk_bytes(nbytes: float, channels: int, heads: int, nodes: int) -> int:
+    """NCCL 2.21 enqueue.cc computeCollChunkInfo, NCCL_ALGO_NVLS_TREE (concurrentOps = nChannels x
+    nHeads): 128 KiB (64 KiB from 4 nodes), halved to 64 KiB below 4 x concurrentOps x chunk and to
+    32 KiB below 1 x concurrentOps x chunk (the 256/128 KiB steps never apply to a 128 KiB start)."""
+    ops = channels * heads
+    chunk = NVLS_CHUNK_BYTES if nodes < 4 else min(NVLS_CHUNK_BYTES, 65536)
+    if nbytes < 32 * ops * chunk and chunk > 262144:
+        chunk = 262144
+    if nbytes < 16 * ops * chunk and chunk > 131072:
+        chunk = 131072
+    if nbytes < 4 * ops * chunk and chunk > 65536:
+        chunk = 65536
+    if nbytes < ops * chunk and chunk > 32768:
+        chunk = 32768
+    return chunk
+
+
+@dataclass(frozen=True)
+class NvlsTreeFill:
+    """The network hops of an NVLSTree all-reduce that its pipeline does not hide (NCCL 2.21).
+
+    src/device/all_reduce.h, RunWorkElement<..., NCCL_ALGO_NVLS_TREE, NCCL_PROTO_SIMPLE>: each of the
+    `NVLS_CHANNELS` channels takes nbytes / channels and walks it in loops of nHeads x chunk; in each loop
+    every head GPU NVLS-reduces its chunk, sends it up the tree over its NIC (a Simple step: the whole
+    chunk lands before the receiver uses it), the root reduces it with its own NVLS reduce and sends it
+    back down, and the broadcast warps multicast it. Loops pipeline (NCCL_STEPS slots per connection), so
+    past the first one the network overlaps the NVLS phases and the pace is the slowest stage (the
+    Term's algbw); the first loop's trip up and down the tree is in series with them. With two nodes,
+    half the channels' trees are rooted on each node, so in each direction a NIC carries half its head's
+    share of one loop: per hop D / (2 x heads x NIC) for D = nbytes / loops. So the real time adds
+    2 x depth x D / (2 x net) = depth x D / net (net: the node's NICs, as in the Term's bandwidth).
+    NCCL's tuner (tuning.cc: latency + size / bandwidth) does not know it: it prices, it never picks."""
+
+    heads: int
+    depth: int             # ceil(log2 nodes): tree levels a chunk climbs and descends
+    nodes: int
+    net_gbps: float        # the node's network bandwidth the tree uses (GB/s)
+    channels: int = NVLS_CHANNELS
+
+    def loops(self, nbytes: float) -> int:
+        chunk = nvls_tree_chunk_bytes(nbytes, self.channels, self.heads, self.nodes)
+        return max(1, math.ceil(nbytes / (self.channels * self.heads * chunk)))
+
+    def extra_us(self, nbytes: float) -> float:
+        return self.depth * (nbytes / self.loops(nbytes)) / (self.net_gbps * 1e3)
+
+
 # tuning.cc ncclTopoGetAlgoTime: ring Simple all-reduce over nodes, latency x 1.4 on sm80+ ("plateau
 # effect of ring"; 1.9 before sm80 -- every built-in profile's GPU is sm80+)
 RING_PLATEAU = 1.4
@@ -288,6 +346,7 @@ class Term:
     algbw_gbps: float
     bw_factors: tuple = ()   # factor on algbw at log2(nbytes >> 6) = 0, 1, ...; 1 beyond (or if empty)
     plateau: tuple = NO_PLATEAU   # (from nbytes, latency factor)
+    fill: NvlsTreeFill | None = None   # NVLSTree's unhidden network hops: real time only, not the tuner's
 
     def time_us(self, nbytes: float, real: bool = True) -> float:
         lat = self.real_us if real else self.tuner_us
@@ -298,4 +357,5 @@ class Term:
         log_size = log_size.bit_length() - 1          # tuning.cc log2i; -1 below 64 B
         if self.bw_factors and 0 <= log_size < len(self.bw_factors):
             bw *= self.bw_factors[log_size]
-        return lat + nbytes / (bw * 1e3)
+        extra = self.fill.extra_us(nbytes) if real and self.fill else 0.0
+        return lat + nbytes / (bw * 1e3) + extra
