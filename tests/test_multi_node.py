@@ -14,7 +14,7 @@ import json
 import pytest
 
 from tpsim.sim.profile import load_profile, read_raw
-from tpsim.sim.topology_price import RING_PLATEAU, TREE_CORRECTION, TopologyModel
+from tpsim.sim.topology_price import RING_PLATEAU, TREE_CORRECTION, TopologyModel, nvls_tree_chunk_bytes
 
 OFFSET_US = -1.18
 
@@ -67,6 +67,36 @@ def test_nvls_tree_latency_uses_its_own_net_column():
     tm, t = _terms()
     assert t["nvls-tree"].tuner_us == pytest.approx(25 + 2 * 14)
     assert dict(tm.choices("all_reduce", 8, 16))["nvls-tree"] * 1e6 == pytest.approx(53 + OFFSET_US)
+
+
+def test_nvls_tree_chunk_size_follows_enqueue_cc():
+    """NCCL 2.21 enqueue.cc computeCollChunkInfo, NVLS_TREE, 16 channels x 8 heads = 128 concurrent ops:
+    128 KiB; 64 KiB below 4 x 128 x 128 KiB = 64 MiB; 32 KiB below 128 x 64 KiB = 8 MiB; from 4 nodes
+    at most 64 KiB."""
+    assert nvls_tree_chunk_bytes(2 ** 20, 16, 8, 2) == 32768
+    assert nvls_tree_chunk_bytes(8 * 2 ** 20 - 1, 16, 8, 2) == 32768
+    assert nvls_tree_chunk_bytes(8 * 2 ** 20, 16, 8, 2) == 65536
+    assert nvls_tree_chunk_bytes(64 * 2 ** 20 - 1, 16, 8, 2) == 65536
+    assert nvls_tree_chunk_bytes(64 * 2 ** 20, 16, 8, 2) == 131072
+    assert nvls_tree_chunk_bytes(2 ** 30, 16, 8, 4) == 65536
+
+
+def test_nvls_tree_prices_its_first_loop_network_trip_but_picks_without_it():
+    """all_reduce.h NVLS_TREE: each of 16 channels walks nbytes / 16 in loops of 8 heads x chunk; the first
+    loop's trip up and down the tree (2 nodes: per hop D / (2 x 8 NICs x 48 GB/s), D = nbytes / loops) is
+    not hidden. NVLSTree algbw 480 x 9/14 x 8/9 = 274.29 GB/s (the NICs, 8 x 48 = 384, do not bind).
+    NCCL's tuner does not know the trip: the pick is unchanged, only the price."""
+    tm, t = _terms()
+    nv = t["nvls-tree"]
+    assert nv.algbw_gbps == pytest.approx(480 * 8 / 14)
+    assert [nv.fill.loops(s) for s in (2 ** 20, 2 ** 22, 2 ** 24, 2 ** 26, 2 ** 30)] == [1, 1, 2, 4, 64]
+    s = 2 ** 22                                                    # 4 MiB: chunk 32 KiB, one loop
+    assert nv.time_us(s, real=False) == pytest.approx(53 + s / (274.2857 * 1e3), rel=1e-6)    # 68.29
+    assert nv.time_us(s) == pytest.approx(53 + s / 274.2857e3 + s / 384e3, rel=1e-6)          # 79.21
+    s = 2 ** 26                                                    # 64 MiB: chunk 128 KiB, 4 loops
+    assert nv.time_us(s) - nv.time_us(s, real=False) == pytest.approx(s / 4 / 384e3)          # 43.69
+    # the pick follows the tuner's estimate; the priced time is the real one
+    assert tm.pick("all_reduce", 2 ** 22, 16) == ("nvls-tree", pytest.approx((79.2144 + OFFSET_US) * 1e-6))
 
 
 def test_tree_correction_factor_by_size():
