@@ -171,6 +171,10 @@ def _capture(call: _Call, inner: int):
     with torch.cuda.graph(g):
         for _ in range(inner):
             call.run()
+    # the first replay uploads the graph to the device (PyTorch's CUDAGraph::instantiate does not call
+    # cudaGraphUpload): one untimed replay, so every timed trial is a warm replay as in a decode loop
+    # (nccl-tests -G 1 times exactly that upload: docs/collectives.md)
+    g.replay()
     torch.cuda.synchronize()
     return g
 

@@ -208,6 +208,8 @@ def graph_launch_s(device: str, dtype: str, kernels: int = 200, trials: int = 10
     with torch.cuda.graph(g):
         for _ in range(kernels):
             b = a + a
+    g.replay()                 # untimed: the first replay uploads the graph (calib/collectives.py _capture)
+    torch.cuda.synchronize()
     per = []
     for _ in range(trials):
         e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
