@@ -172,9 +172,8 @@ def _table(rows: dict, name, group, ranks, collective, mode, graph, layout, gpus
     if mode is None:
         mode = "graph" if graph else "eager"
     sizes = sorted(rows)
-    launches = int(graph) if isinstance(graph, (int, float)) and not isinstance(graph, bool) and graph > 0 else 0
-    if graph is True:
-        launches = 1                             # a JSON flag without its count: at least one launch
+    # the -G count; a JSON flag without its count (True) reads as 1, at least one launch
+    launches = int(graph) if isinstance(graph, (int, float)) and graph > 0 else 0
     return ImportedTable(collective, n, mode, tuple(sizes), tuple(rows[s] for s in sizes), layout, name,
                          max(1, min(gpus, n)), launches)
 

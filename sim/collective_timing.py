@@ -35,11 +35,11 @@ Loops (`Timing.kind`; each bench/data source cites where its loop was read):
                         which the runtime uploads the executable graph to the device unless
                         cudaGraphUpload or cudaGraphInstantiateFlagUpload did so before (CUDA runtime
                         API docs of both), one graph per GPU in turn from one thread with -g N -- is
-                        inside every timed sample. With k = 1 it is
-                        the whole sample's launch, shared by only `iters` calls, and no public
-                        microbenchmark prices an H100 graph upload: unpriced. With k > 1 the upload
-                        is spread over k * iters calls and later launches of an uploaded graph
-                        cost about one kernel launch each: not added.
+                        inside every timed sample. With k = 1 it is the whole sample's launch, shared
+                        by only `iters` calls, and no public microbenchmark prices an H100 graph
+                        upload: unpriced. With k > 1 the upload is spread over k * iters calls and
+                        later launches of an uploaded graph cost about one kernel launch each: not
+                        added.
   eager_sync_per_call   torch: start event, one eager dist.all_reduce, end event, synchronize, per
                         timed call. The GPU idles before each call, so the events take in the whole
                         host path of the call (Python dispatch, ProcessGroupNCCL, ncclAllReduce,

@@ -284,13 +284,10 @@ NVLS_CHUNK_BYTES = 128 * 1024
 def nvls_tree_chunk_bytes(nbytes: float, channels: int, heads: int, nodes: int) -> int:
     """NCCL 2.21 enqueue.cc computeCollChunkInfo, NCCL_ALGO_NVLS_TREE (concurrentOps = nChannels x
     nHeads): 128 KiB (64 KiB from 4 nodes), halved to 64 KiB below 4 x concurrentOps x chunk and to
-    32 KiB below 1 x concurrentOps x chunk (the 256/128 KiB steps never apply to a 128 KiB start)."""
+    32 KiB below 1 x concurrentOps x chunk (its steps down to 256 and 128 KiB never apply to a start
+    of at most 128 KiB, so they are left out)."""
     ops = channels * heads
     chunk = NVLS_CHUNK_BYTES if nodes < 4 else min(NVLS_CHUNK_BYTES, 65536)
-    if nbytes < 32 * ops * chunk and chunk > 262144:
-        chunk = 262144
-    if nbytes < 16 * ops * chunk and chunk > 131072:
-        chunk = 131072
     if nbytes < 4 * ops * chunk and chunk > 65536:
         chunk = 65536
     if nbytes < ops * chunk and chunk > 32768:
