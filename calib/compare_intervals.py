@@ -2,8 +2,7 @@
 the calibration kept, and whether a measured speedup is determined at all given its spread."""
 from __future__ import annotations
 
-import dataclasses
-
+from tpsim.sim.engine import Interference
 from tpsim.sim.predict import Simulator, Workload
 
 from tpsim.calib.overlap_summary import factor_samples, profile_factors
@@ -35,9 +34,10 @@ def speedup_interval(w: Workload, spec: str, samples: list[tuple[float, float, f
     if not samples:
         return None
 
+    sim = Simulator(w, record=False)     # one: its cost model and built passes serve every sample
+
     def speedup(cs: float, ks: float, wake_s: float) -> float:
-        p = dataclasses.replace(w.profile, compute_slowdown=cs, comm_slowdown=ks, wake_s=wake_s)
-        sim = Simulator(dataclasses.replace(w, profile=p), record=False)
+        sim.interference = Interference(cs, ks, wake_s)
         return sim.predict(spec).tokens_per_s / sim.predict("standard").tokens_per_s
     free, worst = speedup(1.0, 1.0, 0.0), speedup(*max(samples))
     if free == worst == speedup(*min(samples)):     # nothing overlaps: the factors change nothing

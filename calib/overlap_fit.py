@@ -23,6 +23,7 @@ the profile so `tpsim compare` can give a predicted speedup its interval without
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 import math
 import random
 import statistics
@@ -33,7 +34,8 @@ from scipy.optimize import minimize
 
 from tpsim.sim import transform
 from tpsim.sim.cost import CostModel
-from tpsim.sim.engine import Interference, simulate
+from tpsim.sim.engine import Interference
+from tpsim.sim.engine_ranks import compile_schedule, simulate_ranks
 from tpsim.sim.model import get_model
 from tpsim.sim.schedule import Op, Schedule, build
 from tpsim.sim.stack import Step, make_stack
@@ -55,17 +57,38 @@ def decode_schedule(desc: dict) -> Schedule:
     return build("standard", model, desc["tp"], Step.decode(desc["batch"], desc["prompt_len"], desc["gen_len"], 1, st), st)
 
 
+@dataclass(frozen=True)
+class Patterns:
+    """A case's two calibration patterns (sim.transform.blocking and .overlapped of its standard
+    pass), built and priced once: a fit evaluates them hundreds of times with only the
+    Interference varying, so each evaluation is two runs of the rank engine and nothing more."""
+
+    blocking: Schedule
+    overlapped: Schedule
+    times_s: dict            # op name -> seconds, for the ops of both patterns
+
+    @classmethod
+    def of(cls, sched: Schedule, op_time: Callable[[Op], float]) -> "Patterns":
+        """`op_time` prices the schedule's own ops; the stand-ins and waits the patterns add carry
+        their own cost (zero)."""
+        blocking, overlapped = transform.blocking(sched), transform.overlapped(sched)
+        times = {op.name: (op_time(op) if op.given_cost_s is None else op.given_cost_s)
+                 for pattern in (blocking, overlapped) for op in pattern.ops}
+        return cls(blocking, overlapped, times)
+
+    def ratios(self, inter: Interference) -> tuple[float, float]:
+        """(blocking / overlapped pass time, overlapped waits / overlapped time) under `inter`."""
+        def run(sched: Schedule) -> tuple[float, float]:
+            return simulate_ranks(compile_schedule(sched, lambda op: self.times_s[op.name], inter), 1, inter)
+        blocking_s, _ = run(self.blocking)
+        overlapped_s, waits_s = run(self.overlapped)
+        return blocking_s / overlapped_s, waits_s / overlapped_s
+
+
 def pass_ratios(sched: Schedule, op_time: Callable[[Op], float], inter: Interference) -> tuple[float, float]:
     """(blocking / overlapped pass time, overlapped waits / overlapped time) under `inter`: the
-    engine runs the very patterns calib.overlap ran on the ranks (sim.transform.blocking and
-    .overlapped of the standard pass). `op_time` prices the schedule's own ops; the stand-ins and
-    waits the patterns add carry their own cost (zero)."""
-    def t(op: Op) -> float:
-        given = op.given_cost_s
-        return op_time(op) if given is None else given
-    blocking = simulate(transform.blocking(sched), t, interference=inter, record=False)
-    overlapped = simulate(transform.overlapped(sched), t, interference=inter, record=False)
-    return blocking.duration_s / overlapped.duration_s, overlapped.exposed_comm_s / overlapped.duration_s
+    engine runs the very patterns calib.overlap ran on the ranks (Patterns)."""
+    return Patterns.of(sched, op_time).ratios(inter)
 
 
 def targets(case: dict, rows: dict | None = None) -> tuple[float, float]:
@@ -91,15 +114,21 @@ def fit(cases: list[tuple[Schedule, Callable[[Op], float], tuple[float, float]]]
         max_evals: int = 300) -> tuple[Interference, float]:
     """The Interference minimizing sum over cases of (log ratio error)^2 + (wait share error)^2,
     and that residual. `cases`: (standard decode schedule, op costs, measured targets)."""
+    return fit_patterns([(Patterns.of(sched, op_time), target) for sched, op_time, target in cases], start, max_evals)
+
+
+def fit_patterns(cases: list[tuple[Patterns, tuple[float, float]]], start: Interference,
+                 max_evals: int = 300) -> tuple[Interference, float]:
+    """`fit` over cases whose patterns are built already (the bootstrap refits reuse them)."""
     # a wake-up longer than every all-reduce changes nothing more (min(w, t)): cap it there, so the
     # loss has no flat direction towards a meaningless huge value
-    wake_cap = max(op_time(op) for sched, op_time, _ in cases for op in sched.ops if op.kind == "all_reduce")
+    wake_cap = max(pat.times_s[op.name] for pat, _ in cases for op in pat.blocking.ops if op.kind == "all_reduce")
 
     def loss(x) -> float:
         inter = _params(x, wake_cap)
         err = 0.0
-        for sched, op_time, (ratio, wait) in cases:
-            r, wshare = pass_ratios(sched, op_time, inter)
+        for pat, (ratio, wait) in cases:
+            r, wshare = pat.ratios(inter)
             err += math.log(r / ratio) ** 2 + (wshare - wait) ** 2
         return err
     x0 = np.array(_start(start.compute_slowdown, start.comm_slowdown, min(start.wake_s, wake_cap)))
@@ -125,14 +154,15 @@ def fit_profile_overlap(profile, summary: dict, n_boot: int = 30, seed: int = 0)
     start = Interference(max(1.0, min(FACTOR_CAP, summary.get("compute_slowdown", 1.0))),
                          max(1.0, min(FACTOR_CAP, summary.get("comm_slowdown", 1.0))), 2e-4)
     measured = [targets(c) for c in cases]
-    best, resid = fit(list(zip(scheds, costs, measured)), start)
+    patterns = [Patterns.of(s, c) for s, c in zip(scheds, costs)]          # built once, for every refit
+    best, resid = fit_patterns(list(zip(patterns, measured)), start)
     rng = random.Random(seed)
     boot = []
     for _ in range(n_boot):
         drawn = [targets(c, redraw_trials(c, rng)) for c in cases]
-        b, _ = fit(list(zip(scheds, costs, drawn)), best, max_evals=80)
+        b, _ = fit_patterns(list(zip(patterns, drawn)), best, max_evals=80)
         boot.append([round(b.compute_slowdown, 4), round(b.comm_slowdown, 4), round(b.wake_s * 1e6, 2)])
-    fitted = [pass_ratios(s, c, best) for s, c in zip(scheds, costs)]
+    fitted = [pat.ratios(best) for pat in patterns]
     return {"compute_slowdown": round(best.compute_slowdown, 4), "comm_slowdown": round(best.comm_slowdown, 4),
             "wake_us": round(best.wake_s * 1e6, 2), "residual": resid,
             "cases": [{"what": c["what"], "measured": [round(m[0], 4), round(m[1], 4)],

@@ -3,10 +3,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 
 from tpsim.sim.model import ModelSpec
-from tpsim.sim.predict import DECODE_SAMPLES
+from tpsim.sim.predict import decode_positions
 from tpsim.sim.schedule import LAYER_KINDS, Schedule, build_plan
 from tpsim.sim.stack import Stack, Step
 
@@ -39,11 +38,8 @@ class ShapeCase:
         simulator's fast path samples (kv filled), so lookups hit measured shapes exactly."""
         st = self.stack
         out = [Step.prefill(self.batch, self.prompt_len, self.gen_len, st)]
-        if self.gen_len > 1:
-            last = self.gen_len - 1
-            js = [1] if st.kv == "static" else sorted({int(j) for j in np.linspace(
-                1, last, min(DECODE_SAMPLES, last)).round()})
-            out += [Step.decode(self.batch, self.prompt_len, self.gen_len, j, st) for j in js]
+        out += [Step.decode(self.batch, self.prompt_len, self.gen_len, j, st)
+                for j in decode_positions(self.gen_len, st.kv)]
         return out
 
     def schedules(self, model: ModelSpec | None = None) -> list[Schedule]:

@@ -36,6 +36,19 @@ DECODE_SAMPLES = 17       # sampled decode positions on the fast path (when step
 WARM_LAYERS = 2           # layers of a run simulated before its per-layer period is taken as steady
 
 
+def decode_positions(gen_len: int, kv: str) -> list[int]:
+    """The decode steps j (1..gen_len-1) the fast path simulates: step 1 alone when every step reads
+    the whole static cache (all steps alike), else DECODE_SAMPLES positions spread evenly, the steps
+    between them interpolated. The one definition: calibration measures exactly these shapes
+    (calib.shapes), so the simulator's lookups hit measured points."""
+    last = gen_len - 1
+    if last < 1:
+        return []
+    if kv != "filled":
+        return [1]
+    return sorted({int(j) for j in np.linspace(1, last, min(DECODE_SAMPLES, last)).round()})
+
+
 @dataclass(frozen=True)
 class Workload:
     model: ModelSpec
@@ -147,6 +160,7 @@ class Simulator:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         self.w, self.exact, self.record = workload, self.mode == "brute", record
         self.seed, self._passes = seed, 0
+        self._short: dict = {}              # (spec, layer counts per run, step) -> the compressed pass built
         self.ranks = ranks or (workload.tp if self.exact else 1)  # simulated ranks (a trace may show fewer)
         self.progress = progress            # called once per simulated forward pass (brute force is slow)
         p = workload.profile
@@ -188,26 +202,36 @@ class Simulator:
             if self.progress:
                 self.progress()
             return r.duration_s, r.exposed_comm_s
-        plan = plan_of(spec, self.w.model.layers)
-        rs = runs(plan)
+
+        def timed(sched: Schedule) -> tuple[float, float]:
+            r = self._simulate(sched, record=False)
+            return r.duration_s, r.exposed_comm_s
+        dur, exp = self._over_layers(spec, step, timed)
+        return dur, exp
+
+    def _over_layers(self, spec: str, step: Step, measure: Callable[[Schedule], tuple[float, ...]]) -> list[float]:
+        """`measure` of the whole pass from compressed ones: each run of identical layers built with
+        WARM_LAYERS layers, then once more with one layer added, the difference times the run's
+        remaining layers (layers repeat, so whatever they add per layer does too)."""
+        rs = runs(plan_of(spec, self.w.model.layers))
         short = [min(end - first, WARM_LAYERS) for _, first, end in rs]
-        base = self._plan_time(spec, rs, short, step)
-        dur, exp = base
+        base = measure(self._short_pass(spec, rs, short, step))
+        total = list(base)
         for j, (_, first, end) in enumerate(rs):
             extra = (end - first) - short[j]
             if extra > 0:
-                longer = short[:j] + [short[j] + 1] + short[j + 1:]
-                d1, e1 = self._plan_time(spec, rs, longer, step)
-                dur += extra * (d1 - base[0])
-                exp += extra * (e1 - base[1])
-        return dur, exp
+                longer = measure(self._short_pass(spec, rs, short[:j] + [short[j] + 1] + short[j + 1:], step))
+                total = [t + extra * (b1 - b0) for t, b0, b1 in zip(total, base, longer)]
+        return total
 
-    def _plan_time(self, spec: str, rs, counts: list[int], step: Step) -> tuple[float, float]:
-        plan = tuple(k for (k, _, _), n in zip(rs, counts) for _ in range(n))
-        model = self.w.model.truncated(len(plan)) if len(plan) < self.w.model.layers else self.w.model
-        sched = build_plan(spec, plan, model, self.w.tp, step, self.w.stack)
-        r = self._simulate(sched, record=False)
-        return r.duration_s, r.exposed_comm_s
+    def _short_pass(self, spec: str, rs, counts: list[int], step: Step) -> Schedule:
+        """The pass whose runs have `counts` layers each, built once per (spec, counts, step)."""
+        key = (spec, tuple(counts), step)
+        if key not in self._short:
+            plan = tuple(k for (k, _, _), n in zip(rs, counts) for _ in range(n))
+            model = self.w.model.truncated(len(plan)) if len(plan) < self.w.model.layers else self.w.model
+            self._short[key] = build_plan(spec, plan, model, self.w.tp, step, self.w.stack)
+        return self._short[key]
 
     def comm_s(self, op, phase: str) -> float:
         """A collective's time, with the workload's what-if link scaling applied:
@@ -238,21 +262,27 @@ class Simulator:
 
     def notes(self, spec: str) -> tuple[str, ...]:
         """The builder's notes for the prefill and a decode step, plus what padding costs (seq-parallel:
-        each padded all-gather / reduce-scatter priced at its padded size minus at the real tokens')."""
+        each padded all-gather / reduce-scatter priced at its padded size minus at the real tokens').
+        Read off the fast path's compressed passes (a builder's notes do not depend on the depth, the
+        padding's cost is per layer), not from full passes built for nothing."""
         w = self.w
         steps = [(w.prefill_step(), 1)] + ([(w.decode_step(1), w.gen_len - 1)] if w.gen_len > 1 else [])
-        out, pad_s = [], 0.0
-        for step, count in steps:
-            sched = self.w.schedule(spec, step)
-            out += [n for n in sched.notes if n not in out]
+        out: dict[str, None] = {}
+
+        def padding(sched: Schedule) -> tuple[float]:
+            out.update(dict.fromkeys(sched.notes))
+            step, pad_s = sched.step, 0.0
             for op in sched.collectives:
                 if (op.kind == "reduce_scatter" or op.get("dim", -1) == 0) and \
                         dict(op.attrs)["rows"] * (op.attr("group") if op.kind == "all_gather" else 1) > step.tokens:
                     mode = "graph" if w.stack.graphs(step.phase) else "eager"
                     real = self.cost.collective_s(op.kind, w.stack.dtype_bytes * step.tokens * op.attr("width"),
                                                   op.attr("group"), mode)
-                    pad_s += count * max(self.comm_s(op, step.phase) - real, 0.0)
-        if pad_s > 0:
+                    pad_s += max(self.comm_s(op, step.phase) - real, 0.0)
+            return (pad_s,)
+        pad_s = sum(count * self._over_layers(spec, step, padding)[0] for step, count in steps)
+        out = list(out)
+        if pad_s > 1e-12:
             out.append(f"padding costs {pad_s * 1e3:.1f} ms of collective time over the run (prefill + decode)")
         return tuple(out)
 
@@ -264,8 +294,7 @@ class Simulator:
             decode_s, decode_exposed = 0.0, 0.0
         elif self.exact or w.stack.kv == "filled":
             # decode steps differ (growing KV length): all of them, or sampled and integrated
-            js = steps if self.exact else sorted(set(
-                np.linspace(1, steps[-1], min(DECODE_SAMPLES, len(steps))).round().astype(int)))
+            js = steps if self.exact else decode_positions(w.gen_len, w.stack.kv)
             res = [self.step_time(spec, w.decode_step(j)) for j in js]
             decode_s = float(np.interp(steps, js, [r[0] for r in res]).sum())
             decode_exposed = float(np.interp(steps, js, [r[1] for r in res]).sum())
@@ -291,8 +320,7 @@ class Simulator:
         if not steps:
             return
         # positions: the fast path's decode grid, cycled (steps differ only with kv "filled")
-        js = [1] if w.stack.kv != "filled" else sorted(set(
-            np.linspace(1, steps[-1], min(DECODE_SAMPLES, len(steps))).round().astype(int)))
+        js = decode_positions(w.gen_len, w.stack.kv)
         fast: dict = {}
 
         def step_s(st: Step) -> float:
