@@ -58,7 +58,7 @@ def main() -> None:
     got = fit_profile_overlap(prof, summary, n_boot=args.boot)
     cpu_s = time.process_time() - t0
     print(f"checkout {args.checkout}")
-    print(f"fit: s={got["compute_slowdown"]} k={got["comm_slowdown"]} wake_us={got["wake_us"]} "
+    print(f"fit: s={got['compute_slowdown']} k={got['comm_slowdown']} wake_us={got['wake_us']} "
           f"and {args.boot} bootstrap refits")
     print(f"refit CPU s: {cpu_s:.2f}")
 
