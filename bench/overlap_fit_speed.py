@@ -29,6 +29,7 @@ from tpsim.sim.cost import CostModel  # noqa: E402
 from tpsim.sim.engine import Interference  # noqa: E402
 from tpsim.sim.model import get_model  # noqa: E402
 from tpsim.sim.profile import load_profile  # noqa: E402
+from tpsim.sim.stack import make_stack  # noqa: E402
 from tpsim.calib.shapes import ShapeCase as Case  # noqa: E402
 
 
@@ -39,7 +40,7 @@ def main() -> None:
     cases = []
     for name in ("toy-512", "toy-1024"):
         model = get_model(name)
-        case = Case(model, 2, 1, 16, 8, make_stack())
+        case = Case(model, 2, 1, 16, 8, make_stack({"dtype": "fp32", "compile": False}))
         desc = case_descriptor(case, model)
         sched = decode_schedule(desc)
         cost = CostModel(prof, sched.stack)
@@ -61,11 +62,6 @@ def main() -> None:
     print(f"fit: s={got['compute_slowdown']} k={got['comm_slowdown']} wake_us={got['wake_us']} "
           f"and {args.boot} bootstrap refits")
     print(f"refit CPU s: {cpu_s:.2f}")
-
-
-def make_stack():
-    from tpsim.sim.stack import make_stack as mk
-    return mk({"dtype": "fp32", "compile": False})
 
 
 if __name__ == "__main__":

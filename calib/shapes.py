@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from tpsim.sim.model import ModelSpec
 from tpsim.sim.predict import decode_positions
-from tpsim.sim.schedule import LAYER_KINDS, Schedule, build_plan
+from tpsim.sim.schedule import Schedule, build_plan, layer_kinds
 from tpsim.sim.stack import Stack, Step
 
 
@@ -47,7 +47,7 @@ class ShapeCase:
         schedule (or mix of layer kinds) can emit."""
         m = model or self.model
         return [build_plan(kind, (kind,) * m.layers, m, self.tp, step, self.stack)
-                for step in self.steps() for kind in LAYER_KINDS]
+                for step in self.steps() for kind in layer_kinds()]
 
     def signatures(self) -> list[tuple]:
         """Unique compute-op signatures, in first-seen order."""

@@ -166,7 +166,8 @@ def _each(layer):
     return run
 
 
-# Layer kind (sim.builder.LAYER_KINDS) -> reference of a run of such layers.
+# Layer kind (sim/schedules: LayerKind.name) -> reference of a run of such layers; every kind has
+# one here or a reason in UNCHECKED (tests/test_schedule_registry.py walks the registry).
 REFERENCES = {
     "standard": _each(Reference._standard),
     "ladder": Reference._ladder,
@@ -177,6 +178,12 @@ REFERENCES = {
     "seq-parallel": _each(Reference._standard),
 }
 UNCHECKED = {"upper-bound": "outputs meaningless by design"}      # why a layer kind has no reference
+
+
+def unchecked_reasons(plan: tuple[str, ...]) -> list[str]:
+    """Why each layer kind of `plan` that has no reference runs unchecked ([]: every kind has one)."""
+    return [UNCHECKED.get(k, f"no reference for layer kind {k!r}")
+            for k in dict.fromkeys(map(kind_base, plan)) if k not in REFERENCES]
 
 
 def _compare(tp_logits: torch.Tensor, ref: torch.Tensor, batch: int, vocab: int) -> float:
@@ -213,9 +220,9 @@ def run_check(cfg: RunConfig, ctx: hwrank.DistContext) -> list[dict]:
             outs.append(run(dec, tokens[:, pos:pos + 1], pos))
         finite = all(bool(torch.isfinite(o).all()) for o in outs)
         plan = plan_of(spec, model.layers)
-        unchecked = [k for k in dict.fromkeys(map(kind_base, plan)) if k not in REFERENCES]
+        unchecked = unchecked_reasons(plan)
         if unchecked:
-            why = "; ".join(UNCHECKED.get(k, f"no reference for layer kind {k!r}") for k in unchecked)
+            why = "; ".join(unchecked)
             rows.append({"schedule": spec, "prefill_err": None, "decode_err": None, "decode_steps": len(outs) - 1,
                          "ok": finite, "note": f"run only ({why})"})
             continue

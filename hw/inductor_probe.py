@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpsim.sim.model import ModelSpec
+from tpsim.sim.schedules.registry import layer_kinds
 
 # symbol -> probe value (distinct primes; "2" is the constant factor, e.g. head_dim = 2 * dh)
 PROBE = {"G": 3, "G2": 5, "b": 7, "q": 11, "L": 13, "kvh": 17, "hidden": 19, "ffn": 23, "dh": 29,
@@ -13,20 +14,10 @@ PROBE = {"G": 3, "G2": 5, "b": 7, "q": 11, "L": 13, "kvh": 17, "hidden": 19, "ff
 # tp and rs (rows of a seq-parallel shard, ceil(b * q / tp)) exist in seq-parallel probes only
 SYMBOL_ORDER = ("b", "q", "L", "kvh", "G", "G2", "hidden", "ffn", "dh", "vocab", "tp", "rs")
 
-# table kind (a plan's layer kind) -> (schedule spec with every layer of that kind, layers compiled)
-KINDS = {
-    "standard": ("standard", 2),
-    "upper-bound": ("upper-bound", 2),
-    "parallel": ("parallel", 2),
-    "spd": ("spd:0-2", 3),
-    "ladder": ("ladder", 3),
-    # token-split and seq-parallel: 3 layers, so the kept layer 1 has no run boundary (split/merge,
-    # shard/gather: once per pass, priced by the analytic fused model)
-    "token-split:2": ("token-split:2", 3),
-    "token-split:4": ("token-split:4", 3),
-    "seq-parallel": ("seq-parallel", 3),
-}
-_PLAIN = ("standard", "upper-bound", "parallel", "spd", "ladder")     # kinds probed at the plain PROBE
+# table kind (a plan's layer kind) -> (schedule spec with every layer of that kind, layers compiled):
+# every registered layer kind's probes (sim/schedules: LayerKind.probes)
+KINDS = {p.key: (p.spec, p.layers) for kind in layer_kinds().values() for p in kind.probes}
+_PLAIN = tuple(p.key for kind in layer_kinds().values() for p in kind.probes if p.plain_sizes)  # at the plain PROBE
 KEEP_LAYER = 1          # the layer whose kernels the table keeps (it has a neighbour on each side)
 
 # Probes of the new kinds, where the plain probe's sizes cannot tell the symbols apart.

@@ -1,15 +1,14 @@
-"""The builders: one forward pass of a layer plan (one layer kind per layer) as IR ops.
+"""The builder: the pieces every schedule's layers are made of (embedding, attention, MLP, norms,
+collectives, residual adds, head), appended as IR ops (sim/ir.py) with one step's shapes.
 
-`LAYER_KINDS` is the registry of layer kinds: each builds a run of layers of its kind (standard,
-ladder, spd, parallel, upper-bound, token-split, seq-parallel) from the ops of sim/ir.py. The
-schedule language (sim/schedule.py) turns a spec like "ladder:16" into a plan of these kinds.
+Each layer kind's body lives with its schedule (sim/schedules/); sim/schedule.py builds a plan
+(one layer kind per layer) from them.
 
 Dataflow of each schedule: docs/design.md ("The schedules").
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 from .ir import TOKENS, Op
 from .model import ModelSpec, Shard
@@ -139,163 +138,9 @@ class Builder:
         return self.add_op("sample", "sample", [logits], ["next_tokens"],
                            [("batch", st.batch), ("rows", rows), ("vocab", m.vocab)])
 
-    # -- layer bodies (docs/design.md, "The schedules"); x is the layer's input residual, the return its output
-
-    def standard_layer(self, i: int, x: str, comm: bool = True) -> str:
-        p = self.attn(i, x)
-        if comm:
-            p = self.all_reduce(f"L{i}.attn.allreduce", p, i)
-        h = self.add(f"L{i}.attn.add", x, p, f"L{i}.h", i)
-        z = self.mlp(i, h)
-        if comm:
-            z = self.all_reduce(f"L{i}.mlp.allreduce", z, i)
-        return self.add(f"L{i}.mlp.add", h, z, f"L{i}.x", i)
-
-    def spd_layer(self, i: int, x: str) -> str:
-        """SPD block: rank r feeds its MLP X + P_r; one all-reduce of P_r + Z_r; X added after it."""
-        p = self.attn(i, x)
-        h = self.add(f"L{i}.attn.add", x, p, f"L{i}.h", i)        # local: no sync point
-        z = self.mlp(i, h)
-        s = self.add(f"L{i}.mlp.sum", p, z, f"L{i}.pz", i)         # P_r + Z_r
-        s = self.all_reduce(f"L{i}.mlp.allreduce", s, i)
-        return self.add(f"L{i}.mlp.add", x, s, f"L{i}.x", i)
-
-    def parallel_layer(self, i: int, x: str) -> str:
-        """PaLM/GPT-J: attn and mlp both read norm(x); one all-reduce of their summed partials."""
-        n = self.norm(f"L{i}.norm", x, i, f"L{i}.attn_norm")
-        p = self.attn(i, n, norm=False)
-        z = self.mlp(i, n, norm=False)
-        s = self.add(f"L{i}.mlp.sum", p, z, f"L{i}.pz", i)
-        s = self.all_reduce(f"L{i}.allreduce", s, i)
-        return self.add(f"L{i}.add", x, s, f"L{i}.x", i)
-
-    def ladder_layers(self, first: int, end: int, x: str) -> str:
-        """Ladder on layers first..end-1, as the Ladder authors' TP inference code runs it.
-
-        Module m reads a residual that lacks module m-1's output; m-1's all-reduce is awaited
-        just before the add that needs it, so it overlaps m's compute. The first ladder layer
-        sees zeros as the previous modules' outputs; after the last, both pending sums are added.
-        """
-        r, pending = x, None      # pending: (layer, attn all-reduce value, mlp all-reduce value)
-        for i in range(first, end):
-            if pending:
-                r = self.add(f"L{pending[0]}.attn.add", r, pending[1], f"L{pending[0]}.h", pending[0])
-            a = self.all_reduce(f"L{i}.attn.allreduce", self.attn(i, r), i)          # launched async
-            if pending:
-                r = self.add(f"L{pending[0]}.mlp.add", r, pending[2], f"L{pending[0]}.x", pending[0])
-            m = self.all_reduce(f"L{i}.mlp.allreduce", self.mlp(i, r), i)            # launched async
-            pending = (i, a, m)
-        i, a, m = pending
-        r = self.add(f"L{i}.attn.add", r, a, f"L{i}.h", i)
-        return self.add(f"L{i}.mlp.add", r, m, f"L{i}.x", i)
-
-    def token_split_layers(self, first: int, end: int, x: str, splits: int = 2) -> str:
-        """Token-split overlap (NanoFlow, TokenWeave) on layers first..end-1: standard math per micro-batch.
-
-        The step is cut into micro-batches along the batch (decode) or the prompt tokens (prefill);
-        each sublayer (attention, then MLP) is issued for micro-batch 0, 1, ..., and a micro-batch's
-        all-reduce is awaited only by its own residual add, issued just before its next sublayer. So
-        micro-batch j's all-reduce overlaps the compute of micro-batches j+1.. (and, for the last,
-        the next sublayer of micro-batch 0). Costs the split adds are the IR's own: GEMMs at m/N,
-        N x the kernels, the slice/concat copies, and compute slowed while a collective runs
-        (the engine's Interference). Where the step cannot be split (decode at batch 1, a 1-token
-        prefill) the layers are standard and the schedule says so in its notes."""
-        st = self.step
-        along = "batch" if st.phase == "decode" else "tokens"
-        units = st.batch if along == "batch" else st.q_len
-        k = min(splits, units)
-        if k < 2:
-            self.note(f"{st.phase} of {units} {'sequence' if along == 'batch' else 'token'}{'s' * (units != 1)} "
-                      f"cannot be split along {along}: runs standard")
-            return LAYER_KINDS["standard"](self, first, end, x)
-        if k < splits:
-            self.note(f"{st.phase} splits into {k}, not {splits} (only {units} along {along})")
-        mbs = micro_batches(st, k)
-        xs = []
-        for mb in mbs:      # a view along the batch; a strided copy along the tokens of several sequences
-            copy = int(along == "tokens" and st.batch > 1)
-            xs.append(self.add_op(f"L{first}.mb{mb.index}.split", "slice", [x], [f"L{first}.mb{mb.index}.x_in"],
-                                  [("rows", mb.rows), ("width", self.model.hidden), ("batch", st.batch),
-                                   ("q_len", st.q_len), ("b0", mb.b0), ("nb", mb.nb), ("q0", mb.q0),
-                                   ("nq", mb.nq), ("copy", copy)], first))
-        pending: list[tuple | None] = [None] * k     # per micro-batch: (add name, output, layer, all-reduce value)
-        for i in range(first, end):
-            for half in ("attn", "mlp"):
-                for j, mb in enumerate(mbs):
-                    self.mb = mb
-                    if pending[j]:
-                        name, out, layer, ar = pending[j]
-                        xs[j] = self.add(name, xs[j], ar, out, layer)
-                    part = self.attn(i, xs[j]) if half == "attn" else self.mlp(i, xs[j])
-                    t = self.tag(i)
-                    ar = self.all_reduce(f"{t}.{half}.allreduce", part, i)       # async; awaited by the add
-                    pending[j] = ((f"{t}.attn.add", f"{t}.h", i, ar) if half == "attn"
-                                  else (f"{t}.mlp.add", f"{t}.x", i, ar))
-                    self.mb = None
-        for j, mb in enumerate(mbs):
-            name, out, layer, ar = pending[j]
-            self.mb = mb
-            xs[j] = self.add(name, xs[j], ar, out, layer)
-            self.mb = None
-        return self.add_op(f"L{end - 1}.merge", "concat", xs, [f"L{end - 1}.x"],
-                           [("rows", st.tokens), ("width", self.model.hidden), ("batch", st.batch),
-                            ("q_len", st.q_len), ("axis", along)], end - 1)
-
-    def seq_parallel_layers(self, first: int, end: int, x: str) -> str:
-        """Megatron sequence parallelism on layers first..end-1 (Korthikanti et al. 2022).
-
-        Between layers each rank holds 1/TP of the token rows of the residual, [rows/TP, hidden]
-        (padded to TP x rows/TP rows when tokens do not divide, e.g. decode at batch < TP). Each
-        sublayer: norm on the shard -> all-gather of the rows -> the TP GEMMs/attention on all rows
-        -> reduce-scatter of the partial sums (rank r keeps rows block r) -> residual add on the
-        shard. Same bytes as the all-reduce it replaces (a ring all-reduce is a reduce-scatter then
-        an all-gather) plus the padding, all blocking; the norms and adds are 1/TP of the rows."""
-        st, hidden, g = self.step, self.model.hidden, self.tp
-        rows = st.tokens
-        rs = -(-rows // g)                   # rows of each rank's shard
-        padded = rs * g
-        pad = padded - rows
-        if pad:
-            self.note(f"{st.phase} pads {rows} token row{'s' * (rows != 1)} to {padded} (TP {g}): "
-                      f"every all-gather / reduce-scatter moves {padded} rows, {pad} of them padding")
-
-        def gather(name: str, v: str, layer: int) -> str:
-            out = self.add_op(name, "all_gather", [v], [f"{name}_out"],
-                              [("rows", rs), ("width", hidden), ("group", g), ("dim", 0)], layer)
-            if pad:                              # drop the padding rows: a view
-                out = self.add_op(f"{name}.unpad", "slice", [out], [f"{name}.unpad_out"],
-                                  [("rows", rows), ("width", hidden), ("batch", st.batch), ("q_len", st.q_len),
-                                   ("b0", 0), ("nb", st.batch), ("q0", 0), ("nq", st.q_len), ("copy", 0)], layer)
-            return out
-
-        def scatter(name: str, v: str, layer: int) -> str:
-            if pad:
-                v = self.add_op(f"{name}.pad", "pad", [v], [f"{name}.pad_out"],
-                                [("rows", padded), ("width", hidden), ("pad", pad)], layer)
-            return self.add_op(name, "reduce_scatter", [v], [f"{name}_out"],
-                               [("rows", padded), ("width", hidden), ("group", g)], layer)
-
-        r = self.add_op(f"L{first}.sp.shard", "shard", [x], [f"L{first}.sp.x_in"],
-                        [("rows", rs), ("width", hidden), ("group", g), ("pad", pad)], first)
-        for i in range(first, end):
-            n = self.norm(f"L{i}.attn.norm", r, i, f"L{i}.attn_norm", rs)
-            p = self.attn(i, gather(f"L{i}.attn.allgather", n, i), norm=False)
-            h = self.add(f"L{i}.attn.add", r, scatter(f"L{i}.attn.reducescatter", p, i), f"L{i}.h", i, rs)
-            n = self.norm(f"L{i}.mlp.norm", h, i, f"L{i}.mlp_norm", rs)
-            z = self.mlp(i, gather(f"L{i}.mlp.allgather", n, i), norm=False)
-            r = self.add(f"L{i}.mlp.add", h, scatter(f"L{i}.mlp.reducescatter", z, i), f"L{i}.x", i, rs)
-        return gather(f"L{end - 1}.sp.gather", r, end - 1)
-
     def note(self, text: str) -> None:
         if text not in self.notes:
             self.notes.append(text)
-
-    def layers(self, plan: tuple[str, ...]) -> str:
-        """Embedding, the layers as `plan` says (one LAYER_KINDS entry per layer), head."""
-        x = self.embed()
-        for kind, first, end in runs(plan):
-            x = layer_builder(kind)(self, first, end, x)
-        return self.head(x)
 
 
 def micro_batches(step: Step, splits: int) -> list[MicroBatch]:
@@ -319,43 +164,9 @@ def _chunks(total: int, n: int) -> list[tuple[int, int]]:
     return out
 
 
-def _each(layer: Callable[[Builder, int, str], str]) -> Callable[[Builder, int, int, str], str]:
-    """A layer kind whose layers are built one at a time (all but ladder)."""
-    def build(b: Builder, first: int, end: int, x: str) -> str:
-        for i in range(first, end):
-            x = layer(b, i, x)
-        return x
-    return build
-
-
-# Layer kind -> builder of a run of such layers: (builder, first layer, end layer, input residual)
-# -> output residual. A new kind of layer is one entry here (and its plan function in SCHEDULES).
-LAYER_KINDS: dict[str, Callable[[Builder, int, int, str], str]] = {
-    "standard": _each(Builder.standard_layer),
-    "ladder": Builder.ladder_layers,
-    "spd": _each(Builder.spd_layer),
-    "parallel": _each(Builder.parallel_layer),
-    "upper-bound": _each(lambda b, i, x: b.standard_layer(i, x, comm=False)),
-    "token-split": Builder.token_split_layers,          # "token-split:N" in a plan: N micro-batches
-    "seq-parallel": Builder.seq_parallel_layers,
-}
-
-
 def kind_base(kind: str) -> str:
     """A plan's layer kind without its argument: 'token-split:3' -> 'token-split'."""
     return kind.partition(":")[0]
-
-
-def layer_builder(kind: str) -> Callable[[Builder, int, int, str], str]:
-    """The builder of a run of layers of `kind` ('kind' or 'kind:N' for a kind that takes a count)."""
-    base, _, arg = kind.partition(":")
-    build = LAYER_KINDS.get(base)
-    if build is None:
-        raise ValueError(f"unknown layer kind {kind!r}; choose from {', '.join(LAYER_KINDS)}")
-    if not arg:
-        return build
-    n = int(arg)
-    return lambda b, first, end, x: build(b, first, end, x, n)
 
 
 def runs(plan: tuple[str, ...]) -> list[tuple[str, int, int]]:

@@ -106,7 +106,7 @@ class Schedule:
     step: Step
     stack: Stack
     ops: tuple[Op, ...]
-    plan: tuple[str, ...] = ()      # the kind of each layer (LAYER_KINDS; "kind:arg" for a kind with an argument)
+    plan: tuple[str, ...] = ()      # the kind of each layer (sim/schedules layer kinds; "kind:arg" for a kind with an argument)
     notes: tuple[str, ...] = ()     # what the builder chose that the user should see (e.g. a fallback)
     producer: dict = field(default_factory=dict, compare=False, repr=False)
 

@@ -113,7 +113,7 @@ class Prediction:
     batch: int
     gen_len: int
     speedup: float = 1.0
-    model_change: str = "none"          # what the schedule asks of the model (sim.schedule.MODEL_CHANGE)
+    model_change: str = "none"          # what the schedule asks of the model (its ScheduleDef.model_change)
     notes: tuple[str, ...] = ()         # what the schedule builder chose (a fallback, padding and its cost)
     prefill: StepResult | None = field(default=None, repr=False)        # timeline of the prefill
     decode: StepResult | None = field(default=None, repr=False)         # timeline of decode step 1

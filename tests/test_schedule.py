@@ -128,18 +128,21 @@ def test_kv_head_replication_and_tp_errors():
     assert get_model("llama-3.1-405b[:8]").layers == 8
 
 
-def test_a_new_layer_kind_is_one_registry_entry(monkeypatch):
-    """A schedule whose layers are attention only: a builder in sim.builder.LAYER_KINDS and a plan in sim.schedule.SCHEDULES."""
-    from tpsim.sim import builder as B, schedule as S
+def test_a_new_layer_kind_is_one_registry_entry():
+    """A schedule whose layers are attention only: one ScheduleDef registered (sim.schedules.register)."""
+    from tpsim.sim.schedules.registry import LayerKind, ScheduleDef, each, register, unregister
 
     def attn_only(b, i, x):
         p = b.all_reduce(f"L{i}.attn.allreduce", b.attn(i, x), i)
         return b.add(f"L{i}.attn.add", x, p, f"L{i}.x", i)
-    monkeypatch.setitem(B.LAYER_KINDS, "attn-only", B._each(attn_only))
-    monkeypatch.setitem(S.SCHEDULES, "attn-only", lambda n: ("attn-only",) * n)
-    s = sched("attn-only")
-    assert s.plan == ("attn-only",) * M.layers and len(s.collectives) == M.layers
-    assert reads(s, "L1.attn.norm") == ("L0.x",) and not [op for op in s.ops if ".mlp." in op.name]
+    kind = LayerKind("attn-only", each(attn_only), analytic="a test's kind: no compiled probe")
+    register(ScheduleDef("attn-only", "attn-only", "retrain", lambda n: ("attn-only",) * n, (kind,)))
+    try:
+        s = sched("attn-only")
+        assert s.plan == ("attn-only",) * M.layers and len(s.collectives) == M.layers
+        assert reads(s, "L1.attn.norm") == ("L0.x",) and not [op for op in s.ops if ".mlp." in op.name]
+    finally:
+        unregister("attn-only")
 
 
 def test_schedule_spec_is_parsed_once_at_the_edge():
