@@ -1,5 +1,6 @@
 """Every `$ tpsim ...` example in README.md and docs/*.md, run through the CLI in-process and
-checked against the output printed under it, so the docs stay true.
+checked against the output printed under it, so the docs stay true; and every `$ python bench/X.py`
+example (the validation scripts whose numbers the docs quote), run as a process the same way.
 
 How an example is checked: the output's text (headers, row labels, units, error messages) must
 match exactly; numbers may drift by NUMBER_RTOL (the predictions move as the cost model improves).
@@ -23,6 +24,7 @@ import os
 import re
 import shlex
 import shutil
+import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -68,7 +70,7 @@ def examples(path: Path) -> list[Example]:
         end = next(k for k in range(i + 1, len(lines)) if lines[k].startswith("```"))
         k = i + 1
         while k < end:
-            if not lines[k].startswith("$ tpsim "):
+            if not lines[k].startswith(("$ tpsim ", "$ python bench/")):
                 k += 1
                 continue
             start, cmd = k, lines[k][2:]
@@ -79,7 +81,8 @@ def examples(path: Path) -> list[Example]:
             o = k
             while k < end and not lines[k].startswith("$ "):
                 k += 1
-            out.append(Example(path, start + 1, shlex.split(cmd, comments=True)[1:], lines[o:k], (o, k), skip))
+            argv = shlex.split(cmd, comments=True)
+            out.append(Example(path, start + 1, argv[1:] if argv[0] == "tpsim" else argv, lines[o:k], (o, k), skip))
         i = end + 1
     return out
 
@@ -106,17 +109,23 @@ def scratch(doc: Path) -> str:
 
 
 def run(argv: list[str], doc: Path) -> list[str]:
-    """The CLI's output lines for `argv`, run in page `doc`'s scratch directory."""
+    """The CLI's output lines for `argv` (or a bench script's, argv = python bench/X.py ...), run in
+    page `doc`'s scratch directory."""
     from click.testing import CliRunner
 
     from tpsim.cli import main
-    cwd = os.getcwd()
-    os.chdir(scratch(doc))
-    try:
-        r = CliRunner().invoke(main, argv)
-    finally:
-        os.chdir(cwd)
-    lines = [ln.rstrip() for ln in r.output.splitlines()]
+    if argv[0] == "python":              # a bench script loads its own checkout (bench/ is linked in)
+        r = subprocess.run([sys.executable, *argv[1:]], cwd=scratch(doc), capture_output=True, text=True,
+                           timeout=600)
+        output = r.stdout + (r.stderr if r.returncode else "")
+    else:
+        cwd = os.getcwd()
+        os.chdir(scratch(doc))
+        try:
+            output = CliRunner().invoke(main, argv).output
+        finally:
+            os.chdir(cwd)
+    lines = [ln.rstrip() for ln in output.splitlines()]
     while lines and not lines[-1]:
         lines.pop()
     return lines
@@ -169,7 +178,11 @@ def test_example(ex: Example):
     if ex.skip:
         pytest.skip(ex.skip)
     problem = mismatch(ex.expected, run(ex.argv, ex.path))
-    assert problem is None, f"{ex.path.relative_to(ROOT)}:{ex.line} `tpsim {' '.join(ex.argv)}`: {problem}"
+    assert problem is None, f"{ex.path.relative_to(ROOT)}:{ex.line} `{_cmd(ex.argv)}`: {problem}"
+
+
+def _cmd(argv: list[str]) -> str:
+    return " ".join(argv if argv[0] == "python" else ["tpsim", *argv])
 
 
 def test_mismatch_is_strict_on_text_and_loose_on_numbers():
@@ -191,7 +204,7 @@ def update() -> int:
             if mismatch(ex.expected, now) is not None:
                 lines[ex.out_span[0]:ex.out_span[1]] = now
                 changed += 1
-                print(f"updated {path.relative_to(ROOT)}:{ex.line} tpsim {' '.join(ex.argv)}")
+                print(f"updated {path.relative_to(ROOT)}:{ex.line} {_cmd(ex.argv)}")
         text = "\n".join(lines) + "\n"
         tmp = path.with_suffix(path.suffix + ".tmp")
         tmp.write_text(text)
