@@ -17,6 +17,7 @@ import math
 import os
 import socket
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 
 from tpsim.sim.cost import op_work
@@ -65,63 +66,102 @@ def compute_efficiencies(points: list[dict], peak_flops: float, mem_bytes_per_s:
 
 # ------------------------------------------------------------------ the profile
 
+@dataclass(frozen=True)
+class Provenance:
+    """Where every measured value of one calibration came from: the host, the day, the backend."""
+
+    host: str
+    date: str
+    backend: str             # "gloo, 2 ranks pinned to cores 0/1"
+
+    def src(self, what: str, n: int | None = None) -> str:
+        med = f", median of {n}" if n else ""
+        return f"measured by tpsim calibrate on {self.host} {self.date} ({self.backend}{med}): {what}"
+
+
 def build_profile(cfg, groups: dict, world: int) -> dict:
     """Finished measurement groups (run.py's state) -> a profile dict, raw points kept in 'raw'.
 
     Without cfg.extends the profile is complete; with it, only what was measured is written and
-    'extends' names the base (collectives.model.node then replaces the base's node protocols)."""
+    'extends' names the base (collectives.model.node then replaces the base's node protocols).
+    One builder per section below, each reading the groups it summarizes."""
     dev = next((g for g in groups.values() if g["kind"] == "device"), None)
-    host = dev["host"] if dev else _hostname()
-    date = min((g["finished_at"] for g in groups.values()), default="")[:10]
-    impl0 = cfg.impl_of(0)
-    backend_txt = f"{cfg.backend}, {world} ranks"
+    backend = f"{cfg.backend}, {world} ranks"
     cores = (dev or {}).get("rank_cores") or []
     if cores and all(cores):
-        backend_txt += " pinned to cores " + "/".join(",".join(map(str, c)) for c in cores)
-
-    def src(what: str, n: int | None = None) -> str:
-        med = f", median of {n}" if n else ""
-        return f"measured by tpsim calibrate on {host} {date} ({backend_txt}{med}): {what}"
-
-    name = cfg.name or Path(cfg.out).stem
+        backend += " pinned to cores " + "/".join(",".join(map(str, c)) for c in cores)
+    pv = Provenance(dev["host"] if dev else _hostname(),
+                    min((g["finished_at"] for g in groups.values()), default="")[:10], backend)
     label = dev["device_name"] if dev else "this machine"
-    prof = new_profile(name, f"{label}, {world} ranks over {cfg.backend}, {cfg.dtype}; measured by tpsim calibrate "
-                             f"({'quick' if cfg.quick else 'full'}) on {host} {date}", extends=cfg.extends)
-    compute: dict = {}
+    prof = new_profile(cfg.name or Path(cfg.out).stem,
+                       f"{label}, {world} ranks over {cfg.backend}, {cfg.dtype}; measured by tpsim calibrate "
+                       f"({'quick' if cfg.quick else 'full'}) on {pv.host} {pv.date}", extends=cfg.extends)
     if not cfg.extends:
-        prof["device"] = cfg.device
-        prof["gpus_per_node"] = sourced(world, src(f"world size of the calibration ({world} ranks on one node)"))
-        if cfg.device == "cuda" and dev and dev.get("device_mem_bytes"):
-            gib = dev["device_mem_bytes"] / 2 ** 30
-            prof["memory_gib"] = sourced(round(gib, 2), src(f"torch.cuda total_memory of {label}"))
-        else:
-            ram = (dev or {}).get("host_ram_bytes") or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-            prof["memory_gib"] = sourced(round(ram / 2 ** 30 / world, 2),
-                                  src(f"host RAM {ram / 2 ** 30:.1f} GiB shared by {world} ranks"))
-    compute_groups = [g for g in groups.values() if g["kind"] == "compute"]
-    cpoints = _dedupe([p for g in compute_groups for p in g["points"]])
-    ctrials = cfg.trials["compute"]                     # per rank
+        prof.update(_machine_section(cfg, dev, world, label, pv))
+    compute = _compute_section(cfg, dev, groups, pv)
+    if compute:
+        prof["compute"] = compute
+    coll, fit = _collectives_section(cfg, groups, pv)
+    if coll:
+        prof["collectives"] = coll
+    overlap = _overlap_section(cfg, groups, pv)
+    if overlap:
+        prof["overlap"] = overlap
+    # what the measured points assume, for a CLI that defaults its stack from the profile
+    prof["stack_defaults"] = {"dtype": cfg.dtype, "collective": cfg.impl_of(0),
+                              **({"decode_graphs": False, "prefill_graphs": False, "compile_prefill": False,
+                                   "compile_decode": False} if cfg.device == "cpu" else {})}
+    jitter = _jitter_section(cfg, groups, pv)
+    if jitter:
+        prof["jitter"] = jitter
+    prof["raw"] = {"groups": {k: {"source": pv.src(f"raw measurement group {k}"), **v} for k, v in sorted(groups.items())},
+                   "config": cfg.fingerprint()}
+    if coll and fit is not None:
+        prof["raw"]["collective_fit"] = _fit_residuals(fit, coll["tables"], cfg.impl_of(0), pv)
+    return prof
+
+
+def _machine_section(cfg, dev: dict | None, world: int, label: str, pv: Provenance) -> dict:
+    """device, gpus_per_node and memory_gib of a complete (not extending) profile."""
+    out = {"device": cfg.device,
+           "gpus_per_node": sourced(world, pv.src(f"world size of the calibration ({world} ranks on one node)"))}
+    if cfg.device == "cuda" and dev and dev.get("device_mem_bytes"):
+        gib = dev["device_mem_bytes"] / 2 ** 30
+        out["memory_gib"] = sourced(round(gib, 2), pv.src(f"torch.cuda total_memory of {label}"))
+    else:
+        ram = (dev or {}).get("host_ram_bytes") or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        out["memory_gib"] = sourced(round(ram / 2 ** 30 / world, 2),
+                                    pv.src(f"host RAM {ram / 2 ** 30:.1f} GiB shared by {world} ranks"))
+    return out
+
+
+def _compute_section(cfg, dev: dict | None, groups: dict, pv: Provenance) -> dict:
+    """compute: peaks, launch overheads and efficiency curves from the device group; the measured
+    op tables from the compute groups."""
+    src = pv.src
+    compute: dict = {}
+    cpoints = _dedupe([p for g in groups.values() if g["kind"] == "compute" for p in g["points"]])
     if dev:
         peak = max(dev["matmul_flops"].values())
         bw = max(dev["copy_bytes_per_s"].values())
         launch = dev["launch_s"]
         sizes = ", ".join(f"{n}^3" for n in dev["matmul_flops"])
         compute["matmul_tflops"] = {cfg.dtype: sourced(round(peak / 1e12, 6),
-                                                src(f"best {cfg.dtype} torch.matmul FLOP/s over square sizes "
-                                                              f"{sizes}, every rank at once, median over ranks"))}
+                                                       src(f"best {cfg.dtype} torch.matmul FLOP/s over square sizes "
+                                                           f"{sizes}, every rank at once, median over ranks"))}
         compute["memory_gbps"] = sourced(round(bw / 1e9, 3),
-                                  src("best copy bandwidth (read + write bytes) over "
-                                                f"{len(dev['copy_bytes_per_s'])} sizes, every rank at once"))
+                                         src("best copy bandwidth (read + write bytes) over "
+                                             f"{len(dev['copy_bytes_per_s'])} sizes, every rank at once"))
         graph_s = dev.get("graph_launch_s")
         compute["launch_us"] = {
             "eager": sourced(round(launch * 1e6, 4),
-                      src("per-op overhead of the harness call path: hw.kernels KERNELS['add'] on "
-                                    "1-element tensors, back to back (Python + dispatch + a trivial kernel); "
-                                    "measured compute points already include it")),
+                             src("per-op overhead of the harness call path: hw.kernels KERNELS['add'] on "
+                                 "1-element tensors, back to back (Python + dispatch + a trivial kernel); "
+                                 "measured compute points already include it")),
             "graph": (sourced(round(graph_s * 1e6, 4), src("CUDA graph of 200 tiny kernels replayed, per kernel"))
                       if graph_s is not None else
                       sourced(round(launch * 1e6, 4),
-                       src("no CUDA graphs on a CPU device: the eager per-op overhead")))}
+                              src("no CUDA graphs on a CPU device: the eager per-op overhead")))}
         # efficiency curves: the device sweeps themselves plus every measured compute point
         gx = [2.0 * int(n) ** 3 for n in dev["matmul_flops"]]
         gy = [f / peak for f in dev["matmul_flops"].values()]
@@ -143,90 +183,96 @@ def build_profile(cfg, groups: dict, world: int) -> dict:
         compute["tables"] = [{"source": src(f"each op timed with hw.kernels KERNELS on its real input tensors "
                                             f"(cases {cases}; on CPU inside the cases' passes); the slowest "
                                             f"rank's median, since a TP pass moves at its pace; CPU times include "
-                                            f"the per-op call overhead", ctrials),
+                                            f"the per-op call overhead", cfg.trials["compute"]),
                               "points": [{k: p[k] for k in ("kind", "attrs", "dtype", "time_s", "mode") if k in p}
                                          for p in cpoints]}]
-    if compute:
-        prof["compute"] = compute
+    return compute
+
+
+def _collectives_section(cfg, groups: dict, pv: Provenance):
+    """(collectives section, the node model's fit) from the collectives groups; ({}, None) without."""
     coll_groups = [g for g in groups.values() if g["kind"] == "collectives"]
-    if coll_groups:
-        pts = [p for g in coll_groups for p in g["points"]]
-        ntr = cfg.trials["collectives"]
-        tabs = tables(pts, src("latency per call, the slowest rank per trial, barrier before each trial", ntr))
-        coll: dict = {"default_impl": impl0, "tables": tabs}
-        extra = _eager_extra(tabs)
-        coll["eager_extra_us"] = (sourced(round(extra, 3), src(
-            "median over sizes of eager minus CUDA-graph all-reduce latency")) if extra is not None else
-            sourced(0.0, src("not needed: every table was measured in eager mode, the only mode here")))
-        if any(t["mode"] == "graph" and t["impl"] == "nccl" for t in tabs):
-            # calib/collectives.py times graph mode as calls captured back to back in one CUDA graph, each
-            # already paying NCCL's graph-mixing record node: a base's graph_nccl_node_us must not add it again
-            coll["graph_nccl_node_us"] = sourced(0.0, src(
-                "included in the graph-mode tables (calls captured back to back in one CUDA graph each pay "
-                "NCCL's graph-mixing record node)"))
-        model, fit = model_section(tabs, impl0, src("collective latency", ntr))
-        if model:
-            # over a base that has node protocols, ours replace them (mixing two fits' min() would be
-            # wrong); where the base has none, a plain object (merge copies new keys as they are)
-            coll["model"] = {"node": ({"replace": True, **model} if _base_has_node_model(cfg.extends) else model)}
-        prof["collectives"] = coll
+    if not coll_groups:
+        return {}, None
+    src, impl0 = pv.src, cfg.impl_of(0)
+    pts = [p for g in coll_groups for p in g["points"]]
+    ntr = cfg.trials["collectives"]
+    tabs = tables(pts, src("latency per call, the slowest rank per trial, barrier before each trial", ntr))
+    coll: dict = {"default_impl": impl0, "tables": tabs}
+    extra = _eager_extra(tabs)
+    coll["eager_extra_us"] = (sourced(round(extra, 3), src(
+        "median over sizes of eager minus CUDA-graph all-reduce latency")) if extra is not None else
+        sourced(0.0, src("not needed: every table was measured in eager mode, the only mode here")))
+    if any(t["mode"] == "graph" and t["impl"] == "nccl" for t in tabs):
+        # calib/collectives.py times graph mode as calls captured back to back in one CUDA graph, each
+        # already paying NCCL's graph-mixing record node: a base's graph_nccl_node_us must not add it again
+        coll["graph_nccl_node_us"] = sourced(0.0, src(
+            "included in the graph-mode tables (calls captured back to back in one CUDA graph each pay "
+            "NCCL's graph-mixing record node)"))
+    model, fit = model_section(tabs, impl0, src("collective latency", ntr))
+    if model:
+        # over a base that has node protocols, ours replace them (mixing two fits' min() would be
+        # wrong); where the base has none, a plain object (merge copies new keys as they are)
+        coll["model"] = {"node": ({"replace": True, **model} if _base_has_node_model(cfg.extends) else model)}
+    return coll, fit
+
+
+def _overlap_section(cfg, groups: dict, pv: Provenance) -> dict:
+    """overlap: the measured slowdown factors (closed form; refit_overlap may replace them), or 1.0
+    for a single rank's complete profile; {} for an extending profile that measured none."""
     ov = next((g for g in groups.values() if g["kind"] == "overlap"), None)
-    if ov:
-        s = ov["summary"]
-        how = {"compute_slowdown": "compute time while the collective runs / alone",
-               "comm_slowdown": "collective time while compute runs / alone"}
-        if s.get("method") == "passes":
-            how = {"compute_slowdown": "compute after the first all-reduce, with all-reduces in flight / alone",
-                   "comm_slowdown": "that compute time / the all-reduce work done during it"}
-        early = s.get("done_early", 0.0)
-        if early > 0.2:      # the in-pass fit assumes each all-reduce outlasts the module it overlaps
-            how = {k: v + f" ({early:.0%} of the all-reduces finished within their module, which the fit does "
-                   "not model: approximate)" for k, v in how.items()}
-        value = profile_factors(s)
-        prof["overlap"] = {}
-        for key, text in how.items():
-            raw = s.get(key + "_raw", s[key])
-            prof["overlap"][key] = sourced(value[key],
-                                    src(f"{text} = {raw:.3f}" + _clamped(raw)
-                                                  + f"; {_overlap_what(ov)}", ov["trials"]))
-        # written, not left out: over a base with a fitted wake-up, that wake must not pair with these
-        prof["overlap"]["wake_us"] = sourced(0.0, src(
-            "not part of this method's model (refit_overlap fits it where the passes allow)"))
-    elif not cfg.extends:
-        prof["overlap"] = {k: sourced(1.0, src("single rank: no collective to overlap"))
-                           for k in ("compute_slowdown", "comm_slowdown")}
-    # what the measured points assume, for a CLI that defaults its stack from the profile
-    prof["stack_defaults"] = {"dtype": cfg.dtype, "collective": impl0,
-                              **({"decode_graphs": False, "prefill_graphs": False, "compile_prefill": False,
-                                   "compile_decode": False} if cfg.device == "cpu" else {})}
+    if not ov:
+        return {} if cfg.extends else {k: sourced(1.0, pv.src("single rank: no collective to overlap"))
+                                       for k in ("compute_slowdown", "comm_slowdown")}
+    s = ov["summary"]
+    how = {"compute_slowdown": "compute time while the collective runs / alone",
+           "comm_slowdown": "collective time while compute runs / alone"}
+    if s.get("method") == "passes":
+        how = {"compute_slowdown": "compute after the first all-reduce, with all-reduces in flight / alone",
+               "comm_slowdown": "that compute time / the all-reduce work done during it"}
+    early = s.get("done_early", 0.0)
+    if early > 0.2:      # the in-pass fit assumes each all-reduce outlasts the module it overlaps
+        how = {k: v + f" ({early:.0%} of the all-reduces finished within their module, which the fit does "
+               "not model: approximate)" for k, v in how.items()}
+    value = profile_factors(s)
+    out = {}
+    for key, text in how.items():
+        raw = s.get(key + "_raw", s[key])
+        out[key] = sourced(value[key], pv.src(f"{text} = {raw:.3f}" + _clamped(raw) + f"; {_overlap_what(ov)}",
+                                              ov["trials"]))
+    # written, not left out: over a base with a fitted wake-up, that wake must not pair with these
+    out["wake_us"] = sourced(0.0, pv.src("not part of this method's model (refit_overlap fits it where the passes allow)"))
+    return out
+
+
+def _jitter_section(cfg, groups: dict, pv: Provenance) -> dict:
+    """jitter: the ranks' arrival spread at a barrier-free all-reduce (calib.collectives.arrival_waits);
+    {} for an extending profile that measured none."""
     arr = next((g for g in groups.values() if g["kind"] == "arrival"), None)
-    if arr:         # the ranks' arrival spread at a barrier-free all-reduce (calib.collectives.arrival_waits)
-        what = (f"spread of arrival times across {arr['ranks']} ranks at {arr['calls']} barrier-free all-reduces "
-                f"after equal compute (time inside each call: max over ranks - own); exponential mean by maximum "
-                f"likelihood over {arr['lags']} lags behind the first arrival: {arr['mean_us']} us; spread p50 "
-                f"{arr['spread_p50_us']} us, p90 {arr['spread_p90_us']} us")
-        # on CPU the collective tables time calls the same barrier-free way, slowest rank counted, so
-        # they already hold the mean skew of each group size: --exact must not add it a second time
-        value = 0.0 if cfg.device == "cpu" else arr["mean_us"]
-        if cfg.device == "cpu":
-            what += ("; written as 0: the gloo collective tables above were timed the same barrier-free way "
-                     "(slowest rank's time), so they already include this skew on average")
-        prof["jitter"] = {"arrival": {arr["scope"]: {"dist": "exponential",
-                                                     "mean_us": sourced(value, src(what))}}}
-    elif not cfg.extends:
-        prof["jitter"] = {"launch_us": sourced(0.0, "not measured by tpsim calibrate (no launch-skew model)")}
-    prof["raw"] = {"groups": {k: {"source": src(f"raw measurement group {k}"), **v} for k, v in sorted(groups.items())},
-                   "config": cfg.fingerprint()}
-    if coll_groups and fit is not None:
-        prof["raw"]["collective_fit"] = {
-            "source": src("fit residuals of collectives.model.node"),
+    if not arr:
+        return {} if cfg.extends else {"launch_us": sourced(0.0, "not measured by tpsim calibrate (no launch-skew model)")}
+    what = (f"spread of arrival times across {arr['ranks']} ranks at {arr['calls']} barrier-free all-reduces "
+            f"after equal compute (time inside each call: max over ranks - own); exponential mean by maximum "
+            f"likelihood over {arr['lags']} lags behind the first arrival: {arr['mean_us']} us; spread p50 "
+            f"{arr['spread_p50_us']} us, p90 {arr['spread_p90_us']} us")
+    # on CPU the collective tables time calls the same barrier-free way, slowest rank counted, so
+    # they already hold the mean skew of each group size: --exact must not add it a second time
+    value = 0.0 if cfg.device == "cpu" else arr["mean_us"]
+    if cfg.device == "cpu":
+        what += ("; written as 0: the gloo collective tables above were timed the same barrier-free way "
+                 "(slowest rank's time), so they already include this skew on average")
+    return {"arrival": {arr["scope"]: {"dist": "exponential", "mean_us": sourced(value, pv.src(what))}}}
+
+
+def _fit_residuals(fit, tabs: list[dict], impl0: str, pv: Provenance) -> dict:
+    """raw.collective_fit: the node model's residuals against every all-reduce point it was fitted to."""
+    mode = "eager" if any(x["mode"] == "eager" for x in tabs) else "graph"
+    return {"source": pv.src("fit residuals of collectives.model.node"),
             "rms_pct": fit.residual_rms_pct, "max_pct": fit.residual_max_pct, "points": fit.points,
             "per_point": [{"group": t["group"], "bytes": b, "measured_us": u,
                            "model_us": round(fit.time_us("all_reduce", t["group"], b), 3)}
-                          for t in tabs if t["collective"] == "all_reduce" and t["impl"] == impl0
-                          and t["mode"] == ("eager" if any(x["mode"] == "eager" for x in tabs) else "graph")
+                          for t in tabs if t["collective"] == "all_reduce" and t["impl"] == impl0 and t["mode"] == mode
                           for b, u in zip(t["bytes"], t["time_us"])]}
-    return prof
 
 
 def _base_has_node_model(base: str | None) -> bool:
