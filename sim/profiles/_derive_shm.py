@@ -50,3 +50,26 @@ def shm_flow_gbps(h800_text: str, a100_text: str) -> dict:
              f"'about 5-6GB/s' (copy engines; on the H800 run SM copies reach {ce_ratio:.2f}x of CE in that test, so the "
              f"SM rate may be lower still). sim/profiles/_data/nvbandwidth-A100-host-bidirectional.txt. Per-flow cap")
     return {"hopper": sv(hop, src_h), "ampere": sv(amp, src_a)}
+
+
+# NCCL 2.21 src/graph/topo.h l. 20-24 and topo.cc ncclTopoGetInterCpuBw (l. 63-83), ncclTopoAddCpu (l. 496-503):
+# the bandwidth NCCL gives the CPU <-> CPU (SYS) link by the CPU it detects. Intel x86 with family 6 and
+# model >= 0x55 (Skylake-SP and later) is NCCL_TOPO_CPU_TYPE_SKL -> SKL_QPI_BW; AMD x86 -> AMD_BW.
+NCCL_INTER_CPU = {
+    "intel-xeon-8480c": (10.0, "SKL_QPI_BW = 10.0 GB/s: Xeon Platinum 8480C is Sapphire Rapids, CPUID family 6 "
+                               "model 0x8F (Linux arch/x86/include/asm/intel-family.h INTEL_FAM6_SAPPHIRERAPIDS_X), "
+                               ">= 0x55, so topo.cc ncclTopoAddCpu types it NCCL_TOPO_CPU_TYPE_SKL"),
+    "amd-epyc-7742": (16.0, "AMD_BW = 16.0 GB/s: EPYC 7742 reports vendor AuthenticAMD (topo.cc kvDictCpuVendor), "
+                            "so ncclTopoGetInterCpuBw returns AMD_BW"),
+}
+
+
+def nccl_cpu_link(cpu: str) -> dict:
+    """NCCL's own rating of the inter-CPU link for this host CPU ({value, source}). Not a hardware
+    bandwidth (the profile's cpu_link_gbps is that): the number NCCL compares against the NIC path
+    to decide SHM or NET for a P2P-off pair (sim/topology.py nccl_net_pair)."""
+    gbps, why = NCCL_INTER_CPU[cpu]
+    return sv(gbps, f"NCCL 2.21 src/graph/topo.h/topo.cc ncclTopoGetInterCpuBw: {why}. Used only with P2P "
+                    f"off: paths.cc ncclTopoComputePaths routes every GPU pair through the CPU, and shm.cc "
+                    f"shmCanConnect -> ncclTopoCheckNet sends a pair over NET when both GPUs reach a NIC "
+                    f"faster than each other")
