@@ -140,7 +140,7 @@ def _nccl_gpu_gpu_gbps(spec: TopologySpec, a: int, b: int) -> float:
 
 def _nccl_net_gbps(spec: TopologySpec, i: int) -> float:
     """NCCL's best GPU i -> NET path bandwidth over a path of type PXB or better (a NIC behind the
-    GPU's own PCIe switch; NCCL 2.21 paths.cc ncclTopoCheckNet l. 455-462): min(PCIe links, the NIC's
+    GPU's own PCIe switch; NCCL 2.21 paths.cc ncclTopoCheckNet l. 456-465): min(PCIe links, the NIC's
     NET link = port speed / 8000, topo.cc ncclTopoAddNet l. 356-358); 0 without such a NIC."""
     if not spec.multi_node:
         return 0.0
@@ -164,7 +164,7 @@ def nccl_net_pair(spec: TopologySpec, a: int, b: int) -> bool:
 
 
 def nccl_domains(spec: TopologySpec) -> tuple[int, ...]:
-    """The NCCL node of each local GPU of one box: ncclTopoTrimSystem (paths.cc l. 642-692) gives
+    """The NCCL node of each local GPU of one box: ncclTopoTrimSystem (paths.cc l. 642-686) gives
     GPU g the smallest domain of any earlier GPU it reaches by a path below PATH_NET, and keeps only
     the GPUs of this rank's domain; init.cc (l. 1110-1125) then counts one node per distinct first
     ring rank, i.e. one per domain. DGX H100 with P2P off: PCIe 48 GB/s inside a socket is not below

@@ -122,7 +122,9 @@ class TopologyModel:
         if ar:
             terms += self._tree_terms(g, ranks, local, nodes, intra_cls, protos)
             gl = n // nodes
-            # NCCL 2.21 ncclNvlsInit: NVLS needs more than 2 GPUs in the node; no P2P condition
+            # NCCL 2.21 ncclNvlsInit: NVLS needs more than 2 GPUs in the node; no P2P condition. With
+            # nNodes > 1 and no CollNet, plain NVLS is off (tuning.cc ncclTopoTuneModel l. 284-290,
+            # enqueue.cc topoGetAlgoInfo l. 1502-1505) and NVLSTree is what remains (_nvls_term)
             if spec.intra == "nvswitch" and spec.nvls_busbw_gbps > 0 and gl > 2:
                 terms.append(self._nvls_term(gl, nodes))     # the smallest node sets the pace
             # The two-level reduce-scatter/all-reduce/all-gather (_two_level_terms) is not one of

@@ -52,7 +52,7 @@ def shm_flow_gbps(h800_text: str, a100_text: str) -> dict:
     return {"hopper": sv(hop, src_h), "ampere": sv(amp, src_a)}
 
 
-# NCCL 2.21 src/graph/topo.h l. 20-24 and topo.cc ncclTopoGetInterCpuBw (l. 63-83), ncclTopoAddCpu (l. 496-503):
+# NCCL 2.21 src/graph/topo.h l. 19-27 and topo.cc ncclTopoGetInterCpuBw (l. 63-83), ncclTopoAddCpu (l. 492-503):
 # the bandwidth NCCL gives the CPU <-> CPU (SYS) link by the CPU it detects. Intel x86 with family 6 and
 # model >= 0x55 (Skylake-SP and later) is NCCL_TOPO_CPU_TYPE_SKL -> SKL_QPI_BW; AMD x86 -> AMD_BW.
 NCCL_INTER_CPU = {
