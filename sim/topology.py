@@ -88,6 +88,7 @@ class TopologySpec:
                                     # (0: the PCIe links alone bound it)
     nccl_cpu_link_gbps: float = 0.0  # NCCL's OWN rating of the CPU<->CPU link (topo.cc ncclTopoGetInterCpuBw),
                                      # which decides SHM vs NET with P2P off; 0: not declared (one NCCL node)
+    nccl_cpu_nodes: int = 0         # NCCL's CPU nodes (NUMA domains) the PCIe switches spread over; 0: one per socket
     sources: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -133,9 +134,16 @@ def _nccl_gpu_gpu_gbps(spec: TopologySpec, a: int, b: int) -> float:
     a half's bw is the min of its links). GPU -> PCIe switch -> CPU links are PCIe (topo.cc
     ncclTopoAddPci l. 450-460: width x speed / 80, Gen5 x16 = 48 GB/s); crossing sockets adds the
     CPU <-> CPU link at NCCL's own rating (topo.cc ncclTopoConnectCpus l. 252-265)."""
-    sa = _socket_of_switch(spec, _switch_of(spec, a))
-    sb = _socket_of_switch(spec, _switch_of(spec, b))
+    sa, sb = _nccl_cpu_of(spec, a), _nccl_cpu_of(spec, b)
     return spec.pcie_gbps if sa == sb else min(spec.pcie_gbps, spec.nccl_cpu_link_gbps)
+
+
+def _nccl_cpu_of(spec: TopologySpec, i: int) -> int:
+    """NCCL's CPU node of GPU i: a NUMA domain, not a socket (topo.h `#define CPU 3 // Actually NUMA
+    domains`); every pair of CPU nodes gets the same SYS link (ncclTopoConnectCpus)."""
+    n = spec.nccl_cpu_nodes or spec.sockets
+    switches = math.ceil(spec.gpus_per_node / spec.gpus_per_pcie_switch)
+    return min(n - 1, _switch_of(spec, i) * n // switches)
 
 
 def _nccl_net_gbps(spec: TopologySpec, i: int) -> float:

@@ -44,6 +44,12 @@ def test_nnodes_per_tp_on_a_p2p_off_dgx_h100():
     assert [on.nccl_nnodes(n) for n in (2, 4, 8, 16)] == [1, 1, 1, 2]
     c = CostModel(load_profile(OFF), Stack())
     assert [c.nccl_nnodes(n) for n in (4, 8, 16)] == [1, 2, 4]
+    # DGX A100: NCCL's CPU nodes are its 4 GPU-hosting NUMA domains (one per PCIe switch, AMD_BW 16 <
+    # NIC path min(24, 25) = 24): GPUs 0-1 one node, TP4 two, TP8 four
+    a100 = TopologyModel(load_profile("a100-sxm-p2p-off").topology)
+    assert a100.spec.nccl_cpu_link_gbps == 16.0 and a100.spec.nccl_cpu_nodes == 4
+    assert nccl_domains(a100.spec) == (0, 0, 2, 2, 4, 4, 6, 6)
+    assert [a100.nccl_nnodes(n) for n in (2, 4, 8)] == [1, 2, 4]
 
 
 def test_net_pair_follows_ncclTopoCheckNet_strictly():
@@ -76,7 +82,8 @@ def test_tp8_picks_and_toy_prices():
       tree LL = 6.8 + 2 x (3 x 1.0 + 1 x 5.0) = 22.8;  ring LL = 6.6 + 10 x 1.0 + 4 x 2.7 = 27.4
       (14 steps, 2 x nNodes = 4 of them network);  NVLSTree = 25 + 2 x 1 x 14 = 53.
     8 B: tree LL wins (22.8 + 0.003); it really costs 6.8 + 2 x (3 x 4 + 5.0) + 8 / 2421.05 = 40.8033 us.
-    32 KiB: ring LL 27.4 + 5.734 = 33.13 < tree LL 22.8 + 13.53 = 36.33 < NVLSTree 53.17: ring LL,
+    32 KiB: ring LL 27.4 + 5.734 = 33.13 < tree LL 22.8 + 13.53 / .7 (treeCorrectionFactor at log2(32 KiB
+    / 64) = 9) = 42.14, NVLSTree 53.17: ring LL,
     really 6.6 + 10 x 4 + 4 x 2.7 + 32768 / 5714.29 = 57.4 + 5.734 = 63.134 us.
     1 MiB: NVLSTree 53 + 5.46 = 58.46 beats ring LL 27.4 + 183.5."""
     tm = _toy()
@@ -86,6 +93,9 @@ def test_tp8_picks_and_toy_prices():
     assert name == "tree/ll" and t * 1e6 == pytest.approx(40.8 + 8 / 2421.0526, abs=1e-4)
     name, t = tm.pick("all_reduce", 32768, 8)
     assert name == "ring/ll" and t * 1e6 == pytest.approx(57.4 + 32768 / 5714.2857, abs=1e-3)
+    tuner = {n: t for n, t in ((x.name, x.time_us(32768, real=False)) for x in tm._terms("all_reduce",
+                                                                                           tuple(tm.placement(8))))}
+    assert tuner["tree/ll"] == pytest.approx(22.8 + 32768 / 2421.0526 / 0.7, abs=1e-3)
     assert tm.pick("all_reduce", 2 ** 20, 8)[0] == "nvls-tree"
     # the same box at TP4 is one node: NVLS is there and wins at 1 MiB
     assert tm.pick("all_reduce", 2 ** 20, 4)[0] == "nvls"

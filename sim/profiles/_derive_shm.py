@@ -73,3 +73,16 @@ def nccl_cpu_link(cpu: str) -> dict:
                     f"off: paths.cc ncclTopoComputePaths routes every GPU pair through the CPU, and shm.cc "
                     f"shmCanConnect -> ncclTopoCheckNet sends a pair over NET when both GPUs reach a NIC "
                     f"faster than each other")
+
+
+# NCCL's CPU nodes are NUMA domains (topo.h: `#define CPU 3 // Actually NUMA domains`; topo.cc ncclTopoAddCpu keys
+# each on its numaid). A DGX A100's EPYC 7742s run 4 NUMA nodes per socket: NCCL's own topology dump of one
+# (NVIDIA/nccl#1505) lists <cpu numaid="0"> ... <cpu numaid="7">, and its 4 GPU PCIe switches (2 GPUs each) hang
+# off 4 of them (GPU NUMA affinity 3, 1, 7, 5 on the same board layout: upb-pc2 "NVIDIA A100 40GB with NVLINK"
+# page, one GPU per switch shown). So P2P off, GPUs behind different switches cross a SYS link (AMD_BW 16 GB/s)
+# that NCCL rates below the GPU -> NIC path (min(PCIe Gen4 24, 200 Gb/s = 25) = 24).
+NCCL_CPU_NODES_DGX_A100 = sv(4, "derived: NCCL's CPU nodes are NUMA domains (topo.h `#define CPU 3 // Actually "
+                                "NUMA domains`); a DGX A100 topology dump by NCCL (NVIDIA/nccl#1505) shows numaid 0-7 "
+                                "(EPYC 7742 at 4 NUMA nodes per socket) with the 4 GPU PCIe switches (2 GPUs + 2 NICs "
+                                "each) on 4 of them (GPU NUMA affinity 3/1/7/5, upb-pc2 A100 NVLink node page): one "
+                                "CPU node per PCIe switch for the P2P-off SHM/NET decision")
