@@ -121,7 +121,7 @@ class TopologyModel:
                               base + (steps - inter_steps) * hop_r, bus * to_alg, plateau=plateau))
         if ar:
             terms += self._tree_terms(g, ranks, local, nodes, intra_cls, protos)
-            gl = n // nodes
+            gl = min(len(x) for x in groups)      # = n // nodes for an even placement; a P2P-off split can be uneven
             # NCCL 2.21 ncclNvlsInit: NVLS needs more than 2 GPUs in the node; no P2P condition. With
             # nNodes > 1 and no CollNet, plain NVLS is off (tuning.cc ncclTopoTuneModel l. 284-290,
             # enqueue.cc topoGetAlgoInfo l. 1502-1505) and NVLSTree is what remains (_nvls_term)
