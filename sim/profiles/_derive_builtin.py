@@ -243,8 +243,11 @@ def main():
             "format": "tpsim-profile", "version": 1, "extends": base, "name": f"{base}-p2p-off",
             "description": f"{base} with NCCL_P2P_DISABLE=1: ring/tree steps through host shared memory "
                            f"(PCIe {pcie} x16 to the CPU and back; no LL128); NVLS stays on (NCCL 2.21 "
-                           f"ncclNvlsInit has no P2P condition); NCCL's tuner still prices an SHM step as a "
-                           f"PCI hop when it picks the algorithm",
+                           f"ncclNvlsInit has no P2P condition) inside one NCCL node; pairs across "
+                           f"{'sockets' if base == 'h100-sxm' else 'NUMA nodes (PCIe switches)'} go NET/IB "
+                           f"(shmCanConnect -> ncclTopoCheckNet), so TP8 is "
+                           f"{'2' if base == 'h100-sxm' else '4'} NCCL nodes, NVLS off; NCCL's tuner still "
+                           f"prices an SHM step as a PCI hop when it picks the algorithm",
             "topology": topo,
             "collectives": {
                 "replace": True,
