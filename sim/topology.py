@@ -164,7 +164,8 @@ def nccl_net_pair(spec: TopologySpec, a: int, b: int) -> bool:
     P2P off, so p2pCanConnect fails and shmCanConnect decides (src/transport/shm.cc l. 50-71): it
     calls ncclTopoCheckNet first (paths.cc l. 439-468), which answers "use the network" when BOTH
     GPUs reach a NIC (PXB or better) faster than each other (`netSpeed1 > speed && netSpeed2 >
-    speed`, strictly). Then ncclTopoComputePaths marks the pair PATH_NET (l. 583-597)."""
+    speed`, strictly; NCCL_NET_DISABLE_INTRA defaults to 0, l. 436). Then ncclTopoComputePaths marks
+    the pair PATH_NET (l. 583-597). Unchanged in NCCL master as fetched (5067397c)."""
     if spec.p2p or spec.nccl_cpu_link_gbps <= 0 or a == b:
         return False
     speed = _nccl_gpu_gpu_gbps(spec, a, b)
