@@ -74,8 +74,11 @@ def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, c
                 flagged.append(r.bytes)
                 reason = lt.unpriced
         rows = marked
+    nccl = _nccl_nodes(prof, group, gpus_per_node, rows)
     if as_json:
         out = to_json(prof.name, collective, group, mode, rows)
+        if nccl is not None:
+            out["nccl"] = nccl
         if measured is not None:
             out["compare"] = {"file": compare_path, "median_abs_error_pct": _median_abs(rows)}
             if timing is not None:
@@ -99,6 +102,10 @@ def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, c
         t.add_row(*cells, r.path)
     console = rich_console(width=140)
     console.print(t)
+    if nccl is not None:
+        console.print(f"NCCL nNodes {nccl['nnodes']} (ranks per NCCL node {'+'.join(map(str, nccl['ranks_per_node']))}"
+                      f"; P2P off: {nccl['why']}); algorithm/protocol the tuner picks: "
+                      f"{', '.join(nccl['picks']) or '-'} (path column, per size)", soft_wrap=True)
     if measured is not None:
         med = _median_abs(rows)
         console.print(f"median |error| over {sum(r.measured_us is not None for r in rows)} sizes: "
@@ -119,6 +126,28 @@ def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, c
             console.print(f"warning: {compare_path}: {reason}: {len(flagged)} sizes marked +first-launch? (their "
                           f"times include it; nccl-tests -G 10 or more spreads it over ten times the calls)",
                           soft_wrap=True)
+
+
+def _nccl_nodes(prof, group: int, gpus_per_node: int | None, rows) -> dict | None:
+    """For a P2P-off profile with a topology: how NCCL 2.21 splits the group into nodes
+    (sim/topology.py nccl_domains) and the algorithm/protocol picks in the rows; None otherwise."""
+    spec = prof.topology
+    if spec is None or spec.p2p or group <= 1:
+        return None
+    from tpsim.sim.topology import nccl_nodes
+    from tpsim.sim.topology_price import TopologyModel
+    tm = TopologyModel(spec)
+    nodes = nccl_nodes(spec, tm.placement(group, gpus_per_node or prof.gpus_per_node))
+    boxes = len({k for k, _ in tm.placement(group, gpus_per_node or prof.gpus_per_node)})
+    why = ("cross-socket pairs go NET/IB (shm.cc shmCanConnect -> ncclTopoCheckNet), NVLS off for nNodes > 1"
+           if len(nodes) > boxes else "every pair inside a box is SHM (one NCCL node per box)")
+    picks = []
+    for r in rows:
+        if r.path.startswith("topology:"):
+            name = r.path[len("topology:"):].split("+")[0]
+            if name not in picks:
+                picks.append(name)
+    return {"nnodes": len(nodes), "ranks_per_node": [len(x) for x in nodes], "why": why, "picks": picks}
 
 
 def _median_abs(rows) -> float | None:

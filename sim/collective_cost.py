@@ -42,11 +42,20 @@ class CollectiveCost:
         the network (enqueue.cc: a plan with proxy ops launches hostStreamPlanCallback on NCCL's host
         stream and the kernel waits for it; NVIDIA/nccl#1805: skipped inside a node). The simulator
         chains these per rank (sim/engine.py `host_s`); 0 in eager mode, inside a node, or while the
-        profile leaves collectives.graph_net_host_us unset."""
+        profile leaves collectives.graph_net_host_us unset. "Inside a node" is NCCL's node: a P2P-off
+        group that NCCL splits into several (nccl_nnodes > 1) has NET proxy ops, so it pays it too."""
         h = self.profile.graph_net_host_s
         if h <= 0 or not op.is_comm or not self.stack.graphs(phase):
             return 0.0
-        return h if op.attr("group") > self.gpus_per_node else 0.0
+        return h if op.attr("group") > self.gpus_per_node or self.nccl_nnodes(op.attr("group")) > 1 else 0.0
+
+    def nccl_nnodes(self, group: int) -> int:
+        """NCCL's nNodes for a group: boxes spanned, or more where P2P off splits a box
+        (TopologyModel.nccl_nnodes); without a topology section, the boxes spanned."""
+        topo = self.topology()
+        if topo is None or (group > self.gpus_per_node and not topo.spec.multi_node):
+            return -(-group // self.gpus_per_node)
+        return topo.nccl_nnodes(group, self.gpus_per_node)
 
     def collective_s(self, collective: str, nbytes: float, group: int, mode: str, impl: str | None = None) -> float:
         """Seconds for one collective of `nbytes` (nccl-tests size convention) over `group` ranks."""

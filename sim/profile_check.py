@@ -231,6 +231,8 @@ class _Getter:
                 shm_hop_us={k: self.num(f"{t}.shm_hop_us.{k}", min_=0.0)
                             for k in (self.obj(f"{t}.shm_hop_us") if f"shm_hop_us" in self.obj(t) else {})},
                 shm_gbps=self.num(f"{t}.shm_gbps", default=0.0, min_=0.0),
+                nccl_cpu_link_gbps=self.num(f"{t}.nccl_cpu_link_gbps", default=0.0, min_=0.0),
+                nccl_cpu_nodes=int(self.num(f"{t}.nccl_cpu_nodes", default=0.0, min_=0.0)),
                 sources={k: v.get("source", "") for k, v in self.obj(t).items() if isinstance(v, dict)},
             )
         except ValueError as e:

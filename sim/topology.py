@@ -19,6 +19,9 @@ change:
   flows of a socket share its memory bandwidth. NVLS stays on: NCCL 2.21's ncclNvlsInit has no
   P2P condition (NCCL_NVLS_ENABLE and > 2 GPUs), and P2P_DISABLE only reroutes GPU->GPU paths
   through the CPU (paths.cc), not the GPU<->NVSwitch paths the NVLS search follows.
+  But a pair whose CPU path is slower than both GPUs' NIC paths is not SHM: it goes over the
+  network, and NCCL splits the box into several "nodes" (`nccl_domains`, below): a DGX-H100 TP8
+  is two 4-GPU NCCL nodes joined by the NICs, priced as a two-node job (no NVLS, NVLSTree).
 - NCCL's tuner picks the algorithm/protocol by ITS OWN constants (tuning.cc: an SHM step is a
   "PCI" hop, 1 us for LL), but a step through host memory really costs what the topology's
   `shm_hop_us` says (public p2pBandwidthLatencyTest "P2P=Disabled" matrices). So each candidate
@@ -83,6 +86,9 @@ class TopologySpec:
     shm_hop_us: dict = field(default_factory=dict, hash=False)   # real per-step latency over SHM, per protocol
     shm_gbps: float = 0.0           # per-GPU rate of an SHM flow, every GPU reading and writing host memory at once
                                     # (0: the PCIe links alone bound it)
+    nccl_cpu_link_gbps: float = 0.0  # NCCL's OWN rating of the CPU<->CPU link (topo.cc ncclTopoGetInterCpuBw),
+                                     # which decides SHM vs NET with P2P off; 0: not declared (one NCCL node)
+    nccl_cpu_nodes: int = 0         # NCCL's CPU nodes (NUMA domains) the PCIe switches spread over; 0: one per socket
     sources: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -116,6 +122,82 @@ def _socket_of_switch(spec: TopologySpec, s: int) -> int:
 def _nic_of(spec: TopologySpec, i: int) -> int:
     """NIC used by local GPU i: the rail it sits on (NICs spread evenly over the GPUs)."""
     return i * spec.nics_per_node // spec.gpus_per_node
+
+
+# ------------------------------------------------------------------ NCCL's node split with P2P off
+
+def _nccl_gpu_gpu_gbps(spec: TopologySpec, a: int, b: int) -> float:
+    """NCCL's path bandwidth GPU a -> GPU b with P2P off (NCCL 2.21 src/graph/paths.cc).
+    ncclTopoCheckP2p (l. 253-345): NCCL_P2P_DISABLE=1 sets p2pLevel PATH_LOC (ncclGetLevel), so no
+    GPU pair passes; ncclTopoComputePaths (l. 542-580) then diverts a -> b through getLocalCpu(b)
+    (addInterStep, l. 176-193: the path's bw is the min of its two halves; ncclTopoSetPaths, l. 34-111:
+    a half's bw is the min of its links). GPU -> PCIe switch -> CPU links are PCIe (topo.cc
+    ncclTopoAddPci l. 450-460: width x speed / 80, Gen5 x16 = 48 GB/s); crossing sockets adds the
+    CPU <-> CPU link at NCCL's own rating (topo.cc ncclTopoConnectCpus l. 252-265)."""
+    sa, sb = _nccl_cpu_of(spec, a), _nccl_cpu_of(spec, b)
+    return spec.pcie_gbps if sa == sb else min(spec.pcie_gbps, spec.nccl_cpu_link_gbps)
+
+
+def _nccl_cpu_of(spec: TopologySpec, i: int) -> int:
+    """NCCL's CPU node of GPU i: a NUMA domain, not a socket (topo.h `#define CPU 3 // Actually NUMA
+    domains`); every pair of CPU nodes gets the same SYS link (ncclTopoConnectCpus)."""
+    n = spec.nccl_cpu_nodes or spec.sockets
+    switches = math.ceil(spec.gpus_per_node / spec.gpus_per_pcie_switch)
+    return min(n - 1, _switch_of(spec, i) * n // switches)
+
+
+def _nccl_net_gbps(spec: TopologySpec, i: int) -> float:
+    """NCCL's best GPU i -> NET path bandwidth over a path of type PXB or better (a NIC behind the
+    GPU's own PCIe switch; NCCL 2.21 paths.cc ncclTopoCheckNet l. 456-465): min(PCIe links, the NIC's
+    NET link = port speed / 8000, topo.cc ncclTopoAddNet l. 356-358); 0 without such a NIC."""
+    if not spec.multi_node:
+        return 0.0
+    own = _switch_of(spec, i)
+    nic_switches = {_switch_of(spec, min(k for k in range(spec.gpus_per_node) if _nic_of(spec, k) == j))
+                    for j in {_nic_of(spec, k) for k in range(spec.gpus_per_node)}}
+    return min(spec.pcie_gbps, spec.nic_gbps) if own in nic_switches else 0.0
+
+
+def nccl_net_pair(spec: TopologySpec, a: int, b: int) -> bool:
+    """True when NCCL 2.21 connects GPUs a and b of one box over the network (NET/IB), not SHM.
+
+    P2P off, so p2pCanConnect fails and shmCanConnect decides (src/transport/shm.cc l. 50-71): it
+    calls ncclTopoCheckNet first (paths.cc l. 439-468), which answers "use the network" when BOTH
+    GPUs reach a NIC (PXB or better) faster than each other (`netSpeed1 > speed && netSpeed2 >
+    speed`, strictly; NCCL_NET_DISABLE_INTRA defaults to 0, l. 436). Then ncclTopoComputePaths marks
+    the pair PATH_NET (l. 583-597). Unchanged in NCCL master as fetched (5067397c)."""
+    if spec.p2p or spec.nccl_cpu_link_gbps <= 0 or a == b:
+        return False
+    speed = _nccl_gpu_gpu_gbps(spec, a, b)
+    return _nccl_net_gbps(spec, a) > speed and _nccl_net_gbps(spec, b) > speed
+
+
+def nccl_domains(spec: TopologySpec) -> tuple[int, ...]:
+    """The NCCL node of each local GPU of one box: ncclTopoTrimSystem (paths.cc l. 642-686) gives
+    GPU g the smallest domain of any earlier GPU it reaches by a path below PATH_NET, and keeps only
+    the GPUs of this rank's domain; init.cc (l. 1110-1125) then counts one node per distinct first
+    ring rank, i.e. one per domain. DGX H100 with P2P off: PCIe 48 GB/s inside a socket is not below
+    the NIC's min(48, 50), so SHM; across sockets SKL_QPI_BW 10 GB/s is: NET -- domains (0,0,0,0,4,4,4,4)."""
+    n = spec.gpus_per_node
+    dom = list(range(n))
+    for g in range(n):
+        for p in range(g):
+            if not nccl_net_pair(spec, g, p):
+                dom[g] = min(dom[g], dom[p])
+    return tuple(dom)
+
+
+def nccl_nodes(spec: TopologySpec, ranks: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
+    """The ranks grouped as NCCL counts nodes (nNodes = len): per box, per NCCL domain, in rank order."""
+    dom = nccl_domains(spec)
+    out: dict = {}
+    for k, i in ranks:
+        out.setdefault((k, dom[i]), []).append((k, i))
+    return list(out.values())
+
+
+def _same_nccl_node(spec: TopologySpec, a: tuple[int, int], b: tuple[int, int]) -> bool:
+    return a[0] == b[0] and not nccl_net_pair(spec, a[1], b[1])
 
 
 def build_graph(spec: TopologySpec, nodes: int = 1) -> nx.DiGraph:
@@ -161,7 +243,7 @@ def route(g: nx.DiGraph, spec: TopologySpec, a: tuple[int, int], b: tuple[int, i
     """The path NCCL's transport takes from GPU a=(node, local) to GPU b."""
     (ka, ia), (kb, ib) = a, b
     src, dst = gpu(ka, ia), gpu(kb, ib)
-    if ka != kb:
+    if not _same_nccl_node(spec, a, b):     # another box, or a P2P-off pair NCCL sends over NET
         # GPUDirect RDMA: GPU -> its PCIe switch -> its rail's NIC -> fabric -> NIC -> GPU
         na, nb = f"n{ka}.nic{_nic_of(spec, ia)}", f"n{kb}.nic{_nic_of(spec, ib)}"
         return (_pci_path(g, src, na) + ["fabric"] + _pci_path(g, nb, dst))
@@ -185,16 +267,16 @@ def _pci_path(g: nx.DiGraph, a: str, b: str) -> list[str]:
 def ring_busbw_gbps(g: nx.DiGraph, spec: TopologySpec, ranks: list[tuple[int, int]], channels: int = 1) -> float:
     """Bus bandwidth of ring channels over `ranks` (node-major order): the tightest resource.
 
-    Channel c rotates the order inside each node so that its node-crossing edges leave from
+    Nodes are NCCL's (nccl_nodes: a P2P-off box may be several). Channel c rotates the order inside each node so that its node-crossing edges leave from
     different GPUs (and NICs), as NCCL's rings over multi-rail nodes do; each channel carries
     1/channels of the data."""
     load: dict = {}
     cap: dict = {}
     shm = False
     for c in range(channels):
-        for a, b in _ring_edges(ranks, c):
+        for a, b in _ring_edges(spec, ranks, c):
             path = route(g, spec, a, b)
-            shm = shm or (not spec.p2p and a[0] == b[0])
+            shm = shm or (not spec.p2p and _same_nccl_node(spec, a, b))
             for u, v in zip(path, path[1:]):
                 e = g.edges[u, v]
                 load[e["res"]] = load.get(e["res"], 0.0) + 1.0 / channels
@@ -209,13 +291,9 @@ def ring_busbw_gbps(g: nx.DiGraph, spec: TopologySpec, ranks: list[tuple[int, in
     return bw
 
 
-def _ring_edges(ranks: list[tuple[int, int]], channel: int) -> list[tuple]:
-    by_node: dict = {}
-    for k, i in ranks:
-        by_node.setdefault(k, []).append((k, i))
+def _ring_edges(spec: TopologySpec, ranks: list[tuple[int, int]], channel: int) -> list[tuple]:
     order = []
-    for k in sorted(by_node):
-        loc = by_node[k]
+    for loc in nccl_nodes(spec, ranks):          # node-major, as NCCL's rings cross each node once
         r = (channel + 1) % len(loc)
         order.extend(loc[r:] + loc[:r])
     return list(zip(order, order[1:] + order[:1]))

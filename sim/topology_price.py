@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from .topology import TopologySpec, _hop_class, _nic_of, _switch_of, build_graph, ring_busbw_gbps
+from .topology import TopologySpec, _hop_class, _nic_of, _switch_of, build_graph, nccl_nodes, ring_busbw_gbps
 
 
 class TopologyModel:
@@ -84,15 +84,18 @@ class TopologyModel:
     def _derive_terms(self, collective: str, ranks: list) -> list["Term"]:
         spec, lat = self.spec, self.spec.latency
         n = len(ranks)
-        nodes = len({k for k, _ in ranks})
-        g = self.graph(nodes)
-        local = [r for r in ranks if r[0] == 0]
+        # NCCL's nodes, not the boxes: with P2P off a box whose CPU link NCCL rates below its NICs
+        # is several (topology.nccl_domains); nNodes drives every multi-node rule below, as in NCCL
+        groups = nccl_nodes(spec, ranks)
+        nodes = len(groups)
+        g = self.graph(len({k for k, _ in ranks}))
+        local = groups[0]
         intra_cls = _hop_class(g, spec, local[0], local[1]) if len(local) > 1 else "net"
         ar = collective == "all_reduce"
         steps = 2 * (n - 1) if ar else n - 1
         to_alg = n / (2 * (n - 1)) if ar else n / (n - 1)     # busbw -> algbw
 
-        channels = spec.nics_per_node if nodes > 1 else 1
+        channels = self._node_nics(local) if nodes > 1 else 1
         ring_bus = ring_busbw_gbps(g, spec, ranks, channels)
         # NCCL 2.21 tuning.cc: an all-reduce ring counts 2 * nNodes network steps (later releases 2(nNodes-1))
         inter_steps = min(steps, (2 * nodes if ar else nodes - 1) if nodes > 1 else 0)
@@ -118,14 +121,31 @@ class TopologyModel:
                               base + (steps - inter_steps) * hop_r, bus * to_alg, plateau=plateau))
         if ar:
             terms += self._tree_terms(g, ranks, local, nodes, intra_cls, protos)
-            gl = n // nodes
-            # NCCL 2.21 ncclNvlsInit: NVLS needs more than 2 GPUs in the node; no P2P condition
+            gl = min(len(x) for x in groups)      # = n // nodes for an even placement; a P2P-off split can be uneven
+            # NCCL 2.21 ncclNvlsInit: NVLS needs more than 2 GPUs in the node; no P2P condition. With
+            # nNodes > 1 and no CollNet, plain NVLS is off (tuning.cc ncclTopoTuneModel l. 284-290,
+            # enqueue.cc topoGetAlgoInfo l. 1502-1505) and NVLSTree is what remains (_nvls_term)
             if spec.intra == "nvswitch" and spec.nvls_busbw_gbps > 0 and gl > 2:
                 terms.append(self._nvls_term(gl, nodes))     # the smallest node sets the pace
             # The two-level reduce-scatter/all-reduce/all-gather (_two_level_terms) is not one of
             # NCCL's algorithms: one ncclAllReduce call never runs it, so NCCL's tuner never picks
             # it (tuning.cc evaluates Tree/Ring/CollNet/NVLS/NVLSTree only).
         return terms
+
+    def _node_nics(self, local: list) -> int:
+        """NICs one NCCL node drives: every NIC of a box (nics_per_node), or, where P2P off splits
+        the box, the rail NICs of the node's own GPUs (the other socket's NICs are PATH_SYS away,
+        and ncclTopoCheckNet/the ring search use NICs at PXB or better)."""
+        spec = self.spec
+        if len(local) == spec.gpus_per_node:
+            return spec.nics_per_node
+        if len(nccl_nodes(spec, [(0, i) for i in range(spec.gpus_per_node)])) == 1:
+            return spec.nics_per_node                 # a partly filled box, not a split one: as before
+        return len({_nic_of(spec, i) for _, i in local})
+
+    def nccl_nnodes(self, group: int, gpus_per_node: int | None = None) -> int:
+        """NCCL's nNodes for this group (init.cc: one per trimmed domain), as `tpsim collective` shows it."""
+        return len(nccl_nodes(self.spec, self.placement(group, gpus_per_node))) if group > 1 else 1
 
     def _nvls_term(self, gl: int, nodes: int) -> "Term":
         """NVLS inside a node (the switch reduces; each GPU moves S(1 + 1/g) each way, so
@@ -184,7 +204,7 @@ class TopologyModel:
         spec, lat = self.spec, self.spec.latency
         per_node = len(local)
         chain_bw = ring_busbw_gbps(g, spec, local) if per_node > 1 else math.inf
-        net_bw = spec.nic_gbps * spec.nics_per_node if nodes > 1 else math.inf
+        net_bw = spec.nic_gbps * self._node_nics(local) if nodes > 1 else math.inf
         bw = min(chain_bw, net_bw)
         if not math.isfinite(bw):
             return []

@@ -25,23 +25,38 @@ def as_json(*args):
 
 
 def test_json_rows_priced_from_the_shm_mechanism():
-    """h100-sxm-p2p-off, 8 ranks, 8 B: NCCL's tuner picks Ring LL (its PCI constants: 6.6 + 14 x 1.0
-    < NVLS 25 us), and the ring pays 14 SHM steps of 3.54 us: 6.6 + 49.56 + offset (-1.18) =
-    54.98 us; a compiled graph step adds the functional all-reduce's copy (2.49 us) and NCCL's
-    graph-mixing record node (1.31 us, as h100-sxm: independent of the transport)."""
-    bare = as_json("--profile", "h100-sxm-p2p-off", "--group", "8", "--bytes", "8", "--mode", "nccl")
-    assert set(bare) == {"profile", "collective", "group", "mode", "rows"}
+    """h100-sxm-p2p-off, 4 ranks (one socket: one NCCL node), 8 B: NCCL's tuner picks Ring LL (its PCI
+    constants: 6.6 + 6 x 1.0 < NVLS 25 us), and the ring pays 6 SHM steps of 3.54 us: 6.6 + 21.24 +
+    offset (-1.18) = 26.66 us; a compiled graph step adds the functional all-reduce's copy (2.49 us)
+    and NCCL's graph-mixing record node (1.31 us, as h100-sxm: independent of the transport)."""
+    bare = as_json("--profile", "h100-sxm-p2p-off", "--group", "4", "--bytes", "8", "--mode", "nccl")
+    assert set(bare) == {"profile", "collective", "group", "mode", "rows", "nccl"}
     assert (bare["profile"], bare["collective"], bare["group"], bare["mode"]) == \
-        ("h100-sxm-p2p-off", "all_reduce", 8, "nccl")
+        ("h100-sxm-p2p-off", "all_reduce", 4, "nccl")
+    assert bare["nccl"]["nnodes"] == 1 and bare["nccl"]["picks"] == ["ring/ll"]
     (row,) = bare["rows"]
     assert set(row) == {"bytes", "time_us", "busbw_gbps", "path"}
     assert row["path"] == "topology:ring/ll"
-    assert row["time_us"] == pytest.approx(6.6 + 14 * 3.54 - 1.18, abs=0.01)
+    assert row["time_us"] == pytest.approx(6.6 + 6 * 3.54 - 1.18, abs=0.01)
     # busbw = bytes / time * 2(n-1)/n, in GB/s
-    assert row["busbw_gbps"] == pytest.approx(round(8 / (row["time_us"] * 1e-6) / 1e9 * 14 / 8, 3), abs=1e-3)
-    (g,) = as_json("--profile", "h100-sxm-p2p-off", "--group", "8", "--bytes", "8")["rows"]
+    assert row["busbw_gbps"] == pytest.approx(round(8 / (row["time_us"] * 1e-6) / 1e9 * 6 / 4, 3), abs=1e-3)
+    (g,) = as_json("--profile", "h100-sxm-p2p-off", "--group", "4", "--bytes", "8")["rows"]
     assert g["path"] == "topology:ring/ll+graph_extra+graph_nccl_node"
     assert g["time_us"] == pytest.approx(row["time_us"] + 2.49 + 1.31, abs=0.01)
+    # P2P on: no NCCL-node line (every box is one NCCL node)
+    assert "nccl" not in as_json("--group", "8", "--bytes", "8", "--mode", "nccl")
+
+
+def test_p2p_off_tp8_shows_two_nccl_nodes_and_the_pick():
+    """h100-sxm-p2p-off TP8: two 4-GPU NCCL nodes (cross-socket pairs over NET/IB), so NVLS is off;
+    at 8 B the tuner picks Tree LL (tuner 6.8 + 2 x (3 x 1.0 + 1 x 5.0) = 22.8 us < Ring LL
+    6.6 + 10 x 1.0 + 4 x 2.7 = 27.4), which really costs 6.8 + 2 x (3 x 3.54 + 5.0) - 1.18 = 36.86 us."""
+    out = as_json("--profile", "h100-sxm-p2p-off", "--group", "8", "--bytes", "8", "--mode", "nccl")
+    assert out["nccl"]["nnodes"] == 2 and out["nccl"]["ranks_per_node"] == [4, 4]
+    assert out["nccl"]["picks"] == ["tree/ll"] and "NET/IB" in out["nccl"]["why"]
+    assert out["rows"][0]["time_us"] == pytest.approx(6.8 + 2 * (3 * 3.54 + 5.0) - 1.18, abs=0.01)
+    r = run("--profile", "h100-sxm-p2p-off", "--group", "8", "--bytes", "8", "--mode", "nccl")
+    assert r.exit_code == 0 and "NCCL nNodes 2" in r.output and "tree/ll" in r.output
 
 
 def test_table_path_and_size_units():

@@ -65,8 +65,11 @@ def test_routes_follow_the_transport():
     off = load_profile("h100-sxm-p2p-off").topology
     g_on, g_off = build_graph(on, 2), build_graph(off, 2)
     assert route(g_on, on, (0, 0), (0, 5)) == ["n0.gpu0", "n0.nvswitch", "n0.gpu5"]
-    p = route(g_off, off, (0, 0), (0, 5))
+    p = route(g_off, off, (0, 0), (0, 3))          # same socket: SHM through host memory
     assert "n0.nvswitch" not in p and any(".mem" in v for v in p) and p[1].startswith("n0.pcisw")
+    # across sockets with P2P off NCCL uses NET/IB (shmCanConnect -> ncclTopoCheckNet): own NICs, fabric
+    assert route(g_off, off, (0, 0), (0, 5)) == ["n0.gpu0", "n0.pcisw0", "n0.nic0", "fabric", "n0.nic5",
+                                                 "n0.pcisw2", "n0.gpu5"]
     x = route(g_on, on, (0, 2), (1, 3))
     assert "fabric" in x and "n0.nic2" in x and "n1.nic3" in x
 
@@ -264,26 +267,26 @@ def test_p2p_off_costs_more_than_p2p_on(base):
 
 def test_p2p_off_keeps_nvls_and_nccl_picks_by_its_own_pci_constants():
     """NCCL 2.21: NVLS has no P2P condition (ncclNvlsInit) but needs > 2 GPUs; LL128 is off the
-    NVLink path. NCCL's tuner prices an SHM step as a PCI hop (1.0 us LL), so at 8 B over 8 ranks
-    it picks Ring LL (6.6 + 14 x 1.0 = 20.6 us < NVLS 25) -- and that ring really pays 14 SHM steps
-    of shm_hop_us.ll (3.54 us) each. At 256 KiB the tuner's Ring/Tree LL (bandwidth-bound at
-    PCIe rates) lose to NVLS, which is then what it costs."""
+    NVLink path. TP4 on one socket stays one NCCL node (tests/test_p2p_off_nodes.py), so NVLS stays.
+    NCCL's tuner prices an SHM step as a PCI hop (1.0 us LL), so at 8 B over 4 ranks it picks Ring
+    LL (6.6 + 6 x 1.0 = 12.6 us < NVLS 25) -- and that ring really pays 6 SHM steps of
+    shm_hop_us.ll (3.54 us) each. At 256 KiB the tuner's Ring/Tree LL (bandwidth-bound at PCIe
+    rates) lose to NVLS, which is then what it costs."""
     off = _model("h100-sxm-p2p-off")
     spec = load_profile("h100-sxm-p2p-off").topology
-    names = {n for n, _ in off.choices("all_reduce", 1024, 8)}
+    names = {n for n, _ in off.choices("all_reduce", 1024, 4)}
     assert "nvls" in names and not any("ll128" in n for n in names)
     assert "nvls" not in {n for n, _ in off.choices("all_reduce", 1024, 2)}
     on_names = {n for n, _ in _model("h100-sxm").choices("all_reduce", 1024, 8)}
     assert "nvls" in on_names and "ring/ll128" in on_names
     assert spec.shm_hop_us["ll"] == pytest.approx(3.54)
-    name, t = off.pick("all_reduce", 8, 8)
+    name, t = off.pick("all_reduce", 8, 4)
     assert name == "ring/ll"
-    assert t * 1e6 == pytest.approx(6.6 + 14 * 3.54 + spec.latency_offset_us, abs=0.01)
-    name, t = off.pick("all_reduce", 2 ** 18, 8)
+    assert t * 1e6 == pytest.approx(6.6 + 6 * 3.54 + spec.latency_offset_us, abs=0.01)
+    on = _model("h100-sxm")
+    name, t = off.pick("all_reduce", 2 ** 18, 4)
     assert name == "nvls"
-    assert t == pytest.approx(_model("h100-sxm").choices("all_reduce", 2 ** 18, 8)[0][1]
-                              if _model("h100-sxm").pick("all_reduce", 2 ** 18, 8)[0] == "nvls"
-                              else dict(_model("h100-sxm").choices("all_reduce", 2 ** 18, 8))["nvls"])
+    assert t == pytest.approx(dict(on.choices("all_reduce", 2 ** 18, 4))["nvls"])
 
 
 def test_spanning_nodes_offers_only_nccl_algorithms_and_placement_matters():

@@ -25,6 +25,7 @@ from _derive_common import AIC, DATA, OUT, sv  # noqa: E402
 from _derive_compute import eager_launch, gemm_curves, gemm_table  # noqa: E402
 from _derive_collectives import (GRAPH_NET_HOST, JITTER, OVERLAP, custom_tables, graph_extra, graph_nccl_node,  # noqa: E402
                                  latency_offset, nccl_latency, nccl_tables, shm_constants, write)
+from _derive_shm import NCCL_CPU_NODES_DGX_A100, nccl_cpu_link  # noqa: E402
 
 # ---------------------------------------------------------------- boxes
 
@@ -235,12 +236,18 @@ def main():
                 {k: sv(v["value"], "transferred from h100-sxm-p2p-off (a GPU<->host-memory traversal is a "
                                    "PCIe/host property, not a GPU one): " + v["source"]) for k, v in shm_hops.items()}}
         topo["shm_gbps"] = shm_gbps["hopper" if base == "h100-sxm" else "ampere"]
+        topo["nccl_cpu_link_gbps"] = nccl_cpu_link("intel-xeon-8480c" if base == "h100-sxm" else "amd-epyc-7742")
+        if base == "a100-sxm":
+            topo["nccl_cpu_nodes"] = NCCL_CPU_NODES_DGX_A100
         twin = {
             "format": "tpsim-profile", "version": 1, "extends": base, "name": f"{base}-p2p-off",
             "description": f"{base} with NCCL_P2P_DISABLE=1: ring/tree steps through host shared memory "
                            f"(PCIe {pcie} x16 to the CPU and back; no LL128); NVLS stays on (NCCL 2.21 "
-                           f"ncclNvlsInit has no P2P condition); NCCL's tuner still prices an SHM step as a "
-                           f"PCI hop when it picks the algorithm",
+                           f"ncclNvlsInit has no P2P condition) inside one NCCL node; pairs across "
+                           f"{'sockets' if base == 'h100-sxm' else 'NUMA nodes (PCIe switches)'} go NET/IB "
+                           f"(shmCanConnect -> ncclTopoCheckNet), so TP8 is "
+                           f"{'2' if base == 'h100-sxm' else '4'} NCCL nodes, NVLS off; NCCL's tuner still "
+                           f"prices an SHM step as a PCI hop when it picks the algorithm",
             "topology": topo,
             "collectives": {
                 "replace": True,

@@ -50,3 +50,39 @@ def shm_flow_gbps(h800_text: str, a100_text: str) -> dict:
              f"'about 5-6GB/s' (copy engines; on the H800 run SM copies reach {ce_ratio:.2f}x of CE in that test, so the "
              f"SM rate may be lower still). sim/profiles/_data/nvbandwidth-A100-host-bidirectional.txt. Per-flow cap")
     return {"hopper": sv(hop, src_h), "ampere": sv(amp, src_a)}
+
+
+# NCCL 2.21 src/graph/topo.h l. 19-27 and topo.cc ncclTopoGetInterCpuBw (l. 63-83), ncclTopoAddCpu (l. 492-503):
+# the bandwidth NCCL gives the CPU <-> CPU (SYS) link by the CPU it detects. Intel x86 with family 6 and
+# model >= 0x55 (Skylake-SP and later) is NCCL_TOPO_CPU_TYPE_SKL -> SKL_QPI_BW; AMD x86 -> AMD_BW.
+NCCL_INTER_CPU = {
+    "intel-xeon-8480c": (10.0, "SKL_QPI_BW = 10.0 GB/s: Xeon Platinum 8480C is Sapphire Rapids, CPUID family 6 "
+                               "model 0x8F (Linux arch/x86/include/asm/intel-family.h INTEL_FAM6_SAPPHIRERAPIDS_X), "
+                               ">= 0x55, so topo.cc ncclTopoAddCpu types it NCCL_TOPO_CPU_TYPE_SKL"),
+    "amd-epyc-7742": (16.0, "AMD_BW = 16.0 GB/s: EPYC 7742 reports vendor AuthenticAMD (topo.cc kvDictCpuVendor), "
+                            "so ncclTopoGetInterCpuBw returns AMD_BW"),
+}
+
+
+def nccl_cpu_link(cpu: str) -> dict:
+    """NCCL's own rating of the inter-CPU link for this host CPU ({value, source}). Not a hardware
+    bandwidth (the profile's cpu_link_gbps is that): the number NCCL compares against the NIC path
+    to decide SHM or NET for a P2P-off pair (sim/topology.py nccl_net_pair)."""
+    gbps, why = NCCL_INTER_CPU[cpu]
+    return sv(gbps, f"NCCL 2.21 src/graph/topo.h/topo.cc ncclTopoGetInterCpuBw: {why}. Used only with P2P "
+                    f"off: paths.cc ncclTopoComputePaths routes every GPU pair through the CPU, and shm.cc "
+                    f"shmCanConnect -> ncclTopoCheckNet sends a pair over NET when both GPUs reach a NIC "
+                    f"faster than each other")
+
+
+# NCCL's CPU nodes are NUMA domains (topo.h: `#define CPU 3 // Actually NUMA domains`; topo.cc ncclTopoAddCpu keys
+# each on its numaid). A DGX A100's EPYC 7742s run 4 NUMA nodes per socket: NCCL's own topology dump of one
+# (NVIDIA/nccl#1505) lists <cpu numaid="0"> ... <cpu numaid="7">, and its 4 GPU PCIe switches (2 GPUs each) hang
+# off 4 of them (GPU NUMA affinity 3, 1, 7, 5 on the same board layout: upb-pc2 "NVIDIA A100 40GB with NVLINK"
+# page, one GPU per switch shown). So P2P off, GPUs behind different switches cross a SYS link (AMD_BW 16 GB/s)
+# that NCCL rates below the GPU -> NIC path (min(PCIe Gen4 24, 200 Gb/s = 25) = 24).
+NCCL_CPU_NODES_DGX_A100 = sv(4, "derived: NCCL's CPU nodes are NUMA domains (topo.h `#define CPU 3 // Actually "
+                                "NUMA domains`); a DGX A100 topology dump by NCCL (NVIDIA/nccl#1505) shows numaid 0-7 "
+                                "(EPYC 7742 at 4 NUMA nodes per socket) with the 4 GPU PCIe switches (2 GPUs + 2 NICs "
+                                "each) on 4 of them (GPU NUMA affinity 3/1/7/5, upb-pc2 A100 NVLink node page): one "
+                                "CPU node per PCIe switch for the P2P-off SHM/NET decision")
