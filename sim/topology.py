@@ -42,8 +42,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import networkx as nx
+if TYPE_CHECKING:
+    import networkx as nx
 
 INTRA_KINDS = ("nvswitch", "pcie")
 PROTOCOLS = ("ll", "ll128", "simple")
@@ -204,6 +206,7 @@ def build_graph(spec: TopologySpec, nodes: int = 1) -> nx.DiGraph:
     """Nodes x (GPUs, NVSwitch, PCIe switches, CPU sockets, host memory, NICs) + one fabric.
 
     Edge attributes: gbps (capacity), res (resource name; shared capacity), cls (link class)."""
+    import networkx as nx        # lazy: ~130 ms to import; only a topology-derived price builds a graph
     g = nx.DiGraph()
 
     def link(a: str, b: str, gbps: float, cls: str, res: str | None = None, duplex: bool = True):
@@ -259,6 +262,7 @@ def route(g: nx.DiGraph, spec: TopologySpec, a: tuple[int, int], b: tuple[int, i
 
 def _pci_path(g: nx.DiGraph, a: str, b: str) -> list[str]:
     """Shortest path that avoids NVSwitch, host memory and the fabric (plain PCIe / CPU links)."""
+    import networkx as nx        # lazy: see build_graph
     view = nx.subgraph_view(g, filter_node=lambda v: v in (a, b) or not (
         v.endswith("nvswitch") or ".mem" in v or v == "fabric"))
     return nx.shortest_path(view, a, b)

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import networkx as nx
+if TYPE_CHECKING:
+    import networkx as nx
 
 from .topology import TopologySpec, _hop_class, _nic_of, _switch_of, build_graph, nccl_nodes, ring_busbw_gbps
 
