@@ -12,6 +12,8 @@ from tpsim.sim.cli_options import rich_console, rich_table
 from tpsim.sim.collective_table import COLLECTIVES, MODES, Row, collective_rows, parse_size, to_json
 from tpsim.sim.collective_timing import HostCosts, Timing, loop_time
 from tpsim.sim.profile import ProfileError, load_profile
+from tpsim.sim.topology import nccl_nodes
+from tpsim.sim.topology_price import TopologyModel
 
 from .imports import read_nccl_tests
 
@@ -134,8 +136,6 @@ def _nccl_nodes(prof, group: int, gpus_per_node: int | None, rows) -> dict | Non
     spec = prof.topology
     if spec is None or spec.p2p or group <= 1:
         return None
-    from tpsim.sim.topology import nccl_nodes
-    from tpsim.sim.topology_price import TopologyModel
     tm = TopologyModel(spec)
     nodes = nccl_nodes(spec, tm.placement(group, gpus_per_node or prof.gpus_per_node))
     boxes = len({k for k, _ in tm.placement(group, gpus_per_node or prof.gpus_per_node)})
