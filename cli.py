@@ -39,6 +39,7 @@ from tpsim.hw.commands import bench_cmd, check_cmd
 from tpsim.calib.collective_cmd import collective_cmd
 from tpsim.calib.commands import calibrate_cmd
 from tpsim.calib.compare import compare_cmd
+from tpsim.calib.engine_bench import import_engine_bench_cmd
 from tpsim.calib.nccl_import import import_nccl_tests_cmd
 
 MODEL_CHANGE_HELP = ("model change: none = same model and outputs as standard; retrain = a different "
@@ -337,6 +338,7 @@ def profiles_show(name):
 
 
 profiles.add_command(import_nccl_tests_cmd)
+profiles.add_command(import_engine_bench_cmd)
 
 
 @main.command()
