@@ -337,9 +337,12 @@ def stack_harness_options(values: dict, device: str) -> tuple[dict, list[str]]:
         notes.append(f"the harness compiles both passes or neither: compile {'on' if opts['compile'] else 'off'} "
                      f"(the preset compiles {'decode' if cd else 'prefill'} only)")
     graphs = values.get("decode_graphs", cd)
-    opts["decode_graphs"] = bool(graphs) and device == "cuda"
+    opts["decode_graphs"] = bool(graphs) and device == "cuda" and opts["kv"] == "static"
     if graphs and device != "cuda":
         notes.append("decode CUDA graphs need a GPU: off on cpu")
+    elif graphs and opts["kv"] != "static":
+        notes.append("decode CUDA graphs: the harness's graphs need a static KV cache (hw.runner.DecodeGraph: a "
+                     "fixed attended length; the engines capture per padded batch size instead): off with filled KV")
     if values.get("prefill_graphs"):
         notes.append("prefill CUDA graphs: the harness captures decode only")
     coll = values.get("collective", "auto")

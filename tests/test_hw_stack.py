@@ -20,13 +20,16 @@ def test_presets_map_onto_harness_options():
     assert any("symmetric-memory" in n and "gloo measured" in n for n in notes)
     assert any("host lane" in n for n in notes)
     gpu, gnotes = stack_harness_options(PRESETS["sglang"].values, "cuda")
-    assert gpu["attention"] == "flash" and gpu["compile"] is False and gpu["decode_graphs"] is True
+    assert gpu["attention"] == "flash" and gpu["compile"] is False and gpu["decode_graphs"] is False
+    assert any("need a static KV cache" in n for n in gnotes)    # filled KV: the harness cannot graph it
     assert any("FlashInfer is not part of PyTorch" in n for n in gnotes)
     assert any("NCCL measured" in n for n in gnotes)
     ref, rnotes = stack_harness_options(PRESETS["reference"].values, "cpu")
     assert ref["attention"] == "math" and ref["kv"] == "static" and ref["compile"] is True
     eager, _ = stack_harness_options(PRESETS["eager"].values, "cuda")
     assert eager["compile"] is False and eager["decode_graphs"] is False
+    refgpu, _ = stack_harness_options(PRESETS["reference"].values, "cuda")
+    assert refgpu["decode_graphs"] is True                        # static KV on a GPU: graphs as the preset says
 
 
 @pytest.mark.hw
