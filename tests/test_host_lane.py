@@ -109,3 +109,17 @@ def test_predict_wraps_each_step_in_the_lane():
     assert with_lane1 == pytest.approx(4e-5 + bare1 + 3e-4, rel=1e-12)
     over, bare = step(2, HostStep(output_s=1e-6, overlap=True))
     assert over == bare
+
+
+def test_fast_path_identity_matches_every_rank_simulated():
+    """The fast path adds the last rank's offset to one rank's pass; brute force starts every rank at
+    its offset (h100-sxm: interference 1.21 both ways). Same step time, in series and overlapped;
+    brute force also shows rank 0 waiting for the others (3 x 0.2 ms more exposed comm)."""
+    m, p = get_model("llama-3.1-8b").truncated(3), load_profile("h100-sxm")
+    for overlap in (False, True):
+        w = Workload(m, 4, p, batch=2, gen_len=4,
+                     stack=Stack(host=HostStep(handoff_per_rank_s=2e-4, output_s=1e-4, overlap=overlap)))
+        st = w.decode_step(1)
+        fast, brute = Simulator(w).step_time("ladder", st), Simulator(w, mode="brute").step_time("ladder", st)
+        assert brute[0] == pytest.approx(fast[0], rel=1e-9)
+        assert brute[1] >= fast[1] + 6e-4 - 1e-9
