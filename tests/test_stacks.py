@@ -98,3 +98,15 @@ def test_the_vllm_host_lane_slows_a_decode_step_in_series(tmp_path):
         return json.loads(r.output)["schedules"][0]["decode_s"] / 127
     lane_s = h["schedule_per_seq_s"] * 8 + h["output_s"] + h["output_per_seq_s"] * 8 + 3 * h["handoff_per_rank_s"]
     assert decode_step_s("vllm") - decode_step_s(str(off)) == pytest.approx(lane_s, rel=1e-9)
+
+
+def test_preset_custom_all_reduce_falls_back_where_the_profile_has_none():
+    """p2p-off profiles hold no custom table: `--stack vllm` prices NCCL and says so (vLLM disables its
+    custom all-reduce without GPU peer access); an explicit --collective custom is still refused."""
+    args = ["--model", "llama-3.1-8b", "--tp", "4", "--batch", "8", "--prompt", "32", "--gen", "16",
+            "--profile", "h100-sxm-p2p-off", "--schedule", "standard", "--json"]
+    r = CliRunner().invoke(main, ["predict", "--stack", "vllm", *args])
+    assert r.exit_code == 0 and "falls back" in r.output
+    assert json.loads(r.output[r.output.index("{"):])["stack"]["collective"] == "auto"
+    r = CliRunner().invoke(main, ["predict", "--stack", "vllm", "--collective", "custom", *args])
+    assert r.exit_code == 2 and "no collective implementation 'custom'" in r.output
