@@ -155,7 +155,8 @@ class Simulator:
         self.interference = Interference(p.compute_slowdown, p.comm_slowdown, p.wake_s)
         self.sampler = Sampler(workload.model, workload.tp, workload.stack, self._op_time, self.interference,
                                p.arrival_jitter, self._scope, self.w.comm_group or workload.tp, WARM_LAYERS,
-                               seed, rel_tol, host_time=self._host_time) if self.mode == "sampled" else None
+                               seed, rel_tol, host_time=self._host_time,
+                               start_s=self._offsets()) if self.mode == "sampled" else None
 
     def _op_time(self, op, phase: str, sched: Schedule | None = None) -> float:
         return self.comm_s(op, phase) if op.is_comm else self.cost.compute_s(op, phase, sched)
@@ -180,6 +181,11 @@ class Simulator:
     def step(self, spec: str, step: Step, record: bool | None = None) -> StepResult:
         """The full timeline of one forward pass (every layer)."""
         return self._simulate(self.w.schedule(spec, step), self.record if record is None else record)
+
+    def _offsets(self) -> tuple[float, ...]:
+        """The host lane's per-rank start offsets (a step of the workload's batch), () without a lane."""
+        h = self.w.stack.host
+        return host_lane.lane(h, self.w.tp, self.w.batch).offsets_s if h.active else ()
 
     def lane(self, step: Step) -> host_lane.Lane | None:
         """The stack's host lane for `step` (sim.host_lane), or None when the stack has none."""
