@@ -31,6 +31,7 @@ from tpsim.sim.predict import Simulator, predict as run
 from tpsim.sim.profile import builtin_names, describe, load_profile, read_raw
 from tpsim.sim.schedule import COMM, DEFAULT_SCHEDULES, SCHEDULE_HELP, ScheduleSpec, build
 from tpsim.sim.stack import Step, make_stack
+from tpsim.sim.stacks import load_stack
 from tpsim.sim.trace import chrome_trace, write_json_atomic, write_text_atomic
 
 from tpsim.hw.commands import bench_cmd, check_cmd
@@ -38,6 +39,7 @@ from tpsim.hw.commands import bench_cmd, check_cmd
 from tpsim.calib.collective_cmd import collective_cmd
 from tpsim.calib.commands import calibrate_cmd
 from tpsim.calib.compare import compare_cmd
+from tpsim.calib.engine_bench import import_engine_bench_cmd
 from tpsim.calib.nccl_import import import_nccl_tests_cmd
 
 MODEL_CHANGE_HELP = ("model change: none = same model and outputs as standard; retrain = a different "
@@ -82,7 +84,7 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
     else:
         preds = run(w, schedules, record=False, mode="sampled" if exact else "fast")
     out = {"model": w.model.name, "tp": w.tp, "profile": w.profile.name, "batch": w.batch,
-           "prompt_len": w.prompt_len, "gen_len": w.gen_len, "stack": stack_dict(w.stack),
+           "prompt_len": w.prompt_len, "gen_len": w.gen_len, "stack": stack_dict(w.stack, kw.get("stack_name")),
            "schedules": [p.to_dict() for p in preds]}
     jitter_note = None
     if exact or exhaustive:
@@ -117,7 +119,8 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
             row.append(f"±{d['tokens_per_s_ci95']:.2f} (n={d['samples']['decode']})")
         t.add_row(*row)
     console = rich_console(width=max(112, rich_console().width))
-    console.print(f"stack: {w.stack.describe()}", style="dim")
+    src = f" (values and sources: {load_stack(kw['stack_name']).path})" if kw.get("stack_name") else ""
+    console.print(f"stack: {w.stack.describe()}{src}", style="dim")
     console.print(t)
     for p in preds:
         for note in p.notes:
@@ -335,6 +338,7 @@ def profiles_show(name):
 
 
 profiles.add_command(import_nccl_tests_cmd)
+profiles.add_command(import_engine_bench_cmd)
 
 
 @main.command()

@@ -312,3 +312,46 @@ def format_result(result: dict) -> str:
                      f"{r['exposed_comm_s'] * 1e3:>12.2f}")
     lines += [f"{r['schedule']}: {n}" for r in result["schedules"] for n in r.get("notes", ())]
     return "\n".join(lines)
+
+
+def stack_harness_options(values: dict, device: str) -> tuple[dict, list[str]]:
+    """A --stack preset's values (sim.stacks.Preset.values) as `tpsim bench` options where PyTorch can
+    run them, and a note for each that it cannot (or runs differently). Options: attention, kv,
+    expand_gqa, prefill_logits, head, compile, decode_graphs (RunConfig's names)."""
+    opts, notes = {}, []
+    att = values.get("attention", "math")
+    opts["attention"] = "flash" if att != "math" else "math"
+    if att == "flashinfer":
+        notes.append("attention flashinfer: FlashInfer is not part of PyTorch; the harness runs "
+                     "F.scaled_dot_product_attention (a fused kernel) instead")
+    if opts["attention"] == "flash":
+        notes.append("attention flash: F.scaled_dot_product_attention picks its backend; on GPU the flash "
+                     "backend takes no explicit mask, so with the cache mask the harness passes SDPA runs its "
+                     "memory-efficient or cuDNN kernel" if device == "cuda" else
+                     "attention flash: F.scaled_dot_product_attention, PyTorch's fused CPU kernel")
+    for k, default in (("kv", "static"), ("expand_gqa", True), ("prefill_logits", "all"), ("head", "replicated")):
+        opts[k] = values.get(k, default)
+    cp, cd = values.get("compile_prefill", True), values.get("compile_decode", True)
+    opts["compile"] = bool(cp or cd)
+    if cp != cd:
+        notes.append(f"the harness compiles both passes or neither: compile {'on' if opts['compile'] else 'off'} "
+                     f"(the preset compiles {'decode' if cd else 'prefill'} only)")
+    graphs = values.get("decode_graphs", cd)
+    opts["decode_graphs"] = bool(graphs) and device == "cuda" and opts["kv"] == "static"
+    if graphs and device != "cuda":
+        notes.append("decode CUDA graphs need a GPU: off on cpu")
+    elif graphs and opts["kv"] != "static":
+        notes.append("decode CUDA graphs: the harness's graphs need a static KV cache (hw.runner.DecodeGraph: a "
+                     "fixed attended length; the engines capture per padded batch size instead): off with filled KV")
+    if values.get("prefill_graphs"):
+        notes.append("prefill CUDA graphs: the harness captures decode only")
+    coll = values.get("collective", "auto")
+    if coll not in ("auto", "nccl", "gloo"):
+        notes.append(f"collective {coll}: the engines' custom all-reduce kernels are not part of PyTorch; the "
+                     f"nearest, symmetric-memory all-reduce (torch.distributed._symmetric_memory), runs only on "
+                     f"GPUs with peer access" + (": gloo measured here" if device != "cuda" else
+                                                  ", and this harness does not run it yet: NCCL measured"))
+    if any(v for k, v in (values.get("host") or {}).items() if k != "overlap"):
+        notes.append("host lane: the engine's scheduler and hand-off to workers are not reproduced; the harness's "
+                     "own loop runs each step (tpsim profiles import-engine-bench fits them from engine runs)")
+    return opts, notes

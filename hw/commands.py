@@ -22,7 +22,7 @@ from dataclasses import replace
 
 import click
 
-from tpsim.sim.cli_options import HARNESS_STACK, stack_options
+from tpsim.sim.cli_options import HARNESS_STACK, preset_option, stack_options
 from tpsim.sim.cli_options import TpsimError as UsageFail
 from tpsim.sim.lock import check_writable
 from tpsim.sim.measured_trace import bench_trace
@@ -194,26 +194,49 @@ def _memory_gate(cfg) -> None:
 
 @click.command("bench")
 @_common
+@preset_option
 @click.option("--repeats", type=int, default=5, show_default=True, help="measured generations per schedule")
 @click.option("--warmup", type=int, default=1, show_default=True, help="unmeasured generations per schedule")
 @click.option("--graphs/--no-graphs", "decode_graphs", default=None,
               help="decode under CUDA graphs [default: on for cuda with --kv static, else off]")
-@click.option("--compile/--no-compile", "compile_", default=False, show_default=True,
+@click.option("--compile/--no-compile", "compile_", default=None,
               help="torch.compile each whole prefill and decode pass (Inductor: C++ kernels on CPU, Triton on "
-                   "CUDA; functional collectives), as the reference harness; compiled code is cached")
+                   "CUDA; functional collectives), as the reference harness; compiled code is cached "
+                   "[default: off, or as the --stack preset compiles]")
 @click.option("--gpu-mem-gib", type=float, default=None, help="per-rank memory to plan against [default: the device's]")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,
               help="also write a Chrome/Perfetto trace of one measured prefill and decode step per schedule "
                    "(a track per rank and stream; open in ui.perfetto.dev)")
-def bench_cmd(deadline_s, compile_, trace_path=None, **kw):
-    """Measure tokens/s of each schedule (interleaved repeats; standard always included)."""
+def bench_cmd(deadline_s, compile_, trace_path=None, stack_name=None, **kw):
+    """Measure tokens/s of each schedule (interleaved repeats; standard always included).
+
+    --stack maps a preset onto what this harness can run (hw.bench.stack_harness_options); an explicit
+    flag wins, and what PyTorch cannot run is listed in the result's stack.notes."""
     require_torch("bench")
-    cfg = _config("bench", compile=compile_, deadline_s=deadline_s, **kw)
+    notes = []
+    if stack_name:
+        from tpsim.sim.stacks import load_stack
+        try:
+            preset = load_stack(stack_name)
+        except ValueError as e:
+            raise UsageFail(str(e)) from None
+        device = kw["device"] if kw["device"] != "auto" else ("cuda" if _cuda_available("bench") else "cpu")
+        opts, notes = harness("tpsim.hw.bench", "bench").stack_harness_options(preset.values, device)
+        preset_compile = opts.pop("compile")
+        compile_ = preset_compile if compile_ is None else compile_
+        for k, v in opts.items():
+            if kw.get(k) is None:
+                kw[k] = v
+    cfg = _config("bench", compile=bool(compile_), deadline_s=deadline_s, **kw)
     _memory_gate(cfg)
     result = _run("tpsim.hw.bench:worker", cfg, deadline_s, "bench")
     if result is None:
         return
+    if stack_name:
+        result["stack"] |= {"preset": stack_name, "notes": notes}
     click.echo(json.dumps(result, indent=1) if cfg.json else harness("tpsim.hw.bench", "bench").format_result(result))
+    if notes and not cfg.json:
+        click.echo("\n".join(f"stack {stack_name}: {n}" for n in notes))
     if cfg.out and not cfg.json:
         click.echo(f"wrote {cfg.out}")
     if trace_path:

@@ -4,7 +4,7 @@ workload and serving-stack flags declared once, and the one place a `Stack` is b
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import click
 
@@ -12,6 +12,7 @@ from tpsim.sim.model import MODELS, get_model
 from tpsim.sim.predict import Workload
 from tpsim.sim.profile import load_profile
 from tpsim.sim.stack import ATTENTION_IMPLS, DECODE_KV, DTYPE_BYTES, HEADS, PREFILL_LOGITS, Stack, make_stack
+from tpsim.sim.stacks import PRESETS, load_stack
 
 
 class TpsimError(click.ClickException):
@@ -59,7 +60,16 @@ def workload_options(fn):
     ]
     for o in reversed(opts):
         fn = o(fn)
-    return compile_options(stack_options(fn))
+    return compile_options(stack_options(preset_option(fn)))
+
+
+def preset_option(fn):
+    """--stack NAME|FILE, declared once (predict, trace, bench): a serving engine's preset or a stack file."""
+    return click.option(
+        "--stack", "stack_name", default=None, metavar="NAME|FILE",
+        help=f"Serving-stack preset ({', '.join(PRESETS)}) or a stack file (JSON, e.g. from `tpsim profiles "
+             f"import-engine-bench`): its choices and host lane, each with its source (docs/serving-engines.md). "
+             f"An explicit flag overrides it. Default: reference (the profile's stack_defaults, else Stack's).")(fn)
 
 
 def compile_options(fn):
@@ -158,16 +168,26 @@ def check_sizes(tp=None, batch=None, prompt_len=None, gen_len=None, gpus_per_nod
 
 def make_workload(model, tp, profile, batch, prompt_len, gen_len, gpus_per_node, dtype, head, attention, kv,
                   prefill_logits, expand_gqa, decode_graphs, prefill_graphs, collective, memory_check=True,
-                  comm_group=None, compile_=None, compile_prefill=None, compile_decode=None):
+                  comm_group=None, compile_=None, compile_prefill=None, compile_decode=None, stack_name=None):
     check_sizes(tp, batch, prompt_len, gen_len, gpus_per_node, comm_group)
+    preset = load_stack(stack_name) if stack_name else None
     prof = load_profile(profile)
     given = dict(dtype=dtype, head=head, attention=attention, kv=kv, prefill_logits=prefill_logits,
                  expand_gqa=expand_gqa, prefill_graphs=prefill_graphs, decode_graphs=decode_graphs,
                  compile=compile_, compile_prefill=compile_prefill, compile_decode=compile_decode,
                  collective=collective)
-    # what the user said wins; then what the profile's cluster runs by default; then Stack's defaults
-    stack = make_stack(given, prof.stack_defaults)
+    # what the user said wins; then the --stack preset; then what the profile's cluster runs by default;
+    # then Stack's defaults
+    stack = make_stack(given, prof.stack_defaults, preset=preset.values if preset else None)
     impls = sorted({t.impl for t in prof.collective_tables} | {prof.default_impl, "nccl", "auto"})
+    if stack.collective not in impls and preset and collective in (None, "auto") \
+            and preset.values.get("collective") == stack.collective:
+        # the preset's engine falls back to NCCL where its custom kernel cannot run (no peer access:
+        # vllm custom_all_reduce.py disables itself when the platform lacks GPU P2P capability)
+        click.echo(f"note: stack {preset.name}'s {stack.collective} all-reduce has no table in profile {prof.name} "
+                   f"(no GPU peer access); priced as the profile's default ({prof.default_impl}), as the engine "
+                   f"falls back", err=True)
+        stack = replace(stack, collective="auto")
     if stack.collective not in impls:
         raise ValueError(f"profile {prof.name} has no collective implementation {stack.collective!r}; "
                          f"choose from: {', '.join(impls)}")
@@ -175,6 +195,17 @@ def make_workload(model, tp, profile, batch, prompt_len, gen_len, gpus_per_node,
                     memory_check=memory_check, comm_group=comm_group)
 
 
-def stack_dict(stack: Stack) -> dict:
-    """The priced stack as JSON (every Stack field)."""
-    return asdict(stack)
+def stack_dict(stack: Stack, stack_name: str | None = None) -> dict:
+    """The priced stack as JSON (every Stack field, the host lane's among them); with --stack, the
+    preset ("preset_info": its engine, file, and the source of each value it set that no flag
+    overrode)."""
+    out = asdict(stack)
+    if stack_name:
+        p = load_stack(stack_name)
+        info = p.to_dict()
+        host = p.values.get("host", {})
+        info["sources"] = {k: src for k, src in p.sources.items()
+                           if (getattr(stack.host, k[5:]) == host.get(k[5:]) if k.startswith("host.")
+                               else getattr(stack, k) == p.values.get(k))}
+        out["preset_info"] = info
+    return out

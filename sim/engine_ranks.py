@@ -90,7 +90,7 @@ def compile_schedule(schedule: Schedule, op_time: Callable[[Op], float],
 
 
 def simulate_ranks(c: Compiled, ranks: int, interference: Interference = Interference(),
-                   delay_s: np.ndarray | None = None) -> tuple[float, float]:
+                   delay_s: np.ndarray | None = None, start_s: tuple[float, ...] = ()) -> tuple[float, float]:
     """(duration_s, rank 0's exposed comm) of one forward pass on every rank: the timeline
     `simulate` computes, by an event heap instead of SimPy processes (~15x faster), for the
     sampled mode that runs a pass thousands of times.
@@ -101,7 +101,10 @@ def simulate_ranks(c: Compiled, ranks: int, interference: Interference = Interfe
     flight, since every collective spans every rank and each rank's comm stream is serial; compute
     slows by compute_slowdown while one is in flight, and it by comm_slowdown while any rank
     computes; a rank that blocked on a collective resumes its wake-up after the end. Arrivals are
-    not events: only the last one matters (it starts the collective), so each is a max."""
+    not events: only the last one matters (it starts the collective), so each is a max.
+
+    `start_s[r]` starts rank r late (its compute stream and its host-node chain), as `simulate`'s
+    `rank_delay_s` (sim.host_lane: ranks handed their step inputs at different times)."""
     push_, pop_ = heapq.heappush, heapq.heappop
     coll, time_s, reads, comm_wake = c.coll, c.time_s, c.reads, c.comm_wake_s
     last_read = [max(k for k, _ in rd) if rd else -1 for rd in reads]
@@ -136,9 +139,11 @@ def simulate_ranks(c: Compiled, ranks: int, interference: Interference = Interfe
     busy_n = [0]
 
     host_ready = c.comm_host_ready_s or (0.0,) * n_coll
+    start = [start_s[r] if r < len(start_s) else 0.0 for r in range(ranks)]
 
     def arrive(r, k, free_s):
-        t = max(max(issue_s[r][k], free_s) + comm_wake[k], host_ready[k]) + delays[k][r]
+        chain = host_ready[k] + start[r] if host_ready[k] > 0 else 0.0     # the chain starts with the rank
+        t = max(max(issue_s[r][k], free_s) + comm_wake[k], chain) + delays[k][r]
         if t > latest[k] or arrived[k] == 0:
             latest[k] = t
         arrived[k] += 1
@@ -199,7 +204,7 @@ def simulate_ranks(c: Compiled, ranks: int, interference: Interference = Interfe
                 push_(heap, (now + remaining[r] * slow, next(seq), 0, r, ver[r]))
 
     for r in range(ranks):
-        advance(r, 0.0)
+        advance(r, start[r])
     while heap:
         now, _, kind, r, v = pop_(heap)
         if kind == 0:                                    # a compute item ends

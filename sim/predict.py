@@ -24,6 +24,7 @@ import numpy as np
 
 from .cost import CostModel
 from .engine import Interference, StepResult, simulate
+from . import host_lane
 from .memory import GIB, check_fits, estimate
 from .model import ModelSpec
 from .profile import Profile
@@ -168,7 +169,8 @@ class Simulator:
         self.interference = Interference(p.compute_slowdown, p.comm_slowdown, p.wake_s)
         self.sampler = Sampler(workload.model, workload.tp, workload.stack, self._op_time, self.interference,
                                p.arrival_jitter, self._scope, self.w.comm_group or workload.tp, WARM_LAYERS,
-                               seed, rel_tol, host_time=self._host_time) if self.mode == "sampled" else None
+                               seed, rel_tol, host_time=self._host_time,
+                               start_s=self._offsets()) if self.mode == "sampled" else None
 
     def _op_time(self, op, phase: str, sched: Schedule | None = None) -> float:
         return self.comm_s(op, phase) if op.is_comm else self.cost.compute_s(op, phase, sched)
@@ -194,9 +196,32 @@ class Simulator:
         """The full timeline of one forward pass (every layer)."""
         return self._simulate(self.w.schedule(spec, step), self.record if record is None else record)
 
+    def _offsets(self) -> tuple[float, ...]:
+        """The host lane's per-rank start offsets (a step of the workload's batch), () without a lane."""
+        h = self.w.stack.host
+        return host_lane.lane(h, self.w.tp, self.w.batch).offsets_s if h.active else ()
+
+    def lane(self, step: Step) -> host_lane.Lane | None:
+        """The stack's host lane for `step` (sim.host_lane), or None when the stack has none."""
+        h = self.w.stack.host
+        return host_lane.lane(h, self.w.tp, step.batch) if h.active else None
+
     def step_time(self, spec: str, step: Step) -> tuple[float, float]:
-        """(duration_s, exposed_comm_s) of one forward pass; compressed over repeated layers
-        on the fast path, the full timeline in exact mode."""
+        """(duration_s, exposed_comm_s) of one engine step: the forward pass (compressed over repeated
+        layers on the fast path, the full timeline in exact mode) inside the stack's host lane
+        (sim.host_lane.step_s: in series or overlapped; the ranks' staggered starts, simulated per rank
+        in brute-force mode, the last rank's offset added on the fast path)."""
+        dur, exp = self._pass_time(spec, step)
+        ln = self.lane(step)
+        if ln is None:
+            return dur, exp
+        # the simulated ranks started at their offsets (_simulate), so dur holds their stagger; the
+        # ranks not simulated add the rest of it (symmetric ranks: the last one decides)
+        inc = max(ln.offsets_s[:self.ranks]) if self.exact and self.ranks > 1 else 0.0
+        return host_lane.step_s(self.w.stack.host, ln, dur - inc, dur + ln.stagger_s - inc), exp
+
+    def _pass_time(self, spec: str, step: Step) -> tuple[float, float]:
+        """(duration_s, exposed_comm_s) of one forward pass on the GPU."""
         if self.exact:
             r = self.step(spec, step, record=False)
             if self.progress:
@@ -256,9 +281,11 @@ class Simulator:
         mean = (lambda op: jitter[self._scope(op)].mean_s) if self.exact else None
         self._passes += 1       # each pass draws its own jitter (steps are independent draws)
         host = self._host_time
+        ln = self.lane(sched.step) if self.ranks > 1 else None    # the host lane's per-rank starts
         return simulate(sched, op_time, ranks=self.ranks, interference=self.interference, arrival_mean_s=mean,
                         record=record, seed=self.seed * 1_000_003 + self._passes,
-                        host_s=(lambda op: host(op, phase)) if host is not None else None)
+                        host_s=(lambda op: host(op, phase)) if host is not None else None,
+                        rank_delay_s=ln.offsets_s if ln is not None else ())
 
     def notes(self, spec: str) -> tuple[str, ...]:
         """The builder's notes for the prefill and a decode step, plus what padding costs (seq-parallel:

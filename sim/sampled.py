@@ -61,7 +61,7 @@ class Estimate:
 class _Config:
     compiled: Compiled
     mean_s: np.ndarray        # [n_collectives] mean arrival delay of each collective (its scope's)
-    z_s: float                # its time with no jitter (one rank)
+    z_s: float                # its time with no jitter (one rank; plus the host lane's stagger)
 
 
 def t_quantile(n: int) -> float:
@@ -103,8 +103,12 @@ class Sampler:
 
     def __init__(self, model, tp: int, stack, op_time: Callable, interference, jitter: dict,
                  scope_of: Callable, ranks: int, warm_layers: int, seed: int = 0, rel_tol: float = REL_TOL,
-                 max_samples: int = MAX_SAMPLES, host_time: Callable | None = None):
+                 max_samples: int = MAX_SAMPLES, host_time: Callable | None = None,
+                 start_s: tuple[float, ...] = ()):
         self.model, self.tp, self.stack, self.op_time = model, tp, stack, op_time
+        # per-rank start offsets of the stack's host lane (sim.host_lane): every draw starts each rank
+        # there, so the jitter's cost is measured over the staggered pass (the stagger itself excluded)
+        self.start_s = tuple(start_s[:ranks])
         self.host_time = host_time          # (op, phase) -> NCCL graph host node seconds, or None
         self.interference, self.jitter, self.scope_of = interference, jitter, scope_of
         self.ranks, self.warm = ranks, warm_layers
@@ -142,7 +146,8 @@ class Sampler:
                 c = compile_schedule(sched, lambda op, sched=sched: self.op_time(op, step.phase, sched),
                                      self.interference, host)
                 mean = np.array([self.jitter[self.scope_of(op)].mean_s for op in c.comm_ops])
-                out.append(_Config(c, mean, simulate_ranks(c, 1, self.interference)[0]))
+                stagger = max(self.start_s, default=0.0)     # the staggered jitter-free pass (sim.host_lane)
+                out.append(_Config(c, mean, simulate_ranks(c, 1, self.interference)[0] + stagger))
             self._configs[key] = (out, coefs)
         return self._configs[key]
 
@@ -160,7 +165,7 @@ class Sampler:
         for c in cfgs:
             m = len(c.mean_s)
             delays = e[:m] * c.mean_s[:, None]
-            d.append(simulate_ranks(c.compiled, self.ranks, self.interference, delays)[0] - c.z_s)
+            d.append(simulate_ranks(c.compiled, self.ranks, self.interference, delays, self.start_s)[0] - c.z_s)
             cv.append(float(top[:m] @ c.mean_s))
         incs = [d[j + 1] - d[0] for j in range(len(coefs))]
         x = d[0] + sum(cj * i for cj, i in zip(coefs, incs))

@@ -4,16 +4,20 @@ Defaults follow the Ladder Residual paper's gpt-fast-style harness (docs/design.
 protocol"; docs/sources.md §10): both phases torch.compile'd, decode under CUDA graphs (reduce-overhead),
 prefill without. Compilation and graphs are separate fields: compilation decides which kernels run
 (Inductor's fused ones, docs/compiled-stack.md), graphs what each launch costs. Every choice is a
-field so users can describe their own serving stack instead (eager: compile_* = False).
+field so users can describe their own serving stack instead (eager: compile_* = False), or name a
+serving engine's preset (`--stack vllm`, sim/stacks/): its choices plus its host lane (sim.host_lane).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
+
+from .host_lane import HostStep
 
 DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
 
 HEADS = ("replicated", "vocab-parallel")
-ATTENTION_IMPLS = ("math", "flash")
+# flashinfer (SGLang's default decode backend): priced as flash until its own kernel data lands (#26 item 4)
+ATTENTION_IMPLS = ("math", "flash", "flashinfer")
 DECODE_KV = ("static", "filled")
 PREFILL_LOGITS = ("all", "last")
 
@@ -33,6 +37,8 @@ class Stack:
     prefill_graphs: bool = False      # prefill under CUDA graphs
     decode_graphs: bool = True        # decode under CUDA graphs (torch.compile reduce-overhead)
     collective: str = "auto"          # collective implementation (a profile table's impl); auto: the profile's default
+    host: HostStep = field(default_factory=HostStep)   # the engine's CPU work per step (sim.host_lane)
+    preset: str = "reference"         # the --stack preset (or stack file) these values started from
 
     def __post_init__(self) -> None:
         _check("dtype", self.dtype, tuple(DTYPE_BYTES))
@@ -58,7 +64,12 @@ class Stack:
         def one(phase: str) -> str:
             how = "compiled" if self.compiled(phase) else "eager"
             return f"{phase} {how}" + (" + CUDA graphs" if self.graphs(phase) else "")
-        return f"{one('prefill')}, {one('decode')}, {self.attention} attention, {self.kv} KV"
+        out = f"{one('prefill')}, {one('decode')}, {self.attention} attention, {self.kv} KV"
+        if self.preset != "reference":
+            out = f"{self.preset}: {out}, {self.collective} all-reduce"
+        if self.host.active:
+            out += ", host lane " + ("overlapped" if self.host.overlap else "in series")
+        return out
 
 
 def _check(field: str, value: str, choices: tuple[str, ...]) -> None:
@@ -66,11 +77,14 @@ def _check(field: str, value: str, choices: tuple[str, ...]) -> None:
         raise ValueError(f"unknown {field} {value!r}; choose from: {', '.join(choices)}")
 
 
-def make_stack(given: dict, profile_defaults: dict | None = None, base: Stack = Stack()) -> Stack:
-    """The one place a Stack is assembled from user, profile and harness inputs.
+def make_stack(given: dict, profile_defaults: dict | None = None, base: Stack = Stack(),
+               preset: dict | None = None) -> Stack:
+    """The one place a Stack is assembled from user, preset, profile and harness inputs.
 
-    Precedence: a value in `given` that is not None wins; then `profile_defaults` (a profile's
-    stack_defaults: what its cluster runs); then `base`. `given` may hold "compile" (both phases;
+    Precedence: a value in `given` that is not None wins; then `preset` (a --stack preset's or stack
+    file's values, sim.stacks.Preset.values: the engine the user named); then `profile_defaults` (a
+    profile's stack_defaults: what its cluster runs); then `base`. "host" may be a dict of HostStep
+    fields (over base's host; a later layer's fields over an earlier one's). `given` may hold "compile" (both phases;
     compile_prefill / compile_decode override it) and collective "auto" (= not given, so the
     profile's default applies). Decode CUDA graphs follow compile_decode unless set: torch.compile's
     reduce-overhead mode brings them. Unknown keys are a user error (ValueError), not a TypeError."""
@@ -81,7 +95,23 @@ def make_stack(given: dict, profile_defaults: dict | None = None, base: Stack = 
         given.setdefault("compile_decode", both)
     if given.get("collective") == "auto":
         del given["collective"]
-    chosen = dict(profile_defaults or {}) | given
+    layers = [dict(profile_defaults or {}), dict(preset or {}), given]
+    host = {}
+    for layer in layers:
+        h = layer.pop("host", None)
+        if isinstance(h, HostStep):
+            h = {f.name: getattr(h, f.name) for f in fields(HostStep)}
+        if h is not None:
+            if not isinstance(h, dict):
+                raise ValueError(f"host must be an object of host-lane fields, got {h!r}")
+            host |= h
+    chosen = layers[0] | layers[1] | layers[2]
+    if host:
+        known = {f.name for f in fields(HostStep)}
+        bad = sorted(set(host) - known)
+        if bad:
+            raise ValueError(f"unknown host field(s) {', '.join(bad)}; choose from: {', '.join(sorted(known))}")
+        chosen["host"] = replace(base.host, **host)
     names = {f.name for f in fields(Stack)}
     unknown = sorted(set(chosen) - names)
     if unknown:

@@ -1,0 +1,176 @@
+"""`tpsim profiles import-engine-bench`: a deployment's own engine benchmarks -> its host step terms,
+in a stack file (sim/stacks: `tpsim predict --stack my-vllm.json`).
+
+Input: `vllm bench latency --output-json` files (or their .pytorch.json sibling) or SGLang
+`bench_one_batch --result-filename` lines (calib.imports.parse_engine_bench), at two or more TP
+degrees, of one model on one profile. For each run tpsim predicts the GPU side alone (the preset's
+stack with its host lane off, the standard schedule); what the run measured beyond it, per engine
+step, is the deployment's exposed host time:
+
+    vLLM:   (avg_latency - predicted prefill + decode) / output_len     (output_len engine steps)
+    SGLang: median_decode_latency - predicted decode step                (bench_one_batch runs the
+            model runner without the scheduler: the runner's own host time per step)
+
+fitted by non-negative least squares to  schedule_s + handoff_per_rank_s * (tp - 1)  (+
+schedule_per_seq_s * batch when the runs span two or more batch sizes): sim.host_lane's in-series lane,
+whose hand-off term grows with the ranks waiting at the first collective. The stack file extends the
+preset with those terms (overlap off: what the runs show is the host time left exposed), every other
+host term 0, each value sourced to the files it came from, and the fit's per-run table beside it.
+These are the user's measurements of the user's deployment, as `import-nccl-tests` imports a
+cluster's collectives: they never become a built-in constant. The fitted terms hold whatever the GPU
+model misses as well; the per-run residuals say how well two terms explain them.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import fields, replace
+from pathlib import Path
+
+import click
+import numpy as np
+
+from tpsim.sim.cli_options import TpsimError as UsageFail
+from tpsim.sim.host_lane import HostStep
+from tpsim.sim.model import get_model
+from tpsim.sim.predict import Simulator, Workload
+from tpsim.sim.profile import ProfileError, load_profile
+from tpsim.sim.stack import make_stack
+from tpsim.sim.stacks import PRESETS, STACK_FORMAT, load_stack
+from tpsim.sim.trace import write_json_atomic
+
+from tpsim.calib.imports import EngineRun, parse_engine_bench
+
+_KEYS = ("tp", "batch", "input_len", "output_len")
+
+
+def parse_file_spec(spec: str) -> tuple[str, dict]:
+    """FILE[:tp=N,batch=B,input_len=P,output_len=G] -> (FILE, {key: int})."""
+    path, sep, tail = spec.rpartition(":")
+    if not sep or "=" not in tail:
+        return spec, {}
+    given = {}
+    for part in tail.split(","):
+        k, eq, v = part.partition("=")
+        k = k.strip().replace("-", "_")
+        if not eq or k not in _KEYS or not v.strip().isdigit():
+            raise ValueError(f"{spec}: after ':' give {', '.join(f'{k}=N' for k in _KEYS)} (comma-separated), "
+                             f"got {part!r}")
+        given[k] = int(v)
+    return path, given
+
+
+def read_runs(specs, **defaults) -> list[EngineRun]:
+    runs = []
+    for spec in specs:
+        path, given = parse_file_spec(spec)
+        try:
+            text = Path(path).read_text(errors="replace")
+        except OSError as e:
+            raise ValueError(f"cannot read engine benchmark {path}: {e.strerror}") from None
+        runs += parse_engine_bench(text, path, **({k: v for k, v in defaults.items() if v is not None} | given))
+    if not runs:
+        raise ValueError("no benchmark runs in the files given")
+    return runs
+
+
+def gpu_step_s(run: EngineRun, model, profile, preset) -> float:
+    """tpsim's GPU-only time per engine step of `run` (the preset's stack, its host lane off)."""
+    stack = replace(make_stack({}, profile.stack_defaults, preset=preset.values), host=HostStep())
+    w = Workload(model, run.tp, profile, run.batch, run.input_len, run.output_len, stack, memory_check=False)
+    p = Simulator(w, record=False).predict("standard")
+    if run.decode_step_s is not None:
+        if run.output_len < 2:
+            raise ValueError(f"{run.path}: output_len {run.output_len} has no decode step to compare")
+        return p.decode_s / (run.output_len - 1)
+    return (p.prefill_s + p.decode_s) / run.output_len
+
+
+def fit(runs: list[EngineRun], model, profile, preset) -> dict:
+    """The host terms and the per-run table (see the module docstring)."""
+    tps = sorted({r.tp for r in runs})
+    if len(tps) < 2:
+        raise ValueError(f"the runs are all at TP {tps[0]}: give runs at two or more TP degrees (the hand-off "
+                         f"term is what changes with TP)")
+    if len({r.engine for r in runs}) > 1:
+        raise ValueError("mixing vLLM and SGLang runs: fit each engine's files on their own")
+    per_seq = len({r.batch for r in runs}) > 1
+    rows, y = [], []
+    table = []
+    for r in runs:
+        gpu = gpu_step_s(r, model, profile, preset)
+        meas = r.decode_step_s if r.decode_step_s is not None else r.latency_s / r.output_len
+        rows.append([1.0, r.tp - 1.0] + ([float(r.batch)] if per_seq else []))
+        y.append(meas - gpu)
+        table.append({"path": r.path, "layout": r.layout, "tp": r.tp, "batch": r.batch, "input_len": r.input_len,
+                      "output_len": r.output_len, "measured_step_s": meas, "gpu_step_s": gpu,
+                      "residual_step_s": meas - gpu})
+    from scipy.optimize import nnls       # lazy: scipy.optimize takes ~0.3 s to import; only the fit needs it
+    coef, _ = nnls(np.array(rows), np.array(y))
+    terms = {"schedule_s": float(coef[0]), "handoff_per_rank_s": float(coef[1])}
+    if per_seq:
+        terms["schedule_per_seq_s"] = float(coef[2])
+    for row, x in zip(table, rows):
+        row["fitted_step_s"] = float(np.dot(coef, x))
+    return {"terms": terms, "runs": table, "negative": [t["path"] for t in table if t["residual_step_s"] < 0]}
+
+
+def build_stack(result: dict, runs: list[EngineRun], *, preset: str, name: str, model: str, profile: str) -> dict:
+    files = ", ".join(sorted({r.path for r in runs}))
+    shape = "; ".join(f"TP {r.tp} batch {r.batch} in {r.input_len} out {r.output_len}" for r in runs)
+    src = (f"fitted by tpsim profiles import-engine-bench from {files} ({shape}): measured step time minus "
+           f"tpsim's GPU-only prediction ({model}, profile {profile}, stack {preset} without its host lane)")
+    host = {f.name: (False if f.name == "overlap" else 0.0) for f in fields(HostStep)} | result["terms"]
+    sources = {f"host.{k}": (src if k in result["terms"] else
+                             ("the runs show the exposed host time: fitted in series" if k == "overlap" else
+                              "0: held in the fitted terms")) for k in host}
+    return {"format": STACK_FORMAT, "name": name, "extends": preset,
+            "engine": f"{PRESETS[preset].engine if preset in PRESETS else preset}, host terms fitted to a deployment",
+            "host": host, "sources": sources,
+            "fit": {"model": model, "profile": profile, "runs": result["runs"]}}
+
+
+@click.command("import-engine-bench")
+@click.argument("files", nargs=-1, required=True)
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="stack file (JSON) to write")
+@click.option("--model", required=True, help="the model the runs served (a preset or a Hugging Face config.json)")
+@click.option("--profile", default="h100-sxm", show_default=True, help="the profile of the runs' GPUs")
+@click.option("--stack", "preset", default=None,
+              help=f"the preset the engine's choices come from [default: the engine of the files: vllm or sglang]; "
+                   f"one of {', '.join(PRESETS)} or a stack file")
+@click.option("--tp", type=int, default=None, help="TP of every file that does not say (else FILE:tp=N)")
+@click.option("--batch", type=int, default=None, help="batch of every file that does not say [vLLM default: 8]")
+@click.option("--input-len", type=int, default=None, help="prompt tokens [vLLM default: 32]")
+@click.option("--output-len", type=int, default=None, help="generated tokens [vLLM default: 128]")
+@click.option("--name", default=None, help="stack name [default: the --out file's stem]")
+def import_engine_bench_cmd(files, out, model, profile, preset, tp, batch, input_len, output_len, name):
+    """Fit a deployment's host step terms from its engine benchmarks (`vllm bench latency --output-json`,
+    SGLang bench_one_batch) at two or more TP degrees into a stack file: FILE[:tp=N,batch=B,...]."""
+    try:
+        runs = read_runs(files, tp=tp, batch=batch, input_len=input_len, output_len=output_len)
+        preset = preset or runs[0].engine
+        base = load_stack(preset)
+        result = fit(runs, get_model(model), load_profile(profile), base)
+        doc = build_stack(result, runs, preset=preset, name=name or Path(out).stem, model=model, profile=profile)
+        load_stack_doc_check(doc, out)
+        write_json_atomic(out, doc)
+    except (ValueError, ProfileError) as e:
+        raise UsageFail(str(e)) from None
+    except OSError as e:
+        raise UsageFail(f"cannot use {e.filename}: {e.strerror}") from None
+    t = result["terms"]
+    click.echo(f"wrote {out}: extends {preset}; per step {t['schedule_s'] * 1e3:.3f} ms + "
+               f"{t['handoff_per_rank_s'] * 1e6:.1f} us x (TP-1)"
+               + (f" + {t['schedule_per_seq_s'] * 1e6:.1f} us x batch" if "schedule_per_seq_s" in t else ""))
+    for r in result["runs"]:
+        click.echo(f"  TP {r['tp']} batch {r['batch']}: measured {r['measured_step_s'] * 1e3:.3f} ms/step, "
+                   f"tpsim GPU {r['gpu_step_s'] * 1e3:.3f}, fitted host {r['fitted_step_s'] * 1e3:.3f} "
+                   f"(residual {(r['residual_step_s'] - r['fitted_step_s']) * 1e3:+.3f})  ({r['path']})")
+    for p in result["negative"]:
+        click.echo(f"  note: {p} ran faster than tpsim's GPU-only prediction: the GPU model is slow there, "
+                   f"not the host (host terms are kept >= 0)", err=True)
+
+
+def load_stack_doc_check(doc: dict, out: str) -> None:
+    """The document reads back as a stack (the same parser --stack uses)."""
+    from tpsim.sim.stacks import parse_stack
+    parse_stack(json.loads(json.dumps(doc)), out)

@@ -1,0 +1,36 @@
+"""SGLang (v0.4/v0.5 line; python/sglang/srt/server_args.py defaults).
+
+Every TP rank runs its own Scheduler process (python/sglang/srt/managers/scheduler.py
+run_scheduler_process per tp_rank), so the batch is scheduled on each rank and no SchedulerOutput is
+handed to workers; new requests reach the other ranks through broadcast_pyobj over the CPU group.
+The overlap ("zero-overhead") scheduler is on by default: the CPU schedules batch j+1 while the GPU
+runs batch j (scheduler.py event_loop_overlap). No public profiler measurement of SGLang's per-step
+host time on CUDA was found: the host terms are 0 (say so), the overlap mechanism stands, and
+`tpsim profiles import-engine-bench` fits the terms from bench_one_batch output.
+"""
+
+NAME = "sglang"
+ENGINE = "SGLang 0.4/0.5"
+_SA = "python/sglang/srt/server_args.py"
+STACK = {
+    "attention": ("flashinfer", f"{_SA} attention_backend: FlashInfer by default on CUDA (priced as flash until "
+                                "#26 item 4 prices FlashInfer decode)"),
+    "kv": ("filled", "FlashInfer paged decode reads each request's kv_indptr range only (python/sglang/srt/layers/"
+                     "attention/flashinfer_backend.py)"),
+    "expand_gqa": (False, "FlashInfer's BatchDecodeWithPagedKVCacheWrapper takes num_kv_heads (native GQA)"),
+    "prefill_logits": ("last", "python/sglang/srt/layers/logits_processor.py: prefill prunes hidden states to "
+                               "each request's last token before the LM head (no return_logprob)"),
+    "head": ("vocab-parallel", "python/sglang/srt/layers/vocab_parallel_embedding.py ParallelLMHead; "
+                               "logits_processor.py all-gathers the vocab shards"),
+    "compile_prefill": (False, f"{_SA} enable_torch_compile: bool = False"),
+    "compile_decode": (False, f"{_SA} enable_torch_compile: bool = False"),
+    "decode_graphs": (True, f"{_SA} disable_cuda_graph: bool = False (decode batches up to cuda_graph_max_bs "
+                            "replay CUDA graphs)"),
+    "prefill_graphs": (False, "python/sglang/srt/model_executor/cuda_graph_runner.py captures decode only"),
+    "collective": ("custom", f"{_SA} disable_custom_all_reduce: bool = False (sgl-kernel's custom all-reduce, "
+                             "vLLM's design; #26 item 3 prices it)"),
+}
+HOST = {
+    "overlap": (True, f"{_SA} disable_overlap_schedule: bool = False (scheduler.py event_loop_overlap)"),
+    "schedule_s": (0.0, "no public profiler measurement of SGLang's CUDA scheduler step found; 0 until fitted"),
+}

@@ -1,0 +1,35 @@
+"""TensorRT-LLM, PyTorch backend (1.x; tensorrt_llm/llmapi/llm_args.py defaults).
+
+Each TP rank is an MPI rank running its own PyExecutor loop (tensorrt_llm/_torch/pyexecutor/py_executor.py);
+the overlap scheduler is on by default: the host prepares and launches iteration j+1 while the GPU runs
+iteration j, and the previous iteration's outputs are processed after that launch. Host time per
+iteration from TensorRT-LLM's own host_step_time statistic (a host-time measurement, not an
+end-to-end result) in NVIDIA/TensorRT-LLM#10273.
+"""
+
+NAME = "trtllm"
+ENGINE = "TensorRT-LLM 1.x (PyTorch backend)"
+_ARGS = "tensorrt_llm/llmapi/llm_args.py"
+STACK = {
+    "attention": ("flash", "tensorrt_llm/_torch/attention_backend/trtllm.py: TRT-LLM's fused (flash-style) "
+                           "context FMHA and XQA decode kernels over the paged KV cache; priced as flash"),
+    "kv": ("filled", "paged KV cache: the decode kernels read each sequence's filled blocks only"),
+    "expand_gqa": (False, "XQA is the grouped-query decode kernel (K/V heads not repeated)"),
+    "prefill_logits": ("last", f"{_ARGS} gather_generation_logits/return_context_logits False: context "
+                               "logits only for each request's last token"),
+    "head": ("vocab-parallel", "tensorrt_llm/_torch/modules/embedding.py LMHead: column-parallel over the "
+                               "vocabulary with gather_output (all-gather)"),
+    "compile_prefill": (False, f"{_ARGS} torch_compile_config: None by default (no torch.compile)"),
+    "compile_decode": (False, f"{_ARGS} torch_compile_config: None by default"),
+    "decode_graphs": (True, f"{_ARGS} cuda_graph_config: CUDA graphs for generation-only batches by default"),
+    "prefill_graphs": (False, f"{_ARGS} cuda_graph_config: generation batches only"),
+    "collective": ("custom", "tensorrt_llm/_torch/distributed/ops.py AllReduce strategy AUTO: custom one-shot/"
+                             "two-shot kernels for small messages, NCCL for large (#26 item 3 prices the switch)"),
+}
+HOST = {
+    "overlap": (True, f"{_ARGS} disable_overlap_scheduler: bool = Field(default=False)"),
+    "schedule_per_seq_s": (1.3e-6, "NVIDIA/TensorRT-LLM#10273: scheduling is ~4.4% of host_step_time "
+                                   "(45.11 ms per iteration at 1536 requests per rank, GB200): 1.98 ms / 1536"),
+    "output_per_seq_s": (28.1e-6, "NVIDIA/TensorRT-LLM#10273: the rest of host_step_time, "
+                                  "(45.11 - 1.98) ms / 1536 requests"),
+}

@@ -1,0 +1,56 @@
+"""vLLM, V1 engine (v0.11 line; source read at vllm-project/vllm commits named below).
+
+Serving loop (vllm/v1/engine/core.py EngineCore.step): schedule -> execute_model -> update_from_output,
+in series unless --async-scheduling. At TP > 1 the MultiprocExecutor (vllm/v1/executor/multiproc_executor.py)
+broadcasts each SchedulerOutput to the N worker processes through the shared-memory MessageQueue
+(vllm/distributed/device_communicators/shm_broadcast.py), whose readers poll with os.sched_yield; at
+TP 1 the UniProcExecutor runs the step in-process (no hand-off). Each worker prepares its inputs
+(vllm/v1/worker/gpu_model_runner.py _prepare_inputs) and replays its CUDA graph.
+
+Host constants are profiler measurements of host time (never end-to-end results); where no public
+measurement was found the term is 0 and says so: `tpsim profiles import-engine-bench` fits it from
+the user's own `vllm bench latency` runs.
+"""
+
+NAME = "vllm"
+ENGINE = "vLLM 0.11 (V1 engine)"
+STACK = {
+    "attention": ("flash", "vllm/platforms/cuda.py get_attn_backend_cls: FLASH_ATTN is V1's default backend on "
+                           "sm80+ (vllm-flash-attn FA2/FA3 over the paged cache)"),
+    "kv": ("filled", "vllm/v1/attention/backends/flash_attn.py: flash_attn_varlen_func(seqused_k=seq_lens, "
+                     "block_table=...) reads only each sequence's filled blocks"),
+    "expand_gqa": (False, "vllm/v1/attention/backends/flash_attn.py: K/V keep num_kv_heads; FlashAttention "
+                          "handles GQA natively"),
+    "prefill_logits": ("last", "vllm/v1/worker/gpu_model_runner.py: logits only at logits_indices (each "
+                               "request's last scheduled token)"),
+    "head": ("vocab-parallel", "vllm/model_executor/layers/vocab_parallel_embedding.py ParallelLMHead + "
+                               "logits_processor.py _gather_logits (tensor_model_parallel_gather)"),
+    "compile_prefill": (True, "vllm/config/compilation.py: V1 compiles the model with torch.compile "
+                              "(CompilationMode VLLM_COMPILE by default)"),
+    "compile_decode": (True, "vllm/config/compilation.py: as compile_prefill"),
+    "decode_graphs": (True, "vllm/config/compilation.py cudagraph_mode FULL_AND_PIECEWISE: decode batches "
+                            "replay full CUDA graphs (capture sizes up to 512)"),
+    "prefill_graphs": (False, "vllm/config/compilation.py: prefill runs piecewise graphs only up to the "
+                              "largest capture size and attention outside them; priced as eager launches"),
+    "collective": ("custom", "vllm/distributed/device_communicators/custom_all_reduce.py: CustomAllreduce "
+                             "on by default (disable_custom_all_reduce False) for world sizes 2/4/6/8 on "
+                             "full NVLink; NCCL otherwise (#26 item 3 prices the switch)"),
+}
+HOST = {
+    "overlap": (False, "vllm/config/scheduler.py@01230b40 SchedulerConfig.async_scheduling: bool = False "
+                       "(V1's default Scheduler runs the step in series; AsyncScheduler only with "
+                       "--async-scheduling)"),
+    "schedule_per_seq_s": (12.7e-6, "openfabric-systems/simllm#204: cProfile of vLLM's Scheduler.schedule "
+                                    "on all-decode steps, 12.7 us per running request at the concurrency cap"),
+    "output_s": (0.097e-3, "vllm-project/vllm#6913: profile of _process_model_outputs, Llama-3-70B on 4xH100, "
+                           "0.2 ms at batch 1 and 3.4 ms at batch 32 (the V0 engine; linear through the two "
+                           "points: 0.097 ms + 0.103 ms per sequence; an upper estimate for V1, whose "
+                           "detokenizer runs in the front-end process)"),
+    "output_per_seq_s": (0.103e-3, "vllm-project/vllm#6913, as output_s"),
+    "handoff_per_rank_s": (0.3e-6, "vllm/distributed/device_communicators/shm_broadcast.py@00264800: readers "
+                                   "poll the ring buffer with os.sched_yield, 'measured to be around 3e-7 "
+                                   "seconds' per poll: rank r reads the step r polls after rank 0 at most"),
+    "handoff_s": (0.0, "no public microbenchmark of the MessageQueue enqueue of a SchedulerOutput found; "
+                       "0 until fitted (tpsim profiles import-engine-bench)"),
+    "prepare_s": (0.0, "no public profile of V1 _prepare_inputs time found; 0 until fitted"),
+}

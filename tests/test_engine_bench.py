@@ -1,0 +1,125 @@
+"""`tpsim profiles import-engine-bench`: engine benchmark outputs (vLLM bench latency JSON and its
+PyTorch-format sibling, SGLang bench_one_batch lines; shapes in tests/fixtures/engine_bench/README.md)
+-> a deployment's host step terms in a stack file, and back through `predict --stack FILE`."""
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tpsim.calib.engine_bench import parse_file_spec
+from tpsim.calib.imports import parse_engine_bench
+from tpsim.cli import main
+from tpsim.sim.stacks import load_stack
+
+FIX = Path(__file__).parent / "fixtures" / "engine_bench"
+
+
+def _make():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("engine_bench_make", FIX / "make.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_committed_fixtures_parse_in_the_engines_shapes():
+    d = json.loads((FIX / "vllm_latency_tp4.json").read_text())
+    assert set(d) == {"avg_latency", "std_latency", "latencies", "percentiles"}
+    assert list(d["percentiles"]) == ["10", "25", "50", "75", "90", "99"]
+    (r,) = parse_engine_bench((FIX / "vllm_latency_tp4.json").read_text(), "f.json", tp=4)
+    # no run parameters in the file: the TP given, the rest vllm bench latency's defaults
+    assert (r.engine, r.layout, r.tp, r.batch, r.input_len, r.output_len) == ("vllm", "vllm-latency-json", 4, 8, 32, 128)
+    assert r.latency_s == d["avg_latency"] and r.decode_step_s is None
+    (s,) = parse_engine_bench((FIX / "sglang_one_batch_tp8.jsonl").read_text(), "s.jsonl", tp=8)
+    assert (s.engine, s.tp, s.batch, s.output_len) == ("sglang", 8, 8, 128) and s.decode_step_s > 0
+
+
+def test_the_pytorch_format_sibling_carries_its_own_tp():
+    """vllm/benchmarks/lib/utils.py convert_to_pytorch_benchmark_format: one record per metric,
+    args = vars(args) (tensor_parallel_size, batch_size, input_len, output_len)."""
+    rec = [{"benchmark": {"name": "vLLM benchmark", "extra_info": {"args": {
+        "tensor_parallel_size": 2, "batch_size": 4, "input_len": 64, "output_len": 16, "model": "m"}}},
+        "model": {"name": "m"}, "metric": {"name": "latency", "benchmark_values": [1.0, 1.2],
+                                           "extra_info": {"avg_latency": 1.1, "percentiles": {}}}}]
+    (r,) = parse_engine_bench(json.dumps(rec), "p.json")
+    assert (r.layout, r.tp, r.batch, r.input_len, r.output_len, r.latency_s) == ("vllm-pytorch-json", 2, 4, 64, 16, 1.1)
+    with pytest.raises(ValueError, match="says tp 2, but tp=4"):
+        parse_engine_bench(json.dumps(rec), "p.json", tp=4)
+
+
+def test_bad_benchmark_files_are_one_line_errors():
+    for text, msg in (('{"avg_latency": 1.0, "latencies": [], "percentiles": {}}', "non-empty list"),
+                      ('{"avg_latency": -1, "latencies": [1.0], "percentiles": {}}', "avg_latency"),
+                      ('{"x": 1}', "neither"),
+                      ('{"median_decode_latency": 0.01, "batch_size": 8}\n{oops', "line 2")):
+        with pytest.raises(ValueError, match=msg):
+            parse_engine_bench(text, "bad", tp=2)
+    with pytest.raises(ValueError, match="does not say its tp"):
+        parse_engine_bench((FIX / "vllm_latency_tp2.json").read_text(), "f.json")
+    assert parse_file_spec("a/b.json:tp=4,batch=2") == ("a/b.json", {"tp": 4, "batch": 2})
+    assert parse_file_spec("c:/x.json") == ("c:/x.json", {})
+    with pytest.raises(ValueError, match="after ':'"):
+        parse_file_spec("b.json:tp=four")
+
+
+def test_round_trip_recovers_known_host_terms_and_predict_uses_them(tmp_path):
+    """Files written in vLLM's shape from tpsim's GPU-only prediction + 1.2 ms + 0.3 ms x (TP-1) per
+    step: the fit recovers both terms; `predict --stack FILE --schedule ladder` then runs with them."""
+    mk = _make()
+    specs = []
+    for tp in (2, 4, 8):
+        p = mk.predicted("vllm", tp, 8, 32, 128)
+        f = tmp_path / f"lat{tp}.json"
+        with open(f, "w") as fh:
+            json.dump(mk.vllm_latency_json(p.prefill_s + p.decode_s + 128 * (mk.STEP_S + mk.PER_RANK_S * (tp - 1))),
+                      fh, indent=4)
+        specs.append(f"{f}:tp={tp}")
+    out = tmp_path / "my-vllm.json"
+    r = CliRunner().invoke(main, ["profiles", "import-engine-bench", *specs, "--model", "llama-3.1-70b",
+                                  "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(out.read_text())
+    assert doc["extends"] == "vllm" and doc["host"]["overlap"] is False
+    assert doc["host"]["schedule_s"] == pytest.approx(mk.STEP_S, rel=1e-6)
+    assert doc["host"]["handoff_per_rank_s"] == pytest.approx(mk.PER_RANK_S, rel=1e-6)
+    assert "import-engine-bench" in doc["sources"]["host.schedule_s"] and str(tmp_path) in doc["sources"]["host.schedule_s"]
+    assert [row["tp"] for row in doc["fit"]["runs"]] == [2, 4, 8]
+    st = load_stack(str(out))
+    assert st.values["host"]["schedule_s"] == doc["host"]["schedule_s"]
+    r = CliRunner().invoke(main, ["predict", "--stack", str(out), "--schedule", "ladder", "--model", "llama-3.1-70b",
+                                  "--tp", "8", "--batch", "8", "--prompt", "32", "--gen", "128", "--json"])
+    assert r.exit_code == 0, r.output
+    js = json.loads(r.output)
+    assert js["stack"]["preset"] == "my-vllm" and js["stack"]["host"]["handoff_per_rank_s"] > 0
+    # the predicted standard run at TP 4 is the file's measured latency again (the fit's residual is 0)
+    r = CliRunner().invoke(main, ["predict", "--stack", str(out), "--schedule", "standard", "--model", "llama-3.1-70b",
+                                  "--tp", "4", "--batch", "8", "--prompt", "32", "--gen", "128", "--json",
+                                  "--no-memory-check"])
+    s = json.loads(r.output)["schedules"][0]
+    measured = json.loads((tmp_path / "lat4.json").read_text())["avg_latency"]
+    assert s["prefill_s"] + s["decode_s"] == pytest.approx(measured, rel=2e-3)
+
+
+def test_one_tp_degree_or_mixed_engines_are_refused(tmp_path):
+    f = str(FIX / "vllm_latency_tp2.json")
+    r = CliRunner().invoke(main, ["profiles", "import-engine-bench", f"{f}:tp=2", "--model", "llama-3.1-70b",
+                                  "--out", str(tmp_path / "o.json")])
+    assert r.exit_code == 2 and "two or more TP degrees" in r.output
+    r = CliRunner().invoke(main, ["profiles", "import-engine-bench", f"{f}:tp=2",
+                                  f"{FIX / 'sglang_one_batch_tp8.jsonl'}:tp=8", "--model", "llama-3.1-70b",
+                                  "--out", str(tmp_path / "o.json")])
+    assert r.exit_code == 2 and "mixing" in r.output
+    r = CliRunner().invoke(main, ["profiles", "import-engine-bench", str(tmp_path / "missing.json") + ":tp=2",
+                                  "--model", "llama-3.1-70b", "--out", str(tmp_path / "o.json")])
+    assert r.exit_code == 2 and "cannot read" in r.output
+
+
+def test_sglang_fixture_fits_the_runner_step(tmp_path):
+    out = tmp_path / "my-sgl.json"
+    r = CliRunner().invoke(main, ["profiles", "import-engine-bench", f"{FIX / 'sglang_one_batch_tp2.jsonl'}:tp=2",
+                                  f"{FIX / 'sglang_one_batch_tp8.jsonl'}:tp=8", "--model", "llama-3.1-70b",
+                                  "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(out.read_text())
+    assert doc["extends"] == "sglang" and doc["host"]["schedule_s"] >= 0 and doc["host"]["handoff_per_rank_s"] >= 0

@@ -1,0 +1,143 @@
+"""The serving engine's host lane (sim/host_lane.py): a step's CPU work in series with the pass or
+overlapped with it, and TP ranks handed their inputs at different times. Timelines pinned by hand on
+the toy pass (seg0 2 -> ar0 4 -> seg1 3 -> ar1 4 -> seg2 1 = 14); sim.engine and sim.engine_ranks
+must agree on the staggered starts."""
+import pytest
+
+from tpsim.sim.engine import Interference, simulate
+from tpsim.sim.engine_ranks import compile_schedule, simulate_ranks
+from tpsim.sim.host_lane import HostStep, lane, step_s
+from tpsim.sim.ir import COMM
+from tpsim.sim.model import get_model
+from tpsim.sim.predict import Simulator, Workload
+from tpsim.sim.profile import load_profile
+from tpsim.sim.stack import Stack
+from toy import TWO_AR_COST, TWO_AR_PASS
+
+
+def _cost(op):
+    return TWO_AR_COST[op.name]
+
+
+def _pass(ranks=1, offsets=(), **kw) -> float:
+    """The toy pass's duration in both engines (they must agree)."""
+    a = simulate(TWO_AR_PASS, _cost, ranks=ranks, record=False, rank_delay_s=offsets, **kw).duration_s
+    b = simulate_ranks(compile_schedule(TWO_AR_PASS, _cost, host_s=kw.get("host_s")), ranks, start_s=offsets)[0]
+    assert a == pytest.approx(b, rel=1e-12)
+    return a
+
+
+def test_in_series_the_lane_adds_before_and_after_the_pass():
+    """schedule 1 + prepare 2 (lead 3) -> pass 14 -> output 3: 3 + 14 + 3 = 20 per step."""
+    h = HostStep(schedule_s=1.0, prepare_s=2.0, output_s=3.0)
+    ln = lane(h, tp=1, batch=1)
+    assert (ln.lead_s, ln.offsets_s, ln.post_s) == (3.0, (0.0,), 3.0)
+    assert step_s(h, ln, _pass()) == 20.0
+    # per-sequence terms: batch 4, schedule 0.5/seq, output 0.25/seq: lead 2, post 1: 2 + 14 + 1 = 17
+    h4 = HostStep(schedule_per_seq_s=0.5, output_per_seq_s=0.25)
+    assert step_s(h4, lane(h4, 1, 4), _pass()) == 17.0
+
+
+def test_overlapped_the_host_hides_under_the_pass_until_it_is_longer():
+    """Overlap: the host prepares step j+1 while the GPU runs step j, so a step lasts
+    max(pass, host lane). Lane 3 + 3 = 6 < 14: 14. Lane schedule 10 + output 8 = 18 > 14: 18."""
+    short = HostStep(schedule_s=1.0, prepare_s=2.0, output_s=3.0, overlap=True)
+    assert step_s(short, lane(short, 1, 1), _pass()) == 14.0
+    long = HostStep(schedule_s=10.0, output_s=8.0, overlap=True)
+    assert step_s(long, lane(long, 1, 1), _pass()) == 18.0
+
+
+def test_ranks_handed_their_inputs_late_meet_at_the_first_collective():
+    """handoff_per_rank 1.5 on 3 ranks: starts 0, 1.5, 3. Rank 2: seg0 3-5, issues ar0 at 5: ar0 5-9 for
+    all, seg1 9-12, ar1 12-16, seg2 16-17: 17 = 14 + the last rank's offset (the fast path's identity).
+    Rank 0 waits 2-9 on ar0 and 12-16 on ar1: exposed 7 + 4 = 11 (8 when all start together)."""
+    h = HostStep(handoff_s=2.0, handoff_per_rank_s=1.5)
+    ln = lane(h, tp=3, batch=1)
+    assert ln.offsets_s == (0.0, 1.5, 3.0) and ln.lead_s == 2.0 and ln.stagger_s == 3.0
+    assert _pass(3, ln.offsets_s) == 17.0
+    r = simulate(TWO_AR_PASS, _cost, ranks=3, rank_delay_s=ln.offsets_s)
+    ar0 = next(x for x in r.records if x.op == "ar0" and x.stream == COMM)
+    assert (ar0.start_s, ar0.end_s) == (5.0, 9.0)
+    assert r.exposed_comm_s == 11.0
+    assert simulate_ranks(compile_schedule(TWO_AR_PASS, _cost), 3, start_s=ln.offsets_s)[1] == 11.0
+    # in series: hand-off 2 + the staggered pass 17 = 19; the fast path's identity (14 + 3) agrees
+    assert step_s(h, ln, 14.0, 17.0) == step_s(h, ln, 14.0) == 19.0
+    # one process (TP 1): no hand-off and no stagger: the bare pass
+    one = lane(h, tp=1, batch=1)
+    assert (one.lead_s, one.offsets_s) == (0.0, (0.0,)) and step_s(h, one, _pass()) == 14.0
+    # overlapped, the inputs arrive while the previous pass runs: the stagger is hidden (lane 2 + 3 = 5 < 14)
+    ho = HostStep(handoff_s=2.0, handoff_per_rank_s=1.5, overlap=True)
+    assert step_s(ho, lane(ho, 3, 1), 14.0, 17.0) == 14.0
+
+
+def test_staggered_starts_feed_the_graph_host_node_chain_in_both_engines():
+    """NCCL's host-node chain (5 per collective) starts with each rank: rank 2 (start 3) has ar0's node
+    done at 8 and ar1's at 13. Rank 2 issues ar0 at 5, waits for 8: ar0 8-12, seg1 12-15, ar1 (chain
+    ready 13) 15-19, seg2 -> 20."""
+    assert _pass(3, (0.0, 1.5, 3.0), host_s=lambda op: 5.0) == 20.0
+
+
+def test_engines_agree_on_staggered_starts_with_interference():
+    inter = Interference(1.3, 1.2, 0.3)
+    for offsets in ((0.0, 0.7), (0.0, 2.5, 5.0)):
+        a = simulate(TWO_AR_PASS, _cost, ranks=len(offsets), interference=inter, record=False, rank_delay_s=offsets)
+        d, e = simulate_ranks(compile_schedule(TWO_AR_PASS, _cost, inter), len(offsets), inter, start_s=offsets)
+        assert d == pytest.approx(a.duration_s, rel=1e-12)
+        assert e == pytest.approx(a.exposed_comm_s, rel=1e-12, abs=1e-15)
+
+
+def test_bad_host_terms_are_refused():
+    with pytest.raises(ValueError, match="host.output_s"):
+        HostStep(output_s=-1.0)
+    with pytest.raises(ValueError, match="host.overlap"):
+        HostStep(overlap="yes")
+
+
+def test_predict_wraps_each_step_in_the_lane():
+    """A real model on the fast path: the step is lead + pass + stagger + post (in series), and the
+    pass alone when overlapped under a short lane; TP 1 pays no hand-off."""
+    model, prof = get_model("llama-3.1-8b").truncated(2), load_profile("h100-sxm")
+    h = HostStep(schedule_per_seq_s=1e-5, handoff_s=2e-4, handoff_per_rank_s=1e-4, output_s=3e-4)
+
+    def step(tp, host):
+        w = Workload(model, tp, prof, batch=4, gen_len=4, stack=Stack(host=host))
+        sim = Simulator(w)
+        return sim.step_time("standard", w.decode_step(1))[0], sim._pass_time("standard", w.decode_step(1))[0]
+    with_lane, bare = step(2, h)
+    assert with_lane == pytest.approx(4e-5 + 2e-4 + bare + 1e-4 + 3e-4, rel=1e-12)
+    with_lane1, bare1 = step(1, h)
+    assert with_lane1 == pytest.approx(4e-5 + bare1 + 3e-4, rel=1e-12)
+    over, bare = step(2, HostStep(output_s=1e-6, overlap=True))
+    assert over == bare
+
+
+def test_fast_path_identity_matches_every_rank_simulated():
+    """The fast path adds the last rank's offset to one rank's pass; brute force starts every rank at
+    its offset (h100-sxm: interference 1.21 both ways). Same step time, in series and overlapped;
+    brute force also shows rank 0 waiting for the others (3 x 0.2 ms more exposed comm)."""
+    m, p = get_model("llama-3.1-8b").truncated(3), load_profile("h100-sxm")
+    for overlap in (False, True):
+        w = Workload(m, 4, p, batch=2, gen_len=4,
+                     stack=Stack(host=HostStep(handoff_per_rank_s=2e-4, output_s=1e-4, overlap=overlap)))
+        st = w.decode_step(1)
+        fast, brute = Simulator(w).step_time("ladder", st), Simulator(w, mode="brute").step_time("ladder", st)
+        assert brute[0] == pytest.approx(fast[0], rel=1e-9)
+        assert brute[1] >= fast[1] + 6e-4 - 1e-9
+
+
+def test_sampled_mode_draws_jitter_over_the_staggered_pass():
+    """With arrival jitter (20 us per collective here) every rank simulated in sampled mode starts at its
+    host-lane offset: a 1 ms stagger makes the other ranks wait at the first collective anyway, so
+    part of the jitter costs nothing there and the jitter's mean cost falls (never rises)."""
+    import dataclasses
+    base = load_profile("h100-sxm")
+    prof = dataclasses.replace(base, arrival_jitter={k: dataclasses.replace(v, mean_s=20e-6)
+                                                     for k, v in base.arrival_jitter.items()})
+    m = get_model("llama-3.1-8b").truncated(4)
+
+    def jitter_cost(per_rank_s):
+        w = Workload(m, 4, prof, batch=2, gen_len=8, stack=Stack(host=HostStep(handoff_per_rank_s=per_rank_s,
+                                                                               output_s=1e-6)))
+        return Simulator(w, mode="sampled", record=False).predict("standard").jitter_decode.delta_s
+    flat, staggered = jitter_cost(0.0), jitter_cost(1e-3)
+    assert 0 < staggered < flat

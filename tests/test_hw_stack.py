@@ -1,0 +1,48 @@
+"""`tpsim bench --stack NAME`: a preset mapped onto the harness options PyTorch can run, with a note
+for each it cannot; one real 2-rank gloo run checks the plumbing (explicit flags win)."""
+import json
+
+import pytest
+from click.testing import CliRunner
+
+pytest.importorskip("torch")
+
+from tpsim.hw.bench import stack_harness_options  # noqa: E402
+from tpsim.hw.commands import bench_cmd  # noqa: E402
+from tpsim.sim.stacks import PRESETS  # noqa: E402
+
+
+def test_presets_map_onto_harness_options():
+    opts, notes = stack_harness_options(PRESETS["vllm"].values, "cpu")
+    assert opts == {"attention": "flash", "kv": "filled", "expand_gqa": False, "prefill_logits": "last",
+                    "head": "vocab-parallel", "compile": True, "decode_graphs": False}
+    assert any("CUDA graphs need a GPU" in n for n in notes)
+    assert any("symmetric-memory" in n and "gloo measured" in n for n in notes)
+    assert any("host lane" in n for n in notes)
+    gpu, gnotes = stack_harness_options(PRESETS["sglang"].values, "cuda")
+    assert gpu["attention"] == "flash" and gpu["compile"] is False and gpu["decode_graphs"] is False
+    assert any("need a static KV cache" in n for n in gnotes)    # filled KV: the harness cannot graph it
+    assert any("FlashInfer is not part of PyTorch" in n for n in gnotes)
+    assert any("NCCL measured" in n for n in gnotes)
+    ref, rnotes = stack_harness_options(PRESETS["reference"].values, "cpu")
+    assert ref["attention"] == "math" and ref["kv"] == "static" and ref["compile"] is True
+    eager, _ = stack_harness_options(PRESETS["eager"].values, "cuda")
+    assert eager["compile"] is False and eager["decode_graphs"] is False
+    refgpu, _ = stack_harness_options(PRESETS["reference"].values, "cuda")
+    assert refgpu["decode_graphs"] is True                        # static KV on a GPU: graphs as the preset says
+
+
+@pytest.mark.hw
+@pytest.mark.slow          # starts real gloo ranks: 5-20 s
+def test_bench_stack_vllm_on_gloo():
+    res = CliRunner().invoke(bench_cmd, ["--stack", "vllm", "--no-compile", "--attention", "math", "--model", "tiny",
+                                         "--tp", "2", "--prompt", "16", "--gen", "4", "--device", "cpu",
+                                         "--backend", "gloo", "--repeats", "1", "--warmup", "0", "--json"])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    st = d["stack"]
+    assert (st["kv"], st["expand_gqa"], st["head"], st["prefill_logits"]) == ("filled", False, "vocab-parallel", "last")
+    assert st["attention"] == "math" and st["compile"] is False        # the explicit flags won
+    assert st["preset"] == "vllm" and any("gloo measured" in n for n in st["notes"])
+    bad = CliRunner().invoke(bench_cmd, ["--stack", "nope", "--device", "cpu"])
+    assert bad.exit_code == 2 and "unknown stack 'nope'" in bad.output

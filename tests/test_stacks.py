@@ -1,0 +1,112 @@
+"""`--stack NAME|FILE` (sim/stacks/): every preset value names its source, the precedence flag >
+preset > profile defaults > Stack's, stack files, and predict's `stack:` line and --json."""
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from tpsim.cli import main
+from tpsim.sim.host_lane import HostStep
+from tpsim.sim.stack import Stack, make_stack
+from tpsim.sim.stacks import PRESETS, load_stack
+
+WORKLOAD = ["--model", "llama-3.1-70b", "--tp", "4", "--batch", "8", "--prompt", "32", "--gen", "128",
+            "--profile", "h100-sxm"]
+
+
+def test_every_preset_value_names_a_source_and_builds_a_stack():
+    assert set(PRESETS) == {"reference", "eager", "vllm", "sglang", "trtllm"}
+    for name, p in PRESETS.items():
+        keys = {k for k in p.values if k not in ("host", "preset")} | {f"host.{k}" for k in p.values.get("host", {})}
+        assert keys == set(p.sources), name
+        assert all(isinstance(s, str) and len(s) > 20 for s in p.sources.values()), name
+        st = make_stack({}, None, preset=p.values)
+        assert st.preset == name
+
+
+def test_precedence_flag_over_preset_over_profile_defaults():
+    vllm = PRESETS["vllm"].values
+    st = make_stack({"attention": "math", "kv": None}, {"kv": "static", "dtype": "bf16"}, preset=vllm)
+    assert st.attention == "math"             # the explicit flag
+    assert st.kv == "filled"                  # the preset over the profile's stack_defaults
+    assert st.dtype == "bf16"                 # the profile's, the preset says nothing
+    assert st.host == HostStep(**vllm["host"])
+    assert make_stack({}, None).host == HostStep() and make_stack({}).preset == "reference"
+    with pytest.raises(ValueError, match="unknown host field"):
+        make_stack({"host": {"nope": 1}})
+
+
+def test_stack_file_extends_a_preset_and_keeps_sources(tmp_path):
+    f = tmp_path / "my-vllm.json"
+    f.write_text(json.dumps({"format": "tpsim-stack", "name": "my-vllm", "extends": "vllm",
+                             "stack": {"collective": "nccl"}, "host": {"handoff_per_rank_s": 4e-5},
+                             "sources": {"host.handoff_per_rank_s": "fitted from my runs"}}))
+    p = load_stack(str(f))
+    st = make_stack({}, None, preset=p.values)
+    assert (st.preset, st.collective, st.kv) == ("my-vllm", "nccl", "filled")
+    assert st.host.handoff_per_rank_s == 4e-5 and st.host.output_per_seq_s == PRESETS["vllm"].values["host"]["output_per_seq_s"]
+    assert p.sources["host.handoff_per_rank_s"] == "fitted from my runs"
+    assert p.sources["collective"] == f"stack file {f}"
+    assert p.sources["kv"] == PRESETS["vllm"].sources["kv"]
+    bad = tmp_path / "bad.json"
+    for doc, msg in (({"format": "x"}, "not a stack file"),
+                     ({"format": "tpsim-stack", "host": {"schedule_s": -1}}, "host.schedule_s"),
+                     ({"format": "tpsim-stack", "stack": {"atention": "flash"}}, "unknown stack field"),
+                     ({"format": "tpsim-stack", "extends": "nope"}, "extends")):
+        bad.write_text(json.dumps(doc))
+        with pytest.raises(ValueError, match=msg):
+            load_stack(str(bad))
+    with pytest.raises(ValueError, match="unknown stack 'vlm'"):
+        load_stack("vlm")
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_predict_every_preset_runs_and_reports_it(preset):
+    r = CliRunner().invoke(main, ["predict", "--stack", preset, *WORKLOAD, "--schedule", "ladder", "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["stack"]["preset"] == preset
+    assert out["stack"]["preset_info"]["from"] == f"sim/stacks/{preset}.py"
+    assert set(out["stack"]["host"]) >= {"schedule_s", "overlap"}
+    assert {s["schedule"] for s in out["schedules"]} == {"ladder"}
+
+
+def test_predict_flag_overrides_the_preset_and_the_stack_line_names_it():
+    r = CliRunner().invoke(main, ["predict", "--stack", "vllm", "--attention", "math", *WORKLOAD, "--json"])
+    assert r.exit_code == 0, r.output
+    st = json.loads(r.output)["stack"]
+    assert st["attention"] == "math" and st["kv"] == "filled"
+    assert "attention" not in st["preset_info"]["sources"] and "kv" in st["preset_info"]["sources"]
+    r = CliRunner().invoke(main, ["predict", "--stack", "vllm", *WORKLOAD, "--schedule", "standard"])
+    assert r.exit_code == 0 and "stack: vllm:" in r.output and "host lane in series" in r.output
+    r = CliRunner().invoke(main, ["predict", "--stack", "nope", *WORKLOAD])
+    assert r.exit_code == 2 and "unknown stack 'nope'" in r.output and "Traceback" not in r.output
+
+
+def test_the_vllm_host_lane_slows_a_decode_step_in_series(tmp_path):
+    """vLLM's choices with and without its host lane: in series, each decode step pays the lane's
+    lead + post + the 3 later ranks' stagger (3 x 0.3 us), exactly (filled KV: sampled steps, all
+    shifted alike)."""
+    h = PRESETS["vllm"].values["host"]
+    off = tmp_path / "no-host.json"
+    off.write_text(json.dumps({"format": "tpsim-stack", "extends": "vllm",
+                               "host": {k: (False if k == "overlap" else 0.0) for k in h}}))
+
+    def decode_step_s(stack):
+        r = CliRunner().invoke(main, ["predict", "--stack", stack, *WORKLOAD, "--schedule", "standard", "--json"])
+        assert r.exit_code == 0, r.output
+        return json.loads(r.output)["schedules"][0]["decode_s"] / 127
+    lane_s = h["schedule_per_seq_s"] * 8 + h["output_s"] + h["output_per_seq_s"] * 8 + 3 * h["handoff_per_rank_s"]
+    assert decode_step_s("vllm") - decode_step_s(str(off)) == pytest.approx(lane_s, rel=1e-9)
+
+
+def test_preset_custom_all_reduce_falls_back_where_the_profile_has_none():
+    """p2p-off profiles hold no custom table: `--stack vllm` prices NCCL and says so (vLLM disables its
+    custom all-reduce without GPU peer access); an explicit --collective custom is still refused."""
+    args = ["--model", "llama-3.1-8b", "--tp", "4", "--batch", "8", "--prompt", "32", "--gen", "16",
+            "--profile", "h100-sxm-p2p-off", "--schedule", "standard", "--json"]
+    r = CliRunner().invoke(main, ["predict", "--stack", "vllm", *args])
+    assert r.exit_code == 0 and "falls back" in r.output
+    assert json.loads(r.output[r.output.index("{"):])["stack"]["collective"] == "auto"
+    r = CliRunner().invoke(main, ["predict", "--stack", "vllm", "--collective", "custom", *args])
+    assert r.exit_code == 2 and "no collective implementation 'custom'" in r.output
