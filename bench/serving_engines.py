@@ -48,9 +48,9 @@ def main() -> None:
     for r in data:
         print(f"{r['stack']:<10}{r['batch']:>6}{r['standard_ms_per_step']:>18.2f}"
               + "".join(f"{r[s]:>9.3f}x" for s in SCHEDULES))
-    import matplotlib
+    import matplotlib                # lazy: the plot extra, only for the figure
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: see above
     fig, axes = plt.subplots(1, len(SCHEDULES), figsize=(10, 4), sharey=True)
     for ax, s in zip(axes, SCHEDULES):
         for (name, style, mark) in zip(PRESETS, ("-", "-", "-", "-", "--"), ("o", "s", "^", "D", "x")):

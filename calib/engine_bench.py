@@ -31,6 +31,7 @@ import numpy as np
 
 from tpsim.sim.cli_options import TpsimError as UsageFail
 from tpsim.sim.host_lane import HostStep
+from tpsim.sim.stacks import parse_stack
 from tpsim.sim.model import get_model
 from tpsim.sim.predict import Simulator, Workload
 from tpsim.sim.profile import ProfileError, load_profile
@@ -172,5 +173,4 @@ def import_engine_bench_cmd(files, out, model, profile, preset, tp, batch, input
 
 def load_stack_doc_check(doc: dict, out: str) -> None:
     """The document reads back as a stack (the same parser --stack uses)."""
-    from tpsim.sim.stacks import parse_stack
     parse_stack(json.loads(json.dumps(doc)), out)

@@ -29,6 +29,7 @@ from tpsim.sim.measured_trace import bench_trace
 from tpsim.sim.memory import GIB, DoesNotFit, check_fits, estimate
 from tpsim.sim.model import get_model
 from tpsim.sim.schedule import DEFAULT_SCHEDULES, SCHEDULE_HELP
+from tpsim.sim.stacks import load_stack
 from tpsim.sim.trace import write_json_atomic
 
 from tpsim.hw import harness, require_torch
@@ -215,7 +216,6 @@ def bench_cmd(deadline_s, compile_, trace_path=None, stack_name=None, **kw):
     require_torch("bench")
     notes = []
     if stack_name:
-        from tpsim.sim.stacks import load_stack
         try:
             preset = load_stack(stack_name)
         except ValueError as e:
