@@ -254,6 +254,7 @@ class Simulator:
                     pad_s += count * max(self.comm_s(op, step.phase) - real, 0.0)
         if pad_s > 0:
             out.append(f"padding costs {pad_s * 1e3:.1f} ms of collective time over the run (prefill + decode)")
+        out += [n for n in self.cost.notes if n not in out]      # e.g. an engine refusing its all-reduce kernel
         return tuple(out)
 
     def predict(self, spec: str) -> Prediction:
