@@ -8,7 +8,7 @@ Mechanism (one kernel, every rank; S = message bytes, n = ranks):
   per rank; then the closing barrier.
 - two-shot (vLLM _2stage, TensorRT-LLM TWOSHOT, symm_mem two_shot): reduce-scatter of each rank's
   1/n slice ((n-1) S / n over the links), a barrier, all-gather of the slices ((n-1) S / n):
-  2 (n-1) S / n per rank.
+  2 (n-1) S / n per rank, plus the middle barrier's fixed cost (twoshot_extra_us).
 - multimem (symm_mem multimem_all_reduce_, NVLS): each rank multimem.ld_reduce's its S/n slice
   (the NVSwitch reduces) and multimem.st's it to every GPU; priced at the NVLS bus bandwidth NCCL
   achieves on the same switch (topology nvls_busbw_gbps), busbw = algbw * 2(n-1)/n.
@@ -163,6 +163,7 @@ class Consts:
     oneshot_bps: float
     twoshot_bps: float
     eager_floor_s: float        # 0: no eager table (eager pays the profile's eager_extra)
+    twoshot_extra_s: float = 0.0    # two-shot's middle barrier (end_sync + __threadfence_system)
 
 
 def family_consts(profile, family: str, n: int) -> Consts | None:
@@ -177,7 +178,7 @@ def family_consts(profile, family: str, n: int) -> Consts | None:
     def one(v: dict) -> Consts:
         os_ = v["oneshot_gbps"]
         return Consts(v["floor_us"] * 1e-6, os_ * 1e9, (v.get("twoshot_gbps") or os_) * 1e9,
-                      (v.get("eager_floor_us") or 0.0) * 1e-6)
+                      (v.get("eager_floor_us") or 0.0) * 1e-6, (v.get("twoshot_extra_us") or 0.0) * 1e-6)
     if n in got:
         return one(got[n])
     lo = [g for g in got if g < n]
@@ -187,8 +188,8 @@ def family_consts(profile, family: str, n: int) -> Consts | None:
     a, b = one(got[max(lo)]), one(got[min(hi)])
     f = (n - max(lo)) / (min(hi) - max(lo))
     return Consts(*(x + f * (y - x) for x, y in zip(
-        (a.floor_s, a.oneshot_bps, a.twoshot_bps, a.eager_floor_s),
-        (b.floor_s, b.oneshot_bps, b.twoshot_bps, b.eager_floor_s))))
+        (a.floor_s, a.oneshot_bps, a.twoshot_bps, a.eager_floor_s, a.twoshot_extra_s),
+        (b.floor_s, b.oneshot_bps, b.twoshot_bps, b.eager_floor_s, b.twoshot_extra_s))))
 
 
 def kernel_s(profile, family: str, kernel: str, nbytes: float, n: int) -> float | None:
@@ -198,8 +199,9 @@ def kernel_s(profile, family: str, kernel: str, nbytes: float, n: int) -> float 
     c = family_consts(profile, family, n)
     if c is None:
         return None
-    rate = c.oneshot_bps if kernel == "oneshot" else c.twoshot_bps
-    return c.floor_s + remote_bytes(kernel, nbytes, n) / rate
+    if kernel == "oneshot":
+        return c.floor_s + remote_bytes(kernel, nbytes, n) / c.oneshot_bps
+    return c.floor_s + c.twoshot_extra_s + remote_bytes(kernel, nbytes, n) / c.twoshot_bps
 
 
 def _copy_s(profile, nbytes: float) -> float:
