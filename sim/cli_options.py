@@ -8,6 +8,7 @@ from dataclasses import asdict
 
 import click
 
+from tpsim.sim.impls import ENGINE_COLLECTIVES
 from tpsim.sim.model import MODELS, get_model
 from tpsim.sim.predict import Workload
 from tpsim.sim.profile import load_profile
@@ -54,7 +55,8 @@ def workload_options(fn):
                      help="Refuse a workload whose per-rank weights + KV cache + activations exceed the "
                           "profile's GPU memory."),
         click.option("--collective", default="auto", show_default=True,
-                     help="Collective implementation, a table key of the profile (nccl, custom, gloo); "
+                     help="Collective implementation: a table key of the profile (nccl, custom, gloo), or a "
+                          f"serving engine's all-reduce ({', '.join(ENGINE_COLLECTIVES)}; sim/impls.py); "
                           "auto: the profile's default_impl."),
     ]
     for o in reversed(opts):
@@ -167,7 +169,8 @@ def make_workload(model, tp, profile, batch, prompt_len, gen_len, gpus_per_node,
                  collective=collective)
     # what the user said wins; then what the profile's cluster runs by default; then Stack's defaults
     stack = make_stack(given, prof.stack_defaults)
-    impls = sorted({t.impl for t in prof.collective_tables} | {prof.default_impl, "nccl", "auto"})
+    impls = sorted({t.impl for t in prof.collective_tables} | {prof.default_impl, "nccl", "auto"}) \
+        + list(ENGINE_COLLECTIVES)
     if stack.collective not in impls:
         raise ValueError(f"profile {prof.name} has no collective implementation {stack.collective!r}; "
                          f"choose from: {', '.join(impls)}")
