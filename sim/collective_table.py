@@ -95,9 +95,11 @@ def collective_rows(profile: Profile, collective: str, group: int, mode: str = "
         if mode == "nccl":
             # the bare kernel: device time of the graph-mode pricing, without the stack's extra
             t, path = cm.price(collective, b, group, "graph", width=width)
+            head, sep, tail = path.partition(" (NCCL for ")         # an engine's NCCL fallback keeps its mark
             for s, label in (("graph_nccl_node_s", "+graph_nccl_node"), ("graph_extra_s", "+graph_extra")):
-                if path.endswith(label):
-                    t, path = t - getattr(profile, s), path[:-len(label)]
+                if head.endswith(label):
+                    t, head = t - getattr(profile, s), head[:-len(label)]
+            path = head + sep + tail
         else:
             t, path = cm.price(collective, b, group, mode, width=width)
         bus = b / t / 1e9 * busbw_factor(collective, group) if t > 0 else 0.0
