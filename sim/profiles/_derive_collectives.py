@@ -279,9 +279,10 @@ def custom_allreduce_section(system: str) -> dict:
             f"derived: sim/custom_allreduce_fit.py on the even-log2 sizes of {AIC} database: systems/data/{system}/"
             f"comm/{rel}/custom_allreduce_perf.parquet (bf16; graph = CUDA-graph replay of 5 calls, eager = Python "
             f"calls with a clone each, aiconfigurator collector/network/collect_all_reduce.py; TensorRT-LLM with "
-            f"AllReduceStrategy.AUTO and the autotuner off, shape [size/4096, 4096]). floor_us: fastest time <= 4 KiB "
+            f"AllReduceStrategy.AUTO and the autotuner off, shape (size/4096, 4096)). floor_us: fastest time <= 4 KiB "
             f"(launch + the kernel's flag barriers); oneshot_gbps / twoshot_gbps: achieved per-rank link rate of "
-            f"that kernel's remote loads (least squares over its fit points >= 64 KiB); eager_floor_us: median "
+            f"that kernel's remote loads (least squares over its fit points >= 64 KiB; two-shot with its own intercept, "
+            f"twoshot_extra_us: its middle barrier); eager_floor_us: median "
             f"eager call <= 4 KiB (host-bound). Points where {impl.engine}'s rule ran another path are not fitted"
             + why)}
     return out
