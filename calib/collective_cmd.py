@@ -11,6 +11,7 @@ import click
 from tpsim.sim.cli_options import rich_console, rich_table
 from tpsim.sim.collective_table import COLLECTIVES, MODES, Row, collective_rows, parse_size, to_json
 from tpsim.sim.collective_timing import HostCosts, Timing, loop_time
+from tpsim.sim.impls import ENGINE_COLLECTIVES
 from tpsim.sim.profile import ProfileError, load_profile
 from tpsim.sim.topology import nccl_nodes
 from tpsim.sim.topology_price import TopologyModel
@@ -36,15 +37,22 @@ class _UserError(click.ClickException):
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 @click.option("--compare", "compare_path", type=click.Path(dir_okay=False), default=None,
               help="An nccl-tests output (text or -J JSON): adds the measured time and the error per size.")
-def collective_cmd(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, compare_path):
+@click.option("--impl", default="auto", show_default=True,
+              help="Implementation: auto (the profile's default), a table tag of the profile (nccl, custom, ...) "
+                   f"or an engine all-reduce ({', '.join(ENGINE_COLLECTIVES)}).")
+@click.option("--hidden", type=int, default=None,
+              help="Hidden size of the [tokens, hidden] tensor (TensorRT-LLM AUTO picks its kernel by shape); "
+                   "default 4096, as aiconfigurator's collector shapes each message.")
+def collective_cmd(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, compare_path, impl, hidden):
     """Price one collective per message size, with the path each number came from."""
     try:
-        _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, compare_path)
+        _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, compare_path, impl, hidden)
     except (ValueError, ProfileError) as e:
         raise _UserError(str(e)) from None
 
 
-def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, compare_path):
+def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, compare_path, impl="auto",
+         hidden=None):
     prof = load_profile(profile_name)
     measured = None
     if compare_path:
@@ -52,8 +60,9 @@ def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, c
         if imp.group != group:
             raise ValueError(f"{compare_path} was measured over {imp.group} ranks, but --group is {group}")
         measured = dict(zip(imp.bytes, imp.time_us))
+    notes: list[str] = []
     rows = collective_rows(prof, collective, group, mode, tuple(parse_size(s) for s in sizes) or None,
-                           gpus_per_node, measured)
+                           gpus_per_node, measured, impl=impl, width=hidden, notes=notes)
     timing, flagged, reason = None, [], None
     if measured is not None and (imp.gpus_per_thread > 1 or imp.mode == "graph"):
         # one nccl-tests thread launched every GPU's kernel each iteration (-g N): mark the sizes
@@ -81,6 +90,10 @@ def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, c
         out = to_json(prof.name, collective, group, mode, rows)
         if nccl is not None:
             out["nccl"] = nccl
+        if impl != "auto":
+            out["impl"] = impl
+        if notes:
+            out["notes"] = notes
         if measured is not None:
             out["compare"] = {"file": compare_path, "median_abs_error_pct": _median_abs(rows)}
             if timing is not None:
@@ -93,7 +106,8 @@ def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, c
         return
     per = gpus_per_node or prof.gpus_per_node
     t = rich_table(title=f"{collective}  {group} ranks ({-(-group // per)} node{'s' if group > per else ''})  "
-                    f"profile {prof.name}  mode {mode}", title_justify="left")
+                    f"profile {prof.name}  mode {mode}" + (f"  impl {impl}" if impl != "auto" else ""),
+                   title_justify="left")
     for col in ("size (B)", "time (us)", "busbw (GB/s)") + (("measured (us)", "error") if measured else ()) \
             + ("path",):
         t.add_column(col, justify="left" if col == "path" else "right")
@@ -108,6 +122,8 @@ def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, c
         console.print(f"NCCL nNodes {nccl['nnodes']} (ranks per NCCL node {'+'.join(map(str, nccl['ranks_per_node']))}"
                       f"; P2P off: {nccl['why']}); algorithm/protocol the tuner picks: "
                       f"{', '.join(nccl['picks']) or '-'} (path column, per size)", soft_wrap=True)
+    for n in notes:
+        console.print(f"note: {n}", soft_wrap=True)
     if measured is not None:
         med = _median_abs(rows)
         console.print(f"median |error| over {sum(r.measured_us is not None for r in rows)} sizes: "

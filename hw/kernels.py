@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Callable
 import torch
 import torch.nn.functional as F
 
+from tpsim.sim.impls import is_flash
 from tpsim.sim.ir import Op, Schedule
 
 if TYPE_CHECKING:
@@ -165,7 +166,7 @@ def _attention(ctx: KernelCtx, op: Op, qkv: torch.Tensor, *after: torch.Tensor) 
     if expand and H != KVH:
         keys = keys.repeat_interleave(H // KVH, dim=1)                    # [B, H, L, D]
         vals = vals.repeat_interleave(H // KVH, dim=1)
-    if op.attr("impl") == "flash":
+    if is_flash(op.attr("impl")):            # fa2 / fa3 / flashinfer run as PyTorch's fused SDPA here
         o = F.scaled_dot_product_attention(qh, keys, vals, attn_mask=mask,
                                            enable_gqa=(not expand and H != KVH))
     else:                                                                 # math: materialized scores

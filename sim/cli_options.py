@@ -8,6 +8,7 @@ from dataclasses import asdict, replace
 
 import click
 
+from tpsim.sim.impls import ENGINE_COLLECTIVES
 from tpsim.sim.model import MODELS, get_model
 from tpsim.sim.predict import Workload
 from tpsim.sim.profile import load_profile
@@ -55,7 +56,8 @@ def workload_options(fn):
                      help="Refuse a workload whose per-rank weights + KV cache + activations exceed the "
                           "profile's GPU memory."),
         click.option("--collective", default="auto", show_default=True,
-                     help="Collective implementation, a table key of the profile (nccl, custom, gloo); "
+                     help="Collective implementation: a table key of the profile (nccl, custom, gloo), or a "
+                          f"serving engine's all-reduce ({', '.join(ENGINE_COLLECTIVES)}; sim/impls.py); "
                           "auto: the profile's default_impl."),
     ]
     for o in reversed(opts):
@@ -179,7 +181,8 @@ def make_workload(model, tp, profile, batch, prompt_len, gen_len, gpus_per_node,
     # what the user said wins; then the --stack preset; then what the profile's cluster runs by default;
     # then Stack's defaults
     stack = make_stack(given, prof.stack_defaults, preset=preset.values if preset else None)
-    impls = sorted({t.impl for t in prof.collective_tables} | {prof.default_impl, "nccl", "auto"})
+    impls = sorted({t.impl for t in prof.collective_tables} | {prof.default_impl, "nccl", "auto"}) \
+        + list(ENGINE_COLLECTIVES)
     if stack.collective not in impls and preset and collective in (None, "auto") \
             and preset.values.get("collective") == stack.collective:
         # the preset's engine falls back to NCCL where its custom kernel cannot run (no peer access:

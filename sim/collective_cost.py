@@ -11,6 +11,8 @@ from __future__ import annotations
 import bisect
 import math
 
+from . import custom_allreduce as car
+from .impls import engine_collective
 from .ir import Op
 from .profile import CollectiveTable, LinkModel, Profile
 from .stack import DTYPE_BYTES
@@ -34,7 +36,7 @@ class CollectiveCost:
             if op.kind == "all_gather":
                 nbytes *= a["group"]            # nccl-tests convention: size of the gathered output
             mode = "graph" if self.stack.graphs(phase) else "eager"
-            t = self._cache[key] = self.collective_s(op.kind, nbytes, a["group"], mode)
+            t = self._cache[key] = self.collective_s(op.kind, nbytes, a["group"], mode, width=a["width"])
         return t
 
     def host_s(self, op: Op, phase: str) -> float:
@@ -57,12 +59,18 @@ class CollectiveCost:
             return -(-group // self.gpus_per_node)
         return topo.nccl_nnodes(group, self.gpus_per_node)
 
-    def collective_s(self, collective: str, nbytes: float, group: int, mode: str, impl: str | None = None) -> float:
+    def collective_s(self, collective: str, nbytes: float, group: int, mode: str, impl: str | None = None,
+                     width: int | None = None) -> float:
         """Seconds for one collective of `nbytes` (nccl-tests size convention) over `group` ranks."""
-        return self.price(collective, nbytes, group, mode, impl)[0]
+        return self.price(collective, nbytes, group, mode, impl, width)[0]
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """What pricing had to say (an engine refusing its all-reduce kernel, in the engine's words)."""
+        return tuple(getattr(self, "_notes", {}))
 
     def price(self, collective: str, nbytes: float, group: int, mode: str,
-              impl: str | None = None) -> tuple[float, str]:
+              impl: str | None = None, width: int | None = None) -> tuple[float, str]:
         """(seconds, path) for one collective as the running stack pays it.
 
         The device time comes, in order, from: (1) a measured table for (collective, group,
@@ -84,15 +92,50 @@ class CollectiveCost:
         `path` names where the number came from: "table", "table>derived" (beyond the table's
         largest size), "table(graph)+eager_extra", "topology:<algorithm/protocol>",
         "topology:<...>+node-correction(gN)" or "protocol-model", with "+graph_extra" and
-        "+graph_nccl_node" appended when those were added."""
+        "+graph_nccl_node" appended when those were added.
+
+        A serving engine's all-reduce (sim/impls.py ENGINE_COLLECTIVES) is priced by its kernel's
+        mechanism (sim/custom_allreduce.py): path "<impl>:<kernel>"; where the engine refuses its
+        kernel, NCCL's price with " (NCCL for <impl>)" appended and the engine's reason in `notes`.
+        `width`: the tensor's last dimension (TensorRT-LLM picks its kernel by shape)."""
         scope = self.scope(group)
         if impl is None:
             impl = self.stack.collective if self.stack.collective != "auto" else self.profile.default_impl
+        eng = engine_collective(impl)
+        if eng is not None:
+            return self._engine_price(eng, collective, nbytes, group, mode, width)
         t, path = self._device_price(collective, nbytes, group, mode, impl, scope)
         own_kernel = impl != "nccl" and path.startswith("table")     # a custom kernel's own table
         if mode == "graph" and not own_kernel and group > 1:
             t, path = self._graph_added(t, path)
         return t, path
+
+    def _engine_price(self, eng, collective, nbytes, group, mode, width) -> tuple[float, str]:
+        """An engine's all-reduce: its own kernel where the engine runs it, else the cluster's NCCL
+        (the engines run all-gather / reduce-scatter on NCCL too)."""
+        fallback = self.profile.default_impl
+        if collective != "all_reduce" or group <= 1:
+            return self.price(collective, nbytes, group, mode, fallback)
+        p = car.pick(eng, nbytes, group, car.hardware(self.profile, group, self.gpus_per_node), width)
+        note = p.note
+        if p.kernel != "nccl":
+            g = car.kernel_s(self.profile, eng.family, p.kernel, nbytes, group)
+            if g is not None:
+                path = f"{eng.name}:{p.kernel}"
+                if mode == "eager":
+                    t, suffix = car.eager_s(self.profile, eng.family, p.kernel, g, nbytes, group)
+                    return t, path + suffix
+                return g, path
+            note = (f"{eng.name}: profile {self.profile.name} holds no measured {eng.family} all-reduce constants "
+                    f"for {group} ranks (collectives.custom_allreduce); priced as NCCL")
+        if note:
+            self.__dict__.setdefault("_notes", {})[note] = None
+        # the engine calls NCCL itself (vLLM / SGLang pynccl, TensorRT-LLM's NCCL op): out of place, no
+        # functional-collective clone (graph_extra); a captured NCCL kernel still pays NCCL's record node
+        t, path = self._device_price(collective, nbytes, group, mode, fallback, self.scope(group))
+        if mode == "graph" and self.profile.graph_nccl_node_s > 0:
+            t, path = t + self.profile.graph_nccl_node_s, path + "+graph_nccl_node"
+        return t, f"{path} (NCCL for {eng.name})"
 
     def _graph_added(self, t: float, path: str) -> tuple[float, str]:
         """(t, path) plus what a captured NCCL collective pays in a compiled CUDA-graph step over the

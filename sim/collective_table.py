@@ -67,10 +67,13 @@ def busbw_factor(collective: str, group: int) -> float:
 
 def collective_rows(profile: Profile, collective: str, group: int, mode: str = "graph",
                     sizes: tuple[int, ...] | None = None, gpus_per_node: int | None = None,
-                    measured: dict[int, float] | None = None, impl: str = "auto") -> list[Row]:
+                    measured: dict[int, float] | None = None, impl: str = "auto", width: int | None = None,
+                    notes: list | None = None) -> list[Row]:
     """Price `collective` over `group` ranks at each size; `measured` (bytes -> us) adds a column.
     Without `sizes`, the measured sizes, else DEFAULT_BYTES. `impl`: the implementation to price
-    (a profile table's impl, e.g. "custom"); auto: the profile's default."""
+    (a profile table's impl, e.g. "custom", or an engine all-reduce of sim/impls.py); auto: the
+    profile's default. `width`: the tensor's hidden size (engine kernels picked by shape). `notes`:
+    a list that receives what the pricing said (an engine refusing its kernel)."""
     if collective not in COLLECTIVES:
         raise ValueError(f"unknown collective {collective!r}; choose from {', '.join(COLLECTIVES)}")
     if mode not in MODES:
@@ -91,14 +94,18 @@ def collective_rows(profile: Profile, collective: str, group: int, mode: str = "
     for b in sizes:
         if mode == "nccl":
             # the bare kernel: device time of the graph-mode pricing, without the stack's extra
-            t, path = cm.price(collective, b, group, "graph")
+            t, path = cm.price(collective, b, group, "graph", width=width)
+            head, sep, tail = path.partition(" (NCCL for ")         # an engine's NCCL fallback keeps its mark
             for s, label in (("graph_nccl_node_s", "+graph_nccl_node"), ("graph_extra_s", "+graph_extra")):
-                if path.endswith(label):
-                    t, path = t - getattr(profile, s), path[:-len(label)]
+                if head.endswith(label):
+                    t, head = t - getattr(profile, s), head[:-len(label)]
+            path = head + sep + tail
         else:
-            t, path = cm.price(collective, b, group, mode)
+            t, path = cm.price(collective, b, group, mode, width=width)
         bus = b / t / 1e9 * busbw_factor(collective, group) if t > 0 else 0.0
         rows.append(Row(int(b), t * 1e6, bus, path, None if measured is None else measured.get(int(b))))
+    if notes is not None:
+        notes.extend(n for n in cm.notes if n not in notes)
     return rows
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-from . import fusion
+from . import flash_decode, fusion
 from .collective_cost import CollectiveCost, loglog
 from .profile import Profile
 from .schedule import Op, Schedule
@@ -194,6 +194,9 @@ class CostModel(CollectiveCost):
         measured = self._measured(op, fused, graphs)
         if measured is not None:
             return measured
+        flash = flash_decode.decode_attention_s(self, op, fused, graphs)     # hook: flash/paged decode kernels
+        if flash is not None:
+            return flash
         works = op_work(op, fused)
         return self._floor(roofline_s(self.profile, works, op.dtype), sum(w.kernels for w in works), graphs)
 

@@ -311,6 +311,7 @@ class Simulator:
         out = list(out)
         if pad_s > 1e-12:
             out.append(f"padding costs {pad_s * 1e3:.1f} ms of collective time over the run (prefill + decode)")
+        out += [n for n in self.cost.notes if n not in out]      # e.g. an engine refusing its all-reduce kernel
         return tuple(out)
 
     def predict(self, spec: str) -> Prediction:

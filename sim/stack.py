@@ -13,11 +13,11 @@ from dataclasses import dataclass, field, fields, replace
 
 from .host_lane import HostStep
 
+from .impls import ATTENTION_IMPLS  # noqa: F401  (the one registry of implementation names)
+
 DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
 
 HEADS = ("replicated", "vocab-parallel")
-# flashinfer (SGLang's default decode backend): priced as flash until its own kernel data lands (#26 item 4)
-ATTENTION_IMPLS = ("math", "flash", "flashinfer")
 DECODE_KV = ("static", "filled")
 PREFILL_LOGITS = ("all", "last")
 
@@ -28,7 +28,7 @@ class Stack:
 
     dtype: str = "fp16"
     head: str = "replicated"          # LM head replicated on every rank, or split over vocab + all-gather
-    attention: str = "math"           # math SDPA (materialized scores) or a fused flash kernel
+    attention: str = "math"           # math SDPA (materialized scores) or a fused flash kernel (sim/impls.py)
     kv: str = "static"                # attend over the whole static cache (masked) or only the filled part
     prefill_logits: str = "all"       # logits for every prompt position, or only the last
     expand_gqa: bool = True           # repeat K/V heads to the query head count before attention
@@ -36,7 +36,7 @@ class Stack:
     compile_decode: bool = True       # decode torch.compile'd
     prefill_graphs: bool = False      # prefill under CUDA graphs
     decode_graphs: bool = True        # decode under CUDA graphs (torch.compile reduce-overhead)
-    collective: str = "auto"          # collective implementation (a profile table's impl); auto: the profile's default
+    collective: str = "auto"          # a profile table's impl or an engine all-reduce (sim/impls.py); auto: profile default
     host: HostStep = field(default_factory=HostStep)   # the engine's CPU work per step (sim.host_lane)
     preset: str = "reference"         # the --stack preset (or stack file) these values started from
 

@@ -23,7 +23,8 @@ _checkout.load()
 
 from _derive_common import AIC, DATA, OUT, sv  # noqa: E402
 from _derive_compute import eager_launch, gemm_curves, gemm_table  # noqa: E402
-from _derive_collectives import (GRAPH_NET_HOST, JITTER, OVERLAP, custom_tables, graph_extra, graph_nccl_node,  # noqa: E402
+from _derive_collectives import (GRAPH_NET_HOST, JITTER, OVERLAP, custom_allreduce_section,  # noqa: E402
+                                 custom_tables, graph_extra, graph_nccl_node,
                                  latency_offset, nccl_latency, nccl_tables, shm_constants, write)
 from _derive_shm import NCCL_CPU_NODES_DGX_A100, nccl_cpu_link  # noqa: E402
 
@@ -60,7 +61,8 @@ def nvswitch_box(name, desc, system, nccl_ver, gemm_rel, vllm_rel, mem_gib, mem_
         },
         "collectives": {"eager_extra_us": eager_extra, "graph_extra_us": graph_extra(floor_us, system),
                         "graph_nccl_node_us": graph_nccl_node(system),
-                        "graph_net_host_us": GRAPH_NET_HOST, "tables": tables},
+                        "graph_net_host_us": GRAPH_NET_HOST, "tables": tables,
+                        "custom_allreduce": custom_allreduce_section(system)},
         "topology": topo,
         "overlap": OVERLAP, "jitter": JITTER,
     }
@@ -218,7 +220,8 @@ def main():
         "collectives": {"eager_extra_us": sv(h100_extra["value"], "transferred from h100-sxm (host software "
                                                                    "overhead): " + h100_extra["source"]),
                         "graph_extra_us": graph_extra(floor_us, "l40s"),
-                        "graph_nccl_node_us": graph_nccl_node("l40s"), "tables": tables},
+                        "graph_nccl_node_us": graph_nccl_node("l40s"), "tables": tables,
+                        "custom_allreduce": custom_allreduce_section("l40s")},
         "topology": l40_topo, "overlap": OVERLAP, "jitter": JITTER,
     }
     off, npts, err = latency_offset(l40, tables, "l40s-pcie")

@@ -220,3 +220,69 @@ def write(name, prof):
     text = re.sub(r"\[\s*([-0-9.e+,\s]+?)\s*\]", lambda m: "[" + ", ".join(m.group(1).split()).replace(",,", ",") + "]",
                   text)
     (OUT / f"{name}.json").write_text(text + "\n")
+
+
+# ---------------------------------------------------------------- engine all-reduce kernels
+
+# The engine releases each profile's custom all-reduce constants are fitted from (aiconfigurator's
+# newest table of that engine for the system; the older ones are held apart by
+# bench/validate_custom_allreduce.py), and what the engines' enable checks see on that box.
+CUSTOM_AR_RELEASES = {
+    "h100_sxm": {"vllm": "vllm/0.24.0", "sglang": "sglang/0.5.14", "trtllm": "trtllm/1.3.0rc20"},
+    "h200_sxm": {"vllm": "vllm/0.24.0", "sglang": "sglang/0.5.14", "trtllm": "trtllm/1.3.0rc20"},
+    "a100_sxm": {"vllm": "vllm/0.14.0", "sglang": "sglang/0.5.10", "trtllm": "trtllm/1.0.0"},
+    "l40s": {"vllm": "vllm/0.22.0", "sglang": "sglang/0.5.14", "trtllm": "trtllm/1.3.0rc20"},
+}
+# full NVLink, P2P, NVLS multicast (SM90 + NVSwitch), one node
+CUSTOM_AR_HW = {"h100_sxm": (True, True, True, True), "h200_sxm": (True, True, True, True),
+                "a100_sxm": (True, True, False, True), "l40s": (False, True, False, True)}
+_FAMILY_IMPL = {"vllm": "vllm-custom", "sglang": "sglang-custom", "trtllm": "trtllm-auto"}
+
+
+def engine_ar_points(system: str, rel: str) -> dict:
+    """{(group, mode): [(bytes, us)]} of one aiconfigurator custom_allreduce_perf table (median per size;
+    message_size is bf16 elements; kernel_source names graph / eager, TensorRT-LLM's is graph only)."""
+    d = pd.read_parquet(DATA / system / "comm" / rel / "custom_allreduce_perf.parquet")
+    out = {}
+    for (n, src), g in d.groupby(["num_gpus", "kernel_source"]):
+        mode = "eager" if "eager" in str(src).lower() else "graph"
+        s = g.groupby("message_size").latency.median().sort_index()
+        out[(int(n), mode)] = [(int(2 * k), float(v) * 1e3) for k, v in s.items()]
+    return out
+
+
+def custom_allreduce_section(system: str) -> dict:
+    """collectives.custom_allreduce: per engine family and group size, the mechanism's constants
+    (sim/custom_allreduce.py) fitted on half of the sizes (sim/custom_allreduce_fit.py) of that
+    engine's aiconfigurator table, at the points where the engine's own rule ran its own kernel."""
+    from tpsim.sim import custom_allreduce as car
+    from tpsim.sim.custom_allreduce_fit import fit_group
+    from tpsim.sim.impls import ENGINE_COLLECTIVES
+    hw = car.Hardware(*CUSTOM_AR_HW[system])
+    out = {}
+    for family, rel in CUSTOM_AR_RELEASES[system].items():
+        pts = engine_ar_points(system, rel)
+        impl = ENGINE_COLLECTIVES[_FAMILY_IMPL[family]]
+        groups, skipped = {}, []
+        for n in sorted({g for g, _ in pts}):
+            def kernel_of(b, n=n):
+                return car.pick(impl, b, n, hw).kernel
+            f = fit_group(pts[(n, "graph")], kernel_of, n, pts.get((n, "eager")))
+            if f is None:
+                skipped.append(n)
+                continue
+            fit = f.pop("fit_bytes")
+            groups[str(n)] = {k: v for k, v in f.items() if v is not None} | {"fit_points": len(fit)}
+        why = (f"; no constants for {', '.join(map(str, skipped))} GPUs: the engine runs NCCL there on this box "
+               f"(its own enable rule), so the table is NCCL's" if skipped else "")
+        out[family] = {"groups": groups, "source": (
+            f"derived: sim/custom_allreduce_fit.py on the even-log2 sizes of {AIC} database: systems/data/{system}/"
+            f"comm/{rel}/custom_allreduce_perf.parquet (bf16; graph = CUDA-graph replay of 5 calls, eager = Python "
+            f"calls with a clone each, aiconfigurator collector/network/collect_all_reduce.py; TensorRT-LLM with "
+            f"AllReduceStrategy.AUTO and the autotuner off, shape (size/4096, 4096)). floor_us: fastest time <= 4 KiB "
+            f"(launch + the kernel's flag barriers); oneshot_gbps / twoshot_gbps: achieved per-rank link rate of "
+            f"that kernel's remote loads (least squares over its fit points >= 64 KiB; two-shot with its own intercept, "
+            f"twoshot_extra_us: its middle barrier); eager_floor_us: median "
+            f"eager call <= 4 KiB (host-bound). Points where {impl.engine}'s rule ran another path are not fitted"
+            + why)}
+    return out

@@ -13,8 +13,8 @@ NAME = "sglang"
 ENGINE = "SGLang 0.4/0.5"
 _SA = "python/sglang/srt/server_args.py"
 STACK = {
-    "attention": ("flashinfer", f"{_SA} attention_backend: FlashInfer by default on CUDA (priced as flash until "
-                                "#26 item 4 prices FlashInfer decode)"),
+    "attention": ("flashinfer", f"{_SA} attention_backend: FlashInfer by default on CUDA (decode priced from "
+                                "FlashInfer's measured bandwidth, sim/flash_decode.py)"),
     "kv": ("filled", "FlashInfer paged decode reads each request's kv_indptr range only (python/sglang/srt/layers/"
                      "attention/flashinfer_backend.py)"),
     "expand_gqa": (False, "FlashInfer's BatchDecodeWithPagedKVCacheWrapper takes num_kv_heads (native GQA)"),
@@ -27,8 +27,8 @@ STACK = {
     "decode_graphs": (True, f"{_SA} disable_cuda_graph: bool = False (decode batches up to cuda_graph_max_bs "
                             "replay CUDA graphs)"),
     "prefill_graphs": (False, "python/sglang/srt/model_executor/cuda_graph_runner.py captures decode only"),
-    "collective": ("custom", f"{_SA} disable_custom_all_reduce: bool = False (sgl-kernel's custom all-reduce, "
-                             "vLLM's design; #26 item 3 prices it)"),
+    "collective": ("sglang-custom", f"{_SA} disable_custom_all_reduce: bool = False (sgl-kernel's custom all-reduce, "
+                             "vLLM's design; priced by sim/custom_allreduce.py)"),
 }
 HOST = {
     "overlap": (True, f"{_SA} disable_overlap_schedule: bool = False (scheduler.py event_loop_overlap)"),

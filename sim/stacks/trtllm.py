@@ -23,8 +23,8 @@ STACK = {
     "compile_decode": (False, f"{_ARGS} torch_compile_config: None by default"),
     "decode_graphs": (True, f"{_ARGS} cuda_graph_config: CUDA graphs for generation-only batches by default"),
     "prefill_graphs": (False, f"{_ARGS} cuda_graph_config: generation batches only"),
-    "collective": ("custom", "tensorrt_llm/_torch/distributed/ops.py AllReduce strategy AUTO: custom one-shot/"
-                             "two-shot kernels for small messages, NCCL for large (#26 item 3 prices the switch)"),
+    "collective": ("trtllm-auto", "tensorrt_llm/_torch/distributed/ops.py AllReduce strategy AUTO: custom one-shot/"
+                             "two-shot kernels for small messages, NCCL for large (priced by sim/custom_allreduce.py)"),
 }
 HOST = {
     "overlap": (True, f"{_ARGS} disable_overlap_scheduler: bool = Field(default=False)"),

@@ -15,8 +15,9 @@ the user's own `vllm bench latency` runs.
 NAME = "vllm"
 ENGINE = "vLLM 0.11 (V1 engine)"
 STACK = {
-    "attention": ("flash", "vllm/platforms/cuda.py get_attn_backend_cls: FLASH_ATTN is V1's default backend on "
-                           "sm80+ (vllm-flash-attn FA2/FA3 over the paged cache)"),
+    "attention": ("fa3", "vllm/platforms/cuda.py get_attn_backend_cls: FLASH_ATTN is V1's default backend on "
+                         "sm80+; vllm/attention/utils/fa_utils.py get_flash_attn_version: FA3 on sm90 (Hopper), "
+                         "FA2 before it (give --attention fa2 for an A100 or L40S profile)"),
     "kv": ("filled", "vllm/v1/attention/backends/flash_attn.py: flash_attn_varlen_func(seqused_k=seq_lens, "
                      "block_table=...) reads only each sequence's filled blocks"),
     "expand_gqa": (False, "vllm/v1/attention/backends/flash_attn.py: K/V keep num_kv_heads; FlashAttention "
@@ -32,9 +33,9 @@ STACK = {
                             "replay full CUDA graphs (capture sizes up to 512)"),
     "prefill_graphs": (False, "vllm/config/compilation.py: prefill runs piecewise graphs only up to the "
                               "largest capture size and attention outside them; priced as eager launches"),
-    "collective": ("custom", "vllm/distributed/device_communicators/custom_all_reduce.py: CustomAllreduce "
+    "collective": ("vllm-custom", "vllm/distributed/device_communicators/custom_all_reduce.py: CustomAllreduce "
                              "on by default (disable_custom_all_reduce False) for world sizes 2/4/6/8 on "
-                             "full NVLink; NCCL otherwise (#26 item 3 prices the switch)"),
+                             "full NVLink; NCCL otherwise (priced by sim/custom_allreduce.py)"),
 }
 HOST = {
     "overlap": (False, "vllm/config/scheduler.py@01230b40 SchedulerConfig.async_scheduling: bool = False "

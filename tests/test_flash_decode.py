@@ -1,0 +1,59 @@
+"""Flash / paged decode attention (sim/flash_decode.py): the achieved-bandwidth curve and its hook."""
+import math
+
+import pytest
+
+from tpsim.sim import flash_decode as fd
+from tpsim.sim.cost import CostModel, op_work, roofline_s
+from tpsim.sim.ir import Op
+from tpsim.sim.profile import load_profile
+from tpsim.sim.stack import Stack
+
+H100_BW = 3.35e12
+
+
+def test_curve_reproduces_its_points_and_interpolates_in_log_bytes():
+    # FlashInfer batch 1, 4 KV heads x 128, bf16 on H100 (vllm-project/flash-attention#63):
+    # kv_len 1024 -> 2 x 1024 x 4 x 128 x 2 = 2097152 B in 12.3 us; kv_len 2048 -> 4194304 B in 14.2 us
+    assert fd.kernel_s("flashinfer", 2097152, H100_BW) == pytest.approx(12.3e-6)
+    assert fd.kernel_s("flashinfer", 4194304, H100_BW) == pytest.approx(14.2e-6)
+    # halfway in log(bytes) (the geometric mean, 2965820 B): the mean of the two fractions,
+    # f = bytes / time / 3.35 TB/s
+    f0, f1 = 2097152 / 12.3e-6 / H100_BW, 4194304 / 14.2e-6 / H100_BW
+    mid = math.sqrt(2097152 * 4194304)
+    assert fd.fraction("flashinfer", mid) == pytest.approx((f0 + f1) / 2)
+    assert fd.kernel_s("flashinfer", mid, H100_BW) == pytest.approx(mid / ((f0 + f1) / 2 * H100_BW))
+    # below the smallest point: its time (the latency floor); above the largest: its fraction
+    assert fd.kernel_s("flashinfer", 1000, H100_BW) == pytest.approx(12.3e-6)
+    # FA3's largest point: batch 16, kv_len 4000, 32 KV heads x 128, fp16 on H100 = 1048576000 B in 567.2 us
+    assert fd.kernel_s("fa3", 2 * 1048576000, H100_BW) == pytest.approx(2 * 567.2e-6)
+
+
+def test_held_apart_points_stay_out_of_the_curve():
+    used = {b for b, _ in fd.curve("fa2")}
+    apart = {b for b, _ in fd.curve("fa2", held_apart=True)}
+    assert apart and len(fd.curve("fa2")) == 11      # the head_dim 64 table only
+    assert len(fd.curve("flashinfer", held_apart=True)) == 2 and used
+
+
+def _attn(impl, q_len=1, kv_len=2100, batch=8):
+    attrs = dict(batch=batch, q_len=q_len, kv_len=kv_len, start_pos=kv_len - q_len, heads=16, kv_heads=2,
+                 head_dim=128, expand_gqa=False, impl=impl)
+    return Op("l0.attn.sdpa", "attention", (), (), tuple(sorted(attrs.items())), "fp16")
+
+
+def test_decode_attention_hook_prices_the_kernel_from_the_curve():
+    """Decode (q_len 1) under a flash stack: RoPE + cache write at their roofline, the attention kernel
+    from the curve over the filled KV (2 x 8 x 2100 x 2 x 128 x 2 B = 17203200 B); prefill and math
+    SDPA keep the roofline."""
+    prof = load_profile("h100-sxm")
+    cm = CostModel(prof, Stack(attention="fa3"))
+    op = _attn("fa3")
+    others = [w for w in op_work(op, True) if not w.matmul]
+    want = roofline_s(prof, others, "fp16") + fd.kernel_s("fa3", 17203200, prof.mem_bytes_per_s)
+    assert cm.compute_s(op, "decode") == pytest.approx(want)
+    assert fd.decode_attention_s(cm, _attn("fa3", q_len=32, kv_len=32), True, True) is None
+    assert fd.decode_attention_s(cm, _attn("math"), True, True) is None
+    # plain "flash" is PyTorch SDPA's FlashAttention-2 backend
+    assert CostModel(prof, Stack(attention="flash")).compute_s(_attn("flash"), "decode") == pytest.approx(
+        roofline_s(prof, others, "fp16") + fd.kernel_s("fa2", 17203200, prof.mem_bytes_per_s))
