@@ -4,7 +4,7 @@ workload and serving-stack flags declared once, and the one place a `Stack` is b
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict, replace
+from dataclasses import asdict
 
 import click
 
@@ -180,17 +180,11 @@ def make_workload(model, tp, profile, batch, prompt_len, gen_len, gpus_per_node,
                  collective=collective)
     # what the user said wins; then the --stack preset; then what the profile's cluster runs by default;
     # then Stack's defaults
+    # (an engine's all-reduce that its engine would refuse here is priced as its fallback, with a note:
+    # sim/custom_allreduce.py)
     stack = make_stack(given, prof.stack_defaults, preset=preset.values if preset else None)
     impls = sorted({t.impl for t in prof.collective_tables} | {prof.default_impl, "nccl", "auto"}) \
         + list(ENGINE_COLLECTIVES)
-    if stack.collective not in impls and preset and collective in (None, "auto") \
-            and preset.values.get("collective") == stack.collective:
-        # the preset's engine falls back to NCCL where its custom kernel cannot run (no peer access:
-        # vllm custom_all_reduce.py disables itself when the platform lacks GPU P2P capability)
-        click.echo(f"note: stack {preset.name}'s {stack.collective} all-reduce has no table in profile {prof.name} "
-                   f"(no GPU peer access); priced as the profile's default ({prof.default_impl}), as the engine "
-                   f"falls back", err=True)
-        stack = replace(stack, collective="auto")
     if stack.collective not in impls:
         raise ValueError(f"profile {prof.name} has no collective implementation {stack.collective!r}; "
                          f"choose from: {', '.join(impls)}")

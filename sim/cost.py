@@ -194,10 +194,14 @@ class CostModel(CollectiveCost):
         measured = self._measured(op, fused, graphs)
         if measured is not None:
             return measured
-        flash = flash_decode.decode_attention_s(self, op, fused, graphs)     # hook: flash/paged decode kernels
-        if flash is not None:
-            return flash
         works = op_work(op, fused)
+        # a decode-step attention under a flash stack: its other kernels' roofline (RoPE, cache write, any
+        # GQA expand, qk-norm) plus the measured-curve time of the attention kernel (the op's one matmul Work)
+        flash_s = flash_decode.attention_kernel_s(op, self.profile.mem_bytes_per_s)
+        if flash_s is not None:
+            others = [w for w in works if not w.matmul]
+            return self._floor(roofline_s(self.profile, others, op.dtype) + flash_s, sum(w.kernels for w in works),
+                               graphs)
         return self._floor(roofline_s(self.profile, works, op.dtype), sum(w.kernels for w in works), graphs)
 
     def _kernels_s(self, op: Op, kernels: list, sched: Schedule, graphs: bool) -> float:

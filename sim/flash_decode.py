@@ -124,20 +124,16 @@ def kernel_s(kernel: str, kv_bytes: float, hbm_bytes_per_s: float) -> float:
     return b / (fraction(kernel, b) * hbm_bytes_per_s)
 
 
-def decode_attention_s(cm, op, fused: bool, graphs: bool) -> float | None:
-    """The hook sim/cost.py calls for a compute op: a decode-step attention (q_len 1) under a flash
-    stack costs its other kernels' roofline (RoPE, cache write, any GQA expand, qk-norm) plus the
-    measured-curve time of the attention kernel; None for anything else (priced as before)."""
+def attention_kernel_s(op, hbm_bytes_per_s: float) -> float | None:
+    """The hook sim/cost.py calls for a compute op: seconds of the attention kernel of a decode-step
+    attention (q_len 1) under a flash stack, from its measured curve (cost adds the op's other
+    kernels at their roofline); None for anything else (priced as before)."""
     if op.kind != "attention":
         return None
     a = dict(op.attrs)
     kernel = KERNEL_OF.get(a.get("impl"))
     if kernel is None or a["q_len"] != 1:
         return None
-    from .cost import op_work, roofline_s          # cost imports this module: import at call time
-    works = op_work(op, fused)
-    others = [w for w in works if not w.matmul]     # the attention kernel is the op's one matmul Work
     hkv = a["heads"] if a["expand_gqa"] and a["kv_heads"] < a["heads"] else a["kv_heads"]
     kv_bytes = 2.0 * a["batch"] * a["kv_len"] * hkv * a["head_dim"] * DTYPE_BYTES[op.dtype]
-    gpu = roofline_s(cm.profile, others, op.dtype) + kernel_s(kernel, kv_bytes, cm.profile.mem_bytes_per_s)
-    return cm._floor(gpu, sum(w.kernels for w in works), graphs)
+    return kernel_s(kernel, kv_bytes, hbm_bytes_per_s)

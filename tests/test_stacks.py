@@ -101,12 +101,15 @@ def test_the_vllm_host_lane_slows_a_decode_step_in_series(tmp_path):
 
 
 def test_preset_custom_all_reduce_falls_back_where_the_profile_has_none():
-    """p2p-off profiles hold no custom table: `--stack vllm` prices NCCL and says so (vLLM disables its
-    custom all-reduce without GPU peer access); an explicit --collective custom is still refused."""
+    """On a p2p-off profile `--stack vllm` prices NCCL and says so: vLLM disables its custom all-reduce
+    without GPU peer access (sim/custom_allreduce.py's rule); an explicit --collective custom (a profile
+    table's impl) is still refused."""
     args = ["--model", "llama-3.1-8b", "--tp", "4", "--batch", "8", "--prompt", "32", "--gen", "16",
             "--profile", "h100-sxm-p2p-off", "--schedule", "standard", "--json"]
     r = CliRunner().invoke(main, ["predict", "--stack", "vllm", *args])
-    assert r.exit_code == 0 and "falls back" in r.output
-    assert json.loads(r.output[r.output.index("{"):])["stack"]["collective"] == "auto"
+    assert r.exit_code == 0
+    doc = json.loads(r.output[r.output.index("{"):])
+    assert doc["stack"]["collective"] == "vllm-custom"
+    assert any("lacks GPU P2P capability; falls back to NCCL" in n for n in doc["schedules"][0]["notes"])
     r = CliRunner().invoke(main, ["predict", "--stack", "vllm", "--collective", "custom", *args])
     assert r.exit_code == 2 and "no collective implementation 'custom'" in r.output

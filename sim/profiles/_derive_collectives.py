@@ -17,6 +17,9 @@ import _checkout  # noqa: E402  (this checkout as the package tpsim, whatever is
 _checkout.load()
 from tpsim.sim.profile import parse  # noqa: E402
 from tpsim.sim.topology_price import TopologyModel  # noqa: E402
+from tpsim.sim import custom_allreduce as car  # noqa: E402
+from tpsim.sim.custom_allreduce_fit import fit_group  # noqa: E402
+from tpsim.sim.impls import ENGINE_COLLECTIVES  # noqa: E402
 
 from _derive_common import AIC, DATA, OUT, sv  # noqa: E402
 from _derive_shm import shm_flow_gbps  # noqa: E402
@@ -255,9 +258,6 @@ def custom_allreduce_section(system: str) -> dict:
     """collectives.custom_allreduce: per engine family and group size, the mechanism's constants
     (sim/custom_allreduce.py) fitted on half of the sizes (sim/custom_allreduce_fit.py) of that
     engine's aiconfigurator table, at the points where the engine's own rule ran its own kernel."""
-    from tpsim.sim import custom_allreduce as car
-    from tpsim.sim.custom_allreduce_fit import fit_group
-    from tpsim.sim.impls import ENGINE_COLLECTIVES
     hw = car.Hardware(*CUSTOM_AR_HW[system])
     out = {}
     for family, rel in CUSTOM_AR_RELEASES[system].items():
