@@ -2,7 +2,8 @@
 
 Compute ops of a compiled phase (Stack.compiled) inside a layer: the kernels Inductor emits for
 that layer (sim/fusion.py): extern matmuls priced as the IR's GEMM (below), generated kernels by
-the bytes they read and write (memory roofline with the profile's efficiency curve), each kernel
+the bytes they read and write (memory roofline with the profile's efficiency curve, or the bytes
+they re-read through L2 when that is slower: sim/l2_traffic.py), each kernel
 at least one launch (the graph floor under CUDA graphs, an eager launch without).
 
 Other compute ops: a measured time when the profile has one for the op's exact shape; interpolated
@@ -18,7 +19,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-from . import fusion
+from . import fusion, l2_traffic
 from .collective_cost import CollectiveCost, loglog
 from .profile import Profile
 from .schedule import Op, Schedule
@@ -159,6 +160,7 @@ class CostModel(CollectiveCost):
         self._cache: dict = {}
         # measured points by the mode they price: keyed by "compiled" (fused kernels) or not
         self._points = _indexes(profile)
+        self._l2_bw = l2_traffic.l2_bytes_per_s(profile.name) if profile.device == "cuda" else None
 
     # -- compute
 
@@ -223,7 +225,10 @@ class CostModel(CollectiveCost):
                 peak_dtype = dtype if dtype in self.profile.peak_flops else op.dtype
                 total += self._floor(roofline_s(self.profile, [w], peak_dtype), 1, graphs)
             else:
-                total += self._floor(roofline_s(self.profile, [Work(0.0, nbytes, 1)], op.dtype), 1, graphs)
+                # DRAM bytes at the roofline, or the bytes it re-reads through L2 (GQA) when slower
+                dram_s = roofline_s(self.profile, [Work(0.0, nbytes, 1)], op.dtype)
+                gpu_s = l2_traffic.kernel_s(dram_s, k.l2_bytes(sym, act), self._l2_bw)
+                total += self._floor(gpu_s, 1, graphs)
         return total
 
     def _measured(self, op: Op, fused: bool, graphs: bool | None = None) -> float | None:

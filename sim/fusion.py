@@ -20,6 +20,11 @@ micro-batches keep their place). A step that cannot split runs standard layers, 
 So a buffer [b, heads, q, L] is "b*q*L*kvh*G"; an fp32 one keeps 4 bytes per element, one in
 the activation dtype takes the stack's. docs/compiled-stack.md explains the derivation and where
 the CPU backend's fusion may differ from Triton's.
+
+GPU profiles price decode from the GPU table (sim/compiled_kernels_gpu.json: the reference
+harness's own decode graph lowered by Inductor's Triton path for an H100, hw/inductor_gpu.py) for
+the kinds it has (standard, upper-bound); other kinds, prefill, and CPU / gloo profiles use the
+CPU-derived table. Its buffers may carry `passes` (re-reads through L2, sim/l2_traffic.py).
 """
 from __future__ import annotations
 
@@ -33,6 +38,10 @@ from .builder import MicroBatch, kind_base, micro_batches
 from .schedule import Op, Schedule
 
 TABLE_PATH = Path(__file__).with_name("compiled_kernels.json")
+# The GPU decode table: the reference harness's decode graph through Inductor's Triton path
+# (`python -m tpsim.hw.inductor_gpu`); its variants are looked up as "gpu:decode", "gpu:decode-m1"
+GPU_TABLE_PATH = Path(__file__).with_name("compiled_kernels_gpu.json")
+GPU_PREFIX = "gpu:"
 
 # element sizes of the table's dtypes; the activation dtype (float16 in the table) takes the stack's
 _DTYPE_BYTES = {"float32": 4, "int64": 8, "int32": 4, "bool": 1, "uint8": 1}
@@ -44,6 +53,8 @@ class Buffer:
     mode: str               # read | write
     dtype: str              # torch dtype name as derived (float16 = the activation dtype)
     numel: str              # product of symbols, e.g. "b*q*hidden"
+    passes: str = "1"       # times the kernel loads it through L2 ("G": once per query head, GQA)
+    run_bytes: float | None = None  # contiguous bytes per row a program reads (None: whole sectors)
 
 
 @dataclass(frozen=True)
@@ -57,6 +68,15 @@ class Kernel:
     def bytes(self, sym: dict[str, float], act_bytes: int) -> float:
         return sum(numel(b.numel, sym) * (act_bytes if b.dtype == ACT_DTYPE else _DTYPE_BYTES[b.dtype])
                    for b in self.buffers)
+
+    def l2_bytes(self, sym: dict[str, float], act_bytes: int) -> float:
+        """Bytes through L2 (sim/l2_traffic.py): 0 when no buffer is re-read (DRAM bytes price it)."""
+        from .l2_traffic import l2_bytes
+        if all(b.passes == "1" for b in self.buffers):
+            return 0.0
+        return l2_bytes(self.buffers,
+                        lambda b: numel(b.numel, sym) * (act_bytes if b.dtype == ACT_DTYPE else _DTYPE_BYTES[b.dtype]),
+                        lambda b: numel(b.passes, sym))
 
     def matmul_dtype(self) -> str:
         """The dtype an extern matmul computes in: its first read's (fp32 when SDPA upcast)."""
@@ -79,18 +99,20 @@ def _document(path: str) -> dict:
 
 
 @functools.cache
-def table(path: str = str(TABLE_PATH)) -> dict:
-    """The derived table ({} when absent: every compiled phase then prices the analytic fused model)."""
-    doc = _document(path)
+def table(path: str = str(TABLE_PATH), gpu_path: str | None = str(GPU_TABLE_PATH)) -> dict:
+    """The derived tables ({} when absent: every compiled phase then prices the analytic fused
+    model): the CPU-derived one by (kind, variant), the GPU decode one by (kind, "gpu:" + variant)."""
     out = {}
-    for kind, variants in doc.get("layers", {}).items():
-        for variant, ks in variants.items():
-            roles: dict[str, list[Kernel]] = {}
-            for k in ks:
-                kern = Kernel(k["role"], k["kind"], k["kernel"], tuple(k["fuses"]),
-                              tuple(Buffer(b["mode"], b["dtype"], b["numel"]) for b in k["buffers"]))
-                roles.setdefault(k["role"], []).append(kern)
-            out[(kind, variant)] = roles
+    for p, prefix in ((path, ""), (gpu_path, GPU_PREFIX)):
+        for kind, variants in (_document(p).get("layers", {}) if p else {}).items():
+            for variant, ks in variants.items():
+                roles: dict[str, list[Kernel]] = {}
+                for k in ks:
+                    kern = Kernel(k["role"], k["kind"], k["kernel"], tuple(k["fuses"]),
+                                  tuple(Buffer(b["mode"], b["dtype"], b["numel"], b.get("passes", "1"),
+                                               b.get("run_bytes")) for b in k["buffers"]))
+                    roles.setdefault(k["role"], []).append(kern)
+                out[(kind, prefix + variant)] = roles
     return out
 
 
@@ -174,6 +196,8 @@ def lookup(sched: Schedule, op: Op, device: str) -> tuple[str, str, str] | None:
             kind, role = f"token-split:{m}", f"mb{j}.{rest}"
     elif role in BOUNDARY_ROLES:
         return None
+    if device == "cuda" and (kind, GPU_PREFIX + var) in table():
+        return kind, GPU_PREFIX + var, role       # the Triton-path table (GPU profiles)
     return (kind, var, role) if (kind, var) in table() else None
 
 
