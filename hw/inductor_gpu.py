@@ -17,8 +17,9 @@ and reduction hint, and the element strides its loads of the KV cache use: what
 sim/l2_traffic.py prices the GQA re-reads from. Autotuning (coordinate descent) runs at the first
 launch on a real GPU: which block sizes it keeps is not derivable here.
 
-Run: python -m tpsim.hw.inductor_gpu [--out sim/compiled_kernels_gpu.json]
-     (needs the `triton` package for code generation; about a minute per variant on 2 cores)
+Run: python -m tpsim.hw.inductor_gpu [--out sim/compiled_kernels_gpu.json]   (about 20 s)
+     python -m tpsim.hw.inductor_gpu --at llama-3.1-70b:8:4 ...   (the launches at real shapes)
+     (needs the `triton` package for code generation: pip install triton)
 """
 from __future__ import annotations
 
@@ -244,10 +245,36 @@ def _triton_version() -> str:
     return triton.__version__
 
 
+def at_shapes(model: str, tp: int, batch: int, comm: bool = False) -> list[tuple[str, dict | None]]:
+    """The launches of one decode step at a real model's per-rank shapes (cache 1536 = prompt 1024
+    + 512 generated, the reference workload), layer 1 only: (kernel, its Triton heuristic / size
+    hints / reduction hint, None for an extern call). Shows what the prime probe cannot: the split
+    reductions and inlining decisions Inductor makes at the real sizes."""
+    from tpsim.sim.model import get_model
+    s = get_model(model).shard(tp)
+    shapes = R.Shapes(batch, 1536, s.heads, s.kv_heads, s.head_dim, s.hidden, s.ffn, s.vocab, LAYERS)
+    code = compile_decode(shapes, comm).code
+    tk = triton_kernels(code)
+    order = launch_order(code)
+    per_layer = len(order) // LAYERS if order else 0
+    layer1 = order[per_layer:2 * per_layer] if per_layer else order
+    return [(n, {k: tk[n][k] for k in ("heuristic", "size_hints", "reduction_hint")} if n in tk else None)
+            for n in layer1]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "sim", "compiled_kernels_gpu.json"))
+    ap.add_argument("--at", metavar="MODEL:TP:BATCH", nargs="*",
+                    help="print the Triton launches of a decode step at these real shapes instead")
     a = ap.parse_args(argv)
+    if a.at:
+        for spec in a.at:
+            model, tp, batch = spec.split(":")
+            print(f"{model} TP{tp} batch {batch} (upper-bound, ~one layer of launches):")
+            for name, t in at_shapes(model, int(tp), int(batch)):
+                print(f"  {name[:80]:80s} {t['heuristic'] + ' ' + str(t['size_hints']) + ' ' + t['reduction_hint'] if t else ''}")
+        return 0
     layers = derive(progress=lambda s: print(s, file=sys.stderr, flush=True))
     write(a.out, layers)
     return 0
