@@ -40,6 +40,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from tpsim.sim.schedule import build_plan, plan_of
 from tpsim.sim.stack import Stack, Step
+from tpsim.sim.l2_traffic import mark_rereads
 from tpsim.sim.trace import write_json_atomic
 
 from tpsim.hw import reference_model as R
@@ -157,35 +158,6 @@ def launch_order(code: str) -> list[str]:
     collectives."""
     body = code[code.find("def call("):]
     return [a or f"extern_kernels.{b}" if (a or b) else f"c10d.{c}" for a, b, c in _CALL.findall(body)]
-
-
-def _has(numel: str, sym: str) -> bool:
-    return sym in numel.split("*")
-
-
-def mark_rereads(k: dict) -> dict:
-    """Loads that a generated kernel repeats through L2 (Inductor's byte estimate,
-    min(accessed, buffer size), counts each buffer once):
-    * GQA through index arithmetic: a kernel that reads a KV-cache-shaped buffer (L, kvh and dh in
-      its count, no G: the unexpanded static cache [b, kvh, L, D]) and writes per query head (G in
-      an output's count) loads each K / V row once per query head of the group (`bh // G` in its
-      index): passes "G".
-    * A matmul with one row per batch row (the bmm decomposition of a linear layer whose input
-      is [b, 1, k] with a stride the matmul cannot fold: wo) reads the weight [n, k] (hidden and dh
-      or ffn, no b) once per batch row: passes "b"."""
-    if k["kind"] != "generated":
-        return k
-    outs = [b["numel"] for b in k["buffers"] if b["mode"] == "write"]
-    for b in k["buffers"]:
-        n = b["numel"]
-        if b["mode"] != "read":
-            continue
-        if any(_has(o, "G") for o in outs) and all(_has(n, s) for s in ("L", "kvh", "dh")) and not _has(n, "G"):
-            b["passes"] = "G"
-        elif (any(_has(o, "b") for o in outs) and _has(n, "hidden") and not _has(n, "b")
-              and (_has(n, "dh") or _has(n, "ffn"))):
-            b["passes"] = "b"
-    return k
 
 
 def derive(progress=print) -> dict:

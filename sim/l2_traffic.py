@@ -27,6 +27,8 @@ from __future__ import annotations
 
 SECTOR_BYTES = 32
 
+REFERENCE_WO = "reference wo: bmm over the expanded weight -> generated reduction"
+
 # profile name (before any "-p2p-off" style suffix) -> L2 -> SM bytes/s (module doc)
 L2_BYTES_PER_S = {"h100-sxm": 10.03e12, "h200-sxm": 10.03e12, "h100-pcie": 6.99e12, "a100-sxm": 5.33e12}
 
@@ -56,3 +58,42 @@ def kernel_s(dram_s: float, l2_traffic_bytes: float, l2_bw: float | None) -> flo
     if not l2_bw or l2_traffic_bytes <= 0:
         return dram_s
     return max(dram_s, l2_traffic_bytes / l2_bw)
+
+
+def _has(numel: str, sym: str) -> bool:
+    return sym in numel.split("*")
+
+
+def mark_rereads(k: dict) -> dict:
+    """Mark (in place, in the tables' JSON form) the loads a generated kernel repeats through L2
+    (Inductor's byte estimate, min(accessed, buffer size), counts each buffer once):
+    * GQA through index arithmetic: a kernel that reads a KV-cache-shaped buffer (L, kvh and dh in
+      its count, no G: the unexpanded static cache) and writes per query head (G in an output's
+      count) loads each K / V row once per query head of the group (`bh // G`): passes "G".
+    * A reduction with one row per batch row over a weight (hidden and dh or ffn in its count, no
+      b) while writing per batch row: the weight once per batch row, passes "b" (the reference's wo
+      at batch > 1, below)."""
+    if k["kind"] != "generated":
+        return k
+    outs = [b["numel"] for b in k["buffers"] if b["mode"] == "write"]
+    for b in k["buffers"]:
+        n = b["numel"]
+        if b["mode"] != "read":
+            continue
+        if any(_has(o, "G") for o in outs) and all(_has(n, s) for s in ("L", "kvh", "dh")) and not _has(n, "G"):
+            b["passes"] = "G"
+        elif (any(_has(o, "b") for o in outs) and _has(n, "hidden") and not _has(n, "b")
+              and (_has(n, "dh") or _has(n, "ffn"))):
+            b["passes"] = "b"
+    return k
+
+
+def reference_wo(k: dict) -> dict:
+    """The CPU-derived table's extern wo matmul as the reference harness's GPU path runs it at
+    batch > 1 (hw/inductor_gpu.py derives it): the attention output reaches wo as [b, 1, H*D] with
+    a stride matmul cannot fold, so F.linear is a bmm over the weight expanded b times, which
+    Inductor's bmm decomposition (one row per batch) turns into a generated reduction reading the
+    weight once per batch row. Returns a new kernel dict (generated, weight passes "b")."""
+    out = dict(k, kind="generated", kernel=f"{k['kernel']} ({REFERENCE_WO})",
+               buffers=[dict(b) for b in k["buffers"]])
+    return mark_rereads(out)

@@ -128,7 +128,7 @@ def test_token_split_is_priced_per_micro_batch_from_its_table():
     s2 = _sched(st, batch=2, spec="token-split", model="llama-3.1-70b", tp=8)
     assert fusion.lookup(s2, _op(s2, "L1.mb1.mlp.up"), "cuda") == ("token-split:2", "decode-m1", "mb1.mlp.up")
     s1 = _sched(st, batch=1, spec="token-split", model="llama-3.1-70b", tp=8)
-    assert fusion.lookup(s1, _op(s1, "L1.mlp.norm"), "cuda") == ("standard", "gpu:decode-m1", "mlp.norm")
+    assert fusion.lookup(s1, _op(s1, "L1.mlp.norm"), "cuda") == ("standard", "decode-m1", "mlp.norm")
 
 
 def test_token_split_counts_without_a_table_take_the_nearest():

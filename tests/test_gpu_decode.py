@@ -1,5 +1,5 @@
-"""The GPU decode table (sim/compiled_kernels_gpu.json, Inductor's Triton path on a fake H100) and
-its L2 re-read pricing (sim/l2_traffic.py)."""
+"""The GPU decode table (sim/compiled_kernels_gpu.json, Inductor's Triton path on a fake H100), how
+GPU profiles use it (sim/fusion.py gpu_overlay) and its L2 re-read pricing (sim/l2_traffic.py)."""
 from __future__ import annotations
 
 import importlib.util
@@ -57,16 +57,25 @@ def test_l2_rates_are_the_sourced_ones():
     assert l2_traffic.l2_bytes_per_s("my-calibrated-box") is None
 
 
-def test_gpu_profiles_take_the_triton_table_cpu_profiles_the_cpu_one():
+def test_gpu_profiles_price_every_kind_with_the_triton_paths_attention_and_wo():
+    """A GPU profile's decode: every kind's attention is the GPU table's (standard layer), its wo
+    the expanded-weight reduction at batch > 1; a CPU profile keeps the C++ backend's table."""
     s, _ = _sched("standard", batch=4)
-    norm = _op(s, "L1.attn.norm")
-    assert fusion.lookup(s, norm, "cuda") == ("standard", "gpu:decode", "attn.norm")
-    assert fusion.lookup(s, norm, "cpu") == ("standard", "decode-cpu", "attn.norm")
-    s1, _ = _sched("upper-bound", batch=1)
-    assert fusion.lookup(s1, _op(s1, "L1.mlp.up"), "cuda") == ("upper-bound", "gpu:decode-m1", "mlp.up")
-    # kinds the GPU table was not derived for keep the CPU-derived (cuda-target) table
-    sl, _ = _sched("ladder", batch=4)
-    assert fusion.lookup(sl, _op(sl, "L1.attn.norm"), "cuda") == ("ladder", "decode", "attn.norm")
+    assert fusion.lookup(s, _op(s, "L1.attn.norm"), "cuda") == ("standard", "decode", "attn.norm")
+    assert fusion.lookup(s, _op(s, "L1.attn.norm"), "cpu") == ("standard", "decode-cpu", "attn.norm")
+    t = fusion.table()
+    gpu_attn = [k.name for k in t[("standard", "gpu:decode-m1")]["attn.sdpa"]]
+    for kind in ("standard", "upper-bound", "ladder", "parallel", "spd", "seq-parallel"):
+        for variant in ("decode", "decode-m1"):
+            names = [k.name for k in t[(kind, variant)]["attn.sdpa"]]
+            assert names == [k.name for k in t[("standard", "gpu:" + variant)]["attn.sdpa"]], (kind, variant)
+        (wo,) = t[(kind, "decode")].get("attn.out", []) or [None]
+        if wo is not None:
+            assert wo.kind == "generated" and [b.passes for b in wo.buffers if "hidden" in b.numel.split("*")
+                                               and "b" not in b.numel.split("*")] == ["b"], kind
+    assert gpu_attn and all(n.startswith("triton_") for n in gpu_attn)
+    # the C++ backend's own decode table is untouched: no re-reads, wo extern
+    assert all(b.passes == "1" for ks in t[("standard", "decode-cpu")].values() for k in ks for b in k.buffers)
     assert fusion.meta(str(fusion.GPU_TABLE_PATH))["command"] == "python -m tpsim.hw.inductor_gpu"
 
 
@@ -88,19 +97,24 @@ def test_the_triton_table_rereads_kv_per_query_head_and_wo_per_row():
 
 
 def test_wo_at_batch_64_is_priced_by_its_l2_traffic():
-    """70B TP8 upper-bound decode, batch 64: the wo + residual-add kernel moves, by hand (fp16 unless
-    noted; hidden 8192, H*D = 1024): x [64, 8192] 1,048,576 B + attention out fp32 [64, 1024]
-    262,144 B + the weight [8192, 1024] 16,777,216 B once per row (x 64 = 1,073,741,824 B) + two
-    partial sums [64, 8192] (fp32 2,097,152 B, fp16 1,048,576 B) + its write 1,048,576 B =
-    1,079,246,848 B through L2: at 10.03 TB/s 107.6 us, where its DRAM bytes (22.3 MB) take ~9 us."""
+    """70B TP8 upper-bound decode, batch 64: wo (with the residual add it fuses) as the reference's
+    expanded-weight reduction moves, by hand (fp16; hidden 8192, H*D = 1024): the residual x
+    [64, 8192] 1,048,576 B + the attention output [64, 1024] 131,072 B + the weight [8192, 1024]
+    16,777,216 B once per batch row (x 64 = 1,073,741,824 B) + its write 1,048,576 B =
+    1,075,970,048 B through L2: at 10.03 TB/s 107.3 us, where its DRAM bytes (19.0 MB) take ~8 us."""
     s, st = _sched()
     cm = CostModel(H100, st)
-    op = _op(s, "L1.attn.add")
+    op = _op(s, "L1.attn.out")
     (term,) = cm.kernel_terms(op, fusion.kernels(fusion.lookup(s, op, "cuda")), s, True)
-    assert term["l2_bytes"] == 1_079_246_848
-    assert term["dram_bytes"] == 1_048_576 + 262_144 + 16_777_216 + 2_097_152 + 1_048_576 + 1_048_576
-    assert cm.compute_s(op, "decode", s) == pytest.approx(1_079_246_848 / 10.03e12)
-    assert cm.compute_s(_op(s, "L1.attn.out"), "decode", s) == 0.0        # its work is in that kernel
+    assert term["l2_bytes"] == 1_075_970_048
+    assert term["dram_bytes"] == 1_048_576 + 131_072 + 16_777_216 + 1_048_576
+    assert cm.compute_s(op, "decode", s) == pytest.approx(1_075_970_048 / 10.03e12)
+    assert cm.compute_s(_op(s, "L1.attn.add"), "decode", s) == 0.0        # fused into that kernel
+    # batch 1: wo is a GEMV reading the weight once (decode-m1: mm with M == 1), no L2 term
+    s1, _ = _sched(batch=1)
+    op1 = _op(s1, "L1.attn.out")
+    terms = cm.kernel_terms(op1, fusion.kernels(fusion.lookup(s1, op1, "cuda")), s1, True)
+    assert all(t["l2_bytes"] == 0.0 for t in terms)
 
 
 def _triton_missing() -> bool:
