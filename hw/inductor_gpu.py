@@ -28,7 +28,9 @@ import contextlib
 import os
 import re
 import sys
+import tempfile
 import time
+from unittest import mock
 
 import torch
 import torch._inductor.config as icfg
@@ -119,12 +121,15 @@ def compile_decode(shapes: R.Shapes, comm: bool, probe: dict | None = None) -> _
         with fm, fx_traceback.preserve_node_meta():
             gm = make_fx(fn)(idx, pos, *p.values())
         from torch._inductor.compile_fx import compile_fx      # lazy: heavy import
-        try:
-            with cap.hook():
-                compile_fx(gm, [idx, pos, *p.values()])
-        except Exception:           # noqa: BLE001 - Inductor wraps our _Stop in an InductorError
-            if not cap.code:
-                raise
+        # a scratch cache: stopping in codegen makes Inductor keep its temporary directory
+        with tempfile.TemporaryDirectory(prefix="tpsim-inductor-gpu-") as scratch, \
+                mock.patch.dict(os.environ, {"TORCHINDUCTOR_CACHE_DIR": scratch}):
+            try:
+                with cap.hook():
+                    compile_fx(gm, [idx, pos, *p.values()])
+            except Exception:           # noqa: BLE001 - Inductor wraps our _Stop in an InductorError
+                if not cap.code:
+                    raise
     if not cap.code:
         raise RuntimeError("Inductor wrote no output code (GraphLowering.codegen was not reached)")
     return cap
