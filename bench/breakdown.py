@@ -8,7 +8,9 @@ For each (phase, batch): the time of every op of one rank's forward pass from
 sim.cost.CostModel (compute) and sim.predict.Simulator.comm_s (collectives), summed per IR op
 kind over the whole pass and listed per named op of one layer (layer 0, whose ops every layer
 repeats), each with its share of the summed op time; plus the simulated step time
-(Simulator.step_time: what `tpsim predict` uses, with overlap). Torch-free.
+(Simulator.step_time: what `tpsim predict` uses, with overlap). For a compiled decode step, each
+layer op's kernels from sim.fusion's table (on a GPU profile the Triton-path table,
+sim/compiled_kernels_gpu.json) with their DRAM bytes, L2 re-read bytes and time. Torch-free.
 
 The `sim` package is imported from the current directory when it has one (so
 `cd /some/checkout && python /path/to/bench/breakdown.py` prices with that checkout's code),
@@ -32,6 +34,7 @@ import _checkout  # noqa: E402  (this checkout as the package tpsim, whatever is
 _checkout.load(str(_here))
 
 from tpsim import sim  # noqa: E402
+from tpsim.sim import fusion  # noqa: E402
 from tpsim.sim.model import get_model  # noqa: E402
 from tpsim.sim.predict import Simulator, Workload  # noqa: E402
 from tpsim.sim.profile import load_profile  # noqa: E402
@@ -69,6 +72,18 @@ def _shape(op) -> str:
     return ""
 
 
+def _kernels(simr, sched, op, phase: str) -> list[dict]:
+    """The compiled kernels charged to `op` (sim.fusion's table), each with its DRAM bytes, L2
+    bytes (re-reads, sim/l2_traffic.py) and time; [] for an op priced without the table."""
+    if op.is_comm or not simr.cost.stack.compiled(phase):
+        return []
+    hit = fusion.lookup(sched, op, simr.cost.profile.device)
+    if hit is None:
+        return []
+    terms = simr.cost.kernel_terms(op, fusion.kernels(hit), sched, simr.cost.stack.graphs(phase))
+    return [dict(t, table=f"{hit[0]}:{hit[1]}", us=t["s"] * 1e6) for t in terms]
+
+
 def breakdown(w: Workload, spec: str, phase: str) -> dict:
     """One pass of `spec` in `phase` (decode: step 1) priced op by op."""
     simr = Simulator(w, record=False)
@@ -89,7 +104,8 @@ def breakdown(w: Workload, spec: str, phase: str) -> dict:
         else:
             compute_us += us
     total = compute_us + comm_us
-    layer = [{"name": op.name.removeprefix("L0."), "kind": op.kind, "shape": _shape(op), "us": op_s(op) * 1e6}
+    layer = [{"name": op.name.removeprefix("L0."), "kind": op.kind, "shape": _shape(op), "us": op_s(op) * 1e6,
+              "kernels": _kernels(simr, sched, op, phase)}
              for op in sched.layer_ops(0)]
     layer_total = sum(r["us"] for r in layer)
     for r in layer:
@@ -171,6 +187,21 @@ def show(out: dict) -> None:
                                                   if r["kind"] in ("gemm", "attention")), style="dim")
     console.print("gemm shapes are m x n x k; sum of ops: serial sum; simulated step: Simulator.step_time "
                   "(with overlap, as `tpsim predict` prices it)", style="dim")
+    for h, c in zip(heads, cases):
+        rows = [(r["name"], k) for r in c["layer_ops"] for k in r.get("kernels", [])]
+        if c["phase"] != "decode" or not rows:
+            continue
+        t = Table(title=f"{h}: the kernels of one layer (table {rows[0][1]['table']}): DRAM and L2 bytes, µs",
+                  title_justify="left")
+        for col in ("op", "kernel", "kind", "DRAM MB", "L2 MB", "µs"):
+            t.add_column(col, justify="left" if col in ("op", "kernel", "kind") else "right")
+        for name, k in rows:
+            t.add_row(name, k["name"][:48], k["kind"], f"{k['dram_bytes'] / 1e6:.2f}",
+                      f"{k['l2_bytes'] / 1e6:.2f}" if k["l2_bytes"] else "-", f"{k['us']:.1f}")
+        console.print(t)
+    console.print("kernels: Inductor's kernels per op (sim/fusion.py); DRAM MB: Inductor's byte estimate (each "
+                  "buffer once); L2 MB: the loads it repeats through L2 (GQA: G x K/V; wo's expanded weight: "
+                  "b x W), priced at the profile's sourced L2 rate when slower (sim/l2_traffic.py)", style="dim")
 
 
 def main(argv=None) -> int:

@@ -2,7 +2,8 @@
 
 Compute ops of a compiled phase (Stack.compiled) inside a layer: the kernels Inductor emits for
 that layer (sim/fusion.py): extern matmuls priced as the IR's GEMM (below), generated kernels by
-the bytes they read and write (memory roofline with the profile's efficiency curve), each kernel
+the bytes they read and write (memory roofline with the profile's efficiency curve, or the bytes
+they re-read through L2 when that is slower: sim/l2_traffic.py), each kernel
 at least one launch (the graph floor under CUDA graphs, an eager launch without).
 
 Other compute ops: a measured time when the profile has one for the op's exact shape; interpolated
@@ -18,7 +19,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-from . import flash_decode, fusion
+from . import flash_decode, fusion, l2_traffic
 from .collective_cost import CollectiveCost, loglog
 from .profile import Profile
 from .schedule import Op, Schedule
@@ -159,6 +160,7 @@ class CostModel(CollectiveCost):
         self._cache: dict = {}
         # measured points by the mode they price: keyed by "compiled" (fused kernels) or not
         self._points = _indexes(profile)
+        self._l2_bw = l2_traffic.l2_bytes_per_s(profile.name) if profile.device == "cuda" else None
 
     # -- compute
 
@@ -205,22 +207,27 @@ class CostModel(CollectiveCost):
         return self._floor(roofline_s(self.profile, works, op.dtype), sum(w.kernels for w in works), graphs)
 
     def _kernels_s(self, op: Op, kernels: list, sched: Schedule, graphs: bool) -> float:
-        """The kernels Inductor charges to `op` (none: its work is fused into another op's kernel).
-        Extern matmuls of a GEMM op: the GEMM's own price (measured points or roofline); the
-        extern bmm's of math SDPA: 2 b H q L d FLOPs each, in fp32 when SDPA upcast (the profile's
-        fp32 matmul peak if it has one), plus their bytes; generated kernels: bytes at the memory
-        roofline. Every kernel costs at least one launch."""
+        """The kernels Inductor charges to `op` (none: its work is fused into another op's kernel),
+        summed: see kernel_terms."""
+        return sum(t["s"] for t in self.kernel_terms(op, kernels, sched, graphs))
+
+    def kernel_terms(self, op: Op, kernels: list, sched: Schedule, graphs: bool) -> list[dict]:
+        """Per kernel charged to `op`: {name, kind, dram_bytes, l2_bytes, s}. Extern matmuls of a
+        GEMM op: the GEMM's own price (measured points or roofline); the extern bmm's of math SDPA:
+        2 b H q L d FLOPs each, in fp32 when SDPA upcast (the profile's fp32 matmul peak if it has
+        one), plus their bytes; generated kernels: bytes at the memory roofline, or their L2
+        re-reads at the L2 rate when slower (sim/l2_traffic.py). Every kernel costs at least one
+        launch; collectives are priced as the IR's comm op (not here)."""
         sym = fusion.symbols(sched, op)
         act = DTYPE_BYTES[op.dtype]
-        total = 0.0
+        out = []
         for k in kernels:
             if k.kind == "collective":
-                continue                    # priced as the IR's comm op
-            if k.kind == "matmul" and op.kind == "gemm":
-                total += self._compute_s(op, True, graphs)
                 continue
-            nbytes = k.bytes(sym, act)
-            if k.kind == "matmul":
+            nbytes, l2 = k.bytes(sym, act), 0.0
+            if k.kind == "matmul" and op.kind == "gemm":
+                t = self._compute_s(op, True, graphs)
+            elif k.kind == "matmul":
                 # an extern bmm of math SDPA: [b, H, q, d] x [b, H, d, L], at the attention op's own
                 # shape (a token-split micro-batch's sequences or tokens)
                 a = dict(op.attrs)
@@ -228,10 +235,14 @@ class CostModel(CollectiveCost):
                 dtype = "fp32" if k.matmul_dtype() == "fp32" else op.dtype
                 w = Work(flops, nbytes, 1, matmul=True)
                 peak_dtype = dtype if dtype in self.profile.peak_flops else op.dtype
-                total += self._floor(roofline_s(self.profile, [w], peak_dtype), 1, graphs)
+                t = self._floor(roofline_s(self.profile, [w], peak_dtype), 1, graphs)
             else:
-                total += self._floor(roofline_s(self.profile, [Work(0.0, nbytes, 1)], op.dtype), 1, graphs)
-        return total
+                # DRAM bytes at the roofline, or the bytes it re-reads through L2 (GQA) when slower
+                l2 = k.l2_bytes(sym, act)
+                dram_s = roofline_s(self.profile, [Work(0.0, nbytes, 1)], op.dtype)
+                t = self._floor(l2_traffic.kernel_s(dram_s, l2, self._l2_bw), 1, graphs)
+            out.append({"name": k.name, "kind": k.kind, "dram_bytes": nbytes, "l2_bytes": l2, "s": t})
+        return out
 
     def _measured(self, op: Op, fused: bool, graphs: bool | None = None) -> float | None:
         """A measured time for `op`: points indexed by whether the phase is compiled (`fused`:

@@ -20,6 +20,15 @@ micro-batches keep their place). A step that cannot split runs standard layers, 
 So a buffer [b, heads, q, L] is "b*q*L*kvh*G"; an fp32 one keeps 4 bytes per element, one in
 the activation dtype takes the stack's. docs/compiled-stack.md explains the derivation and where
 the CPU backend's fusion may differ from Triton's.
+
+GPU profiles price decode from the CPU-derived table's cuda-target variants with what the GPU
+table (sim/compiled_kernels_gpu.json: the reference harness's own decode graph lowered by
+Inductor's Triton path for an H100, hw/inductor_gpu.py) shows the Triton path does differently:
+its attention kernels, the expanded-weight wo at batch > 1, the L2 re-reads (gpu_overlay). The
+same for every schedule kind (the GPU table is derived for the reference's dense and comm-free
+graphs only, and a speedup must compare schedules priced from one table). Prefill and CPU / gloo
+profiles (decode-cpu) use the CPU-derived table as derived. Buffers may carry `passes` (re-reads
+through L2, sim/l2_traffic.py).
 """
 from __future__ import annotations
 
@@ -33,6 +42,10 @@ from .builder import MicroBatch, kind_base, micro_batches
 from .schedule import Op, Schedule
 
 TABLE_PATH = Path(__file__).with_name("compiled_kernels.json")
+# The GPU decode table: the reference harness's decode graph through Inductor's Triton path
+# (`python -m tpsim.hw.inductor_gpu`); its variants are looked up as "gpu:decode", "gpu:decode-m1"
+GPU_TABLE_PATH = Path(__file__).with_name("compiled_kernels_gpu.json")
+GPU_PREFIX = "gpu:"
 
 # element sizes of the table's dtypes; the activation dtype (float16 in the table) takes the stack's
 _DTYPE_BYTES = {"float32": 4, "int64": 8, "int32": 4, "bool": 1, "uint8": 1}
@@ -44,6 +57,8 @@ class Buffer:
     mode: str               # read | write
     dtype: str              # torch dtype name as derived (float16 = the activation dtype)
     numel: str              # product of symbols, e.g. "b*q*hidden"
+    passes: str = "1"       # times the kernel loads it through L2 ("G": once per query head, GQA)
+    run_bytes: float | None = None  # contiguous bytes per row a program reads (None: whole sectors)
 
 
 @dataclass(frozen=True)
@@ -57,6 +72,15 @@ class Kernel:
     def bytes(self, sym: dict[str, float], act_bytes: int) -> float:
         return sum(numel(b.numel, sym) * (act_bytes if b.dtype == ACT_DTYPE else _DTYPE_BYTES[b.dtype])
                    for b in self.buffers)
+
+    def l2_bytes(self, sym: dict[str, float], act_bytes: int) -> float:
+        """Bytes through L2 (sim/l2_traffic.py): 0 when no buffer is re-read (DRAM bytes price it)."""
+        from .l2_traffic import l2_bytes
+        if all(b.passes == "1" for b in self.buffers):
+            return 0.0
+        return l2_bytes(self.buffers,
+                        lambda b: numel(b.numel, sym) * (act_bytes if b.dtype == ACT_DTYPE else _DTYPE_BYTES[b.dtype]),
+                        lambda b: numel(b.passes, sym))
 
     def matmul_dtype(self) -> str:
         """The dtype an extern matmul computes in: its first read's (fp32 when SDPA upcast)."""
@@ -78,25 +102,62 @@ def _document(path: str) -> dict:
         return json.load(f)
 
 
+def _kernel(k: dict) -> Kernel:
+    return Kernel(k["role"], k["kind"], k["kernel"], tuple(k["fuses"]),
+                  tuple(Buffer(b["mode"], b["dtype"], b["numel"], b.get("passes", "1"), b.get("run_bytes"))
+                        for b in k["buffers"]))
+
+
 @functools.cache
-def table(path: str = str(TABLE_PATH)) -> dict:
-    """The derived table ({} when absent: every compiled phase then prices the analytic fused model)."""
-    doc = _document(path)
+def table(path: str = str(TABLE_PATH), gpu_path: str | None = str(GPU_TABLE_PATH)) -> dict:
+    """The derived tables ({} when absent: every compiled phase then prices the analytic fused
+    model) by (kind, variant). The CPU-derived table's cuda-target decode variants carry the GPU
+    path's mechanisms (gpu_overlay, from the GPU table when there is one); the GPU table itself is
+    also there, by (kind, "gpu:" + variant), as derived."""
+    gpu = _document(gpu_path).get("layers", {}) if gpu_path else {}
     out = {}
-    for kind, variants in doc.get("layers", {}).items():
-        for variant, ks in variants.items():
-            roles: dict[str, list[Kernel]] = {}
-            for k in ks:
-                kern = Kernel(k["role"], k["kind"], k["kernel"], tuple(k["fuses"]),
-                              tuple(Buffer(b["mode"], b["dtype"], b["numel"]) for b in k["buffers"]))
-                roles.setdefault(k["role"], []).append(kern)
-            out[(kind, variant)] = roles
+    for p, prefix in ((path, ""), (gpu_path, GPU_PREFIX)):
+        for kind, variants in (_document(p).get("layers", {}) if p else {}).items():
+            for variant, ks in variants.items():
+                if not prefix and variant in GPU_OVERLAY:
+                    ks = gpu_overlay(ks, variant, gpu.get("standard", {}).get(variant))
+                roles: dict[str, list[Kernel]] = {}
+                for k in ks:
+                    roles.setdefault(k["role"], []).append(_kernel(k))
+                out[(kind, prefix + variant)] = roles
     return out
 
 
 def meta(path: str = str(TABLE_PATH)) -> dict:
     """The table's provenance (torch version, command, notes): everything but the layers."""
     return {k: v for k, v in _document(path).items() if k != "layers"}
+
+
+# The CPU-derived table's cuda-target decode variants (GPU profiles): what Inductor's Triton path
+# does differently for the reference harness's graph (hw/inductor_gpu.py, the GPU table), applied
+# to every schedule kind alike, so schedules are compared on one table
+GPU_OVERLAY = ("decode", "decode-m1")
+
+
+def gpu_overlay(ks: list[dict], variant: str, gpu_standard: list[dict] | None) -> list[dict]:
+    """One layer's kernels (JSON form) for a GPU profile: the attention (role attn.sdpa) as the GPU
+    table's standard layer runs it (its kernels, with their GQA re-reads: passes G); at batch > 1
+    ("decode") the extern wo matmul as the reference's generated expanded-weight reduction
+    (l2_traffic.reference_wo); other generated kernels with their re-reads marked (token-split's
+    micro-batch attention keeps its own kernels, passes G)."""
+    from .l2_traffic import mark_rereads, reference_wo
+    gpu_attn = [k for k in (gpu_standard or []) if k["role"] == "attn.sdpa"]
+    out = []
+    for k in ks:
+        if k["role"] == "attn.sdpa" and gpu_attn:
+            continue                                    # replaced below, once
+        if variant == "decode" and k["kind"] == "matmul" and k["role"].endswith("attn.out"):
+            out.append(reference_wo(k))
+        else:
+            out.append(mark_rereads(json.loads(json.dumps(k))))
+    if gpu_attn and any(k["role"] == "attn.sdpa" for k in ks):
+        out += [json.loads(json.dumps(k)) for k in gpu_attn]
+    return out
 
 
 # Ops at the boundary of a run of token-split / seq-parallel layers (once per pass, outside the

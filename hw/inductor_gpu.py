@@ -1,0 +1,261 @@
+"""Derive the GPU decode kernel table (sim/compiled_kernels_gpu.json) from Inductor's Triton path.
+
+On this CPU-only box: the reference harness's own decode graph (hw/reference_model.py, a
+transcription of gpt_fast's GPTDense: freqs_cis[input_pos] and the causal mask indexed once per
+model, KV cache [B, KVH, S, D], repeat_interleave GQA, math SDPA) on FakeTensors on device "cuda",
+the device answering as an H100 (hw/fake_cuda.py), with the harness's Inductor flags
+(coordinate_descent_tuning, reorder_for_compute_comm_overlap; FACTS §10). So every Inductor decision
+is the CUDA path's own: the mm / bmm decompositions (torch/_inductor/decomposition.py: a bmm with
+one query row, and an mm with one row -- batch 1 -- become generated mul + sum reductions; at
+M >= 2 an mm stays an extern cuBLAS call), Triton fusion and split reductions, pointwise cat.
+
+Recorded per kernel, as hw/inductor_kernels does for the CPU table (same format, same
+attribution: `attribute`): the IR ops it fuses and Inductor's per-buffer byte estimate. Plus, from
+the Triton output code (GraphLowering.codegen is hooked, nothing is compiled or run), each
+generated kernel's Triton heuristic (pointwise / reduction / persistent_reduction), size hints
+and reduction hint, and the element strides its loads of the KV cache use: what
+sim/l2_traffic.py prices the GQA re-reads from. Autotuning (coordinate descent) runs at the first
+launch on a real GPU: which block sizes it keeps is not derivable here.
+
+Run: python -m tpsim.hw.inductor_gpu [--out sim/compiled_kernels_gpu.json]   (about 20 s)
+     python -m tpsim.hw.inductor_gpu --at llama-3.1-70b:8:4 ...   (the launches at real shapes)
+     (needs the `triton` package for code generation: pip install triton)
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import sys
+import tempfile
+import time
+from unittest import mock
+
+import torch
+import torch._inductor.config as icfg
+from torch._inductor import scheduler as S
+from torch._inductor.graph import GraphLowering
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx import traceback as fx_traceback
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from tpsim.sim.schedule import build_plan, plan_of
+from tpsim.sim.stack import Stack, Step
+from tpsim.sim.l2_traffic import mark_rereads
+from tpsim.sim.trace import write_json_atomic
+
+from tpsim.hw import reference_model as R
+from tpsim.hw.fake_cuda import H100, fake_h100
+from tpsim.hw.inductor_kernels import _describe, _one_rank_group, attribute
+from tpsim.hw.inductor_probe import DTYPE, PROBE, probe_model
+
+LAYERS = 3              # the kept layer 1 has a neighbour on each side
+KINDS = {"standard": True, "upper-bound": False}            # kind -> the graph has the all-reduces
+VARIANTS = {"decode": PROBE["b"], "decode-m1": 1}           # variant -> probe batch
+FLAGS = {"coordinate_descent_tuning": True, "reorder_for_compute_comm_overlap": True,
+         "fx_graph_cache": False, "force_disable_caches": True, "compile_threads": 1,
+         # the reference models' matmul dims are multiples of 8: pad_mm never pads them (and it
+         # benchmarks on the device to decide); the probe's prime dims must not trigger it
+         "shape_padding": False}
+
+
+# Model-level tables indexed by input_pos (an indirect load: Inductor's estimate is the whole
+# table): a decode step reads one row of each (q = 1): the causal mask row [S] and freqs_cis [D/2, 2]
+ROW_READS = {"causal_mask": "L", "freqs_cis": "2*dh"}
+
+
+class _Stop(Exception):
+    """Raised after the output code is written: nothing is compiled or run."""
+
+
+class _Capture:
+    """Scheduler nodes (kernels) and the Triton output code of the graph compiled meanwhile."""
+
+    def __init__(self, probe: dict | None):
+        self.nodes: list = []           # (scheduler node, description or None)
+        self.code = ""
+        self.probe = probe
+
+    @contextlib.contextmanager
+    def hook(self):
+        orig_cg, orig_sched = GraphLowering.codegen, S.Scheduler._codegen
+        cap = self
+
+        def _codegen(sched, nodes):
+            out = orig_sched(sched, nodes)
+            for n in nodes:
+                if not isinstance(n, S.NopKernelSchedulerNode):
+                    cap.nodes.append((n, _describe(n, cap.probe) if cap.probe else None))
+            return out
+
+        def codegen(graph, *a, **k):
+            out = orig_cg(graph, *a, **k)
+            cap.code = out[0].value if hasattr(out[0], "value") else str(out[0])
+            raise _Stop()
+
+        GraphLowering.codegen, S.Scheduler._codegen = codegen, _codegen
+        try:
+            yield
+        finally:
+            GraphLowering.codegen, S.Scheduler._codegen = orig_cg, orig_sched
+
+
+def compile_decode(shapes: R.Shapes, comm: bool, probe: dict | None = None) -> _Capture:
+    """Lower one decode step of the reference model at `shapes` for the fake H100; the capture
+    holds its scheduler nodes (described over `probe`'s primes when given) and output code."""
+    cap = _Capture(probe)
+    group = _one_rank_group() if comm else None
+    with fake_h100(), icfg.patch(FLAGS), torch.no_grad():
+        torch._dynamo.reset()
+        fm = FakeTensorMode()
+        with fm:
+            p = R.params(shapes)
+            idx = torch.empty(shapes.batch, 1, dtype=torch.long, device="cuda")
+            pos = torch.empty(1, dtype=torch.int32, device="cuda")
+        names = list(p)
+
+        def fn(idx, pos, *ws):
+            return R.forward(dict(zip(names, ws)), shapes, idx, pos, group, comm)
+
+        with fm, fx_traceback.preserve_node_meta():
+            gm = make_fx(fn)(idx, pos, *p.values())
+        from torch._inductor.compile_fx import compile_fx      # lazy: heavy import
+        # a scratch cache: stopping in codegen makes Inductor keep its temporary directory
+        with tempfile.TemporaryDirectory(prefix="tpsim-inductor-gpu-") as scratch, \
+                mock.patch.dict(os.environ, {"TORCHINDUCTOR_CACHE_DIR": scratch}):
+            try:
+                with cap.hook():
+                    compile_fx(gm, [idx, pos, *p.values()])
+            except Exception:           # noqa: BLE001 - Inductor wraps our _Stop in an InductorError
+                if not cap.code:
+                    raise
+    if not cap.code:
+        raise RuntimeError("Inductor wrote no output code (GraphLowering.codegen was not reached)")
+    return cap
+
+
+# --- the Triton output code
+
+_KERNEL_DEF = re.compile(r"^(triton_\w+) = async_compile\.triton\('(\w+)', '''(.*?)''', device_str='cuda'\)",
+                         re.S | re.M)
+_HEUR = re.compile(r"@triton_heuristics\.(\w+)\(\s*size_hints=(\{[^}]*\})(?:,\s*reduction_hint=ReductionHint\.(\w+))?")
+_CALL = re.compile(r"^\s*(triton_\w+)\.run\(|^\s*extern_kernels\.(\w+)\(|^\s*torch\.ops\._c10d_functional\.(\w+)",
+                   re.M)
+
+
+def triton_kernels(code: str) -> dict[str, dict]:
+    """kernel name -> {heuristic, size_hints, reduction_hint, loads}: what the output code says of
+    each generated kernel. loads: the index expression of every tl.load (element offsets)."""
+    out = {}
+    for name, _, src in _KERNEL_DEF.findall(code):
+        m = _HEUR.search(src)
+        sizes = {k: int(v) for k, v in re.findall(r"'(\w+)':\s*(\d+)", m.group(2))} if m else {}
+        loads = re.findall(r"tl\.load\((\w+) \+ \(([^)]*)\)", src)
+        out[name] = {"heuristic": m.group(1) if m else "?", "size_hints": sizes,
+                     "reduction_hint": (m.group(3) or "") if m else "",
+                     "loads": [f"{ptr}: {expr}" for ptr, expr in loads]}
+    return out
+
+
+def launch_order(code: str) -> list[str]:
+    """The call() function's kernel launches in order: triton kernel names, extern_kernels.<fn>,
+    collectives."""
+    body = code[code.find("def call("):]
+    return [a or f"extern_kernels.{b}" if (a or b) else f"c10d.{c}" for a, b, c in _CALL.findall(body)]
+
+
+def derive(progress=print) -> dict:
+    """{kind: {variant: [kernel, ...]}} at the probe's prime shapes (the CPU table's format), each
+    generated kernel with its Triton heuristic, size hints and reduction hint."""
+    layers: dict = {}
+    for kind, comm in KINDS.items():
+        for variant, b in VARIANTS.items():
+            t0 = time.perf_counter()
+            pr = dict(PROBE, b=b)
+            m = probe_model(LAYERS)
+            shapes = R.Shapes(b, PROBE["L"], m.heads, m.kv_heads, m.head_dim, m.hidden, m.ffn, m.vocab, LAYERS)
+            cap = compile_decode(shapes, comm, pr)
+            tk = triton_kernels(cap.code)
+            gen = [n for n in launch_order(cap.code) if n.startswith("triton_")]
+            descs = [d for _, d in cap.nodes if d is not None]
+            gens = [d for d in descs if d["kind"] == "generated"]
+            if len(gens) != len(gen):
+                raise RuntimeError(f"{kind}:{variant}: {len(gens)} generated scheduler nodes, {len(gen)} Triton "
+                                   f"launches in call(): cannot pair them")
+            for d, name in zip(gens, gen):
+                t = tk[name]
+                d["kernel"] = name
+                d["triton"] = {k: t[k] for k in ("heuristic", "size_hints", "reduction_hint")}
+            step = Step.decode(b, PROBE["q"], PROBE["L"] - PROBE["q"], 1, Stack(dtype=DTYPE))
+            sched = build_plan(kind, plan_of(kind, LAYERS), m, 1, step, Stack(dtype=DTYPE))
+            rows = {f"arg{2 + i}_1": n for i, n in enumerate(R.params_order(shapes)) if n in ROW_READS}
+            for d in descs:
+                for buf in d["buffers"]:
+                    if buf["buffer"] in rows and buf["mode"] == "read":
+                        buf["numel"] = ROW_READS[rows[buf["buffer"]]]
+            ks = attribute(descs, sched)
+            triton = {d["kernel"]: d.get("triton") for d in descs}
+            for k in ks:
+                if triton.get(k["kernel"]):
+                    k["triton"] = triton[k["kernel"]]
+            layers.setdefault(kind, {})[variant] = [mark_rereads(k) for k in ks]
+            progress(f"{kind}:{variant}: {len(ks)} kernels ({time.perf_counter() - t0:.0f} s)")
+    return layers
+
+
+def write(path: str, layers: dict) -> None:
+    doc = {"format": "tpsim-compiled-kernels", "version": 1, "torch": torch.__version__,
+           "triton": _triton_version(), "command": "python -m tpsim.hw.inductor_gpu", "dtype": DTYPE,
+           "device": {"name": H100.name, "sms": H100.multi_processor_count, "cc": f"{H100.major}.{H100.minor}"},
+           "probe": PROBE, "layers_compiled": LAYERS,
+           "variants": {k: {"phase": "decode", "batch": b, "target": "cuda-triton"} for k, b in VARIANTS.items()},
+           "note": "see docs/compiled-stack.md: the reference harness's decode graph (gpt_fast GPTDense, "
+                   "hw/reference_model.py) lowered by Inductor's CUDA/Triton path for a fake H100 on FakeTensors; "
+                   "per kernel the Triton heuristic and size hints at the probe's prime shapes",
+           "layers": layers}
+    write_json_atomic(path, doc)
+
+
+def _triton_version() -> str:
+    import triton                          # lazy: optional dependency
+    return triton.__version__
+
+
+def at_shapes(model: str, tp: int, batch: int, comm: bool = False) -> list[tuple[str, dict | None]]:
+    """The launches of one decode step at a real model's per-rank shapes (cache 1536 = prompt 1024
+    + 512 generated, the reference workload), layer 1 only: (kernel, its Triton heuristic / size
+    hints / reduction hint, None for an extern call). Shows what the prime probe cannot: the split
+    reductions and inlining decisions Inductor makes at the real sizes."""
+    from tpsim.sim.model import get_model
+    s = get_model(model).shard(tp)
+    shapes = R.Shapes(batch, 1536, s.heads, s.kv_heads, s.head_dim, s.hidden, s.ffn, s.vocab, LAYERS)
+    code = compile_decode(shapes, comm).code
+    tk = triton_kernels(code)
+    order = launch_order(code)
+    per_layer = len(order) // LAYERS if order else 0
+    layer1 = order[per_layer:2 * per_layer] if per_layer else order
+    return [(n, {k: tk[n][k] for k in ("heuristic", "size_hints", "reduction_hint")} if n in tk else None)
+            for n in layer1]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "sim", "compiled_kernels_gpu.json"))
+    ap.add_argument("--at", metavar="MODEL:TP:BATCH", nargs="*",
+                    help="print the Triton launches of a decode step at these real shapes instead")
+    a = ap.parse_args(argv)
+    if a.at:
+        for spec in a.at:
+            model, tp, batch = spec.split(":")
+            print(f"{model} TP{tp} batch {batch} (upper-bound, ~one layer of launches):")
+            for name, t in at_shapes(model, int(tp), int(batch)):
+                print(f"  {name[:80]:80s} {t['heuristic'] + ' ' + str(t['size_hints']) + ' ' + t['reduction_hint'] if t else ''}")
+        return 0
+    layers = derive(progress=lambda s: print(s, file=sys.stderr, flush=True))
+    write(a.out, layers)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,134 @@
+"""The GPU decode table (sim/compiled_kernels_gpu.json, Inductor's Triton path on a fake H100), how
+GPU profiles use it (sim/fusion.py gpu_overlay) and its L2 re-read pricing (sim/l2_traffic.py)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from tpsim.sim import fusion, l2_traffic
+from tpsim.sim.cost import CostModel
+from tpsim.sim.model import get_model
+from tpsim.sim.profile import load_profile
+from tpsim.sim.schedule import build
+from tpsim.sim.stack import Stack, Step
+
+H100 = load_profile("h100-sxm")
+
+
+def _sched(spec="upper-bound", batch=64, model="llama-3.1-70b", tp=8):
+    st = Stack()
+    return build(spec, get_model(model), tp, Step.decode(batch, 1024, 512, 1, st), st), st
+
+
+def _op(sched, name):
+    return next(op for op in sched.ops if op.name == name)
+
+
+def test_sector_waste_and_l2_time_on_a_toy():
+    """A toy kernel: K [b=2, kvh=1, L=1000, dh=64 (head_dim 128)] fp16 read once from DRAM
+    (2*1000*128*2 = 512,000 B) and once per query head through L2 (G = 8: 4,096,000 B), plus a
+    write of 2*8*1000 fp32 scores (64,000 B, passes 1). At a toy L2 rate of 1.08e12 B/s the L2
+    time is (4,096,000 + 64,000) / 1.08e12 = 3.85185 us, longer than a 1 us DRAM time."""
+    sym = {"b": 2, "kvh": 1, "L": 1000, "dh": 64, "G": 8}
+    k = fusion.Kernel("attn.sdpa", "generated", "toy", (), (
+        fusion.Buffer("read", "float16", "2*b*L*kvh*dh", passes="G"),
+        fusion.Buffer("write", "float32", "b*L*kvh*G")))
+    assert k.bytes(sym, 2) == 512_000 + 64_000
+    assert k.l2_bytes(sym, 2) == 4_096_000 + 64_000
+    assert l2_traffic.kernel_s(1e-6, k.l2_bytes(sym, 2), 1.08e12) == pytest.approx(4_160_000 / 1.08e12)
+    assert l2_traffic.kernel_s(5e-6, k.l2_bytes(sym, 2), 1.08e12) == 5e-6       # DRAM-bound: unchanged
+    assert l2_traffic.kernel_s(1e-6, k.l2_bytes(sym, 2), None) == 1e-6          # no sourced L2 rate
+    # a program reading 8 fp16 (16 B) of each row pays whole 32 B sectors: 2x; 4 B: 8x; >= 32 B: 1x
+    assert [l2_traffic.sector_waste(r) for r in (16, 4, 32, 256, None)] == [2.0, 8.0, 1.0, 1.0, 1.0]
+    sliver = fusion.Kernel("attn.sdpa", "generated", "toy", (), (
+        fusion.Buffer("read", "float16", "2*b*L*kvh*dh", passes="G", run_bytes=16),))
+    assert sliver.l2_bytes(sym, 2) == 2 * 4_096_000
+    plain = fusion.Kernel("attn.norm", "generated", "toy", (), (fusion.Buffer("read", "float16", "b*dh"),))
+    assert plain.l2_bytes(sym, 2) == 0.0                      # nothing re-read: the DRAM term prices it
+
+
+def test_l2_rates_are_the_sourced_ones():
+    assert l2_traffic.l2_bytes_per_s("h100-sxm") == 10.03e12
+    assert l2_traffic.l2_bytes_per_s("h100-sxm-p2p-off") == 10.03e12
+    assert l2_traffic.l2_bytes_per_s("a100-sxm") == 5.33e12
+    assert l2_traffic.l2_bytes_per_s("l40s-pcie") is None
+    assert l2_traffic.l2_bytes_per_s("my-calibrated-box") is None
+
+
+def test_gpu_profiles_price_every_kind_with_the_triton_paths_attention_and_wo():
+    """A GPU profile's decode: every kind's attention is the GPU table's (standard layer), its wo
+    the expanded-weight reduction at batch > 1; a CPU profile keeps the C++ backend's table."""
+    s, _ = _sched("standard", batch=4)
+    assert fusion.lookup(s, _op(s, "L1.attn.norm"), "cuda") == ("standard", "decode", "attn.norm")
+    assert fusion.lookup(s, _op(s, "L1.attn.norm"), "cpu") == ("standard", "decode-cpu", "attn.norm")
+    t = fusion.table()
+    gpu_attn = [k.name for k in t[("standard", "gpu:decode-m1")]["attn.sdpa"]]
+    for kind in ("standard", "upper-bound", "ladder", "parallel", "spd", "seq-parallel"):
+        for variant in ("decode", "decode-m1"):
+            names = [k.name for k in t[(kind, variant)]["attn.sdpa"]]
+            assert names == [k.name for k in t[("standard", "gpu:" + variant)]["attn.sdpa"]], (kind, variant)
+        (wo,) = t[(kind, "decode")].get("attn.out", []) or [None]
+        if wo is not None:
+            assert wo.kind == "generated" and [b.passes for b in wo.buffers if "hidden" in b.numel.split("*")
+                                               and "b" not in b.numel.split("*")] == ["b"], kind
+    assert gpu_attn and all(n.startswith("triton_") for n in gpu_attn)
+    # the C++ backend's own decode table is untouched: no re-reads, wo extern
+    assert all(b.passes == "1" for ks in t[("standard", "decode-cpu")].values() for k in ks for b in k.buffers)
+    assert fusion.meta(str(fusion.GPU_TABLE_PATH))["command"] == "python -m tpsim.hw.inductor_gpu"
+
+
+def test_the_triton_table_rereads_kv_per_query_head_and_wo_per_row():
+    """What Inductor's CUDA path emits for the reference decode graph: q@k^T and p@v are generated
+    reductions whose cache reads repeat per query head (passes G); at batch > 1 wo is a generated
+    reduction over the weight expanded per batch row (passes b: F.linear of [b, 1, H*D] with a stride
+    matmul cannot fold -> bmm with one row per batch -> decomposed under coordinate descent), the
+    other linears extern cuBLAS; at batch 1 every linear is a generated reduction (mm with M == 1)."""
+    t = fusion.table()
+    dec, m1 = t[("upper-bound", "gpu:decode")], t[("upper-bound", "gpu:decode-m1")]
+    rereads = [b for k in dec["attn.sdpa"] for b in k.buffers if b.passes == "G"]
+    assert sorted(b.numel for b in rereads) == ["2*b*L*kvh*dh", "2*b*L*kvh*dh"]   # K in q@k^T, V in p@v
+    (wo,) = dec["attn.add"]                                  # wo fused with the residual add after it
+    assert wo.kind == "generated" and "attn.out" in wo.fuses
+    assert [b.numel for b in wo.buffers if b.passes == "b"] == ["2*kvh*G*hidden*dh"]
+    assert [k.kind for r in ("attn.qkv", "mlp.up", "mlp.down") for k in dec[r]] == ["matmul"] * 3
+    assert all(k.kind == "generated" for r in ("attn.qkv", "mlp.up", "mlp.down") for k in m1[r])
+
+
+def test_wo_at_batch_64_is_priced_by_its_l2_traffic():
+    """70B TP8 upper-bound decode, batch 64: wo (with the residual add it fuses) as the reference's
+    expanded-weight reduction moves, by hand (fp16; hidden 8192, H*D = 1024): the residual x
+    [64, 8192] 1,048,576 B + the attention output [64, 1024] 131,072 B + the weight [8192, 1024]
+    16,777,216 B once per batch row (x 64 = 1,073,741,824 B) + its write 1,048,576 B =
+    1,075,970,048 B through L2: at 10.03 TB/s 107.3 us, where its DRAM bytes (19.0 MB) take ~8 us."""
+    s, st = _sched()
+    cm = CostModel(H100, st)
+    op = _op(s, "L1.attn.out")
+    (term,) = cm.kernel_terms(op, fusion.kernels(fusion.lookup(s, op, "cuda")), s, True)
+    assert term["l2_bytes"] == 1_075_970_048
+    assert term["dram_bytes"] == 1_048_576 + 131_072 + 16_777_216 + 1_048_576
+    assert cm.compute_s(op, "decode", s) == pytest.approx(1_075_970_048 / 10.03e12)
+    assert cm.compute_s(_op(s, "L1.attn.add"), "decode", s) == 0.0        # fused into that kernel
+    # batch 1: wo is a GEMV reading the weight once (decode-m1: mm with M == 1), no L2 term
+    s1, _ = _sched(batch=1)
+    op1 = _op(s1, "L1.attn.out")
+    terms = cm.kernel_terms(op1, fusion.kernels(fusion.lookup(s1, op1, "cuda")), s1, True)
+    assert all(t["l2_bytes"] == 0.0 for t in terms)
+
+
+def _triton_missing() -> bool:
+    return importlib.util.find_spec("triton") is None or importlib.util.find_spec("torch") is None
+
+
+@pytest.mark.hw
+@pytest.mark.slow
+@pytest.mark.skipif(_triton_missing(), reason="needs torch and triton (pip install triton) to generate Triton code")
+def test_shipped_gpu_table_is_what_inductor_emits_here():
+    """The committed GPU table is what `python -m tpsim.hw.inductor_gpu` derives with the installed
+    torch / triton (about 20 s): a torch whose CUDA path fuses differently fails here."""
+    from tpsim.hw.inductor_gpu import derive
+    with open(fusion.GPU_TABLE_PATH) as f:
+        shipped = json.load(f)["layers"]
+    assert derive(progress=lambda s: None) == shipped, \
+        "Inductor's Triton path no longer emits the committed table: rerun `python -m tpsim.hw.inductor_gpu`"
