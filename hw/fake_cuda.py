@@ -31,6 +31,9 @@ import contextlib
 from unittest import mock
 
 import torch
+from torch._inductor.fx_passes import joint_graph
+from torch._subclasses.fake_tensor import FakeTensor
+from torch._subclasses.functional_tensor import FunctionalTensor
 
 Props = collections.namedtuple(
     "Props", "name major minor total_memory multi_processor_count warp_size regs_per_multiprocessor "
@@ -118,11 +121,8 @@ def fake_h100():
         mock.patch.object(torch._C, "_cuda_getDeviceCount", lambda: 1, create=True),
         mock.patch("torch._inductor.fx_passes.joint_graph.lazy_init", lambda *a, **k: None),
     ]
-    from torch._inductor.fx_passes import joint_graph
-    from torch._subclasses.fake_tensor import FakeTensor
     patches.append(mock.patch.object(joint_graph.UniformValueConstantFolder, "_deduce_value",
                                      _deduce_on_cpu(joint_graph.UniformValueConstantFolder._deduce_value)))
-    from torch._subclasses.functional_tensor import FunctionalTensor
     patches += [mock.patch.object(cls, "copy_", _copy_, create=True) for cls in (FakeTensor, FunctionalTensor)]
     old = driver._active
     driver.set_active(FakeDriver())

@@ -40,6 +40,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx import traceback as fx_traceback
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from tpsim.sim.model import get_model
 from tpsim.sim.schedule import build_plan, plan_of
 from tpsim.sim.stack import Stack, Step
 from tpsim.sim.l2_traffic import mark_rereads
@@ -227,7 +228,6 @@ def at_shapes(model: str, tp: int, batch: int, comm: bool = False) -> list[tuple
     + 512 generated, the reference workload), layer 1 only: (kernel, its Triton heuristic / size
     hints / reduction hint, None for an extern call). Shows what the prime probe cannot: the split
     reductions and inlining decisions Inductor makes at the real sizes."""
-    from tpsim.sim.model import get_model
     s = get_model(model).shard(tp)
     shapes = R.Shapes(batch, 1536, s.heads, s.kv_heads, s.head_dim, s.hidden, s.ffn, s.vocab, LAYERS)
     code = compile_decode(shapes, comm).code

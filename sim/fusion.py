@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .builder import MicroBatch, kind_base, micro_batches
+from .l2_traffic import l2_bytes, mark_rereads, reference_wo
 from .schedule import Op, Schedule
 
 TABLE_PATH = Path(__file__).with_name("compiled_kernels.json")
@@ -75,7 +76,6 @@ class Kernel:
 
     def l2_bytes(self, sym: dict[str, float], act_bytes: int) -> float:
         """Bytes through L2 (sim/l2_traffic.py): 0 when no buffer is re-read (DRAM bytes price it)."""
-        from .l2_traffic import l2_bytes
         if all(b.passes == "1" for b in self.buffers):
             return 0.0
         return l2_bytes(self.buffers,
@@ -145,7 +145,6 @@ def gpu_overlay(ks: list[dict], variant: str, gpu_standard: list[dict] | None) -
     ("decode") the extern wo matmul as the reference's generated expanded-weight reduction
     (l2_traffic.reference_wo); other generated kernels with their re-reads marked (token-split's
     micro-batch attention keeps its own kernels, passes G)."""
-    from .l2_traffic import mark_rereads, reference_wo
     gpu_attn = [k for k in (gpu_standard or []) if k["role"] == "attn.sdpa"]
     out = []
     for k in ks:
