@@ -203,14 +203,18 @@ class CostModel(CollectiveCost):
         extern bmm's of math SDPA: 2 b H q L d FLOPs each, in fp32 when SDPA upcast (the profile's
         fp32 matmul peak if it has one), plus their bytes; generated kernels: bytes at the memory
         roofline. Every kernel costs at least one launch."""
+        return sum(t for _, t in self.kernel_prices(op, kernels, sched, graphs))
+
+    def kernel_prices(self, op: Op, kernels: list, sched: Schedule, graphs: bool) -> list[tuple]:
+        """[(kernel, seconds)] of `_kernels_s`, one per kernel that runs (collectives left out)."""
         sym = fusion.symbols(sched, op)
         act = DTYPE_BYTES[op.dtype]
-        total = 0.0
+        out = []
         for k in kernels:
             if k.kind == "collective":
                 continue                    # priced as the IR's comm op
             if k.kind == "matmul" and op.kind == "gemm":
-                total += self._compute_s(op, True, graphs)
+                out.append((k, self._compute_s(op, True, graphs)))
                 continue
             nbytes = k.bytes(sym, act)
             if k.kind == "matmul":
@@ -221,10 +225,10 @@ class CostModel(CollectiveCost):
                 dtype = "fp32" if k.matmul_dtype() == "fp32" else op.dtype
                 w = Work(flops, nbytes, 1, matmul=True)
                 peak_dtype = dtype if dtype in self.profile.peak_flops else op.dtype
-                total += self._floor(roofline_s(self.profile, [w], peak_dtype), 1, graphs)
+                out.append((k, self._floor(roofline_s(self.profile, [w], peak_dtype), 1, graphs)))
             else:
-                total += self._floor(roofline_s(self.profile, [Work(0.0, nbytes, 1)], op.dtype), 1, graphs)
-        return total
+                out.append((k, self._floor(roofline_s(self.profile, [Work(0.0, nbytes, 1)], op.dtype), 1, graphs)))
+        return out
 
     def _measured(self, op: Op, fused: bool, graphs: bool | None = None) -> float | None:
         """A measured time for `op`: points indexed by whether the phase is compiled (`fused`:

@@ -23,7 +23,8 @@ _checkout.load()
 
 from _derive_common import AIC, DATA, OUT, sv  # noqa: E402
 from _derive_compute import eager_launch, gemm_curves, gemm_table  # noqa: E402
-from _derive_collectives import (GRAPH_NET_HOST, JITTER, OVERLAP, custom_tables, graph_extra, graph_nccl_node,  # noqa: E402
+from _derive_collectives import (GRAPH_NET_HOST, JITTER, OVERLAP, P2P_OFF_CHANNELS, custom_tables, graph_extra,  # noqa: E402
+                                 graph_nccl_node, overlap_gpu,
                                  latency_offset, nccl_latency, nccl_tables, shm_constants, write)
 
 # ---------------------------------------------------------------- boxes
@@ -61,7 +62,7 @@ def nvswitch_box(name, desc, system, nccl_ver, gemm_rel, vllm_rel, mem_gib, mem_
                         "graph_nccl_node_us": graph_nccl_node(system),
                         "graph_net_host_us": GRAPH_NET_HOST, "tables": tables},
         "topology": topo,
-        "overlap": OVERLAP, "jitter": JITTER,
+        "overlap": overlap_gpu(system) if system in ("h100_sxm", "h200_sxm") else OVERLAP, "jitter": JITTER,
     }
     off, npts, err = latency_offset(prof, tables, name)
     prof["topology"]["latency_offset_us"] = sv(off, (
@@ -242,6 +243,7 @@ def main():
                            f"ncclNvlsInit has no P2P condition); NCCL's tuner still prices an SHM step as a "
                            f"PCI hop when it picks the algorithm",
             "topology": topo,
+            **({"overlap": overlap_gpu("h100_sxm", P2P_OFF_CHANNELS)} if base == "h100-sxm" else {}),
             "collectives": {
                 "replace": True,
                 "eager_extra_us": sv(prof["collectives"]["eager_extra_us"]["value"],
