@@ -36,7 +36,8 @@ def speedup_interval(w: Workload, spec: str, samples: list[tuple[float, float, f
         return None
 
     def speedup(cs: float, ks: float, wake_s: float) -> float:
-        p = dataclasses.replace(w.profile, compute_slowdown=cs, comm_slowdown=ks, wake_s=wake_s)
+        # measured factors replace the profile's interference, its per-kernel co-scheduling included
+        p = dataclasses.replace(w.profile, compute_slowdown=cs, comm_slowdown=ks, wake_s=wake_s, coschedule=None)
         sim = Simulator(dataclasses.replace(w, profile=p), record=False)
         return sim.predict(spec).tokens_per_s / sim.predict("standard").tokens_per_s
     free, worst = speedup(1.0, 1.0, 0.0), speedup(*max(samples))

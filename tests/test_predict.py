@@ -33,8 +33,11 @@ def test_invariants(model, tp, batch):
     w = Workload(get_model(model), tp, H100, batch=batch, prompt_len=256, gen_len=8)
     p = by_name(predict(w, SCHEDS, record=False))
     ub = p["upper-bound"].tokens_per_s
-    for s in ("standard", "ladder", "ladder:4", "spd:0.5", "spd:1"):
+    for s in ("standard", "ladder:4", "spd:0.5", "spd:1"):
         assert p[s].tokens_per_s <= ub * (1 + 1e-9), s
+    # ladder may pass it by its compiled layer's kernels (sim/compiled_kernels.json: ~2% less compute than
+    # standard's at decode), once co-scheduling (sim/coschedule.py) finds its overlap free of SM and HBM contention
+    assert p["ladder"].tokens_per_s <= ub * 1.03
     # parallel may pass the bound only through saving one norm per layer
     assert p["parallel"].tokens_per_s <= ub * 1.03
     # ladder never loses to standard when communication costs something; hybrid sits in between
