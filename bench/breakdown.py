@@ -116,10 +116,10 @@ def coschedule_terms(simr: Simulator, sched) -> dict | None:
     bound = cs.last
     delay: dict = defaultdict(float)
     waits: dict = defaultdict(int)
-    for comm, _, d in bound.delays:
+    for comm, (d, n) in bound.delays.items():
         role = comm.split(".", 1)[1] if comm[:1] == "L" and "." in comm else comm
         delay[role] += d * 1e6
-        waits[role] += 1
+        waits[role] += n
     colls = []
     for op in sched.layer_ops(0):
         if op.is_comm:

@@ -140,7 +140,8 @@ class Bound:
         self._k: dict = {}
         self._c: dict = {}
         self._f: dict = {}
-        self.delays: list[tuple[str, str, float]] = []    # (collective, compute op, seconds) as asked
+        self.delays: dict[str, list] = {}   # collective -> [seconds waited in all, times it waited] (bounded:
+                                            # a compiled schedule is run thousands of times in sampled mode)
 
     def kernels(self, name: str) -> tuple:
         k = self._k.get(name)
@@ -166,7 +167,9 @@ class Bound:
                 break
             at += kt
         if d > 0:
-            self.delays.append((comm, compute, d))
+            acc = self.delays.setdefault(comm, [0.0, 0])
+            acc[0] += d
+            acc[1] += 1
         return d
 
     def _factors(self, compute: str, comm: str) -> tuple[float, float]:
