@@ -242,9 +242,9 @@ def overlap_gpu(system: str, coll_channels: tuple | None = None) -> dict:
                                         "then read back from it. If you add reading from or writing to user data, it "
                                         "can be 3x' -- 3x taken (the reference's all-reduce reads and writes user "
                                         "buffers)"),
-            "nccl_high_priority": sv(False, "PyTorch default: ProcessGroupNCCL reads TORCH_NCCL_HIGH_PRIORITY as false "
-                                            "unless set; the reference harness does not set it (calib/collectives.py "
-                                            "records it when set)"),
+            "nccl_high_priority": sv(False, "PyTorch default: ProcessGroupNCCL::Options is_high_priority_stream = false "
+                                            "unless TORCH_NCCL_HIGH_PRIORITY=1; the reference harness does not set it "
+                                            "(calib/collectives.py records it when set)"),
         },
     }
 
