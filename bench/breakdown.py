@@ -116,7 +116,36 @@ def breakdown(w: Workload, spec: str, phase: str) -> dict:
     return {"phase": phase, "batch": w.batch, "tokens": step.tokens, "kv_len": step.kv_len,
             "graphs": w.stack.graphs(phase), "sum_compute_us": compute_us, "sum_comm_us": comm_us,
             "sum_us": total, "step_us": step_s * 1e6, "exposed_comm_us": exposed_s * 1e6,
-            "by_kind": kinds, "layer_ops": layer, "layer_us": layer_total}
+            "by_kind": kinds, "layer_ops": layer, "layer_us": layer_total,
+            "coschedule": coschedule_terms(simr, sched)}
+
+
+def coschedule_terms(simr: Simulator, sched) -> dict | None:
+    """The per-kernel co-scheduling terms of one full pass (sim/coschedule.py), None where the profile
+    keeps flat interference factors: per collective of layer 0 its NCCL CTAs, HBM demand and the start
+    delay it waited for SMs (summed over the pass, per role), and every (compute op, collective) pair
+    that ran together in layer 0 with its slowdown factors."""
+    cs = simr.interference.coschedule
+    if cs is None:
+        return None
+    simr._simulate(sched, record=False)
+    bound = cs.last
+    delay: dict = defaultdict(float)
+    waits: dict = defaultdict(int)
+    for comm, (d, n) in bound.delays.items():
+        role = comm.split(".", 1)[1] if comm[:1] == "L" and "." in comm else comm
+        delay[role] += d * 1e6
+        waits[role] += n
+    colls = []
+    for op in sched.layer_ops(0):
+        if op.is_comm:
+            c = bound.comm(op.name)
+            role = op.name.removeprefix("L0.")
+            colls.append({"name": role, "ctas": c.ctas, "hbm_gbps": c.hbm_gbps,
+                          "delay_us_per_pass": delay.get(role, 0.0), "waits_per_pass": waits.get(role, 0)})
+    pairs = [{"compute": k.removeprefix("L0."), "collective": m.removeprefix("L0."), "compute_factor": f[0],
+              "comm_factor": f[1]} for (k, m), f in bound._f.items() if k.startswith("L0.") and m.startswith("L0.")]
+    return {"sms": cs.gpu.sms, "high_priority": cs.gpu.high_priority, "collectives": colls, "pairs": pairs}
 
 
 def run(args) -> dict:
@@ -202,6 +231,32 @@ def show(out: dict) -> None:
     console.print("kernels: Inductor's kernels per op (sim/fusion.py); DRAM MB: Inductor's byte estimate (each "
                   "buffer once); L2 MB: the loads it repeats through L2 (GQA: G x K/V; wo's expanded weight: "
                   "b x W), priced at the profile's sourced L2 rate when slower (sim/l2_traffic.py)", style="dim")
+    if any(c.get("coschedule") for c in cases):
+        t = Table(title="co-scheduling (sim/coschedule.py): per collective of L0, NCCL CTAs / HBM demand GB/s / "
+                        "start delay waiting for SMs, µs per pass (waits); pairs: compute x collective slowdowns",
+                  title_justify="left")
+        t.add_column("collective or pair")
+        for h in heads:
+            t.add_column(h, justify="right")
+        rows = list(dict.fromkeys(r["name"] for c in cases if c.get("coschedule") for r in c["coschedule"]["collectives"]))
+        for name in rows:
+            cells = []
+            for c in cases:
+                r = next((r for r in (c.get("coschedule") or {}).get("collectives", []) if r["name"] == name), None)
+                cells.append(f"{r['ctas']} / {r['hbm_gbps']:.0f} / {r['delay_us_per_pass']:.1f} ({r['waits_per_pass']})"
+                             if r else "-")
+            t.add_row(name, *cells)
+        t.add_section()
+        pairs = list(dict.fromkeys((p["compute"], p["collective"]) for c in cases if c.get("coschedule")
+                                   for p in c["coschedule"]["pairs"]))
+        for k, m in pairs:
+            cells = []
+            for c in cases:
+                p = next((p for p in (c.get("coschedule") or {}).get("pairs", [])
+                          if (p["compute"], p["collective"]) == (k, m)), None)
+                cells.append(f"x{p['compute_factor']:.3f} / x{p['comm_factor']:.3f}" if p else "-")
+            t.add_row(f"{k} | {m}", *cells)
+        console.print(t)
 
 
 def main(argv=None) -> int:

@@ -211,6 +211,10 @@ class CostModel(CollectiveCost):
         summed: see kernel_terms."""
         return sum(t["s"] for t in self.kernel_terms(op, kernels, sched, graphs))
 
+    def kernel_prices(self, op: Op, kernels: list, sched: Schedule, graphs: bool) -> list[tuple]:
+        """[(kernel, seconds)] of kernel_terms, one per kernel that runs (collectives left out)."""
+        return [(t["kernel"], t["s"]) for t in self.kernel_terms(op, kernels, sched, graphs)]
+
     def kernel_terms(self, op: Op, kernels: list, sched: Schedule, graphs: bool) -> list[dict]:
         """Per kernel charged to `op`: {name, kind, dram_bytes, l2_bytes, s}. Extern matmuls of a
         GEMM op: the GEMM's own price (measured points or roofline); the extern bmm's of math SDPA:
@@ -241,7 +245,7 @@ class CostModel(CollectiveCost):
                 l2 = k.l2_bytes(sym, act)
                 dram_s = roofline_s(self.profile, [Work(0.0, nbytes, 1)], op.dtype)
                 t = self._floor(l2_traffic.kernel_s(dram_s, l2, self._l2_bw), 1, graphs)
-            out.append({"name": k.name, "kind": k.kind, "dram_bytes": nbytes, "l2_bytes": l2, "s": t})
+            out.append({"kernel": k, "name": k.name, "kind": k.kind, "dram_bytes": nbytes, "l2_bytes": l2, "s": t})
         return out
 
     def _measured(self, op: Op, fused: bool, graphs: bool | None = None) -> float | None:

@@ -10,6 +10,9 @@ compute progresses at 1/compute_slowdown of its speed and the collective at 1/co
 (a collective runs at the pace of its slowest rank). Rates are re-evaluated whenever a stream
 starts or stops, so partial overlap is charged exactly. A rank that blocked on a collective resumes
 `wake_s` after it ends, and that wake-up is part of the collective's measured time (Interference).
+With `Interference.coschedule` (GPU profiles, sim/coschedule.py) the factors are per pair of
+compute op and collective instead, and a collective ready to start first waits on each rank for the
+SMs the compute kernel running there holds.
 
 The engine knows nothing of costs: it takes `op_time(op) -> seconds`, so tests can pin
 timelines with hand-written integer costs.
@@ -42,6 +45,8 @@ class Interference:
     compute_slowdown: float = 1.0     # factor on compute while a collective runs on the rank
     comm_slowdown: float = 1.0        # factor on a collective while compute runs on any of its ranks
     wake_s: float = 0.0               # the part of a collective's time that wakes a rank blocked on it
+    coschedule: object = None         # sim.coschedule.CoSchedule: per-kernel SMs and HBM sharing instead
+                                      # of the two flat factors (GPU profiles); None: the flat factors
 
     def __post_init__(self) -> None:
         if self.compute_slowdown < 1.0 or self.comm_slowdown < 1.0:
@@ -51,7 +56,12 @@ class Interference:
 
     @property
     def active(self) -> bool:
-        return self.compute_slowdown > 1.0 or self.comm_slowdown > 1.0 or self.wake_s > 0.0
+        return (self.compute_slowdown > 1.0 or self.comm_slowdown > 1.0 or self.wake_s > 0.0
+                or self.coschedule is not None)
+
+    def bind(self, schedule, times_s: dict):
+        """The co-scheduling hook for one schedule (sim.coschedule.Bound), or None without one."""
+        return self.coschedule.bind(schedule, times_s) if self.coschedule is not None else None
 
 
 @dataclass
@@ -83,10 +93,17 @@ class _Rank:
         self.comm_queue = simpy.Store(env)
         self.compute_busy = False
         self.comm_busy = False
+        self.op: str | None = None     # the compute op running (coschedule: whose SMs a collective waits for)
+        self.coll: str | None = None   # the collective in flight on the rank
+        self.work = (0.0, 0.0, 0.0, 1.0)   # the running op's (base, remaining, at time, rate)
         self.changed = env.event()    # fires (and is replaced) whenever a stream starts/stops
         self.exposed_s = 0.0
         self.done_s = 0.0
         self.finished = False
+
+    def work_done(self, now: float) -> float:
+        base, remaining, t0, rate = self.work
+        return base - (remaining - (now - t0) * rate)
 
     def set_busy(self, env: simpy.Environment, stream: str, busy: bool) -> None:
         setattr(self, f"{stream}_busy", busy)
@@ -133,6 +150,8 @@ def simulate(schedule: Schedule, op_time: Callable[[Op], float], ranks: int = 1,
     for name, t in times.items():
         if not t >= 0:
             raise ValueError(f"op {name}: time must be >= 0, got {t}")
+    cs = interference.bind(schedule, times)
+    active = interference.active
 
     def event(rank: _Rank, value: str) -> simpy.Event:
         ev = rank.values.get(value)
@@ -140,15 +159,19 @@ def simulate(schedule: Schedule, op_time: Callable[[Op], float], ranks: int = 1,
             ev = rank.values[value] = env.event()
         return ev
 
-    def run_for(base_s: float, rate: Callable[[], float], watch: Callable[[], list[simpy.Event]]):
-        """Advance `base_s` seconds of work at a rate that may change whenever `watch` fires."""
+    def run_for(base_s: float, rate: Callable[[], float], watch: Callable[[], list[simpy.Event]],
+                rank: _Rank | None = None):
+        """Advance `base_s` seconds of work at a rate that may change whenever `watch` fires (a
+        compute op: its progress kept on `rank`)."""
         remaining = base_s
-        if not interference.active:
+        if not active:
             if remaining > 0:
                 yield env.timeout(remaining)
             return
         while remaining > _EPS:
             r, t0 = rate(), env.now
+            if rank is not None:
+                rank.work = (base_s, remaining, t0, r)
             timeout = env.timeout(remaining / r)
             yield env.any_of([timeout] + watch())
             if timeout.processed or timeout.triggered and env.now - t0 >= remaining / r - _EPS:
@@ -174,11 +197,15 @@ def simulate(schedule: Schedule, op_time: Callable[[Op], float], ranks: int = 1,
                         awaited = schedule.producer[pending[-1]]
                         records.append(Record(awaited.name, rank.rank, "wait", t0, env.now, phase, awaited.kind))
             start = env.now
-            rank.set_busy(env, COMPUTE, True) if interference.active else None
+            rank.op = op.name
+            rank.set_busy(env, COMPUTE, True) if active else None
             slow = interference.compute_slowdown
-            yield from run_for(times[op.name], lambda: 1.0 / slow if rank.comm_busy else 1.0,
-                               lambda: [rank.changed])
-            rank.set_busy(env, COMPUTE, False) if interference.active else None
+            if cs is not None:
+                rate = lambda: 1.0 / cs.compute_slowdown(rank.op, rank.coll) if rank.comm_busy else 1.0  # noqa: E731
+            else:
+                rate = lambda: 1.0 / slow if rank.comm_busy else 1.0  # noqa: E731
+            yield from run_for(times[op.name], rate, lambda: [rank.changed], rank)
+            rank.set_busy(env, COMPUTE, False) if active else None
             if record:
                 records.append(Record(op.name, rank.rank, COMPUTE, start, env.now, phase, op.kind))
             for v in op.outputs:
@@ -206,6 +233,10 @@ def simulate(schedule: Schedule, op_time: Callable[[Op], float], ranks: int = 1,
             mean = arrival_mean_s(op) if arrival_mean_s is not None else jitter_s
             if mean > 0:
                 yield env.timeout(float(rng.exponential(mean)))
+            if cs is not None and rank.compute_busy:     # its kernel waits for the SMs compute holds
+                d = cs.delay_s(op.name, rank.op, rank.work_done(env.now))
+                if d > 0:
+                    yield env.timeout(d)
             c = colls.get(op.name)
             if c is None:
                 c = colls[op.name] = _Collective(env, ranks)
@@ -219,14 +250,19 @@ def simulate(schedule: Schedule, op_time: Callable[[Op], float], ranks: int = 1,
     def drive(op: Op, c: _Collective):
         c.start_s = env.now
         for r in rs:
-            r.set_busy(env, COMM, True) if interference.active else None
+            r.coll = op.name
+            r.set_busy(env, COMM, True) if active else None
         slow = interference.comm_slowdown
+        if cs is not None:     # the slowest pairing with the compute running on any rank
+            rate = lambda: 1.0 / max((cs.comm_slowdown(op.name, r.op) for r in rs if r.compute_busy),  # noqa: E731
+                                     default=1.0)
+        else:
+            rate = lambda: 1.0 / slow if any(r.compute_busy for r in rs) else 1.0  # noqa: E731
         # the waiter's wake-up is not the collective's own time (Interference)
-        yield from run_for(times[op.name] - min(interference.wake_s, times[op.name]),
-                           lambda: 1.0 / slow if any(r.compute_busy for r in rs) else 1.0,
+        yield from run_for(times[op.name] - min(interference.wake_s, times[op.name]), rate,
                            lambda: [r.changed for r in rs])
         for r in rs:
-            r.set_busy(env, COMM, False) if interference.active else None
+            r.set_busy(env, COMM, False) if active else None
             if record:
                 records.append(Record(op.name, r.rank, COMM, c.start_s, env.now, phase, op.kind))
         c.done.succeed()

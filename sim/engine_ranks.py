@@ -31,13 +31,16 @@ class Compiled:
     comm_time_s: tuple[float, ...]    # per collective: its own time (the wake-up excluded)
     comm_host_ready_s: tuple[float, ...] = ()   # per collective: end of its host node in the rank's
                                       # host-node chain (engine.simulate's host_s), from the step's start
+    names: tuple[str, ...] = ()       # per item: its op name (kept, unmerged, with a coschedule hook)
+    cosched: object = None            # the interference's coschedule hook bound to the schedule (or None)
 
 
 def compile_schedule(schedule: Schedule, op_time: Callable[[Op], float],
                      interference: Interference = Interference(),
                      host_s: Callable[[Op], float] | None = None) -> Compiled:
     """Per-op times and collective reads of `schedule`, as `simulate` would charge them (with the
-    same `host_s` host-node chain)."""
+    same `host_s` host-node chain). With a coschedule hook every compute op stays its own item
+    (its kernels decide when a collective can start beside it and how much each slows)."""
     times = {op.name: op_time(op) for op in schedule.ops}
     for name, t in times.items():
         if not t >= 0:
@@ -45,7 +48,7 @@ def compile_schedule(schedule: Schedule, op_time: Callable[[Op], float],
     wake = interference.wake_s
     index: dict[str, int] = {}
     at = {op.name: i for i, op in enumerate(schedule.ops)}
-    coll, time_s, reads, comm_wake, names, ops = [], [], [], [], [], []
+    coll, time_s, reads, comm_wake, names, ops, item_names = [], [], [], [], [], [], []
     for i, op in enumerate(schedule.ops):
         producers = [schedule.producer[v] for v in op.inputs if v != TOKENS]
         # the rank engine assumes every input is produced earlier in issue order (so a comm op's
@@ -64,29 +67,33 @@ def compile_schedule(schedule: Schedule, op_time: Callable[[Op], float],
             names.append(op.name)
             ops.append(op)
             reads.append(())
+            item_names.append(op.name)
         else:
             coll.append(-1)
             time_s.append(t)
+            item_names.append(op.name)
             reads.append(tuple((index[p.name], min(wake, times[p.name])) for p in producers if p.is_comm))
     comm_time = tuple(time_s[at[o.name]] for o in ops)
     # merge each compute op that reads no collective into the one before it: a rank's compute
     # stream runs them back to back at one shared rate, so only their summed time matters
     # (a run of ~5 ops between two collectives becomes one item, ~3x fewer events)
-    m_coll, m_time, m_reads = [], [], []
-    for k, t, rd in zip(coll, time_s, reads):
-        if k < 0 and not rd and m_coll and m_coll[-1] < 0:
+    cs = interference.bind(schedule, times)
+    m_coll, m_time, m_reads, m_names = [], [], [], []
+    for k, t, rd, nm in zip(coll, time_s, reads, item_names):
+        if cs is None and k < 0 and not rd and m_coll and m_coll[-1] < 0:
             m_time[-1] += t
             continue
         m_coll.append(k)
         m_time.append(t)
         m_reads.append(rd)
+        m_names.append(nm)
     host, ready = [], 0.0
     for o in ops:                     # the host-node chain: cumulative over the collectives that have one
         h = host_s(o) if host_s is not None else 0.0
         ready += max(h, 0.0)
         host.append(ready if h > 0 else 0.0)
     return Compiled(tuple(m_coll), tuple(m_time), tuple(m_reads), tuple(comm_wake), tuple(names), tuple(ops),
-                    comm_time, tuple(host) if any(host) else ())
+                    comm_time, tuple(host) if any(host) else (), tuple(m_names) if cs is not None else (), cs)
 
 
 def simulate_ranks(c: Compiled, ranks: int, interference: Interference = Interference(),
@@ -101,7 +108,10 @@ def simulate_ranks(c: Compiled, ranks: int, interference: Interference = Interfe
     flight, since every collective spans every rank and each rank's comm stream is serial; compute
     slows by compute_slowdown while one is in flight, and it by comm_slowdown while any rank
     computes; a rank that blocked on a collective resumes its wake-up after the end. Arrivals are
-    not events: only the last one matters (it starts the collective), so each is a max.
+    not events: only the last one matters (it starts the collective), so each is a max -- except
+    under the schedule's coschedule hook (`c.cosched`, bound by compile_schedule): then each arrival
+    is an event, at which the rank's running compute kernel decides how long its SMs keep the
+    collective waiting, and the factors are per pair of compute op and collective.
 
     `start_s[r]` starts rank r late (its compute stream and its host-node chain), as `simulate`'s
     `rank_delay_s` (sim.host_lane: ranks handed their step inputs at different times)."""
@@ -111,6 +121,7 @@ def simulate_ranks(c: Compiled, ranks: int, interference: Interference = Interfe
     n_ops, n_coll = len(coll), len(c.comm_names)
     inter = interference.active
     cslow, mslow = interference.compute_slowdown, interference.comm_slowdown
+    cs, inames, cnames = c.cosched, c.names, c.comm_names
     delays = delay_s.tolist() if delay_s is not None else [[0.0] * ranks for _ in range(n_coll)]
     heap: list = []
     seq = count()
@@ -141,9 +152,26 @@ def simulate_ranks(c: Compiled, ranks: int, interference: Interference = Interfe
     host_ready = c.comm_host_ready_s or (0.0,) * n_coll
     start = [start_s[r] if r < len(start_s) else 0.0 for r in range(ranks)]
 
+    def compute_slow(r, k):
+        """Factor on rank r's running item while collective k is in flight."""
+        return cs.compute_slowdown(inames[pc[r]], cnames[k]) if cs is not None else cslow
+
+    def comm_rate(k):
+        """Collective k's rate given what every rank computes now."""
+        if cs is None:
+            return 1.0 / mslow if inter and busy_n[0] > 0 else 1.0
+        return 1.0 / max((cs.comm_slowdown(cnames[k], inames[pc[r]]) for r in range(ranks) if busy[r]),
+                         default=1.0)
+
     def arrive(r, k, free_s):
         chain = host_ready[k] + start[r] if host_ready[k] > 0 else 0.0     # the chain starts with the rank
         t = max(max(issue_s[r][k], free_s) + comm_wake[k], chain) + delays[k][r]
+        if cs is not None:                               # an event: the SMs are looked at then
+            push_(heap, (t, next(seq), 4, r, k))
+            return
+        count_arrival(k, t)
+
+    def count_arrival(k, t):
         if t > latest[k] or arrived[k] == 0:
             latest[k] = t
         arrived[k] += 1
@@ -179,14 +207,14 @@ def simulate_ranks(c: Compiled, ranks: int, interference: Interference = Interfe
             t = time_s[i]
             if t > 0:
                 pc[r] = i
-                slow = cslow if inter and fl[0] >= 0 else 1.0
+                slow = compute_slow(r, fl[0]) if inter and fl[0] >= 0 else 1.0
                 remaining[r], rate[r], since[r] = t, 1.0 / slow, now
                 ver[r] += 1
                 busy[r] = True
                 if inter:
-                    if busy_n[0] == 0 and fl[0] >= 0:    # the collective in flight slows from now
-                        refly(now, 1.0 / mslow)
                     busy_n[0] += 1
+                    if fl[0] >= 0 and comm_rate(fl[0]) != fl[2]:    # the collective in flight slows from now
+                        refly(now, comm_rate(fl[0]))
                 push_(heap, (now + t * slow, next(seq), 0, r, ver[r]))
                 return
             i += 1
@@ -194,10 +222,11 @@ def simulate_ranks(c: Compiled, ranks: int, interference: Interference = Interfe
         done_s[r] = now
         finished[r] = True
 
-    def reslow(now, slow):
-        """A collective started or ended: re-rate every busy rank's compute."""
+    def reslow(now, k):
+        """Collective k started (k >= 0) or the one in flight ended (k < 0): re-rate every busy rank."""
         for r in range(ranks):
             if busy[r]:
+                slow = compute_slow(r, k) if k >= 0 else 1.0
                 remaining[r] -= (now - since[r]) * rate[r]
                 since[r], rate[r] = now, 1.0 / slow
                 ver[r] += 1
@@ -213,16 +242,16 @@ def simulate_ranks(c: Compiled, ranks: int, interference: Interference = Interfe
             busy[r] = False
             if inter:
                 busy_n[0] -= 1
-                if busy_n[0] == 0 and fl[0] >= 0:        # the collective speeds up again
-                    refly(now, 1.0)
+                if fl[0] >= 0 and comm_rate(fl[0]) != fl[2]:     # the collective speeds up again
+                    refly(now, comm_rate(fl[0]))
             pc[r] += 1
             advance(r, now)
         elif kind == 1:                                  # collective v starts (its last rank arrived)
             state["free"] = False
             fl[0], fl[1], fl[3], fl[4] = v, c.comm_time_s[v], now, fl[4] + 1
-            fl[2] = 1.0 / mslow if inter and busy_n[0] > 0 else 1.0
-            if inter and cslow != 1.0:
-                reslow(now, cslow)
+            fl[2] = comm_rate(v)
+            if inter and (cslow != 1.0 or cs is not None):
+                reslow(now, v)
             push_(heap, (now + fl[1] / fl[2], next(seq), 2, -1, fl[4]))
         elif kind == 2:                                  # the collective in flight ends
             if v != fl[4]:
@@ -232,8 +261,8 @@ def simulate_ranks(c: Compiled, ranks: int, interference: Interference = Interfe
             ends[k] = now
             state["free"] = True
             state["next"] = k + 1
-            if inter and cslow != 1.0:
-                reslow(now, 1.0)
+            if inter and (cslow != 1.0 or cs is not None):
+                reslow(now, -1)
             if k + 1 < n_coll:
                 for rr in range(ranks):
                     if issued[rr] > k + 1:
@@ -247,6 +276,13 @@ def simulate_ranks(c: Compiled, ranks: int, interference: Interference = Interfe
                         if rr == 0:
                             exposed += now - blocked_t0[rr]
                         advance(rr, now)
+        elif kind == 4:                                  # rank r arrives at collective v (coschedule)
+            d = 0.0
+            if busy[r]:
+                i = pc[r]
+                done = time_s[i] - (remaining[r] - (now - since[r]) * rate[r])
+                d = cs.delay_s(cnames[v], inames[i], done)
+            count_arrival(v, now + d)
         else:                                            # a blocked rank, woken, resumes
             if r == 0:
                 exposed += now - blocked_t0[r]

@@ -22,6 +22,7 @@ from typing import Callable
 
 import numpy as np
 
+from . import occupancy
 from .cost import CostModel
 from .engine import Interference, StepResult, simulate
 from . import host_lane
@@ -166,7 +167,9 @@ class Simulator:
         self.progress = progress            # called once per simulated forward pass (brute force is slow)
         p = workload.profile
         self.cost = CostModel(p, workload.stack, workload.gpus_per_node)
-        self.interference = Interference(p.compute_slowdown, p.comm_slowdown, p.wake_s)
+        # a GPU profile's overlap.gpu: co-scheduling per kernel (sim/coschedule.py) instead of flat factors
+        cosched = occupancy.coschedule(self.cost, p.coschedule, self.comm_s) if p.coschedule else None
+        self.interference = Interference(p.compute_slowdown, p.comm_slowdown, p.wake_s, cosched)
         self.sampler = Sampler(workload.model, workload.tp, workload.stack, self._op_time, self.interference,
                                p.arrival_jitter, self._scope, self.w.comm_group or workload.tp, WARM_LAYERS,
                                seed, rel_tol, host_time=self._host_time,

@@ -9,6 +9,7 @@ from pathlib import Path
 from .profile_schema import (ArrivalJitter, COLLECTIVES, CollectiveTable, ComputePoint, Curve, JITTER_DISTS,
                              LinkModel, MAX_DEPTH, MAX_FILE_BYTES, MAX_GPUS, MAX_INT, MAX_TABLE_POINTS, MODES,
                              Profile, ProfileError, SCOPES, _finite, _has_source, _short)
+from .coschedule import GpuSpec
 from .stack import Stack
 from .topology import INTRA_KINDS, LINK_CLASSES, NcclLatency, TopologySpec
 
@@ -127,6 +128,7 @@ def parse(data: dict, where: str = "<profile>") -> Profile:
         source_path=where,
         raw=data,
         topology=topology,
+        coschedule=g.coschedule(),
     )
 
 
@@ -194,6 +196,18 @@ class _Getter:
         if not isinstance(v, types):
             self.fail(path, f"must be {' or '.join(t.__name__ for t in types)}, got {_short(v)}")
         return v
+
+    def coschedule(self) -> GpuSpec | None:
+        """overlap.gpu: what co-scheduling a collective beside compute needs (None when absent)."""
+        if self.get("overlap.gpu", None) is None:
+            return None
+        self.obj("overlap.gpu")
+        g = "overlap.gpu"
+        return GpuSpec(sms=int(self.num(f"{g}.sms", positive=True, max_=4096)),
+                       high_priority=bool(self.sourced(f"{g}.nccl_high_priority", (bool,), default=False)),
+                       coll_channels=int(self.num(f"{g}.coll_channels", positive=True, max_=64)),
+                       nvls_channels=int(self.num(f"{g}.nvls_channels", positive=True, max_=64)),
+                       hbm_per_bus_byte=self.num(f"{g}.hbm_per_bus_byte", min_=0.0, max_=16.0))
 
     def topology(self, gpus_per_node: int) -> TopologySpec:
         t = "topology"

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, field
 
 from .errors import UserError
+from .coschedule import GpuSpec
 from .topology import TopologySpec
 
 FORMAT, VERSION = "tpsim-profile", 1
@@ -141,6 +142,7 @@ class Profile:
     source_path: str = ""
     raw: dict = field(default_factory=dict, compare=False, repr=False)
     topology: TopologySpec | None = field(default=None, compare=False, repr=False)
+    coschedule: GpuSpec | None = None            # overlap.gpu: per-kernel co-scheduling (sim/coschedule.py)
 
 
 def _has_source(obj: dict) -> bool:

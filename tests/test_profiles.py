@@ -19,8 +19,9 @@ def test_builtin_is_listed_loads_and_validates(name):
     assert p.gpus_per_node == 8
     assert p.peak_flops["fp16"] > 0 and p.mem_bytes_per_s > 0
     assert p.launch_s["eager"] > p.launch_s["graph"] > 0
-    # overlap interference comes from measurements (docs/sources.md §7), never a silent 1.0
-    assert p.compute_slowdown > 1.0 and p.comm_slowdown > 1.0
+    # overlap interference comes from measurements (docs/sources.md §7) or, on a GPU with sourced SM and
+    # NCCL channel counts, from co-scheduling each kernel (overlap.gpu, sim/coschedule.py); never a silent 1.0
+    assert p.coschedule is not None or (p.compute_slowdown > 1.0 and p.comm_slowdown > 1.0)
 
 
 def _unsourced_numbers(node, path="", sourced=False):

@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 
+from tpsim.sim.coschedule import Comm, CoSchedule, GpuSpec, Kernel
 from tpsim.sim.engine import Interference, simulate
 from tpsim.sim.engine_ranks import compile_schedule, simulate_ranks
 from tpsim.sim.model import get_model
@@ -25,9 +26,17 @@ def jittered(profile, node_us, net_us):
         "net": ArrivalJitter("exponential", net_us * 1e-6, "test")})
 
 
+# co-scheduling per kernel (sim/coschedule.py): every compute op a free-SM kernel then a tile-bound one
+# holding both of 2 SMs for 3 waves; collectives want 1 SM and share HBM
+TOY_COSCHED = CoSchedule(GpuSpec(2), lambda s, op: (Kernel(0.25, 1, 1, False, 1.0, 2.0),
+                                                     Kernel(0.75, 5, 1, True, 1.5, 2.0)),
+                         lambda s, op: Comm(1, 1.0))
+
+
 @pytest.mark.parametrize("spec", ["standard", "ladder", "spd:0.5", "spd:1", "parallel", "upper-bound", "ladder:1"])
 @pytest.mark.parametrize("inter", [Interference(), Interference(2.0, 1.5), Interference(1.3, 1.2, 0.3),
-                                   Interference(1.0, 1.0, 0.7)])
+                                   Interference(1.0, 1.0, 0.7), Interference(coschedule=TOY_COSCHED),
+                                   Interference(wake_s=0.3, coschedule=TOY_COSCHED)])
 def test_rank_engine_reproduces_simpy_on_toy_timelines(spec, inter):
     s = toy_schedule(spec)
     for c in (0.5, 1, 2.5, 4):

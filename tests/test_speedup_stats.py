@@ -70,7 +70,8 @@ def test_predicted_interval_spans_the_factor_pairs():
     def speedup(spec, cs, ks):
         import dataclasses
         sim = Simulator(dataclasses.replace(w, profile=dataclasses.replace(w.profile, compute_slowdown=cs,
-                                                                           comm_slowdown=ks)), record=False)
+                                                                           comm_slowdown=ks, coschedule=None)),
+                        record=False)
         return sim.predict(spec).tokens_per_s / sim.predict("standard").tokens_per_s
     pairs = [(1.0, 1.0, 0.0)] * 10 + [(3.0, 50.0, 0.0)] * 10
     lo, hi = speedup_interval(w, "ladder", pairs)

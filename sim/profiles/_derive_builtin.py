@@ -23,8 +23,8 @@ _checkout.load()
 
 from _derive_common import AIC, DATA, OUT, sv  # noqa: E402
 from _derive_compute import eager_launch, gemm_curves, gemm_table  # noqa: E402
-from _derive_collectives import (GRAPH_NET_HOST, JITTER, OVERLAP, custom_allreduce_section,  # noqa: E402
-                                 custom_tables, graph_extra, graph_nccl_node,
+from _derive_collectives import (GRAPH_NET_HOST, JITTER, OVERLAP, P2P_OFF_CHANNELS, custom_allreduce_section,  # noqa: E402
+                                 custom_tables, graph_extra, graph_nccl_node, overlap_gpu,
                                  latency_offset, nccl_latency, nccl_tables, shm_constants, write)
 from _derive_shm import NCCL_CPU_NODES_DGX_A100, nccl_cpu_link  # noqa: E402
 
@@ -266,6 +266,18 @@ def main():
             },
         }
         write(f"{base}-p2p-off", twin)
+
+    # Per-kernel co-scheduling of a collective beside compute (sim/coschedule.py), opt in: the same boxes
+    # with overlap.gpu in place of the flat factors. Not the default because the grid of a skinny decode
+    # GEMM (cuBLAS split-K) is not sourced: the stated 128x128-tile rule leaves SMs free for NCCL's CTAs
+    # and prices overlap as nearly free (docs/design.md, "Overlap the GPU allows").
+    for base, system, channels in (("h100-sxm", "h100_sxm", None), ("h200-sxm", "h200_sxm", None),
+                                   ("h100-sxm-p2p-off", "h100_sxm", P2P_OFF_CHANNELS)):
+        write(f"{base}-coschedule", {
+            "format": "tpsim-profile", "version": 1, "extends": base, "name": f"{base}-coschedule",
+            "description": f"{base} with a collective co-scheduled beside compute per kernel (overlap.gpu: SMs, "
+                           f"NCCL channels, HBM sharing) instead of the flat overlap factors",
+            "overlap": overlap_gpu(system, channels)})
 
 
 if __name__ == "__main__":

@@ -210,6 +210,53 @@ OVERLAP = {
     "comm_slowdown": sv(1.21, "docs/sources.md §7: Concerto's 18-24% slowdown of overlapped work (A800), midpoint 21%, "
                               "applied to the collective too (it loses SMs and HBM bandwidth to the GEMM)"),
 }
+# Per-kernel co-scheduling (sim/coschedule.py, sim/occupancy.py) for GPUs whose SM count and NCCL
+# channel counts are sourced; the flat factors above stay for the others (A100, L40S: no public
+# NCCL channel log found) and for CPU/gloo profiles (measured by `tpsim calibrate`).
+_P5_LOG = ("public NCCL INFO log of an 8x H100 SXM p5.48xlarge, one node (an AWS 'NCCL Tests on EKS' README): "
+           "'24 coll channels, 16 nvls channels', threadThresholds 8/8/64 | 64/8/64 (Ring LL 8 x 8 ranks)")
+_GPU = {
+    "h100_sxm": {"sms": (132, "NVIDIA H100 SXM5 datasheet / Hopper whitepaper: 132 SMs"),
+                 "coll_channels": (24, _P5_LOG)},
+    "h200_sxm": {"sms": (132, "NVIDIA H200 SXM: the GH100 die of H100 SXM5 with 132 SMs enabled (Hopper whitepaper)"),
+                 "coll_channels": (24, "transferred from h100-sxm (the same NVLink4 x18 / 4x NVSwitch graph, so "
+                                       "NCCL's ring search finds the same channels; no H200 log found): " + _P5_LOG)},
+}
+
+
+def overlap_gpu(system: str, coll_channels: tuple | None = None) -> dict:
+    """The overlap section of a GPU box with sourced SM and channel counts: flat factors 1.0 because
+    the per-kernel mechanism of overlap.gpu replaces them (zero is not assumed: the mechanism is)."""
+    g = _GPU[system]
+    cc = coll_channels or g["coll_channels"]
+    why = ("1.0 because overlap.gpu replaces the flat factor: a collective beside compute is co-scheduled per "
+           "kernel (sim/coschedule.py: SMs it waits for, wave quantization of tile-bound kernels on the SMs left, "
+           "HBM shared by demand); Concerto's 18-24% (A800, docs/sources.md §7) is no longer applied on top")
+    return {
+        "compute_slowdown": sv(1.0, why), "comm_slowdown": sv(1.0, why),
+        "gpu": {
+            "sms": sv(*g["sms"]),
+            "coll_channels": sv(*cc),
+            "nvls_channels": sv(16, "NCCL 2.21 src/transport/nvls.cc NCCL_PARAM(NvlsChannels, \"NVLS_NCHANNELS\", 16); "
+                                    "enqueue.cc getChannnelThreadInfo: NVLS/NVLSTree run nc = comm->nvlsChannels "
+                                    "('16 nvls channels' in the p5.48xlarge log)"),
+            "hbm_per_bus_byte": sv(3.0, "NVIDIA/nccl#1428 (sjeaugey): a collective's link bandwidth 'needs to be "
+                                        "multiplied by at least 2x for memory bandwidth, as we need to store to memory, "
+                                        "then read back from it. If you add reading from or writing to user data, it "
+                                        "can be 3x' -- 3x taken (the reference's all-reduce reads and writes user "
+                                        "buffers)"),
+            "nccl_high_priority": sv(False, "PyTorch default: ProcessGroupNCCL::Options is_high_priority_stream = false "
+                                            "unless TORCH_NCCL_HIGH_PRIORITY=1; the reference harness does not set it "
+                                            "(calib/collectives.py records it when set)"),
+        },
+    }
+
+
+P2P_OFF_CHANNELS = (2, "NVIDIA/nccl-tests#228: an 8-GPU NVSwitch box whose rings run through host memory "
+                       "(NCCL INFO 'Channel 00' and 'Channel 01' ... 'via SHM/direct/direct': 2 ring channels), as "
+                       "NCCL_P2P_DISABLE=1 makes every GPU-GPU edge")
+
+
 JITTER = {"arrival": {scope: {"dist": "exponential", "mean_us": sv(0.0, (
     f"not modelled: no public measurement of per-rank arrival spread at {what} collectives on this box "
     "was found (NCCL / nccl-tests issues discuss it only qualitatively; vLLM PR #57037 injects delays rather "

@@ -1,0 +1,194 @@
+"""A collective's kernel beside a compute kernel on one GPU: when it can start, and what each
+slows the other by while both run (docs/design.md, "Overlap the GPU allows").
+
+The engines (sim/engine.py, sim/engine_ranks.py) see this module through one hook,
+`Interference.coschedule`, bound once per schedule (`CoSchedule.bind`) to three questions asked by
+op name: `delay_s` (how long a collective ready to start waits for SMs), `compute_slowdown` and
+`comm_slowdown` (the factors while both run). A profile without the hook keeps its flat
+interference factors (CPU/gloo profiles: measured).
+
+Mechanism (each rule with its source; the numbers live in the profile's overlap.gpu section):
+
+- SMs. An NCCL kernel runs one CTA per channel, each on an SM of its own: "NCCL CTAs won't share an
+  SM with compute kernels" (NVIDIA/nccl#689, sjeaugey). A compute kernel of `ctas` CTAs, `per_sm`
+  resident per SM, runs in W = ceil(ctas / (per_sm * sms)) waves of equal length. While it holds
+  the SMs a collective needing c of them waits (NVIDIA/nccl#1431: "the next communication kernel
+  will be delayed until the gemm is completed because there are not enough SM resources"):
+  * free SMs: its first wave leaves sms - ceil(ctas / per_sm) >= c SMs idle -> it starts at once;
+  * default stream priority: the hardware dispatches a kernel's CTAs before a later kernel's, so
+    the collective starts when the compute kernel's last wave is dispatched, if that wave leaves c
+    SMs idle, else at the kernel's end;
+  * TORCH_NCCL_HIGH_PRIORITY=1 (a high-priority comm stream): pending CTAs of the higher priority
+    are dispatched first as SMs free up, so it starts at the next wave boundary (no preemption of
+    running CTAs).
+  A collective that becomes ready in the same instant as a compute kernel starts finds that
+  kernel holding its SMs (a rule: both are launched together; the engines order the compute first).
+  At a kernel's end the waiting collective takes its SMs before the next compute kernel.
+- Slowdown of a tile-bound kernel (a GEMM whose FLOP time exceeds its byte time): its tiles run in
+  waves over the SMs left, ceil(ctas / (per_sm * (sms - c))) instead of W (wave quantization: a
+  132-tile GEMM beside a 24-CTA NCCL kernel on H100 takes two waves, "nearly doubled", docs/sources.md
+  §7). A memory-bound kernel keeps its time on fewer SMs (a rule: its rate is HBM's, not its SMs';
+  that 108 of 132 SMs still saturate HBM is what a GPU check settles).
+- HBM sharing (NVIDIA/nccl#1433 "you may not compete for SMs but still compete for memory
+  bandwidth"; #1428: a collective's HBM traffic is its link traffic x2 to x3). A kernel demands
+  bytes / time of HBM alone, the collective hbm_per_bus_byte x bus bytes / its time; when the sum
+  exceeds what HBM delivers (the profile's memory_gbps x its efficiency curve's plateau) both slow
+  by sum / that rate (a proportional share).
+
+An op of several kernels (a GEMM and the fused pointwise kernel Inductor charges to it) slows by
+its kernels' time-weighted mean factor while a collective runs beside it (exact when the collective
+spans the whole op). An NCCL kernel that started early on one rank and spins waiting for the
+others holds its SMs without being modelled as slowing that rank's compute (a rule).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+_EPS = 1e-12
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """What the co-scheduling needs of a GPU and its comm stream (profile overlap.gpu)."""
+
+    sms: int                          # streaming multiprocessors (H100 SXM: 132, datasheet)
+    high_priority: bool = False       # TORCH_NCCL_HIGH_PRIORITY=1: the comm stream outranks compute
+    coll_channels: int = 1            # NCCL's ring/tree channels at most (its "N coll channels" log line)
+    nvls_channels: int = 16           # NCCL's NVLS channels (src/transport/nvls.cc NVLS_NCHANNELS)
+    hbm_per_bus_byte: float = 0.0     # HBM bytes a collective moves per bus byte (NVIDIA/nccl#1428)
+
+    def __post_init__(self) -> None:
+        if self.sms < 1:
+            raise ValueError(f"sms must be >= 1, got {self.sms}")
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One compute kernel: its share of the op's time, its grid, and its HBM demand."""
+
+    share: float                      # fraction of the op's time (an op's kernels sum to 1)
+    ctas: int                         # grid size (CTAs)
+    per_sm: int = 1                   # CTAs resident per SM
+    tile_bound: bool = False          # time set by waves of tiles (wave quantization applies)
+    hbm_gbps: float = 0.0             # its HBM demand alone (bytes / its time)
+    hbm_cap_gbps: float = math.inf    # what HBM delivers to all kernels at once
+
+
+@dataclass(frozen=True)
+class Comm:
+    """A collective's kernel: CTAs (= NCCL channels) and HBM demand alone."""
+
+    ctas: int
+    hbm_gbps: float = 0.0
+
+
+def waves(ctas: int, per_sm: int, sms: int) -> int:
+    return max(1, math.ceil(ctas / (per_sm * sms)))
+
+
+def start_delay_s(k: Kernel, time_s: float, elapsed_s: float, c: int, gpu: GpuSpec) -> float:
+    """Seconds a collective needing `c` SMs waits when it becomes ready `elapsed_s` into kernel `k`
+    (alone-time `time_s`), by the rules of the module docstring."""
+    if elapsed_s >= time_s - _EPS or c <= 0:
+        return 0.0
+    sms = gpu.sms
+    if sms - min(sms, math.ceil(k.ctas / k.per_sm)) >= c:       # its first wave leaves room
+        return 0.0
+    w = waves(k.ctas, k.per_sm, sms)
+    wave_s = time_s / w
+    if gpu.high_priority:          # the next CTA retirement (a kernel just launched: its first wave's end)
+        n = max(1, math.ceil(elapsed_s / wave_s - _EPS))
+        return max(min(n * wave_s, time_s) - elapsed_s, 0.0)
+    last = k.ctas - (w - 1) * k.per_sm * sms                     # CTAs of the last wave
+    if w > 1 and sms - math.ceil(last / k.per_sm) >= c:
+        return max((w - 1) * wave_s - elapsed_s, 0.0)
+    return time_s - elapsed_s
+
+
+def pair_factors(k: Kernel, comm: Comm, gpu: GpuSpec) -> tuple[float, float]:
+    """(compute factor, collective factor) while kernel `k` and `comm` run at once."""
+    sm = 1.0
+    if k.tile_bound and gpu.sms > comm.ctas:
+        sm = waves(k.ctas, k.per_sm, gpu.sms - comm.ctas) / waves(k.ctas, k.per_sm, gpu.sms)
+    hbm = max(1.0, (k.hbm_gbps + comm.hbm_gbps) / k.hbm_cap_gbps) if k.hbm_cap_gbps > 0 else 1.0
+    return max(sm, hbm), hbm
+
+
+class CoSchedule:
+    """The engines' hook (Interference.coschedule). `kernels(sched, op)` gives a compute op's
+    kernels (shares summing to 1; () for an op that runs none), `comm(sched, op)` a collective's."""
+
+    def __init__(self, gpu: GpuSpec, kernels: Callable, comm: Callable):
+        self.gpu, self._kernels, self._comm = gpu, kernels, comm
+        self.last: Bound | None = None
+
+    def bind(self, sched, times_s: dict[str, float]) -> "Bound":
+        """The hook for one schedule, its ops timed as the engine times them (`times_s` by op name);
+        kept as `last` (bench/breakdown.py reads what it was asked)."""
+        self.last = Bound(self, sched, times_s)
+        return self.last
+
+
+class Bound:
+    """Answers by op name for one schedule; caches every answer (schedules repeat their ops)."""
+
+    def __init__(self, cs: CoSchedule, sched, times_s: dict[str, float]):
+        self.cs, self.sched, self.times = cs, sched, times_s
+        self.ops = {op.name: op for op in sched.ops}
+        self._k: dict = {}
+        self._c: dict = {}
+        self._f: dict = {}
+        self.delays: dict[str, list] = {}   # collective -> [seconds waited in all, times it waited] (bounded:
+                                            # a compiled schedule is run thousands of times in sampled mode)
+
+    def kernels(self, name: str) -> tuple:
+        k = self._k.get(name)
+        if k is None:
+            k = self._k[name] = tuple(self.cs._kernels(self.sched, self.ops[name]))
+        return k
+
+    def comm(self, name: str) -> Comm:
+        c = self._c.get(name)
+        if c is None:
+            c = self._c[name] = self.cs._comm(self.sched, self.ops[name])
+        return c
+
+    def delay_s(self, comm: str, compute: str, elapsed_s: float) -> float:
+        """How long collective `comm`, ready now, waits for SMs: `elapsed_s` of work into `compute`."""
+        t = self.times[compute]
+        at = 0.0
+        d = 0.0
+        for k in self.kernels(compute):
+            kt = k.share * t
+            if elapsed_s < at + kt - _EPS:
+                d = start_delay_s(k, kt, elapsed_s - at, self.comm(comm).ctas, self.cs.gpu)
+                break
+            at += kt
+        if d > 0:
+            acc = self.delays.setdefault(comm, [0.0, 0])
+            acc[0] += d
+            acc[1] += 1
+        return d
+
+    def _factors(self, compute: str, comm: str) -> tuple[float, float]:
+        key = (compute, comm)
+        f = self._f.get(key)
+        if f is None:
+            ks = self.kernels(compute)
+            c = self.comm(comm)
+            total = sum(k.share for k in ks)
+            if total <= 0:
+                f = (1.0, 1.0)
+            else:
+                pf = [(k.share, pair_factors(k, c, self.cs.gpu)) for k in ks]
+                f = (sum(s * a for s, (a, _) in pf) / total, sum(s * b for s, (_, b) in pf) / total)
+            self._f[key] = f
+        return f
+
+    def compute_slowdown(self, compute: str, comm: str) -> float:
+        return self._factors(compute, comm)[0]
+
+    def comm_slowdown(self, comm: str, compute: str) -> float:
+        return self._factors(compute, comm)[1]

@@ -1,0 +1,174 @@
+"""Co-scheduling a collective beside compute kernels (sim/coschedule.py), pinned on toy integer
+timelines in both engines; the channel and grid rules of sim/occupancy.py; the profiles' section."""
+import pytest
+
+from tpsim.sim.coschedule import Comm, CoSchedule, GpuSpec, Kernel, pair_factors, start_delay_s
+from tpsim.sim.cost import CostModel
+from tpsim.sim.engine import Interference, simulate
+from tpsim.sim.engine_ranks import compile_schedule, simulate_ranks
+from tpsim.sim.model import get_model
+from tpsim.sim.occupancy import nccl_channels, op_kernels
+from tpsim.sim.predict import Simulator, Workload
+from tpsim.sim.profile import load_profile
+from tpsim.sim.schedule import Schedule
+from tpsim.sim.stack import Stack, Step
+from toy import ONE_LAYER, STACK, toy_op, toy_schedule, toy_time
+
+
+def hook(kernels: dict, sms=2, high_priority=False, comm_ctas=1, comm_hbm=0.0):
+    """Toy hook: kernels by op name, every collective `comm_ctas` CTAs demanding `comm_hbm`."""
+    return CoSchedule(GpuSpec(sms, high_priority), lambda s, op: kernels.get(op.name, ()),
+                      lambda s, op: Comm(comm_ctas, comm_hbm))
+
+
+def both(sched, cost, inter, ranks=1, host=None):
+    """SimPy's result, after checking the rank engine gives the same duration and exposed comm."""
+    t = (lambda op: cost[op.name]) if isinstance(cost, dict) else cost
+    a = simulate(sched, t, ranks=ranks, interference=inter, host_s=host)
+    d, e = simulate_ranks(compile_schedule(sched, t, inter, host_s=host), ranks, inter)
+    assert d == pytest.approx(a.duration_s, rel=1e-12, abs=1e-12)
+    assert e == pytest.approx(a.exposed_comm_s, rel=1e-12, abs=1e-12)
+    return a
+
+
+def span(res, name, stream="comm"):
+    r = next(r for r in res.records if r.op == name and r.stream == stream and r.rank == 0)
+    return r.start_s, r.end_s
+
+
+# pre 0 -> [ar reads pre, ready at 1 through a host node] beside k 6 -> tail reads k and ar (1 unit)
+PASS = Schedule("p", ONE_LAYER, 2, Step.decode(1, 8, 4, 1, STACK), STACK, (
+    toy_op("pre", "gemm", ["tokens"]), toy_op("ar", "all_reduce", ["pre"]), toy_op("k", "gemm", ["pre"]),
+    toy_op("tail", "gemm", ["k", "ar"])))
+COST = {"pre": 0.0, "ar": 1.0, "k": 6.0, "tail": 1.0}
+AT_1 = lambda op: 1.0   # noqa: E731  (the collective is ready at t = 1, 1 unit into k)
+
+
+def test_high_priority_starts_at_the_next_wave_boundary():
+    # 2 SMs; k = 6 tile-bound CTAs, one per SM: 3 waves of 2 units [0,2] [2,4] [4,6]. ar (1 SM) is
+    # ready at 1 and starts at the wave boundary 2, runs [2,3]. Beside it k's tiles wave over the 1
+    # SM left: 6 waves instead of 3 -> factor 2. k: 2 units by 2, 0.5 in [2,3], 3.5 after -> ends 6.5;
+    # tail [6.5, 7.5]; nothing waits on the compute stream.
+    res = both(PASS, COST, Interference(coschedule=hook({"k": (Kernel(1.0, 6, 1, True),)}, high_priority=True)),
+               host=AT_1)
+    assert span(res, "ar") == pytest.approx((2, 3))
+    assert span(res, "k", "compute") == pytest.approx((0, 6.5))
+    assert res.duration_s == pytest.approx(7.5) and res.exposed_comm_s == 0
+
+
+def test_default_priority_waits_for_the_kernel_that_holds_every_sm():
+    # the same k, the comm stream at default priority: k's CTAs are dispatched first and its last
+    # wave [4,6] fills both SMs, so ar waits to k's end: ar [6,7], tail waits [6,7], runs [7,8]
+    res = both(PASS, COST, Interference(coschedule=hook({"k": (Kernel(1.0, 6, 1, True),)})), host=AT_1)
+    assert span(res, "ar") == (6, 7)
+    assert res.duration_s == 8 and res.exposed_comm_s == 1
+
+
+def test_default_priority_starts_when_the_last_wave_leaves_room():
+    # k = 5 memory-bound CTAs: waves [0,2] [2,4] [4,6], the last of 1 CTA leaves 1 SM: ar [4,5];
+    # memory-bound k keeps its pace on 1 SM (factor 1) and ends at 6; tail [6,7]
+    res = both(PASS, COST, Interference(coschedule=hook({"k": (Kernel(1.0, 5, 1, False),)})), host=AT_1)
+    assert span(res, "ar") == (4, 5) and res.duration_s == 7 and res.exposed_comm_s == 0
+
+
+def test_free_sms_start_it_at_once_and_hbm_sharing_slows_both():
+    # k = 1 CTA leaves 1 SM free: ar starts when ready (1). k demands 3 GB/s, ar 3, HBM gives 4:
+    # both run at 4/6 while together. ar (2 units) [1, 4]; k: 1 unit by 1, 2 in [1,4], 3 after -> 7;
+    # tail [7, 8]
+    cost = dict(COST, ar=2.0)
+    k = (Kernel(1.0, 1, 1, False, hbm_gbps=3.0, hbm_cap_gbps=4.0),)
+    res = both(PASS, cost, Interference(coschedule=hook({"k": k}, comm_hbm=3.0)), host=AT_1)
+    assert span(res, "ar") == pytest.approx((1, 4))
+    assert span(res, "k", "compute") == pytest.approx((0, 7))
+    assert res.duration_s == pytest.approx(8)
+
+
+def test_ladder_loses_its_hiding_when_the_next_gemm_holds_the_sms():
+    # one-layer ladder, C = 2: attn [0,2], a0 issued at 2 as mlp.up (2 units, 4 CTAs on 2 SMs: waves
+    # [2,3] [3,4]) starts. No hook: a0 [2,4] hidden by mlp [2,5], m0 [5,7]: 7.
+    # Default priority: a0 waits to up's end, [4,6]; down [4,5]; m0 is issued at 5 but follows a0: [6,8];
+    # the compute stream waits for a0 [5,6] and m0 [6,8]: 8, exposed 3.
+    # High priority: a0 starts at the wave boundary 3, [3,5]; m0 [5,7]: 7 again, exposed 2.
+    s = toy_schedule("ladder", ONE_LAYER)
+    up = {"L0.mlp.up": (Kernel(1.0, 4, 1, False),)}
+    assert both(s, toy_time(2), Interference()).duration_s == 7
+    low = both(s, toy_time(2), Interference(coschedule=hook(up)))
+    assert span(low, "L0.attn.allreduce") == (4, 6) and span(low, "L0.mlp.allreduce") == (6, 8)
+    assert low.duration_s == 8 and low.exposed_comm_s == 3
+    high = both(s, toy_time(2), Interference(coschedule=hook(up, high_priority=True)))
+    assert span(high, "L0.attn.allreduce") == (3, 5) and high.duration_s == 7 and high.exposed_comm_s == 2
+
+
+@pytest.mark.parametrize("spec", ["standard", "ladder", "spd:0.5", "parallel", "ladder:1"])
+@pytest.mark.parametrize("high_priority", [False, True])
+@pytest.mark.parametrize("wake", [0.0, 0.3])
+def test_engines_agree_under_coscheduling(spec, high_priority, wake):
+    # every toy GEMM a tile-bound 3-wave kernel on 2 SMs with HBM demand; the collectives want 1 SM
+    ks = {}
+    s = toy_schedule(spec)
+    for op in s.ops:
+        if not op.is_comm:
+            ks[op.name] = (Kernel(0.25, 1, 1, False, 1.0, 2.0), Kernel(0.75, 5, 1, True, 1.5, 2.0))
+    inter = Interference(wake_s=wake, coschedule=hook(ks, high_priority=high_priority, comm_hbm=1.0))
+    for c in (0.5, 2.5, 4):
+        for ranks in (1, 3):
+            both(s, toy_time(c), inter, ranks=ranks)
+
+
+def test_wave_rules():
+    gpu = GpuSpec(132)
+    gemm = Kernel(1.0, 132, 1, True)
+    # FACTS §7: a 132-tile GEMM beside a 24-CTA NCCL kernel takes a second wave: twice as long
+    assert pair_factors(gemm, Comm(24), gpu) == (2.0, 1.0)
+    assert pair_factors(Kernel(1.0, 100, 1, True), Comm(24), gpu) == (1.0, 1.0)   # 108 SMs still hold 100
+    # one wave of 120 CTAs leaves 12 SMs: a 24-CTA collective 3 us into it waits to its end (10);
+    # 108 CTAs leave exactly 24: it starts at once
+    assert start_delay_s(Kernel(1.0, 120, 1, True), 10.0, 3.0, 24, gpu) == 7.0
+    assert start_delay_s(Kernel(1.0, 108, 1, True), 10.0, 3.0, 24, gpu) == 0.0
+    # 8 CTAs per SM, 2112 CTAs = 2 waves of 5 us; 1 us in, high priority waits 4 us, default 9
+    k = Kernel(1.0, 2112, 8, False)
+    assert start_delay_s(k, 10.0, 1.0, 1, GpuSpec(132, True)) == pytest.approx(4.0)
+    assert start_delay_s(k, 10.0, 1.0, 1, gpu) == pytest.approx(9.0)
+
+
+def test_nccl_channels_follow_enqueue_cc():
+    gpu = GpuSpec(132, coll_channels=24, nvls_channels=16)
+    # Ring LL: 512 threads x (8 x 8 ranks) bytes = 32 KiB per channel before NCCL adds one
+    assert nccl_channels(gpu, "ring/ll", 16384, 8) == 1
+    assert nccl_channels(gpu, "ring/ll", 65536, 8) == 2
+    assert nccl_channels(gpu, "ring/ll", 1 << 20, 8) == 24          # 32 capped at the coll channels
+    assert nccl_channels(gpu, "tree/ll", 65536, 8) == 16           # Tree LL: 4 KiB per channel
+    assert nccl_channels(gpu, "nvls", 1024, 8) == 16
+
+
+def test_occupancy_rules_on_h100():
+    # 70B TP8 decode at batch 64: the down projection [64 x 3584] x [3584 x 8192] is 1 x 64 tiles of 128
+    # (an extern cuBLAS GEMM; wo at batch > 1 is a generated reduction on the GPU path, sim/l2_traffic.py)
+    w = Workload(get_model("llama-3.1-70b"), 8, load_profile("h100-sxm-coschedule"), batch=64)
+    sched = w.schedule("ladder", w.decode_step(1))
+    cost = CostModel(w.profile, w.stack)
+    op = next(o for o in sched.ops if o.name == "L0.mlp.down")
+    (k,) = op_kernels(cost, sched, op)
+    assert k.ctas == 64 and k.per_sm == 1 and not k.tile_bound and k.share == 1.0
+    assert k.hbm_cap_gbps == pytest.approx(3350 * max(w.profile.memory_efficiency.y))   # the plateau, 0.85
+
+
+def test_gpu_profiles_coschedule_cpu_factors_stay():
+    """The -coschedule built-ins opt in to the mechanism; the plain ones keep the flat factors."""
+    for name in ("h100-sxm", "h200-sxm", "h100-sxm-p2p-off"):
+        p = load_profile(f"{name}-coschedule")
+        assert p.coschedule is not None and p.coschedule.sms == 132
+        assert p.compute_slowdown == 1.0 and not p.coschedule.high_priority
+        assert Simulator(Workload(get_model("llama-3.1-8b"), 8, p)).interference.coschedule is not None
+        flat = load_profile(name)
+        assert flat.coschedule is None and flat.compute_slowdown > 1.0
+    assert load_profile("h100-sxm-p2p-off-coschedule").coschedule.coll_channels == 2
+    a100 = load_profile("a100-sxm")
+    assert a100.coschedule is None and a100.compute_slowdown > 1.0
+    assert Simulator(Workload(get_model("llama-3.1-8b"), 8, a100)).interference.coschedule is None
+
+
+def test_stack_default_still_predicts():
+    w = Workload(get_model("llama-3.1-8b"), 8, load_profile("h100-sxm"), batch=4, gen_len=4, stack=Stack())
+    sim = Simulator(w)
+    assert sim.predict("ladder").tokens_per_s > sim.predict("standard").tokens_per_s * 0.5
