@@ -146,14 +146,39 @@ def _stderr_console():
 
 MAX_TOKENS = 1 << 20       # --prompt and --gen (documented in docs/reliability.md)
 
+# The one table of command-line counts (docs/reliability.md, "CLI values"): option -> (lo, hi),
+# inclusive. Every command checks its options against it before any work (simulator, harness,
+# calibration, compare alike): memory and time grow with each of them.
+BOUNDS: dict[str, tuple[int, int]] = {
+    "--tp": (1, 1024), "--nproc": (1, 1024), "--emulate-tp": (1, 1024), "--comm-group": (1, 1024),
+    "--gpus-per-node": (1, 1024), "--jobs": (1, 1024),
+    "--batch": (1, 1 << 16), "--layers": (1, 1 << 16),
+    "--prompt": (1, MAX_TOKENS), "--gen": (1, MAX_TOKENS),
+    "--repeats": (1, 10 ** 6), "--warmup": (0, 10 ** 6),
+    "--seed": (0, 2 ** 32 - 1),           # numpy's and most generators' seed range; torch takes it too
+}
+
+
+def check_bound(option: str, value) -> None:
+    """`value` of `option` (a key of BOUNDS) is an integer within its bounds; None: not given."""
+    if value is None:
+        return
+    lo, hi = BOUNDS[option]
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ValueError(f"{option} must be in {lo}..{hi}, got {value}")
+
+
+def check_bounds(values: dict) -> None:
+    """Every option -> value (or repeated values: a list or tuple) of `values` within BOUNDS."""
+    for option, v in values.items():
+        for x in (v if isinstance(v, (list, tuple)) else (v,)):
+            check_bound(option, x)
+
 
 def check_sizes(tp=None, batch=None, prompt_len=None, gen_len=None, gpus_per_node=None, comm_group=None) -> None:
-    """Workload sizes within documented bounds, before any work (memory and time grow with them)."""
-    for name, v, hi in (("--tp", tp, 1024), ("--batch", batch, 1 << 16), ("--prompt", prompt_len, MAX_TOKENS),
-                        ("--gen", gen_len, MAX_TOKENS), ("--gpus-per-node", gpus_per_node, 1024),
-                        ("--comm-group", comm_group, 1024)):
-        if v is not None and not 1 <= v <= hi:
-            raise ValueError(f"{name} must be in 1..{hi}, got {v}")
+    """Workload sizes within BOUNDS, before any work (memory and time grow with them)."""
+    check_bounds({"--tp": tp, "--batch": batch, "--prompt": prompt_len, "--gen": gen_len,
+                  "--gpus-per-node": gpus_per_node, "--comm-group": comm_group})
 
 
 def make_workload(model, tp, profile, batch, prompt_len, gen_len, gpus_per_node, dtype, head, attention, kv,

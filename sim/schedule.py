@@ -88,12 +88,14 @@ SCHEDULE_HELP = ("standard | ladder | ladder:K (upper K layers) | spd:F (fractio
 
 def parse_schedule(spec: str, n_layers: int) -> tuple[str, dict]:
     """'ladder:16' -> ('ladder', {'upper': 16}); 'spd:0.7' -> ('spd', {'layers': (...)})."""
-    base, _, arg = spec.partition(":")
+    base, colon, arg = spec.partition(":")
     if base not in SCHEDULES:
         raise ValueError(f"unknown schedule {spec!r}; choose from: {SCHEDULE_HELP}")
     if not arg:
         if base == "spd":
             raise ValueError("spd needs an argument: spd:F (fraction of blocks) or spd:3,5,7 (layers)")
+        if colon:                      # 'upper-bound:', 'ladder:': a ':' and nothing after it
+            raise ValueError(f"schedule {spec!r} ends in ':' with no argument; write {base!r}")
         return base, {}
     if base == "ladder":
         try:
