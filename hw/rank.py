@@ -1,8 +1,9 @@
 """The rank side of a multi-process run: join the process group (from torchrun's or our launcher's
-environment), pin CPU ranks to their cores, mark progress, honour test faults, and end with the
-launcher. `_worker_main` is what each launched rank runs (hw/dist.py starts it); `run_rank` is
-one rank of `bench` or `check`. Like every module of hw/ but commands.py, it imports torch at its
-top: the CLI reaches it only through `hw.harness` (hw/__init__.py).
+environment), pin CPU ranks to their cores, mark progress and start the heartbeat (hw/beat.py),
+honour test faults. `_worker_main` is what each launched rank runs (hw/dist.py starts it, after its
+boot code has tied the rank to the launcher: sim/proc_tie.py, before torch is imported); `run_rank`
+is one rank of `bench` or `check`. Like every module of hw/ but commands.py, run_config.py and
+beat.py, it imports torch at its top: the CLI reaches it only through `hw.harness` (hw/__init__.py).
 """
 from __future__ import annotations
 
