@@ -258,8 +258,8 @@ def _stale_heartbeat(beats: list[str], codes: list, timeout_s: float) -> str:
     age, st = ages[r]
     if age <= timeout_s:
         return ""
-    return (f"rank {r} stopped responding: its heartbeat is {age:.1f} s old (--timeout-s {timeout_s:g}{_last_mark(st, now)}); "
-            f"the process is stopped or stuck")
+    return (f"rank {r} stopped responding: its heartbeat is {age:.1f} s old "
+            f"(--timeout-s {timeout_s:g}{_last_mark(st, now)}); the process is stopped or stuck")
 
 
 def _last_mark(st, now: float) -> str:

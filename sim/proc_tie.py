@@ -20,7 +20,7 @@ import os
 import signal
 import sys
 import threading
-from typing import Callable
+from collections.abc import Callable        # not typing: the tie is on every rank's start-up path
 
 PR_SET_PDEATHSIG = 1                   # <linux/prctl.h>
 

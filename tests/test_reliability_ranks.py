@@ -7,7 +7,6 @@ bootstrap); the launcher gets SIGINT, SIGTERM or SIGKILL; every rank must be gon
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
