@@ -96,12 +96,23 @@ def start_heartbeat(interval_s: float) -> bool:
         return b is not None
 
     def beat() -> None:
-        while True:
+        while not _stopped.is_set():
             b.alive()
-            time.sleep(interval_s)
+            _stopped.wait(interval_s)
     b.alive()
     threading.Thread(target=beat, name="tpsim-heartbeat", daemon=True).start()
     return True
+
+
+def stop_heartbeat() -> None:
+    """This rank is done (its work returned or failed) and only exits from here: its heartbeat is
+    cleared, so the seconds interpreter and torch teardown may take are never read as a hang."""
+    _stopped.set()
+    if _beat:
+        _beat[0].mm[_MARK.size:SIZE] = _ALIVE.pack(0.0)
+
+
+_stopped = threading.Event()
 
 
 def heartbeat_interval_s(timeout_s: float) -> float:

@@ -20,7 +20,7 @@ from importlib import import_module
 import torch
 import torch.distributed as dist
 
-from tpsim.hw.beat import heartbeat_interval_s, mark, start_heartbeat
+from tpsim.hw.beat import heartbeat_interval_s, mark, start_heartbeat, stop_heartbeat
 from tpsim.sim.proc_tie import LOG_TAG, tie_rank_from_env
 from tpsim.sim.trace import write_json_atomic
 
@@ -193,9 +193,11 @@ def _worker_main(argv: list[str]) -> None:
     try:
         rc = getattr(import_module(mod), fn)(config)
     except Exception as e:   # noqa: BLE001 - report every failure in one line the launcher shows
+        stop_heartbeat()
         traceback.print_exc()
         print(f"{LOG_TAG} rank {rank} failed: {type(e).__name__}: {_one_line(e)}", file=sys.stderr, flush=True)
         sys.exit(1)
+    stop_heartbeat()               # only the exit is left: its teardown is not a hang
     sys.exit(int(rc or 0))
 
 

@@ -178,7 +178,7 @@ def test_a_stopped_rank_is_named_from_its_stale_heartbeat(tmp_path):
     progress marks tie), so only the heartbeat tells the stopped rank from the waiting one. The
     launcher names rank 1 (before: rank 0, whose wait expired, after up to 2x --timeout-s), ends
     the run (exit 1: a failed run, not a usage error) and leaves no rank behind."""
-    args = [a if a != "120" else "6" for a in LONG_BENCH]            # --timeout-s 6
+    args = [a if a != "120" else "10" for a in LONG_BENCH]           # --timeout-s 10
     p, ranks = start(args, tmp_path, settle_s=0.0)
     by_rank = {int(_env(r)["RANK"]): r for r in ranks}
     end = time.monotonic() + 90
