@@ -8,6 +8,7 @@ from dataclasses import asdict
 
 import click
 
+from tpsim.sim.bounds import BOUNDS
 from tpsim.sim.model import MODELS, get_model
 from tpsim.sim.predict import Workload
 from tpsim.sim.profile import load_profile
@@ -144,39 +145,36 @@ def _stderr_console():
     return rich_console(stderr=True)
 
 
-MAX_TOKENS = 1 << 20       # --prompt and --gen (documented in docs/reliability.md)
+MAX_TOKENS = BOUNDS["tokens"].hi       # --prompt and --gen (documented in docs/reliability.md)
 
-# The one table of command-line counts (docs/reliability.md, "CLI values"): option -> (lo, hi),
-# inclusive. Every command checks its options against it before any work (simulator, harness,
-# calibration, compare alike): memory and time grow with each of them.
-BOUNDS: dict[str, tuple[int, int]] = {
-    "--tp": (1, 1024), "--nproc": (1, 1024), "--emulate-tp": (1, 1024), "--comm-group": (1, 1024),
-    "--gpus-per-node": (1, 1024), "--jobs": (1, 1024),
-    "--batch": (1, 1 << 16), "--layers": (1, 1 << 16),
-    "--prompt": (1, MAX_TOKENS), "--gen": (1, MAX_TOKENS),
-    "--repeats": (1, 10 ** 6), "--warmup": (0, 10 ** 6),
-    "--seed": (0, 2 ** 32 - 1),           # numpy's and most generators' seed range; torch takes it too
+# command-line option -> its entry in the one bounds table (sim/bounds.py). Every command checks its
+# counts through it before any work (simulator, harness, calibration, compare, sweep alike).
+OPTION_BOUNDS: dict[str, str] = {
+    "--tp": "tp", "--nproc": "tp", "--emulate-tp": "tp", "--comm-group": "tp", "--gpus-per-node": "gpus_per_node",
+    "--jobs": "jobs", "--batch": "batch", "--layers": "layers", "--prompt": "tokens", "--gen": "tokens",
+    "--repeats": "repeats", "--warmup": "warmup", "--seed": "seed",
 }
 
 
 def check_bound(option: str, value) -> None:
-    """`value` of `option` (a key of BOUNDS) is an integer within its bounds; None: not given."""
+    """`value` of `option` (a key of OPTION_BOUNDS) is an integer within its bound; None: not given."""
     if value is None:
         return
-    lo, hi = BOUNDS[option]
+    lo, hi = BOUNDS[OPTION_BOUNDS[option]].lo, BOUNDS[OPTION_BOUNDS[option]].hi
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
         raise ValueError(f"{option} must be in {lo}..{hi}, got {value}")
 
 
 def check_bounds(values: dict) -> None:
-    """Every option -> value (or repeated values: a list or tuple) of `values` within BOUNDS."""
+    """Every option -> value (or repeated values: a list or tuple) of `values` within its bound."""
     for option, v in values.items():
         for x in (v if isinstance(v, (list, tuple)) else (v,)):
             check_bound(option, x)
 
 
 def check_sizes(tp=None, batch=None, prompt_len=None, gen_len=None, gpus_per_node=None, comm_group=None) -> None:
-    """Workload sizes within BOUNDS, before any work (memory and time grow with them)."""
+    """Workload sizes within the bounds table (sim/bounds.py), before any work (memory and time grow
+    with them)."""
     check_bounds({"--tp": tp, "--batch": batch, "--prompt": prompt_len, "--gen": gen_len,
                   "--gpus-per-node": gpus_per_node, "--comm-group": comm_group})
 

@@ -1,5 +1,5 @@
 """Harness and CLI edges of issue #29 item 9: each bad value is one line and exit 2 before any
-work, from the one bounds table (sim.cli_options.BOUNDS); and the launcher's heartbeat reading
+work, from the one bounds table (sim/bounds.py, through sim.cli_options.OPTION_BOUNDS); and the launcher's heartbeat reading
 (hw.dist) on real beat files (docs/reliability.md)."""
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from tpsim import cli
-from tpsim.sim.cli_options import BOUNDS, check_bounds, check_sizes
+from tpsim.sim.bounds import BOUNDS
+from tpsim.sim.cli_options import OPTION_BOUNDS, check_bounds, check_sizes
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,7 +29,8 @@ def test_one_bounds_table_for_every_command():
     """check_sizes (predict, trace, sweep) and the harness's checks read the same table."""
     from tpsim.hw import commands
     assert not hasattr(commands, "MAX_PROMPT")                 # the second copy of the bounds is gone
-    for option, (lo, hi) in BOUNDS.items():
+    for option, name in OPTION_BOUNDS.items():
+        lo, hi = BOUNDS[name].lo, BOUNDS[name].hi
         check_bounds({option: lo})
         check_bounds({option: [lo, hi]})
         for bad in (lo - 1, hi + 1):
