@@ -45,7 +45,7 @@ def check_cuda(n: int = 1, command: str = "bench") -> None:
         raise ValueError(f"{n} ranks need {n} GPUs; torch sees {torch.cuda.device_count()}")
 
 
-# bench/check keyword -> its option in the one bounds table (sim.cli_options.BOUNDS)
+# bench/check keyword -> its option (checked against sim/bounds.py through sim.cli_options.OPTION_BOUNDS)
 _OPTION = {"tp": "--tp", "batch": "--batch", "prompt_len": "--prompt", "gen_len": "--gen", "layers": "--layers",
            "emulate_tp": "--emulate-tp", "repeats": "--repeats", "warmup": "--warmup", "seed": "--seed"}
 
