@@ -22,8 +22,8 @@ from pathlib import Path
 import click
 
 from tpsim.sim import sweep as sw
-from tpsim.sim.cli_options import (_stderr_console, check_sizes, compile_options, make_workload, rich_console, rich_table,
-                                   stack_dict, stack_options, user_errors, workload_options)
+from tpsim.sim.cli_options import (_stderr_console, check_bounds, check_sizes, compile_options, make_workload,
+                                   rich_console, rich_table, stack_dict, stack_options, user_errors, workload_options)
 from tpsim.sim.lock import check_writable, output_lock
 from tpsim.sim.model import MODELS, get_model, valid_tp
 from tpsim.sim.model_show import show_model
@@ -72,6 +72,9 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
     seq-parallel: the same model and outputs), retrain (ladder, parallel: a different architecture
     that must be trained), drops syncs (spd: the trained model with all-reduces skipped, some
     accuracy lost), n/a (upper-bound: no communication, a speed ceiling only)."""
+    if exact and exhaustive:
+        raise ValueError("--exact and --exhaustive are two ways to simulate the jitter (sampled or brute force); "
+                         "choose one")
     w = make_workload(**kw)
     schedules = list(schedules) or list(DEFAULT_SCHEDULES)
     if exhaustive:  # every rank, layer and decode step: minutes for big models, so show progress
@@ -162,16 +165,10 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
           out_path, plot_path, plot_view, **stack_flags):
     """What-if grid from the simulator alone: models x TP x batch x profile x link scaling -> CSV (+ plot)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn  # lazy: rich, ~30 ms
-    if not 1 <= jobs <= 1024:
-        raise ValueError(f"--jobs must be in 1..1024, got {jobs}")
+    check_bounds({"--jobs": jobs, "--tp": tps, "--batch": batches, "--prompt": prompt_len, "--gen": gen_len})
     if jobs > sw.max_jobs():                 # more processes than cores only add start-up and memory
         click.echo(f"--jobs {jobs} capped at {sw.max_jobs()} (the cores this process may use)", err=True)
         jobs = sw.max_jobs()
-    check_sizes(prompt_len=prompt_len, gen_len=gen_len)
-    for b in batches:
-        check_sizes(batch=b)
-    for t in tps:
-        check_sizes(tp=t)
     for name, vs in (("--bw-scale", bw_scales), ("--lat-scale", lat_scales)):
         for v in vs:
             if not (math.isfinite(v) and 1e-6 <= v <= 1e6):

@@ -10,18 +10,23 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import click
 
 from tpsim.sim.cli_options import TpsimError as UsageFail
+from tpsim.sim.cli_options import check_bounds
 from tpsim.sim.model import get_model
 from tpsim.sim.stack import ATTENTION_IMPLS, DECODE_KV, DTYPE_BYTES, HEADS, PREFILL_LOGITS
 
 from tpsim.hw import harness, require_torch
-from tpsim.hw.commands import MAX_GEN, MAX_PROMPT, check_cuda
+from tpsim.hw.commands import check_cuda, check_out_path
 from tpsim.hw.run_config import check_timeout, default_timeout_s
 
 from tpsim.calib.plan import CalibConfig, CalibrationStopped
+
+
+_TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")      # a collective table's impl tag (--collective picks it)
 
 
 @click.command("calibrate")
@@ -46,7 +51,7 @@ from tpsim.calib.plan import CalibConfig, CalibrationStopped
               help="what to measure [default: all]; a subset needs --extends")
 @click.option("--nccl-env", "envs", multiple=True, metavar="K=V[,K=V]",
               help="also sweep collectives under this NCCL setting (own launch, own table tag); repeatable")
-@click.option("--impl", default="", help="table tag of the collectives measured [default: the backend name]")
+@click.option("--impl", default=None, help="table tag of the collectives measured [default: the backend name]")
 @click.option("--quick", is_flag=True, help="fewer sizes and trials (a few minutes on a CPU box)")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="profile JSON to write")
 @click.option("--extends", default=None, help="base profile completing a partial calibration (e.g. h100-sxm)")
@@ -62,7 +67,9 @@ def calibrate_cmd(backend, nproc, models, tps, batches, prompts, gens, quick, ou
     an interrupted calibration (state in OUT.state.json)."""
     require_torch("calibrate")
     try:
-        _check_values(backend, nproc, tps, batches, prompts, gens, kw.get("timeout_s"), kw.get("stop_after"))
+        _check_values(backend, nproc, tps, batches, prompts, gens, kw.get("timeout_s"), kw.get("stop_after"),
+                      seed=kw.get("seed"), impl=kw.get("impl"))
+        check_out_path(out, "--out")
     except ValueError as e:
         raise UsageFail(str(e)) from None
     calib_run, dist = harness("tpsim.calib.run", "calibrate"), harness("tpsim.hw.dist", "calibrate")
@@ -95,15 +102,12 @@ def calibrate_cmd(backend, nproc, models, tps, batches, prompts, gens, quick, ou
         _summary(str(path))
 
 
-def _check_values(backend, nproc, tps, batches, prompts, gens, timeout_s, stop_after) -> None:
+def _check_values(backend, nproc, tps, batches, prompts, gens, timeout_s, stop_after, seed=None, impl=None) -> None:
     """Ranges and the device, before any process starts (ValueError -> exit 2)."""
-    if not 1 <= nproc <= 1024:
-        raise ValueError(f"--nproc must be in 1..1024, got {nproc}")
-    for name, vs, hi in (("--tp", tps, 1024), ("--batch", batches, 1 << 16), ("--prompt", prompts, MAX_PROMPT),
-                         ("--gen", gens, MAX_GEN)):
-        for v in vs:
-            if not 1 <= v <= hi:
-                raise ValueError(f"{name} must be in 1..{hi}, got {v}")
+    check_bounds({"--nproc": nproc, "--tp": tps, "--batch": batches, "--prompt": prompts, "--gen": gens,
+                  "--seed": seed})
+    if impl is not None and not _TAG.fullmatch(impl) or impl == "auto":
+        raise ValueError(f"--impl must be a table tag (letters, digits, '.', '_', '-'; not 'auto'), got {impl!r}")
     if timeout_s is not None:
         check_timeout(timeout_s, "--timeout-s")
     if stop_after is not None and stop_after < 1:

@@ -22,17 +22,18 @@ from pathlib import Path
 
 import click
 
-from tpsim.sim.cli_options import TpsimError, rich_console, rich_escape, rich_table
+from tpsim.sim.cli_options import TpsimError, check_bounds, rich_console, rich_escape, rich_table
 from tpsim.sim.model import get_model
 from tpsim.sim.profile import ProfileError, load_profile
 from tpsim.sim.schedule import DEFAULT_SCHEDULES, KINDS, build
 from tpsim.sim.stack import Stack, Step
 
 from tpsim.hw import harness, require_torch
+from tpsim.hw.run_config import check_timeout
 
 from tpsim.calib.compare_intervals import interval_note
 from tpsim.calib.compare_join import compare_point, measured_speedup_text, predicted_speedup_text, speedup_sign, summarize
-from tpsim.calib.compare_measure import CompareError, Point, measure
+from tpsim.calib.compare_measure import CompareError, Point, check_covers, measure
 from tpsim.calib.compare_report import drift_note, point_timeline, write_point_trace, write_report
 
 QUICK_MODELS = ("toy-512", "toy-1024")
@@ -129,17 +130,23 @@ def compare_cmd(backend, device, nproc, quick, profile_arg, models, tps, batches
     if not measured_files:                  # the harness runs here (and calibration, without --profile)
         require_torch("compare")
     device = device or ("cpu" if backend == "gloo" else "cuda")
-    models = models or (QUICK_MODELS if quick or not measured_files else ())
-    prompt_len = prompt_len or (32 if quick else 128)
-    gen_len = gen_len or (16 if quick else 64)
-    repeats = repeats or 9
+    models = tuple(dict.fromkeys(models or (QUICK_MODELS if quick or not measured_files else ())))
+    prompt_len = (32 if quick else 128) if prompt_len is None else prompt_len
+    gen_len = (16 if quick else 64) if gen_len is None else gen_len
+    repeats = 9 if repeats is None else repeats
     schedules = tuple(dict.fromkeys(("standard",) + (schedules or DEFAULT_SCHEDULES)))
     try:
+        check_bounds({"--nproc": nproc, "--tp": tps, "--batch": batches, "--prompt": prompt_len, "--gen": gen_len,
+                      "--repeats": repeats})
+        check_timeout(timeout_s, "--timeout-s")
         for m in models:
             get_model(m)
+        tps, batches = tuple(dict.fromkeys(tps or (nproc,))), tuple(dict.fromkeys(batches))
+        points = [Point(m, tp, b, prompt_len, gen_len) for m in models for tp in tps for b in batches]
         if profile_arg:
-            load_profile(profile_arg)
-        points = [Point(m, tp, b, prompt_len, gen_len) for m in models for tp in (tps or (nproc,)) for b in batches]
+            profile = load_profile(profile_arg)
+            if not measured_files:             # say so now, not after benchmarking the whole grid
+                check_covers(profile, backend, max(p.tp for p in points) if points else 1)
         result = run_compare(points, schedules, Path(out_dir), profile_arg, backend, device, nproc, quick, repeats,
                              tuple(measured_files), timeout_s, echo=click.echo, compile=compile_)
     except (ValueError, ProfileError) as e:

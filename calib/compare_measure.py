@@ -84,11 +84,15 @@ def _measured_model(measured: dict) -> ModelSpec:
 
 def check_profile_covers(w: Workload) -> None:
     """The profile must price this workload's collectives with the harness's implementation."""
-    impl = w.stack.collective
-    group = w.comm_group or w.tp
-    if group > 1 and not any(t.impl == impl for t in w.profile.collective_tables):
-        have = sorted({t.impl for t in w.profile.collective_tables}) or ["none"]
-        raise CompareError(f"profile {w.profile.name} has no collective tables for {impl!r} "
+    check_covers(w.profile, w.stack.collective, w.comm_group or w.tp)
+
+
+def check_covers(profile, impl: str, group: int) -> None:
+    """A profile that is to price collectives of `group` ranks run by `impl` (the harness's
+    backend, gloo or nccl) has tables for it (CompareError otherwise, naming what it has)."""
+    if group > 1 and not any(t.impl == impl for t in profile.collective_tables):
+        have = sorted({t.impl for t in profile.collective_tables}) or ["none"]
+        raise CompareError(f"profile {profile.name} has no collective tables for {impl!r} "
                            f"(it has: {', '.join(have)}); calibrate with --backend {impl} first")
 
 

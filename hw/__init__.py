@@ -1,7 +1,8 @@
 """The harness: the schedules run on real torch.distributed process groups (NCCL on GPUs, gloo on CPUs).
 
-Every module of hw/ imports torch at its top, but two: run_config.py (the bench config, plain data)
-and commands.py (the click commands `bench` and `check`, which cli.py registers at start).
+Every module of hw/ imports torch at its top, but three: run_config.py (the bench config, plain data),
+beat.py (the ranks' progress and heartbeat files) and commands.py (the click commands `bench` and
+`check`, which cli.py registers at start).
 
 `harness()` is the one door through which the CLI's command bodies (hw.commands, calib.commands,
 calib.compare) reach the torch side: hw.bench, hw.check, hw.dist, calib.run, torch itself. It is

@@ -22,7 +22,7 @@ from dataclasses import replace
 
 import click
 
-from tpsim.sim.cli_options import HARNESS_STACK, preset_option, stack_options
+from tpsim.sim.cli_options import HARNESS_STACK, check_bounds, preset_option, stack_options
 from tpsim.sim.cli_options import TpsimError as UsageFail
 from tpsim.sim.lock import check_writable
 from tpsim.sim.measured_trace import bench_trace
@@ -36,9 +36,6 @@ from tpsim.hw import harness, require_torch
 from tpsim.hw.run_config import RunConfig, check_timeout, default_timeout_s
 
 
-MAX_PROMPT = MAX_GEN = 1 << 20     # tokens; documented in docs/reliability.md
-
-
 def check_cuda(n: int = 1, command: str = "bench") -> None:
     """`--device cuda` needs torch to see `n` GPUs: one clear line instead of an assertion deep in torch."""
     if not _cuda_available(command):
@@ -49,15 +46,14 @@ def check_cuda(n: int = 1, command: str = "bench") -> None:
         raise ValueError(f"{n} ranks need {n} GPUs; torch sees {torch.cuda.device_count()}")
 
 
+# bench/check keyword -> its option (checked against sim/bounds.py through sim.cli_options.OPTION_BOUNDS)
+_OPTION = {"tp": "--tp", "batch": "--batch", "prompt_len": "--prompt", "gen_len": "--gen", "layers": "--layers",
+           "emulate_tp": "--emulate-tp", "repeats": "--repeats", "warmup": "--warmup", "seed": "--seed"}
+
+
 def _check_ranges(kw: dict) -> None:
     """Every numeric option in range, nothing silently replaced (ValueError -> exit 2)."""
-    for name, key, lo, hi in (("--tp", "tp", 1, 1024), ("--batch", "batch", 1, 1 << 16),
-                              ("--prompt", "prompt_len", 1, MAX_PROMPT), ("--gen", "gen_len", 1, MAX_GEN),
-                              ("--layers", "layers", 1, 1 << 16), ("--emulate-tp", "emulate_tp", 1, 1024),
-                              ("--repeats", "repeats", 1, 10 ** 6), ("--warmup", "warmup", 0, 10 ** 6)):
-        v = kw.get(key)
-        if v is not None and not lo <= v <= hi:
-            raise ValueError(f"{name} must be in {lo}..{hi}, got {v}")
+    check_bounds({opt: kw.get(key) for key, opt in _OPTION.items()})
     if kw.get("timeout_s") is not None:
         check_timeout(kw["timeout_s"], "--timeout-s")
     if kw.get("deadline_s") is not None:
@@ -65,8 +61,18 @@ def _check_ranges(kw: dict) -> None:
     g = kw.get("gpu_mem_gib")
     if g is not None and not (0 < g < 1 << 20):
         raise ValueError(f"--gpu-mem-gib must be a positive number of GiB, got {g}")
-    if kw.get("out"):
-        check_writable(kw["out"])
+    check_out_path(kw.get("out"), "--out")
+
+
+def check_out_path(path: str | None, option: str) -> None:
+    """An output path given (None: not given) names a file that can be written, checked before any
+    work: a long run never fails at its last step, and '' (which would write nothing, or the
+    directory) is refused."""
+    if path is None:
+        return
+    if not path.strip():
+        raise ValueError(f"{option} needs a file path, got {path!r}")
+    check_writable(path, option)
 
 
 def _under_torchrun() -> bool:
@@ -214,6 +220,10 @@ def bench_cmd(deadline_s, compile_, trace_path=None, stack_name=None, **kw):
     --stack maps a preset onto what this harness can run (hw.bench.stack_harness_options); an explicit
     flag wins, and what PyTorch cannot run is listed in the result's stack.notes."""
     require_torch("bench")
+    try:
+        check_out_path(trace_path, "--trace")
+    except ValueError as e:
+        raise UsageFail(str(e)) from None
     notes = []
     if stack_name:
         try:

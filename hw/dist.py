@@ -22,18 +22,20 @@ that exclude 1. Pinning is skipped when there are more ranks than cores.
 
 Ranks never outlive the launcher and never run code from the working directory (docs/reliability.md):
   * each rank leads its own session (process group), so one killpg ends it and whatever it started;
-  * a rank holds the read end of a pipe whose write end only the launcher has; a watchdog thread in
-    the rank blocks on it and kills the rank's process group when it reads EOF, i.e. when the
-    launcher is gone for any reason (SIGKILL included). On Linux PR_SET_PDEATHSIG adds the same
-    from the kernel. SIGINT/SIGTERM of the launcher kill every rank before it exits;
+  * the first thing a rank does, before it imports torch, is tie itself to the launcher
+    (sim.proc_tie, shared with the sweep's pool workers): PR_SET_PDEATHSIG on Linux, and a
+    watchdog thread on the read end of a pipe whose write end only the launcher has, which kills
+    the rank's session when it reads EOF (the launcher is gone, SIGKILL included). SIGINT/SIGTERM
+    of the launcher kill every rank before it exits;
   * ranks start as `python -I -c BOOT ROOT ...`: an isolated interpreter (no cwd, no PYTHON* env
     on sys.path) that loads the package `tpsim` from ROOT, the directory the launcher's own tpsim
     came from, by path (_checkout.py): never another installed tpsim, nor a ./tpsim;
   * rank 0's rendezvous store listens on MASTER_ADDR only (loopback for a local group), not on
     every interface;
-  * every rank marks its progress (a counter and a phase name in a small mmapped file); when a
-    collective times out, the launcher names the rank whose progress stopped first, not the one
-    whose wait happened to expire.
+  * every rank marks its progress and keeps a heartbeat in a small mmapped file (hw.beat). A rank
+    whose heartbeat is older than --timeout-s (stopped, or stuck holding the GIL) is named and the
+    run ended as soon as it is that stale; when a collective times out first, the launcher names
+    the rank whose progress (or heartbeat) stopped first, not the one whose wait happened to expire.
 """
 from __future__ import annotations
 
@@ -48,8 +50,10 @@ import threading
 import time
 
 import tpsim
-from tpsim.hw.rank import BEAT_ENV, LAUNCHER_PID_ENV, LOG_TAG, PATH_ENV, WATCH_FD_ENV, free_port, read_beat
+from tpsim.hw.beat import BEAT_ENV, heartbeat_interval_s, read_beat
+from tpsim.hw.rank import PATH_ENV, free_port
 from tpsim.hw.run_config import check_timeout
+from tpsim.sim.proc_tie import LAUNCHER_PID_ENV, LOG_TAG, WATCH_FD_ENV, ParentTie
 
 
 class WorkerFailed(RuntimeError):
@@ -76,9 +80,12 @@ def package_root() -> str:
 # is installed or a ./tpsim lies in the working directory. ROOT leaves sys.path again: its
 # directories (sim/, hw/, ...) are not top-level names. The launcher's other import paths
 # (PATH_ENV: a user site, PYTHONPATH) are appended before hw.rank is imported, since hw.rank
-# imports torch, which may live on one of them.
+# imports torch, which may live on one of them. The tie to the launcher (sim.proc_tie: standard
+# library only) comes first, before torch: importing torch takes seconds, and a rank must not
+# outlive a launcher killed meanwhile.
 _BOOT = ("import json, os, sys; sys.path.insert(0, sys.argv[1]); import _checkout; _checkout.load(sys.argv[1]); "
          "del sys.path[0], sys.modules['_checkout']; "
+         "from tpsim.sim.proc_tie import tie_rank_from_env; tie_rank_from_env(); "
          f"sys.path += [p for p in json.loads(os.environ.get({PATH_ENV!r}) or '[]') if p not in sys.path]; "
          "from tpsim.hw.rank import _worker_main; _worker_main(sys.argv[2:])")
 
@@ -122,9 +129,8 @@ def launch(target: str, config: dict, nproc: int, *, timeout_s: float, deadline_
     threads = max(1, cores // nproc)          # as pin_cores splits them (a container's cpuset, not the host's)
     procs, logs, beats = [], [], []
     start = time.monotonic()
-    # the watchdog pipe: ranks inherit the read end; the write end stays here only (os.pipe fds are
-    # not inheritable, and pass_fds hands each rank just its read end)
-    watch_r, watch_w = os.pipe()
+    # the tie: ranks get the pipe's read end (pass_fds); its write end stays here only
+    tie = ParentTie()
     old = _install_signal_handlers()
     try:
         for r in range(nproc):
@@ -132,22 +138,23 @@ def launch(target: str, config: dict, nproc: int, *, timeout_s: float, deadline_
             logs.append(log)
             beats.append(os.path.join(tmp, f"rank{r}.beat"))
             env = worker_env(r, nproc, port, threads)
-            env.update({WATCH_FD_ENV: str(watch_r), LAUNCHER_PID_ENV: str(os.getpid()), BEAT_ENV: beats[-1],
+            env.update({WATCH_FD_ENV: str(tie.read_fd), LAUNCHER_PID_ENV: str(tie.parent_pid), BEAT_ENV: beats[-1],
                         PATH_ENV: _import_path()})
             with open(log, "w") as out:
                 procs.append(subprocess.Popen(
                     rank_command(target, cfg_path), env=env, stdout=out, stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL, start_new_session=True, pass_fds=(watch_r, *keep_fds)))
-        os.close(watch_r)
-        watch_r = -1
+                    stdin=subprocess.DEVNULL, start_new_session=True, pass_fds=(tie.read_fd, *keep_fds)))
+        tie.close_read()
+        next_beat_check = time.monotonic()
         while True:
             codes = [p.poll() for p in procs]
             bad = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
             if bad:
                 r, c = bad[0]
+                # read the beats before stopping the others: a killed rank's heartbeat ages too
+                stalled = _stalled_rank(logs, beats, r, codes, timeout_s)
                 _kill_all(procs)
                 why = f"signal {-c}" if c < 0 else f"code {c}"
-                stalled = _stalled_rank(logs, beats, r)
                 raise WorkerFailed((stalled + "\n" if stalled else "")
                                    + f"rank {r} of {nproc} exited with {why} after "
                                    f"{time.monotonic() - start:.1f} s; stopped the other ranks.\n"
@@ -155,10 +162,18 @@ def launch(target: str, config: dict, nproc: int, *, timeout_s: float, deadline_
             if all(c == 0 for c in codes):
                 shutil.rmtree(tmp, ignore_errors=True)     # logs are kept only when a run fails
                 return
-            if deadline_s is not None and time.monotonic() - start > deadline_s:
+            now = time.monotonic()
+            if now >= next_beat_check:                     # a few reads of 72 bytes per second
+                next_beat_check = now + 0.25
+                stale = _stale_heartbeat(beats, codes, timeout_s)
+                if stale:
+                    _kill_all(procs)
+                    raise WorkerFailed(stale + f"; killed all {nproc} ranks after {now - start:.1f} s.\n"
+                                       + _tails(logs))
+            if deadline_s is not None and now - start > deadline_s:
+                stalled = _stalled_rank(logs, beats, None, codes, timeout_s)
                 _kill_all(procs)
-                stalled = _stalled_rank(logs, beats, None)
-                raise WorkerFailed(f"run exceeded its {deadline_s:.0f} s deadline (a hang?); "
+                raise WorkerFailed(f"run exceeded its {deadline_s:g} s deadline (a hang?); "
                                    f"killed all {nproc} ranks.\n" + (stalled + "\n" if stalled else "")
                                    + _tails(logs))
             if cancel is not None and cancel.is_set():
@@ -168,9 +183,7 @@ def launch(target: str, config: dict, nproc: int, *, timeout_s: float, deadline_
         _kill_all(procs)
         raise
     finally:
-        if watch_r >= 0:
-            os.close(watch_r)
-        os.close(watch_w)                  # any rank still alive sees EOF and ends itself
+        tie.cut()                          # any rank still alive sees EOF and ends itself
         _restore_signal_handlers(old)
 
 
@@ -200,26 +213,57 @@ def _restore_signal_handlers(old: dict | None) -> None:
         signal.signal(sig, h)
 
 
-def _stalled_rank(logs: list[str], beats: list[str], failed: int | None) -> str:
-    """When a collective timed out (or the deadline passed): the rank whose progress stopped first.
+def _stalled_rank(logs: list[str], beats: list[str], failed: int | None, codes: list, timeout_s: float) -> str:
+    """When a collective timed out (or the deadline passed): the rank that stopped first.
 
     A hung rank stops marking progress while its peers go on to the next collective and wait
     there until their timeout fires; the first rank to *exit* is then a waiting one, not the hung
-    one. The rank with the fewest marks (ties: the oldest last mark) is the one that stopped."""
+    one. The rank with the fewest marks (ties: the oldest last mark) is the one that stopped. When
+    every rank made as many marks (it stopped within a phase), a rank still running whose
+    heartbeat is old (over half the timeout: its peers waited that long for it) is the one."""
     timed_out = failed is None or _timed_out(logs[failed])
     if not timed_out or len(beats) < 2:
         return ""
     now = time.monotonic()
     states = [read_beat(b) for b in beats]
-    order = sorted(range(len(beats)), key=lambda r: (states[r][0], states[r][1]) if states[r] else (0, -1.0))
-    lo = order[0]
-    hi = max(range(len(beats)), key=lambda r: states[r][0] if states[r] else 0)
-    if states[hi] is None or (states[lo] and states[lo][0] == states[hi][0]):
-        return ""                      # no rank is behind: nothing to blame on one rank
-    last = (f"its last progress mark was '{states[lo][2]}' #{states[lo][0]}, {now - states[lo][1]:.1f} s ago"
-            if states[lo] else "it never reached its first progress mark")
-    return (f"rank {lo} stopped making progress ({last}; rank {hi} reached '{states[hi][2]}' "
-            f"#{states[hi][0]}): the other ranks timed out waiting for it in a collective")
+    count = [st.count if st else 0 for st in states]
+    lo = min(range(len(beats)), key=lambda r: (count[r], states[r].mark_s if count[r] else -1.0))
+    hi = max(range(len(beats)), key=lambda r: count[r])
+    if count[lo] < count[hi]:
+        last = (f"its last progress mark was '{states[lo].phase}' #{count[lo]}, {now - states[lo].mark_s:.1f} s ago"
+                if count[lo] else "it never reached its first progress mark")
+        return (f"rank {lo} stopped making progress ({last}; rank {hi} reached '{states[hi].phase}' "
+                f"#{count[hi]}): the other ranks timed out waiting for it in a collective")
+    ages = {r: now - st.alive_s for r, st in enumerate(states) if st and st.alive_s > 0 and codes[r] is None}
+    if ages:
+        r = max(ages, key=ages.get)
+        if ages[r] > max(2 * heartbeat_interval_s(timeout_s), timeout_s / 2):
+            return (f"rank {r} stopped responding (its heartbeat is {ages[r]:.1f} s old{_last_mark(states[r], now)}): "
+                    f"the other ranks timed out waiting for it in a collective; it is stopped or stuck")
+    return ""                      # no rank is behind: nothing to blame on one rank
+
+
+def _stale_heartbeat(beats: list[str], codes: list, timeout_s: float) -> str:
+    """The running rank whose heartbeat is older than `timeout_s` (the stalest), as an error
+    message; "" when every running rank's heartbeat is fresh (or has not started)."""
+    now = time.monotonic()
+    ages = {}
+    for r, path in enumerate(beats):
+        st = read_beat(path) if codes[r] is None else None
+        if st and st.alive_s > 0:
+            ages[r] = (now - st.alive_s, st)
+    if not ages:
+        return ""
+    r = max(ages, key=lambda k: ages[k][0])
+    age, st = ages[r]
+    if age <= timeout_s:
+        return ""
+    return (f"rank {r} stopped responding: its heartbeat is {age:.1f} s old "
+            f"(--timeout-s {timeout_s:g}{_last_mark(st, now)}); the process is stopped or stuck")
+
+
+def _last_mark(st, now: float) -> str:
+    return f"; last progress mark '{st.phase}' #{st.count}, {now - st.mark_s:.1f} s ago" if st and st.count else ""
 
 
 def _timed_out(log: str) -> bool:
@@ -237,6 +281,7 @@ def _kill_all(procs: list) -> None:
         if p.poll() is None:
             try:
                 os.killpg(p.pid, signal.SIGTERM)
+                os.killpg(p.pid, signal.SIGCONT)       # a stopped rank (SIGSTOP) acts on SIGTERM only once continued
             except ProcessLookupError:
                 pass
     end = time.monotonic() + 3.0

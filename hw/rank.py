@@ -1,20 +1,16 @@
 """The rank side of a multi-process run: join the process group (from torchrun's or our launcher's
-environment), pin CPU ranks to their cores, mark progress, honour test faults, and end with the
-launcher. `_worker_main` is what each launched rank runs (hw/dist.py starts it); `run_rank` is
-one rank of `bench` or `check`. Like every module of hw/ but commands.py, it imports torch at its
-top: the CLI reaches it only through `hw.harness` (hw/__init__.py).
+environment), pin CPU ranks to their cores, mark progress and start the heartbeat (hw/beat.py),
+honour test faults. `_worker_main` is what each launched rank runs (hw/dist.py starts it, after its
+boot code has tied the rank to the launcher: sim/proc_tie.py, before torch is imported); `run_rank`
+is one rank of `bench` or `check`. Like every module of hw/ but commands.py, run_config.py and
+beat.py, it imports torch at its top: the CLI reaches it only through `hw.harness` (hw/__init__.py).
 """
 from __future__ import annotations
 
-import ctypes
 import json
-import mmap
 import os
-import signal
 import socket
-import struct
 import sys
-import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -24,6 +20,8 @@ from importlib import import_module
 import torch
 import torch.distributed as dist
 
+from tpsim.hw.beat import heartbeat_interval_s, mark, start_heartbeat, stop_heartbeat
+from tpsim.sim.proc_tie import LOG_TAG, tie_rank_from_env
 from tpsim.sim.trace import write_json_atomic
 
 from tpsim.hw.run_config import RunConfig
@@ -32,15 +30,6 @@ PIN_ENV = "TPSIM_PIN_CORES"  # "0" leaves CPU ranks unpinned
 
 
 FAULT_ENV = "TPSIM_FAULT"    # "RANK:PHASE:MODE", e.g. "1:decode:exit" or "1:prefill:hang" (tests)
-
-
-WATCH_FD_ENV = "TPSIM_WATCH_FD"        # the rank's end of the launcher pipe (EOF: the launcher is gone)
-
-
-LAUNCHER_PID_ENV = "TPSIM_LAUNCHER_PID"
-
-
-BEAT_ENV = "TPSIM_BEAT_FILE"           # the rank's progress file (see `mark`)
 
 
 PATH_ENV = "TPSIM_SYS_PATH"            # the launcher's import path (JSON), minus the working directory (hw.dist._BOOT)
@@ -129,6 +118,7 @@ def init_from_env(backend: str, device: str, timeout_s: float) -> DistContext:
     if store is not None:
         kw["store"] = store
     dist.init_process_group(backend, rank=rank, world_size=world, timeout=timeout, **kw)
+    start_heartbeat(heartbeat_interval_s(timeout_s))   # from here a stale heartbeat means a stopped rank (hw.beat)
     return DistContext(rank, world, local, backend, dev, cores)
 
 
@@ -175,53 +165,6 @@ def fault_point(rank: int, phase: str) -> None:
     mark(phase)
 
 
-class _Beat:
-    """This rank's progress file: 8-byte count, 8-byte monotonic time, 48-byte phase name, written
-    through an mmap (a store to memory, no system call: cheap inside timed decode loops)."""
-
-    SIZE = 64
-
-    def __init__(self, path: str):
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            os.ftruncate(fd, self.SIZE)
-            self.mm = mmap.mmap(fd, self.SIZE)
-        finally:
-            os.close(fd)
-        self.count = 0
-
-    def write(self, phase: str) -> None:
-        self.count += 1
-        self.mm[:self.SIZE] = struct.pack("<qd48s", self.count, time.monotonic(), phase.encode()[:48])
-
-
-def mark(phase: str) -> None:
-    """Record that this rank got this far (the launcher reads it to name the rank that stopped)."""
-    path = os.environ.get(BEAT_ENV)
-    if not path:
-        return
-    if not _beat:
-        try:
-            _beat.append(_Beat(path))
-        except OSError:
-            os.environ.pop(BEAT_ENV, None)
-            return
-    _beat[0].write(phase)
-
-
-def read_beat(path: str) -> tuple[int, float, str] | None:
-    """(count, monotonic time, phase) of a rank's progress file; None before its first mark."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(_Beat.SIZE)
-    except OSError:
-        return None
-    if len(data) < _Beat.SIZE:
-        return None
-    n, t, ph = struct.unpack("<qd48s", data)
-    return (n, t, ph.rstrip(b"\0").decode(errors="replace")) if n > 0 else None
-
-
 def _fault(spec: str, rank: int, phase: str) -> None:
     try:
         r, ph, mode = spec.split(":")
@@ -242,7 +185,7 @@ def _fault(spec: str, rank: int, phase: str) -> None:
 def _worker_main(argv: list[str]) -> None:
     if len(argv) != 2:
         raise SystemExit("usage: python -m tpsim.hw.rank MODULE:FUNCTION CONFIG.json")
-    _tie_to_launcher()
+    tie_rank_from_env()            # done by the boot code before `import torch` already (hw.dist._BOOT)
     mod, _, fn = argv[0].partition(":")
     with open(argv[1]) as f:
         config = json.load(f)
@@ -250,55 +193,12 @@ def _worker_main(argv: list[str]) -> None:
     try:
         rc = getattr(import_module(mod), fn)(config)
     except Exception as e:   # noqa: BLE001 - report every failure in one line the launcher shows
+        stop_heartbeat()
         traceback.print_exc()
         print(f"{LOG_TAG} rank {rank} failed: {type(e).__name__}: {_one_line(e)}", file=sys.stderr, flush=True)
         sys.exit(1)
+    stop_heartbeat()               # only the exit is left: its teardown is not a hang
     sys.exit(int(rc or 0))
-
-
-LOG_TAG = "[tpsim]"
-
-
-PR_SET_PDEATHSIG = 1
-
-
-def _tie_to_launcher() -> None:
-    """End this rank (and its process group) when the launcher dies, however it dies.
-
-    Two ways, either enough: the kernel's parent-death signal (Linux), and a daemon thread blocked
-    reading the launcher's pipe, which returns (EOF) once the launcher's end is closed: at its
-    exit, on SIGKILL too. The thread covers what PDEATHSIG cannot: a launcher that died before
-    this rank set it, and non-Linux systems."""
-    fd = os.environ.pop(WATCH_FD_ENV, None)
-    parent = os.environ.pop(LAUNCHER_PID_ENV, None)
-    if sys.platform.startswith("linux"):
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        except (OSError, AttributeError):
-            pass
-        if parent and os.getppid() != int(parent):     # died before prctl: nobody will signal us
-            _die_with_group()
-    if fd is None:
-        return
-
-    def watch() -> None:
-        try:
-            while os.read(int(fd), 1):
-                pass
-        except OSError:
-            pass
-        _die_with_group()
-    threading.Thread(target=watch, name="tpsim-launcher-watchdog", daemon=True).start()
-
-
-def _die_with_group() -> None:
-    print(f"{LOG_TAG} rank {os.environ.get('RANK', '?')}: the launcher is gone; ending", file=sys.stderr, flush=True)
-    try:
-        os.killpg(os.getpgid(0), signal.SIGKILL)      # the rank's own session: it and what it started
-    except OSError:
-        pass
-    os._exit(1)
 
 
 def _one_line(e: BaseException) -> str:
@@ -306,9 +206,6 @@ def _one_line(e: BaseException) -> str:
     if "timed out" in text.lower() or "timeout" in text.lower():
         text = "a collective timed out (--timeout-s); a peer is hung or dead. " + text
     return text[:400]
-
-
-_beat: list = []
 
 
 def free_port() -> int:

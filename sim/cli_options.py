@@ -9,6 +9,7 @@ from dataclasses import asdict
 import click
 
 from tpsim.sim.impls import ENGINE_COLLECTIVES
+from tpsim.sim.bounds import BOUNDS
 from tpsim.sim.model import MODELS, get_model
 from tpsim.sim.predict import Workload
 from tpsim.sim.profile import load_profile
@@ -156,16 +157,38 @@ def _stderr_console():
     return rich_console(stderr=True)
 
 
-MAX_TOKENS = 1 << 20       # --prompt and --gen (documented in docs/reliability.md)
+MAX_TOKENS = BOUNDS["tokens"].hi       # --prompt and --gen (documented in docs/reliability.md)
+
+# command-line option -> its entry in the one bounds table (sim/bounds.py). Every command checks its
+# counts through it before any work (simulator, harness, calibration, compare, sweep alike).
+OPTION_BOUNDS: dict[str, str] = {
+    "--tp": "tp", "--nproc": "tp", "--emulate-tp": "tp", "--comm-group": "tp", "--gpus-per-node": "gpus_per_node",
+    "--jobs": "jobs", "--batch": "batch", "--layers": "layers", "--prompt": "tokens", "--gen": "tokens",
+    "--repeats": "repeats", "--warmup": "warmup", "--seed": "seed",
+}
+
+
+def check_bound(option: str, value) -> None:
+    """`value` of `option` (a key of OPTION_BOUNDS) is an integer within its bound; None: not given."""
+    if value is None:
+        return
+    lo, hi = BOUNDS[OPTION_BOUNDS[option]].lo, BOUNDS[OPTION_BOUNDS[option]].hi
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ValueError(f"{option} must be in {lo}..{hi}, got {value}")
+
+
+def check_bounds(values: dict) -> None:
+    """Every option -> value (or repeated values: a list or tuple) of `values` within its bound."""
+    for option, v in values.items():
+        for x in (v if isinstance(v, (list, tuple)) else (v,)):
+            check_bound(option, x)
 
 
 def check_sizes(tp=None, batch=None, prompt_len=None, gen_len=None, gpus_per_node=None, comm_group=None) -> None:
-    """Workload sizes within documented bounds, before any work (memory and time grow with them)."""
-    for name, v, hi in (("--tp", tp, 1024), ("--batch", batch, 1 << 16), ("--prompt", prompt_len, MAX_TOKENS),
-                        ("--gen", gen_len, MAX_TOKENS), ("--gpus-per-node", gpus_per_node, 1024),
-                        ("--comm-group", comm_group, 1024)):
-        if v is not None and not 1 <= v <= hi:
-            raise ValueError(f"{name} must be in 1..{hi}, got {v}")
+    """Workload sizes within the bounds table (sim/bounds.py), before any work (memory and time grow
+    with them)."""
+    check_bounds({"--tp": tp, "--batch": batch, "--prompt": prompt_len, "--gen": gen_len,
+                  "--gpus-per-node": gpus_per_node, "--comm-group": comm_group})
 
 
 def make_workload(model, tp, profile, batch, prompt_len, gen_len, gpus_per_node, dtype, head, attention, kv,

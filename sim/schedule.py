@@ -40,8 +40,11 @@ def _def(base: str, spec: str):
 
 def parse_schedule(spec: str, n_layers: int) -> tuple[str, dict]:
     """'ladder:16' -> ('ladder', {'upper': 16}); 'spd:0.7' -> ('spd', {'layers': (...)})."""
-    base, _, arg = spec.partition(":")
-    return base, _def(base, spec).parse(spec, arg, n_layers)
+    base, colon, arg = spec.partition(":")
+    kwargs = _def(base, spec).parse(spec, arg, n_layers)
+    if colon and not arg:                  # 'upper-bound:', 'ladder:': a ':' and nothing after it
+        raise ValueError(f"schedule {spec!r} ends in ':' with no argument; write {base!r}")
+    return base, kwargs
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ one row per schedule. Points are independent, so they fan out over processes (`j
 points are appended to a checkpoint file as they complete (one JSON line each), so a killed sweep
 restarted with the same output continues where it stopped; the final CSV is written atomically.
 A checkpointed point is reused only when the digest of its inputs (profile contents, the tpsim
-version and simulator source) still matches; `jobs` is capped at the cores.
+version and simulator source) still matches; `jobs` is capped at the cores. The workers die with
+the sweep however it ends (SIGKILL included: sim.proc_tie), and at once when it fails.
 
 Link scaling answers "what if the interconnect were k times faster/slower": every collective's
 time t(bytes) is split into its zero-byte latency t0 and the rest, and becomes
@@ -19,6 +20,7 @@ import hashlib
 import io
 import itertools
 import json
+import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
@@ -30,6 +32,7 @@ import numpy as np
 
 from .model import get_model
 from .predict import Workload, predict
+from .proc_tie import ParentTie, set_parent_death_signal, tie_pool_worker
 from .profile import load_profile, read_raw
 from .schedule import model_change
 from .stack import Stack, make_stack
@@ -71,8 +74,10 @@ class Point(Shape):
 def grid(models: Iterable[str], tps: Iterable[int], batches: Iterable[int], profiles: Iterable[str],
          prompt_len: int = 1024, gen_len: int = 512, bw_scales: Iterable[float] = (1.0,),
          lat_scales: Iterable[float] = (1.0,)) -> list[Point]:
-    return [Point(m, tp, b, prompt_len, gen_len, p, bw, lat) for m, tp, b, p, bw, lat in
-            itertools.product(models, tps, batches, profiles, bw_scales, lat_scales)]
+    """Every combination, in the order given; a value repeated on an axis (`--tp 2 --tp 2`)
+    counts once, so no point (and no row) appears twice."""
+    axes = [tuple(dict.fromkeys(a)) for a in (models, tps, batches, profiles, bw_scales, lat_scales)]
+    return [Point(m, tp, b, prompt_len, gen_len, p, bw, lat) for m, tp, b, p, bw, lat in itertools.product(*axes)]
 
 
 def run_point(point: Point, schedules: tuple[str, ...], stack: Stack = Stack(), digest: str = "") -> list[dict]:
@@ -133,6 +138,20 @@ def max_jobs() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
+def _pool(jobs: int) -> tuple[ProcessPoolExecutor, ParentTie | None]:
+    """A pool whose workers die with this process, however it dies (sim.proc_tie): forked
+    workers (Linux's default) get the parent-death signal and a watchdog on the returned tie's
+    pipe; closing the tie (`cut`) ends them at once. Under spawn/forkserver (no inherited pipe)
+    they get the parent-death signal only (a forkserver exits with its parent, and its children
+    then get theirs)."""
+    ctx = multiprocessing.get_context()
+    if ctx.get_start_method() == "fork":
+        tie = ParentTie()
+        return ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=tie_pool_worker,
+                                   initargs=tie.pool_initargs()), tie
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=set_parent_death_signal), None
+
+
 def _run_chunk(points: list[Point], schedules: tuple[str, ...], stack: Stack,
                keys: list[str]) -> list[tuple[str, list[dict]]]:
     return [(k, run_point(p, schedules, stack, json.loads(k)["inputs"])) for p, k in zip(points, keys)]
@@ -174,11 +193,24 @@ def sweep(points: list[Point], schedules: tuple[str, ...], stack: Stack = Stack(
             jobs = min(jobs, max_jobs(), len(todo))        # never more processes than cores or points
             size = max(1, min(64, len(todo) // (jobs * 4)))
             chunks = [todo[i:i + size] for i in range(0, len(todo), size)]
-            with ProcessPoolExecutor(max_workers=jobs) as ex:
-                futs = [ex.submit(_run_chunk, c, schedules, stack, [keys[p] for p in c]) for c in chunks]
-                for f in as_completed(futs):
-                    for key, rows in f.result():
-                        record(key, rows)
+            ex, tie = _pool(jobs)
+            try:
+                with ex:
+                    try:
+                        futs = [ex.submit(_run_chunk, c, schedules, stack, [keys[p] for p in c]) for c in chunks]
+                        for f in as_completed(futs):
+                            for key, rows in f.result():
+                                record(key, rows)
+                    except BaseException:
+                        # Ctrl-C, a failed chunk: end the workers now (mid-chunk) rather than let the
+                        # pool's exit wait for every queued chunk; finished points are checkpointed
+                        if tie:
+                            tie.cut()
+                        ex.shutdown(wait=False, cancel_futures=True)
+                        raise
+            finally:
+                if tie:
+                    tie.cut()
     finally:
         if sink:
             sink.close()

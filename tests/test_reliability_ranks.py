@@ -7,7 +7,6 @@ bootstrap); the launcher gets SIGINT, SIGTERM or SIGKILL; every rank must be gon
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -16,6 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
+
+import procs
+from procs import children, stat as _stat
 
 pytestmark = [pytest.mark.hw, pytest.mark.slow]
 pytest.importorskip("torch")
@@ -27,32 +29,9 @@ LONG_BENCH = ["bench", "--model", "tiny", "--prompt", "16", "--gen", "400", "--r
               "--device", "cpu", "--backend", "gloo", "--schedule", "standard", "--timeout-s", "120"]
 
 
-def _stat(pid: int) -> tuple[str, int] | None:
-    """(state, ppid) of a live process, None when it is gone (a zombie counts as gone)."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2:].split()
-    return (None if fields[0] in ("Z", "X") else (fields[0], int(fields[1])))
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
 def rank_pids(launcher: int) -> list[int]:
     """The launcher's children running a rank (the bootstrap, or the old `-m tpsim.hw.dist`)."""
-    out = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            st = _stat(int(d))
-            if st and st[1] == launcher and ("_worker_main" in _cmdline(int(d)) or "tpsim.hw.dist" in _cmdline(int(d))):
-                out.append(int(d))
-    return sorted(out)
+    return sorted(set(children(launcher, "_worker_main")) | set(children(launcher, "tpsim.hw.dist")))
 
 
 def start(args: list[str], cwd, n: int = 2, settle_s: float = 3.0) -> tuple[subprocess.Popen, list[int]]:
@@ -72,14 +51,8 @@ def start(args: list[str], cwd, n: int = 2, settle_s: float = 3.0) -> tuple[subp
     return p, ranks
 
 
-def assert_gone(ranks: list[int], within_s: float = 5.0) -> None:
-    end = time.monotonic() + within_s
-    while time.monotonic() < end and any(_stat(r) for r in ranks):
-        time.sleep(0.05)
-    alive = [r for r in ranks if _stat(r)]
-    for r in alive:                        # do not leave them behind for the next test
-        os.kill(r, signal.SIGKILL)
-    assert not alive, f"ranks {alive} outlived their launcher by {within_s} s"
+def assert_gone(ranks: list[int], within_s: float = 2.0) -> None:
+    procs.assert_gone(ranks, within_s, "ranks")
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
@@ -193,3 +166,55 @@ def test_default_timeout_is_proportionate_to_the_work():
     big = timeout("--model", "llama-3.1-8b", "--prompt", "4096", "--tp", "2", "--gpu-mem-gib", "1000")
     assert big > 10 * tiny
     assert timeout("--model", "tiny", "--timeout-s", "7") == 7
+
+
+def _env(pid: int) -> dict[str, str]:
+    return dict(kv.split("=", 1) for kv in Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+                .split("\0") if "=" in kv)
+
+
+def test_a_stopped_rank_is_named_from_its_stale_heartbeat(tmp_path):
+    """SIGSTOP of RANK=1 mid-decode (issue #29 item 2): every rank is in the same phase (the
+    progress marks tie), so only the heartbeat tells the stopped rank from the waiting one. The
+    launcher names rank 1 (before: rank 0, whose wait expired, after up to 2x --timeout-s), ends
+    the run (exit 1: a failed run, not a usage error) and leaves no rank behind."""
+    args = [a if a != "120" else "10" for a in LONG_BENCH]           # --timeout-s 10
+    p, ranks = start(args, tmp_path, settle_s=0.0)
+    by_rank = {int(_env(r)["RANK"]): r for r in ranks}
+    end = time.monotonic() + 90
+    beat = Path(_env(by_rank[1])["TPSIM_BEAT_FILE"])
+    while time.monotonic() < end and not (beat.exists() and "decode" in beat.read_bytes().decode(errors="replace")):
+        time.sleep(0.05)                                              # rank 1 has started decoding
+    os.kill(by_rank[1], signal.SIGSTOP)
+    try:
+        out, _ = p.communicate(timeout=120)
+    finally:
+        for r in ranks:
+            if _stat(r):
+                os.kill(r, signal.SIGCONT)
+    text = out.decode()
+    assert p.returncode == 1, text[-2000:]
+    first = text.strip().splitlines()[0]
+    assert first.startswith("Error: rank 1 stopped responding"), text[-2000:]
+    assert "heartbeat" in first and "Traceback" not in text
+    assert_gone(ranks)
+
+
+def test_ranks_die_with_a_launcher_killed_while_they_import_torch(tmp_path):
+    """SIGKILL of the launcher the moment its ranks exist (issue #29 item 10): they are starting
+    Python or importing torch (seconds), and must still be gone within 2 s. Before, the tie to
+    the launcher was installed after `import torch`: the ranks lived on for 4-7 s."""
+    p = subprocess.Popen([sys.executable, CLI, *LONG_BENCH], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    end = time.monotonic() + 90
+    ranks: list[int] = []
+    while time.monotonic() < end and len(ranks) < 2 and p.poll() is None:
+        ranks = rank_pids(p.pid)
+        time.sleep(0.01)
+    assert len(ranks) == 2, f"found ranks {ranks}"
+    # no rank has torch loaded yet (its shared library is not mapped): the kill lands before or during the import
+    loaded = [r for r in ranks if "libtorch" in Path(f"/proc/{r}/maps").read_text(errors="replace")]
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait(timeout=20)
+    assert_gone(ranks)
+    assert not loaded, f"ranks {loaded} had imported torch already: the test did not kill them mid-import"
