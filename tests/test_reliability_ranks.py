@@ -160,6 +160,7 @@ def test_default_timeout_is_proportionate_to_the_work():
     def timeout(*args):
         kw = dict(bench_cmd.make_context("bench", ["--device", "cpu", *args]).params)
         kw.pop("trace_path", None)
+        kw.pop("stack_name", None)
         return _config("bench", compile=kw.pop("compile_"), deadline_s=kw.pop("deadline_s"), **kw).timeout_s
     tiny = timeout("--model", "tiny")
     assert 30 <= tiny <= 40                          # was 300 s for everything
