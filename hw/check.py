@@ -32,7 +32,7 @@ from tpsim.sim.model import ModelSpec
 from tpsim.sim.schedule import build, kind_base, plan_of, runs
 from tpsim.hw import rank as hwrank
 from tpsim.hw.run_config import RunConfig
-from tpsim.hw.model import build_rank_model, full_weights
+from tpsim.hw.model import build_rank_model, full_weights, rope_inv_freq
 from tpsim.hw.runner import Runner
 
 TOLERANCE = {"fp32": 1e-4, "fp16": 3e-2, "bf16": 1e-1}
@@ -54,9 +54,12 @@ class Reference:
         shape = (model.layers, batch, max_seq, model.kv_heads, model.head_dim)
         self.k_cache = torch.zeros(shape, device=dev)
         self.v_cache = torch.zeros(shape, device=dev)
-        inv = 1.0 / model.rope_theta ** (torch.arange(0, model.head_dim, 2, device=dev).float() / model.head_dim)
+        # the frequencies are the one table the reference shares with the harness (rope_inv_freq,
+        # held to transformers' ROPE_INIT_FUNCTIONS by tests/test_rope.py); the rotation is its own
+        model.rope.check_positions(max_seq)
+        inv, scale = rope_inv_freq(model.rope, model.head_dim, dev)                 # [hd/2], cos/sin scale
         ang = torch.arange(max_seq, device=dev).float()[:, None] * inv[None, :]      # [S, hd/2]
-        self.cos, self.sin = ang.cos(), ang.sin()
+        self.cos, self.sin = ang.cos() * scale, ang.sin() * scale
 
     # -- pieces
 

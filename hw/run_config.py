@@ -112,6 +112,7 @@ class RunConfig:
         """Raise ValueError for anything the user got wrong, before processes start."""
         m = self.model_spec()
         m.shard(self.model_tp)
+        m.rope.check_positions(self.prompt_len + self.gen_len)
         pre, _ = self.steps()
         for s in self.schedules:
             build(s, m, self.model_tp, pre, self.stack())
