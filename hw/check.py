@@ -32,6 +32,7 @@ from tpsim.sim.model import ModelSpec
 from tpsim.sim.schedule import build, kind_base, plan_of, runs
 from tpsim.hw import rank as hwrank
 from tpsim.hw.run_config import RunConfig
+from tpsim.hw.checkpoint import full_weights as checkpoint_full_weights, open_for
 from tpsim.hw.model import build_rank_model, full_weights, rope_inv_freq
 from tpsim.hw.runner import Runner
 
@@ -197,9 +198,12 @@ def run_check(cfg: RunConfig, ctx: hwrank.DistContext) -> list[dict]:
         raise ValueError(f"--tp {cfg.tp} but {tp} processes were started")
     max_seq = cfg.prompt_len + cfg.gen_len
     rm = build_rank_model(model, tp, ctx.rank, batch=cfg.batch, max_seq=max_seq, dtype=cfg.dtype,
-                          device=ctx.device, seed=cfg.seed, head=cfg.head)
+                          device=ctx.device, seed=cfg.seed, head=cfg.head, checkpoint=cfg.checkpoint)
     runner = Runner(rm, dist.group.WORLD, rank=ctx.rank)
-    full = full_weights(model, seed=cfg.seed, dtype=torch.float32, device=ctx.device)
+    if cfg.checkpoint:          # the reference holds the whole model: check is for models that fit one rank
+        full = checkpoint_full_weights(open_for(cfg.checkpoint, model), dtype=torch.float32, device=ctx.device)
+    else:
+        full = full_weights(model, seed=cfg.seed, dtype=torch.float32, device=ctx.device)
     g = torch.Generator().manual_seed(cfg.seed + 1)
     tokens = torch.randint(0, model.vocab, (cfg.batch, max_seq - 1), generator=g).to(ctx.device)
     pre_step, dec_step = cfg.steps()

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from tpsim.sim.model import ModelSpec, RopeSpec
+from tpsim.hw.checkpoint import open_for, rank_weights
 from tpsim.sim.memory import Placement, kv_cache_shape, local_param_shapes
 
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
@@ -259,11 +260,16 @@ class RankModel:
 
 def build_rank_model(model: ModelSpec, tp: int, rank: int, *, batch: int, max_seq: int,
                      dtype: str = "fp32", device: torch.device | str = "cpu", seed: int = 0,
-                     head: str = "replicated") -> RankModel:
-    """Weights shard + zeroed static KV cache of `rank` (of `tp`), allocated directly on `device`."""
+                     head: str = "replicated", checkpoint: str | None = None) -> RankModel:
+    """Weights shard + zeroed static KV cache of `rank` (of `tp`), allocated directly on `device`:
+    drawn (seeded, build_weights), or read from the Hugging Face snapshot `checkpoint`
+    (hw.checkpoint.rank_weights: only this rank's slices)."""
     p = Placement(model, tp, rank, head)
     td, dev = torch_dtype(dtype), torch.device(device)
-    w = build_weights(p, seed=seed, dtype=td, device=dev)
+    if checkpoint:
+        w = rank_weights(open_for(checkpoint, model), p, dtype=td, device=dev)
+    else:
+        w = build_weights(p, seed=seed, dtype=td, device=dev)
     shape = kv_cache_shape(p, batch, max_seq)
     kv = {f"L{i}.kv": (torch.zeros(shape, dtype=td, device=dev), torch.zeros(shape, dtype=td, device=dev))
           for i in range(model.layers)}
