@@ -68,3 +68,49 @@ def save(name: str, out: Path, layout: str = "v5", sharded: bool = False, seed: 
     if layout == "hub":
         to_hub_layout(Path(out) / "config.json")
     return model
+
+
+# ---------------------------------------------------------------- the harness on a checkpoint
+
+PROMPT, GEN, BATCH = 12, 5, 2
+
+
+def tokens(seed: int = 1) -> torch.Tensor:
+    """[BATCH, PROMPT + GEN - 1]: a prompt, then the tokens teacher-forced into each decode step."""
+    return torch.randint(0, 256, (BATCH, PROMPT + GEN - 1), generator=torch.Generator().manual_seed(seed))
+
+
+def run_passes(runner, model, spec: str, toks: torch.Tensor, tp: int = 1, stack_kw: dict | None = None):
+    """Prefill + teacher-forced decode of schedule `spec` -> every position's logits [B*S, vocab(+pad)],
+    as the HF model computes them in one call."""
+    from tpsim.sim.schedule import build
+    from tpsim.sim.stack import Stack, Step
+    st = Stack(dtype="fp32", **(stack_kw or {}))
+    pre = build(spec, model, tp, Step.prefill(BATCH, PROMPT, GEN, st), st)
+    dec = build(spec, model, tp, Step.decode(BATCH, PROMPT, GEN, 1, st), st)
+    runner.rm.reset_cache()
+    outs = [runner.forward(pre, toks[:, :PROMPT], 0).logits.view(BATCH, PROMPT, -1)]
+    for j in range(1, GEN):
+        pos = PROMPT + j - 1
+        outs.append(runner.forward(dec, toks[:, pos:pos + 1], pos).logits.view(BATCH, 1, -1))
+    return torch.cat(outs, dim=1).reshape(BATCH * (PROMPT + GEN - 1), -1)
+
+
+def gloo_rank(rank: int, port: int, path: str, out: str, schedules: tuple[str, ...]) -> None:
+    """One of 2 gloo ranks running each schedule on checkpoint `path` (+ standard with a
+    vocab-parallel head); rank 0 saves {schedule: logits} to `out`."""
+    import torch.distributed as dist
+    from tpsim.hw.model import build_rank_model
+    from tpsim.hw.runner import Runner
+    from tpsim.sim.model import get_model
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    m = get_model(path)
+    res = {}
+    for head in ("replicated", "vocab-parallel"):
+        rm = build_rank_model(m, 2, rank, batch=BATCH, max_seq=PROMPT + GEN, checkpoint=path, head=head)
+        runner = Runner(rm, dist.group.WORLD, rank=rank)
+        for s in (schedules if head == "replicated" else ("standard",)):
+            res[f"{s}/{head}"] = run_passes(runner, m, s, tokens(), tp=2, stack_kw={"head": head})
+    if rank == 0:
+        torch.save(res, out)
+    dist.destroy_process_group()
