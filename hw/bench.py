@@ -52,7 +52,7 @@ def run_bench(cfg: RunConfig, ctx: hwrank.DistContext) -> dict:
     if cfg.tp != ctx.world:
         raise ValueError(f"--tp {cfg.tp} but {ctx.world} processes were started")
     tp = cfg.model_tp            # shard shapes and schedules; collectives run over the started processes
-    memory_gate(cfg)                       # before any allocation (hw.run_config: the one gate)
+    est = memory_gate(cfg)                 # before any allocation (hw.run_config: the one gate)
     specs = list(dict.fromkeys(["standard", *cfg.schedules]))
     pre_step, dec_step = cfg.steps()
     plans = {s: (build(s, model, tp, pre_step, stack),

@@ -6,7 +6,7 @@ import math
 import os
 from dataclasses import asdict, dataclass, fields
 
-from tpsim.sim.memory import GIB, DoesNotFit, estimate
+from tpsim.sim.memory import GIB, DoesNotFit, MemoryEstimate, estimate
 
 from tpsim.sim.model import ModelSpec, get_model
 from tpsim.sim.schedule import build
@@ -148,16 +148,17 @@ def capacity_bytes(cfg: RunConfig) -> tuple[int, str]:
     return ram // cfg.tp, f"host RAM shared by {cfg.tp} ranks"
 
 
-def memory_gate(cfg: RunConfig) -> None:
+def memory_gate(cfg: RunConfig) -> MemoryEstimate:
     """The one memory check of the harness: DoesNotFit (a ValueError, one line with the numbers)
     when a rank of `cfg` cannot hold its weight shard, KV cache and activations (sim.memory's
     estimate, the shapes hw.model allocates). The launcher calls it before starting any process,
     each rank again before it allocates (under torchrun there is no launcher); a checkpoint's
-    weights take the drawn weights' room (its tensors are memory-mapped, only slices are copied)."""
+    weights take the drawn weights' room (its tensors are memory-mapped, only slices are copied).
+    Returns the estimate when it fits."""
     est = estimate(cfg.model_spec(), cfg.model_tp, cfg.batch, cfg.prompt_len, cfg.gen_len, cfg.stack(), cfg.device)
     cap, where = capacity_bytes(cfg)
     if est.total_bytes <= cap:
-        return
+        return est
     g = lambda b: f"{b / GIB:.2f}"  # noqa: E731
     raise DoesNotFit(f"{est.model} at TP {est.tp} needs {g(est.total_bytes)} GiB per rank but {where} has "
                      f"{g(cap)} GiB (layer weights {g(est.layer_weights_bytes)} + embed/head "

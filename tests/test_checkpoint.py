@@ -199,3 +199,23 @@ def test_too_big_for_the_ranks_is_refused_before_any_process(ckpts):
     assert r.exit_code == 2 and "needs" in r.output and len(r.output.strip().splitlines()) == 1, r.output
     r = CliRunner().invoke(check_cmd, ["--checkpoint", str(ckpts["llama-v5"][0]), "--model", "tiny"])
     assert r.exit_code == 2 and "runs its own config" in r.output
+
+
+def test_compare_takes_a_checkpoint_and_checks_it_first(ckpts, tmp_path):
+    from tpsim.cli import main
+    d = _broken(ckpts["qwen2-v5"][0], tmp_path / "c", "missing shard")
+    r = CliRunner().invoke(main, ["compare", "--checkpoint", str(d), "--profile", "h100-sxm", "--out-dir",
+                                  str(tmp_path / "o")])
+    assert r.exit_code == 2 and "is missing" in r.output and len(r.output.strip().splitlines()) == 1, r.output
+    r = CliRunner().invoke(main, ["compare", "--checkpoint", str(d), "--model", "tiny"])
+    assert r.exit_code == 2 and "runs its own config" in r.output
+
+
+@pytest.mark.slow
+def test_bench_runs_a_checkpoint(ckpts):
+    r = CliRunner().invoke(bench_cmd, ["--checkpoint", str(ckpts["qwen3-hub"][0]), "--nproc", "2", "--prompt", "8",
+                                       "--gen", "3", "--repeats", "1", "--warmup", "0", "--schedule", "standard",
+                                       "--device", "cpu", "--json"])
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output)
+    assert res["model"] == "qwen3-hub" and res["schedules"][0]["tokens_per_s"] > 0
