@@ -219,3 +219,35 @@ def test_bench_runs_a_checkpoint(ckpts):
     assert r.exit_code == 0, r.output
     res = json.loads(r.output)
     assert res["model"] == "qwen3-hub" and res["schedules"][0]["tokens_per_s"] > 0
+
+
+@pytest.mark.parametrize("fixture", ["tiny-qwen2", "tiny-qwen3"])
+def test_a_checkpoint_of_the_drawn_weights_loads_as_the_drawn_shards(tmp_path, fixture):
+    """The drawn full weights written under their HF names load back, on every rank of TP 1, 2 and 4
+    (KV heads replicated at 4) with either head, as exactly the shards build_weights draws: the
+    checkpoint layout is the drawn one."""
+    from safetensors.torch import save_file
+    from tpsim.hw import model as hm
+    from tpsim.hw.checkpoint import NAMES
+    src = os.path.join(os.path.dirname(__file__), "fixtures", "hf", fixture)
+    m = get_model(src)
+    full = hm.full_weights(m)
+    tensors = {}
+    for k, t in full.items():
+        layer, _, key = k.partition(".") if k.startswith("L") else (None, None, k)
+        if key == "head" and m.tied_embeddings:
+            continue
+        tensors[NAMES[key].format(i=layer[1:] if layer else None)] = t.contiguous()
+    d = tmp_path / fixture
+    d.mkdir()
+    shutil.copy(os.path.join(src, "config.json"), d / "config.json")
+    save_file(tensors, d / "model.safetensors")
+    ck = open_checkpoint(d)
+    for tp in (1, 2, 4):
+        for head in ("replicated", "vocab-parallel"):
+            for r in range(tp):
+                p = Placement(m, tp, r, head)
+                got, want = rank_weights(ck, p), hm.build_weights(p)
+                assert got.keys() == want.keys()
+                for k in want:
+                    assert torch.equal(got[k], want[k]), (tp, head, r, k)
