@@ -70,7 +70,9 @@ def test_rope_refusals_say_why(edit, why):
     assert str(e.value).startswith("c.json") and why in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.hw
 def test_dynamic_past_its_table_is_refused_before_any_process(tmp_path):
+    pytest.importorskip("torch")                 # check itself needs torch (else refused earlier)
     c = _cfg("llama-3.1-8b") | {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}, "num_hidden_layers": 1,
                                 "max_position_embeddings": 16, "hidden_size": 64, "num_attention_heads": 4,
                                 "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 256}
