@@ -198,9 +198,10 @@ def _run(target: str, cfg, deadline_s: float | None, command: str) -> dict | Non
 
 
 def _memory_gate(cfg, command: str) -> None:
-    """Refuse before starting processes when the run cannot fit (hw.run_config.memory_gate, one line)."""
+    """Refuse before starting processes when the run cannot fit (hw.run_config.memory_gate, one line;
+    check's ranks also hold its whole-model reference)."""
     try:
-        harness("tpsim.hw.run_config", command).memory_gate(cfg)
+        harness("tpsim.hw.run_config", command).memory_gate(cfg, reference=command == "check")
     except ValueError as e:
         raise UsageFail(str(e)) from None
 

@@ -148,20 +148,25 @@ def capacity_bytes(cfg: RunConfig) -> tuple[int, str]:
     return ram // cfg.tp, f"host RAM shared by {cfg.tp} ranks"
 
 
-def memory_gate(cfg: RunConfig) -> MemoryEstimate:
+def memory_gate(cfg: RunConfig, reference: bool = False) -> MemoryEstimate:
     """The one memory check of the harness: DoesNotFit (a ValueError, one line with the numbers)
     when a rank of `cfg` cannot hold its weight shard, KV cache and activations (sim.memory's
     estimate, the shapes hw.model allocates). The launcher calls it before starting any process,
     each rank again before it allocates (under torchrun there is no launcher); a checkpoint's
     weights take the drawn weights' room (its tensors are memory-mapped, only slices are copied).
-    Returns the estimate when it fits."""
-    est = estimate(cfg.model_spec(), cfg.model_tp, cfg.batch, cfg.prompt_len, cfg.gen_len, cfg.stack(), cfg.device)
+    `reference` (check): each rank also holds the whole model in fp32 and its fp32 KV cache for
+    hw.check.Reference. Returns the estimate when it fits."""
+    m = cfg.model_spec()
+    est = estimate(m, cfg.model_tp, cfg.batch, cfg.prompt_len, cfg.gen_len, cfg.stack(), cfg.device)
+    ref = (4 * (m.param_count() + 2 * m.layers * cfg.batch * (cfg.prompt_len + cfg.gen_len) * m.kv_dim)
+           if reference else 0)
     cap, where = capacity_bytes(cfg)
-    if est.total_bytes <= cap:
+    if est.total_bytes + ref <= cap:
         return est
     g = lambda b: f"{b / GIB:.2f}"  # noqa: E731
-    raise DoesNotFit(f"{est.model} at TP {est.tp} needs {g(est.total_bytes)} GiB per rank but {where} has "
+    raise DoesNotFit(f"{est.model} at TP {est.tp} needs {g(est.total_bytes + ref)} GiB per rank but {where} has "
                      f"{g(cap)} GiB (layer weights {g(est.layer_weights_bytes)} + embed/head "
                      f"{g(est.embed_head_bytes)} + KV cache {g(est.kv_cache_bytes)} + activations "
-                     f"{g(est.activations_bytes)} + workspace {g(est.workspace_bytes)}); use a higher TP "
+                     f"{g(est.activations_bytes)} + workspace {g(est.workspace_bytes)}"
+                     + (f" + check's fp32 reference {g(ref)}" if ref else "") + "); use a higher TP "
                      f"degree, a smaller batch/prompt, or only the first K layers (--layers K)")
