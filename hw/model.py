@@ -1,4 +1,6 @@
-"""Random-weight Llama shards for one TP rank, identical full weights at every TP degree.
+"""Random-weight Llama shards for one TP rank, identical full weights at every TP degree (or, with
+build_rank_model(checkpoint=DIR), a Hugging Face snapshot's weights in the same layout:
+hw/checkpoint.py), and the RoPE tables of the model's own rope (rope_inv_freq).
 
 Seeding. Each full weight is a well-defined tensor W(seed, name) independent of TP: it is cut
 into fixed row chunks (`_chunk_rows`, which depends only on the full shape) and chunk c is drawn
