@@ -18,6 +18,7 @@ compare_report.py (compare.md, plots, traces); this module is the command.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import click
@@ -52,7 +53,7 @@ def _collective_kinds(points: list[Point], schedules: tuple[str, ...]) -> tuple[
 
 def run_compare(points: list[Point], schedules: tuple[str, ...], out_dir: Path, profile_arg: str | None,
                 backend: str, device: str, nproc: int, quick: bool, repeats: int, measured_files: tuple[str, ...],
-                timeout_s: float, echo=print, compile: bool = False) -> dict:
+                timeout_s: float, echo=print, compile: bool = False, checkpoint: str | None = None) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     if profile_arg is None and not measured_files:
         models = tuple(dict.fromkeys(p.model for p in points))
@@ -78,7 +79,7 @@ def run_compare(points: list[Point], schedules: tuple[str, ...], out_dir: Path, 
             echo(f"[{i + 1}/{len(points)}] bench {p.key} ({len(schedules)} schedules, {repeats} repeats)")
             try:
                 measured_runs.append((p.key, measure(p, schedules, out_dir, backend, device, repeats=repeats,
-                                                     timeout_s=timeout_s, compile=compile)))
+                                                     timeout_s=timeout_s, compile=compile, checkpoint=checkpoint)))
             except Exception as e:          # noqa: BLE001 - a failed point is reported, the grid goes on
                 measured_runs.append((p.key, e))
     results, failed, timelines = [], [], {}
@@ -124,12 +125,23 @@ def run_compare(points: list[Point], schedules: tuple[str, ...], out_dir: Path, 
 @click.option("--timeout-s", type=float, default=120.0, show_default=True, help="Per collective / rank timeout.")
 @click.option("--compile/--no-compile", "compile_", default=False, show_default=True,
               help="Bench whole compiled passes (`tpsim bench --compile`) and predict the compiled stack.")
+@click.option("--checkpoint", type=click.Path(file_okay=False), default=None,
+              help="Bench a Hugging Face snapshot's weights (`tpsim bench --checkpoint`); its config is the model.")
 def compare_cmd(backend, device, nproc, quick, profile_arg, models, tps, batches, prompt_len, gen_len, schedules,
-                repeats, measured_files, out_dir, timeout_s, compile_):
+                repeats, measured_files, out_dir, timeout_s, compile_, checkpoint=None):
     """Run the harness and the simulator on the same grid and report where the prediction is right."""
     if not measured_files:                  # the harness runs here (and calibration, without --profile)
         require_torch("compare")
     device = device or ("cpu" if backend == "gloo" else "cuda")
+    if checkpoint:
+        if models:
+            raise TpsimError(f"--checkpoint {checkpoint} runs its own config; drop --model")
+        checkpoint = os.path.abspath(checkpoint)
+        try:                               # names, shapes, dtypes, shards: before anything runs
+            harness("tpsim.hw.checkpoint", "compare").open_for(checkpoint, get_model(checkpoint))
+        except ValueError as e:
+            raise TpsimError(str(e)) from None
+        models = (checkpoint,)
     models = tuple(dict.fromkeys(models or (QUICK_MODELS if quick or not measured_files else ())))
     prompt_len = (32 if quick else 128) if prompt_len is None else prompt_len
     gen_len = (16 if quick else 64) if gen_len is None else gen_len
@@ -148,7 +160,8 @@ def compare_cmd(backend, device, nproc, quick, profile_arg, models, tps, batches
             if not measured_files:             # say so now, not after benchmarking the whole grid
                 check_covers(profile, backend, max(p.tp for p in points) if points else 1)
         result = run_compare(points, schedules, Path(out_dir), profile_arg, backend, device, nproc, quick, repeats,
-                             tuple(measured_files), timeout_s, echo=click.echo, compile=compile_)
+                             tuple(measured_files), timeout_s, echo=click.echo, compile=compile_,
+                             checkpoint=checkpoint)
     except (ValueError, ProfileError) as e:
         raise TpsimError(str(e)) from None
     _print_summary(result, Path(out_dir))

@@ -23,8 +23,9 @@ class CompareError(UserError):
 
 def measure(point: Point, schedules: tuple[str, ...], out_dir: Path, backend: str = "gloo", device: str = "cpu",
             repeats: int = 3, warmup: int = 1, timeout_s: float = 120.0, deadline_s: float = 900.0,
-            compile: bool = False) -> dict:
-    """Run `tpsim bench` for one point (or reuse its saved result) and return the measured JSON."""
+            compile: bool = False, checkpoint: str | None = None) -> dict:
+    """Run `tpsim bench` for one point (or reuse its saved result) and return the measured JSON;
+    `checkpoint` (a snapshot folder, the point's model): its weights instead of drawn ones."""
     key = point.key.replace("/", "_").replace("\\", "_")        # a config.json path as --model
     path = out_dir / "measured" / f"{key}.json"
     if path.exists():
@@ -40,7 +41,8 @@ def measure(point: Point, schedules: tuple[str, ...], out_dir: Path, backend: st
     cfg = RunConfig(model=point.model, tp=point.tp, batch=point.batch, prompt_len=point.prompt_len,
                     gen_len=point.gen_len, schedules=tuple(schedules), backend=backend, device=device,
                     dtype="fp32" if device == "cpu" else "fp16", repeats=repeats, warmup=warmup,
-                    timeout_s=timeout_s, decode_graphs=device == "cuda", compile=compile, out=str(path))
+                    timeout_s=timeout_s, decode_graphs=device == "cuda", compile=compile, out=str(path),
+                    checkpoint=checkpoint)
     cfg.validate()
     launch = harness("tpsim.hw.dist", "compare").launch
     launch("tpsim.hw.bench:worker", cfg.to_dict(), point.tp, timeout_s=timeout_s, deadline_s=deadline_s)

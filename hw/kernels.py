@@ -133,8 +133,42 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([-b, a], dim=-1)
 
 
-def _attention(ctx: KernelCtx, op: Op, qkv: torch.Tensor, *after: torch.Tensor) -> torch.Tensor:
-    """qkv [rows, (H + 2*KVH) * D] -> o [rows, H * D]: RoPE, cache write, causal SDPA over the cache.
+def _sdpa_flash(qh, keys, vals, keep) -> torch.Tensor:
+    """F.scaled_dot_product_attention with the bool mask (PyTorch picks its fused kernel)."""
+    return F.scaled_dot_product_attention(qh, keys, vals, attn_mask=keep, enable_gqa=keys.shape[1] != qh.shape[1])
+
+
+def _sdpa_math(qh, keys, vals, keep) -> torch.Tensor:
+    """Materialized scores, heads grouped by KV head: [B, KVH', G, S, L] softmax in fp32."""
+    B, H, S, D = qh.shape
+    G = H // keys.shape[1]
+    qg = qh.reshape(B, keys.shape[1], G, S, D)
+    s = torch.matmul(qg, keys.unsqueeze(2).transpose(-1, -2)) / math.sqrt(D)     # [B, KVH', G, S, L]
+    s = s.masked_fill(~keep, float("-inf"))
+    p = torch.softmax(s, dim=-1, dtype=torch.float32).to(qh.dtype)
+    return torch.matmul(p, vals.unsqueeze(2)).reshape(B, H, S, D)
+
+
+def _sdpa_math_op(qh, keys, vals, keep) -> torch.Tensor:
+    """PyTorch's math SDPA op itself, as the reference harness's compiled runs force it (docs/sources.md
+    §10): calling the op, not F.sdpa, keeps Inductor on CPU from picking its fused flash kernel; under
+    compile Inductor decomposes it (q, k, v upcast to fp32, scaled, q@k^T + mask, softmax, @v, cast back).
+    F.sdpa turns a bool mask into an additive one in the query's dtype first (convert_boolean_attn_mask);
+    the op adds whatever it gets, so the mask is made additive here."""
+    mask = torch.zeros(keep.shape, dtype=qh.dtype, device=qh.device).masked_fill(~keep, float("-inf"))[None, None]
+    return torch.ops.aten._scaled_dot_product_attention_math(
+        qh, keys, vals, attn_mask=mask, enable_gqa=keys.shape[1] != qh.shape[1])[0]
+
+
+# The SDPA implementations attention runs, by name: the op's `impl` attr picks flash or math; a
+# compiled pass (Runner.functional_pass) runs math as the op (`math-op`), everything else the same.
+SDPA: dict[str, Callable] = {"flash": _sdpa_flash, "math": _sdpa_math, "math-op": _sdpa_math_op}
+
+
+def attention(ctx: KernelCtx, op: Op, qkv: torch.Tensor, *after: torch.Tensor, sdpa: str | None = None) -> torch.Tensor:
+    """qkv [rows, (H + 2*KVH) * D] -> o [rows, H * D]: Qwen3's q/k norm, RoPE, cache write, causal
+    SDPA over the cache. `sdpa` names the SDPA implementation (SDPA; default the op's impl attr):
+    the only thing eager and compiled passes do differently.
 
     A token-split micro-batch is sequences b0..b0+B of the cache (attr b0) at step positions
     q0..q0+S (q0 = its start_pos - the step's); `after` (an earlier token chunk's output) only
@@ -148,7 +182,7 @@ def _attention(ctx: KernelCtx, op: Op, qkv: torch.Tensor, *after: torch.Tensor) 
     if dict(op.attrs).get("qk_norm"):
         q = _head_norm(q, rm.weights[f"L{op.layer}.q_norm"], rm.model.norm_eps)
         k = _head_norm(k, rm.weights[f"L{op.layer}.k_norm"], rm.model.norm_eps)
-    pos = ctx.positions[q0:q0 + S]                          # [S]
+    pos = ctx.positions if (q0 == 0 and S == ctx.step.q_len) else ctx.positions[q0:q0 + S]   # [S]
     cos, sin = rm.cos[pos][None, :, None, :], rm.sin[pos][None, :, None, :]
     q = (q.float() * cos + rotate_half(q.float()) * sin).to(qkv.dtype)
     k = (k.float() * cos + rotate_half(k.float()) * sin).to(qkv.dtype)
@@ -160,73 +194,31 @@ def _attention(ctx: KernelCtx, op: Op, qkv: torch.Tensor, *after: torch.Tensor) 
     # the filled cache ends with this chunk; the static one is attended whole (masked)
     L = ctx.kv_len if ctx.stack.kv == "static" else ctx.kv_len - (ctx.step.q_len - q0 - S)
     keys, vals = kc[:, :L].transpose(1, 2), vc[:, :L].transpose(1, 2)     # [B, KVH, L, D]
-    qh = q.transpose(1, 2)                                                # [B, H, S, D]
-    mask = ctx.arange[:L][None, :] <= pos[:, None]                        # [S, L] causal over cache
+    keep = ctx.arange[:L][None, :] <= pos[:, None]                        # [S, L] causal over the cache
     expand = bool(op.attr("expand_gqa"))
     if expand and H != KVH:
         keys = keys.repeat_interleave(H // KVH, dim=1)                    # [B, H, L, D]
         vals = vals.repeat_interleave(H // KVH, dim=1)
-    if is_flash(op.attr("impl")):            # fa2 / fa3 / flashinfer run as PyTorch's fused SDPA here
-        o = F.scaled_dot_product_attention(qh, keys, vals, attn_mask=mask,
-                                           enable_gqa=(not expand and H != KVH))
-    else:                                                                 # math: materialized scores
-        G = H // keys.shape[1]
-        qg = qh.reshape(B, keys.shape[1], G, S, D)                        # heads grouped by KV head
-        s = torch.matmul(qg, keys.unsqueeze(2).transpose(-1, -2)) / math.sqrt(D)   # [B, KVH', G, S, L]
-        s = s.masked_fill(~mask, float("-inf"))
-        p = torch.softmax(s, dim=-1, dtype=torch.float32).to(qkv.dtype)
-        o = torch.matmul(p, vals.unsqueeze(2)).reshape(B, H, S, D)
+    # fa2 / fa3 / flashinfer run as PyTorch's fused SDPA here (is_flash); math materializes the scores
+    impl = "flash" if is_flash(op.attr("impl")) else "math"
+    o = SDPA[sdpa or impl](q.transpose(1, 2), keys, vals, keep)            # [B, H, S, D]
     return o.transpose(1, 2).reshape(B * S, H * D)
 
 
-def _attention_sdpa_math(ctx: KernelCtx, op: Op, qkv: torch.Tensor, *after: torch.Tensor) -> torch.Tensor:
-    """The compiled stack's attention, as the reference harness (docs/sources.md §10) runs it: RoPE and
-    cache write as `_attention`, GQA K/V expanded with repeat_interleave, then PyTorch's math SDPA
-    op itself (the GPU runs forced the math backend; calling the op, not F.sdpa, keeps Inductor
-    on CPU from picking its fused flash kernel). Under compile Inductor decomposes it: q, k, v
-    upcast to fp32, scaled, q@k^T + mask, softmax, @v, cast back. A token-split micro-batch
-    (sequences b0..b0+B, step positions q0..q0+S) works on its own rows of the cache, as in
-    `_attention`; `after` only orders a prefill chunk after the one whose K/V it reads."""
-    B, S = op.attr("batch"), op.attr("q_len")
-    b0, q0 = op.get("b0", 0), op.attr("start_pos") - ctx.step.start_pos
-    H, KVH, D = op.attr("heads"), op.attr("kv_heads"), op.attr("head_dim")
-    if op.attr("impl") != "math":
-        return _attention(ctx, op, qkv, *after)
-    rm = ctx.rm
-    x = qkv.view(B, S, H + 2 * KVH, D)
-    q, k, v = x.split([H, KVH, KVH], dim=2)                 # [B, S, h, D]
-    pos = ctx.positions if (q0 == 0 and S == ctx.step.q_len) else ctx.positions[q0:q0 + S]   # [S]
-    cos, sin = rm.cos[pos][None, :, None, :], rm.sin[pos][None, :, None, :]
-    q = (q.float() * cos + rotate_half(q.float()) * sin).to(qkv.dtype)
-    k = (k.float() * cos + rotate_half(k.float()) * sin).to(qkv.dtype)
-    kc, vc = rm.kv[op.param]                                # [batch, max_seq, KVH, D]
-    if b0 or B != kc.shape[0]:
-        kc, vc = kc[b0:b0 + B], vc[b0:b0 + B]               # this micro-batch's sequences (a view)
-    kc.index_copy_(1, pos, k)
-    vc.index_copy_(1, pos, v)
-    L = ctx.kv_len
-    keys, vals = kc[:, :L].transpose(1, 2), vc[:, :L].transpose(1, 2)     # [B, KVH, L, D]
-    if bool(op.attr("expand_gqa")) and H != KVH:
-        keys = keys.repeat_interleave(H // KVH, dim=1)                    # [B, H, L, D]
-        vals = vals.repeat_interleave(H // KVH, dim=1)
-    keep = ctx.arange[:L][None, :] <= pos[:, None]                        # [S, L] causal over the cache
-    # F.sdpa turns a bool mask into an additive one in the query's dtype before the math op
-    # (convert_boolean_attn_mask); the math op itself adds whatever it gets
-    mask = torch.zeros(keep.shape, dtype=qkv.dtype, device=qkv.device).masked_fill(~keep, float("-inf"))[None, None]
-    o = torch.ops.aten._scaled_dot_product_attention_math(
-        q.transpose(1, 2), keys, vals, attn_mask=mask, enable_gqa=keys.shape[1] != H)[0]   # [B, H, S, D]
-    return o.transpose(1, 2).reshape(B * S, H * D)
+def _attention_compiled(ctx: KernelCtx, op: Op, qkv: torch.Tensor, *after: torch.Tensor) -> torch.Tensor:
+    """attention with math SDPA as the op (a compiled pass); flash stays flash."""
+    return attention(ctx, op, qkv, *after, sdpa="math-op" if op.attr("impl") == "math" else "flash")
 
 
 KERNELS: dict[str, Callable] = {
-    "embed": _embed, "rmsnorm": _rmsnorm, "gemm": _gemm, "attention": _attention,
+    "embed": _embed, "rmsnorm": _rmsnorm, "gemm": _gemm, "attention": attention,
     "swiglu": _swiglu, "add": _add, "sample": _sample, "standin": _standin, "wait": _wait,
     "slice": _slice, "concat": _concat, "pad": _pad, "shard": _shard,
 }
 
 
-# The kernels of a compiled pass (Runner.functional_pass): the same ops, attention as math SDPA.
-COMPILED_KERNELS: dict[str, Callable] = KERNELS | {"attention": _attention_sdpa_math}
+# The kernels of a compiled pass (Runner.functional_pass): the same functions, math SDPA as the op.
+COMPILED_KERNELS: dict[str, Callable] = KERNELS | {"attention": _attention_compiled}
 
 
 COMPILABLE_KINDS = ("rmsnorm", "swiglu", "attention")

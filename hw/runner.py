@@ -210,28 +210,16 @@ class Runner:
                     out = funcol.all_reduce(x[0], "sum", self.group) if self.group is not None else x[0]
                 elif op.kind == "all_gather":
                     rows, width = x[0].shape
-                    tp = op.attr("group")
-                    if self.group is None:
-                        n, g = 1, x[0]
-                    else:
-                        n = dist_world(self.group)
-                        g = funcol.all_gather_tensor(x[0].contiguous(), 0, self.group)     # [n*rows, w]
-                    if op.get("dim", -1) == 0:          # seq-parallel: the token rows of every rank
-                        out = g if n == tp else g.repeat(tp // n, 1)
-                    else:
-                        out = (g.view(n, rows, width).permute(1, 0, 2).repeat(1, tp // n, 1)
-                               .reshape(rows, tp * width))
-                elif op.kind == "reduce_scatter":
-                    # [tp*rs, w] partial sums -> this rank's block [rs, w] of their sum; an emulated rank
-                    # (group smaller than tp, as in _issue) sums over its group and keeps its block
-                    tp = op.attr("group")
                     n = 1 if self.group is None else dist_world(self.group)
-                    if n == tp and self.group is not None:
+                    g = x[0] if self.group is None else funcol.all_gather_tensor(x[0].contiguous(), 0, self.group)
+                    out = gathered(op, g, n, rows, width)                          # [n*rows, w] -> layout
+                elif op.kind == "reduce_scatter":
+                    n = 1 if self.group is None else dist_world(self.group)
+                    if n == op.attr("group"):
                         out = funcol.reduce_scatter_tensor(x[0].contiguous(), "sum", 0, self.group)
-                    else:
-                        rs, r = x[0].shape[0] // tp, self.rank % tp
+                    else:                  # an emulated rank: sum over its group, keep its block
                         s = funcol.all_reduce(x[0], "sum", self.group) if self.group is not None else x[0]
-                        out = s[r * rs:(r + 1) * rs]
+                        out = scattered_block(op, s, self.rank)
                 else:
                     out = COMPILED_KERNELS[op.kind](ctx, op, *x)
             vals[op.outputs[0]] = out
@@ -253,18 +241,12 @@ class Runner:
             # [rows, w] from each rank -> gathered [tp*rows, w] -> [rows, tp*w] (concat on last dim),
             # or kept as [tp*rows, w] with dim=0 (seq-parallel: the token rows of every rank)
             rows, width = x.shape
-            tp, n = op.attr("group"), dist.get_world_size(self.group)
-            if tp % n:
-                raise ValueError(f"op {op.name}: all-gather over {tp} ranks on a group of {n}")
-            # an emulated rank (--emulate-tp) gathers over its group of 1 and stands its own shard in
-            # for the tp - 1 it does not have: the shapes downstream are the real job's
+            n = dist.get_world_size(self.group)
+            if op.attr("group") % n:
+                raise ValueError(f"op {op.name}: all-gather over {op.attr('group')} ranks on a group of {n}")
             buf = torch.empty(n * rows, width, dtype=x.dtype, device=x.device)
             call = (lambda b: dist.all_gather_into_tensor(b, x.contiguous(), group=self.group, async_op=True))
-            if op.get("dim", -1) == 0:
-                finish = (lambda b: b if n == tp else b.repeat(tp // n, 1))
-            else:
-                finish = (lambda b: b.view(n, rows, width).permute(1, 0, 2).repeat(1, tp // n, 1)
-                          .reshape(rows, tp * width))
+            finish = (lambda b: gathered(op, b, n, rows, width))
         elif op.kind == "reduce_scatter":
             # [tp*rs, w] partial sums -> this rank's block [rs, w] of their sum. torch 2.13's gloo has
             # reduce_scatter_tensor (async), as NCCL does. An emulated rank (group smaller than tp)
@@ -278,9 +260,9 @@ class Runner:
                 call = (lambda b: dist.reduce_scatter_tensor(b, src, group=self.group, async_op=True))
                 finish = _identity
             else:
-                buf, r = x, self.rank % tp
+                buf = x
                 call = (lambda b: dist.all_reduce(b, group=self.group, async_op=True))
-                finish = (lambda b: b[r * rs:(r + 1) * rs])
+                finish = (lambda b: scattered_block(op, b, self.rank))
         else:
             raise ValueError(f"op {op.name}: no collective for kind {op.kind}")
         if self.cuda:
@@ -330,6 +312,27 @@ class Runner:
 
 def dist_world(group) -> int:
     return dist.get_world_size(group)
+
+
+def gathered(op: Op, g: torch.Tensor, n: int, rows: int, width: int) -> torch.Tensor:
+    """An all-gather's output in the IR's layout, from the [n * rows, width] that n ranks gathered
+    (eager and compiled passes alike). The IR gathers over op.attr("group") = tp ranks; an emulated
+    rank (--emulate-tp: a group of n < tp) stands its own shard in for the tp - n it lacks, so the
+    shapes downstream are the real job's. dim 0 (seq-parallel): the token rows of every rank
+    [tp * rows, width]; else concatenated along the last dim [rows, tp * width]."""
+    tp = op.attr("group")
+    if tp % n:
+        raise ValueError(f"op {op.name}: all-gather over {tp} ranks on a group of {n}")
+    if op.get("dim", -1) == 0:
+        return g if n == tp else g.repeat(tp // n, 1)
+    return g.view(n, rows, width).permute(1, 0, 2).repeat(1, tp // n, 1).reshape(rows, tp * width)
+
+
+def scattered_block(op: Op, summed: torch.Tensor, rank: int) -> torch.Tensor:
+    """An emulated rank's reduce-scatter output: its block [rs, w] of the [tp * rs, w] sum over its group."""
+    tp = op.attr("group")
+    rs, r = summed.shape[0] // tp, rank % tp
+    return summed[r * rs:(r + 1) * rs]
 
 
 def _identity(b: torch.Tensor) -> torch.Tensor:
