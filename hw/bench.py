@@ -30,8 +30,7 @@ import torch.distributed as dist
 
 from tpsim.sim.schedule import build, notes_of
 from tpsim.hw import rank as hwrank
-from tpsim.hw.run_config import RunConfig
-from tpsim.sim.memory import GIB, check_fits, estimate
+from tpsim.hw.run_config import RunConfig, memory_gate
 from tpsim.hw.model import build_rank_model
 from tpsim.hw.probe import probe_s
 from tpsim.hw.runner import DecodeGraph, Runner
@@ -41,17 +40,6 @@ def worker(config: dict) -> int:
     """Entry point of one rank (hw.dist launches it; under torchrun, hw.commands calls it in-process)."""
     hwrank.run_rank(config, run_bench, format_result)
     return 0
-
-
-def capacity_bytes(cfg: RunConfig, world: int) -> tuple[int, str]:
-    """Per-rank memory capacity and where the number came from."""
-    if cfg.gpu_mem_gib:
-        return int(cfg.gpu_mem_gib * GIB), f"--gpu-mem-gib {cfg.gpu_mem_gib:g}"
-    if cfg.device == "cuda":
-        props = torch.cuda.get_device_properties(torch.cuda.current_device())
-        return int(props.total_memory), props.name
-    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return ram // world, f"host RAM / {world} ranks"
 
 
 def _sync(cfg: RunConfig) -> None:
@@ -64,15 +52,14 @@ def run_bench(cfg: RunConfig, ctx: hwrank.DistContext) -> dict:
     if cfg.tp != ctx.world:
         raise ValueError(f"--tp {cfg.tp} but {ctx.world} processes were started")
     tp = cfg.model_tp            # shard shapes and schedules; collectives run over the started processes
-    est = estimate(model, tp, cfg.batch, cfg.prompt_len, cfg.gen_len, stack, cfg.device)
-    cap, where = capacity_bytes(cfg, tp)
-    check_fits(est, cap, where)
+    memory_gate(cfg)                       # before any allocation (hw.run_config: the one gate)
     specs = list(dict.fromkeys(["standard", *cfg.schedules]))
     pre_step, dec_step = cfg.steps()
     plans = {s: (build(s, model, tp, pre_step, stack),
                  build(s, model, tp, dec_step, stack) if dec_step else None) for s in specs}
     rm = build_rank_model(model, tp, ctx.rank, batch=cfg.batch, max_seq=cfg.prompt_len + cfg.gen_len,
-                          dtype=cfg.dtype, device=ctx.device, seed=cfg.seed, head=cfg.head)
+                          dtype=cfg.dtype, device=ctx.device, seed=cfg.seed, head=cfg.head,
+                          checkpoint=cfg.checkpoint)
     group, cpu = dist.group.WORLD, hwrank.cpu_group()
     runner = Runner(rm, group, rank=ctx.rank, compile=cfg.compile)
     gen = torch.Generator().manual_seed(cfg.seed)

@@ -32,7 +32,8 @@ from tpsim.sim.model import ModelSpec
 from tpsim.sim.schedule import build, kind_base, plan_of, runs
 from tpsim.hw import rank as hwrank
 from tpsim.hw.run_config import RunConfig
-from tpsim.hw.model import build_rank_model, full_weights
+from tpsim.hw.checkpoint import full_weights as checkpoint_full_weights, open_for
+from tpsim.hw.model import build_rank_model, full_weights, rope_inv_freq
 from tpsim.hw.runner import Runner
 
 TOLERANCE = {"fp32": 1e-4, "fp16": 3e-2, "bf16": 1e-1}
@@ -54,9 +55,12 @@ class Reference:
         shape = (model.layers, batch, max_seq, model.kv_heads, model.head_dim)
         self.k_cache = torch.zeros(shape, device=dev)
         self.v_cache = torch.zeros(shape, device=dev)
-        inv = 1.0 / model.rope_theta ** (torch.arange(0, model.head_dim, 2, device=dev).float() / model.head_dim)
+        # the frequencies are the one table the reference shares with the harness (rope_inv_freq,
+        # held to transformers' ROPE_INIT_FUNCTIONS by tests/test_rope.py); the rotation is its own
+        model.rope.check_positions(max_seq)
+        inv, scale = rope_inv_freq(model.rope, model.head_dim, dev)                 # [hd/2], cos/sin scale
         ang = torch.arange(max_seq, device=dev).float()[:, None] * inv[None, :]      # [S, hd/2]
-        self.cos, self.sin = ang.cos(), ang.sin()
+        self.cos, self.sin = ang.cos() * scale, ang.sin() * scale
 
     # -- pieces
 
@@ -201,9 +205,12 @@ def run_check(cfg: RunConfig, ctx: hwrank.DistContext) -> list[dict]:
         raise ValueError(f"--tp {cfg.tp} but {tp} processes were started")
     max_seq = cfg.prompt_len + cfg.gen_len
     rm = build_rank_model(model, tp, ctx.rank, batch=cfg.batch, max_seq=max_seq, dtype=cfg.dtype,
-                          device=ctx.device, seed=cfg.seed, head=cfg.head)
+                          device=ctx.device, seed=cfg.seed, head=cfg.head, checkpoint=cfg.checkpoint)
     runner = Runner(rm, dist.group.WORLD, rank=ctx.rank)
-    full = full_weights(model, seed=cfg.seed, dtype=torch.float32, device=ctx.device)
+    if cfg.checkpoint:          # the reference holds the whole model: check is for models that fit one rank
+        full = checkpoint_full_weights(open_for(cfg.checkpoint, model), dtype=torch.float32, device=ctx.device)
+    else:
+        full = full_weights(model, seed=cfg.seed, dtype=torch.float32, device=ctx.device)
     g = torch.Generator().manual_seed(cfg.seed + 1)
     tokens = torch.randint(0, model.vocab, (cfg.batch, max_seq - 1), generator=g).to(ctx.device)
     pre_step, dec_step = cfg.steps()

@@ -26,7 +26,6 @@ from tpsim.sim.cli_options import HARNESS_STACK, stack_options
 from tpsim.sim.cli_options import TpsimError as UsageFail
 from tpsim.sim.lock import check_writable
 from tpsim.sim.measured_trace import bench_trace
-from tpsim.sim.memory import GIB, DoesNotFit, check_fits, estimate
 from tpsim.sim.model import get_model
 from tpsim.sim.schedule import DEFAULT_SCHEDULES, SCHEDULE_HELP
 from tpsim.sim.trace import write_json_atomic
@@ -75,8 +74,12 @@ def _under_torchrun() -> bool:
 def _common(f):
     """Options shared by bench and check (applied bottom-up)."""
     opts = [
-        click.option("--model", default="tiny", show_default=True,
-                     help="preset name or a Hugging Face config.json (or its folder); NAME[:K] = first K layers"),
+        click.option("--model", default=None,
+                     help="preset name or a Hugging Face config.json (or its folder); NAME[:K] = first K layers "
+                          "[default: tiny, or the --checkpoint's config]"),
+        click.option("--checkpoint", type=click.Path(file_okay=False), default=None,
+                     help="a Hugging Face snapshot folder (config.json + *.safetensors, one file or sharded): run "
+                          "its weights, each rank reading only its slices [default: random weights]"),
         click.option("--layers", type=int, default=None, help="run only the first K layers of the model"),
         click.option("--tp", "--nproc", "tp", type=int, default=2, show_default=True,
                      help="TP degree = number of rank processes"),
@@ -126,6 +129,10 @@ def _config(kind: str, **kw):
     if kw.get("decode_graphs", False) is None:
         kw["decode_graphs"] = device == "cuda" and kw["kv"] == "static"
     as_json = kw.pop("as_json")
+    try:
+        kw["model"], kw["checkpoint"] = _model_and_checkpoint(kind, kw.get("model"), kw.get("checkpoint"))
+    except ValueError as e:
+        raise UsageFail(str(e)) from None
     if kind == "check" and kw.get("emulate_tp"):
         raise UsageFail("--emulate-tp is for bench: a lone rank's output is a partial sum, so there is "
                         "nothing to check against the reference")
@@ -143,6 +150,21 @@ def _config(kind: str, **kw):
     except ValueError as e:
         raise UsageFail(str(e)) from None
     return cfg
+
+
+def _model_and_checkpoint(kind: str, model: str | None, checkpoint: str | None) -> tuple[str, str | None]:
+    """--model and --checkpoint -> (model, checkpoint path): the checkpoint's config is the model (a
+    --model beside it may only take its first K layers, NAME[:K]); its headers are checked here, before
+    any process starts (hw.checkpoint.open_for: names, shapes, dtypes, shards against the config)."""
+    if not checkpoint:
+        return model or "tiny", None
+    path = os.path.abspath(checkpoint)
+    if model and not (model.startswith("[:") or model.rstrip("/") in (checkpoint.rstrip("/"), path)):
+        raise ValueError(f"--checkpoint {checkpoint} runs its own config; drop --model {model} (use --layers K "
+                         f"for the first K layers)")
+    name = path + (model if model and model.startswith("[:") else "")
+    harness("tpsim.hw.checkpoint", kind).open_for(path, get_model(path))
+    return name, path
 
 
 def _cuda_available(command: str) -> bool:
@@ -175,20 +197,11 @@ def _run(target: str, cfg, deadline_s: float | None, command: str) -> dict | Non
             os.unlink(tmp)
 
 
-def _memory_gate(cfg) -> None:
-    """Refuse before starting processes when the run cannot fit (UsageFail with the numbers)."""
-    est = estimate(cfg.model_spec(), cfg.model_tp, cfg.batch, cfg.prompt_len, cfg.gen_len, cfg.stack(), cfg.device)
-    if cfg.gpu_mem_gib:
-        cap, where = int(cfg.gpu_mem_gib * GIB), f"a {cfg.gpu_mem_gib:g} GiB device (--gpu-mem-gib)"
-    elif cfg.device == "cuda":
-        props = harness("torch", "bench").cuda.get_device_properties(0)
-        cap, where = props.total_memory, props.name
-    else:
-        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        cap, where = ram // cfg.tp, f"host RAM shared by {cfg.tp} ranks"
+def _memory_gate(cfg, command: str) -> None:
+    """Refuse before starting processes when the run cannot fit (hw.run_config.memory_gate, one line)."""
     try:
-        check_fits(est, cap, where)
-    except DoesNotFit as e:
+        harness("tpsim.hw.run_config", command).memory_gate(cfg)
+    except ValueError as e:
         raise UsageFail(str(e)) from None
 
 
@@ -209,7 +222,7 @@ def bench_cmd(deadline_s, compile_, trace_path=None, **kw):
     """Measure tokens/s of each schedule (interleaved repeats; standard always included)."""
     require_torch("bench")
     cfg = _config("bench", compile=compile_, deadline_s=deadline_s, **kw)
-    _memory_gate(cfg)
+    _memory_gate(cfg, "bench")
     result = _run("tpsim.hw.bench:worker", cfg, deadline_s, "bench")
     if result is None:
         return
@@ -229,6 +242,7 @@ def check_cmd(deadline_s, compile_, **kw):
     """Numerics: each schedule's TP output vs its single-process reference (nonzero exit on failure)."""
     require_torch("check")
     cfg = _config("check", deadline_s=deadline_s, compile=compile_, **kw)
+    _memory_gate(cfg, "check")
     result = _run("tpsim.hw.check:worker", cfg, deadline_s, "check")
     if result is None:
         return

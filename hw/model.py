@@ -26,11 +26,11 @@ from dataclasses import dataclass
 
 import torch
 
-from tpsim.sim.model import ModelSpec
+from tpsim.sim.model import ModelSpec, RopeSpec
+from tpsim.hw.checkpoint import open_for, rank_weights
 from tpsim.sim.memory import Placement, kv_cache_shape, local_param_shapes
 
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
-ROPE_THETA = 500_000.0          # Llama 3 (ModelSpec.rope_theta's default; a model's own wins)
 NORM_EPS = 1e-5                 # likewise ModelSpec.norm_eps
 _CHUNK_ELEMS = 1 << 22
 
@@ -169,13 +169,69 @@ def full_weights(model: ModelSpec, *, seed: int = 0, dtype: torch.dtype = torch.
     return w
 
 
+def rope_inv_freq(rope: RopeSpec, head_dim: int, device: torch.device | str = "cpu") -> tuple[torch.Tensor, float]:
+    """Inverse frequencies [head_dim / 2] (fp32) and the cos/sin scale of `rope`, computed as
+    transformers 5.x does (modeling_rope_utils.ROPE_INIT_FUNCTIONS and the models'
+    compute_default_rope_parameters, in the same fp32 ops so the tables agree to the last bits;
+    tests/test_rope.py holds them equal). Dynamic NTK is its init table (= default below
+    max_position_embeddings; RopeSpec.check_positions refuses longer runs)."""
+    d, theta, p = head_dim, rope.theta, dict(rope.params)
+    exps = torch.arange(0, d, 2, dtype=torch.int64).to(device=device, dtype=torch.float) / d      # [d/2]
+    inv = 1.0 / (theta ** exps)
+    if rope.type in ("default", "dynamic"):
+        return inv, 1.0
+    factor = p["factor"]
+    if rope.type == "linear":
+        return inv / factor, 1.0
+    if rope.type == "llama3":
+        low, high, old = p["low_freq_factor"], p["high_freq_factor"], p["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / inv
+        scaled = torch.where(wavelen > old / low, inv / factor, inv)        # long wavelengths: / factor
+        smooth = (old / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < old / high) * ~(wavelen > old / low)
+        return torch.where(medium, smoothed, scaled), 1.0
+    if rope.type == "yarn":
+        return _yarn(p, d, theta, device)
+    raise ValueError(f"rope type {rope.type!r}: no frequency table")
+
+
+def _yarn(p: dict, d: int, theta: float, device) -> tuple[torch.Tensor, float]:
+    """YaRN (arXiv 2309.00071) as transformers' _compute_yarn_parameters: interpolate the frequencies
+    whose wavelength exceeds the original context, keep the fast ones, ramp between, scale cos/sin."""
+    factor, orig = p["factor"], p["original_max_position_embeddings"]
+
+    def mscale(scale: float, m: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+    att = p.get("attention_factor")
+    if att is None:
+        att = (float(mscale(factor, p["mscale"]) / mscale(factor, p["mscale_all_dim"]))
+               if p.get("mscale") and p.get("mscale_all_dim") else mscale(factor))
+    fast, slow = p.get("beta_fast") or 32, p.get("beta_slow") or 1
+
+    def corr(rot: float) -> float:                # the dimension that turns `rot` times over `orig`
+        return (d * math.log(orig / (rot * 2 * math.pi))) / (2 * math.log(theta))
+    lo, hi = corr(fast), corr(slow)
+    if p.get("truncate", True):
+        lo, hi = math.floor(lo), math.ceil(hi)
+    lo, hi = max(lo, 0), min(hi, d - 1)
+    if lo == hi:
+        hi += 0.001
+    ramp = torch.clamp((torch.arange(d // 2, dtype=torch.float32) - lo) / (hi - lo), 0, 1).to(device)
+    pos = theta ** (torch.arange(0, d, 2).to(device=device, dtype=torch.float) / d)
+    keep = 1 - ramp                                 # 1: extrapolate (fast dims), 0: interpolate
+    return (1.0 / (factor * pos)) * (1 - keep) + (1.0 / pos) * keep, float(att)
+
+
 def rope_tables(max_seq: int, head_dim: int, device: torch.device | str = "cpu",
-                theta: float = ROPE_THETA) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin [max_seq, head_dim] (fp32) for the rotate-half RoPE convention."""
-    inv = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim)
-    ang = torch.outer(torch.arange(max_seq, dtype=torch.float32, device=device), inv)   # [S, hd/2]
+                rope: RopeSpec = RopeSpec()) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin [max_seq, head_dim] (fp32) for the rotate-half RoPE convention, of the model's rope
+    (its attention factor folded in, as transformers' rotary embedding does)."""
+    rope.check_positions(max_seq)
+    inv, scale = rope_inv_freq(rope, head_dim, device)
+    ang = torch.arange(max_seq, dtype=torch.float32, device=device)[:, None] * inv[None, :]   # [S, hd/2]
     ang = torch.cat([ang, ang], dim=-1)
-    return ang.cos(), ang.sin()
+    return ang.cos() * scale, ang.sin() * scale
 
 
 @dataclass
@@ -204,13 +260,18 @@ class RankModel:
 
 def build_rank_model(model: ModelSpec, tp: int, rank: int, *, batch: int, max_seq: int,
                      dtype: str = "fp32", device: torch.device | str = "cpu", seed: int = 0,
-                     head: str = "replicated") -> RankModel:
-    """Weights shard + zeroed static KV cache of `rank` (of `tp`), allocated directly on `device`."""
+                     head: str = "replicated", checkpoint: str | None = None) -> RankModel:
+    """Weights shard + zeroed static KV cache of `rank` (of `tp`), allocated directly on `device`:
+    drawn (seeded, build_weights), or read from the Hugging Face snapshot `checkpoint`
+    (hw.checkpoint.rank_weights: only this rank's slices)."""
     p = Placement(model, tp, rank, head)
     td, dev = torch_dtype(dtype), torch.device(device)
-    w = build_weights(p, seed=seed, dtype=td, device=dev)
+    if checkpoint:
+        w = rank_weights(open_for(checkpoint, model), p, dtype=td, device=dev)
+    else:
+        w = build_weights(p, seed=seed, dtype=td, device=dev)
     shape = kv_cache_shape(p, batch, max_seq)
     kv = {f"L{i}.kv": (torch.zeros(shape, dtype=td, device=dev), torch.zeros(shape, dtype=td, device=dev))
           for i in range(model.layers)}
-    cos, sin = rope_tables(max_seq, model.head_dim, dev, theta=model.rope_theta)
+    cos, sin = rope_tables(max_seq, model.head_dim, dev, rope=model.rope)
     return RankModel(p, w, kv, cos, sin, batch, max_seq, td, dev)

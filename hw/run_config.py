@@ -3,7 +3,10 @@ launcher can hand it to workers, validated before any process starts."""
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import asdict, dataclass, fields
+
+from tpsim.sim.memory import GIB, DoesNotFit, estimate
 
 from tpsim.sim.model import ModelSpec, get_model
 from tpsim.sim.schedule import build
@@ -69,6 +72,7 @@ class RunConfig:
     fault: str | None = None           # test hook, see FAULT_ENV
     emulate_tp: int | None = None      # one process runs rank 0 of a TP-`emulate_tp` job (its shard
                                        # shapes); collectives go over the 1-process group
+    checkpoint: str | None = None      # a Hugging Face snapshot folder: its weights instead of drawn ones
 
     def __post_init__(self) -> None:
         for f in ("tp", "batch", "prompt_len", "gen_len", "repeats"):
@@ -112,6 +116,7 @@ class RunConfig:
         """Raise ValueError for anything the user got wrong, before processes start."""
         m = self.model_spec()
         m.shard(self.model_tp)
+        m.rope.check_positions(self.prompt_len + self.gen_len)
         pre, _ = self.steps()
         for s in self.schedules:
             build(s, m, self.model_tp, pre, self.stack())
@@ -128,3 +133,34 @@ class RunConfig:
         if "schedules" in kw:
             kw["schedules"] = tuple(kw["schedules"])
         return RunConfig(**kw)
+
+
+def capacity_bytes(cfg: RunConfig) -> tuple[int, str]:
+    """Memory one rank may use, and where the number came from: --gpu-mem-gib, the GPU's total
+    memory, or the host's RAM shared by the --tp processes started on it."""
+    if cfg.gpu_mem_gib:
+        return int(cfg.gpu_mem_gib * GIB), f"a {cfg.gpu_mem_gib:g} GiB device (--gpu-mem-gib)"
+    if cfg.device == "cuda":
+        import torch                   # lazy: only the GPU path needs it; this module imports no torch
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        return int(props.total_memory), props.name
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return ram // cfg.tp, f"host RAM shared by {cfg.tp} ranks"
+
+
+def memory_gate(cfg: RunConfig) -> None:
+    """The one memory check of the harness: DoesNotFit (a ValueError, one line with the numbers)
+    when a rank of `cfg` cannot hold its weight shard, KV cache and activations (sim.memory's
+    estimate, the shapes hw.model allocates). The launcher calls it before starting any process,
+    each rank again before it allocates (under torchrun there is no launcher); a checkpoint's
+    weights take the drawn weights' room (its tensors are memory-mapped, only slices are copied)."""
+    est = estimate(cfg.model_spec(), cfg.model_tp, cfg.batch, cfg.prompt_len, cfg.gen_len, cfg.stack(), cfg.device)
+    cap, where = capacity_bytes(cfg)
+    if est.total_bytes <= cap:
+        return
+    g = lambda b: f"{b / GIB:.2f}"  # noqa: E731
+    raise DoesNotFit(f"{est.model} at TP {est.tp} needs {g(est.total_bytes)} GiB per rank but {where} has "
+                     f"{g(cap)} GiB (layer weights {g(est.layer_weights_bytes)} + embed/head "
+                     f"{g(est.embed_head_bytes)} + KV cache {g(est.kv_cache_bytes)} + activations "
+                     f"{g(est.activations_bytes)} + workspace {g(est.workspace_bytes)}); use a higher TP "
+                     f"degree, a smaller batch/prompt, or only the first K layers (--layers K)")

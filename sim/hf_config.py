@@ -7,9 +7,10 @@ SwiGLU MLP, Megatron TP split -- and differ only in what ModelSpec carries:
     vocab, tied embeddings (`tie_word_embeddings`, default false for all four);
   * Qwen2/2.5: bias on the q, k and v projections (always, in transformers' Qwen2Attention);
   * Qwen3: RMSNorm over head_dim on each q and k head before RoPE (Qwen3Attention.q_norm/k_norm);
-  * rope: `rope_theta` and `rope_scaling` (llama3, linear, dynamic, yarn...) only change the
-    frequency tables, not the work per token, so they are recorded, not priced; a partial rotary
-    factor would change the work and is refused;
+  * rope (sim.hf_rope, both layouts: hub `rope_theta` + `rope_scaling`, transformers 5.x
+    `rope_parameters`): default, linear, dynamic, llama3, yarn only change the frequency tables, not
+    the work per token, so they are recorded (ModelSpec.rope, which the harness runs), not priced;
+    other rope types and a partial rotary factor are refused;
   * Mistral's `sliding_window` (v0.1: 4096) is kept: a workload attending further is refused
     by the schedule builder rather than priced as full attention.
 Anything tpsim would price wrongly is refused with one line that says why: mixture-of-experts
@@ -23,6 +24,7 @@ import json
 import math
 from pathlib import Path
 
+from .hf_rope import rope_of
 from .model_spec import ModelSpec
 
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
@@ -89,16 +91,10 @@ def spec_from_hf(cfg: dict, name: str, where: str = "config.json") -> ModelSpec:
     prf = cfg.get("partial_rotary_factor", 1.0)
     if prf not in (None, 1, 1.0):
         raise ValueError(f"{where}: partial_rotary_factor {prf}: tpsim rotates the whole head")
+    rope = rope_of(cfg, where)
     if cfg.get("use_sliding_window"):
         raise ValueError(f"{where}: use_sliding_window: per-layer sliding windows (max_window_layers) are not "
                          f"priced; tpsim prices full attention")
-    scaling = cfg.get("rope_scaling")
-    if scaling is not None and not isinstance(scaling, dict):
-        raise ValueError(f"{where}: rope_scaling must be an object or null, got {scaling!r}")
-    rope_type = (scaling or {}).get("rope_type", (scaling or {}).get("type"))
-    if rope_type in ("mrope",) or (scaling or {}).get("mrope_section"):
-        raise ValueError(f"{where}: multimodal rope ({rope_type}) belongs to a vision-language model; "
-                         f"tpsim prices text decoders")
 
     hidden = num("hidden_size")
     heads = num("num_attention_heads")
@@ -114,22 +110,21 @@ def spec_from_hf(cfg: dict, name: str, where: str = "config.json") -> ModelSpec:
     window = cfg.get("sliding_window") if kind == "mistral" else None
     if window is not None:
         window = num("sliding_window")
-    theta = num("rope_theta", 10_000.0, kind_=float)
     eps = num("rms_norm_eps", 1e-6, kind_=float)
     notes = [arch]
     if kind == "qwen2":
         notes.append("qkv bias")
     if kind == "qwen3":
         notes.append("q/k norm")
-    if rope_type:
-        notes.append(f"rope_scaling {rope_type} (tables only, not priced)")
+    if rope.type != "default":
+        notes.append(f"rope {rope.type} (tables only, not priced)")
     if window:
         notes.append(f"sliding window {window}")
     try:
         return ModelSpec(name, hidden, num("num_hidden_layers"), heads, kv, head_dim, num("intermediate_size"),
                          num("vocab_size"), bool(cfg.get("tie_word_embeddings", False)),
                          f"{', '.join(notes)}; from {where}",
-                         qkv_bias=(kind == "qwen2"), qk_norm=(kind == "qwen3"), rope_theta=float(theta),
+                         qkv_bias=(kind == "qwen2"), qk_norm=(kind == "qwen3"), rope=rope,
                          norm_eps=float(eps), sliding_window=int(window or 0))
     except ValueError as e:
         raise ValueError(f"{where}: {e}") from None

@@ -18,7 +18,8 @@ def show_model(m: ModelSpec, up_to: int = 64) -> str:
              f"  kv heads        {m.kv_heads} (kv_dim {m.kv_dim}; GQA group {m.heads // m.kv_heads})",
              f"  ffn             {m.ffn} (SwiGLU)",
              f"  vocab           {m.vocab}",
-             f"  rope_theta      {m.rope_theta:g}   rms_norm_eps {m.norm_eps:g}",
+             f"  rope            {m.rope.describe()}",
+             f"  rms_norm_eps    {m.norm_eps:g}",
              f"  features        {', '.join(feats) or 'none (plain Llama block)'}",
              f"  valid TP        {', '.join(map(str, valid_tp(m, up_to)))}",
              "  per rank:  TP  q heads  kv heads  ffn    qkv gemm [n, k]   out gemm [n, k]   up gemm [n, k]"]

@@ -5,7 +5,65 @@ other.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+
+# What each RoPE type needs from the config (transformers' modeling_rope_utils, the
+# `_validate_<type>_rope_parameters` required/optional keys, 5.x): required, then optional.
+ROPE_TYPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "default": ((), ()),
+    "linear": (("factor",), ()),
+    "dynamic": (("factor", "max_position_embeddings"), ()),
+    "llama3": (("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"), ()),
+    "yarn": (("factor", "original_max_position_embeddings"),
+             ("attention_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "truncate")),
+}
+
+
+@dataclass(frozen=True)
+class RopeSpec:
+    """A model's rotary embedding as its config says: the base theta, the type (one of ROPE_TYPES)
+    and that type's parameters as sorted (key, value) pairs. Only the frequency table depends on it
+    (hw.model.rope_inv_freq computes it); the work per token does not."""
+
+    theta: float = 500_000.0
+    type: str = "default"
+    params: tuple[tuple[str, float | bool], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.type not in ROPE_TYPES:
+            raise ValueError(f"rope type {self.type!r} is not one tpsim computes; supported: {', '.join(ROPE_TYPES)}")
+        if not (isinstance(self.theta, (int, float)) and self.theta > 1):
+            raise ValueError(f"rope theta must be a number > 1, got {self.theta!r}")
+        required, optional = ROPE_TYPES[self.type]
+        keys = {k for k, _ in self.params}
+        missing = [k for k in required if k not in keys]
+        extra = sorted(keys - set(required) - set(optional))
+        if missing:
+            raise ValueError(f"rope type {self.type!r} needs {', '.join(missing)}")
+        if extra:
+            raise ValueError(f"rope type {self.type!r} does not take {', '.join(extra)}")
+
+    def get(self, key: str, default=None):
+        return dict(self.params).get(key, default)
+
+    def check_positions(self, max_seq: int) -> None:
+        """ValueError when positions up to `max_seq` need tables that change with the sequence length
+        (dynamic NTK beyond max_position_embeddings: transformers recomputes the frequencies per pass,
+        so keys cached by an earlier pass used other ones; a static table cannot reproduce that)."""
+        if self.type == "dynamic" and max_seq > self.get("max_position_embeddings"):
+            raise ValueError(f"rope type 'dynamic' past max_position_embeddings "
+                             f"({self.get('max_position_embeddings')}) rescales with each pass's length; "
+                             f"tpsim runs it only up to there (prompt + gen = {max_seq})")
+
+    def describe(self) -> str:
+        """'1e+06 default', '500000 llama3 (factor 8, ...)'."""
+        extra = ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in self.params)
+        return f"theta {self.theta:g}, {self.type}" + (f" ({extra})" if extra else "")
+
+
+def rope(theta: float = 500_000.0, type: str = "default", **params) -> RopeSpec:
+    """RopeSpec with keyword parameters: rope(5e5, "llama3", factor=8.0, ...)."""
+    return RopeSpec(float(theta), type, tuple(sorted(params.items())))
 
 
 @dataclass(frozen=True)
@@ -26,11 +84,15 @@ class ModelSpec:
     # attrs, so the cost model prices them and the harness runs them):
     qkv_bias: bool = False          # Qwen2/2.5: bias on the q, k, v projections (not on o)
     qk_norm: bool = False           # Qwen3: RMSNorm over head_dim on every q and k head before RoPE
-    rope_theta: float = 500_000.0   # RoPE base: changes the tables, not the work
+    rope: RopeSpec = field(default_factory=RopeSpec)   # RoPE as the config says: the tables, not the work
     norm_eps: float = 1e-5
     sliding_window: int = 0         # Mistral v0.1: attend to the last W positions; 0 = full attention
 
     def __post_init__(self) -> None:
+        if isinstance(self.rope, dict):          # read back from JSON (hw.bench's "model_spec")
+            r = self.rope
+            object.__setattr__(self, "rope", RopeSpec(float(r["theta"]), r.get("type", "default"),
+                                                      tuple((k, v) for k, v in r.get("params", ()))))
         for field in ("hidden", "layers", "heads", "kv_heads", "head_dim", "ffn", "vocab"):
             if getattr(self, field) <= 0:
                 raise ValueError(f"model {self.name!r}: {field} must be positive, got {getattr(self, field)}")
@@ -47,6 +109,10 @@ class ModelSpec:
     @property
     def kv_dim(self) -> int:
         return self.kv_heads * self.head_dim
+
+    @property
+    def rope_theta(self) -> float:
+        return self.rope.theta
 
     def truncated(self, layers: int) -> "ModelSpec":
         """The first `layers` layers of this model (harness runs of models too big to fit)."""

@@ -58,4 +58,4 @@ def test_cli_refuses_before_launching():
     res = CliRunner().invoke(bench_cmd, ["--model", "llama-3.1-405b", "--tp", "8", "--gpu-mem-gib", "80",
                                          "--device", "cpu", "--dtype", "fp16"])
     assert res.exit_code == 2, res.output
-    assert "needs" in res.output and "total per rank" in res.output
+    assert "needs" in res.output and "KV cache" in res.output and len(res.output.strip().splitlines()) == 1

@@ -1,0 +1,276 @@
+"""A Hugging Face checkpoint (config.json + safetensors, one file or shards listed in
+model.safetensors.index.json) as the harness's weights.
+
+`rank_weights(ckpt, placement, ...)` returns one rank's shard in exactly the layout
+hw.model.build_weights draws (keys of sim.memory.local_param_shapes: L{i}.wqkv = [q | k | v]
+rows of the rank's heads, L{i}.w13 = [gate | up] rows of its FFN columns, L{i}.wo / L{i}.w2 the
+matching columns of o_proj / down_proj, a padded vocab shard of the head when vocab-parallel);
+`full_weights(ckpt, ...)` the unsharded ones in hw.model.full_weights' layout (check's
+reference). Each tensor is memory-mapped (safetensors safe_open) and only the rank's rows or
+columns are read (get_slice), then cast to the run's dtype: no rank ever materializes the full model.
+
+Names are mapped once, in NAMES. `open_checkpoint` refuses, with one line (CheckpointError, a
+ValueError), anything that would load silently wrong: a missing shard or tensor, a tensor whose
+shape or dtype does not match the config, a tensor it does not know (MoE experts, biases the
+config does not declare), a quantized dtype. It reads only the safetensors headers, so the
+launcher calls it before any rank process starts (hw.commands).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from tpsim.sim.hf_config import load_hf_config
+from tpsim.sim.memory import Placement
+from tpsim.sim.model import ModelSpec
+
+INDEX = "model.safetensors.index.json"
+SINGLE = "model.safetensors"
+# safetensors dtype names -> torch; anything else (I8, U8, F8_*: quantized) is refused
+DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
+# config.json's torch_dtype (hub) or dtype (transformers 5.x) -> the safetensors name
+CONFIG_DTYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}
+
+# harness name (per layer "L{i}." + key) -> HF tensor name; {i} the layer
+NAMES = {
+    "embed": "model.embed_tokens.weight",
+    "final_norm": "model.norm.weight",
+    "head": "lm_head.weight",                           # absent when tie_word_embeddings
+    "wq": "model.layers.{i}.self_attn.q_proj.weight",
+    "wk": "model.layers.{i}.self_attn.k_proj.weight",
+    "wv": "model.layers.{i}.self_attn.v_proj.weight",
+    "wo": "model.layers.{i}.self_attn.o_proj.weight",
+    "bq": "model.layers.{i}.self_attn.q_proj.bias",     # Qwen2
+    "bk": "model.layers.{i}.self_attn.k_proj.bias",
+    "bv": "model.layers.{i}.self_attn.v_proj.bias",
+    "q_norm": "model.layers.{i}.self_attn.q_norm.weight",   # Qwen3
+    "k_norm": "model.layers.{i}.self_attn.k_norm.weight",
+    "w1": "model.layers.{i}.mlp.gate_proj.weight",
+    "w3": "model.layers.{i}.mlp.up_proj.weight",
+    "w2": "model.layers.{i}.mlp.down_proj.weight",
+    "attn_norm": "model.layers.{i}.input_layernorm.weight",
+    "mlp_norm": "model.layers.{i}.post_attention_layernorm.weight",
+}
+# tensors a checkpoint may carry that the forward does not read (old RoPE caches)
+_IGNORED = ("rotary_emb.inv_freq",)
+
+
+class CheckpointError(ValueError):
+    """A checkpoint the harness cannot load as its config says; the message is one line."""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """An opened checkpoint: its model, and which file holds each tensor (headers checked)."""
+
+    path: Path
+    model: ModelSpec
+    files: dict[str, Path]           # HF tensor name -> the safetensors file holding it
+    dtype: str                       # safetensors dtype of every tensor (F32, F16, BF16)
+
+    def truncated(self, layers: int | None) -> "Checkpoint":
+        if not layers:
+            return self
+        return Checkpoint(self.path, self.model.truncated(layers), self.files, self.dtype)
+
+
+def open_for(path: str | Path, model: ModelSpec) -> Checkpoint:
+    """The checkpoint at `path`, cut to `model`'s layers; CheckpointError when `model` (what the
+    run's config says, e.g. NAME[:K]) is not the checkpoint's own model."""
+    ckpt = open_checkpoint(path)
+    layers = model.layers if model.layers != ckpt.model.layers else None
+    if layers and layers > ckpt.model.layers:
+        raise CheckpointError(f"{path}: {layers} layers asked, the checkpoint has {ckpt.model.layers}")
+    ckpt = ckpt.truncated(layers)
+    if replace(ckpt.model, name=model.name, description=model.description) != model:
+        raise CheckpointError(f"{path}: the checkpoint is a {ckpt.model.name}, not the run's model {model.name}")
+    return ckpt
+
+
+def expected_shapes(m: ModelSpec) -> dict[str, tuple[int, ...]]:
+    """HF tensor name -> the shape the config implies ([out, in] for projections)."""
+    h, q, kv = m.hidden, m.q_dim, m.kv_dim
+    out = {NAMES["embed"]: (m.vocab, h), NAMES["final_norm"]: (h,)}
+    if not m.tied_embeddings:
+        out[NAMES["head"]] = (m.vocab, h)
+    per = {"wq": (q, h), "wk": (kv, h), "wv": (kv, h), "wo": (h, q), "w1": (m.ffn, h), "w3": (m.ffn, h),
+           "w2": (h, m.ffn), "attn_norm": (h,), "mlp_norm": (h,)}
+    if m.qkv_bias:
+        per |= {"bq": (q,), "bk": (kv,), "bv": (kv,)}
+    if m.qk_norm:
+        per |= {"q_norm": (m.head_dim,), "k_norm": (m.head_dim,)}
+    for i in range(m.layers):
+        out |= {NAMES[k].format(i=i): s for k, s in per.items()}
+    return out
+
+
+def open_checkpoint(path: str | Path) -> Checkpoint:
+    """Read config.json and every safetensors header of the snapshot at `path`; CheckpointError
+    (one line) when a file, a tensor, a shape or a dtype is not what the config says."""
+    root = Path(path)
+    if not root.is_dir():
+        raise CheckpointError(f"--checkpoint {root}: not a folder (give a Hugging Face snapshot: config.json + "
+                              f"*.safetensors)")
+    try:
+        model = load_hf_config(root)
+    except ValueError as e:
+        raise CheckpointError(str(e)) from None
+    where = str(root)
+    if (root / INDEX).is_file():
+        try:
+            weight_map = json.loads((root / INDEX).read_text())["weight_map"]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise CheckpointError(f"{root / INDEX}: not a safetensors index (no weight_map)") from None
+        files = {name: root / f for name, f in weight_map.items()}
+        for f in sorted(set(files.values())):
+            if not f.is_file():
+                raise CheckpointError(f"{where}: shard {f.name} listed in {INDEX} is missing")
+    elif (root / SINGLE).is_file():
+        files = None
+    else:
+        bins = sorted(p.name for p in root.glob("*.bin"))
+        hint = f" (found {bins[0]}: convert pytorch_model.bin to safetensors)" if bins else ""
+        raise CheckpointError(f"{where}: no {SINGLE} or {INDEX}{hint}")
+    headers: dict[str, tuple[Path, list[int], str]] = {}
+    for f in sorted(set(files.values())) if files else [root / SINGLE]:
+        try:
+            with safe_open(str(f), framework="pt") as st:
+                for name in st.keys():
+                    s = st.get_slice(name)
+                    headers[name] = (f, list(s.get_shape()), s.get_dtype())
+        except Exception as e:                              # a truncated or foreign file
+            raise CheckpointError(f"{where}: cannot read {f.name} as safetensors ({e})") from None
+    if files:
+        for name, f in files.items():
+            if name in headers and headers[name][0] != f:
+                raise CheckpointError(f"{where}: {name} is in {headers[name][0].name}, not in {f.name} as "
+                                      f"{INDEX} says")
+    return Checkpoint(root, model, {n: v[0] for n, v in headers.items()}, _check(model, headers, where, root))
+
+
+def _check(model: ModelSpec, headers: dict, where: str, root: Path) -> str:
+    """Names, shapes and one dtype against the config; returns that dtype."""
+    want = expected_shapes(model)
+    extra = [n for n in headers if n not in want and not n.endswith(_IGNORED)
+             and not (model.tied_embeddings and n == NAMES["head"])]
+    if any(".experts." in n or ".gate.weight" in n for n in extra):
+        raise CheckpointError(f"{where}: a mixture-of-experts checkpoint ({next(n for n in extra if 'expert' in n or '.gate.' in n)}): "
+                              f"the harness runs dense decoders")
+    if extra:
+        raise CheckpointError(f"{where}: tensor {extra[0]} is not one the {model.name} config describes "
+                              f"({len(extra)} unknown in all)")
+    missing = [n for n in want if n not in headers]
+    if missing:
+        raise CheckpointError(f"{where}: tensor {missing[0]} is missing ({len(missing)} of {len(want)} missing)")
+    for n, shape in want.items():
+        if tuple(headers[n][1]) != shape:
+            raise CheckpointError(f"{where}: {n} has shape {headers[n][1]}, the config says {list(shape)}")
+    dtypes = sorted({headers[n][2] for n in want})
+    bad = [d for d in dtypes if d not in DTYPES]
+    if bad:
+        raise CheckpointError(f"{where}: tensors of dtype {bad[0]} (quantized?): the harness loads "
+                              f"{', '.join(DTYPES)} weights")
+    if len(dtypes) > 1:
+        raise CheckpointError(f"{where}: tensors of several dtypes ({', '.join(dtypes)}); a checkpoint holds one")
+    cfg = json.loads((root / "config.json").read_text())
+    said = cfg.get("dtype") or cfg.get("torch_dtype")
+    if isinstance(said, str) and said in CONFIG_DTYPES and CONFIG_DTYPES[said] != dtypes[0]:
+        raise CheckpointError(f"{where}: config.json says {said} but the tensors are {dtypes[0]}")
+    return dtypes[0]
+
+
+class _Reader:
+    """Open safetensors files on demand (memory-mapped by safe_open), read slices cast to `dtype`."""
+
+    def __init__(self, ckpt: Checkpoint, dtype: torch.dtype, device: torch.device | str):
+        self.ckpt, self.dtype, self.device = ckpt, dtype, torch.device(device)
+        self._open: dict[Path, object] = {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for f in self._open.values():
+            f.__exit__(None, None, None)
+        self._open.clear()
+
+    def _slice(self, name: str):
+        path = self.ckpt.files[name]
+        if path not in self._open:
+            self._open[path] = safe_open(str(path), framework="pt").__enter__()
+        return self._open[path].get_slice(name)
+
+    def rows(self, name: str, lo: int | None = None, hi: int | None = None) -> torch.Tensor:
+        """Rows [lo, hi) of tensor `name` (all rows by default); rows past its end are zero."""
+        s = self._slice(name)
+        full = s.get_shape()[0]
+        lo, hi = (0, full) if lo is None else (lo, hi)
+        t = s[lo:min(hi, full)]
+        if hi > full:                                       # vocab-parallel head padding
+            t = torch.cat([t, torch.zeros((hi - full, *t.shape[1:]), dtype=t.dtype)])
+        return t.to(device=self.device, dtype=self.dtype)
+
+    def cols(self, name: str, lo: int, hi: int) -> torch.Tensor:
+        """Columns [lo, hi) of the 2-D tensor `name`, contiguous."""
+        return self._slice(name)[:, lo:hi].to(device=self.device, dtype=self.dtype).contiguous()
+
+
+def _name(key: str, i: int | None = None) -> str:
+    return NAMES[key].format(i=i)
+
+
+def rank_weights(ckpt: Checkpoint, p: Placement, *, dtype: torch.dtype = torch.float32,
+                 device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+    """The local shard of placement `p`, keyed and laid out as hw.model.build_weights."""
+    m, hd = p.model, p.model.head_dim
+    q = (p.heads.start * hd, p.heads.stop * hd)
+    kv = (p.kv_heads.start * hd, p.kv_heads.stop * hd)
+    f = (p.ffn.start, p.ffn.stop)
+    w: dict[str, torch.Tensor] = {}
+    with _Reader(ckpt, dtype, device) as r:
+        w["embed"] = r.rows(_name("embed"))
+        head = _name("embed") if m.tied_embeddings else _name("head")
+        if m.tied_embeddings and p.vocab_rows == m.vocab:
+            w["head"] = w["embed"]                              # tied and replicated: the same tensor
+        else:
+            w["head"] = r.rows(head, p.vocab.start, p.vocab.stop)
+        w["final_norm"] = r.rows(_name("final_norm"))
+        for i in range(m.layers):
+            L = f"L{i}"
+            w[f"{L}.wqkv"] = torch.cat([r.rows(_name("wq", i), *q), r.rows(_name("wk", i), *kv),
+                                        r.rows(_name("wv", i), *kv)])           # [q_r + 2 kv_r, hidden]
+            w[f"{L}.wo"] = r.cols(_name("wo", i), *q)                          # [hidden, q_r]
+            w[f"{L}.w13"] = torch.cat([r.rows(_name("w1", i), *f), r.rows(_name("w3", i), *f)])   # [2 f_r, hidden]
+            w[f"{L}.w2"] = r.cols(_name("w2", i), *f)                          # [hidden, f_r]
+            w[f"{L}.attn_norm"] = r.rows(_name("attn_norm", i))
+            w[f"{L}.mlp_norm"] = r.rows(_name("mlp_norm", i))
+            if m.qkv_bias:
+                w[f"{L}.wqkv.bias"] = torch.cat([r.rows(_name("bq", i), *q), r.rows(_name("bk", i), *kv),
+                                                 r.rows(_name("bv", i), *kv)])
+            if m.qk_norm:
+                w[f"{L}.q_norm"] = r.rows(_name("q_norm", i))
+                w[f"{L}.k_norm"] = r.rows(_name("k_norm", i))
+    return w
+
+
+def full_weights(ckpt: Checkpoint, *, dtype: torch.dtype = torch.float32,
+                 device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+    """Unsharded weights in hw.model.full_weights' layout (separate wq/wk/wv/w1/w3, bq/bk/bv),
+    for check's single-process reference."""
+    m = ckpt.model
+    w: dict[str, torch.Tensor] = {}
+    with _Reader(ckpt, dtype, device) as r:
+        w["embed"] = r.rows(_name("embed"))
+        w["final_norm"] = r.rows(_name("final_norm"))
+        w["head"] = w["embed"] if m.tied_embeddings else r.rows(_name("head"))
+        per = ["wq", "wk", "wv", "wo", "w1", "w3", "w2", "attn_norm", "mlp_norm"]
+        per += ["bq", "bk", "bv"] if m.qkv_bias else []
+        per += ["q_norm", "k_norm"] if m.qk_norm else []
+        for i in range(m.layers):
+            for k in per:
+                w[f"L{i}.{k}"] = r.rows(_name(k, i))
+    return w
