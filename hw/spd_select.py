@@ -227,6 +227,8 @@ def plot_sensitivity(r: dict, path: str) -> None:
     if limit is not None:
         ax.axhline((limit / r["baseline_ppl"] - 1) * 100, color="black", lw=0.8, ls="--", label="budget")
         ax.legend(loc="upper left")
+    if len(blocks) <= 48:                  # integer layer ticks (matplotlib would put bars at 0.5 steps)
+        ax.set_xticks([b["layer"] for b in blocks])
     ax.set_xlabel("layer")
     ax.set_ylabel("perplexity increase alone (%)")
     ax.set_title(f"{r['model']} TP {r['tp']}: SPD sensitivity (green chosen, red distill)", fontsize=9)

@@ -33,11 +33,13 @@ LAYERS, PLANTED = 4, 1
 RUN = ["--tp", "2", "--device", "cpu", "--backend", "gloo", "--seq-len", "32", "--windows", "2"]
 
 
-def _llama(layers: int, plant: int | None = None):
-    """hf_models' tiny Llama with `layers` blocks, initialized as hf_models.build does; with `plant`,
+def _llama(layers: int, plant: int | None = None, train_on: torch.Tensor | None = None):
+    """hf_models' tiny Llama with `layers` blocks, initialized as hf_models.build does. With `plant`,
     that block's o_proj and down_proj are scaled x20: its attention output dominates the residual
     and the MLP reading it dominates what the block adds, so feeding the MLP rank r's partial P_r
-    instead of the summed P (what SPD does) changes the block's output the most."""
+    instead of the summed P (what SPD does) changes the block's output the most. With `train_on`
+    ([windows, seq] ids), 40 Adam steps memorize those windows (ppl ~1.03): a random model's
+    perplexity is noise that a dropped sync moves either way; a trained one's only rises."""
     cfg_cls, model_cls, kw = hf_models.CONFIGS["llama"]
     torch.manual_seed(0)
     model = model_cls(cfg_cls(**dict(kw, num_hidden_layers=layers), dtype="float32")).eval()
@@ -53,19 +55,28 @@ def _llama(layers: int, plant: int | None = None):
             block = model.model.layers[plant]
             block.self_attn.o_proj.weight.mul_(20.0)
             block.mlp.down_proj.weight.mul_(20.0)
+    if train_on is not None:
+        opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+        model.train()
+        for _ in range(40):
+            loss = model(input_ids=train_on, labels=train_on).loss
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        model.eval()
     return model
 
 
 @pytest.fixture(scope="module")
 def fixture(tmp_path_factory):
     d = tmp_path_factory.mktemp("spd-plan")
-    models = {}
-    for name, plant in (("plain", None), ("planted", PLANTED)):
-        models[name] = _llama(LAYERS, plant)
-        models[name].save_pretrained(d / name)
     rng = random.Random(0)
     text = d / "text.txt"
     text.write_text(" ".join("".join(rng.choice("etaoinshrdlu") for _ in range(rng.randint(2, 8))) for _ in range(60)))
+    windows = torch.tensor(list(text.read_bytes()[:64])).view(2, 32)    # what RUN measures (bytes mod 256)
+    models = {"plain": _llama(LAYERS), "planted": _llama(LAYERS, PLANTED, train_on=windows)}
+    for name, m in models.items():
+        m.save_pretrained(d / name)
     return d, models, text
 
 
@@ -112,8 +123,9 @@ def test_planted_sensitive_block_ranks_first(fixture):
     r = json.loads(out)
     by_layer = {b["layer"]: b for b in r["blocks"]}
     assert by_layer[PLANTED]["rank"] == 1, [(b["layer"], b["sensitivity_pct"]) for b in r["blocks"]]
-    others = max(b["sensitivity"] for b in r["blocks"] if b["layer"] != PLANTED)
-    assert by_layer[PLANTED]["sensitivity"] > 2 * max(others, 0.0)
+    # trained, the planted block costs ~200% alone, every other block under ~3% (measured 2.9, 0, 0)
+    others = max(b["sensitivity_pct"] for b in r["blocks"] if b["layer"] != PLANTED)
+    assert by_layer[PLANTED]["sensitivity_pct"] > 10 * max(others, 1.0)
     assert PLANTED not in r["chosen"] and len(r["chosen"]) == 2 and r["distill"] == []   # --blocks: no ppl budget
 
 
