@@ -62,7 +62,7 @@ class Budget:
             return f"perplexity at most +{self.relative * 100:g}% over the baseline"
         if self.absolute is not None:
             return f"perplexity at most +{self.absolute:g} over the baseline"
-        return f"the {self.blocks} least sensitive blocks"
+        return f"the {self.blocks} least sensitive block{'s' * (self.blocks != 1)}"
 
 
 def parse_budget(max_ppl_increase: str | None, blocks: int | None, layers: int) -> Budget:
