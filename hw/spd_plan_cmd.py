@@ -10,7 +10,8 @@ starts (one line, exit 2): the checkpoint's headers, the text's length, the budg
 Resume: finished passes go to `<--out>.partial.jsonl` as they complete; a rerun with the same
 inputs (hw.spd_text.plan_digest) reads them back and measures only the rest. The file is removed
 once the result is written (launcher mode; under torchrun it is kept, and a rerun reprints at
-once). Without --out nothing is kept. --out is locked (sim.lock.output_lock) while a plan runs.
+once). Without --out nothing is kept. The launcher locks --out (sim.lock.output_lock) while a plan
+runs; under torchrun no process holds that lock.
 """
 from __future__ import annotations
 

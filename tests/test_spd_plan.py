@@ -22,7 +22,8 @@ transformers = pytest.importorskip("transformers")
 import torch  # noqa: E402
 
 from tpsim.cli import main  # noqa: E402
-from tpsim.hw.spd_select import partial_path, read_partial  # noqa: E402
+from tpsim.hw.spd_select import Budget, choose, distill, parse_budget, partial_path, read_partial, spd_spec  # noqa: E402
+from tpsim.sim.schedules.spd import blocks as spd_blocks  # noqa: E402
 from tpsim.hw.spd_text import load_tokens  # noqa: E402
 
 import hf_models  # noqa: E402
@@ -162,6 +163,34 @@ def test_resume_after_kill(fixture, tmp_path):
     assert res["baseline_ppl"] == before["standard"]
     assert [b["ppl"] for b in res["blocks"][:2]] == [before["spd:[0]"], before["spd:[1]"]]
     assert not os.path.exists(part) and json.loads(out.read_text())["schedule"] == res["schedule"]
+
+
+@pytest.mark.parametrize("layers, spec", [((), "standard"), ((7,), "spd:[7]"), ((2, 3), "spd:2-3"),
+                                          ((5, 1, 3, 4), "spd:1,3-5"), ((0, 2, 4), "spd:0,2,4")])
+def test_spd_spec_round_trips_through_the_registry_parser(layers, spec):
+    assert spd_spec(layers) == spec
+    if layers:
+        assert spd_blocks(spec, spec.partition(":")[2], 8) == tuple(sorted(layers))
+
+
+def test_greedy_choice_measures_sets_and_stops_at_the_budget():
+    """Baseline 10, +5% budget: limit 10.5. Order by solo ppl: 3 (10.01), 1 (10.05), 0 (10.5), 2 (12).
+    Sets measured: {3} 10.02, {1,3} 10.3, {0,1,3} 10.6 > 10.5: stop there; block 2 (12 alone) is
+    the one over the budget on its own (block 0, exactly at the limit, is not)."""
+    solo = {0: 10.5, 1: 10.05, 2: 12.0, 3: 10.01}
+    sets = {"spd:[3]": 10.02, "spd:1,3": 10.3, "spd:0-1,3": 10.6}
+    asked = []
+    budget = parse_budget("5%", None, 4)
+    chosen, cum, stopped = choose(10.0, solo, budget, lambda spec: asked.append(spec) or sets[spec])
+    assert (chosen, cum, asked) == ([3, 1], {3: 10.02, 1: 10.3}, list(sets))
+    assert stopped == {"layer": 0, "ppl": 10.6, "why": "the measured set would exceed the budget"}
+    assert distill(10.0, solo, budget) == [2]
+    # absolute points: +0.2 -> limit 10.2; block 1's set (10.3) is over it
+    chosen, _, stopped = choose(10.0, solo, parse_budget("0.2", None, 4), lambda spec: sets[spec])
+    assert chosen == [3] and stopped["layer"] == 1
+    # a block count: no perplexity limit, no distill marks
+    chosen, _, stopped = choose(10.0, solo, Budget(blocks=3), lambda spec: sets[spec])
+    assert chosen == [3, 1, 0] and stopped is None and distill(10.0, solo, Budget(blocks=3)) == []
 
 
 def test_partial_file_keeps_only_matching_digest(tmp_path):
