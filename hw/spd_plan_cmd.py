@@ -62,7 +62,8 @@ TARGET = "tpsim.hw.spd_plan:worker"
 @click.option("--windows", type=int, default=None, help="windows measured [default: as many as the text holds]")
 @click.option("--profile", default="h100-sxm", show_default=True, help="the profile the chosen list is priced on")
 @click.option("--batch", type=int, default=1, show_default=True, help="priced workload: sequences per batch")
-@click.option("--prompt", "prompt_len", type=int, default=1024, show_default=True, help="priced workload: prompt tokens")
+@click.option("--prompt", "prompt_len", type=int, default=1024, show_default=True,
+              help="priced workload: prompt tokens")
 @click.option("--gen", "gen_len", type=int, default=512, show_default=True, help="priced workload: generated tokens")
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
 @click.option("--out", type=click.Path(dir_okay=False), default=None,

@@ -254,6 +254,7 @@ def show_progress(bar, tasks: dict, rows: dict[str, dict], layers: int, budget: 
     bar.update(tasks["solo"], completed=solo)
     sets = sum(1 for r in rows.values() if r["phase"] == "set")
     if sets and "set" not in tasks:
-        tasks["set"] = bar.add_task("greedy sets, measured", total=budget.blocks if budget.blocks is not None else layers)
+        most = budget.blocks if budget.blocks is not None else layers
+        tasks["set"] = bar.add_task("greedy sets, measured", total=most)
     if "set" in tasks:
         bar.update(tasks["set"], completed=sets)

@@ -46,7 +46,8 @@ def tokenize(text_path: str, checkpoint: str, vocab: int) -> tuple[list[int], st
     tok = Path(checkpoint) / TOKENIZER
     if tok.is_file():
         try:
-            from tokenizers import Tokenizer   # lazy: optional (transformers' dependency); only real checkpoints ship one
+            # lazy: optional (a dependency of transformers); only real checkpoints ship a tokenizer
+            from tokenizers import Tokenizer
             ids = Tokenizer.from_file(str(tok)).encode(data.decode("utf-8", errors="replace"),
                                                        add_special_tokens=False).ids
             if all(0 <= i < vocab for i in ids):

@@ -22,7 +22,8 @@ transformers = pytest.importorskip("transformers")
 import torch  # noqa: E402
 
 from tpsim.cli import main  # noqa: E402
-from tpsim.hw.spd_select import Budget, choose, distill, parse_budget, partial_path, read_partial, spd_spec  # noqa: E402
+from tpsim.hw.spd_select import (Budget, choose, distill, parse_budget, partial_path, read_partial,  # noqa: E402
+                                  spd_spec)
 from tpsim.sim.schedules.spd import blocks as spd_blocks  # noqa: E402
 from tpsim.hw.spd_text import load_tokens  # noqa: E402
 
