@@ -35,6 +35,7 @@ from tpsim.sim.stacks import load_stack
 from tpsim.sim.trace import chrome_trace, write_json_atomic, write_text_atomic
 
 from tpsim.hw.commands import bench_cmd, check_cmd
+from tpsim.hw.spd_plan_cmd import spd_plan_cmd
 
 from tpsim.calib.collective_cmd import collective_cmd
 from tpsim.calib.commands import calibrate_cmd
@@ -361,7 +362,7 @@ def models(show_):
 
 
 # the harness commands need torch only when they run (hw.harness); collective is pure Python
-for _cmd in (bench_cmd, check_cmd, calibrate_cmd, compare_cmd, collective_cmd):
+for _cmd in (bench_cmd, check_cmd, spd_plan_cmd, calibrate_cmd, compare_cmd, collective_cmd):
     main.add_command(_cmd)
 
 

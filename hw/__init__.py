@@ -1,8 +1,10 @@
 """The harness: the schedules run on real torch.distributed process groups (NCCL on GPUs, gloo on CPUs).
 
-Every module of hw/ imports torch at its top, but three: run_config.py (the bench config, plain data),
-beat.py (the ranks' progress and heartbeat files) and commands.py (the click commands `bench` and
-`check`, which cli.py registers at start).
+Every module of hw/ imports torch at its top, but these: run_config.py (the bench config, plain data),
+beat.py (the ranks' progress and heartbeat files), commands.py (the click commands `bench` and
+`check`, which cli.py registers at start), and spd-plan's spd_plan_cmd.py (its click command),
+spd_select.py (choosing, pricing, printing) and spd_text.py (tokens, digest); spd_plan.py is its
+torch side.
 
 `harness()` is the one door through which the CLI's command bodies (hw.commands, calib.commands,
 calib.compare) reach the torch side: hw.bench, hw.check, hw.dist, calib.run, torch itself. It is

@@ -178,11 +178,12 @@ def _cuda_available(command: str) -> bool:
     return harness("torch", command).cuda.is_available()
 
 
-def _run(target: str, cfg, deadline_s: float | None, command: str) -> dict | None:
-    """Launcher or rank mode; returns rank 0's result dict (launcher mode) or None (rank mode)."""
+def _run(target: str, cfg, deadline_s: float | None, command: str, extra: dict | None = None) -> dict | None:
+    """Launcher or rank mode; returns rank 0's result dict (launcher mode) or None (rank mode).
+    `extra` joins the RunConfig's fields in the config every rank gets (a command's own options)."""
     mod, _, fn = target.partition(":")
     if _under_torchrun():
-        rc = getattr(harness(mod, command), fn)(replace(cfg, print_result=True).to_dict())
+        rc = getattr(harness(mod, command), fn)(replace(cfg, print_result=True).to_dict() | (extra or {}))
         raise SystemExit(rc)
     out = cfg.out
     tmp = None
@@ -193,7 +194,7 @@ def _run(target: str, cfg, deadline_s: float | None, command: str) -> dict | Non
         out = tmp
     dist = harness("tpsim.hw.dist", command)
     try:
-        dist.launch(target, replace(cfg, out=os.path.abspath(out)).to_dict(), cfg.tp,
+        dist.launch(target, replace(cfg, out=os.path.abspath(out)).to_dict() | (extra or {}), cfg.tp,
                     timeout_s=cfg.timeout_s, deadline_s=deadline_s)
         with open(out) as f:
             return json.load(f)

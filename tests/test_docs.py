@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 NUMBER_RTOL = 0.02
 SKIP = re.compile(r"<!--\s*docs-test:\s*skip\s+(.*?)\s*-->")
-NEEDS_TORCH = {"bench", "check", "calibrate", "compare"}
+NEEDS_TORCH = {"bench", "check", "calibrate", "compare", "spd-plan"}
 # a number standing alone (not part of a name such as TP8 or a path): sign, digits, decimals, exponent
 NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?(?![\d.])")
 RUNS = re.compile(r"([ ━─┃│┏┓┗┛┡┩┣┫╇┳┻╋└┘┌┐┬┴├┤┼])\1+")
