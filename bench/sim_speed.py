@@ -28,6 +28,7 @@ import _checkout  # noqa: E402  (this checkout as the package tpsim, whatever is
 _checkout.load()
 
 from tpsim.sim import sweep as sw  # noqa: E402
+from tpsim.sim.grid import Point, grid  # noqa: E402
 from tpsim.sim.engine_ranks import compile_schedule, simulate_ranks  # noqa: E402
 from tpsim.sim.model import get_model  # noqa: E402
 from tpsim.sim.predict import Simulator, Workload, predict  # noqa: E402
@@ -64,10 +65,10 @@ def timed(fn, repeats: int = 3) -> float:
     return best
 
 
-def sweep_points(n: int) -> list[sw.Point]:
+def sweep_points(n: int) -> list[Point]:
     models = ["llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b",
               "llama-2-7b", "llama-2-70b", "codellama-34b", "ladder-1b", "ladder-3b"]
-    pts = sw.grid(models, [1, 2, 4, 8, 16], [1, 2, 4, 8, 16, 32, 64], ["h100-sxm"], 1024, 512,
+    pts = grid(models, [1, 2, 4, 8, 16], [1, 2, 4, 8, 16, 32, 64], ["h100-sxm"], 1024, 512,
                   bw_scales=[0.25, 0.5, 1.0, 2.0])
     return (pts * (n // len(pts) + 1))[:n]
 

@@ -13,34 +13,27 @@ finished points; a point that fails is reported and the rest of the grid still r
 
 The parts: calib/compare_measure.py (run the harness, rebuild the workload), compare_join.py
 (errors, speedups, per-op join), compare_intervals.py (the predicted speedup's interval),
-compare_report.py (compare.md, plots, traces); this module is the command.
+compare_report.py (compare.md, plots, traces); this module runs the grid (`run_compare`); the
+command is commands/compare.py.
 """
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
-import click
-
-from tpsim.sim.cli_options import TpsimError, check_bounds, rich_console, rich_escape, rich_table
 from tpsim.sim.model import get_model
 from tpsim.sim.profile import ProfileError, load_profile
-from tpsim.sim.schedule import DEFAULT_SCHEDULES, KINDS, build
+from tpsim.sim.schedule import KINDS, build
 from tpsim.sim.stack import Stack, Step
 
-from tpsim.hw import harness, require_torch
-from tpsim.hw.run_config import check_timeout
+from tpsim.hw import harness
 
-from tpsim.calib.compare_intervals import interval_note
-from tpsim.calib.compare_join import compare_point, measured_speedup_text, predicted_speedup_text, speedup_sign, summarize
-from tpsim.calib.compare_measure import CompareError, Point, check_covers, measure
-from tpsim.calib.compare_report import drift_note, point_timeline, write_point_trace, write_report
+from tpsim.calib.compare_join import compare_point, summarize
+from tpsim.calib.compare_measure import CompareError, Point, measure
+from tpsim.calib.compare_report import point_timeline, write_point_trace, write_report
 
 QUICK_MODELS = ("toy-512", "toy-1024")
 
-
-# ------------------------------------------------------------------ the command
 
 def _collective_kinds(points: list[Point], schedules: tuple[str, ...]) -> tuple[str, ...]:
     """all_reduce plus every collective kind the schedules emit on the grid (e.g. reduce_scatter)."""
@@ -99,103 +92,3 @@ def run_compare(points: list[Point], schedules: tuple[str, ...], out_dir: Path, 
               "summary": summarize(results), "timelines": timelines}
     write_report(result, out_dir)
     return result
-
-
-@click.command("compare")
-@click.option("--backend", type=click.Choice(["gloo", "nccl"]), default="gloo", show_default=True)
-@click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None, help="Default: cpu for gloo, cuda for nccl.")
-@click.option("--nproc", type=int, default=2, show_default=True, help="Ranks to launch (= TP unless --tp).")
-@click.option("--quick", is_flag=True, help=f"Small grid ({', '.join(QUICK_MODELS)}; prompt 32, gen 16) "
-                                            "and a quick calibration: a few minutes on a 2-core box.")
-@click.option("--profile", "profile_arg", default=None,
-              help="Profile to predict with (built-in or JSON). Default: calibrate this machine first.")
-@click.option("--model", "models", multiple=True, help="Repeatable.")
-@click.option("--tp", "tps", type=int, multiple=True, help="Repeatable; default --nproc.")
-@click.option("--batch", "batches", type=int, multiple=True, default=(1,), show_default=True)
-@click.option("--prompt", "prompt_len", type=int, default=None, help="Default 32 with --quick, else 128.")
-@click.option("--gen", "gen_len", type=int, default=None, help="Default 16 with --quick, else 64.")
-@click.option("--schedule", "schedules", multiple=True, help=f"Repeatable. Default: {' '.join(DEFAULT_SCHEDULES)}.")
-@click.option("--repeats", type=int, default=None,
-              help="Measured generations per schedule (default 9: the sign test then gives a 96% interval for the "
-                   "median speedup that leaves out both extremes).")
-@click.option("--measured", "measured_files", multiple=True, type=click.Path(dir_okay=False),
-              help="Compare existing `tpsim bench --json` outputs (e.g. from a GPU cluster) instead of running.")
-@click.option("--out-dir", default="compare-out", show_default=True, type=click.Path(file_okay=False),
-              help="compare.json, report.md, plots, measured/*.json (reused on rerun), profile.json.")
-@click.option("--timeout-s", type=float, default=120.0, show_default=True, help="Per collective / rank timeout.")
-@click.option("--compile/--no-compile", "compile_", default=False, show_default=True,
-              help="Bench whole compiled passes (`tpsim bench --compile`) and predict the compiled stack.")
-@click.option("--checkpoint", type=click.Path(file_okay=False), default=None,
-              help="Bench a Hugging Face snapshot's weights (`tpsim bench --checkpoint`); its config is the model.")
-def compare_cmd(backend, device, nproc, quick, profile_arg, models, tps, batches, prompt_len, gen_len, schedules,
-                repeats, measured_files, out_dir, timeout_s, compile_, checkpoint=None):
-    """Run the harness and the simulator on the same grid and report where the prediction is right."""
-    if not measured_files:                  # the harness runs here (and calibration, without --profile)
-        require_torch("compare")
-    device = device or ("cpu" if backend == "gloo" else "cuda")
-    if checkpoint:
-        if models:
-            raise TpsimError(f"--checkpoint {checkpoint} runs its own config; drop --model")
-        checkpoint = os.path.abspath(checkpoint)
-        try:                               # names, shapes, dtypes, shards: before anything runs
-            harness("tpsim.hw.checkpoint", "compare").open_for(checkpoint, get_model(checkpoint))
-        except ValueError as e:
-            raise TpsimError(str(e)) from None
-        models = (checkpoint,)
-    models = tuple(dict.fromkeys(models or (QUICK_MODELS if quick or not measured_files else ())))
-    prompt_len = (32 if quick else 128) if prompt_len is None else prompt_len
-    gen_len = (16 if quick else 64) if gen_len is None else gen_len
-    repeats = 9 if repeats is None else repeats
-    schedules = tuple(dict.fromkeys(("standard",) + (schedules or DEFAULT_SCHEDULES)))
-    try:
-        check_bounds({"--nproc": nproc, "--tp": tps, "--batch": batches, "--prompt": prompt_len, "--gen": gen_len,
-                      "--repeats": repeats})
-        check_timeout(timeout_s, "--timeout-s")
-        for m in models:
-            get_model(m)
-        tps, batches = tuple(dict.fromkeys(tps or (nproc,))), tuple(dict.fromkeys(batches))
-        points = [Point(m, tp, b, prompt_len, gen_len) for m in models for tp in tps for b in batches]
-        if profile_arg:
-            profile = load_profile(profile_arg)
-            if not measured_files:             # say so now, not after benchmarking the whole grid
-                check_covers(profile, backend, max(p.tp for p in points) if points else 1)
-        result = run_compare(points, schedules, Path(out_dir), profile_arg, backend, device, nproc, quick, repeats,
-                             tuple(measured_files), timeout_s, echo=click.echo, compile=compile_,
-                             checkpoint=checkpoint)
-    except (ValueError, ProfileError) as e:
-        raise TpsimError(str(e)) from None
-    _print_summary(result, Path(out_dir))
-    if not result["points"]:             # every point failed: a report of nothing is not a success
-        raise click.ClickException(f"nothing could be compared: all {len(result['failed'])} point(s) failed "
-                                   f"(first: {result['failed'][0]['error'] if result['failed'] else 'none given'})")
-
-
-def _print_summary(result: dict, out_dir: Path) -> None:
-    t = rich_table(title=f"simulated vs measured (profile {result['profile']})", title_justify="left")
-    for col in ("point", "schedule", "meas tok/s", "pred tok/s", "err", "meas speedup", "pred speedup", "sign"):
-        t.add_column(col, justify="left" if col in ("point", "schedule") else "right")
-    for pt in result["points"]:
-        for s in pt["schedules"]:
-            t.add_row(f"{pt['model']} TP{pt['tp']} b{pt['batch']}", s["schedule"],
-                      f"{s['measured']['tokens_per_s']:.1f}", f"{s['predicted']['tokens_per_s']:.1f}",
-                      f"{s['err']['tokens_per_s']:+.1%}", rich_escape(measured_speedup_text(s)),
-                      rich_escape(predicted_speedup_text(s)), speedup_sign(s))
-    c = rich_console(width=120)
-    c.print(t)
-    for spec, s in result["summary"].items():
-        why = [f"{n} with the measured interval containing 1" for n in [s["sign_mismatches_within_noise"]] if n]
-        why += [f"{n} with only the predicted interval containing 1"
-                for n in [s.get("sign_mismatches_prediction_uncertain", 0)] if n]
-        c.print(f"{spec:12} median |err| tokens/s {s['median_abs_err_tokens_per_s']:.1%}  "
-                f"speedup sign {s['sign_matches']}/{s['points']}" + (f" (undetermined: {'; '.join(why)})" if why else ""))
-    for note in (interval_note(result), drift_note(result)):
-        if note:
-            c.print(rich_escape(note))
-    for pt in result["points"]:
-        if pt["missing_schedules"]:
-            c.print(f"[yellow]not measured[/yellow] {pt['model']} TP{pt['tp']} b{pt['batch']}: "
-                    f"{', '.join(pt['missing_schedules'])}")
-    for f in result["failed"]:
-        c.print(f"[red]failed[/red] {f['point']}: {f['error']}")
-    c.print(f"report: {out_dir / 'report.md'}  data: {out_dir / 'compare.json'}  traces (measured beside "
-            f"simulated; ui.perfetto.dev): {out_dir / 'traces'}")

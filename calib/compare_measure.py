@@ -9,7 +9,7 @@ from tpsim.sim.errors import UserError
 from tpsim.sim.model import ModelSpec, get_model
 from tpsim.sim.predict import Workload
 from tpsim.sim.stack import make_stack
-from tpsim.sim.sweep import Shape
+from tpsim.sim.grid import Shape
 
 from tpsim.hw import harness
 from tpsim.hw.run_config import RunConfig

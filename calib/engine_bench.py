@@ -26,18 +26,13 @@ import json
 from dataclasses import fields, replace
 from pathlib import Path
 
-import click
 import numpy as np
 
-from tpsim.sim.cli_options import TpsimError as UsageFail
 from tpsim.sim.host_lane import HostStep
 from tpsim.sim.stacks import parse_stack
-from tpsim.sim.model import get_model
 from tpsim.sim.predict import Simulator, Workload
-from tpsim.sim.profile import ProfileError, load_profile
 from tpsim.sim.stack import make_stack
-from tpsim.sim.stacks import PRESETS, STACK_FORMAT, load_stack
-from tpsim.sim.trace import write_json_atomic
+from tpsim.sim.stacks import PRESETS, STACK_FORMAT
 
 from tpsim.calib.imports import EngineRun, parse_engine_bench
 
@@ -128,47 +123,6 @@ def build_stack(result: dict, runs: list[EngineRun], *, preset: str, name: str, 
             "engine": f"{PRESETS[preset].engine if preset in PRESETS else preset}, host terms fitted to a deployment",
             "host": host, "sources": sources,
             "fit": {"model": model, "profile": profile, "runs": result["runs"]}}
-
-
-@click.command("import-engine-bench")
-@click.argument("files", nargs=-1, required=True)
-@click.option("--out", required=True, type=click.Path(dir_okay=False), help="stack file (JSON) to write")
-@click.option("--model", required=True, help="the model the runs served (a preset or a Hugging Face config.json)")
-@click.option("--profile", default="h100-sxm", show_default=True, help="the profile of the runs' GPUs")
-@click.option("--stack", "preset", default=None,
-              help=f"the preset the engine's choices come from [default: the engine of the files: vllm or sglang]; "
-                   f"one of {', '.join(PRESETS)} or a stack file")
-@click.option("--tp", type=int, default=None, help="TP of every file that does not say (else FILE:tp=N)")
-@click.option("--batch", type=int, default=None, help="batch of every file that does not say [vLLM default: 8]")
-@click.option("--input-len", type=int, default=None, help="prompt tokens [vLLM default: 32]")
-@click.option("--output-len", type=int, default=None, help="generated tokens [vLLM default: 128]")
-@click.option("--name", default=None, help="stack name [default: the --out file's stem]")
-def import_engine_bench_cmd(files, out, model, profile, preset, tp, batch, input_len, output_len, name):
-    """Fit a deployment's host step terms from its engine benchmarks (`vllm bench latency --output-json`,
-    SGLang bench_one_batch) at two or more TP degrees into a stack file: FILE[:tp=N,batch=B,...]."""
-    try:
-        runs = read_runs(files, tp=tp, batch=batch, input_len=input_len, output_len=output_len)
-        preset = preset or runs[0].engine
-        base = load_stack(preset)
-        result = fit(runs, get_model(model), load_profile(profile), base)
-        doc = build_stack(result, runs, preset=preset, name=name or Path(out).stem, model=model, profile=profile)
-        load_stack_doc_check(doc, out)
-        write_json_atomic(out, doc)
-    except (ValueError, ProfileError) as e:
-        raise UsageFail(str(e)) from None
-    except OSError as e:
-        raise UsageFail(f"cannot use {e.filename}: {e.strerror}") from None
-    t = result["terms"]
-    click.echo(f"wrote {out}: extends {preset}; per step {t['schedule_s'] * 1e3:.3f} ms + "
-               f"{t['handoff_per_rank_s'] * 1e6:.1f} us x (TP-1)"
-               + (f" + {t['schedule_per_seq_s'] * 1e6:.1f} us x batch" if "schedule_per_seq_s" in t else ""))
-    for r in result["runs"]:
-        click.echo(f"  TP {r['tp']} batch {r['batch']}: measured {r['measured_step_s'] * 1e3:.3f} ms/step, "
-                   f"tpsim GPU {r['gpu_step_s'] * 1e3:.3f}, fitted host {r['fitted_step_s'] * 1e3:.3f} "
-                   f"(residual {(r['residual_step_s'] - r['fitted_step_s']) * 1e3:+.3f})  ({r['path']})")
-    for p in result["negative"]:
-        click.echo(f"  note: {p} ran faster than tpsim's GPU-only prediction: the GPU model is slow there, "
-                   f"not the host (host terms are kept >= 0)", err=True)
 
 
 def load_stack_doc_check(doc: dict, out: str) -> None:

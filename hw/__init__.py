@@ -1,14 +1,13 @@
 """The harness: the schedules run on real torch.distributed process groups (NCCL on GPUs, gloo on CPUs).
 
 Every module of hw/ imports torch at its top, but these: run_config.py (the bench config, plain data),
-beat.py (the ranks' progress and heartbeat files), commands.py (the click commands `bench` and
-`check`, which cli.py registers at start), and spd-plan's spd_plan_cmd.py (its click command),
-spd_select.py (choosing, pricing, printing) and spd_text.py (tokens, digest); spd_plan.py is its
-torch side.
+beat.py (the ranks' progress and heartbeat files), and spd-plan's spd_select.py (choosing, pricing,
+printing) and spd_text.py (tokens, digest); spd_plan.py is its torch side. The click commands that
+start the harness (bench, check, spd-plan, calibrate, compare) are in tpsim.commands.
 
-`harness()` is the one door through which the CLI's command bodies (hw.commands, calib.commands,
-calib.compare) reach the torch side: hw.bench, hw.check, hw.dist, calib.run, torch itself. It is
-lazy because `import cli` must work without torch (tpsim predict, collective, models: the [hw]
+`harness()` is the one door through which the CLI's command bodies (commands.bench, .spd_plan,
+.calibrate, .compare and calib.compare) reach the torch side: hw.bench, hw.check, hw.dist,
+calib.run, torch itself. It is lazy because the commands must load without torch (tpsim predict, collective, models: the [hw]
 extra is optional) and start fast (torch takes ~1 s to import). tests/test_imports.py holds every
 other function-local import to a `# lazy: <reason>` comment.
 """
@@ -17,13 +16,14 @@ from __future__ import annotations
 import importlib
 import importlib.util
 
-from tpsim.sim.cli_options import TpsimError
+from tpsim.sim.errors import UserError
 
 
 def require_torch(command: str) -> None:
-    """One clear line (TpsimError: exit 2), before any process starts, when the [hw] extra (PyTorch) is missing."""
+    """UserError (one line, exit 2 through the commands' user_errors), before any process starts, when the
+    [hw] extra (PyTorch) is missing."""
     if importlib.util.find_spec("torch") is None:
-        raise TpsimError(f"tpsim {command} runs real PyTorch process groups and needs torch: "
+        raise UserError(f"tpsim {command} runs real PyTorch process groups and needs torch: "
                         f"pip install 'tpsim[hw]' (on a CPU-only machine: pip install torch==2.13.0 first)")
 
 

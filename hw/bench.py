@@ -37,7 +37,7 @@ from tpsim.hw.runner import DecodeGraph, Runner
 
 
 def worker(config: dict) -> int:
-    """Entry point of one rank (hw.dist launches it; under torchrun, hw.commands calls it in-process)."""
+    """Entry point of one rank (hw.dist launches it; under torchrun, commands.bench calls it in-process)."""
     hwrank.run_rank(config, run_bench, format_result)
     return 0
 

@@ -13,7 +13,7 @@ Names are mapped once, in NAMES. `open_checkpoint` refuses, with one line (Check
 ValueError), anything that would load silently wrong: a missing shard or tensor, a tensor whose
 shape or dtype does not match the config, a tensor it does not know (MoE experts, biases the
 config does not declare), a quantized dtype. It reads only the safetensors headers, so the
-launcher calls it before any rank process starts (hw.commands).
+launcher calls it before any rank process starts (commands.bench).
 """
 from __future__ import annotations
 

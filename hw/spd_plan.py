@@ -1,4 +1,4 @@
-"""The rank side of `tpsim spd-plan` (hw/spd_plan_cmd.py starts it, as bench and check start
+"""The rank side of `tpsim spd-plan` (commands/spd_plan.py starts it, as bench and check start
 theirs): perplexities measured by the harness on real ranks, the SPD blocks chosen from them
 (hw.spd_select: the paper's sensitivity, the greedy budget), priced by the simulator.
 

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from tpsim.sim.cli_options import rich_console, rich_table
 from tpsim.sim.model import ModelSpec
 from tpsim.sim.predict import Workload, predict
 from tpsim.sim.profile import load_profile
@@ -177,7 +176,9 @@ def append_partial(path: str, digest: str, row: dict) -> None:
 
 def format_plan(r: dict) -> str:
     """The per-block table, the chosen spd:LIST and its price, as text."""
-    t = rich_table(title=f"spd-plan {r['model']}  TP {r['tp']}  {r['backend']}/{r['device']}  {r['dtype']}  "
+    from rich.console import Console      # lazy: rich takes ~30 ms to import; only the launcher prints
+    from rich.table import Table          # lazy: rich (as Console)
+    t = Table(title=f"spd-plan {r['model']}  TP {r['tp']}  {r['backend']}/{r['device']}  {r['dtype']}  "
                          f"{r['windows']} x {r['seq_len']} tokens ({r['tokens_how']})", title_justify="left")
     for col in ("layer", "ppl alone", "sensitivity", "rank", "chosen", "cumulative ppl"):
         t.add_column(col, justify="right" if col != "chosen" else "left")
@@ -188,7 +189,7 @@ def format_plan(r: dict) -> str:
         t.add_row(str(b["layer"]), f"{b['ppl']:.4f}", f"{b['sensitivity']:+.4f} ({b['sensitivity_pct']:+.2f}%)",
                   str(b["rank"]), mark, cum)
     buf = io.StringIO()
-    con = rich_console(file=buf, width=110, no_color=True, highlight=False)
+    con = Console(file=buf, width=110, no_color=True, highlight=False)
     con.print(t)
     base, fin = r["baseline_ppl"], r["final_ppl"]
     lines = [buf.getvalue().rstrip(),
@@ -239,10 +240,11 @@ def plot_sensitivity(r: dict, path: str) -> None:
 
 def make_progress():
     """The bar over the passes (stderr, hidden when stderr is no terminal); `show_progress` moves it."""
+    from rich.console import Console      # lazy: rich, ~30 ms
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn  # lazy: rich, ~30 ms
     return Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
                     TimeRemainingColumn(), transient=True, disable=not sys.stderr.isatty(),
-                    console=rich_console(stderr=True))
+                    console=Console(stderr=True))
 
 
 def show_progress(bar, tasks: dict, rows: dict[str, dict], layers: int, budget: Budget) -> None:

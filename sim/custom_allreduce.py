@@ -15,7 +15,7 @@ Mechanism (one kernel, every rank; S = message bytes, n = ranks):
 time = floor(n) + remote bytes / achieved rate. floor(n): the kernel at the smallest sizes (launch
 from a graph + its barriers), rates: the achieved per-rank rate of that kernel's loads. Both are
 profile constants (collectives.custom_allreduce.<family>.groups.<n>), fitted by
-sim/profiles/_derive_collectives.py on half of the sizes of aiconfigurator's measured engine
+tools/derive_profiles/collectives.py on half of the sizes of aiconfigurator's measured engine
 tables (the other half is held apart, bench/validate_custom_allreduce.py). A group between two
 fitted ones interpolates linearly in n.
 

@@ -1,5 +1,5 @@
 """Fitting the custom all-reduce mechanism (sim/custom_allreduce.py) to a measured engine table, on
-half of its sizes: what sim/profiles/_derive_collectives.py writes into the profiles and what
+half of its sizes: what tools/derive_profiles/collectives.py writes into the profiles and what
 bench/validate_custom_allreduce.py holds the other half against.
 
 Rule: a size is a fit point when log2(bytes) is even (256 B, 1 KiB, 4 KiB, ...); odd ones (512 B,

@@ -18,18 +18,18 @@ import csv
 import functools
 import hashlib
 import io
-import itertools
 import json
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from importlib.metadata import version
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 
+from .grid import Point
 from .model import get_model
 from .predict import Workload, predict
 from .proc_tie import ParentTie, set_parent_death_signal, tie_pool_worker
@@ -45,39 +45,6 @@ def _load_profile(name: str, digest: str = ""):
 
 COLUMNS = ["model", "tp", "batch", "prompt_len", "gen_len", "profile", "bw_scale", "lat_scale", "schedule",
            "prefill_s", "decode_s", "tokens_per_s", "speedup", "exposed_comm_s", "error"]
-
-
-@dataclass(frozen=True)
-class Shape:
-    """A workload's size: what a grid varies besides the hardware (also `tpsim compare`'s points)."""
-
-    model: str
-    tp: int
-    batch: int
-    prompt_len: int
-    gen_len: int
-
-    @property
-    def key(self) -> str:
-        return f"{self.model}_tp{self.tp}_b{self.batch}_p{self.prompt_len}_g{self.gen_len}"
-
-
-@dataclass(frozen=True)
-class Point(Shape):
-    """One what-if: a shape on a profile, with the interconnect scaled."""
-
-    profile: str = "h100-sxm"
-    bw_scale: float = 1.0
-    lat_scale: float = 1.0
-
-
-def grid(models: Iterable[str], tps: Iterable[int], batches: Iterable[int], profiles: Iterable[str],
-         prompt_len: int = 1024, gen_len: int = 512, bw_scales: Iterable[float] = (1.0,),
-         lat_scales: Iterable[float] = (1.0,)) -> list[Point]:
-    """Every combination, in the order given; a value repeated on an axis (`--tp 2 --tp 2`)
-    counts once, so no point (and no row) appears twice."""
-    axes = [tuple(dict.fromkeys(a)) for a in (models, tps, batches, profiles, bw_scales, lat_scales)]
-    return [Point(m, tp, b, prompt_len, gen_len, p, bw, lat) for m, tp, b, p, bw, lat in itertools.product(*axes)]
 
 
 def run_point(point: Point, schedules: tuple[str, ...], stack: Stack = Stack(), digest: str = "") -> list[dict]:

@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 pytest.importorskip("torch")
 
-from tpsim.calib.commands import calibrate_cmd  # noqa: E402
+from tpsim.commands.calibrate import calibrate_cmd  # noqa: E402
 from tpsim.calib.plan import CalibConfig, CalibrationStopped, env_tag, plan_groups, read_state, state_path, write_state  # noqa: E402
 from tpsim.calib.run import calibrate  # noqa: E402
 from tpsim.sim.model import get_model  # noqa: E402

@@ -19,7 +19,7 @@ pytest.importorskip("safetensors")
 import hf_models  # noqa: E402
 from tpsim.hw.check import Reference  # noqa: E402
 from tpsim.hw.checkpoint import CheckpointError, full_weights, open_checkpoint, rank_weights  # noqa: E402
-from tpsim.hw.commands import bench_cmd, check_cmd  # noqa: E402
+from tpsim.commands.bench import bench_cmd, check_cmd  # noqa: E402
 from tpsim.hw.model import build_rank_model  # noqa: E402
 from tpsim.hw.runner import Runner  # noqa: E402
 from tpsim.sim.memory import Placement  # noqa: E402

@@ -11,6 +11,22 @@ def run(*args):
     return CliRunner().invoke(main, list(args))
 
 
+def test_the_lazy_table_lists_every_command_with_its_own_short_help():
+    """`tpsim --help` shows the stored short help (cli.COMMANDS) without importing the commands: each
+    stored line is the command's own, its name is the table's, and --help lists every command."""
+    from tpsim.cli import COMMANDS
+    from tpsim.commands.lazy import load
+    from tpsim.commands.profiles import IMPORTS
+    for table in (COMMANDS, IMPORTS):
+        for name, (path, short) in table.items():
+            cmd = load(path)
+            assert (cmd.name, short) == (name, cmd.get_short_help_str(200)), name
+    listed = [line.split()[0] for line in run("--help").output.split("Commands:")[1].strip().splitlines()]
+    assert listed == sorted(COMMANDS) and len(listed) >= 12
+    assert run("profiles", "--help").exit_code == 0 and "import-nccl-tests" in run("profiles", "--help").output
+    assert run("no-such-command").exit_code == 2
+
+
 def test_predict_json_shape():
     r = run("predict", "--model", "llama-3.1-70b", "--tp", "8", "--profile", "h100-sxm", "--batch", "4",
             "--prompt", "1024", "--gen", "512", "--schedule", "standard", "--schedule", "ladder",
@@ -130,7 +146,7 @@ def test_profiles_and_models_list():
 
 
 def test_sweep_and_show_take_the_stack_flags(tmp_path):
-    """The stack flags are declared once (sim.cli_options) and reach sweep's points and show's ops."""
+    """The stack flags are declared once (commands.options) and reach sweep's points and show's ops."""
     flags = ("--no-compile", "--attention", "flash", "--kv", "filled")
     r = run("sweep", "--model", "tiny", "--tp", "2", "--schedule", "ladder", "--out", str(tmp_path / "s.csv"), *flags)
     assert r.exit_code == 0, r.output

@@ -236,7 +236,7 @@ def test_compiled_token_split_and_seq_parallel_match_the_reference():
     """The compiled harness (whole forward through Inductor, functional all-gather and
     reduce-scatter, micro-batch attention on its own cache rows) computes what the reference does:
     uneven micro-batches (3 = 2 + 1) and 3 decode rows padded to 4 on TP2."""
-    from tpsim.hw.commands import check_cmd
+    from tpsim.commands.bench import check_cmd
     res = CliRunner().invoke(check_cmd, ["--model", "tiny", "--tp", "2", "--batch", "3", "--prompt", "8", "--gen", "3",
                                          "--device", "cpu", "--backend", "gloo", "--compile", "--json",
                                          "--schedule", "token-split", "--schedule", "seq-parallel"])

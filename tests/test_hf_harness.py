@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 pytest.importorskip("torch")
 
-from tpsim.hw.commands import check_cmd  # noqa: E402
+from tpsim.commands.bench import check_cmd  # noqa: E402
 
 pytestmark = [pytest.mark.hw, pytest.mark.slow]
 HF = os.path.join(os.path.dirname(__file__), "fixtures", "hf")

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 pytest.importorskip("torch")
 
-from tpsim.hw.commands import bench_cmd, check_cmd  # noqa: E402
+from tpsim.commands.bench import bench_cmd, check_cmd  # noqa: E402
 from tpsim.sim.model import get_model  # noqa: E402
 from tpsim.sim.schedule import build  # noqa: E402
 from tpsim.sim.stack import Stack, Step  # noqa: E402

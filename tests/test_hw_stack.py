@@ -8,7 +8,7 @@ from click.testing import CliRunner
 pytest.importorskip("torch")
 
 from tpsim.hw.bench import stack_harness_options  # noqa: E402
-from tpsim.hw.commands import bench_cmd  # noqa: E402
+from tpsim.commands.bench import bench_cmd  # noqa: E402
 from tpsim.sim.stacks import PRESETS  # noqa: E402
 
 

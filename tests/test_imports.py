@@ -1,6 +1,8 @@
-"""How the modules import each other (issue #16): no import cycles; torch stays behind one door
-(`hw.harness`), so `import tpsim.cli`, tpsim predict, collective and models run without torch; and
-every other import inside a function says why it is there (`# lazy: <reason>`).
+"""How the modules import each other (issues #16, #28): no import cycles; the arrows point one way
+(cli -> commands -> calib -> hw -> sim); sim/ imports neither click nor rich; `import tpsim.cli`
+loads the command table only (no command module, no sweep, scipy or networkx); torch stays behind
+one door (`hw.harness`), so tpsim predict, collective and models run without torch; and every
+other import inside a function says why it is there (`# lazy: <reason>`).
 
 Pure Python: the AST of every source file, and subprocesses in which torch cannot be imported."""
 from __future__ import annotations
@@ -14,18 +16,19 @@ from pathlib import Path
 import networkx as nx
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("sim", "hw", "calib")
+PACKAGES = ("sim", "hw", "calib", "commands")
 MARKER = "# lazy:"
 # The one door: hw.harness imports torch-side modules by name. hw.rank's _worker_main is the
 # rank process's entry: it imports the worker the launcher names (a MODULE:FUNCTION string that
-# crosses the process boundary).
-IMPORT_BY_NAME = {"hw/__init__.py", "hw/rank.py"}
+# crosses the process boundary). commands.lazy imports the command a command line names (cli.py's
+# table: "module:attr").
+IMPORT_BY_NAME = {"hw/__init__.py", "hw/rank.py", "commands/lazy.py"}
 
 
 def sources() -> list[Path]:
-    """Every Python file of the project but the tests: cli.py, the packages, the bench scripts."""
+    """Every Python file of the project but the tests: cli.py, the packages, the bench and tools scripts."""
     out = [ROOT / "__init__.py", ROOT / "cli.py"]
-    for top in (*PACKAGES, "bench"):
+    for top in (*PACKAGES, "bench", "tools"):
         out += sorted((ROOT / top).rglob("*.py"))
     return out
 
@@ -92,7 +95,8 @@ def test_modules_are_imported_by_name_only_at_the_door():
 def import_graph() -> nx.DiGraph:
     """module -> every project module it imports (at its top or inside a function; the packages on
     the way, whose __init__ runs first, included). Imports under `if TYPE_CHECKING:` never run."""
-    paths = {module_name(p): p for p in sources() if not p.is_relative_to(ROOT / "bench")}
+    paths = {module_name(p): p for p in sources()
+             if not p.is_relative_to(ROOT / "bench") and not p.is_relative_to(ROOT / "tools")}
     known = set(paths)
     g = nx.DiGraph()
     for mod, path in paths.items():
@@ -124,12 +128,55 @@ def import_graph() -> nx.DiGraph:
 
 def test_no_import_cycles():
     g = import_graph()
-    assert {"tpsim.cli", "tpsim.sim.predict", "tpsim.hw.commands", "tpsim.calib.run"} <= set(g)
+    assert {"tpsim.cli", "tpsim.sim.predict", "tpsim.commands.bench", "tpsim.calib.run"} <= set(g)
     # the graph is real: edges by absolute and by relative import, and to a package's __init__
-    assert g.has_edge("tpsim.calib.run", "tpsim.hw.dist") and g.has_edge("tpsim.hw.commands", "tpsim.hw")
-    assert g.has_edge("tpsim.cli", "tpsim.sim.predict") and g.has_edge("tpsim.sim.predict", "tpsim.sim.engine")
+    assert g.has_edge("tpsim.calib.run", "tpsim.hw.dist") and g.has_edge("tpsim.commands.bench", "tpsim.hw")
+    assert g.has_edge("tpsim.cli", "tpsim.commands.lazy") and g.has_edge("tpsim.sim.predict", "tpsim.sim.engine")
+    assert g.has_edge("tpsim.commands.predict", "tpsim.sim.predict")
     cycles = list(nx.simple_cycles(g))
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c + [c[0]]) for c in cycles[:10])
+
+
+LAYERS = ("tpsim.sim", "tpsim.hw", "tpsim.calib", "tpsim.commands", "tpsim.cli")     # bottom to top
+
+
+def layer(mod: str) -> int | None:
+    return next((i for i, top in enumerate(LAYERS) if mod == top or mod.startswith(top + ".")), None)
+
+
+def test_imports_point_down_the_layers():
+    """cli -> commands -> calib -> hw -> sim: no module imports one of a layer above its own."""
+    g = import_graph()
+    up = [(a, b) for a, b in g.edges if layer(a) is not None and layer(b) is not None and layer(b) > layer(a)]
+    assert g.number_of_edges() > 100 and not up, up
+    assert layer("tpsim.commands.bench") == 3 and layer("tpsim.calib.run") == 2 and layer("tpsim.climb") is None
+
+
+def test_sim_imports_no_click_nor_rich():
+    """sim/ is the simulation only: the front door (click, rich) is in commands/."""
+    bad = []
+    for path in (ROOT / "sim").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            bad += [f"{path.relative_to(ROOT)}:{node.lineno}: {n}" for n in names if n.split(".")[0] in ("click", "rich")]
+    assert not bad, bad
+
+
+def test_import_cli_loads_only_the_command_table():
+    """`import tpsim.cli` (every start, `--help` included) imports no command module, no simulator, and
+    none of the slow libraries; `tpsim predict` loads what predict runs, not the sweep nor calibration."""
+    code = ("import sys, tpsim.cli\nprint(sorted(m for m in sys.modules if m.startswith(('tpsim.sim', 'tpsim.hw', "
+            "'tpsim.calib', 'scipy', 'networkx', 'numpy', 'simpy', 'rich')) or (m.startswith('tpsim.commands.') "
+            "and m != 'tpsim.commands.lazy')))\n"
+            "from click.testing import CliRunner\n"
+            "r = CliRunner().invoke(tpsim.cli.main, ['predict', '--model', 'tiny', '--tp', '2', '--gen', '4', "
+            "'--prompt', '16', '--json'])\nassert r.exit_code == 0, r.output\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('tpsim.sim.sweep', 'tpsim.sim.grid', 'tpsim.hw', "
+            "'tpsim.calib', 'tpsim.commands.sweep', 'tpsim.commands.bench', 'matplotlib'))))\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["[]", "[]"], r.stdout
 
 
 def test_sim_imports_nothing_above_it():

@@ -54,7 +54,7 @@ def test_local_shapes_tied_head():
 @pytest.mark.hw
 def test_cli_refuses_before_launching():
     pytest.importorskip("torch")          # without torch bench refuses earlier, for that reason
-    from tpsim.hw.commands import bench_cmd
+    from tpsim.commands.bench import bench_cmd
     res = CliRunner().invoke(bench_cmd, ["--model", "llama-3.1-405b", "--tp", "8", "--gpu-mem-gib", "80",
                                          "--device", "cpu", "--dtype", "fp16"])
     assert res.exit_code == 2, res.output

@@ -242,7 +242,7 @@ def test_best_no_retraining_picks_the_fastest_schedule_per_phase(tmp_path):
 
 def test_compare_calibrates_the_collectives_the_schedules_use():
     from tpsim.calib.compare import _collective_kinds
-    from tpsim.sim.sweep import Shape
+    from tpsim.sim.grid import Shape
     pts = [Shape("toy-512", 2, 2, 32, 16)]
     assert _collective_kinds(pts, ("standard", "token-split", "ladder")) == ("all_reduce",)
     assert _collective_kinds(pts, ("standard", "seq-parallel")) == ("all_reduce", "all_gather", "reduce_scatter")

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from tpsim import cli
 from tpsim.sim import sweep as sw
+from tpsim.sim.grid import grid
 from tpsim.sim.profile import builtin_dir
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,7 +46,7 @@ BENCH = ["--model", "tiny", "--device", "cpu"]
     (["--batch", "0"], "--batch must be in 1.."),
 ])
 def test_bench_values_refused_before_work(args, says):
-    from tpsim.hw.commands import bench_cmd
+    from tpsim.commands.bench import bench_cmd
     t = time.monotonic()
     line = one_line_exit_2(CliRunner().invoke(bench_cmd, [*BENCH, *args]))
     assert says in line
@@ -54,7 +55,7 @@ def test_bench_values_refused_before_work(args, says):
 
 @pytest.mark.hw
 def test_unwritable_bench_out_refused_before_work(tmp_path):
-    from tpsim.hw.commands import bench_cmd
+    from tpsim.commands.bench import bench_cmd
     r = CliRunner().invoke(bench_cmd, [*BENCH, "--out", str(tmp_path)])     # click's own usage error
     assert r.exit_code == 2 and "is a directory" in r.output and "Traceback" not in r.output
     ro = tmp_path / "ro"
@@ -74,11 +75,11 @@ def test_device_cuda_without_a_gpu_is_one_line():
     import torch
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    from tpsim.hw.commands import bench_cmd, check_cmd
+    from tpsim.commands.bench import bench_cmd, check_cmd
     for cmd in (bench_cmd, check_cmd):
         line = one_line_exit_2(CliRunner().invoke(cmd, ["--model", "tiny", "--device", "cuda"]))
         assert "torch sees no GPU" in line
-    from tpsim.calib.commands import calibrate_cmd
+    from tpsim.commands.calibrate import calibrate_cmd
     line = one_line_exit_2(CliRunner().invoke(calibrate_cmd, ["--backend", "nccl", "--out", "x.json"]))
     assert "torch sees no GPU" in line
 
@@ -93,7 +94,7 @@ def test_device_cuda_without_a_gpu_is_one_line():
     (["--prompt", "0"], "--prompt must be in 1.."),
 ])
 def test_calibrate_values_refused_before_work(tmp_path, args, says):
-    from tpsim.calib.commands import calibrate_cmd
+    from tpsim.commands.calibrate import calibrate_cmd
     t = time.monotonic()
     line = one_line_exit_2(CliRunner().invoke(calibrate_cmd, ["--quick", "--parts", "device", "--extends",
                                                               "h100-sxm", "--out", str(tmp_path / "p.json"), *args]))
@@ -102,7 +103,7 @@ def test_calibrate_values_refused_before_work(tmp_path, args, says):
 
 @pytest.mark.hw
 def test_calibrate_out_in_a_missing_directory_refused_before_work(tmp_path):
-    from tpsim.calib.commands import calibrate_cmd
+    from tpsim.commands.calibrate import calibrate_cmd
     line = one_line_exit_2(CliRunner().invoke(calibrate_cmd, ["--quick", "--out", str(tmp_path / "no" / "p.json")]))
     assert "cannot write beside --out" in line or "does not exist" in line
 
@@ -177,7 +178,7 @@ def test_sweep_resume_recomputes_points_of_an_edited_profile(tmp_path):
     prof = tmp_path / "p.json"
     data = json.loads((builtin_dir() / "h100-sxm.json").read_text())
     prof.write_text(json.dumps(data))
-    pts = sw.grid(["llama-3.2-1b"], [2, 4], [1], [str(prof)], 128, 8)
+    pts = grid(["llama-3.2-1b"], [2, 4], [1], [str(prof)], 128, 8)
     ck = tmp_path / "ck.jsonl"
     old = sw.sweep(pts, ("standard", "ladder"), checkpoint=ck)        # "killed" after finishing: all checkpointed
     for t in data["collectives"]["tables"]:                           # the profile is edited before the rerun
@@ -193,7 +194,7 @@ def test_sweep_resume_recomputes_points_of_an_edited_profile(tmp_path):
 
 
 def test_compare_exits_nonzero_when_nothing_could_be_compared(tmp_path):
-    from tpsim.calib.compare import compare_cmd
+    from tpsim.commands.compare import compare_cmd
     r = CliRunner().invoke(compare_cmd, ["--measured", str(tmp_path / "nope.json"), "--profile", "h100-sxm",
                                          "--out-dir", str(tmp_path / "out")])
     assert r.exit_code != 0 and "nothing could be compared" in r.output, r.output

@@ -1,5 +1,5 @@
 """Harness and CLI edges of issue #29 item 9: each bad value is one line and exit 2 before any
-work, from the one bounds table (sim/bounds.py, through sim.cli_options.OPTION_BOUNDS); and the launcher's heartbeat reading
+work, from the one bounds table (sim/bounds.py, through commands.bounds.OPTION_BOUNDS); and the launcher's heartbeat reading
 (hw.dist) on real beat files (docs/reliability.md)."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from tpsim import cli
 from tpsim.sim.bounds import BOUNDS
-from tpsim.sim.cli_options import OPTION_BOUNDS, check_bounds, check_sizes
+from tpsim.commands.bounds import OPTION_BOUNDS, check_bounds, check_sizes
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -27,7 +27,7 @@ def one_line_exit_2(r) -> str:
 
 def test_one_bounds_table_for_every_command():
     """check_sizes (predict, trace, sweep) and the harness's checks read the same table."""
-    from tpsim.hw import commands
+    from tpsim.commands import bench as commands
     assert not hasattr(commands, "MAX_PROMPT")                 # the second copy of the bounds is gone
     for option, name in OPTION_BOUNDS.items():
         lo, hi = BOUNDS[name].lo, BOUNDS[name].hi

@@ -155,7 +155,7 @@ def test_a_hung_rank_is_named_not_the_rank_whose_wait_expired(tmp_path):
 
 
 def test_default_timeout_is_proportionate_to_the_work():
-    from tpsim.hw.commands import _config, bench_cmd
+    from tpsim.commands.bench import _config, bench_cmd
 
     def timeout(*args):
         kw = dict(bench_cmd.make_context("bench", ["--device", "cpu", *args]).params)

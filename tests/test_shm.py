@@ -11,9 +11,10 @@ from tpsim.sim.profile import load_profile
 from tpsim.sim.topology import build_graph, ring_busbw_gbps
 from tpsim.sim.topology_price import TopologyModel
 
-DATA = Path(__file__).resolve().parent.parent / "sim" / "profiles" / "_data"
-sys.path.insert(0, str(DATA.parent))
-from _derive_shm import nvbandwidth_row, shm_flow_gbps  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "sim" / "profiles" / "_data"
+sys.path.insert(0, str(ROOT / "tools" / "derive_profiles"))      # the derivation's parts, beside its script
+from shm import nvbandwidth_row, shm_flow_gbps  # noqa: E402
 
 
 def test_nvbandwidth_row_reads_the_per_gpu_row():

@@ -5,24 +5,25 @@ from click.testing import CliRunner
 
 from tpsim.cli import main
 from tpsim.sim import sweep as sw
+from tpsim.sim.grid import grid
 
 
 def test_failed_point_does_not_stop_the_grid():
-    pts = sw.grid(["llama-2-13b"], [8, 16], [1], ["h100-sxm"], 128, 8)
+    pts = grid(["llama-2-13b"], [8, 16], [1], ["h100-sxm"], 128, 8)
     rows = sw.sweep(pts, ("standard", "ladder"))
     assert [r["schedule"] for r in rows] == ["standard", "ladder", ""]
     assert "does not divide the 40 attention heads" in rows[2]["error"]
 
 
 def test_parallel_equals_serial():
-    pts = sw.grid(["llama-3.2-1b", "llama-3.1-8b"], [2, 4], [1, 4], ["h100-sxm"], 128, 8)
+    pts = grid(["llama-3.2-1b", "llama-3.1-8b"], [2, 4], [1, 4], ["h100-sxm"], 128, 8)
     a = sw.sweep(pts, ("standard", "ladder", "spd:0.5"), jobs=1)
     b = sw.sweep(pts, ("standard", "ladder", "spd:0.5"), jobs=2)
     assert a == b
 
 
 def test_resume_skips_finished_points(tmp_path):
-    pts = sw.grid(["llama-3.2-1b"], [2, 4, 8], [1], ["h100-sxm"], 128, 8)
+    pts = grid(["llama-3.2-1b"], [2, 4, 8], [1], ["h100-sxm"], 128, 8)
     ck = tmp_path / "ck.jsonl"
     # a checkpoint holding point 0 with a sentinel value, then a torn line (killed mid-write)
     key0 = sw.point_key(pts[0], ("standard",), sw.Stack(), sw.input_digest("h100-sxm"))
@@ -40,7 +41,7 @@ def test_resume_skips_finished_points(tmp_path):
 
 
 def test_link_scaling():
-    pts = sw.grid(["llama-3.1-70b"], [8], [1], ["h100-sxm"], 128, 8, bw_scales=[0.1, 1.0], lat_scales=[1.0, 4.0])
+    pts = grid(["llama-3.1-70b"], [8], [1], ["h100-sxm"], 128, 8, bw_scales=[0.1, 1.0], lat_scales=[1.0, 4.0])
     rows = {(r["bw_scale"], r["lat_scale"], r["schedule"]): r for r in sw.sweep(pts, ("standard", "ladder"))}
     std = lambda bw, lat: rows[(bw, lat, "standard")]["decode_s"]  # noqa: E731
     assert std(0.1, 1.0) > std(1.0, 1.0) and std(1.0, 4.0) > std(1.0, 1.0)

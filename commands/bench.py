@@ -1,6 +1,7 @@
-"""`tpsim bench` and `tpsim check`: click commands the top-level cli registers.
+"""`tpsim bench` and `tpsim check`: their click commands, the options they share, and the
+launcher/rank-mode switch (`_run`) that spd-plan reuses.
 
-This module imports no torch (`import cli` works without the [hw] extra): the command bodies
+This module imports no torch (it runs without the [hw] extra until the body needs it): the command bodies
 reach the torch side (torch, hw.dist, hw.bench, hw.check) through `hw.harness` only.
 Each command runs in one of two modes:
   * launcher (default): starts --nproc local rank processes itself (hw.dist.launch), watches
@@ -22,8 +23,6 @@ from dataclasses import replace
 
 import click
 
-from tpsim.sim.cli_options import HARNESS_STACK, check_bounds, preset_option, stack_options
-from tpsim.sim.cli_options import TpsimError as UsageFail
 from tpsim.sim.lock import check_writable
 from tpsim.sim.measured_trace import bench_trace
 from tpsim.sim.model import get_model
@@ -33,6 +32,10 @@ from tpsim.sim.trace import write_json_atomic
 
 from tpsim.hw import harness, require_torch
 from tpsim.hw.run_config import RunConfig, check_timeout, default_timeout_s
+
+from tpsim.commands.bounds import check_bounds
+from tpsim.commands.errors import UserError, user_errors
+from tpsim.commands.options import HARNESS_STACK, preset_option, stack_options
 
 
 def check_cuda(n: int = 1, command: str = "bench") -> None:
@@ -45,7 +48,7 @@ def check_cuda(n: int = 1, command: str = "bench") -> None:
         raise ValueError(f"{n} ranks need {n} GPUs; torch sees {torch.cuda.device_count()}")
 
 
-# bench/check keyword -> its option (checked against sim/bounds.py through sim.cli_options.OPTION_BOUNDS)
+# bench/check keyword -> its option (checked against sim/bounds.py through commands.bounds.OPTION_BOUNDS)
 _OPTION = {"tp": "--tp", "batch": "--batch", "prompt_len": "--prompt", "gen_len": "--gen", "layers": "--layers",
            "emulate_tp": "--emulate-tp", "repeats": "--repeats", "warmup": "--warmup", "seed": "--seed"}
 
@@ -115,16 +118,13 @@ def _common(f):
 
 
 def _config(kind: str, **kw):
-    """Options -> validated RunConfig (UsageFail on user mistakes)."""
+    """Options -> validated RunConfig (ValueError on user mistakes: exit 2 through user_errors)."""
     device = kw.pop("device")
     if device == "auto":
         device = "cuda" if _cuda_available(kind) else "cpu"
-    try:
-        _check_ranges(kw)
-        if device == "cuda":
-            check_cuda(1 if _under_torchrun() else kw["tp"], kind)
-    except ValueError as e:
-        raise UsageFail(str(e)) from None
+    _check_ranges(kw)
+    if device == "cuda":
+        check_cuda(1 if _under_torchrun() else kw["tp"], kind)
     backend = kw.pop("backend") or ("nccl" if device == "cuda" else "gloo")
     dtype = kw.pop("dtype") or ("fp16" if device == "cuda" else "fp32")
     kw.update({k: v for k, v in HARNESS_STACK.items() if kw.get(k) is None})
@@ -136,26 +136,20 @@ def _config(kind: str, **kw):
     if kw.get("decode_graphs", False) is None:
         kw["decode_graphs"] = device == "cuda" and kw["kv"] == "static"
     as_json = kw.pop("as_json")
-    try:
-        kw["model"], kw["checkpoint"] = _model_and_checkpoint(kind, kw.get("model"), kw.get("checkpoint"))
-    except ValueError as e:
-        raise UsageFail(str(e)) from None
+    kw["model"], kw["checkpoint"] = _model_and_checkpoint(kind, kw.get("model"), kw.get("checkpoint"))
     if kind == "check" and kw.get("emulate_tp"):
-        raise UsageFail("--emulate-tp is for bench: a lone rank's output is a partial sum, so there is "
+        raise UserError("--emulate-tp is for bench: a lone rank's output is a partial sum, so there is "
                         "nothing to check against the reference")
-    try:
-        if kw.get("timeout_s") is None:       # proportionate to the work: a hang is reported in ~30 s on tiny
-            m = get_model(kw["model"])
-            m = m.truncated(kw["layers"]) if kw.get("layers") else m
-            # prefill: 2 flops per parameter per token + the attention scores (4 * layers * b * p^2 * hidden)
-            flops = (2.0 * m.param_count() * kw["batch"] * kw["prompt_len"]
-                     + 4.0 * m.layers * kw["batch"] * kw["prompt_len"] ** 2 * m.hidden) / (kw.get("emulate_tp") or kw["tp"])
-            kw["timeout_s"] = round(default_timeout_s(flops, device), 1)
-        cfg = RunConfig(device=device, backend=backend, dtype=dtype, schedules=tuple(schedules),
-                        json=as_json, **kw)
-        cfg.validate()
-    except ValueError as e:
-        raise UsageFail(str(e)) from None
+    if kw.get("timeout_s") is None:       # proportionate to the work: a hang is reported in ~30 s on tiny
+        m = get_model(kw["model"])
+        m = m.truncated(kw["layers"]) if kw.get("layers") else m
+        # prefill: 2 flops per parameter per token + the attention scores (4 * layers * b * p^2 * hidden)
+        flops = (2.0 * m.param_count() * kw["batch"] * kw["prompt_len"]
+                 + 4.0 * m.layers * kw["batch"] * kw["prompt_len"] ** 2 * m.hidden) / (kw.get("emulate_tp") or kw["tp"])
+        kw["timeout_s"] = round(default_timeout_s(flops, device), 1)
+    cfg = RunConfig(device=device, backend=backend, dtype=dtype, schedules=tuple(schedules),
+                    json=as_json, **kw)
+    cfg.validate()
     return cfg
 
 
@@ -208,10 +202,7 @@ def _run(target: str, cfg, deadline_s: float | None, command: str, extra: dict |
 def _memory_gate(cfg, command: str) -> None:
     """Refuse before starting processes when the run cannot fit (hw.run_config.memory_gate, one line;
     check's ranks also hold its whole-model reference)."""
-    try:
-        harness("tpsim.hw.run_config", command).memory_gate(cfg, reference=command == "check")
-    except ValueError as e:
-        raise UsageFail(str(e)) from None
+    harness("tpsim.hw.run_config", command).memory_gate(cfg, reference=command == "check")
 
 
 @click.command("bench")
@@ -229,22 +220,17 @@ def _memory_gate(cfg, command: str) -> None:
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,
               help="also write a Chrome/Perfetto trace of one measured prefill and decode step per schedule "
                    "(a track per rank and stream; open in ui.perfetto.dev)")
+@user_errors
 def bench_cmd(deadline_s, compile_, trace_path=None, stack_name=None, **kw):
     """Measure tokens/s of each schedule (interleaved repeats; standard always included).
 
     --stack maps a preset onto what this harness can run (hw.bench.stack_harness_options); an explicit
     flag wins, and what PyTorch cannot run is listed in the result's stack.notes."""
     require_torch("bench")
-    try:
-        check_out_path(trace_path, "--trace")
-    except ValueError as e:
-        raise UsageFail(str(e)) from None
+    check_out_path(trace_path, "--trace")
     notes = []
     if stack_name:
-        try:
-            preset = load_stack(stack_name)
-        except ValueError as e:
-            raise UsageFail(str(e)) from None
+        preset = load_stack(stack_name)
         device = kw["device"] if kw["device"] != "auto" else ("cuda" if _cuda_available("bench") else "cpu")
         opts, notes = harness("tpsim.hw.bench", "bench").stack_harness_options(preset.values, device)
         preset_compile = opts.pop("compile")
@@ -273,6 +259,7 @@ def bench_cmd(deadline_s, compile_, trace_path=None, stack_name=None, **kw):
 @_common
 @click.option("--compile/--no-compile", "compile_", default=False, show_default=True,
               help="check the whole compiled passes (as `bench --compile`) instead of the eager runner")
+@user_errors
 def check_cmd(deadline_s, compile_, **kw):
     """Numerics: each schedule's TP output vs its single-process reference (nonzero exit on failure)."""
     require_torch("check")

@@ -1,22 +1,17 @@
 """Compute constants of the built-in profiles: GEMM efficiency curves and exact-shape GEMM tables from
-the aiconfigurator database, launch costs. Imported by _derive_builtin.py (run that)."""
+the aiconfigurator database, launch costs. Imported by derive_builtin.py (run that)."""
 from __future__ import annotations
 
 import json
 import math
 import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))      # the checkout root
-import _checkout  # noqa: E402  (this checkout as the package tpsim, whatever is installed)
-_checkout.load()
+from common import AIC, DATA, sv
 
-from _derive_common import AIC, DATA, sv  # noqa: E402
-
-from tpsim.sim.model import MODELS, valid_tp  # noqa: E402
+from tpsim.sim.model import MODELS, valid_tp
 
 # ---------------------------------------------------------------- compute
 

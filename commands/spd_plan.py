@@ -1,7 +1,7 @@
 """`tpsim spd-plan`: choose SPD blocks as the SPD paper does, on a checkpoint and a text, and price
-the choice with the simulator (docs/spd-plan.md). The click command cli.py registers.
+the choice with the simulator (docs/spd-plan.md): the click command.
 
-Like hw/commands.py (whose launcher and rank-mode switch it reuses, `_run`), it imports no torch:
+Like commands/bench.py (whose launcher and rank-mode switch it reuses, `_run`), it imports no torch:
 the ranks run hw/spd_plan.py:worker, started with --nproc local processes (hw.dist.launch), or
 this very command under torchrun (`torchrun --nproc-per-node 8 --no-python tpsim spd-plan ...`:
 then each process is one rank). Everything the user can get wrong is checked here before any rank
@@ -24,18 +24,20 @@ from pathlib import Path
 
 import click
 
-from tpsim.sim.cli_options import HARNESS_STACK, check_sizes
-from tpsim.sim.cli_options import TpsimError as UsageFail
-from tpsim.sim.lock import OutputBusy, check_writable, output_lock
+from tpsim.sim.lock import check_writable, output_lock
 from tpsim.sim.model import get_model
 from tpsim.sim.stack import DTYPE_BYTES
 
 from tpsim.hw import require_torch
-from tpsim.hw.commands import _cuda_available, _memory_gate, _model_and_checkpoint, _run, _under_torchrun, check_cuda
 from tpsim.hw.run_config import RunConfig, check_timeout, default_timeout_s
 from tpsim.hw.spd_select import (Budget, format_plan, make_progress, parse_budget, partial_path, price, read_partial,
                                  show_progress)
 from tpsim.hw.spd_text import load_tokens, plan_digest
+
+from tpsim.commands.bench import _cuda_available, _memory_gate, _model_and_checkpoint, _run, _under_torchrun, check_cuda
+from tpsim.commands.bounds import check_sizes
+from tpsim.commands.errors import user_errors
+from tpsim.commands.options import HARNESS_STACK
 
 TARGET = "tpsim.hw.spd_plan:worker"
 
@@ -74,6 +76,7 @@ TARGET = "tpsim.hw.spd_plan:worker"
               help="a collective that waits longer ends the run [default: 30 s + 20x a pessimistic pass estimate]")
 @click.option("--deadline-s", type=float, default=None, help="bound on the whole run (launcher kills all)")
 @click.option("--fault", default=None, hidden=True, help="test hook RANK:passN:exit|hang")
+@user_errors
 def spd_plan_cmd(checkpoint, text_path, tp, backend, device, dtype, layers, max_ppl_increase, blocks, seq_len,
                  windows, profile, batch, prompt_len, gen_len, as_json, out, plot_path, timeout_s, deadline_s, fault):
     """Choose SPD blocks by measured sensitivity (the SPD paper's method) and price them.
@@ -83,23 +86,15 @@ def spd_plan_cmd(checkpoint, text_path, tp, backend, device, dtype, layers, max_
     (measuring each set), prints the per-block table and spd:LIST, and predicts its speedup on
     --profile. Sensitivities only mean something on trained weights."""
     require_torch("spd-plan")
-    try:
-        cfg, opts = _prepare(checkpoint, text_path, tp, backend, device, dtype, layers, max_ppl_increase, blocks,
-                             seq_len, windows, profile, batch, prompt_len, gen_len, as_json, out, plot_path,
-                             timeout_s, deadline_s, fault)
-    except OutputBusy as e:
-        raise UsageFail(str(e)) from None
-    except ValueError as e:
-        raise UsageFail(" ".join(str(e).split())) from None
+    cfg, opts = _prepare(checkpoint, text_path, tp, backend, device, dtype, layers, max_ppl_increase, blocks,
+                         seq_len, windows, profile, batch, prompt_len, gen_len, as_json, out, plot_path,
+                         timeout_s, deadline_s, fault)
     _memory_gate(cfg, "spd-plan")
     if _under_torchrun():
         _run(TARGET, cfg, deadline_s, "spd-plan", {"spd_plan": opts | {"bar": True}})
         return
-    try:
-        with output_lock(out, "spd-plan") if out else contextlib.nullcontext():
-            result = _launch(cfg, opts, deadline_s)
-    except OutputBusy as e:
-        raise UsageFail(str(e)) from None
+    with output_lock(out, "spd-plan") if out else contextlib.nullcontext():      # OutputBusy: exit 2
+        result = _launch(cfg, opts, deadline_s)
     Path(opts["partial"]).unlink(missing_ok=True)        # the result is written: nothing left to resume
     click.echo(json.dumps(result, indent=1) if as_json else format_plan(result))
     for what, path in (("result", out), ("plot", plot_path)):

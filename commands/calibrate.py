@@ -1,10 +1,9 @@
-"""`tpsim calibrate`: measure this machine into a profile JSON (the top-level cli registers
-`calibrate_cmd`). Under torchrun: `torchrun ... --no-python tpsim calibrate ...` (or `-m tpsim calibrate`;
+"""`tpsim calibrate`: measure this machine into a profile JSON (the click command; the work is
+calib.run). Under torchrun: `torchrun ... --no-python tpsim calibrate ...` (or `-m tpsim calibrate`;
 from a source checkout that is not installed, `cli.py calibrate`).
 
 Launcher mode (default) starts --nproc local ranks; under torchrun (RANK/WORLD_SIZE set) this
-process is one rank and rank 0 writes the profile. This module imports no torch (cli registers
-the command at start): the body reaches the torch side (calib.run, hw.dist) through `hw.harness`.
+process is one rank and rank 0 writes the profile. This module imports no torch: the body reaches the torch side (calib.run, hw.dist) through `hw.harness`.
 """
 from __future__ import annotations
 
@@ -14,16 +13,17 @@ import re
 
 import click
 
-from tpsim.sim.cli_options import TpsimError as UsageFail
-from tpsim.sim.cli_options import check_bounds
 from tpsim.sim.model import get_model
 from tpsim.sim.stack import ATTENTION_IMPLS, DECODE_KV, DTYPE_BYTES, HEADS, PREFILL_LOGITS
 
 from tpsim.hw import harness, require_torch
-from tpsim.hw.commands import check_cuda, check_out_path
 from tpsim.hw.run_config import check_timeout, default_timeout_s
 
 from tpsim.calib.plan import CalibConfig, CalibrationStopped
+
+from tpsim.commands.bench import check_cuda, check_out_path
+from tpsim.commands.bounds import check_bounds
+from tpsim.commands.errors import user_errors
 
 
 _TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")      # a collective table's impl tag (--collective picks it)
@@ -61,17 +61,15 @@ _TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")      # a collective table'
               help="a collective (or rank start-up) that waits longer ends the run [default: 120 s, or more "
                    "for big shapes: 30 s + 20x a pessimistic estimate of the longest prefill pass]")
 @click.option("--stop-after", type=int, default=None, hidden=True, help="test hook: stop after N groups")
+@user_errors
 def calibrate_cmd(backend, nproc, models, tps, batches, prompts, gens, quick, out, extends, **kw):
     """Measure collectives, the exact compute ops of the schedules and their overlap on this
     machine; write a profile (raw points kept beside the fits). Rerun the same command to resume
     an interrupted calibration (state in OUT.state.json)."""
     require_torch("calibrate")
-    try:
-        _check_values(backend, nproc, tps, batches, prompts, gens, kw.get("timeout_s"), kw.get("stop_after"),
-                      seed=kw.get("seed"), impl=kw.get("impl"))
-        check_out_path(out, "--out")
-    except ValueError as e:
-        raise UsageFail(str(e)) from None
+    _check_values(backend, nproc, tps, batches, prompts, gens, kw.get("timeout_s"), kw.get("stop_after"),
+                  seed=kw.get("seed"), impl=kw.get("impl"))
+    check_out_path(out, "--out")
     calib_run, dist = harness("tpsim.calib.run", "calibrate"), harness("tpsim.hw.dist", "calibrate")
     if kw.get("timeout_s") is None:
         kw["timeout_s"] = _default_timeout_s(backend, models, batches or (1,), prompts or (1024,))
@@ -94,10 +92,8 @@ def calibrate_cmd(backend, nproc, models, tps, batches, prompts, gens, quick, ou
             path = calib_run.run_here(cfg)
         else:
             path = _with_progress(lambda cb: calib_run.calibrate(backend, nproc, progress=cb, **common, **opts))
-    except (CalibrationStopped, dist.WorkerFailed) as e:
+    except (CalibrationStopped, dist.WorkerFailed) as e:      # not the user's mistake: exit 1
         raise click.ClickException(str(e)) from None
-    except ValueError as e:
-        raise UsageFail(str(e)) from None
     if path is not None:
         _summary(str(path))
 
@@ -134,7 +130,7 @@ def _default_timeout_s(backend, models, batches, prompts) -> float:
 def _with_progress(run):
     """Run with a progress bar that appears at the first finished-group report, so an option refused
     before any work is one line with no bar drawn above it."""
-    # lazy: rich takes ~30 ms to import and cli imports this module at every start; only calibrating draws a bar
+    # lazy: rich takes ~30 ms to import; an option refused before any work draws no bar and pays nothing
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     box: list = []
 

@@ -5,8 +5,9 @@ sim/profiles/*.json can be regenerated and checked. Needs pandas + pyarrow and t
 aiconfigurator-core 0.12.0 wheel (the measured tables ship inside it):
     pip download aiconfigurator-core==0.12.0 --no-deps -d /tmp/aic
     unzip -q /tmp/aic/aiconfigurator_core-0.12.0-*.whl -d /tmp/aic/core
-    python sim/profiles/_derive_builtin.py /tmp/aic/core/aiconfigurator_core/systems/data sim/profiles
-Runs from anywhere: it imports this checkout as tpsim (tpsim.sim.profile / tpsim.sim.topology derive the latency offset).
+    python tools/derive_profiles/derive_builtin.py /tmp/aic/core/aiconfigurator_core/systems/data sim/profiles
+Runs from anywhere: it imports this checkout as tpsim (tpsim.sim.profile / tpsim.sim.topology derive the latency
+offset), as the bench scripts do; its parts (common, compute, collectives, shm) sit beside it. Not in the wheel.
 """
 from __future__ import annotations
 
@@ -21,12 +22,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))      # the checkout
 import _checkout  # noqa: E402  (this checkout as the package tpsim, whatever is installed)
 _checkout.load()
 
-from _derive_common import AIC, DATA, OUT, sv  # noqa: E402
-from _derive_compute import eager_launch, gemm_curves, gemm_table  # noqa: E402
-from _derive_collectives import (GRAPH_NET_HOST, JITTER, OVERLAP, P2P_OFF_CHANNELS, custom_allreduce_section,  # noqa: E402
-                                 custom_tables, graph_extra, graph_nccl_node, overlap_gpu,
-                                 latency_offset, nccl_latency, nccl_tables, shm_constants, write)
-from _derive_shm import NCCL_CPU_NODES_DGX_A100, nccl_cpu_link  # noqa: E402
+from common import AIC, DATA, OUT, sv  # noqa: E402
+from compute import eager_launch, gemm_curves, gemm_table  # noqa: E402
+from collectives import (GRAPH_NET_HOST, JITTER, OVERLAP, P2P_OFF_CHANNELS, custom_allreduce_section,  # noqa: E402
+                         custom_tables, graph_extra, graph_nccl_node, overlap_gpu,
+                         latency_offset, nccl_latency, nccl_tables, shm_constants, write)
+from shm import NCCL_CPU_NODES_DGX_A100, nccl_cpu_link  # noqa: E402
 
 # ---------------------------------------------------------------- boxes
 

@@ -1,28 +1,23 @@
 """Collective constants of the built-in profiles: NCCL and custom all-reduce tables from the
 aiconfigurator database, NCCL latencies, the SHM (P2P off) step, in-graph extra, latency offset, overlap
-and jitter sections. Imported by _derive_builtin.py (run that)."""
+and jitter sections. Imported by derive_builtin.py (run that)."""
 from __future__ import annotations
 
 import json
 import re
 import statistics
 import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))      # the checkout root
-import _checkout  # noqa: E402  (this checkout as the package tpsim, whatever is installed)
-_checkout.load()
-from tpsim.sim.profile import parse  # noqa: E402
-from tpsim.sim.topology_price import TopologyModel  # noqa: E402
-from tpsim.sim import custom_allreduce as car  # noqa: E402
-from tpsim.sim.custom_allreduce_fit import fit_group  # noqa: E402
-from tpsim.sim.impls import ENGINE_COLLECTIVES  # noqa: E402
-
-from _derive_common import AIC, DATA, OUT, sv  # noqa: E402
-from _derive_shm import shm_flow_gbps  # noqa: E402
+from tpsim.sim.profile import parse
+from tpsim.sim.topology_price import TopologyModel
+from tpsim.sim import custom_allreduce as car
+from tpsim.sim.custom_allreduce_fit import fit_group
+from tpsim.sim.impls import ENGINE_COLLECTIVES
+from common import AIC, DATA, INPUTS, OUT, sv
+from shm import shm_flow_gbps
 
 # ---------------------------------------------------------------- collectives
 
@@ -78,10 +73,10 @@ def nccl_latency():
     }
 
 
-P2P_MATRIX = Path(__file__).with_name("_data") / "p2pBandwidthLatencyTest-8xH100.txt"
-NVBW_H800 = Path(__file__).with_name("_data") / "nvbandwidth-8xH800-host.txt"
-NVBW_A100 = Path(__file__).with_name("_data") / "nvbandwidth-A100-host-bidirectional.txt"
-MIXING_ABLATION = Path(__file__).with_name("_data") / "nccl-graph-mixing-ablation-jacobi.csv"
+P2P_MATRIX = INPUTS / "p2pBandwidthLatencyTest-8xH100.txt"
+NVBW_H800 = INPUTS / "nvbandwidth-8xH800-host.txt"
+NVBW_A100 = INPUTS / "nvbandwidth-A100-host-bidirectional.txt"
+MIXING_ABLATION = INPUTS / "nccl-graph-mixing-ablation-jacobi.csv"
 
 
 def _matrix(text: str, title: str) -> list[float]:

@@ -1,15 +1,18 @@
 """What every part of the built-in profiles' derivation shares: the database path (argv[1]), the
-output folder (argv[2]), the database's name, and the {value, source} leaf. See _derive_builtin.py."""
+output folder (argv[2]), the measured inputs shipped with the profiles (sim/profiles/_data), the
+database's name, and the {value, source} leaf. See derive_builtin.py (run that)."""
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
 AIC = "aiconfigurator 0.12.0 (PyPI aiconfigurator-core 0.12.0, NVIDIA)"
-# From _derive_builtin.py's command line; None when a test imports a pure function (e.g. _derive_shm).
+# From derive_builtin.py's command line; None when a test imports a pure function (e.g. shm).
 _ARGS = sys.argv[1:3] if len(sys.argv) > 2 else [None, None]
 DATA = Path(_ARGS[0]) if _ARGS[0] else None
 OUT = Path(_ARGS[1]) if _ARGS[1] else None
+# the public measurements the derivation reads beside the database (their URLs inside each file)
+INPUTS = Path(__file__).resolve().parents[2] / "sim" / "profiles" / "_data"
 
 
 def sv(value, source):

@@ -8,19 +8,17 @@ import statistics
 
 import click
 
-from tpsim.sim.cli_options import rich_console, rich_table
 from tpsim.sim.collective_table import COLLECTIVES, MODES, Row, collective_rows, parse_size, to_json
 from tpsim.sim.collective_timing import HostCosts, Timing, loop_time
 from tpsim.sim.impls import ENGINE_COLLECTIVES
-from tpsim.sim.profile import ProfileError, load_profile
+from tpsim.sim.profile import load_profile
 from tpsim.sim.topology import nccl_nodes
 from tpsim.sim.topology_price import TopologyModel
 
-from .imports import read_nccl_tests
+from tpsim.calib.imports import read_nccl_tests
 
-
-class _UserError(click.ClickException):
-    exit_code = 2
+from tpsim.commands.console import rich_console, rich_table
+from tpsim.commands.errors import user_errors
 
 
 @click.command("collective")
@@ -43,12 +41,10 @@ class _UserError(click.ClickException):
 @click.option("--hidden", type=int, default=None,
               help="Hidden size of the [tokens, hidden] tensor (TensorRT-LLM AUTO picks its kernel by shape); "
                    "default 4096, as aiconfigurator's collector shapes each message.")
+@user_errors
 def collective_cmd(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, compare_path, impl, hidden):
     """Price one collective per message size, with the path each number came from."""
-    try:
-        _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, compare_path, impl, hidden)
-    except (ValueError, ProfileError) as e:
-        raise _UserError(str(e)) from None
+    _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, compare_path, impl, hidden)
 
 
 def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, compare_path, impl="auto",

@@ -1,39 +1,19 @@
-"""The command line's front door, shared by every command (cli.py, hw/commands.py,
-calib/commands.py): the one user-error exception and its decorator (exit 2, one line), the
-workload and serving-stack flags declared once, and the one place a `Stack` is built from them."""
+"""The flags shared by the commands, declared once (workload, compile, serving stack, --stack
+preset), and the one place a `Workload` and its `Stack` are built from them (make_workload)."""
 from __future__ import annotations
 
-import functools
 from dataclasses import asdict
 
 import click
 
 from tpsim.sim.impls import ENGINE_COLLECTIVES
-from tpsim.sim.bounds import BOUNDS
 from tpsim.sim.model import MODELS, get_model
 from tpsim.sim.predict import Workload
 from tpsim.sim.profile import load_profile
 from tpsim.sim.stack import ATTENTION_IMPLS, DECODE_KV, DTYPE_BYTES, HEADS, PREFILL_LOGITS, Stack, make_stack
 from tpsim.sim.stacks import PRESETS, load_stack
 
-
-class TpsimError(click.ClickException):
-    """A user mistake: one line on stderr, exit code 2, no traceback."""
-
-    exit_code = 2
-
-
-def user_errors(fn):
-    """Turn ValueError (bad model, TP, schedule, profile...) into a one-line error, exit 2."""
-    @functools.wraps(fn)
-    def wrapper(*a, **kw):
-        try:
-            return fn(*a, **kw)
-        except ValueError as e:          # sim.errors.UserError, ProfileError, CompareError, ...
-            raise TpsimError(str(e)) from None
-        except OSError as e:                  # an output path that cannot be written, a missing file
-            raise TpsimError(f"cannot use {e.filename}: {e.strerror}") from None
-    return wrapper
+from tpsim.commands.bounds import check_sizes
 
 
 def workload_options(fn):
@@ -132,65 +112,6 @@ HARNESS_STACK = {"head": "replicated", "attention": "math", "kv": "static", "pre
                  "expand_gqa": True}
 
 
-# rich is imported by these three, at first use: ~30 ms that `--help`, `--json` and the commands
-# that print no table (trace, sweep) do not pay at every start.
-
-def rich_console(**kw):
-    """A rich Console (kw: width, stderr, ...)."""
-    from rich.console import Console      # lazy: rich takes ~30 ms to import; only printing needs it
-    return Console(**kw)
-
-
-def rich_table(**kw):
-    """A rich Table (kw: title, title_justify, ...)."""
-    from rich.table import Table          # lazy: rich (see rich_console)
-    return Table(**kw)
-
-
-def rich_escape(text: str) -> str:
-    """`text` with its [brackets] escaped, printed as is by rich."""
-    from rich.markup import escape        # lazy: rich (see rich_console)
-    return escape(text)
-
-
-def _stderr_console():
-    return rich_console(stderr=True)
-
-
-MAX_TOKENS = BOUNDS["tokens"].hi       # --prompt and --gen (documented in docs/reliability.md)
-
-# command-line option -> its entry in the one bounds table (sim/bounds.py). Every command checks its
-# counts through it before any work (simulator, harness, calibration, compare, sweep alike).
-OPTION_BOUNDS: dict[str, str] = {
-    "--tp": "tp", "--nproc": "tp", "--emulate-tp": "tp", "--comm-group": "tp", "--gpus-per-node": "gpus_per_node",
-    "--jobs": "jobs", "--batch": "batch", "--layers": "layers", "--prompt": "tokens", "--gen": "tokens",
-    "--repeats": "repeats", "--warmup": "warmup", "--seed": "seed",
-}
-
-
-def check_bound(option: str, value) -> None:
-    """`value` of `option` (a key of OPTION_BOUNDS) is an integer within its bound; None: not given."""
-    if value is None:
-        return
-    lo, hi = BOUNDS[OPTION_BOUNDS[option]].lo, BOUNDS[OPTION_BOUNDS[option]].hi
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise ValueError(f"{option} must be in {lo}..{hi}, got {value}")
-
-
-def check_bounds(values: dict) -> None:
-    """Every option -> value (or repeated values: a list or tuple) of `values` within its bound."""
-    for option, v in values.items():
-        for x in (v if isinstance(v, (list, tuple)) else (v,)):
-            check_bound(option, x)
-
-
-def check_sizes(tp=None, batch=None, prompt_len=None, gen_len=None, gpus_per_node=None, comm_group=None) -> None:
-    """Workload sizes within the bounds table (sim/bounds.py), before any work (memory and time grow
-    with them)."""
-    check_bounds({"--tp": tp, "--batch": batch, "--prompt": prompt_len, "--gen": gen_len,
-                  "--gpus-per-node": gpus_per_node, "--comm-group": comm_group})
-
-
 def make_workload(model, tp, profile, batch, prompt_len, gen_len, gpus_per_node, dtype, head, attention, kv,
                   prefill_logits, expand_gqa, decode_graphs, prefill_graphs, collective, memory_check=True,
                   comm_group=None, compile_=None, compile_prefill=None, compile_decode=None, stack_name=None):
@@ -229,3 +150,9 @@ def stack_dict(stack: Stack, stack_name: str | None = None) -> dict:
                                else getattr(stack, k) == p.values.get(k))}
         out["preset_info"] = info
     return out
+
+
+def stack_given(compile_, compile_prefill, compile_decode, decode_graphs, prefill_graphs, **flags) -> dict:
+    """The stack flags (compile_options + stack_options) as make_stack's `given`; None = not given."""
+    return dict(flags, compile=compile_, compile_prefill=compile_prefill, compile_decode=compile_decode,
+                decode_graphs=decode_graphs, prefill_graphs=prefill_graphs)

@@ -1,11 +1,11 @@
 """The per-GPU rate of NCCL's SHM transport (P2P off) from public nvbandwidth runs. Kept apart
-from _derive_collectives.py (which needs pandas for the database) so the tests can check it with
+from collectives.py (which needs pandas for the database) so the tests can check it with
 the project's own dependencies."""
 from __future__ import annotations
 
 import statistics
 
-from _derive_common import sv
+from common import sv
 
 
 def nvbandwidth_row(text: str, test: str) -> list[float]:

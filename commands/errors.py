@@ -1,0 +1,37 @@
+"""The one way a user's mistake leaves tpsim: one line on stderr, exit code 2, no traceback.
+
+Every layer raises the one user-error type, `UserError` (sim/errors.py: a ValueError, so sim/ needs
+no click), or a ValueError of its own (ProfileError, CompareError, OutputBusy are UserErrors or
+ValueErrors). Every command is wrapped in `user_errors`, the one place that turns them (and an
+OSError on a path the user gave) into click's one-line `Error: ...`, exit 2. Failures that are not
+the user's (a rank that died: hw.dist.WorkerFailed; a stopped calibration) stay click errors with
+exit 1, raised by the commands themselves."""
+from __future__ import annotations
+
+import functools
+
+import click
+
+from tpsim.sim.errors import UserError
+
+__all__ = ["UserError", "user_errors"]
+
+
+class _Refused(click.ClickException):
+    """What `user_errors` raises: click prints `Error: <message>` and exits 2."""
+
+    exit_code = 2
+
+
+def user_errors(fn):
+    """`fn` (a click command's body) with ValueError (UserError, ProfileError, ...) and OSError turned
+    into one line on stderr, exit 2. A message spanning lines is folded into one."""
+    @functools.wraps(fn)
+    def wrapper(*a, **kw):
+        try:
+            return fn(*a, **kw)
+        except ValueError as e:
+            raise _Refused(" ".join(str(e).split())) from None
+        except OSError as e:                  # an output path that cannot be written, a missing file
+            raise _Refused(f"cannot use {e.filename}: {e.strerror}" if e.filename else str(e)) from None
+    return wrapper

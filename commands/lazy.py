@@ -1,0 +1,53 @@
+"""A click group whose commands are imported when one runs (click's documented lazy-loading
+pattern): each command costs only what it imports, so `tpsim predict` never loads the sweep's
+machinery, the calibration or the harness's modules, and `tpsim --help` loads none of them.
+
+Each entry is name -> ("module:attribute", short help). The short help is stored beside the
+path so that `--help` lists every command without importing it; tests/test_cli.py holds each
+stored line equal to the command's own."""
+from __future__ import annotations
+
+import importlib
+
+import click
+
+
+class LazyGroup(click.Group):
+    """click.Group plus `lazy_commands`: {name: ("module:attr", short help)}."""
+
+    def __init__(self, *args, lazy_commands: dict[str, tuple[str, str]] | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lazy_commands = dict(lazy_commands or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(self.lazy_commands))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy_commands and cmd_name not in self.commands:
+            self.add_command(load(self.lazy_commands[cmd_name][0]), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """As click.Group's, but a command not yet imported shows its stored short help."""
+        names = [n for n in self.list_commands(ctx)
+                 if n in self.lazy_commands or not self.commands[n].hidden]
+        if not names:
+            return
+        limit = formatter.width - 6 - max(map(len, names))
+        rows = []
+        for name in names:
+            if name in self.commands:
+                rows.append((name, self.commands[name].get_short_help_str(limit)))
+            else:
+                rows.append((name, click.utils.make_default_short_help(self.lazy_commands[name][1], limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+def load(path: str) -> click.Command:
+    """"module:attr" -> that click command (the module imported now)."""
+    module, _, attr = path.partition(":")
+    cmd = getattr(importlib.import_module(module), attr)
+    if not isinstance(cmd, click.Command):
+        raise TypeError(f"{path} is not a click command")
+    return cmd

@@ -1,0 +1,98 @@
+"""`tpsim predict`: prefill, decode, tokens/s and speedup per schedule, from the simulator alone."""
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from tpsim.sim.predict import predict as run
+from tpsim.sim.schedule import DEFAULT_SCHEDULES, SCHEDULE_HELP
+from tpsim.sim.stacks import load_stack
+
+from tpsim.commands.console import progress_bar, rich_console, rich_table, stderr_console
+from tpsim.commands.errors import user_errors
+from tpsim.commands.options import make_workload, stack_dict, workload_options
+
+
+MODEL_CHANGE_HELP = ("model change: none = same model and outputs as standard; retrain = a different "
+                     "architecture, trained for it; drops syncs = all-reduces skipped, accuracy lost; "
+                     "n/a = not a way to run the model.")
+
+
+@click.command("predict")
+@workload_options
+@click.option("--schedule", "schedules", multiple=True, metavar="SPEC",
+              help=f"Repeatable. {SCHEDULE_HELP}. Default: {' '.join(DEFAULT_SCHEDULES)}.")
+@click.option("--exact", is_flag=True, help="Simulate every rank with the profile's arrival jitter on sampled steps "
+              "and layers: the mean with a 95% confidence interval (seconds, not minutes).")
+@click.option("--exhaustive", is_flag=True, help="Brute force: every rank, layer and decode step with jitter "
+              "(minutes for big models; for checking --exact).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+@user_errors
+def predict(schedules, exact, exhaustive, as_json, **kw):
+    """Predict prefill time, decode time, tokens/s and speedup over standard TP per schedule.
+
+    Each schedule also says what it asks of the model (model_change): none (standard, token-split,
+    seq-parallel: the same model and outputs), retrain (ladder, parallel: a different architecture
+    that must be trained), drops syncs (spd: the trained model with all-reduces skipped, some
+    accuracy lost), n/a (upper-bound: no communication, a speed ceiling only)."""
+    if exact and exhaustive:
+        raise ValueError("--exact and --exhaustive are two ways to simulate the jitter (sampled or brute force); "
+                         "choose one")
+    w = make_workload(**kw)
+    schedules = list(schedules) or list(DEFAULT_SCHEDULES)
+    if exhaustive:  # every rank, layer and decode step: minutes for big models, so show progress
+        passes = len(set(schedules) | {"standard"}) * w.gen_len
+        with progress_bar("exhaustive", transient=True, disable=not sys.stderr.isatty(),
+                          console=stderr_console()) as bar:
+            task = bar.add_task("exhaustive", total=passes)
+            preds = run(w, schedules, mode="brute", record=False, progress=lambda: bar.advance(task))
+    else:
+        preds = run(w, schedules, record=False, mode="sampled" if exact else "fast")
+    out = {"model": w.model.name, "tp": w.tp, "profile": w.profile.name, "batch": w.batch,
+           "prompt_len": w.prompt_len, "gen_len": w.gen_len, "stack": stack_dict(w.stack, kw.get("stack_name")),
+           "schedules": [p.to_dict() for p in preds]}
+    jitter_note = None
+    if exact or exhaustive:
+        out["mode"] = "sampled" if exact else "brute"
+        out["jitter"] = {k: {"dist": j.dist, "mean_us": j.mean_s * 1e6, "source": j.source}
+                         for k, j in w.profile.arrival_jitter.items()}
+        scopes = ["node"] + (["net"] if w.nodes > 1 else [])
+        jitter_note = "arrival jitter per rank and collective: " + "; ".join(
+            f"{k} {w.profile.arrival_jitter[k].dist} mean {w.profile.arrival_jitter[k].mean_s * 1e6:g} us "
+            f"({w.profile.arrival_jitter[k].source})" for k in scopes)
+        if all(w.profile.arrival_jitter[k].mean_s == 0 for k in scopes):
+            jitter_note += ". Zero: the profile has no skew measurement, so none is simulated (= the fast path)"
+    if as_json:
+        click.echo(json.dumps(out, indent=1))
+        return
+    t = rich_table(title=f"{w.model.name}  TP{w.tp} ({w.nodes} node{'s' * (w.nodes > 1)})  profile {w.profile.name}  "
+                    f"batch {w.batch}  prompt {w.prompt_len}  gen {w.gen_len}  {w.stack.dtype}",
+              title_justify="left")
+    for col in ("schedule", "prefill ms", "decode ms", "ms/token", "tokens/s", "speedup", "exposed comm ms",
+                "model change"):
+        t.add_column(col, justify="left" if col in ("schedule", "model change") else "right",
+                     min_width=max(len(p.schedule) for p in preds) if col == "schedule" else None)
+    sampled = bool(exact)
+    if sampled:
+        t.add_column("tokens/s 95% CI", justify="right")
+    for p in preds:
+        per_tok = p.decode_s / (w.gen_len - 1) * 1e3 if w.gen_len > 1 else float("nan")
+        row = [p.schedule, f"{p.prefill_s * 1e3:.1f}", f"{p.decode_s * 1e3:.1f}", f"{per_tok:.3f}",
+               f"{p.tokens_per_s:.1f}", f"{p.speedup:.3f}x", f"{p.exposed_comm_s * 1e3:.1f}", p.model_change]
+        if sampled:
+            d = p.to_dict()
+            row.append(f"±{d['tokens_per_s_ci95']:.2f} (n={d['samples']['decode']})")
+        t.add_row(*row)
+    console = rich_console(width=max(112, rich_console().width))
+    src = f" (values and sources: {load_stack(kw['stack_name']).path})" if kw.get("stack_name") else ""
+    console.print(f"stack: {w.stack.describe()}{src}", style="dim")
+    console.print(t)
+    for p in preds:
+        for note in p.notes:
+            console.print(f"{p.schedule}: {note}")
+    if jitter_note:
+        console.print(jitter_note, style="dim")
+    console.print("ms/token: one decode step.  exposed comm: time the compute stream waited for collectives "
+                  "(prefill + all decode steps).  speedup: tokens/s over standard.  " + MODEL_CHANGE_HELP, style="dim")

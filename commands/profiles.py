@@ -1,0 +1,54 @@
+"""`tpsim profiles`: list the built-in hardware profiles, show one, import measurements into one."""
+from __future__ import annotations
+
+import click
+
+from tpsim.sim.profile import builtin_names, describe, load_profile, read_raw
+
+from tpsim.commands.console import rich_console, rich_table
+from tpsim.commands.errors import user_errors
+from tpsim.commands.lazy import LazyGroup
+
+# the import commands read measurement files (calib.imports): loaded when one runs
+IMPORTS = {
+    "import-nccl-tests": ("tpsim.commands.import_nccl_tests:import_nccl_tests_cmd",
+                          "Import nccl-tests outputs (all_reduce_perf etc.; text or -J JSON) as measured collective "
+                          "tables: one per (collective, group, mode), in a profile that extends a base profile."),
+    "import-engine-bench": ("tpsim.commands.import_engine_bench:import_engine_bench_cmd",
+                            "Fit a deployment's host step terms from its engine benchmarks (`vllm bench latency "
+                            "--output-json`, SGLang bench_one_batch) at two or more TP degrees into a stack file: "
+                            "FILE[:tp=N,batch=B,...]."),
+}
+
+
+@click.group("profiles", cls=LazyGroup, lazy_commands=IMPORTS)
+def profiles():
+    """List built-in hardware profiles or show one with the source of every number."""
+
+
+@profiles.command("list")
+@user_errors
+def profiles_list():
+    """Built-in profiles and what they describe."""
+    t = rich_table()
+    for col in ("name", "GPUs/node", "description"):
+        t.add_column(col)
+    for name in builtin_names():
+        p = load_profile(name)
+        t.add_row(name, str(p.gpus_per_node), p.description)
+    rich_console(width=140).print(t)
+
+
+@profiles.command("show")
+@click.argument("name")
+@user_errors
+def profiles_show(name):
+    """Every value of profile NAME (or a JSON path) with where it came from."""
+    p = load_profile(name)
+    _, path = read_raw(name)
+    t = rich_table(title=f"{p.name}: {p.description}  ({path})", title_justify="left")
+    for col in ("field", "value", "source"):
+        t.add_column(col, overflow="fold")
+    for field, value, source in describe(name)[2:]:      # name and description are in the title
+        t.add_row(field, value, source)
+    rich_console(width=180).print(t)

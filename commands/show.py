@@ -1,0 +1,71 @@
+"""`tpsim show`: one layer's ops in issue order with what each waits for."""
+from __future__ import annotations
+
+import click
+
+from tpsim.sim.model import get_model
+from tpsim.sim.schedule import COMM, SCHEDULE_HELP, build
+from tpsim.sim.stack import Step, make_stack
+
+from tpsim.commands.bounds import check_sizes
+from tpsim.commands.console import rich_console, rich_table
+from tpsim.commands.errors import user_errors
+from tpsim.commands.options import compile_options, stack_given, stack_options
+
+
+@click.command("show")
+@click.option("--model", required=True, help="Model preset (e.g. tiny, llama-3.1-70b) or a config.json.")
+@click.option("--schedule", "spec", default="standard", show_default=True, help=SCHEDULE_HELP)
+@click.option("--tp", type=int, default=2, show_default=True)
+@click.option("--layer", type=int, default=None, help="Layer to show (default: layer 1, or the 2nd ladder layer).")
+@click.option("--phase", type=click.Choice(["decode", "prefill"]), default="decode", show_default=True)
+@click.option("--batch", type=int, default=1, show_default=True)
+@click.option("--prompt", "prompt_len", type=int, default=1024, show_default=True)
+@click.option("--gen", "gen_len", type=int, default=512, show_default=True)
+@compile_options
+@stack_options
+@user_errors
+def show(model, spec, tp, layer, phase, batch, prompt_len, gen_len, **stack_flags):
+    """Print one layer's ops in issue order with what each waits for, to check a schedule by eye."""
+    check_sizes(tp, batch, prompt_len, gen_len)
+    m = get_model(model)
+    stack = make_stack(stack_given(**stack_flags))       # no profile: Stack's defaults under the flags
+    if phase == "decode" and gen_len < 2:
+        raise ValueError("a decode step needs --gen >= 2 (the prefill makes token 1); or --phase prefill")
+    step = (Step.prefill(batch, prompt_len, gen_len, stack) if phase == "prefill"
+            else Step.decode(batch, prompt_len, gen_len, 1, stack))
+    s = build(spec, m, tp, step, stack)
+    if layer is None:
+        layer = min(m.layers - 1, (s.ladder_layers[0] + 1) if s.ladder_layers else 1)
+    if not 0 <= layer < m.layers:
+        raise ValueError(f"--layer must be in 0..{m.layers - 1}")
+    idx = [i for i, op in enumerate(s.ops) if op.layer == layer]
+    nxt = [i for i, op in enumerate(s.ops) if op.layer == layer + 1]
+    lo, hi = idx[0], (nxt[0] if nxt else len(s.ops))
+    t = rich_table(title=f"{spec}: ops issued for layer {layer} of {m.name} (TP{tp}, {phase}), in issue order",
+              title_justify="left")
+    for col in ("#", "op", "kind", "stream", "waits for", "shape"):
+        t.add_column(col)
+    for i in range(lo, hi):
+        op = s.ops[i]
+        deps = [(d.name + (" (async, awaited here)" if d.is_comm and not op.is_comm else "")) for d in s.deps(op)]
+        shape = " ".join(f"{k}={v}" for k, v in op.attrs)
+        t.add_row(str(i), op.name, op.kind, op.stream, ", ".join(deps) or "-", shape,
+                  style="cyan" if op.stream == COMM else None)
+    rich_console(width=160).print(t)
+    click.echo(f"{len(s.ops)} ops per forward pass, {len(s.collectives)} collectives"
+               + (f"; ladder layers {s.ladder_layers[0]}..{s.ladder_layers[-1]}" if s.ladder_layers else "")
+               + (f"; SPD blocks {_ranges(s.spd_layers)}" if s.spd_layers else ""))
+    for note in s.notes:                    # e.g. token-split falling back, seq-parallel padding
+        click.echo(f"note: {note}")
+
+
+def _ranges(xs) -> str:
+    out, start = [], None
+    for i, x in enumerate(xs):
+        if start is None:
+            start = x
+        if i + 1 == len(xs) or xs[i + 1] != x + 1:
+            out.append(f"{start}" if start == x else f"{start}-{x}")
+            start = None
+    return ",".join(out)

@@ -1,0 +1,94 @@
+"""`tpsim sweep`: a what-if grid from the simulator alone, over processes, resumable (sim/sweep.py)."""
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import click
+
+from tpsim.sim import sweep as sw
+from tpsim.sim.grid import grid
+from tpsim.sim.lock import check_writable, output_lock
+from tpsim.sim.model import get_model
+from tpsim.sim.profile import load_profile
+from tpsim.sim.schedule import DEFAULT_SCHEDULES, ScheduleSpec
+from tpsim.sim.stack import make_stack
+from tpsim.sim.trace import write_json_atomic, write_text_atomic
+
+from tpsim.commands.bounds import check_bounds
+from tpsim.commands.console import progress_bar
+from tpsim.commands.errors import user_errors
+from tpsim.commands.options import compile_options, stack_given, stack_options
+
+
+@click.command("sweep")
+@click.option("--model", "models", multiple=True, required=True,
+              help="Model preset or Hugging Face config.json (or its folder); repeatable.")
+@click.option("--tp", "tps", type=int, multiple=True, required=True, help="TP degree; repeatable.")
+@click.option("--batch", "batches", type=int, multiple=True, default=(1,), show_default=True, help="Repeatable.")
+@click.option("--profile", "profiles_", multiple=True, default=("h100-sxm",), show_default=True,
+              help="Profile name or JSON path; repeatable.")
+@click.option("--schedule", "schedules", multiple=True, metavar="SPEC",
+              help=f"Repeatable (standard is always included). Default: {' '.join(DEFAULT_SCHEDULES[1:])}.")
+@click.option("--bw-scale", "bw_scales", type=float, multiple=True, default=(1.0,), show_default=True,
+              help="What-if: interconnect bandwidth times this; repeatable.")
+@click.option("--lat-scale", "lat_scales", type=float, multiple=True, default=(1.0,), show_default=True,
+              help="What-if: collective latency times this; repeatable.")
+@click.option("--prompt", "prompt_len", type=int, default=1024, show_default=True)
+@click.option("--gen", "gen_len", type=int, default=512, show_default=True)
+@click.option("--jobs", type=int, default=1, show_default=True, help="Worker processes.")
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False),
+              help="CSV to write (a .json beside it holds the same rows). A sweep killed midway "
+                   "resumes from OUT.partial.jsonl when rerun with the same --out.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="PNG of speedups: heatmaps over TP (or lines over --bw-scale when swept).")
+@click.option("--plot-view", type=click.Choice(["speedup", "no-retraining"]), default="speedup", show_default=True,
+              help="no-retraining: per batch size, the best schedule that keeps the model (standard, "
+                   "token-split, seq-parallel) against ladder / parallel / spd.")
+@compile_options
+@stack_options
+@user_errors
+def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, prompt_len, gen_len, jobs,
+          out_path, plot_path, plot_view, **stack_flags):
+    """What-if grid from the simulator alone: models x TP x batch x profile x link scaling -> CSV (+ plot)."""
+    check_bounds({"--jobs": jobs, "--tp": tps, "--batch": batches, "--prompt": prompt_len, "--gen": gen_len})
+    if jobs > sw.max_jobs():                 # more processes than cores only add start-up and memory
+        click.echo(f"--jobs {jobs} capped at {sw.max_jobs()} (the cores this process may use)", err=True)
+        jobs = sw.max_jobs()
+    for name, vs in (("--bw-scale", bw_scales), ("--lat-scale", lat_scales)):
+        for v in vs:
+            if not (math.isfinite(v) and 1e-6 <= v <= 1e6):
+                raise ValueError(f"{name} must be a finite number in [1e-6, 1e6], got {v}")
+    check_writable(out_path)
+    if plot_path:
+        check_writable(plot_path, "--plot")
+    for p in profiles_:
+        load_profile(p)                       # a bad profile fails before any work
+    for m in models:
+        get_model(m)
+    # each point's profile fills the stack fields the flags leave at Stack's defaults (sim.sweep.run_point)
+    stack = make_stack(stack_given(**stack_flags))
+    scheds = tuple(dict.fromkeys(("standard",) + (schedules or DEFAULT_SCHEDULES[1:])))
+    for spec in scheds:
+        ScheduleSpec.parse(spec)              # a bad spec fails before any work
+    points = grid(models, tps, batches, profiles_, prompt_len, gen_len, bw_scales, lat_scales)
+    checkpoint = f"{out_path}.partial.jsonl"
+    json_path = Path(out_path).with_suffix(".json")
+    if json_path == Path(out_path):
+        json_path = Path(f"{out_path}.json")
+    with output_lock(out_path, "sweep"):     # a second sweep on this --out refuses while this one runs
+        with progress_bar("[progress.description]{task.description}", transient=True,
+                          disable=not sys.stderr.isatty()) as bar:
+            task = bar.add_task("sweep", total=len(points))
+            rows = sw.sweep(points, scheds, stack=stack, jobs=jobs, checkpoint=checkpoint,
+                            progress=lambda done, total: bar.update(task, completed=done))
+        write_text_atomic(out_path, sw.to_csv(rows))
+        write_json_atomic(json_path, rows)
+        Path(checkpoint).unlink(missing_ok=True)
+    failed = [r["error"] for r in rows if r["error"]]
+    click.echo(f"wrote {out_path} (and {json_path}): {len(points)} points, {len(rows)} rows"
+               + (f"; {len(failed)} point(s) could not run (see the error column), e.g. {failed[0]}" if failed else ""))
+    if plot_path:
+        sw.plot(rows, plot_path, plot_view)
+        click.echo(f"wrote {plot_path}")
