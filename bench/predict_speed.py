@@ -1,19 +1,30 @@
-"""Prediction time per configuration (fast path), printed as a table.
+"""Prediction time per configuration (fast path), printed as a table; then the start-up share.
 
-    python bench/predict_speed.py [--repeats 3]
+    python bench/predict_speed.py [--repeats 3] [--startup-runs 5] [--base /path/to/another/checkout]
 
 Each row: one `predict` call (all listed schedules + the standard baseline), median wall time
 over repeats, in this process (imports and profile loading excluded).
+
+Start-up (issue #28): the CPU time (user + system, resource.getrusage of the finished child) of
+fresh processes: the interpreter alone, the libraries the simulator needs, `import tpsim.cli`, and
+a whole `cli.py predict --model llama-3.1-70b --tp 8` (the table printed, as a user runs it). With
+--base, the same processes of another checkout (e.g. a worktree of an older commit) run
+interleaved with this one's, --startup-runs each, and the medians' ratio is printed.
 """
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 import _checkout  # noqa: E402  (this checkout as the package tpsim, whatever is installed)
 _checkout.load()
 
@@ -34,11 +45,77 @@ CONFIGS = [
 ]
 
 
+PREDICT = ["predict", "--model", "llama-3.1-70b", "--tp", "8"]
+# what the simulator's processes import whatever the CLI does: the floor of any `tpsim predict`
+LIBRARIES = "import numpy, simpy, click"
+
+
+def child_cpu_s(argv: list[str], pycache: str | None) -> float:
+    """CPU seconds (user + system) that the process `argv` used, run to its end (output discarded).
+    Byte code is cached under `pycache` (PYTHONPYCACHEPREFIX: no checkout is written to), as an
+    installed package has it; None: compiled at every start (PYTHONDONTWRITEBYTECODE=1)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
+    env |= {"PYTHONPYCACHEPREFIX": pycache} if pycache else {"PYTHONDONTWRITEBYTECODE": "1"}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   env=env | {"COLUMNS": "120"})
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def startup_processes(root: Path) -> dict[str, list[str]]:
+    """name -> the command line of each measured process, for the checkout at `root`."""
+    load = f"import sys; sys.path.insert(0, {str(root)!r}); import _checkout; _checkout.load(); "
+    return {"python -c pass": [sys.executable, "-c", "pass"],
+            LIBRARIES: [sys.executable, "-c", LIBRARIES],
+            "import tpsim.cli": [sys.executable, "-c", load + "import tpsim.cli"],
+            "tpsim " + " ".join(PREDICT): [sys.executable, str(root / "cli.py"), *PREDICT]}
+
+
+def startup(runs: int, base: Path | None, byte_cache: bool = True) -> None:
+    """Median CPU seconds per process, this checkout's (and --base's) interleaved run by run."""
+    sides = {"this": startup_processes(ROOT)} | ({"base": startup_processes(base)} if base else {})
+    times: dict[tuple[str, str], list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="tpsim-pycache-") as pycache:
+        for run in range(runs + 1):                           # run 0 fills the byte-code cache, untimed
+            for name in sides["this"]:
+                for side, procs in sides.items():
+                    if side == "base" and name in ("python -c pass", LIBRARIES):
+                        continue                              # the same interpreter and libraries
+                    t = child_cpu_s(procs[name], pycache if byte_cache else None)
+                    if run:
+                        times.setdefault((side, name), []).append(t)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print(f"\nstart-up: CPU s (user + system) of a fresh process "
+          f"({'byte code cached' if byte_cache else 'no byte-code cache: every module compiled'}), median of {runs}"
+          + (f"; base = {base}" if base else ""))
+    print(f"{'process':52} {'this':>7}" + (f" {'base':>7} {'ratio':>6}" if base else ""))
+    for name in sides["this"]:
+        row = f"{name:52} {med['this', name]:>7.3f}"
+        if base and ("base", name) in med:
+            row += f" {med['base', name]:>7.3f} {med['this', name] / med['base', name]:>5.2f}x"
+        print(row)
+    whole = med["this", "tpsim " + " ".join(PREDICT)]
+    print(f"import tpsim.cli is {med['this', 'import tpsim.cli'] / whole:.0%} of the whole predict process; "
+          f"the interpreter + {LIBRARIES!r} floor is {med['this', LIBRARIES] / whole:.0%}")
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--profile", default="h100-sxm")
+    ap.add_argument("--startup-runs", type=int, default=5, help="processes of each kind timed (0: skip)")
+    ap.add_argument("--base", type=Path, default=None, help="another checkout to time side by side")
+    ap.add_argument("--no-table", action="store_true", help="only the start-up share")
+    ap.add_argument("--no-byte-cache", action="store_true", help="start-up without .pyc files (compiled each time)")
     args = ap.parse_args()
+    if not args.no_table:
+        table(args)
+    if args.startup_runs:
+        startup(args.startup_runs, args.base, byte_cache=not args.no_byte_cache)
+
+
+def table(args) -> None:
     prof = load_profile(args.profile)
     print(f"{'model':16} {'tp':>3} {'batch':>5} {'kv':>6} {'schedules':>9} {'ms/predict':>10}")
     for model, tp, batch, scheds, stack in CONFIGS:

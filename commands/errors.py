@@ -34,4 +34,5 @@ def user_errors(fn):
             raise _Refused(" ".join(str(e).split())) from None
         except OSError as e:                  # an output path that cannot be written, a missing file
             raise _Refused(f"cannot use {e.filename}: {e.strerror}" if e.filename else str(e)) from None
+    wrapper.user_errors = True                # tests/test_cli.py: every command has it
     return wrapper

@@ -39,7 +39,9 @@ class LazyGroup(click.Group):
             if name in self.commands:
                 rows.append((name, self.commands[name].get_short_help_str(limit)))
             else:
-                rows.append((name, click.utils.make_default_short_help(self.lazy_commands[name][1], limit)))
+                # a stand-in holding the stored line: click shortens it as it would the command's own
+                stand_in = click.Command(name, help=self.lazy_commands[name][1])
+                rows.append((name, stand_in.get_short_help_str(limit)))
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 

@@ -27,6 +27,36 @@ def test_the_lazy_table_lists_every_command_with_its_own_short_help():
     assert run("no-such-command").exit_code == 2
 
 
+def test_every_command_turns_user_errors_into_one_line_exit_2(tmp_path):
+    """One user-error path (commands.errors.user_errors) on every command of the table and its groups;
+    it folds a message into one line and names the path of an OSError."""
+    import click
+
+    from tpsim.cli import COMMANDS
+    from tpsim.commands.errors import UserError, user_errors
+    from tpsim.commands.lazy import load
+
+    def leaves(cmd):
+        if isinstance(cmd, click.Group):
+            ctx = click.Context(cmd)
+            return [leaf for n in cmd.list_commands(ctx) for leaf in leaves(cmd.get_command(ctx, n))]
+        return [cmd]
+    cmds = [leaf for path, _ in COMMANDS.values() for leaf in leaves(load(path))]
+    assert len(cmds) >= 15 and [c.name for c in cmds if not getattr(c.callback, "user_errors", False)] == []
+
+    @click.command()
+    @click.argument("what")
+    @user_errors
+    def probe(what):
+        if what == "value":
+            raise UserError("two\n  lines")
+        open(tmp_path / "no" / "such")
+    for what, line in (("value", "Error: two lines"), ("path", f"Error: cannot use {tmp_path / 'no' / 'such'}: "
+                                                               f"No such file or directory")):
+        r = CliRunner().invoke(probe, [what])
+        assert (r.exit_code, r.output.strip()) == (2, line)
+
+
 def test_predict_json_shape():
     r = run("predict", "--model", "llama-3.1-70b", "--tp", "8", "--profile", "h100-sxm", "--batch", "4",
             "--prompt", "1024", "--gen", "512", "--schedule", "standard", "--schedule", "ladder",
