@@ -48,6 +48,10 @@ CONFIGS = [
 PREDICT = ["predict", "--model", "llama-3.1-70b", "--tp", "8"]
 # what the simulator's processes import whatever the CLI does: the floor of any `tpsim predict`
 LIBRARIES = "import numpy, simpy, click"
+# everything that predict of PREDICT imports (networkx: the topology price of an unmeasured collective;
+# rich: the table), without running it: the whole process minus this is the simulation itself
+PREDICT_IMPORTS = "import tpsim.commands.predict, networkx, rich.console, rich.table"
+IMPORTS = "predict's imports, not run"
 
 
 def child_cpu_s(argv: list[str], pycache: str | None) -> float:
@@ -69,6 +73,7 @@ def startup_processes(root: Path) -> dict[str, list[str]]:
     return {"python -c pass": [sys.executable, "-c", "pass"],
             LIBRARIES: [sys.executable, "-c", LIBRARIES],
             "import tpsim.cli": [sys.executable, "-c", load + "import tpsim.cli"],
+            IMPORTS: [sys.executable, "-c", load + PREDICT_IMPORTS],
             "tpsim " + " ".join(PREDICT): [sys.executable, str(root / "cli.py"), *PREDICT]}
 
 
@@ -80,7 +85,7 @@ def startup(runs: int, base: Path | None, byte_cache: bool = True) -> None:
         for run in range(runs + 1):                           # run 0 fills the byte-code cache, untimed
             for name in sides["this"]:
                 for side, procs in sides.items():
-                    if side == "base" and name in ("python -c pass", LIBRARIES):
+                    if side == "base" and name in ("python -c pass", LIBRARIES, IMPORTS):
                         continue                              # the same interpreter and libraries
                     t = child_cpu_s(procs[name], pycache if byte_cache else None)
                     if run:
@@ -96,8 +101,10 @@ def startup(runs: int, base: Path | None, byte_cache: bool = True) -> None:
             row += f" {med['base', name]:>7.3f} {med['this', name] / med['base', name]:>5.2f}x"
         print(row)
     whole = med["this", "tpsim " + " ".join(PREDICT)]
-    print(f"import tpsim.cli is {med['this', 'import tpsim.cli'] / whole:.0%} of the whole predict process; "
-          f"the interpreter + {LIBRARIES!r} floor is {med['this', LIBRARIES] / whole:.0%}")
+    share = {name: med["this", name] / whole for name in sides["this"]}
+    print(f"of the whole predict process: import tpsim.cli {share['import tpsim.cli']:.0%}; the interpreter + "
+          f"{LIBRARIES!r} {share[LIBRARIES]:.0%}; everything predict imports ({PREDICT_IMPORTS!r}) "
+          f"{share[IMPORTS]:.0%}; the rest (loading the profile, simulating, printing) {1 - share[IMPORTS]:.0%}")
 
 
 def main() -> None:
