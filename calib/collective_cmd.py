@@ -8,7 +8,7 @@ import statistics
 
 import click
 
-from tpsim.sim.cli_options import rich_console, rich_table
+from tpsim.sim.cli_options import rich_console, rich_escape, rich_table
 from tpsim.sim.collective_table import COLLECTIVES, MODES, Row, collective_rows, parse_size, to_json
 from tpsim.sim.collective_timing import HostCosts, Timing, loop_time
 from tpsim.sim.profile import ProfileError, load_profile
@@ -88,7 +88,7 @@ def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, c
         return
     per = gpus_per_node or prof.gpus_per_node
     t = rich_table(title=f"{collective}  {group} ranks ({-(-group // per)} node{'s' if group > per else ''})  "
-                    f"profile {prof.name}  mode {mode}", title_justify="left")
+                         f"profile {rich_escape(prof.name)}  mode {mode}", title_justify="left")
     for col in ("size (B)", "time (us)", "busbw (GB/s)") + (("measured (us)", "error") if measured else ()) \
             + ("path",):
         t.add_column(col, justify="left" if col == "path" else "right")
