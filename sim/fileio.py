@@ -248,15 +248,11 @@ def _int(s: str) -> int:
     return int(s)
 
 
-def _constant(s: str):
-    raise _JsonRefused(s, f"{s} is not a finite number (JSON has no NaN or Infinity)")
-
-
 def _no_duplicates(pairs):
     out = {}
     for k, v in pairs:
         if k in out:
-            raise _JsonRefused(f'"{k}"', f"key {k!r} appears twice in one object (which one is meant?)")
+            raise _JsonRefused("", f"key {k!r} appears twice in one object (which one is meant?)")
         out[k] = v
     return out
 
@@ -264,31 +260,36 @@ def _no_duplicates(pairs):
 def parse_json(text: str, where: str, *, max_depth: int = MAX_JSON_DEPTH):
     """JSON text -> Python, refusing what no later check could catch: duplicate keys, NaN and
     Infinity, integers of 2**63 or more (or of thousands of digits), nesting deeper than
-    `max_depth`. ValueError `"{where} line N: ..."`."""
+    `max_depth`. ValueError `"{where} line N: ..."` or `"{where}: field 'a.b[3]' ..."`."""
     try:
-        data = json.loads(text, parse_int=_int, parse_constant=_constant, object_pairs_hook=_no_duplicates)
+        data = json.loads(text, parse_int=_int, object_pairs_hook=_no_duplicates)
     except json.JSONDecodeError as e:
         raise ValueError(f"{where} line {e.lineno}: not valid JSON ({e.msg}, column {e.colno})") from None
     except RecursionError:
         raise ValueError(f"{where}: nested deeper than {max_depth} levels") from None
     except _JsonRefused as e:
+        if not e.token:
+            raise ValueError(f"{where}: {e}") from None
         at = text.find(e.token)
         raise ValueError(f"{where} line {text.count(chr(10), 0, max(at, 0)) + 1}: {e}") from None
     except ValueError as e:          # int() of a huge literal, before our hook saw it
         raise ValueError(f"{where}: not valid JSON ({e})") from None
-    depth = _depth_over(data, max_depth)
-    if depth:
-        raise ValueError(f"{where}: nested deeper than {max_depth} levels (at field '{depth}')")
+    bad = _first_bad(data, max_depth)
+    if bad:
+        raise ValueError(f"{where}: field '{bad[0]}' {bad[1]}")
     return data
 
 
-def _depth_over(data, max_depth: int) -> str | None:
-    """Path of the first value nested deeper than `max_depth`, walked without recursion."""
+def _first_bad(data, max_depth: int) -> tuple[str, str] | None:
+    """(path, why) of the first value nested deeper than `max_depth` or of the first NaN/Infinity
+    (which Python's json reads, and JSON does not have), walked without recursion."""
     stack = [("", data, 0)]
     while stack:
         path, v, depth = stack.pop()
         if depth > max_depth:
-            return path or "<top>"
+            return path or "<top>", f"is nested deeper than {max_depth} levels"
+        if isinstance(v, float) and not math.isfinite(v):
+            return path or "<top>", f"must be a finite number, got {v} (JSON has no NaN or Infinity)"
         if isinstance(v, dict):
             stack += [(f"{path}.{k}" if path else str(k), x, depth + 1) for k, x in v.items()]
         elif isinstance(v, list):

@@ -1,0 +1,66 @@
+"""One table of bounds for every count a user or a file can set (docs/reliability.md, issue #29).
+
+Work and memory grow with each of these (layers, micro-batches and ranks are simulated one by
+one; sockets and NICs become topology links; table points are read and indexed), so one value
+must not buy unbounded work: `token-split:1000` ran for 11 minutes, `collective --group 2000000`
+and a profile with 10^9 sockets ran out of memory. Each bound is what a real cluster or model
+has, with headroom, and says why. The profile checks, the HF config reader, the schedule parser,
+the collective command and the CLI's workload sizes all read this table (`check`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Bound:
+    lo: int
+    hi: int
+    why: str              # what real system the upper bound is measured against
+
+
+BOUNDS: dict[str, Bound] = {
+    # model shapes (Hugging Face config.json, presets)
+    "layers": Bound(1, 1024, "the deepest published dense decoders have ~128 layers (Llama 3.1 405B: 126, "
+                             "PaLM 540B: 118)"),
+    "hidden": Bound(1, 1 << 17, "the widest published LLMs have hidden sizes of ~20k (MT-NLG 530B: 20480, "
+                                "PaLM 540B: 18432)"),
+    "heads": Bound(1, 1024, "published LLMs have at most ~128 attention heads (Llama 3.1 405B, MT-NLG)"),
+    "head_dim": Bound(1, 1024, "published head sizes are 64..256 (Gemma: 256)"),
+    "ffn": Bound(1, 1 << 20, "the widest published MLPs are ~74k (PaLM 540B: 73728)"),
+    "vocab": Bound(1, 1 << 22, "the largest published vocabularies are ~262k tokens (Gemma 3: 262144)"),
+    "sliding_window": Bound(1, 1 << 24, "windows are at most the context length (<= 2^20 tokens here)"),
+    # the workload (CLI)
+    "tp": Bound(1, 1024, "a TP group spans one model replica's GPUs; NVLink domains reach 576 GPUs (NVL576)"),
+    "batch": Bound(1, 1 << 16, "serving batches are at most a few thousand sequences"),
+    "tokens": Bound(1, 1 << 20, "the longest production context windows are ~1M tokens"),
+    "micro_batches": Bound(2, 64, "overlap schedules split a batch into 2-4 micro-batches (NanoFlow's "
+                                  "nano-batches, SGLang's two-batch overlap); more only shrinks each GEMM"),
+    # the cluster (profiles, collective command)
+    "gpus_per_node": Bound(1, 1024, "one NVLink/PCIe domain: 8 GPUs in a DGX, 72 in an NVL72 rack, 576 in NVL576"),
+    "collective_group": Bound(1, 16384, "the largest single training jobs run on ~16k GPUs (Llama 3 405B: "
+                                        "16,384 H100s)"),
+    "sockets": Bound(1, 32, "the largest shared-memory x86 servers have 32 sockets (HPE Superdome Flex)"),
+    "nics_per_node": Bound(0, 2048, "at most two NICs per GPU (DGX H100: 8 compute NICs for 8 GPUs)"),
+    "message_bytes": Bound(1, 1 << 40, "no GPU holds 1 TiB (B300: 288 GB), so no collective moves more"),
+    # measured tables (profiles)
+    "table_points": Bound(1, 10_000, "an nccl-tests sweep of 8 B..16 GiB doubling is 32 sizes"),
+    "tables": Bound(0, 10_000, "one table per (collective, group, mode, impl): a few hundred at most"),
+    "compute_points": Bound(0, 100_000, "a full calibration records ~10^3 op shapes; the built-in GEMM "
+                                        "tables expand to ~11k points"),
+}
+
+
+def check(name: str, value, what: str | None = None) -> int:
+    """`value` as an int within BOUNDS[name]; ValueError naming `what` (default: the bound's name),
+    the range and the reason otherwise. Booleans and non-integers are refused, not truncated."""
+    b = BOUNDS[name]
+    label = what or name
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            raise ValueError(f"{label} must be a whole number in {b.lo}..{b.hi}, got {value!r}")
+    if not b.lo <= value <= b.hi:
+        raise ValueError(f"{label} must be in {b.lo}..{b.hi} ({b.why}), got {value}")
+    return value
