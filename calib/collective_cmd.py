@@ -9,6 +9,7 @@ import statistics
 import click
 
 from tpsim.sim.cli_options import rich_console, rich_escape, rich_table
+from tpsim.sim.bounds import check as check_bound
 from tpsim.sim.collective_table import COLLECTIVES, MODES, Row, collective_rows, parse_size, to_json
 from tpsim.sim.collective_timing import HostCosts, Timing, loop_time
 from tpsim.sim.profile import ProfileError, load_profile
@@ -43,6 +44,11 @@ def collective_cmd(profile_name, collective, group, mode, sizes, gpus_per_node, 
 
 
 def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, compare_path):
+    # the bounds table (sim/bounds.py): ranks are priced one by one, so --group 2000000 ran out of memory
+    check_bound("collective_group", group, "--group")
+    if gpus_per_node is not None:
+        check_bound("gpus_per_node", gpus_per_node, "--gpus-per-node")
+    nbytes = tuple(check_bound("message_bytes", parse_size(s), "--bytes") for s in sizes)
     prof = load_profile(profile_name)
     measured = None
     if compare_path:
@@ -50,7 +56,7 @@ def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, c
         if imp.group != group:
             raise ValueError(f"{compare_path} was measured over {imp.group} ranks, but --group is {group}")
         measured = dict(zip(imp.bytes, imp.time_us))
-    rows = collective_rows(prof, collective, group, mode, tuple(parse_size(s) for s in sizes) or None,
+    rows = collective_rows(prof, collective, group, mode, nbytes or None,
                            gpus_per_node, measured)
     timing, flagged, reason = None, [], None
     if measured is not None and (imp.gpus_per_thread > 1 or imp.mode == "graph"):

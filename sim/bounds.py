@@ -56,11 +56,12 @@ def check(name: str, value, what: str | None = None) -> int:
     the range and the reason otherwise. Booleans and non-integers are refused, not truncated."""
     b = BOUNDS[name]
     label = what or name
+    shown = f"{value:.3g}" if isinstance(value, (int, float)) and abs(value) >= 1e15 else repr(value)
     if isinstance(value, bool) or not isinstance(value, int):
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         else:
-            raise ValueError(f"{label} must be a whole number in {b.lo}..{b.hi}, got {value!r}")
+            raise ValueError(f"{label} must be an integer in {b.lo}..{b.hi}, got {value!r}")
     if not b.lo <= value <= b.hi:
-        raise ValueError(f"{label} must be in {b.lo}..{b.hi} ({b.why}), got {value}")
+        raise ValueError(f"{label} must be in {b.lo}..{b.hi} ({b.why}), got {shown}")
     return value

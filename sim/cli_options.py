@@ -8,6 +8,7 @@ from dataclasses import asdict
 
 import click
 
+from tpsim.sim.bounds import BOUNDS
 from tpsim.sim.model import MODELS, get_model
 from tpsim.sim.predict import Workload
 from tpsim.sim.profile import load_profile
@@ -144,16 +145,17 @@ def _stderr_console():
     return rich_console(stderr=True)
 
 
-MAX_TOKENS = 1 << 20       # --prompt and --gen (documented in docs/reliability.md)
+MAX_TOKENS = BOUNDS["tokens"].hi       # --prompt and --gen (documented in docs/reliability.md)
 
 
 def check_sizes(tp=None, batch=None, prompt_len=None, gen_len=None, gpus_per_node=None, comm_group=None) -> None:
-    """Workload sizes within documented bounds, before any work (memory and time grow with them)."""
-    for name, v, hi in (("--tp", tp, 1024), ("--batch", batch, 1 << 16), ("--prompt", prompt_len, MAX_TOKENS),
-                        ("--gen", gen_len, MAX_TOKENS), ("--gpus-per-node", gpus_per_node, 1024),
-                        ("--comm-group", comm_group, 1024)):
-        if v is not None and not 1 <= v <= hi:
-            raise ValueError(f"{name} must be in 1..{hi}, got {v}")
+    """Workload sizes within the bounds table (sim/bounds.py), before any work (memory and time grow
+    with them)."""
+    for name, v, bound in (("--tp", tp, "tp"), ("--batch", batch, "batch"), ("--prompt", prompt_len, "tokens"),
+                           ("--gen", gen_len, "tokens"), ("--gpus-per-node", gpus_per_node, "gpus_per_node"),
+                           ("--comm-group", comm_group, "tp")):
+        if v is not None and not BOUNDS[bound].lo <= v <= BOUNDS[bound].hi:
+            raise ValueError(f"{name} must be in {BOUNDS[bound].lo}..{BOUNDS[bound].hi}, got {v}")
 
 
 def make_workload(model, tp, profile, batch, prompt_len, gen_len, gpus_per_node, dtype, head, attention, kv,

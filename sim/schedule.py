@@ -10,6 +10,7 @@ import functools
 import math
 from dataclasses import dataclass
 
+from .bounds import BOUNDS, check as check_bound
 from .builder import LAYER_KINDS, Builder, kind_base, runs  # noqa: F401  (re-exported: public names)
 from .ir import COMM, COMPUTE, GIVEN_COST, KINDS, TOKENS, Op, Schedule  # noqa: F401  (re-exported)
 from .model import ModelSpec
@@ -109,7 +110,8 @@ def parse_schedule(spec: str, n_layers: int) -> tuple[str, dict]:
             splits = 0
         if splits < 2:
             raise ValueError(f"bad token-split spec {spec!r}; use token-split or token-split:N with N >= 2")
-        return base, {"splits": splits}
+        # each micro-batch is simulated on its own: N buys N times the work (token-split:1000: 11 min)
+        return base, {"splits": check_bound("micro_batches", splits, "token-split:N's N (micro-batches)")}
     raise ValueError(f"schedule {base!r} takes no argument (got {spec!r})")
 
 
@@ -137,6 +139,8 @@ def _spd_layers(spec: str, arg: str, n_layers: int) -> tuple[int, ...]:
             raise ValueError(f"bad spd spec {spec!r}; use spd:F (0<=F<=1) or a layer list like spd:3,5,9-12") from None
         if hi_i < lo_i:
             raise ValueError(f"empty spd layer range {part!r} in {spec!r}; write low-high")
+        if not (0 <= lo_i and hi_i < n_layers):       # checked before the loop: spd:0-999999999 loops 10^9 times
+            raise ValueError(f"spd layer {lo_i if lo_i < 0 else hi_i} outside 0..{n_layers - 1}")
         for i in range(lo_i, hi_i + 1):
             if not 0 <= i < n_layers:
                 raise ValueError(f"spd layer {i} outside 0..{n_layers - 1}")
@@ -174,7 +178,7 @@ class ScheduleSpec:
         return self.text
 
 
-ANY_DEPTH = 10 ** 6          # a syntax check of a spec before a model is known: every layer index is valid
+ANY_DEPTH = BOUNDS["layers"].hi   # a syntax check of a spec before a model is known: any real layer index is valid
 
 
 @functools.lru_cache(maxsize=1024)
