@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from tpsim.sim.bounds import BOUNDS
 from tpsim.sim.fileio import MAX_LOG_BYTES, parse_json, read_input_text
 
 _MPI_PREFIX = re.compile(r"^\[\d+,\d+\]<(stdout|stderr)>:")
@@ -29,7 +30,7 @@ _RUN_OPEN = re.compile(r"^#\s*nThread\b")
 _TRAILER = re.compile(r"^#\s*Avg bus bandwidth\b")
 _NUMBER = re.compile(r"[-+]?(\d+\.\d*|\.\d+|\d+)([eE][-+]?\d+)?")
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
-MAX_RANKS = 1 << 16                 # ranks of one nccl-tests run (the largest published runs are ~10^4 GPUs)
+MAX_RANKS = BOUNDS["collective_group"].hi     # ranks of one nccl-tests run (the bounds table: ~16k-GPU jobs)
 
 
 @dataclass(frozen=True)

@@ -133,9 +133,11 @@ class _Getter:
     def count(self, path: str, bound: str, default=..., hi: int | None = None) -> int:
         """A whole number within BOUNDS[bound] (and at most `hi`), bare or {"value", "source"}."""
         b = BOUNDS[bound]
-        v = self.num(path, default=default, min_=float(b.lo), max_=float(min(b.hi, hi if hi is not None else b.hi)))
-        if v != int(v):
-            self.fail(path, f"must be a whole number, got {v:g}")
+        top = min(b.hi, hi if hi is not None else b.hi)
+        v = self.num(path, default=default)
+        if v != int(v) or not b.lo <= v <= top:
+            self.fail(path, f"must be a whole number in {b.lo}..{top} ({b.why if top == b.hi else 'at most gpus_per_node'}), "
+                            f"got {v:g}")
         return int(v)
 
     def sourced(self, path: str, types: tuple, default=...):
