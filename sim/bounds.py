@@ -45,9 +45,9 @@ BOUNDS: dict[str, Bound] = {
     "message_bytes": Bound(1, 1 << 40, "no GPU holds 1 TiB (B300: 288 GB), so no collective moves more"),
     # measured tables (profiles)
     "table_points": Bound(1, 10_000, "an nccl-tests sweep of 8 B..16 GiB doubling is 32 sizes"),
-    "tables": Bound(0, 10_000, "one table per (collective, group, mode, impl): a few hundred at most"),
-    "compute_points": Bound(0, 100_000, "a full calibration records ~10^3 op shapes; the built-in GEMM "
-                                        "tables expand to ~11k points"),
+    "tables": Bound(0, 1000, "one table per (collective, group, mode, impl): a few hundred at most"),
+    "compute_points": Bound(0, 50_000, "a full calibration records ~10^3 op shapes; the built-in GEMM "
+                                        "tables expand to ~11k points (100k points took 8 s to load)"),
 }
 
 

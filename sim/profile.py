@@ -55,7 +55,7 @@ def resolve(name_or_path: str, relative_to: Path | None = None) -> Path:
         p = Path(name_or_path)
         if relative_to is not None and not p.is_absolute():
             p = relative_to / p
-        if not p.is_file():
+        if not p.exists():          # present but not a regular file: refused by read_json, by name
             raise ProfileError(f"profile file not found: {p}")
         return p
     cand = builtin_dir() / f"{name_or_path}.json"
