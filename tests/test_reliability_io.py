@@ -251,3 +251,10 @@ def test_calibrate_checks_the_size_before_any_process_starts(tmp_path):
                                    "--out", str(tmp_path / "p.json")]))
     assert "--models llama-3.1-405b: one layer with its embedding and head" in line and "GiB per rank" in line
     assert time.monotonic() - t < 10 and os.listdir(tmp_path) == []
+
+
+def test_calibrate_refuses_a_planted_state_file_link_before_any_process_starts(tmp_path, victim):
+    pytest.importorskip("torch")
+    (tmp_path / "p.json.state.json").symlink_to(victim)
+    line = one_line_exit_2(invoke(["calibrate", "--quick", "--models", "tiny", "--out", str(tmp_path / "p.json")]))
+    assert "p.json.state.json is a symbolic link" in line and victim.read_text() == "precious\n"
