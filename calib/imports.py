@@ -160,6 +160,7 @@ def _parse_text(text: str, name: str, group, collective, mode) -> ImportedTable:
                                  f"the measurement is invalid")
         if not (math.isfinite(t_us) and t_us > 0):
             raise ValueError(f"{where}: time must be a positive finite number of us, got {t_tok}")
+        _check_size(where, size)
         run_rows += 1
         if size > 0:
             rows[size] = t_us                    # a repeated size (several -n runs): the last wins
@@ -173,6 +174,12 @@ def _parse_text(text: str, name: str, group, collective, mode) -> ImportedTable:
                              f"(line {l0}); split the file and import each run on its own")
     ranks = set().union(*(r for _, r in run_ranks)) if group is None else ranks
     return _table(rows, name, group, ranks, collective, mode, graph, layout, gpus)
+
+
+def _check_size(where: str, size: int) -> None:
+    if size > BOUNDS["message_bytes"].hi:
+        raise ValueError(f"{where}: size {size:.3g} B is beyond {BOUNDS['message_bytes'].hi} B "
+                         f"({BOUNDS['message_bytes'].why})")
 
 
 def _check_closed(name: str, opened: int | None, run_rows: int) -> None:
@@ -236,6 +243,7 @@ def _parse_json(text: str, name: str, group, collective, mode) -> ImportedTable:
         if isinstance(t_us, bool) or not isinstance(t_us, (int, float)):
             raise ValueError(f"{where}: record {i}: 'out_of_place.time' must be a number of us, got {t_us!r}")
         size, t_us = int(size), float(t_us)
+        _check_size(where, size)
         wrong = _wrong_count(rec["out_of_place"].get("wrong", rec["out_of_place"].get("#wrong", 0)), where, i)
         if wrong > 0:
             raise ValueError(f"{where}: nccl-tests reports {wrong} wrong results for size {size}")

@@ -243,6 +243,7 @@ def _json_log(tmp_path, old: str, new: str) -> Path:
     ('"size": 1024', '"size": true', "'size' must be a whole number of bytes, got True"),   # before: 1 B
     ('"size": 1024', '"size": -1024', "'size' must be a whole number of bytes"),
     ('"size": 1024', '"size": 1024.5', "'size' must be a whole number of bytes"),
+    ('"size": 1024', '"size": ' + "9" * 18, "B is beyond 1099511627776 B"),
 ])
 def test_json_records_are_typed(tmp_path, old, new, says):
     p = _json_log(tmp_path, old, new)

@@ -258,3 +258,17 @@ def test_calibrate_refuses_a_planted_state_file_link_before_any_process_starts(t
     (tmp_path / "p.json.state.json").symlink_to(victim)
     line = one_line_exit_2(invoke(["calibrate", "--quick", "--models", "tiny", "--out", str(tmp_path / "p.json")]))
     assert "p.json.state.json is a symbolic link" in line and victim.read_text() == "precious\n"
+
+
+@pytest.mark.hw
+def test_bench_out_obeys_the_policy_before_any_rank_starts(tmp_path, victim):
+    pytest.importorskip("torch")
+    from tpsim.hw.commands import bench_cmd
+    link = tmp_path / "r.json"
+    link.symlink_to(victim)
+    for out, says in ((link, "is a symbolic link"), ("/dev/null", "is a character device"),
+                      ("-", "this command writes a file")):
+        t = time.monotonic()
+        line = one_line_exit_2(CliRunner().invoke(bench_cmd, ["--model", "tiny", "--device", "cpu", "--out", str(out)]))
+        assert says in line and time.monotonic() - t < 10
+    assert victim.read_text() == "precious\n" and link.is_symlink()
