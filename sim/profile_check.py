@@ -12,8 +12,10 @@ from .profile_schema import (ArrivalJitter, COLLECTIVES, CollectiveTable, Comput
                              Profile, ProfileError, SCOPES, _finite, _has_source, _short)
 from .stack import Stack
 
-RATE_FLOOR = 1e-3            # TFLOP/s, GB/s, GiB, bytes: 1 GFLOP/s and 1 MB/s are slower than any device
-EFFICIENCY_FLOOR = 1e-4      # achieved/peak: a real kernel reaches at least 0.01% of peak
+# TFLOP/s, GB/s, GiB: 1e-6 is 1 MFLOP/s, 1 kB/s, 1 KiB -- below any device, and the smallest nonzero value a
+# calibration writes (rates rounded to 6 decimals; a fitted small-message protocol's busbw can be ~3e-6)
+RATE_FLOOR = 1e-6
+EFFICIENCY_FLOOR = 1e-6      # achieved/peak: a launch-bound tiny kernel on a CPU still reaches ~1e-4
 MIN_TIME_S = 1e-9            # a measured op or collective: no kernel is shorter than a nanosecond
 from .topology import INTRA_KINDS, LINK_CLASSES, NcclLatency, TopologySpec
 
