@@ -126,26 +126,24 @@ def write_text_atomic(path: str | os.PathLike, text: str, option: str = "--out")
 
 
 def json_text(obj, indent: int | None = 1) -> str:
-    """JSON of `obj`; a NaN or Infinity (which JSON cannot hold: bare `NaN` is invalid JSON) is a
-    ValueError naming where it sits, never written."""
+    """JSON of `obj` that is always valid JSON: a NaN or Infinity (bare `NaN` is not JSON) is written
+    as null, "no number", which readers already meet for values not measured (check's unchecked
+    rows). None arises from a validated profile (tests/test_reliability_fuzz.py); this keeps a
+    failed measurement (check's error of a non-finite output) reportable instead of crashing."""
     try:
         return json.dumps(obj, indent=indent, allow_nan=False)
     except ValueError:
-        raise ValueError(f"refusing to write invalid JSON: {_first_non_finite(obj) or 'a value'} is not a "
-                         f"finite number") from None
+        return json.dumps(_finite_or_null(obj), indent=indent, allow_nan=False)
 
 
-def _first_non_finite(obj) -> str | None:
-    stack = [("", obj)]
-    while stack:
-        path, v = stack.pop()
-        if isinstance(v, float) and not math.isfinite(v):
-            return f"field '{path}' ({v})"
-        if isinstance(v, dict):
-            stack += [(f"{path}.{k}" if path else str(k), x) for k, x in v.items()]
-        elif isinstance(v, (list, tuple)):
-            stack += [(f"{path}[{i}]", x) for i, x in enumerate(v)]
-    return None
+def _finite_or_null(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _finite_or_null(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite_or_null(x) for x in v]
+    return v
 
 
 def write_json_atomic(path: str | os.PathLike, obj, option: str = "--out") -> None:
