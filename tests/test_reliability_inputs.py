@@ -293,3 +293,15 @@ def test_intact_runs_still_import(tmp_path):
         assert t.bytes and all(math.isfinite(x) and x > 0 for x in t.time_us), f
     r = nccl_import(NCCL / "ar_multi_run.txt", "--extends", "h100-sxm", "--out", tmp_path / "m.json")
     assert r.exit_code == 0 and "2 table(s)" in r.output, r.output      # runs with their trailers: one table each
+
+
+def test_an_hf_cache_snapshot_whose_config_is_a_symlink_to_a_blob_still_loads(tmp_path):
+    """Inputs follow symlinks to regular files: a Hugging Face cache's snapshots/REV/config.json
+    is a symlink into blobs/; only what it points at must be a regular file."""
+    (tmp_path / "blobs").mkdir()
+    blob = tmp_path / "blobs" / "3f2a"
+    blob.write_text((FIX / "hf" / "llama-3.1-8b" / "config.json").read_text())
+    snap = tmp_path / "snapshots" / "rev"
+    snap.mkdir(parents=True)
+    (snap / "config.json").symlink_to("../../blobs/3f2a")
+    assert load_hf_config(snap).layers == 32

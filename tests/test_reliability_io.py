@@ -272,3 +272,9 @@ def test_bench_out_obeys_the_policy_before_any_rank_starts(tmp_path, victim):
         line = one_line_exit_2(CliRunner().invoke(bench_cmd, ["--model", "tiny", "--device", "cpu", "--out", str(out)]))
         assert says in line and time.monotonic() - t < 10
     assert victim.read_text() == "precious\n" and link.is_symlink()
+
+
+def test_calibrate_refuses_a_device_out_before_any_process_starts(tmp_path):
+    pytest.importorskip("torch")
+    line = one_line_exit_2(invoke(["calibrate", "--quick", "--models", "tiny", "--out", "/dev/null"]))
+    assert "--out /dev/null is a character device" in line
