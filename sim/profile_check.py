@@ -6,18 +6,18 @@ from __future__ import annotations
 import math
 
 from .bounds import BOUNDS
-
 from .profile_schema import (ArrivalJitter, COLLECTIVES, CollectiveTable, ComputePoint, Curve, JITTER_DISTS,
                              LinkModel, MAX_TABLE_POINTS, MODES,
                              Profile, ProfileError, SCOPES, _finite, _has_source, _short)
 from .stack import Stack
+from .topology import INTRA_KINDS, LINK_CLASSES, NcclLatency, TopologySpec
 
 # TFLOP/s, GB/s, GiB: 1e-6 is 1 MFLOP/s, 1 kB/s, 1 KiB -- below any device, and the smallest nonzero value a
 # calibration writes (rates rounded to 6 decimals; a fitted small-message protocol's busbw can be ~3e-6)
 RATE_FLOOR = 1e-6
 EFFICIENCY_FLOOR = 1e-6      # achieved/peak: a launch-bound tiny kernel on a CPU still reaches ~1e-4
 MIN_TIME_S = 1e-9            # a measured op or collective: no kernel is shorter than a nanosecond
-from .topology import INTRA_KINDS, LINK_CLASSES, NcclLatency, TopologySpec
+
 
 def parse(data: dict, where: str = "<profile>") -> Profile:
     g = _Getter(data, where)
