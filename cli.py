@@ -15,7 +15,6 @@ if not __package__ and __name__ in ("__main__", "__mp_main__"):
         _main(prog_name="tpsim")
 
 import contextlib
-import json
 import math
 import sys
 from pathlib import Path
@@ -23,8 +22,9 @@ from pathlib import Path
 import click
 
 from tpsim.sim import sweep as sw
-from tpsim.sim.cli_options import (_stderr_console, check_sizes, compile_options, make_workload, rich_console, rich_escape, rich_table,
-                                   stack_dict, stack_options, user_errors, workload_options)
+from tpsim.sim.cli_options import (_stderr_console, check_sizes, compile_options, make_workload, rich_console,
+                                   rich_escape, rich_table, stack_dict, stack_options, user_errors, workload_options)
+from tpsim.sim.fileio import STDOUT, json_text, write_json_atomic, write_text_atomic
 from tpsim.sim.lock import check_writable, output_lock
 from tpsim.sim.model import MODELS, get_model, valid_tp
 from tpsim.sim.model_show import show_model
@@ -32,7 +32,6 @@ from tpsim.sim.predict import Simulator, predict as run
 from tpsim.sim.profile import builtin_names, describe, load_profile, read_raw
 from tpsim.sim.schedule import COMM, DEFAULT_SCHEDULES, SCHEDULE_HELP, ScheduleSpec, build
 from tpsim.sim.stack import Step, make_stack
-from tpsim.sim.fileio import STDOUT, json_text, write_json_atomic, write_text_atomic
 from tpsim.sim.trace import chrome_trace
 
 from tpsim.hw.commands import bench_cmd, check_cmd

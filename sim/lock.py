@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-from pathlib import Path
 from typing import Iterator
 
 from .fileio import check_output, open_side_file

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from tpsim import cli
 from tpsim.calib.imports import read_nccl_tests
 from tpsim.sim.hf_config import load_hf_config
-from tpsim.sim.profile import ProfileError, load_profile
+from tpsim.sim.profile import load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests" / "fixtures"
