@@ -247,18 +247,19 @@ def _int(s: str) -> int:
 
 
 def _no_duplicates(pairs):
-    out = {}
-    for k, v in pairs:
-        if k in out:
-            raise _JsonRefused("", f"key {k!r} appears twice in one object (which one is meant?)")
-        out[k] = v
+    out = dict(pairs)                   # in C; only an object with a repeated key is walked in Python
+    if len(out) != len(pairs):
+        seen = set()
+        k = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise _JsonRefused("", f"key {k!r} appears twice in one object (which one is meant?)")
     return out
 
 
-def parse_json(text: str, where: str, *, max_depth: int = MAX_JSON_DEPTH):
+def parse_json(text: str, where: str, *, max_depth: int = MAX_JSON_DEPTH, walk: bool = True):
     """JSON text -> Python, refusing what no later check could catch: duplicate keys, NaN and
     Infinity, integers of 2**63 or more (or of thousands of digits), nesting deeper than
-    `max_depth`. ValueError `"{where} line N: ..."` or `"{where}: field 'a.b[3]' ..."`."""
+    `max_depth`. ValueError `"{where} line N: ..."` or `"{where}: field 'a.b[3]' ..."`. `walk=False`:
+    the caller walks the tree itself for depth and non-finite numbers (one walk, not two)."""
     try:
         data = json.loads(text, parse_int=_int, object_pairs_hook=_no_duplicates)
     except json.JSONDecodeError as e:
@@ -272,7 +273,7 @@ def parse_json(text: str, where: str, *, max_depth: int = MAX_JSON_DEPTH):
         raise ValueError(f"{where} line {text.count(chr(10), 0, max(at, 0)) + 1}: {e}") from None
     except ValueError as e:          # int() of a huge literal, before our hook saw it
         raise ValueError(f"{where}: not valid JSON ({e})") from None
-    bad = _first_bad(data, max_depth)
+    bad = _first_bad(data, max_depth) if walk else None
     if bad:
         raise ValueError(f"{where}: field '{bad[0]}' {bad[1]}")
     return data

@@ -92,6 +92,12 @@ def _base_of(data: dict, path, folder: Path | None, seen: tuple) -> dict | None:
 
 def read_raw(name_or_path: str, _seen: tuple = ()) -> tuple[dict, Path]:
     """The profile's JSON with its `extends` chain merged in (base first), at most MAX_EXTENDS deep."""
+    data, path, _ = _read_chain(name_or_path, _seen)
+    return data, path
+
+
+def _read_chain(name_or_path: str, _seen: tuple = ()) -> tuple[dict, Path, str | None]:
+    """read_raw, and the `extends` the file itself names (read once, not once more to say so)."""
     path = resolve(name_or_path)
     key = str(path.resolve())
     if key in _seen:
@@ -99,7 +105,7 @@ def read_raw(name_or_path: str, _seen: tuple = ()) -> tuple[dict, Path]:
     data = read_json(path)
     _check_head(data, path)
     base = _base_of(data, path, path.parent, _seen + (key,))
-    return (data if base is None else merge(base, data)), path
+    return (data if base is None else merge(base, data)), path, data.get("extends")
 
 
 _PREPEND_LISTS = {("collectives", "tables"), ("compute", "tables")}
@@ -137,9 +143,8 @@ def _is_leaf(v: dict) -> bool:
 
 def load_profile(name_or_path: str) -> Profile:
     """Read, merge `extends`, validate. Errors name the file (and the base it extends) and field."""
-    data, path = read_raw(name_or_path)
+    data, path, base = _read_chain(name_or_path)
     where = str(path)
-    base = read_json(path).get("extends")
     if base:
         where = f"{path} (extends {base})"
     return _parse(data, where)

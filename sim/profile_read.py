@@ -7,6 +7,7 @@ import math
 import re
 from pathlib import Path
 
+from .bounds import BOUNDS
 from .fileio import parse_json, read_input_text
 from .profile_schema import MAX_DEPTH, MAX_FILE_BYTES, ProfileError
 
@@ -19,7 +20,8 @@ def read_json(path: Path) -> dict:
     window title). Every error names the file (and the field, where there is one)."""
     where = f"profile {path}"
     try:
-        data = parse_json(read_input_text(path, "profile", MAX_FILE_BYTES), where, max_depth=MAX_DEPTH)
+        data = parse_json(read_input_text(path, "profile", MAX_FILE_BYTES), where, max_depth=MAX_DEPTH,
+                          walk=False)                 # first_bad_value below walks it, once
     except ValueError as e:
         raise ProfileError(str(e)) from None
     if not isinstance(data, dict):
@@ -31,6 +33,7 @@ def read_json(path: Path) -> dict:
     return data
 
 
+MAX_LIST_ENTRIES = 2 * BOUNDS["compute_points"].hi   # no list of a real profile comes near (raw points: ~10^3)
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")     # C0/C1 controls but tab and newline
 
 
@@ -54,5 +57,8 @@ def first_bad_value(data) -> tuple[str, str] | None:
                     return f"{path}.{k!r}" if path else repr(k), "is a key holding a control character"
             stack += [(f"{path}.{k}" if path else str(k), x, depth + 1) for k, x in reversed(v.items())]
         elif isinstance(v, list):
+            if len(v) > MAX_LIST_ENTRIES:      # refused before the merge copies it and the checks index it
+                return path, (f"has {len(v)} entries; at most {MAX_LIST_ENTRIES} in any list of a profile "
+                              f"(compute points: {BOUNDS['compute_points'].hi}, {BOUNDS['compute_points'].why})")
             stack += [(f"{path}[{i}]", x, depth + 1) for i, x in reversed(list(enumerate(v)))]
     return None
