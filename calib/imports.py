@@ -28,6 +28,7 @@ _NGPUS = re.compile(r"\bnGpus\s+(\d+)")
 _LOG = re.compile(r"\bNCCL (INFO|WARN|version)\b")
 _RUN_OPEN = re.compile(r"^#\s*nThread\b")
 _TRAILER = re.compile(r"^#\s*Avg bus bandwidth\b")
+_JSON_START = re.compile(r"^(\{|\[\s*(\{|\[|$))")
 _NUMBER = re.compile(r"[-+]?(\d+\.\d*|\.\d+|\d+)([eE][-+]?\d+)?")
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
 MAX_RANKS = BOUNDS["collective_group"].hi     # ranks of one nccl-tests run (the bounds table: ~16k-GPU jobs)
@@ -104,7 +105,7 @@ def _parse_text(text: str, name: str, group, collective, mode) -> ImportedTable:
                 raise ValueError(f"{name} line {lineno}: an NCCL log line is spliced into this data row, so its "
                                  f"numbers cannot be trusted; rerun with NCCL_DEBUG off or remove the row")
             continue
-        if line[0] in "{[":
+        if _JSON_START.match(line):                # not `[host:pid] ...` launcher chatter
             raise ValueError(f"{name} line {lineno}: JSON follows the text output (a -J run appended?); "
                              f"import each run from its own file")
         if line.startswith("#"):
