@@ -115,14 +115,14 @@ def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, c
             g = timing.gpus_per_thread
             bound = g * prof.launch_s["eager"] * 1e6
             dev = _median_abs([r for r in rows if r.bytes not in flagged])
-            console.print(f"warning: {compare_path} was timed by one thread launching {g} GPUs' kernels per call "
+            console.print(f"warning: {rich_escape(compare_path)} was timed by one thread launching {g} GPUs' kernels per call "
                           f"(nccl-tests -g {g}, 'nGpus {g}' in its header); below {g} x compute.launch_us.eager = "
                           f"{bound:.1f} us of device time its times can be the host launch loop, not the collective "
                           f"(one process per GPU never pays it): {len(flagged)} sizes marked +host-floor?(g{g}); "
                           f"median |error| over the other {len(rows) - len(flagged)} sizes: "
                           + ("-" if dev is None else f"{dev:.1f}%"), soft_wrap=True)
         elif flagged:
-            console.print(f"warning: {compare_path}: {reason}: {len(flagged)} sizes marked +first-launch? (their "
+            console.print(f"warning: {rich_escape(compare_path)}: {reason}: {len(flagged)} sizes marked +first-launch? (their "
                           f"times include it; nccl-tests -G 10 or more spreads it over ten times the calls)",
                           soft_wrap=True)
 
