@@ -14,7 +14,7 @@ if not __package__ and __name__ in ("__main__", "__mp_main__"):
         from tpsim.cli import main as _main
         _main(prog_name="tpsim")
 
-import json
+import contextlib
 import math
 import sys
 from pathlib import Path
@@ -23,7 +23,9 @@ import click
 
 from tpsim.sim import sweep as sw
 from tpsim.sim.cli_options import (_stderr_console, check_bounds, check_sizes, compile_options, make_workload,
-                                   rich_console, rich_table, stack_dict, stack_options, user_errors, workload_options)
+                                   rich_console, rich_escape, rich_table, stack_dict, stack_options, user_errors,
+                                   workload_options)
+from tpsim.sim.fileio import STDOUT, json_text, write_json_atomic, write_text_atomic
 from tpsim.sim.lock import check_writable, output_lock
 from tpsim.sim.model import MODELS, get_model, valid_tp
 from tpsim.sim.model_show import show_model
@@ -32,7 +34,7 @@ from tpsim.sim.profile import builtin_names, describe, load_profile, read_raw
 from tpsim.sim.schedule import COMM, DEFAULT_SCHEDULES, SCHEDULE_HELP, ScheduleSpec, build
 from tpsim.sim.stack import Step, make_stack
 from tpsim.sim.stacks import load_stack
-from tpsim.sim.trace import chrome_trace, write_json_atomic, write_text_atomic
+from tpsim.sim.trace import chrome_trace
 
 from tpsim.hw.commands import bench_cmd, check_cmd
 from tpsim.hw.spd_plan_cmd import spd_plan_cmd
@@ -102,9 +104,11 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
         if all(w.profile.arrival_jitter[k].mean_s == 0 for k in scopes):
             jitter_note += ". Zero: the profile has no skew measurement, so none is simulated (= the fast path)"
     if as_json:
-        click.echo(json.dumps(out, indent=1))
+        click.echo(json_text(out))               # never a bare NaN (invalid JSON)
         return
-    t = rich_table(title=f"{w.model.name}  TP{w.tp} ({w.nodes} node{'s' * (w.nodes > 1)})  profile {w.profile.name}  "
+    # user text (an HF folder's name, a profile's name and sources) is printed as text, never as markup
+    t = rich_table(title=f"{rich_escape(w.model.name)}  TP{w.tp} ({w.nodes} node{'s' * (w.nodes > 1)})  "
+                         f"profile {rich_escape(w.profile.name)}  "
                     f"batch {w.batch}  prompt {w.prompt_len}  gen {w.gen_len}  {w.stack.dtype}",
               title_justify="left")
     for col in ("schedule", "prefill ms", "decode ms", "ms/token", "tokens/s", "speedup", "exposed comm ms",
@@ -115,8 +119,8 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
     if sampled:
         t.add_column("tokens/s 95% CI", justify="right")
     for p in preds:
-        per_tok = p.decode_s / (w.gen_len - 1) * 1e3 if w.gen_len > 1 else float("nan")
-        row = [p.schedule, f"{p.prefill_s * 1e3:.1f}", f"{p.decode_s * 1e3:.1f}", f"{per_tok:.3f}",
+        per_tok = f"{p.decode_s / (w.gen_len - 1) * 1e3:.3f}" if w.gen_len > 1 else "-"   # no decode step: no NaN
+        row = [p.schedule, f"{p.prefill_s * 1e3:.1f}", f"{p.decode_s * 1e3:.1f}", per_tok,
                f"{p.tokens_per_s:.1f}", f"{p.speedup:.3f}x", f"{p.exposed_comm_s * 1e3:.1f}", p.model_change]
         if sampled:
             d = p.to_dict()
@@ -128,9 +132,9 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
     console.print(t)
     for p in preds:
         for note in p.notes:
-            console.print(f"{p.schedule}: {note}")
+            console.print(rich_escape(f"{p.schedule}: {note}"))
     if jitter_note:
-        console.print(jitter_note, style="dim")
+        console.print(rich_escape(jitter_note), style="dim")
     console.print("ms/token: one decode step.  exposed comm: time the compute stream waited for collectives "
                   "(prefill + all decode steps).  speedup: tokens/s over standard.  " + MODEL_CHANGE_HELP, style="dim")
 
@@ -151,9 +155,10 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
 @click.option("--prompt", "prompt_len", type=int, default=1024, show_default=True)
 @click.option("--gen", "gen_len", type=int, default=512, show_default=True)
 @click.option("--jobs", type=int, default=1, show_default=True, help="Worker processes.")
-@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False),
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False, allow_dash=True),
               help="CSV to write (a .json beside it holds the same rows). A sweep killed midway "
-                   "resumes from OUT.partial.jsonl when rerun with the same --out.")
+                   "resumes from OUT.partial.jsonl when rerun with the same --out. - prints the CSV "
+                   "(no .json twin, no checkpoint).")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="PNG of speedups: heatmaps over TP (or lines over --bw-scale when swept).")
 @click.option("--plot-view", type=click.Choice(["speedup", "no-retraining"]), default="speedup", show_default=True,
@@ -174,7 +179,7 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
         for v in vs:
             if not (math.isfinite(v) and 1e-6 <= v <= 1e6):
                 raise ValueError(f"{name} must be a finite number in [1e-6, 1e6], got {v}")
-    check_writable(out_path)
+    check_writable(out_path, stdout_ok=True)
     if plot_path:
         check_writable(plot_path, "--plot")
     for p in profiles_:
@@ -187,22 +192,28 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
     for spec in scheds:
         ScheduleSpec.parse(spec)              # a bad spec fails before any work
     points = sw.grid(models, tps, batches, profiles_, prompt_len, gen_len, bw_scales, lat_scales)
-    checkpoint = f"{out_path}.partial.jsonl"
+    to_stdout = out_path == STDOUT            # the CSV printed: no twin, no checkpoint, no lock
+    checkpoint = None if to_stdout else f"{out_path}.partial.jsonl"
     json_path = Path(out_path).with_suffix(".json")
     if json_path == Path(out_path):
         json_path = Path(f"{out_path}.json")
-    with output_lock(out_path, "sweep"):     # a second sweep on this --out refuses while this one runs
+    if not to_stdout:
+        check_writable(json_path)             # the twin obeys the same policy as --out
+    with (contextlib.nullcontext() if to_stdout else output_lock(out_path, "sweep")):
         with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
                       TimeRemainingColumn(), transient=True, disable=not sys.stderr.isatty()) as bar:
             task = bar.add_task("sweep", total=len(points))
             rows = sw.sweep(points, scheds, stack=stack, jobs=jobs, checkpoint=checkpoint,
                             progress=lambda done, total: bar.update(task, completed=done))
         write_text_atomic(out_path, sw.to_csv(rows))
-        write_json_atomic(json_path, rows)
-        Path(checkpoint).unlink(missing_ok=True)
+        if not to_stdout:
+            write_json_atomic(json_path, rows)
+            Path(checkpoint).unlink(missing_ok=True)
     failed = [r["error"] for r in rows if r["error"]]
-    click.echo(f"wrote {out_path} (and {json_path}): {len(points)} points, {len(rows)} rows"
-               + (f"; {len(failed)} point(s) could not run (see the error column), e.g. {failed[0]}" if failed else ""))
+    click.echo(f"wrote {'stdout' if to_stdout else f'{out_path} (and {json_path})'}: {len(points)} points, "
+               f"{len(rows)} rows"
+               + (f"; {len(failed)} point(s) could not run (see the error column), e.g. {failed[0]}" if failed else ""),
+               err=to_stdout)
     if plot_path:
         sw.plot(rows, plot_path, plot_view)
         click.echo(f"wrote {plot_path}")
@@ -237,7 +248,7 @@ def show(model, spec, tp, layer, phase, batch, prompt_len, gen_len, **stack_flag
     idx = [i for i, op in enumerate(s.ops) if op.layer == layer]
     nxt = [i for i, op in enumerate(s.ops) if op.layer == layer + 1]
     lo, hi = idx[0], (nxt[0] if nxt else len(s.ops))
-    t = rich_table(title=f"{spec}: ops issued for layer {layer} of {m.name} (TP{tp}, {phase}), in issue order",
+    t = rich_table(title=rich_escape(f"{spec}: ops issued for layer {layer} of {m.name} (TP{tp}, {phase}), in issue order"),
               title_justify="left")
     for col in ("#", "op", "kind", "stream", "waits for", "shape"):
         t.add_column(col)
@@ -276,11 +287,12 @@ def _ranges(xs) -> str:
 @workload_options
 @click.option("--schedule", "spec", default="ladder", show_default=True, help=SCHEDULE_HELP)
 @click.option("--ranks", type=int, default=None, help="Ranks to simulate and show (default: all TP ranks).")
-@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="Trace JSON to write.")
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False, allow_dash=True),
+              help="Trace JSON to write (- for stdout).")
 @user_errors
 def trace(spec, ranks, out_path, **kw):
     """Write a Chrome/Perfetto trace of one prefill and one decode step (a track per rank and stream)."""
-    check_writable(out_path)
+    check_writable(out_path, stdout_ok=True)       # `--out -`: the trace on stdout, the summary on stderr
     w = make_workload(**kw)
     ranks = w.tp if ranks is None else ranks
     if not 1 <= ranks <= w.tp:
@@ -298,8 +310,8 @@ def trace(spec, ranks, out_path, **kw):
                        + "".join(f" [{n}]" for n in notes))
         offset += res.duration_s
     write_json_atomic(out_path, chrome_trace(records, label=spec))
-    click.echo(f"wrote {out_path}: {len(records)} events, {ranks} rank(s); " + "; ".join(summary)
-               + ". Open it in ui.perfetto.dev or chrome://tracing.")
+    click.echo(f"wrote {'stdout' if out_path == STDOUT else out_path}: {len(records)} events, {ranks} rank(s); "
+               + "; ".join(summary) + ". Open it in ui.perfetto.dev or chrome://tracing.", err=out_path == STDOUT)
 
 
 @main.group()
@@ -316,7 +328,7 @@ def profiles_list():
         t.add_column(col)
     for name in builtin_names():
         p = load_profile(name)
-        t.add_row(name, str(p.gpus_per_node), p.description)
+        t.add_row(name, str(p.gpus_per_node), rich_escape(p.description))     # text, not markup
     rich_console(width=140).print(t)
 
 
@@ -327,11 +339,11 @@ def profiles_show(name):
     """Every value of profile NAME (or a JSON path) with where it came from."""
     p = load_profile(name)
     _, path = read_raw(name)
-    t = rich_table(title=f"{p.name}: {p.description}  ({path})", title_justify="left")
+    t = rich_table(title=rich_escape(f"{p.name}: {p.description}  ({path})"), title_justify="left")   # text, not markup
     for col in ("field", "value", "source"):
         t.add_column(col, overflow="fold")
     for field, value, source in describe(name)[2:]:      # name and description are in the title
-        t.add_row(field, value, source)
+        t.add_row(*map(rich_escape, (field, value, source)))
     rich_console(width=180).print(t)
 
 

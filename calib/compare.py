@@ -17,13 +17,13 @@ compare_report.py (compare.md, plots, traces); this module is the command.
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import click
 
 from tpsim.sim.cli_options import TpsimError, check_bounds, rich_console, rich_escape, rich_table
+from tpsim.sim.fileio import MAX_LOG_BYTES, parse_json, read_input_text
 from tpsim.sim.model import get_model
 from tpsim.sim.profile import ProfileError, load_profile
 from tpsim.sim.schedule import DEFAULT_SCHEDULES, KINDS, build
@@ -71,9 +71,10 @@ def run_compare(points: list[Point], schedules: tuple[str, ...], out_dir: Path, 
     measured_runs: list[tuple[str, dict | Exception]] = []
     for f in measured_files:
         try:
-            measured_runs.append((f, json.loads(Path(f).read_text())))
-        except (OSError, json.JSONDecodeError) as e:
-            measured_runs.append((f, CompareError(f"cannot read measured JSON {f}: {e}")))
+            # the input policy: a regular file (not a symlink to /dev/zero), bounded, named in errors
+            measured_runs.append((f, parse_json(read_input_text(f, "measured JSON", MAX_LOG_BYTES), f)))
+        except ValueError as e:
+            measured_runs.append((f, CompareError(str(e))))
     if not measured_files:
         for i, p in enumerate(points):
             echo(f"[{i + 1}/{len(points)}] bench {p.key} ({len(schedules)} schedules, {repeats} repeats)")

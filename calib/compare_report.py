@@ -6,7 +6,7 @@ from pathlib import Path
 
 from tpsim.sim.measured_trace import side_by_side_trace
 from tpsim.sim.predict import Simulator
-from tpsim.sim.trace import write_json_atomic, write_text_atomic
+from tpsim.sim.fileio import save_figure, write_json_atomic, write_text_atomic
 
 from tpsim.calib.compare_intervals import interval_note
 from tpsim.calib.compare_join import measured_speedup_text, predicted_speedup_text, speedup_sign
@@ -90,7 +90,7 @@ def _plots(result: dict, out_dir: Path) -> list[Path]:
            title="tokens/s: predicted vs measured")
     ax.legend(fontsize=7)
     out.append(out_dir / "scatter.png")
-    fig.savefig(out[-1], dpi=110, bbox_inches="tight")
+    save_figure(fig, out[-1], dpi=110, bbox_inches="tight")
     plt.close(fig)
     # speedup bars per point and schedule
     fig, ax = plt.subplots(figsize=(max(5, 1.4 * len(pts) * (len(specs) - 1)), 3.8))
@@ -108,7 +108,7 @@ def _plots(result: dict, out_dir: Path) -> list[Path]:
     ax.set(ylabel="speedup over standard", title="speedup over standard: measured vs predicted")
     ax.legend(fontsize=7)
     out.append(out_dir / "speedup.png")
-    fig.savefig(out[-1], dpi=110, bbox_inches="tight")
+    save_figure(fig, out[-1], dpi=110, bbox_inches="tight")
     plt.close(fig)
     # one decode step, side by side: measured (rank 0) and simulated, for the first non-standard schedule
     p = pts[0]
@@ -126,7 +126,7 @@ def _plots(result: dict, out_dir: Path) -> list[Path]:
         ax.set_yticks(range(len(rows)), [f"{a} {b}" for a, b in rows], fontsize=7)
         ax.set(xlabel="ms", title=f"one decode step, rank 0: {p['model']} TP{p['tp']} {s['schedule']}")
         out.append(out_dir / "timeline.png")
-        fig.savefig(out[-1], dpi=110, bbox_inches="tight")
+        save_figure(fig, out[-1], dpi=110, bbox_inches="tight")
         plt.close(fig)
     return out
 

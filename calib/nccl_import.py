@@ -12,6 +12,7 @@ Pure Python (no torch): it runs wherever `tpsim predict` does.
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -19,9 +20,11 @@ from pathlib import Path
 import click
 
 from tpsim.sim.cli_options import TpsimError as UsageFail
-from tpsim.sim.profile import ProfileError, builtin_names, load_profile, new_profile, write_profile
+from tpsim.sim.lock import check_writable
+from tpsim.sim.profile import (MAX_EXTENDS, ProfileError, builtin_names, load_profile, new_profile, read_json, resolve,
+                               write_profile)
 
-from tpsim.calib.imports import COLLECTIVES, ImportedTable, parse_nccl_tests
+from tpsim.calib.imports import COLLECTIVES, ImportedTable, parse_nccl_tests, read_log
 
 _MPI_PREFIX = re.compile(r"^\[\d+,\d+\]<(stdout|stderr)>:")
 _RUN_START = re.compile(r"^#\s*(nThread\b|Using devices\b|Rank\s+\d+\b|size\s+count\b)")
@@ -98,10 +101,7 @@ def read_files(paths, *, group: int | None = None, mode: str | None = None,
     whose rank lines name more than one host. ValueError names file and line."""
     tables, gpus, spans = [], [], {}
     for p in paths:
-        try:
-            text = Path(p).read_text(errors="replace")
-        except OSError as e:
-            raise ValueError(f"cannot read nccl-tests output {p}: {e.strerror}") from None
+        text = read_log(p)
         coll = _collective_of(p, collective)
         head = text.lstrip()
         if head.startswith("{") or (head.startswith("[") and not _MPI_PREFIX.match(head)):
@@ -164,6 +164,23 @@ def build_profile(tables: list[ImportedTable], *, extends: str, name: str, impl:
     return doc
 
 
+def refuse_overwriting_inputs(out: str, files, base: str) -> None:
+    """`--out` must not be one of the files read, nor the base profile or any profile of its
+    `extends` chain: `--extends base.json --out base.json` destroyed the base and wrote a profile
+    that extends itself."""
+    if not os.path.exists(out):
+        return
+    chain, ref, folder = [], base, None
+    while ref and len(chain) < MAX_EXTENDS:
+        path = resolve(ref, folder)
+        chain.append(str(path))
+        ref, folder = read_json(path).get("extends"), path.parent
+    for f, what in [(f, "an input") for f in files] + [(c, "the --extends base (or a profile it extends)") for c in chain]:
+        if os.path.exists(f) and os.path.samefile(out, f):
+            raise ValueError(f"--out {out} is {what} ({f}): the import would overwrite what it reads; "
+                             f"choose another --out")
+
+
 def _fmt_bytes(n: int) -> str:
     for unit, k in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= k:
@@ -193,9 +210,11 @@ def import_nccl_tests_cmd(files, out, extends, group, mode, collective, impl, na
             raise ValueError(f"--group must be >= 1, got {group}")
         if not impl.strip():
             raise ValueError("--impl must not be empty")
+        check_writable(out)                    # the output-path policy: a regular file or a new name
         tables, gpus, spans = read_files(files, group=group, mode=mode, collective=collective)
         base = extends or default_base(gpus)
         per_node = load_profile(base).gpus_per_node
+        refuse_overwriting_inputs(out, files, base)
         prof = build_profile(tables, extends=base, name=name or Path(out).stem, impl=impl)
         write_profile(out, prof)
     except (ValueError, ProfileError) as e:
