@@ -44,10 +44,12 @@ def acquire(out: str | os.PathLike, what: str = "run") -> int:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             try:
-                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+                pid, _, kind = os.pread(fd, 128, 0).decode(errors="replace").strip().partition(" ")
             finally:
                 os.close(fd)
-            raise OutputBusy(f"another {what} (pid {holder}) is writing {out}; wait for it to finish or "
+            # the holder wrote its own kind ("sweep", "calibration"): a sweep blocked by a calibration
+            # says so, not "another sweep"
+            raise OutputBusy(f"another {kind or what} (pid {pid or '?'}) is writing {out}; wait for it to finish or "
                              f"stop it, or choose another --out") from None
         # the holder before us may have removed the file between our open and our flock: then
         # the lock we hold is on a dead inode; start over on the path's current file
@@ -59,7 +61,7 @@ def acquire(out: str | os.PathLike, what: str = "run") -> int:
             break
         os.close(fd)
     os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    os.pwrite(fd, f"{os.getpid()} {what}\n".encode(), 0)
     _paths[fd] = path
     return fd
 
