@@ -13,7 +13,8 @@ finished points; a point that fails is reported and the rest of the grid still r
 
 The parts: calib/compare_measure.py (run the harness, rebuild the workload), compare_join.py
 (errors, speedups, per-op join), compare_intervals.py (the predicted speedup's interval),
-compare_report.py (compare.md, plots, traces); this module is the command.
+compare_report.py (compare.md, plots, traces), compare_result.py (the compared point and
+schedule as dataclasses, and compare.json's format); this module is the command.
 """
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Compare, step 2: join one point's measured run with its prediction: end-to-end errors, the
-speedup over standard and its sign, and per-op records joined on (phase, op, stream)."""
+speedup over standard and its sign, and per-op records joined on (phase, op, stream), as
+calib.compare_result's ComparedPoint."""
 from __future__ import annotations
 
 import statistics
