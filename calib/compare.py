@@ -13,10 +13,12 @@ finished points; a point that fails is reported and the rest of the grid still r
 
 The parts: calib/compare_measure.py (run the harness, rebuild the workload), compare_join.py
 (errors, speedups, per-op join), compare_intervals.py (the predicted speedup's interval),
-compare_report.py (compare.md, plots, traces); this module is the command.
+compare_report.py (compare.md, plots, traces), compare_result.py (the compared point and
+schedule as dataclasses, and compare.json's format); this module is the command.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -33,7 +35,7 @@ from tpsim.hw import harness, require_torch
 from tpsim.hw.run_config import check_timeout
 
 from tpsim.calib.compare_intervals import interval_note
-from tpsim.calib.compare_join import compare_point, measured_speedup_text, predicted_speedup_text, speedup_sign, summarize
+from tpsim.calib.compare_join import compare_point, measured_speedup_text, predicted_speedup_text, summarize
 from tpsim.calib.compare_measure import CompareError, Point, check_covers, measure
 from tpsim.calib.compare_report import drift_note, point_timeline, write_point_trace, write_report
 
@@ -54,6 +56,8 @@ def _collective_kinds(points: list[Point], schedules: tuple[str, ...]) -> tuple[
 def run_compare(points: list[Point], schedules: tuple[str, ...], out_dir: Path, profile_arg: str | None,
                 backend: str, device: str, nproc: int, quick: bool, repeats: int, measured_files: tuple[str, ...],
                 timeout_s: float, echo=print, compile: bool = False, checkpoint: str | None = None) -> dict:
+    """The comparison, as compare.json holds it (calib.compare_result.comparison_to_dict), but with
+    its points typed (ComparedPoint); also written to out_dir (compare.json, report.md, plots, traces)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     if profile_arg is None and not measured_files:
         models = tuple(dict.fromkeys(p.model for p in points))
@@ -73,8 +77,8 @@ def run_compare(points: list[Point], schedules: tuple[str, ...], out_dir: Path, 
         try:
             # the input policy: a regular file (not a symlink to /dev/zero), bounded, named in errors
             measured_runs.append((f, parse_json(read_input_text(f, "measured JSON", MAX_LOG_BYTES), f)))
-        except ValueError as e:
-            measured_runs.append((f, CompareError(str(e))))
+        except ValueError as e:            # the policy's message names the file (and the line)
+            measured_runs.append((f, CompareError(f"cannot read measured JSON: {e}")))
     if not measured_files:
         for i, p in enumerate(points):
             echo(f"[{i + 1}/{len(points)}] bench {p.key} ({len(schedules)} schedules, {repeats} repeats)")
@@ -91,9 +95,9 @@ def run_compare(points: list[Point], schedules: tuple[str, ...], out_dir: Path, 
         try:
             pt = compare_point(m, profile, schedules if not measured_files else None)
             results.append(pt)
-            spec = "ladder" if any(s["schedule"] == "ladder" for s in pt["schedules"]) else pt["schedules"][-1]["schedule"]
-            timelines[f"{pt['model']}|{pt['tp']}|{pt['batch']}|{spec}"] = point_timeline(m, spec, None, profile)
-            pt["trace"] = str(write_point_trace(m, profile, out_dir))
+            spec = "ladder" if any(s.schedule == "ladder" for s in pt.schedules) else pt.schedules[-1].schedule
+            timelines[f"{pt.model}|{pt.tp}|{pt.batch}|{spec}"] = point_timeline(m, spec, None, profile)
+            results[-1] = dataclasses.replace(pt, trace=str(write_point_trace(m, profile, out_dir)))
         except (CompareError, ValueError, ProfileError) as e:
             failed.append({"point": name, "error": str(e)})
     result = {"profile": profile.name, "profile_path": profile.source_path, "points": results, "failed": failed,
@@ -176,11 +180,10 @@ def _print_summary(result: dict, out_dir: Path) -> None:
     for col in ("point", "schedule", "meas tok/s", "pred tok/s", "err", "meas speedup", "pred speedup", "sign"):
         t.add_column(col, justify="left" if col in ("point", "schedule") else "right")
     for pt in result["points"]:
-        for s in pt["schedules"]:
-            t.add_row(f"{pt['model']} TP{pt['tp']} b{pt['batch']}", s["schedule"],
-                      f"{s['measured']['tokens_per_s']:.1f}", f"{s['predicted']['tokens_per_s']:.1f}",
-                      f"{s['err']['tokens_per_s']:+.1%}", rich_escape(measured_speedup_text(s)),
-                      rich_escape(predicted_speedup_text(s)), speedup_sign(s))
+        for s in pt.schedules:
+            t.add_row(pt.label, s.schedule, f"{s.measured.tokens_per_s:.1f}", f"{s.predicted.tokens_per_s:.1f}",
+                      f"{s.err.tokens_per_s:+.1%}", rich_escape(measured_speedup_text(s)),
+                      rich_escape(predicted_speedup_text(s)), s.sign)
     c = rich_console(width=120)
     c.print(t)
     for spec, s in result["summary"].items():
@@ -193,9 +196,8 @@ def _print_summary(result: dict, out_dir: Path) -> None:
         if note:
             c.print(rich_escape(note))
     for pt in result["points"]:
-        if pt["missing_schedules"]:
-            c.print(f"[yellow]not measured[/yellow] {pt['model']} TP{pt['tp']} b{pt['batch']}: "
-                    f"{', '.join(pt['missing_schedules'])}")
+        if pt.missing_schedules:
+            c.print(f"[yellow]not measured[/yellow] {pt.label}: {', '.join(pt.missing_schedules)}")
     for f in result["failed"]:
         c.print(f"[red]failed[/red] {f['point']}: {f['error']}")
     c.print(f"report: {out_dir / 'report.md'}  data: {out_dir / 'compare.json'}  traces (measured beside "
