@@ -39,8 +39,8 @@ def one_run(points: list, out_dir: Path, nproc: int, log: Path) -> dict:
             "host": socket.gethostname(), "grid": [p.key for p in points], "repeats": REPEATS,
             "summary": result["summary"], "failed": result["failed"],
             # the machine's speed during each measurement / during calibration (hw.probe)
-            "machine_drift": {f"{p['model']}_tp{p['tp']}_b{p['batch']}": round(p["machine_drift"]["ratio"], 3)
-                              for p in result["points"] if p.get("machine_drift")}}
+            "machine_drift": {f"{p.model}_tp{p.tp}_b{p.batch}": round(p.machine_drift["ratio"], 3)
+                              for p in result["points"] if p.machine_drift}}
     with open(log, "a") as f:
         f.write(json.dumps(line) + "\n")
     print(f"{'schedule':12} {'|err| tok/s':>11} {'|err| prefill':>13} {'|err| decode':>12} {'speedup err':>11} "

@@ -13,14 +13,16 @@ finished points; a point that fails is reported and the rest of the grid still r
 
 The parts: calib/compare_measure.py (run the harness, rebuild the workload), compare_join.py
 (errors, speedups, per-op join), compare_intervals.py (the predicted speedup's interval),
-compare_report.py (compare.md, plots, traces); this module runs the grid (`run_compare`); the
-command is commands/compare.py.
+compare_report.py (compare.md, plots, traces), compare_result.py (the compared point and
+schedule as dataclasses, and compare.json's format); this module runs the grid (`run_compare`);
+the command is commands/compare.py.
 """
 from __future__ import annotations
 
-import json
+import dataclasses
 from pathlib import Path
 
+from tpsim.sim.fileio import MAX_LOG_BYTES, parse_json, read_input_text
 from tpsim.sim.model import get_model
 from tpsim.sim.profile import ProfileError, load_profile
 from tpsim.sim.schedule import KINDS, build
@@ -47,6 +49,8 @@ def _collective_kinds(points: list[Point], schedules: tuple[str, ...]) -> tuple[
 def run_compare(points: list[Point], schedules: tuple[str, ...], out_dir: Path, profile_arg: str | None,
                 backend: str, device: str, nproc: int, quick: bool, repeats: int, measured_files: tuple[str, ...],
                 timeout_s: float, echo=print, compile: bool = False, checkpoint: str | None = None) -> dict:
+    """The comparison, as compare.json holds it (calib.compare_result.comparison_to_dict), but with
+    its points typed (ComparedPoint); also written to out_dir (compare.json, report.md, plots, traces)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     if profile_arg is None and not measured_files:
         models = tuple(dict.fromkeys(p.model for p in points))
@@ -64,9 +68,10 @@ def run_compare(points: list[Point], schedules: tuple[str, ...], out_dir: Path, 
     measured_runs: list[tuple[str, dict | Exception]] = []
     for f in measured_files:
         try:
-            measured_runs.append((f, json.loads(Path(f).read_text())))
-        except (OSError, json.JSONDecodeError) as e:
-            measured_runs.append((f, CompareError(f"cannot read measured JSON {f}: {e}")))
+            # the input policy: a regular file (not a symlink to /dev/zero), bounded, named in errors
+            measured_runs.append((f, parse_json(read_input_text(f, "measured JSON", MAX_LOG_BYTES), f)))
+        except ValueError as e:            # the policy's message names the file (and the line)
+            measured_runs.append((f, CompareError(f"cannot read measured JSON: {e}")))
     if not measured_files:
         for i, p in enumerate(points):
             echo(f"[{i + 1}/{len(points)}] bench {p.key} ({len(schedules)} schedules, {repeats} repeats)")
@@ -83,9 +88,9 @@ def run_compare(points: list[Point], schedules: tuple[str, ...], out_dir: Path, 
         try:
             pt = compare_point(m, profile, schedules if not measured_files else None)
             results.append(pt)
-            spec = "ladder" if any(s["schedule"] == "ladder" for s in pt["schedules"]) else pt["schedules"][-1]["schedule"]
-            timelines[f"{pt['model']}|{pt['tp']}|{pt['batch']}|{spec}"] = point_timeline(m, spec, None, profile)
-            pt["trace"] = str(write_point_trace(m, profile, out_dir))
+            spec = "ladder" if any(s.schedule == "ladder" for s in pt.schedules) else pt.schedules[-1].schedule
+            timelines[f"{pt.model}|{pt.tp}|{pt.batch}|{spec}"] = point_timeline(m, spec, None, profile)
+            results[-1] = dataclasses.replace(pt, trace=str(write_point_trace(m, profile, out_dir)))
         except (CompareError, ValueError, ProfileError) as e:
             failed.append({"point": name, "error": str(e)})
     result = {"profile": profile.name, "profile_path": profile.source_path, "points": results, "failed": failed,

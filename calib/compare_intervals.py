@@ -48,10 +48,11 @@ def speedup_interval(w: Workload, spec: str, samples: list[tuple[float, float, f
 
 
 def interval_note(result: dict) -> str:
-    """What the measured speedup and its interval are, and how sure (coverage depends on repeats)."""
-    cov = [s["measured"]["speedup_ci_coverage"] for pt in result["points"] for s in pt["schedules"]
-           if "speedup_ci_coverage" in s["measured"]]
-    pred = any("speedup_interval" in s["predicted"] for pt in result["points"] for s in pt["schedules"])
+    """What the measured speedup and its interval are, and how sure (coverage depends on repeats);
+    `result`: run_compare's (its points typed, calib.compare_result.ComparedPoint)."""
+    cov = [s.measured.speedup_ci_coverage for pt in result["points"] for s in pt.schedules
+           if s.measured.speedup_ci is not None]
+    pred = any(s.predicted.speedup_interval is not None for pt in result["points"] for s in pt.schedules)
     if not (cov or pred):
         return ""
     note = (f"meas speedup [lo-hi]: the median per-repeat paired ratio and an at least {min(cov):.0%} confidence "

@@ -1,5 +1,6 @@
 """Compare, step 2: join one point's measured run with its prediction: end-to-end errors, the
-speedup over standard and its sign, and per-op records joined on (phase, op, stream)."""
+speedup over standard and its sign, and per-op records joined on (phase, op, stream), as
+calib.compare_result's ComparedPoint."""
 from __future__ import annotations
 
 import statistics
@@ -8,12 +9,14 @@ from tpsim.sim.predict import Prediction, Simulator
 
 from tpsim.calib.compare_intervals import overlap_samples, speedup_interval, speedup_undetermined
 from tpsim.calib.compare_measure import CompareError, check_profile_covers, machine_drift, workload_of
+from tpsim.calib.compare_result import (ComparedPoint, MeasuredSide, OpRow, PredictedSide, RelErrors, ScheduleResult,
+                                        sign_verdict)
 
 def _rel(pred: float, meas: float) -> float:
     return (pred - meas) / meas if meas else float("nan")
 
 
-def op_join(measured_records: list[dict], pred: Prediction, gen_len: int) -> list[dict]:
+def op_join(measured_records: list[dict], pred: Prediction, gen_len: int) -> list[OpRow]:
     """Per (phase, op, stream): measured median duration over ranks vs simulated duration, and the
     op's contribution to the end-to-end error (x1 for prefill, x(gen-1) for decode)."""
     meas: dict[tuple, list[float]] = {}
@@ -30,29 +33,29 @@ def op_join(measured_records: list[dict], pred: Prediction, gen_len: int) -> lis
         m = statistics.median(meas[key]) if key in meas else 0.0
         s = sim.get(key, 0.0)
         times = 1 if phase == "prefill" else max(gen_len - 1, 0)
-        rows.append({"phase": phase, "op": op, "stream": stream, "measured_s": m, "predicted_s": s,
-                     "rel_err": _rel(s, m) if m else None, "contribution_s": (s - m) * times})
-    rows.sort(key=lambda r: -abs(r["contribution_s"]))
+        rows.append(OpRow(phase, op, stream, m, s, _rel(s, m) if m else None, (s - m) * times))
+    rows.sort(key=lambda r: -abs(r.contribution_s))
     return rows
 
 
 def speedup_sign(s: dict) -> str:
-    if s["sign_match"]:
-        return "ok"
-    return "undetermined" if s["measured_speedup_within_noise"] or s.get("predicted_speedup_within_noise") else "WRONG"
+    """The sign verdict of one schedule's compare.json entry (`ScheduleResult.sign` of a typed one);
+    an entry without the predicted interval's verdict counts it as False."""
+    return sign_verdict(s["sign_match"], s["measured_speedup_within_noise"],
+                        bool(s.get("predicted_speedup_within_noise")))
 
 
-def predicted_speedup_text(s: dict) -> str:
-    iv = s["predicted"].get("speedup_interval")
-    return f"{s['predicted']['speedup']:.3f}" + (f" [{iv[0]:.2f}-{iv[1]:.2f}]" if iv else "")
+def predicted_speedup_text(s: ScheduleResult) -> str:
+    iv = s.predicted.speedup_interval
+    return f"{s.predicted.speedup:.3f}" + (f" [{iv[0]:.2f}-{iv[1]:.2f}]" if iv else "")
 
 
-def measured_speedup_text(s: dict) -> str:
-    ci = s["measured"].get("speedup_ci")
-    return f"{s['measured']['speedup']:.3f}" + (f" [{ci[0]:.2f}-{ci[1]:.2f}]" if ci else "")
+def measured_speedup_text(s: ScheduleResult) -> str:
+    ci = s.measured.speedup_ci
+    return f"{s.measured.speedup:.3f}" + (f" [{ci[0]:.2f}-{ci[1]:.2f}]" if ci else "")
 
 
-def compare_point(measured: dict, profile, schedules: tuple[str, ...] | None = None) -> dict:
+def compare_point(measured: dict, profile, schedules: tuple[str, ...] | None = None) -> ComparedPoint:
     """Predicted vs measured for every schedule of one measured run."""
     w = workload_of(measured, profile)
     check_profile_covers(w)
@@ -76,46 +79,43 @@ def compare_point(measured: dict, profile, schedules: tuple[str, ...] | None = N
         # about; else tokens/s over standard's.
         paired = "ci_lo" in sp and spec != "standard"
         meas_speedup = sp["median"] if paired else m["speedup"]
-        pred = p.to_dict()
         iv = speedup_interval(w, spec, samples) if spec != "standard" else None
-        if iv:
-            pred["speedup_interval"] = iv
-        out.append({
-            "schedule": spec,
-            "measured": {k: m[k] for k in ("prefill_s", "decode_s", "tokens_per_s", "exposed_comm_s")}
-            | {"speedup": meas_speedup, "speedup_of_medians": m["speedup"]}
-            | ({"speedup_ci": [sp["ci_lo"], sp["ci_hi"]], "speedup_ci_coverage": sp["ci_coverage"]} if paired else {}),
-            "predicted": pred,
-            "err": {k: _rel(getattr(p, k), m[k]) for k in ("prefill_s", "decode_s", "tokens_per_s")},
-            "speedup_err": p.speedup - meas_speedup,
-            "sign_match": spec == "standard" or (p.speedup >= 1.0) == (meas_speedup >= 1.0),
-            "measured_speedup_within_noise": noise,
-            "predicted_speedup_within_noise": bool(iv and iv[0] <= 1.0 <= iv[1]),
-            "ops": op_join(m.get("records", []), p, w.gen_len),
-        })
-    return {"model": w.model.name, "tp": w.tp, "batch": w.batch, "prompt_len": w.prompt_len,
-            "gen_len": w.gen_len, "profile": profile.name, "missing_schedules": missing, "schedules": out,
-            "machine_drift": machine_drift(measured, profile), "env": measured.get("env", {})}
+        out.append(ScheduleResult(
+            schedule=spec,
+            measured=MeasuredSide(*(m[k] for k in ("prefill_s", "decode_s", "tokens_per_s", "exposed_comm_s")),
+                                  speedup=meas_speedup, speedup_of_medians=m["speedup"],
+                                  speedup_ci=(sp["ci_lo"], sp["ci_hi"]) if paired else None,
+                                  speedup_ci_coverage=sp["ci_coverage"] if paired else None),
+            predicted=PredictedSide(p.to_dict(), tuple(iv) if iv else None),
+            err=RelErrors(*(_rel(getattr(p, k), m[k]) for k in ("prefill_s", "decode_s", "tokens_per_s"))),
+            speedup_err=p.speedup - meas_speedup,
+            sign_match=spec == "standard" or (p.speedup >= 1.0) == (meas_speedup >= 1.0),
+            measured_speedup_within_noise=noise,
+            predicted_speedup_within_noise=bool(iv and iv[0] <= 1.0 <= iv[1]),
+            ops=tuple(op_join(m.get("records", []), p, w.gen_len)),
+        ))
+    return ComparedPoint(w.model.name, w.tp, w.batch, w.prompt_len, w.gen_len, profile.name, tuple(missing),
+                         tuple(out), machine_drift(measured, profile), measured.get("env", {}))
 
 
-def summarize(points: list[dict]) -> dict:
+def summarize(points: list[ComparedPoint]) -> dict:
     """Median |error| of tokens/s and |speedup error| per schedule, and sign agreement."""
-    by: dict[str, list[dict]] = {}
+    by: dict[str, list[ScheduleResult]] = {}
     for pt in points:
-        for s in pt.get("schedules", []):
-            by.setdefault(s["schedule"], []).append(s)
+        for s in pt.schedules:
+            by.setdefault(s.schedule, []).append(s)
     out = {}
     for spec, xs in by.items():
         out[spec] = {"points": len(xs),
-                     "median_abs_err_tokens_per_s": statistics.median(abs(x["err"]["tokens_per_s"]) for x in xs),
-                     "median_abs_err_prefill_s": statistics.median(abs(x["err"]["prefill_s"]) for x in xs),
-                     "median_abs_err_decode_s": statistics.median(abs(x["err"]["decode_s"]) for x in xs),
-                     "median_abs_speedup_err": statistics.median(abs(x["speedup_err"]) for x in xs),
-                     "sign_matches": sum(x["sign_match"] for x in xs),
-                     "sign_mismatches_within_noise": sum((not x["sign_match"]) and x["measured_speedup_within_noise"]
+                     "median_abs_err_tokens_per_s": statistics.median(abs(x.err.tokens_per_s) for x in xs),
+                     "median_abs_err_prefill_s": statistics.median(abs(x.err.prefill_s) for x in xs),
+                     "median_abs_err_decode_s": statistics.median(abs(x.err.decode_s) for x in xs),
+                     "median_abs_speedup_err": statistics.median(abs(x.speedup_err) for x in xs),
+                     "sign_matches": sum(x.sign_match for x in xs),
+                     "sign_mismatches_within_noise": sum((not x.sign_match) and x.measured_speedup_within_noise
                                                          for x in xs),
                      # the measurement is sure of its side of 1, the prediction's own interval is not
                      "sign_mismatches_prediction_uncertain": sum(
-                         (not x["sign_match"]) and not x["measured_speedup_within_noise"]
-                         and x.get("predicted_speedup_within_noise", False) for x in xs)}
+                         (not x.sign_match) and not x.measured_speedup_within_noise
+                         and x.predicted_speedup_within_noise for x in xs)}
     return out

@@ -6,16 +6,18 @@ from pathlib import Path
 
 from tpsim.sim.measured_trace import side_by_side_trace
 from tpsim.sim.predict import Simulator
-from tpsim.sim.trace import write_json_atomic, write_text_atomic
+from tpsim.sim.fileio import save_figure, write_json_atomic, write_text_atomic
 
 from tpsim.calib.compare_intervals import interval_note
-from tpsim.calib.compare_join import measured_speedup_text, predicted_speedup_text, speedup_sign
+from tpsim.calib.compare_join import measured_speedup_text, predicted_speedup_text
 from tpsim.calib.compare_measure import workload_of
+from tpsim.calib.compare_result import comparison_to_dict
 
 def write_report(result: dict, out_dir: Path) -> list[Path]:
-    """compare.json, report.md and its PNG plots under out_dir."""
+    """compare.json, report.md and its PNG plots under out_dir, from run_compare's result (its
+    points typed)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out_dir / "compare.json", result)
+    write_json_atomic(out_dir / "compare.json", comparison_to_dict(result))
     pngs = _plots(result, out_dir)
     md = ["# tpsim compare: simulated vs measured", "",
           f"Profile `{result['profile']}`; {len(result['points'])} grid point(s)"
@@ -35,27 +37,27 @@ def write_report(result: dict, out_dir: Path) -> list[Path]:
     for png in pngs:
         md += ["", f"![{png.stem}]({png.name})"]
     for pt in result["points"]:
-        md += ["", f"## {pt['model']} TP{pt['tp']} batch {pt['batch']} prompt {pt['prompt_len']} gen {pt['gen_len']}",
+        md += ["", f"## {pt.model} TP{pt.tp} batch {pt.batch} prompt {pt.prompt_len} gen {pt.gen_len}",
                "", "| schedule | measured tok/s | predicted tok/s | err | measured speedup | predicted speedup | sign |",
                "|---|---|---|---|---|---|---|"]
-        for s in pt["schedules"]:
-            md.append(f"| {s['schedule']} | {s['measured']['tokens_per_s']:.1f} | {s['predicted']['tokens_per_s']:.1f} | "
-                      f"{s['err']['tokens_per_s']:+.1%} | {measured_speedup_text(s)} | "
-                      f"{predicted_speedup_text(s)} | {speedup_sign(s)} |")
-        std = pt["schedules"][0]
+        for s in pt.schedules:
+            md.append(f"| {s.schedule} | {s.measured.tokens_per_s:.1f} | {s.predicted.tokens_per_s:.1f} | "
+                      f"{s.err.tokens_per_s:+.1%} | {measured_speedup_text(s)} | "
+                      f"{predicted_speedup_text(s)} | {s.sign} |")
+        std = pt.schedules[0]
         md += ["", "Largest per-op contributors to the standard schedule's error (predicted - measured, "
                "x1 prefill, x(gen-1) decode). Streams: compute = the op's kernel; comm = measured from "
                "issue to completion (waiting for peers included), simulated from the last rank's arrival "
                "to the end; wait = time the compute stream was blocked on that collective. Measured "
                "records come from one recorded prefill and a few decode steps per rank (median over ranks and steps):", "", "| phase | op | stream | measured ms | predicted ms | contribution ms |",
                "|---|---|---|---|---|---|"]
-        for o in std["ops"][:8]:
-            md.append(f"| {o['phase']} | {o['op']} | {o['stream']} | {o['measured_s'] * 1e3:.3f} | "
-                      f"{o['predicted_s'] * 1e3:.3f} | {o['contribution_s'] * 1e3:+.2f} |")
+        for o in std.ops[:8]:
+            md.append(f"| {o.phase} | {o.op} | {o.stream} | {o.measured_s * 1e3:.3f} | "
+                      f"{o.predicted_s * 1e3:.3f} | {o.contribution_s * 1e3:+.2f} |")
     for pt in result["points"]:
-        if pt["missing_schedules"]:
-            md += ["", f"**Not measured** for {pt['model']} TP{pt['tp']} batch {pt['batch']}: "
-                   f"{', '.join(pt['missing_schedules'])}"]
+        if pt.missing_schedules:
+            md += ["", f"**Not measured** for {pt.model} TP{pt.tp} batch {pt.batch}: "
+                   f"{', '.join(pt.missing_schedules)}"]
     for f in result["failed"]:
         md += ["", f"**Failed point** {f['point']}: {f['error']}"]
     path = out_dir / "report.md"
@@ -76,11 +78,11 @@ def _plots(result: dict, out_dir: Path) -> list[Path]:
     out = []
     # predicted vs measured tokens/s
     fig, ax = plt.subplots(figsize=(5, 4.5))
-    specs = list(dict.fromkeys(s["schedule"] for p in pts for s in p["schedules"]))
+    specs = list(dict.fromkeys(s.schedule for p in pts for s in p.schedules))
     allv = []
     for spec in specs:
-        xs = [s["measured"]["tokens_per_s"] for p in pts for s in p["schedules"] if s["schedule"] == spec]
-        ys = [s["predicted"]["tokens_per_s"] for p in pts for s in p["schedules"] if s["schedule"] == spec]
+        xs = [s.measured.tokens_per_s for p in pts for s in p.schedules if s.schedule == spec]
+        ys = [s.predicted.tokens_per_s for p in pts for s in p.schedules if s.schedule == spec]
         ax.scatter(xs, ys, label=spec)
         allv += xs + ys
     lo, hi = min(allv) * 0.8, max(allv) * 1.2
@@ -90,16 +92,16 @@ def _plots(result: dict, out_dir: Path) -> list[Path]:
            title="tokens/s: predicted vs measured")
     ax.legend(fontsize=7)
     out.append(out_dir / "scatter.png")
-    fig.savefig(out[-1], dpi=110, bbox_inches="tight")
+    save_figure(fig, out[-1], dpi=110, bbox_inches="tight")
     plt.close(fig)
     # speedup bars per point and schedule
     fig, ax = plt.subplots(figsize=(max(5, 1.4 * len(pts) * (len(specs) - 1)), 3.8))
     labels, meas, pred = [], [], []
     for p in pts:
-        for s in p["schedules"][1:]:
-            labels.append(f"{p['model']}\nTP{p['tp']} b{p['batch']}\n{s['schedule']}")
-            meas.append(s["measured"]["speedup"])
-            pred.append(s["predicted"]["speedup"])
+        for s in p.schedules[1:]:
+            labels.append(f"{p.model}\nTP{p.tp} b{p.batch}\n{s.schedule}")
+            meas.append(s.measured.speedup)
+            pred.append(s.predicted.speedup)
     x = range(len(labels))
     ax.bar([i - 0.2 for i in x], meas, 0.4, label="measured")
     ax.bar([i + 0.2 for i in x], pred, 0.4, label="predicted")
@@ -108,12 +110,12 @@ def _plots(result: dict, out_dir: Path) -> list[Path]:
     ax.set(ylabel="speedup over standard", title="speedup over standard: measured vs predicted")
     ax.legend(fontsize=7)
     out.append(out_dir / "speedup.png")
-    fig.savefig(out[-1], dpi=110, bbox_inches="tight")
+    save_figure(fig, out[-1], dpi=110, bbox_inches="tight")
     plt.close(fig)
     # one decode step, side by side: measured (rank 0) and simulated, for the first non-standard schedule
     p = pts[0]
-    s = next((s for s in p["schedules"] if s["schedule"] == "ladder"), p["schedules"][-1])
-    timeline = result.get("timelines", {}).get(f"{p['model']}|{p['tp']}|{p['batch']}|{s['schedule']}")
+    s = next((s for s in p.schedules if s.schedule == "ladder"), p.schedules[-1])
+    timeline = result.get("timelines", {}).get(f"{p.model}|{p.tp}|{p.batch}|{s.schedule}")
     if timeline:
         fig, ax = plt.subplots(figsize=(11, 2.8))
         colors = {"compute": "tab:blue", "comm": "tab:orange", "wait": "tab:red"}
@@ -124,9 +126,9 @@ def _plots(result: dict, out_dir: Path) -> list[Path]:
                      if r["stream"] == stream]
             ax.broken_barh(spans, (y - 0.4, 0.8), color=colors[stream])
         ax.set_yticks(range(len(rows)), [f"{a} {b}" for a, b in rows], fontsize=7)
-        ax.set(xlabel="ms", title=f"one decode step, rank 0: {p['model']} TP{p['tp']} {s['schedule']}")
+        ax.set(xlabel="ms", title=f"one decode step, rank 0: {p.model} TP{p.tp} {s.schedule}")
         out.append(out_dir / "timeline.png")
-        fig.savefig(out[-1], dpi=110, bbox_inches="tight")
+        save_figure(fig, out[-1], dpi=110, bbox_inches="tight")
         plt.close(fig)
     return out
 
@@ -151,8 +153,7 @@ def write_point_trace(measured: dict, profile, out_dir: Path) -> Path:
 
 def drift_note(result: dict) -> str:
     """The machine's speed during each point's measurement against calibration (hw.probe)."""
-    got = [(f"{pt['model']} TP{pt['tp']} b{pt['batch']}", pt["machine_drift"]["ratio"]) for pt in result["points"]
-           if pt.get("machine_drift")]
+    got = [(pt.label, pt.machine_drift["ratio"]) for pt in result["points"] if pt.machine_drift]
     if not got:
         return ""
     return ("machine speed (a fixed matmul probe, measurement time / calibration time): "

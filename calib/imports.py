@@ -21,13 +21,20 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from tpsim.sim.bounds import BOUNDS
+from tpsim.sim.fileio import MAX_LOG_BYTES, parse_json, read_input_text
+
 _MPI_PREFIX = re.compile(r"^\[\d+,\d+\]<(stdout|stderr)>:")
 _RANK_LINE = re.compile(r"^#\s*Rank\s+(\d+)\b")
 _GRAPH = re.compile(r"\bgraph:\s*(\d+)")
 _NGPUS = re.compile(r"\bnGpus\s+(\d+)")
 _LOG = re.compile(r"\bNCCL (INFO|WARN|version)\b")
+_RUN_OPEN = re.compile(r"^#\s*nThread\b")
+_TRAILER = re.compile(r"^#\s*Avg bus bandwidth\b")
+_JSON_START = re.compile(r"^(\{|\[\s*(\{|\[|$))")
+_NUMBER = re.compile(r"[-+]?(\d+\.\d*|\.\d+|\d+)([eE][-+]?\d+)?")
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
-MAX_RANKS = 1 << 16                 # ranks of one nccl-tests run (the largest published runs are ~10^4 GPUs)
+MAX_RANKS = BOUNDS["collective_group"].hi     # ranks of one nccl-tests run (the bounds table: ~16k-GPU jobs)
 
 
 @dataclass(frozen=True)
@@ -56,11 +63,14 @@ def read_nccl_tests(path: str | Path, *, group: int | None = None, collective: s
                     mode: str | None = None) -> ImportedTable:
     """Parse an nccl-tests output file (text or -J JSON); see the module docstring."""
     p = Path(path)
-    try:
-        text = p.read_text(errors="replace")
-    except OSError as e:
-        raise ValueError(f"cannot read nccl-tests output {p}: {e.strerror}") from None
-    return parse_nccl_tests(text, str(p), group=group, collective=collective, mode=mode)
+    return parse_nccl_tests(read_log(p), str(p), group=group, collective=collective, mode=mode)
+
+
+def read_log(path: str | Path) -> str:
+    """An nccl-tests output by the input policy (sim/fileio.py): a regular file (a symlink to
+    /dev/zero or a FIFO is refused, not read until memory runs out), at most 64 MiB; stray
+    non-UTF-8 bytes from interleaved launcher output are replaced, not fatal."""
+    return read_input_text(path, "nccl-tests output", MAX_LOG_BYTES, lenient=True)
 
 
 def parse_nccl_tests(text: str, name: str = "<text>", *, group: int | None = None,
@@ -88,11 +98,25 @@ def _parse_text(text: str, name: str, group, collective, mode) -> ImportedTable:
     # run; runs of the same rank count merge (the last row of a size wins), others are refused
     run_ranks: list[tuple[int, set[int]]] = [(1, ranks)]
     run_rows = 0                                 # data rows since the current run's header
+    opened = None                                # line of the open run's `# nThread` header (no trailer yet)
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = _MPI_PREFIX.sub("", raw).strip()
-        if not line or _LOG.search(line):
+        if not line:
             continue
+        if _LOG.search(line):
+            if re.match(r"\d+\s", line):          # a data row with a log line spliced into it
+                raise ValueError(f"{name} line {lineno}: an NCCL log line is spliced into this data row, so its "
+                                 f"numbers cannot be trusted; rerun with NCCL_DEBUG off or remove the row")
+            continue
+        if _JSON_START.match(line):                # not `[host:pid] ...` launcher chatter
+            raise ValueError(f"{name} line {lineno}: JSON follows the text output (a -J run appended?); "
+                             f"import each run from its own file")
         if line.startswith("#"):
+            if _RUN_OPEN.match(line):
+                _check_closed(name, opened, run_rows)
+                opened = lineno
+            elif _TRAILER.match(line):
+                opened = None
             m = _RANK_LINE.match(line)
             if m:
                 r = int(m.group(1))
@@ -113,9 +137,11 @@ def _parse_text(text: str, name: str, group, collective, mode) -> ImportedTable:
                 header = cols
             continue
         toks = line.split()
-        if not re.fullmatch(r"\d+", toks[0]):
-            continue                              # stray text (launcher chatter): not a data row
         where = f"{name} line {lineno}"
+        if not re.fullmatch(r"\d+", toks[0]):
+            if _NUMBER.fullmatch(toks[0]):
+                raise ValueError(f"{where}: size {toks[0]} is not a whole number of bytes")
+            continue                              # stray text (launcher chatter): not a data row
         cols = header or _default_header(len(toks), where)
         if len(toks) != len(cols):
             raise ValueError(f"{where}: data row has {len(toks)} columns, the header has {len(cols)} "
@@ -124,7 +150,8 @@ def _parse_text(text: str, name: str, group, collective, mode) -> ImportedTable:
         t_tok = toks[cols.index("time")]         # the first 'time' column is the out-of-place one
         try:
             size = int(row["size"])
-            int(row["count"])
+            if not re.fullmatch(r"\d+", row["count"]):
+                raise ValueError
             t_us = float(t_tok)
         except ValueError:
             raise ValueError(f"{where}: cannot read size/count/time from {line!r}") from None
@@ -137,9 +164,11 @@ def _parse_text(text: str, name: str, group, collective, mode) -> ImportedTable:
                                  f"the measurement is invalid")
         if not (math.isfinite(t_us) and t_us > 0):
             raise ValueError(f"{where}: time must be a positive finite number of us, got {t_tok}")
+        _check_size(where, size)
         run_rows += 1
         if size > 0:
             rows[size] = t_us                    # a repeated size (several -n runs): the last wins
+    _check_closed(name, opened, run_rows)
     if not rows:
         raise ValueError(f"{name}: no nccl-tests data rows found (expected lines like "
                          f"'  8  2  float  sum  -1  10.35  0.00  0.00  0 ...')")
@@ -149,6 +178,21 @@ def _parse_text(text: str, name: str, group, collective, mode) -> ImportedTable:
                              f"(line {l0}); split the file and import each run on its own")
     ranks = set().union(*(r for _, r in run_ranks)) if group is None else ranks
     return _table(rows, name, group, ranks, collective, mode, graph, layout, gpus)
+
+
+def _check_size(where: str, size: int) -> None:
+    if size > BOUNDS["message_bytes"].hi:
+        raise ValueError(f"{where}: size {size:.3g} B is beyond {BOUNDS['message_bytes'].hi} B "
+                         f"({BOUNDS['message_bytes'].why})")
+
+
+def _check_closed(name: str, opened: int | None, run_rows: int) -> None:
+    """A run opened by `# nThread` that printed rows ends with `# Avg bus bandwidth`: without it
+    the run was cut off (a killed job, a log truncated at a line boundary) and its last sizes are
+    missing, so it is refused rather than imported as if complete."""
+    if opened is not None and run_rows:
+        raise ValueError(f"{name} line {opened}: the run starting here has no '# Avg bus bandwidth' line after "
+                         f"its rows: truncated? (nccl-tests prints it after the last size)")
 
 
 def _default_header(n: int, where: str) -> list[str]:
@@ -183,10 +227,7 @@ def _table(rows: dict, name, group, ranks, collective, mode, graph, layout, gpus
 # ------------------------------------------------------------------ -J JSON
 
 def _parse_json(text: str, name: str, group, collective, mode) -> ImportedTable:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{name} line {e.lineno}: not valid JSON ({e.msg})") from None
+    data = parse_json(text, name)      # no duplicate keys, NaN, 20-digit numbers or deep nesting; names the line
     records = _find_records(data)
     if records is None:
         raise ValueError(f"{name}: JSON without any record holding 'out_of_place' (is this nccl-tests -J output?)")
@@ -196,12 +237,19 @@ def _parse_json(text: str, name: str, group, collective, mode) -> ImportedTable:
         line = text.count("\n", 0, marks[i]) + 1 if i < len(marks) else "?"
         where = f"{name} line {line}"
         try:
-            size = int(next(rec[k] for k in ("size", "bytes", "size_bytes") if k in rec))
-            t_us = float(rec["out_of_place"]["time"])
-        except (StopIteration, KeyError, TypeError, ValueError):
+            size = next(rec[k] for k in ("size", "bytes", "size_bytes") if k in rec)
+            t_us = rec["out_of_place"]["time"]
+        except (StopIteration, KeyError, TypeError):
             raise ValueError(f"{where}: record {i} needs 'size' and 'out_of_place.time' (us)") from None
-        wrong = rec["out_of_place"].get("wrong", rec["out_of_place"].get("#wrong", 0))
-        if isinstance(wrong, (int, float)) and wrong > 0:
+        # typed: "size": true is not 1 byte, "time": "12" is not a number
+        if isinstance(size, bool) or not isinstance(size, (int, float)) or size != int(size) or size < 0:
+            raise ValueError(f"{where}: record {i}: 'size' must be a whole number of bytes, got {size!r}")
+        if isinstance(t_us, bool) or not isinstance(t_us, (int, float)):
+            raise ValueError(f"{where}: record {i}: 'out_of_place.time' must be a number of us, got {t_us!r}")
+        size, t_us = int(size), float(t_us)
+        _check_size(where, size)
+        wrong = _wrong_count(rec["out_of_place"].get("wrong", rec["out_of_place"].get("#wrong", 0)), where, i)
+        if wrong > 0:
             raise ValueError(f"{where}: nccl-tests reports {wrong} wrong results for size {size}")
         if not (math.isfinite(t_us) and t_us > 0):
             raise ValueError(f"{where}: out_of_place.time must be a positive finite number of us, got {t_us}")
@@ -218,6 +266,17 @@ def _parse_json(text: str, name: str, group, collective, mode) -> ImportedTable:
     elif not isinstance(graph, (bool, int, float)):
         graph = None
     return _table(rows, name, group, ranks, collective, mode, graph, "json", gpus)
+
+
+def _wrong_count(w, where: str, i: int) -> int:
+    """nccl-tests' #wrong: a count, "N/A" (not checked: -c 0) or null; "3" as a string is 3, not 0."""
+    if w is None or w == "N/A":
+        return 0
+    if isinstance(w, str) and w.strip().isdigit():
+        return int(w)
+    if isinstance(w, bool) or not isinstance(w, (int, float)) or w != int(w) or w < 0:
+        raise ValueError(f"{where}: record {i}: 'wrong' must be a count of wrong results or \"N/A\", got {w!r}")
+    return int(w)
 
 
 def _find_records(obj) -> list | None:

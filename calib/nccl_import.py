@@ -12,13 +12,14 @@ Pure Python (no torch): it runs wherever `tpsim predict` does. The command: comm
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from tpsim.sim.profile import builtin_names, load_profile, new_profile
+from tpsim.sim.profile import MAX_EXTENDS, builtin_names, load_profile, new_profile, read_json, resolve
 
-from tpsim.calib.imports import COLLECTIVES, ImportedTable, parse_nccl_tests
+from tpsim.calib.imports import COLLECTIVES, ImportedTable, parse_nccl_tests, read_log
 
 _MPI_PREFIX = re.compile(r"^\[\d+,\d+\]<(stdout|stderr)>:")
 _RUN_START = re.compile(r"^#\s*(nThread\b|Using devices\b|Rank\s+\d+\b|size\s+count\b)")
@@ -95,10 +96,7 @@ def read_files(paths, *, group: int | None = None, mode: str | None = None,
     whose rank lines name more than one host. ValueError names file and line."""
     tables, gpus, spans = [], [], {}
     for p in paths:
-        try:
-            text = Path(p).read_text(errors="replace")
-        except OSError as e:
-            raise ValueError(f"cannot read nccl-tests output {p}: {e.strerror}") from None
+        text = read_log(p)
         coll = _collective_of(p, collective)
         head = text.lstrip()
         if head.startswith("{") or (head.startswith("[") and not _MPI_PREFIX.match(head)):
@@ -159,3 +157,20 @@ def build_profile(tables: list[ImportedTable], *, extends: str, name: str, impl:
                             f"({len(out)} table{'s' * (len(out) != 1)}, imported by tpsim)", extends=extends)
     doc["collectives"] = {"tables": out}
     return doc
+
+
+def refuse_overwriting_inputs(out: str, files, base: str) -> None:
+    """`--out` must not be one of the files read, nor the base profile or any profile of its
+    `extends` chain: `--extends base.json --out base.json` destroyed the base and wrote a profile
+    that extends itself."""
+    if not os.path.exists(out):
+        return
+    chain, ref, folder = [], base, None
+    while ref and len(chain) < MAX_EXTENDS:
+        path = resolve(ref, folder)
+        chain.append(str(path))
+        ref, folder = read_json(path).get("extends"), path.parent
+    for f, what in [(f, "an input") for f in files] + [(c, "the --extends base (or a profile it extends)") for c in chain]:
+        if os.path.exists(f) and os.path.samefile(out, f):
+            raise ValueError(f"--out {out} is {what} ({f}): the import would overwrite what it reads; "
+                             f"choose another --out")

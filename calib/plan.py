@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from tpsim.sim.fileio import MAX_CHECKPOINT_BYTES, read_input_text
 from tpsim.sim.model import get_model, valid_tp
 from tpsim.sim.stack import DTYPE_BYTES, Stack, make_stack
 from tpsim.sim.trace import write_json_atomic
@@ -297,13 +298,13 @@ def read_state(cfg: CalibConfig) -> dict:
     """The state of an interrupted calibration with these options, or a fresh one."""
     p = Path(cfg.state_path)
     fresh = {"format": STATE_FORMAT, "version": 1, "fingerprint": cfg.fingerprint(), "groups": {}}
-    if not p.is_file():
+    if not os.path.lexists(p):
         return fresh
-    try:
-        st = json.loads(p.read_text())
+    try:                                   # the input policy: a regular file, bounded (sim/fileio.py)
+        st = json.loads(read_input_text(p, "state file", MAX_CHECKPOINT_BYTES))
     except json.JSONDecodeError:
         raise ValueError(f"state file {p} is not valid JSON (a torn write?); delete it to start over") from None
-    if st.get("format") != STATE_FORMAT:
+    if not isinstance(st, dict) or st.get("format") != STATE_FORMAT:
         raise ValueError(f"{p} is not a tpsim calibration state file; delete it or choose another --out")
     if st.get("fingerprint") != cfg.fingerprint():
         diff = sorted(k for k in set(st.get("fingerprint", {})) | set(cfg.fingerprint())

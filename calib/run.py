@@ -52,6 +52,7 @@ def calibrate(backend: str = "gloo", nproc: int = 2, models=(), tps=(), batches=
     # one calibration per --out: the ranks inherit the lock, so it lasts until the last of them is gone
     with output_lock(cfg.out, "calibration") as lock_fd:
         check_writable(cfg.out)
+        check_writable(cfg.state_path, "--out's state file")   # a regular file or none (never a planted link)
         state = read_state(cfg)                   # fail early on a foreign state file
         plans = [plan_groups(cfg, nproc, i) for i in range(len(cfg.envs) + 1)]
         total = sum(len(p) for p in plans)
@@ -146,6 +147,7 @@ def run_here(cfg: CalibConfig) -> Path | None:
         check_extends(cfg.extends)
         lock = acquire(cfg.out, "calibration")     # rank 0 writes --out: one such run at a time
         check_writable(cfg.out)
+        check_writable(cfg.state_path, "--out's state file")
     ctx = hwrank.init_from_env(cfg.backend, "cuda" if cfg.device == "cuda" else "cpu", cfg.timeout_s)
     try:
         _check_world(cfg, ctx.world)

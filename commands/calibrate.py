@@ -13,8 +13,9 @@ import re
 
 import click
 
+from tpsim.sim.memory import DoesNotFit, check_fits, estimate
 from tpsim.sim.model import get_model
-from tpsim.sim.stack import ATTENTION_IMPLS, DECODE_KV, DTYPE_BYTES, HEADS, PREFILL_LOGITS
+from tpsim.sim.stack import ATTENTION_IMPLS, DECODE_KV, DTYPE_BYTES, HEADS, PREFILL_LOGITS, Stack
 
 from tpsim.hw import harness, require_torch
 from tpsim.hw.run_config import check_timeout, default_timeout_s
@@ -70,6 +71,7 @@ def calibrate_cmd(backend, nproc, models, tps, batches, prompts, gens, quick, ou
     _check_values(backend, nproc, tps, batches, prompts, gens, kw.get("timeout_s"), kw.get("stop_after"),
                   seed=kw.get("seed"), impl=kw.get("impl"))
     check_out_path(out, "--out")
+    _check_size(backend, nproc, models, tps, batches, prompts, gens, kw.get("dtype"))
     calib_run, dist = harness("tpsim.calib.run", "calibrate"), harness("tpsim.hw.dist", "calibrate")
     if kw.get("timeout_s") is None:
         kw["timeout_s"] = _default_timeout_s(backend, models, batches or (1,), prompts or (1024,))
@@ -110,6 +112,28 @@ def _check_values(backend, nproc, tps, batches, prompts, gens, timeout_s, stop_a
         raise ValueError(f"--stop-after must be >= 1, got {stop_after}")
     if backend == "nccl":
         check_cuda(nproc if "RANK" not in os.environ else 1, "calibrate")
+
+
+def _check_size(backend, nproc, models, tps, batches, prompts, gens, dtype) -> None:
+    """Every rank builds at least one layer of each model with its embedding and head (calib.compute
+    .pass_model) at the smallest TP: refuse before any process starts when that cannot fit in this
+    host's RAM shared by the ranks (llama-3.1-405b on a 23 GiB CPU box started, then died)."""
+    if backend != "gloo":
+        return                        # the device's own memory: checked by the ranks' allocator
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    stack = Stack(dtype=dtype or "fp32")
+    for name in models:
+        try:
+            m = get_model(name)
+        except ValueError:
+            continue                  # reported by the config check, with the valid names
+        est = estimate(m.truncated(1), min(tps or (1,)), max(batches or (1,)), max(prompts or (1024,)),
+                       max(gens or (512,)), stack, "cpu")
+        try:
+            check_fits(est, ram // nproc, f"host RAM shared by {nproc} ranks")
+        except DoesNotFit as e:
+            raise ValueError(f"--models {name}: one layer with its embedding and head: "
+                             f"{str(e).splitlines()[0].rstrip(':')}") from None
 
 
 def _default_timeout_s(backend, models, batches, prompts) -> float:

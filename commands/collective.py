@@ -8,6 +8,7 @@ import statistics
 
 import click
 
+from tpsim.sim.bounds import check as check_bound
 from tpsim.sim.collective_table import COLLECTIVES, MODES, Row, collective_rows, parse_size, to_json
 from tpsim.sim.collective_timing import HostCosts, Timing, loop_time
 from tpsim.sim.impls import ENGINE_COLLECTIVES
@@ -17,7 +18,7 @@ from tpsim.sim.topology_price import TopologyModel
 
 from tpsim.calib.imports import read_nccl_tests
 
-from tpsim.commands.console import rich_console, rich_table
+from tpsim.commands.console import rich_console, rich_escape, rich_table
 from tpsim.commands.errors import user_errors
 
 
@@ -49,6 +50,11 @@ def collective_cmd(profile_name, collective, group, mode, sizes, gpus_per_node, 
 
 def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, compare_path, impl="auto",
          hidden=None):
+    # the bounds table (sim/bounds.py): ranks are priced one by one, so --group 2000000 ran out of memory
+    check_bound("collective_group", group, "--group")
+    if gpus_per_node is not None:
+        check_bound("gpus_per_node", gpus_per_node, "--gpus-per-node")
+    nbytes = tuple(check_bound("message_bytes", parse_size(s), "--bytes") for s in sizes)
     prof = load_profile(profile_name)
     measured = None
     if compare_path:
@@ -57,7 +63,7 @@ def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, c
             raise ValueError(f"{compare_path} was measured over {imp.group} ranks, but --group is {group}")
         measured = dict(zip(imp.bytes, imp.time_us))
     notes: list[str] = []
-    rows = collective_rows(prof, collective, group, mode, tuple(parse_size(s) for s in sizes) or None,
+    rows = collective_rows(prof, collective, group, mode, nbytes or None,
                            gpus_per_node, measured, impl=impl, width=hidden, notes=notes)
     timing, flagged, reason = None, [], None
     if measured is not None and (imp.gpus_per_thread > 1 or imp.mode == "graph"):
@@ -102,7 +108,7 @@ def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, c
         return
     per = gpus_per_node or prof.gpus_per_node
     t = rich_table(title=f"{collective}  {group} ranks ({-(-group // per)} node{'s' if group > per else ''})  "
-                    f"profile {prof.name}  mode {mode}" + (f"  impl {impl}" if impl != "auto" else ""),
+                    f"profile {rich_escape(prof.name)}  mode {mode}" + (f"  impl {impl}" if impl != "auto" else ""),
                    title_justify="left")
     for col in ("size (B)", "time (us)", "busbw (GB/s)") + (("measured (us)", "error") if measured else ()) \
             + ("path",):
@@ -130,14 +136,14 @@ def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, c
             g = timing.gpus_per_thread
             bound = g * prof.launch_s["eager"] * 1e6
             dev = _median_abs([r for r in rows if r.bytes not in flagged])
-            console.print(f"warning: {compare_path} was timed by one thread launching {g} GPUs' kernels per call "
+            console.print(f"warning: {rich_escape(compare_path)} was timed by one thread launching {g} GPUs' kernels per call "
                           f"(nccl-tests -g {g}, 'nGpus {g}' in its header); below {g} x compute.launch_us.eager = "
                           f"{bound:.1f} us of device time its times can be the host launch loop, not the collective "
                           f"(one process per GPU never pays it): {len(flagged)} sizes marked +host-floor?(g{g}); "
                           f"median |error| over the other {len(rows) - len(flagged)} sizes: "
                           + ("-" if dev is None else f"{dev:.1f}%"), soft_wrap=True)
         elif flagged:
-            console.print(f"warning: {compare_path}: {reason}: {len(flagged)} sizes marked +first-launch? (their "
+            console.print(f"warning: {rich_escape(compare_path)}: {reason}: {len(flagged)} sizes marked +first-launch? (their "
                           f"times include it; nccl-tests -G 10 or more spreads it over ten times the calls)",
                           soft_wrap=True)
 

@@ -16,7 +16,7 @@ from tpsim.hw.run_config import check_timeout
 
 from tpsim.calib.compare import QUICK_MODELS, run_compare
 from tpsim.calib.compare_intervals import interval_note
-from tpsim.calib.compare_join import measured_speedup_text, predicted_speedup_text, speedup_sign
+from tpsim.calib.compare_join import measured_speedup_text, predicted_speedup_text
 from tpsim.calib.compare_measure import Point, check_covers
 from tpsim.calib.compare_report import drift_note
 
@@ -95,11 +95,10 @@ def _print_summary(result: dict, out_dir: Path) -> None:
     for col in ("point", "schedule", "meas tok/s", "pred tok/s", "err", "meas speedup", "pred speedup", "sign"):
         t.add_column(col, justify="left" if col in ("point", "schedule") else "right")
     for pt in result["points"]:
-        for s in pt["schedules"]:
-            t.add_row(f"{pt['model']} TP{pt['tp']} b{pt['batch']}", s["schedule"],
-                      f"{s['measured']['tokens_per_s']:.1f}", f"{s['predicted']['tokens_per_s']:.1f}",
-                      f"{s['err']['tokens_per_s']:+.1%}", rich_escape(measured_speedup_text(s)),
-                      rich_escape(predicted_speedup_text(s)), speedup_sign(s))
+        for s in pt.schedules:
+            t.add_row(pt.label, s.schedule, f"{s.measured.tokens_per_s:.1f}", f"{s.predicted.tokens_per_s:.1f}",
+                      f"{s.err.tokens_per_s:+.1%}", rich_escape(measured_speedup_text(s)),
+                      rich_escape(predicted_speedup_text(s)), s.sign)
     c = rich_console(width=120)
     c.print(t)
     for spec, s in result["summary"].items():
@@ -112,9 +111,8 @@ def _print_summary(result: dict, out_dir: Path) -> None:
         if note:
             c.print(rich_escape(note))
     for pt in result["points"]:
-        if pt["missing_schedules"]:
-            c.print(f"[yellow]not measured[/yellow] {pt['model']} TP{pt['tp']} b{pt['batch']}: "
-                    f"{', '.join(pt['missing_schedules'])}")
+        if pt.missing_schedules:
+            c.print(f"[yellow]not measured[/yellow] {pt.label}: {', '.join(pt.missing_schedules)}")
     for f in result["failed"]:
         c.print(f"[red]failed[/red] {f['point']}: {f['error']}")
     c.print(f"report: {out_dir / 'report.md'}  data: {out_dir / 'compare.json'}  traces (measured beside "

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import click
 
+from tpsim.sim.lock import check_writable
 from tpsim.sim.profile import load_profile, write_profile
 
 from tpsim.calib.imports import COLLECTIVES
-from tpsim.calib.nccl_import import build_profile, default_base, read_files
+from tpsim.calib.nccl_import import build_profile, default_base, read_files, refuse_overwriting_inputs
 
 from tpsim.commands.errors import UserError, user_errors
 
@@ -43,9 +44,11 @@ def import_nccl_tests_cmd(files, out, extends, group, mode, collective, impl, na
         raise UserError(f"--group must be >= 1, got {group}")
     if not impl.strip():
         raise UserError("--impl must not be empty")
+    check_writable(out)                    # the output-path policy: a regular file or a new name
     tables, gpus, spans = read_files(files, group=group, mode=mode, collective=collective)
     base = extends or default_base(gpus)
     per_node = load_profile(base).gpus_per_node
+    refuse_overwriting_inputs(out, files, base)
     prof = build_profile(tables, extends=base, name=name or Path(out).stem, impl=impl)
     write_profile(out, prof)
     click.echo(f"wrote {out}: {len(tables)} table(s), extends {base}")

@@ -1,16 +1,16 @@
 """`tpsim predict`: prefill, decode, tokens/s and speedup per schedule, from the simulator alone."""
 from __future__ import annotations
 
-import json
 import sys
 
 import click
 
+from tpsim.sim.fileio import json_text
 from tpsim.sim.predict import predict as run
 from tpsim.sim.schedule import DEFAULT_SCHEDULES, SCHEDULE_HELP
 from tpsim.sim.stacks import load_stack
 
-from tpsim.commands.console import progress_bar, rich_console, rich_table, stderr_console
+from tpsim.commands.console import progress_bar, rich_console, rich_escape, rich_table, stderr_console
 from tpsim.commands.errors import user_errors
 from tpsim.commands.options import make_workload, stack_dict, workload_options
 
@@ -65,9 +65,11 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
         if all(w.profile.arrival_jitter[k].mean_s == 0 for k in scopes):
             jitter_note += ". Zero: the profile has no skew measurement, so none is simulated (= the fast path)"
     if as_json:
-        click.echo(json.dumps(out, indent=1))
+        click.echo(json_text(out))               # never a bare NaN (invalid JSON)
         return
-    t = rich_table(title=f"{w.model.name}  TP{w.tp} ({w.nodes} node{'s' * (w.nodes > 1)})  profile {w.profile.name}  "
+    # user text (an HF folder's name, a profile's name and sources) is printed as text, never as markup
+    t = rich_table(title=f"{rich_escape(w.model.name)}  TP{w.tp} ({w.nodes} node{'s' * (w.nodes > 1)})  "
+                         f"profile {rich_escape(w.profile.name)}  "
                     f"batch {w.batch}  prompt {w.prompt_len}  gen {w.gen_len}  {w.stack.dtype}",
               title_justify="left")
     for col in ("schedule", "prefill ms", "decode ms", "ms/token", "tokens/s", "speedup", "exposed comm ms",
@@ -78,8 +80,8 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
     if sampled:
         t.add_column("tokens/s 95% CI", justify="right")
     for p in preds:
-        per_tok = p.decode_s / (w.gen_len - 1) * 1e3 if w.gen_len > 1 else float("nan")
-        row = [p.schedule, f"{p.prefill_s * 1e3:.1f}", f"{p.decode_s * 1e3:.1f}", f"{per_tok:.3f}",
+        per_tok = f"{p.decode_s / (w.gen_len - 1) * 1e3:.3f}" if w.gen_len > 1 else "-"   # no decode step: no NaN
+        row = [p.schedule, f"{p.prefill_s * 1e3:.1f}", f"{p.decode_s * 1e3:.1f}", per_tok,
                f"{p.tokens_per_s:.1f}", f"{p.speedup:.3f}x", f"{p.exposed_comm_s * 1e3:.1f}", p.model_change]
         if sampled:
             d = p.to_dict()
@@ -91,8 +93,8 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
     console.print(t)
     for p in preds:
         for note in p.notes:
-            console.print(f"{p.schedule}: {note}")
+            console.print(rich_escape(f"{p.schedule}: {note}"))
     if jitter_note:
-        console.print(jitter_note, style="dim")
+        console.print(rich_escape(jitter_note), style="dim")
     console.print("ms/token: one decode step.  exposed comm: time the compute stream waited for collectives "
                   "(prefill + all decode steps).  speedup: tokens/s over standard.  " + MODEL_CHANGE_HELP, style="dim")

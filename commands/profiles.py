@@ -5,7 +5,7 @@ import click
 
 from tpsim.sim.profile import builtin_names, describe, load_profile, read_raw
 
-from tpsim.commands.console import rich_console, rich_table
+from tpsim.commands.console import rich_console, rich_escape, rich_table
 from tpsim.commands.errors import user_errors
 from tpsim.commands.lazy import LazyGroup
 
@@ -35,7 +35,7 @@ def profiles_list():
         t.add_column(col)
     for name in builtin_names():
         p = load_profile(name)
-        t.add_row(name, str(p.gpus_per_node), p.description)
+        t.add_row(name, str(p.gpus_per_node), rich_escape(p.description))     # text, not markup
     rich_console(width=140).print(t)
 
 
@@ -46,9 +46,9 @@ def profiles_show(name):
     """Every value of profile NAME (or a JSON path) with where it came from."""
     p = load_profile(name)
     _, path = read_raw(name)
-    t = rich_table(title=f"{p.name}: {p.description}  ({path})", title_justify="left")
+    t = rich_table(title=rich_escape(f"{p.name}: {p.description}  ({path})"), title_justify="left")   # text, not markup
     for col in ("field", "value", "source"):
         t.add_column(col, overflow="fold")
     for field, value, source in describe(name)[2:]:      # name and description are in the title
-        t.add_row(field, value, source)
+        t.add_row(*map(rich_escape, (field, value, source)))
     rich_console(width=180).print(t)

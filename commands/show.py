@@ -8,7 +8,7 @@ from tpsim.sim.schedule import COMM, SCHEDULE_HELP, build
 from tpsim.sim.stack import Step, make_stack
 
 from tpsim.commands.bounds import check_sizes
-from tpsim.commands.console import rich_console, rich_table
+from tpsim.commands.console import rich_console, rich_escape, rich_table
 from tpsim.commands.errors import user_errors
 from tpsim.commands.options import compile_options, stack_given, stack_options
 
@@ -42,7 +42,7 @@ def show(model, spec, tp, layer, phase, batch, prompt_len, gen_len, **stack_flag
     idx = [i for i, op in enumerate(s.ops) if op.layer == layer]
     nxt = [i for i, op in enumerate(s.ops) if op.layer == layer + 1]
     lo, hi = idx[0], (nxt[0] if nxt else len(s.ops))
-    t = rich_table(title=f"{spec}: ops issued for layer {layer} of {m.name} (TP{tp}, {phase}), in issue order",
+    t = rich_table(title=rich_escape(f"{spec}: ops issued for layer {layer} of {m.name} (TP{tp}, {phase}), in issue order"),
               title_justify="left")
     for col in ("#", "op", "kind", "stream", "waits for", "shape"):
         t.add_column(col)

@@ -1,6 +1,7 @@
 """`tpsim sweep`: a what-if grid from the simulator alone, over processes, resumable (sim/sweep.py)."""
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 from pathlib import Path
@@ -8,13 +9,13 @@ from pathlib import Path
 import click
 
 from tpsim.sim import sweep as sw
+from tpsim.sim.fileio import STDOUT, write_json_atomic, write_text_atomic
 from tpsim.sim.grid import grid
 from tpsim.sim.lock import check_writable, output_lock
 from tpsim.sim.model import get_model
 from tpsim.sim.profile import load_profile
 from tpsim.sim.schedule import DEFAULT_SCHEDULES, ScheduleSpec
 from tpsim.sim.stack import make_stack
-from tpsim.sim.trace import write_json_atomic, write_text_atomic
 
 from tpsim.commands.bounds import check_bounds
 from tpsim.commands.console import progress_bar
@@ -38,9 +39,10 @@ from tpsim.commands.options import compile_options, stack_given, stack_options
 @click.option("--prompt", "prompt_len", type=int, default=1024, show_default=True)
 @click.option("--gen", "gen_len", type=int, default=512, show_default=True)
 @click.option("--jobs", type=int, default=1, show_default=True, help="Worker processes.")
-@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False),
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False, allow_dash=True),
               help="CSV to write (a .json beside it holds the same rows). A sweep killed midway "
-                   "resumes from OUT.partial.jsonl when rerun with the same --out.")
+                   "resumes from OUT.partial.jsonl when rerun with the same --out. - prints the CSV "
+                   "(no .json twin, no checkpoint).")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="PNG of speedups: heatmaps over TP (or lines over --bw-scale when swept).")
 @click.option("--plot-view", type=click.Choice(["speedup", "no-retraining"]), default="speedup", show_default=True,
@@ -60,7 +62,7 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
         for v in vs:
             if not (math.isfinite(v) and 1e-6 <= v <= 1e6):
                 raise ValueError(f"{name} must be a finite number in [1e-6, 1e6], got {v}")
-    check_writable(out_path)
+    check_writable(out_path, stdout_ok=True)
     if plot_path:
         check_writable(plot_path, "--plot")
     for p in profiles_:
@@ -73,22 +75,28 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
     for spec in scheds:
         ScheduleSpec.parse(spec)              # a bad spec fails before any work
     points = grid(models, tps, batches, profiles_, prompt_len, gen_len, bw_scales, lat_scales)
-    checkpoint = f"{out_path}.partial.jsonl"
+    to_stdout = out_path == STDOUT            # the CSV printed: no twin, no checkpoint, no lock
+    checkpoint = None if to_stdout else f"{out_path}.partial.jsonl"
     json_path = Path(out_path).with_suffix(".json")
     if json_path == Path(out_path):
         json_path = Path(f"{out_path}.json")
-    with output_lock(out_path, "sweep"):     # a second sweep on this --out refuses while this one runs
+    if not to_stdout:
+        check_writable(json_path)             # the twin obeys the same policy as --out
+    with (contextlib.nullcontext() if to_stdout else output_lock(out_path, "sweep")):
         with progress_bar("[progress.description]{task.description}", transient=True,
                           disable=not sys.stderr.isatty()) as bar:
             task = bar.add_task("sweep", total=len(points))
             rows = sw.sweep(points, scheds, stack=stack, jobs=jobs, checkpoint=checkpoint,
                             progress=lambda done, total: bar.update(task, completed=done))
         write_text_atomic(out_path, sw.to_csv(rows))
-        write_json_atomic(json_path, rows)
-        Path(checkpoint).unlink(missing_ok=True)
+        if not to_stdout:
+            write_json_atomic(json_path, rows)
+            Path(checkpoint).unlink(missing_ok=True)
     failed = [r["error"] for r in rows if r["error"]]
-    click.echo(f"wrote {out_path} (and {json_path}): {len(points)} points, {len(rows)} rows"
-               + (f"; {len(failed)} point(s) could not run (see the error column), e.g. {failed[0]}" if failed else ""))
+    click.echo(f"wrote {'stdout' if to_stdout else f'{out_path} (and {json_path})'}: {len(points)} points, "
+               f"{len(rows)} rows"
+               + (f"; {len(failed)} point(s) could not run (see the error column), e.g. {failed[0]}" if failed else ""),
+               err=to_stdout)
     if plot_path:
         sw.plot(rows, plot_path, plot_view)
         click.echo(f"wrote {plot_path}")

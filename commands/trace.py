@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import click
 
+from tpsim.sim.fileio import STDOUT, write_json_atomic
 from tpsim.sim.lock import check_writable
 from tpsim.sim.predict import Simulator
 from tpsim.sim.schedule import SCHEDULE_HELP
-from tpsim.sim.trace import chrome_trace, write_json_atomic
+from tpsim.sim.trace import chrome_trace
 
 from tpsim.commands.errors import user_errors
 from tpsim.commands.options import make_workload, workload_options
@@ -16,11 +17,12 @@ from tpsim.commands.options import make_workload, workload_options
 @workload_options
 @click.option("--schedule", "spec", default="ladder", show_default=True, help=SCHEDULE_HELP)
 @click.option("--ranks", type=int, default=None, help="Ranks to simulate and show (default: all TP ranks).")
-@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="Trace JSON to write.")
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False, allow_dash=True),
+              help="Trace JSON to write (- for stdout).")
 @user_errors
 def trace(spec, ranks, out_path, **kw):
     """Write a Chrome/Perfetto trace of one prefill and one decode step (a track per rank and stream)."""
-    check_writable(out_path)
+    check_writable(out_path, stdout_ok=True)       # `--out -`: the trace on stdout, the summary on stderr
     w = make_workload(**kw)
     ranks = w.tp if ranks is None else ranks
     if not 1 <= ranks <= w.tp:
@@ -38,5 +40,5 @@ def trace(spec, ranks, out_path, **kw):
                        + "".join(f" [{n}]" for n in notes))
         offset += res.duration_s
     write_json_atomic(out_path, chrome_trace(records, label=spec))
-    click.echo(f"wrote {out_path}: {len(records)} events, {ranks} rank(s); " + "; ".join(summary)
-               + ". Open it in ui.perfetto.dev or chrome://tracing.")
+    click.echo(f"wrote {'stdout' if out_path == STDOUT else out_path}: {len(records)} events, {ranks} rank(s); "
+               + "; ".join(summary) + ". Open it in ui.perfetto.dev or chrome://tracing.", err=out_path == STDOUT)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
+from enum import IntEnum
 from itertools import count
 from typing import Callable
 
@@ -96,6 +97,38 @@ def compile_schedule(schedule: Schedule, op_time: Callable[[Op], float],
                     comm_time, tuple(host) if any(host) else (), tuple(m_names) if cs is not None else (), cs)
 
 
+class Event(IntEnum):
+    """What a heap entry (time_s, seq, kind, rank, value) of `simulate_ranks` says happens. The
+    engine compares plain ints bound to locals from these values (an IntEnum member compares
+    slower than an int in the event loop)."""
+
+    COMPUTE_END = 0     # rank's running compute item ends; value: the rank's version when pushed
+    COLL_START = 1      # collective `value` starts (its last rank arrived); rank -1
+    COLL_END = 2        # the collective in flight ends; value: its version when pushed; rank -1
+    WAKE = 3            # a rank blocked on a collective resumes after its wake-up; value 0
+    ARRIVE = 4          # rank arrives at collective `value` (only under a coschedule hook)
+
+
+@dataclass(slots=True)
+class _InFlight:
+    """The collective in flight: at most one, since every collective spans every rank and each
+    rank's comm stream is serial."""
+
+    k: int = -1                 # its index (issue order); -1: none in flight
+    remaining: float = 0.0      # its work left at `since_s`, in seconds at rate 1
+    rate: float = 1.0           # work per second now (1 / its slowdown)
+    since_s: float = 0.0        # when `remaining` was last brought up to date
+    version: int = 0            # bumped at every start and re-rate: an older COLL_END is stale
+
+
+@dataclass(slots=True)
+class _Counters:
+    """Counts shared by every rank's stream."""
+
+    next_k: int = 0             # the collective every comm stream takes next
+    busy_ranks: int = 0         # ranks running a compute item now (counted under interference only)
+
+
 def simulate_ranks(c: Compiled, ranks: int, interference: Interference = Interference(),
                    delay_s: np.ndarray | None = None, start_s: tuple[float, ...] = ()) -> tuple[float, float]:
     """(duration_s, rank 0's exposed comm) of one forward pass on every rank: the timeline
@@ -133,8 +166,6 @@ def simulate_ranks(c: Compiled, ranks: int, interference: Interference = Interfe
     ends = [-1.0] * n_coll            # end of each collective once it has ended
     arrived = [0] * n_coll
     latest = [0.0] * n_coll           # latest arrival so far
-    # the collective every comm stream takes next, and whether none is in flight
-    state = {"next": 0, "free": True}
     # compute in progress per rank: remaining work, rate, when last updated, version
     remaining = [0.0] * ranks
     rate = [1.0] * ranks
@@ -145,9 +176,9 @@ def simulate_ranks(c: Compiled, ranks: int, interference: Interference = Interfe
     blocked_wake = [0.0] * ranks
     blocked_t0 = [0.0] * ranks
     exposed = 0.0
-    # the collective in flight: index, remaining work, rate, since, version; ranks computing
-    fl = [-1, 0.0, 1.0, 0.0, 0]
-    busy_n = [0]
+    fl = _InFlight()
+    counts = _Counters()
+    COMPUTE_END, COLL_START, COLL_END, WAKE, ARRIVE = (int(e) for e in Event)
 
     host_ready = c.comm_host_ready_s or (0.0,) * n_coll
     start = [start_s[r] if r < len(start_s) else 0.0 for r in range(ranks)]
@@ -159,7 +190,7 @@ def simulate_ranks(c: Compiled, ranks: int, interference: Interference = Interfe
     def comm_rate(k):
         """Collective k's rate given what every rank computes now."""
         if cs is None:
-            return 1.0 / mslow if inter and busy_n[0] > 0 else 1.0
+            return 1.0 / mslow if inter and counts.busy_ranks > 0 else 1.0
         return 1.0 / max((cs.comm_slowdown(cnames[k], inames[pc[r]]) for r in range(ranks) if busy[r]),
                          default=1.0)
 
@@ -167,7 +198,7 @@ def simulate_ranks(c: Compiled, ranks: int, interference: Interference = Interfe
         chain = host_ready[k] + start[r] if host_ready[k] > 0 else 0.0     # the chain starts with the rank
         t = max(max(issue_s[r][k], free_s) + comm_wake[k], chain) + delays[k][r]
         if cs is not None:                               # an event: the SMs are looked at then
-            push_(heap, (t, next(seq), 4, r, k))
+            push_(heap, (t, next(seq), ARRIVE, r, k))
             return
         count_arrival(k, t)
 
@@ -176,13 +207,13 @@ def simulate_ranks(c: Compiled, ranks: int, interference: Interference = Interfe
             latest[k] = t
         arrived[k] += 1
         if arrived[k] == ranks:                          # the last arrival starts it
-            push_(heap, (latest[k], next(seq), 1, -1, k))
+            push_(heap, (latest[k], next(seq), COLL_START, -1, k))
 
     def refly(now, new_rate):
-        fl[1] -= (now - fl[3]) * fl[2]
-        fl[3], fl[2] = now, new_rate
-        fl[4] += 1
-        push_(heap, (now + fl[1] / new_rate, next(seq), 2, -1, fl[4]))
+        fl.remaining -= (now - fl.since_s) * fl.rate
+        fl.since_s, fl.rate = now, new_rate
+        fl.version += 1
+        push_(heap, (now + fl.remaining / new_rate, next(seq), COLL_END, -1, fl.version))
 
     def advance(r, now):
         """Run rank r's compute stream from `now` until it blocks, starts a timed item or ends."""
@@ -192,7 +223,7 @@ def simulate_ranks(c: Compiled, ranks: int, interference: Interference = Interfe
             if k >= 0:                                   # issue a collective to the comm stream
                 issue_s[r][k] = now
                 issued[r] = k + 1
-                if k == state["next"] and state["free"]:
+                if k == counts.next_k and fl.k < 0:       # its comm stream is free
                     arrive(r, k, 0.0)
                 i += 1
                 continue
@@ -207,15 +238,15 @@ def simulate_ranks(c: Compiled, ranks: int, interference: Interference = Interfe
             t = time_s[i]
             if t > 0:
                 pc[r] = i
-                slow = compute_slow(r, fl[0]) if inter and fl[0] >= 0 else 1.0
+                slow = compute_slow(r, fl.k) if inter and fl.k >= 0 else 1.0
                 remaining[r], rate[r], since[r] = t, 1.0 / slow, now
                 ver[r] += 1
                 busy[r] = True
                 if inter:
-                    busy_n[0] += 1
-                    if fl[0] >= 0 and comm_rate(fl[0]) != fl[2]:    # the collective in flight slows from now
-                        refly(now, comm_rate(fl[0]))
-                push_(heap, (now + t * slow, next(seq), 0, r, ver[r]))
+                    counts.busy_ranks += 1
+                    if fl.k >= 0 and comm_rate(fl.k) != fl.rate:    # the collective in flight slows from now
+                        refly(now, comm_rate(fl.k))
+                push_(heap, (now + t * slow, next(seq), COMPUTE_END, r, ver[r]))
                 return
             i += 1
         pc[r] = n_ops
@@ -230,37 +261,35 @@ def simulate_ranks(c: Compiled, ranks: int, interference: Interference = Interfe
                 remaining[r] -= (now - since[r]) * rate[r]
                 since[r], rate[r] = now, 1.0 / slow
                 ver[r] += 1
-                push_(heap, (now + remaining[r] * slow, next(seq), 0, r, ver[r]))
+                push_(heap, (now + remaining[r] * slow, next(seq), COMPUTE_END, r, ver[r]))
 
     for r in range(ranks):
         advance(r, start[r])
     while heap:
         now, _, kind, r, v = pop_(heap)
-        if kind == 0:                                    # a compute item ends
+        if kind == COMPUTE_END:
             if v != ver[r]:
                 continue
             busy[r] = False
             if inter:
-                busy_n[0] -= 1
-                if fl[0] >= 0 and comm_rate(fl[0]) != fl[2]:     # the collective speeds up again
-                    refly(now, comm_rate(fl[0]))
+                counts.busy_ranks -= 1
+                if fl.k >= 0 and comm_rate(fl.k) != fl.rate:     # the collective speeds up again
+                    refly(now, comm_rate(fl.k))
             pc[r] += 1
             advance(r, now)
-        elif kind == 1:                                  # collective v starts (its last rank arrived)
-            state["free"] = False
-            fl[0], fl[1], fl[3], fl[4] = v, c.comm_time_s[v], now, fl[4] + 1
-            fl[2] = comm_rate(v)
+        elif kind == COLL_START:
+            fl.k, fl.remaining, fl.since_s, fl.version = v, c.comm_time_s[v], now, fl.version + 1
+            fl.rate = comm_rate(v)
             if inter and (cslow != 1.0 or cs is not None):
                 reslow(now, v)
-            push_(heap, (now + fl[1] / fl[2], next(seq), 2, -1, fl[4]))
-        elif kind == 2:                                  # the collective in flight ends
-            if v != fl[4]:
+            push_(heap, (now + fl.remaining / fl.rate, next(seq), COLL_END, -1, fl.version))
+        elif kind == COLL_END:
+            if v != fl.version:
                 continue
-            k = fl[0]
-            fl[0] = -1
+            k = fl.k
+            fl.k = -1                                    # the comm streams are free
             ends[k] = now
-            state["free"] = True
-            state["next"] = k + 1
+            counts.next_k = k + 1
             if inter and (cslow != 1.0 or cs is not None):
                 reslow(now, -1)
             if k + 1 < n_coll:
@@ -271,19 +300,19 @@ def simulate_ranks(c: Compiled, ranks: int, interference: Interference = Interfe
                 if blocked_on[rr] == k:
                     blocked_on[rr] = -1
                     if blocked_wake[rr] > 0:
-                        push_(heap, (now + blocked_wake[rr], next(seq), 3, rr, 0))
+                        push_(heap, (now + blocked_wake[rr], next(seq), WAKE, rr, 0))
                     else:
                         if rr == 0:
                             exposed += now - blocked_t0[rr]
                         advance(rr, now)
-        elif kind == 4:                                  # rank r arrives at collective v (coschedule)
+        elif kind == ARRIVE:                             # (under a coschedule hook only)
             d = 0.0
             if busy[r]:
                 i = pc[r]
                 done = time_s[i] - (remaining[r] - (now - since[r]) * rate[r])
                 d = cs.delay_s(cnames[v], inames[i], done)
             count_arrival(v, now + d)
-        else:                                            # a blocked rank, woken, resumes
+        else:                                            # WAKE: a blocked rank, woken, resumes
             if r == 0:
                 exposed += now - blocked_t0[r]
             advance(r, now)

@@ -20,11 +20,11 @@ checkpoints, per-layer sliding windows (Qwen's use_sliding_window). Reads one lo
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 from .hf_rope import rope_of
+from .hf_check import check_config, read_config
 from .model_spec import ModelSpec
 
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
@@ -38,27 +38,21 @@ def config_path(path: str | Path) -> Path:
     p = Path(path)
     if p.is_dir():
         p = p / "config.json"
-    if not p.is_file():
+    if not p.exists():                   # present but not a regular file: refused by read_config, by name
         raise ValueError(f"model config not found: {p} (give a preset name, a config.json or its folder)")
     return p
 
 
 def load_hf_config(path: str | Path) -> ModelSpec:
     p = config_path(path)
-    try:
-        cfg = json.loads(p.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{p} line {e.lineno}: not valid JSON ({e.msg})") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ValueError(f"cannot read model config {p}: {getattr(e, 'strerror', None) or e}") from None
-    if not isinstance(cfg, dict):
-        raise ValueError(f"{p}: a config.json holds one JSON object")
+    cfg = read_config(p)                 # the input policy: regular file, bounded, BOM ok, strict JSON
     name = p.parent.name if p.name == "config.json" and p.parent.name else p.stem
     return spec_from_hf(cfg, name, str(p))
 
 
 def spec_from_hf(cfg: dict, name: str, where: str = "config.json") -> ModelSpec:
     """ModelSpec of one config dict; ValueError (one line naming `where`) for what tpsim cannot price."""
+    check_config(cfg, where)             # types and the bounds table first (sim/hf_check.py)
     arch = _architecture(cfg, where)
     kind = ARCHITECTURES[arch]
 

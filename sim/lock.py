@@ -4,6 +4,8 @@ Two runs on the same --out would interleave their checkpoint/state writes (a cal
 file flip-flopped between two runs and its profile got contended numbers). The second run now
 refuses at once, naming the first one's PID. The lock is flock(2) on an open file: the kernel
 drops it when the holder dies however it dies (SIGKILL too), so a stale lock file never blocks.
+The lock file is opened O_NOFOLLOW and must be a regular file with one link (sim/fileio.py):
+a planted `OUT.lock -> victim` is refused, never truncated.
 The lock file is removed at release (re-checked after locking, so a run that opened the old file
 just before it was removed starts over on the new one).
 """
@@ -11,28 +13,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-from pathlib import Path
 from typing import Iterator
 
+from .fileio import check_output, open_side_file
 
-def check_writable(out: str | os.PathLike, option: str = "--out") -> None:
-    """`out` can be written (checked before any work, so a long run never fails at its last step):
-    its directory exists and takes a new file (a probe created and removed: permission bits lie to
-    root and on read-only mounts), and an existing `out` is a writable file."""
-    p = Path(out)
-    d = p.resolve().parent
-    if p.is_dir():
-        raise ValueError(f"{option} {out} is a directory; give a file path")
-    if not d.is_dir():
-        raise ValueError(f"{option} {out}: directory {d} does not exist")
-    probe = d / f".{p.name}.{os.getpid()}.probe"
-    try:
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as e:
-        raise ValueError(f"{option} {out}: cannot write in {d}: {e.strerror}") from None
-    if p.exists() and not os.access(p, os.W_OK):
-        raise ValueError(f"{option} {out}: the existing file is not writable")
+
+def check_writable(out: str | os.PathLike, option: str = "--out", *, stdout_ok: bool = False) -> None:
+    """The output-path policy's up-front check (sim/fileio.check_output): a regular file or a new
+    name in a writable directory (or `-` where `stdout_ok`); devices, symlinks, FIFOs refused."""
+    check_output(out, option, stdout_ok=stdout_ok)
 
 
 class OutputBusy(ValueError):
@@ -50,18 +39,17 @@ def acquire(out: str | os.PathLike, what: str = "run") -> int:
     import fcntl   # lazy: POSIX-only; the rest of this module (check_writable, which predict uses) imports anywhere
     path = lock_path(out)
     while True:
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as e:
-            raise ValueError(f"cannot write beside --out {out}: {e.strerror} ({path})") from None
+        fd = open_side_file(path)       # O_NOFOLLOW, a regular file of its own: a planted link is refused
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             try:
-                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+                pid, _, kind = os.pread(fd, 128, 0).decode(errors="replace").strip().partition(" ")
             finally:
                 os.close(fd)
-            raise OutputBusy(f"another {what} (pid {holder}) is writing {out}; wait for it to finish or "
+            # the holder wrote its own kind ("sweep", "calibration"): a sweep blocked by a calibration
+            # says so, not "another sweep"
+            raise OutputBusy(f"another {kind or what} (pid {pid or '?'}) is writing {out}; wait for it to finish or "
                              f"stop it, or choose another --out") from None
         # the holder before us may have removed the file between our open and our flock: then
         # the lock we hold is on a dead inode; start over on the path's current file
@@ -73,7 +61,7 @@ def acquire(out: str | os.PathLike, what: str = "run") -> int:
             break
         os.close(fd)
     os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    os.pwrite(fd, f"{os.getpid()} {what}\n".encode(), 0)
     _paths[fd] = path
     return fd
 

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import copy
 import os
-import tempfile
 from pathlib import Path
 
-from .profile_check import parse, read_json
+from .profile_check import parse
+from .profile_read import first_bad_value, read_json
 from .profile_schema import (COLLECTIVES, FORMAT, JITTER_DISTS, MODES, SCOPES, VERSION, ArrivalJitter,  # noqa: F401
                              CollectiveTable, ComputePoint, Curve, LinkModel, Profile, ProfileError, _short)
-from .trace import write_json_atomic
+from .fileio import write_json_atomic
 
 
 # ------------------------------------------------------------------ loading
@@ -41,12 +41,22 @@ def builtin_names() -> list[str]:
     return sorted(p.stem for p in d.glob("*.json")) if d.is_dir() else []
 
 
-def resolve(name_or_path: str) -> Path:
-    """A built-in name ("h100-sxm") or a path to a profile JSON."""
-    p = Path(name_or_path)
-    if p.suffix == ".json" or os.sep in name_or_path:
-        if not p.is_file():
-            raise ProfileError(f"profile file not found: {name_or_path}")
+MAX_EXTENDS = 16          # profiles in one `extends` chain (real ones: 2 or 3 -- a calibration over a built-in)
+
+
+def _is_path(ref: str) -> bool:
+    return ref.endswith(".json") or os.sep in ref or (os.altsep is not None and os.altsep in ref)
+
+
+def resolve(name_or_path: str, relative_to: Path | None = None) -> Path:
+    """A built-in name ("h100-sxm") or a path to a profile JSON; a relative path inside a profile's
+    `extends` is relative to that profile's folder (`relative_to`), not to the working directory."""
+    if _is_path(name_or_path):
+        p = Path(name_or_path)
+        if relative_to is not None and not p.is_absolute():
+            p = relative_to / p
+        if not p.exists():          # present but not a regular file: refused by read_json, by name
+            raise ProfileError(f"profile file not found: {p}")
         return p
     cand = builtin_dir() / f"{name_or_path}.json"
     if not cand.is_file():
@@ -55,26 +65,47 @@ def resolve(name_or_path: str) -> Path:
     return cand
 
 
+def _check_head(data: dict, where) -> None:
+    if data.get("format") != FORMAT:
+        raise ProfileError(f"profile {where}: field 'format' must be {FORMAT!r}, got {_short(data.get('format'))}")
+    if data.get("version") != VERSION:
+        raise ProfileError(f"profile {where}: field 'version' must be {VERSION}, got {_short(data.get('version'))}")
+
+
+def _base_of(data: dict, path, folder: Path | None, seen: tuple) -> dict | None:
+    """The merged JSON of the profile `data` extends (None without `extends`). Errors in the base's
+    own file name that file, once (no chain of "field 'extends': profile ...: field 'extends'")."""
+    if "extends" not in data:
+        return None
+    base = data["extends"]
+    if not isinstance(base, str) or not base:           # present but null/empty: a broken reference
+        raise ProfileError(f"profile {path}: field 'extends' must name a profile, got {_short(base)}")
+    if len(seen) >= MAX_EXTENDS:
+        raise ProfileError(f"profile {path}: field 'extends': the chain is over {MAX_EXTENDS} profiles long")
+    try:
+        ref = resolve(base, folder)
+    except ProfileError as e:
+        raise ProfileError(f"profile {path}: field 'extends': {e}") from None
+    base_data, _ = read_raw(str(ref), seen)
+    return base_data
+
+
 def read_raw(name_or_path: str, _seen: tuple = ()) -> tuple[dict, Path]:
-    """The profile's JSON with its `extends` chain merged in (base first)."""
+    """The profile's JSON with its `extends` chain merged in (base first), at most MAX_EXTENDS deep."""
+    data, path, _ = _read_chain(name_or_path, _seen)
+    return data, path
+
+
+def _read_chain(name_or_path: str, _seen: tuple = ()) -> tuple[dict, Path, str | None]:
+    """read_raw, and the `extends` the file itself names (read once, not once more to say so)."""
     path = resolve(name_or_path)
-    if str(path.resolve()) in _seen:
+    key = str(path.resolve())
+    if key in _seen:
         raise ProfileError(f"profile {path}: 'extends' forms a cycle")
     data = read_json(path)
-    if data.get("format") != FORMAT:
-        raise ProfileError(f"profile {path}: field 'format' must be {FORMAT!r}, got {_short(data.get('format'))}")
-    if data.get("version") != VERSION:
-        raise ProfileError(f"profile {path}: field 'version' must be {VERSION}, got {_short(data.get('version'))}")
-    base = data.get("extends")
-    if "extends" in data:               # present but null/empty is a broken reference, not "no base"
-        if not isinstance(base, str) or not base:
-            raise ProfileError(f"profile {path}: field 'extends' must name a profile, got {_short(base)}")
-        try:
-            base_data, _ = read_raw(base, _seen + (str(path.resolve()),))
-        except ProfileError as e:
-            raise ProfileError(f"profile {path}: field 'extends': {e}") from None
-        data = merge(base_data, data)
-    return data, path
+    _check_head(data, path)
+    base = _base_of(data, path, path.parent, _seen + (key,))
+    return (data if base is None else merge(base, data)), path, data.get("extends")
 
 
 _PREPEND_LISTS = {("collectives", "tables"), ("compute", "tables")}
@@ -112,15 +143,18 @@ def _is_leaf(v: dict) -> bool:
 
 def load_profile(name_or_path: str) -> Profile:
     """Read, merge `extends`, validate. Errors name the file (and the base it extends) and field."""
-    data, path = read_raw(name_or_path)
+    data, path, base = _read_chain(name_or_path)
     where = str(path)
-    base = read_json(path).get("extends")
     if base:
         where = f"{path} (extends {base})"
+    return _parse(data, where)
+
+
+def _parse(data: dict, where: str) -> Profile:
     try:
         return parse(data, where)
-    except (TypeError, AttributeError, KeyError, IndexError, OverflowError, RecursionError) as e:
-        # a backstop: every field check above should have named the field already
+    except (TypeError, AttributeError, KeyError, IndexError, OverflowError, RecursionError, ZeroDivisionError) as e:
+        # a backstop: every field check should have named the field already
         raise ProfileError(f"profile {where}: invalid value ({type(e).__name__}: {e})") from None
 
 
@@ -176,22 +210,34 @@ def new_profile(name: str, description: str, extends: str | None = None) -> dict
     return doc
 
 
+def anchored(data: dict, out: str | os.PathLike) -> dict:
+    """`data` as it must be written to `out`: a path in `extends` (given relative to the working
+    directory, as a user types it) rewritten relative to `out`'s folder, which is what a reader of
+    the written file resolves it against."""
+    base = data.get("extends")
+    if not isinstance(base, str) or not _is_path(base) or os.path.isabs(base):
+        return data
+    folder = os.path.dirname(os.path.abspath(out))
+    return {**data, "extends": os.path.relpath(os.path.abspath(base), folder)}
+
+
 def load_document(data: dict, near: str | os.PathLike) -> Profile:
-    """Validate a profile document not yet written, with its `extends` base merged, as
-    `load_profile` would read it: through a side file beside `near` (removed again)."""
+    """Validate a profile document not yet written to `near`, with its `extends` base merged, as
+    `load_profile` would read it from there; in memory (errors name `near`, not a temporary)."""
     out = Path(near)
-    fd, side_name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.stem}.", suffix=".probe.json")
-    os.close(fd)
-    try:
-        write_json_atomic(side_name, data)
-        return load_profile(side_name)
-    finally:
-        Path(side_name).unlink(missing_ok=True)
+    doc = anchored(data, out)
+    _check_head(doc, out)
+    bad = first_bad_value(doc)
+    if bad:
+        raise ProfileError(f"profile {out}: field '{bad[0]}' {bad[1]}")
+    base = _base_of(doc, out, out.parent, ())
+    where = f"{out} (extends {doc['extends']})" if base is not None else str(out)
+    return _parse(doc if base is None else merge(base, doc), where)
 
 
 def write_profile(path: str | os.PathLike, data: dict) -> Profile:
     """Validate a profile document, then write it to `path` atomically: one that does not validate
     raises ProfileError naming the field and leaves `path` as it was. Returns the loaded profile."""
     loaded = load_document(data, near=path)
-    write_json_atomic(path, data)
+    write_json_atomic(path, anchored(data, path))
     return loaded

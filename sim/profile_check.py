@@ -1,79 +1,23 @@
-"""Validation of profile JSON: the safe file read (size, encoding, depth, non-finite numbers) and
-the field-by-field parse into a `Profile`, where every failure names the file and the field."""
+"""Validation of profile JSON: the field-by-field parse into a `Profile`, where every failure names
+the file and the field, with real lower bounds (no denormal rates, no negative extras) and counts
+from the one bounds table (sim/bounds.py). The file-level read is sim/profile_read.py."""
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 
+from .bounds import BOUNDS
 from .profile_schema import (ArrivalJitter, COLLECTIVES, CollectiveTable, ComputePoint, Curve, JITTER_DISTS,
-                             LinkModel, MAX_DEPTH, MAX_FILE_BYTES, MAX_GPUS, MAX_INT, MAX_TABLE_POINTS, MODES,
+                             LinkModel, MAX_TABLE_POINTS, MODES,
                              Profile, ProfileError, SCOPES, _finite, _has_source, _short)
 from .coschedule import GpuSpec
 from .stack import Stack
 from .topology import INTRA_KINDS, LINK_CLASSES, NcclLatency, TopologySpec
 
-def read_json(path: Path) -> dict:
-    """One profile file, parsed and checked for what no field check can catch later: its size, its
-    encoding, its nesting depth and non-finite or absurd numbers anywhere (NaN, Infinity, 10**400).
-    Every error names the file (and the field, where there is one)."""
-    try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise ProfileError(f"profile {path}: {size} bytes is over the {MAX_FILE_BYTES >> 20} MiB limit "
-                               f"for a profile file")
-        raw = path.read_bytes()
-    except OSError as e:
-        raise ProfileError(f"profile {path}: cannot read it: {e.strerror}") from None
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise ProfileError(f"profile {path}: not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start})") from None
-    try:
-        data = json.loads(text, parse_int=_parse_int)
-    except json.JSONDecodeError as e:
-        raise ProfileError(f"profile {path}: not valid JSON (line {e.lineno} column {e.colno}: {e.msg})") from None
-    except RecursionError:
-        raise ProfileError(f"profile {path}: nested deeper than {MAX_DEPTH} levels") from None
-    except _BadInt as e:
-        line = text.count("\n", 0, max(0, text.find(e.args[0]))) + 1
-        raise ProfileError(f"profile {path}: line {line}: integer {e.args[0][:20]}... is out of range "
-                           f"(|n| < 2**63)") from None
-    if not isinstance(data, dict):
-        raise ProfileError(f"profile {path}: top level must be a JSON object")
-    bad = _first_bad_value(data)
-    if bad:
-        field_, why = bad
-        raise ProfileError(f"profile {path}: field '{field_}' {why}")
-    return data
-
-
-class _BadInt(ValueError):
-    pass
-
-
-def _parse_int(s: str) -> int:
-    # int() of a 5,000-digit string raises ValueError itself; past 2**63 nothing is a real measurement
-    if len(s) > 20 or abs(int(s)) >= MAX_INT:
-        raise _BadInt(s)
-    return int(s)
-
-
-def _first_bad_value(data) -> tuple[str, str] | None:
-    """(field path, what is wrong) of the first non-finite number or too-deep nesting, walking the
-    tree without recursion (so the walk itself cannot hit Python's recursion limit)."""
-    stack = [("", data, 0)]
-    while stack:
-        path, v, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            return path, f"nests deeper than {MAX_DEPTH} levels"
-        if isinstance(v, float) and not math.isfinite(v):
-            return path, f"must be a finite number, got {v}"
-        if isinstance(v, dict):
-            stack += [(f"{path}.{k}" if path else str(k), x, depth + 1) for k, x in reversed(v.items())]
-        elif isinstance(v, list):
-            stack += [(f"{path}[{i}]", x, depth + 1) for i, x in reversed(list(enumerate(v)))]
-    return None
+# TFLOP/s, GB/s, GiB: 1e-6 is 1 MFLOP/s, 1 kB/s, 1 KiB -- below any device, and the smallest nonzero value a
+# calibration writes (rates rounded to 6 decimals; a fitted small-message protocol's busbw can be ~3e-6)
+RATE_FLOOR = 1e-6
+EFFICIENCY_FLOOR = 1e-6      # achieved/peak: a launch-bound tiny kernel on a CPU still reaches ~1e-4
+MIN_TIME_S = 1e-9            # a measured op or collective: no kernel is shorter than a nanosecond
 
 
 def parse(data: dict, where: str = "<profile>") -> Profile:
@@ -82,7 +26,7 @@ def parse(data: dict, where: str = "<profile>") -> Profile:
     peak = {dt: g.num(f"compute.matmul_tflops.{dt}", positive=True) * 1e12 for dt in g.obj("compute.matmul_tflops")}
     if not peak:
         raise ProfileError(f"profile {where}: field 'compute.matmul_tflops' needs at least one dtype")
-    topology = g.topology(int(g.num("gpus_per_node", positive=True, max_=MAX_GPUS))) if "topology" in data else None
+    topology = g.topology(g.count("gpus_per_node", "gpus_per_node")) if "topology" in data else None
     links = {}
     if topology is None and "model" not in g.obj("collectives"):
         g.fail("collectives.model", "is missing (a profile needs a 'topology' section or a "
@@ -103,7 +47,7 @@ def parse(data: dict, where: str = "<profile>") -> Profile:
     return Profile(
         name=name,
         description=g.str_("description", default=""),
-        gpus_per_node=int(g.num("gpus_per_node", positive=True, max_=MAX_GPUS)),
+        gpus_per_node=g.count("gpus_per_node", "gpus_per_node"),
         memory_gib=g.num("memory_gib", positive=True),
         device=device,
         peak_flops=peak,
@@ -111,10 +55,10 @@ def parse(data: dict, where: str = "<profile>") -> Profile:
         gemm_efficiency=g.curve("compute.gemm_efficiency", "flops"),
         memory_efficiency=g.curve("compute.memory_efficiency", "bytes"),
         launch_s={m: g.num(f"compute.launch_us.{m}", min_=0.0) * 1e-6 for m in MODES},
-        compute_points=g.compute_points() + g.gemm_tables(),
+        compute_points=(pts := g.compute_points()) + g.gemm_tables(already=len(pts)),
         collective_tables=g.collective_tables(),
         link_models=links,
-        eager_extra_s=g.num("collectives.eager_extra_us", default=0.0) * 1e-6,
+        eager_extra_s=g.num("collectives.eager_extra_us", default=0.0, min_=0.0) * 1e-6,
         graph_extra_s=g.num("collectives.graph_extra_us", default=0.0, min_=0.0) * 1e-6,
         graph_nccl_node_s=g.num("collectives.graph_nccl_node_us", default=0.0, min_=0.0) * 1e-6,
         graph_net_host_s=g.num("collectives.graph_net_host_us", default=0.0, min_=0.0) * 1e-6,
@@ -122,7 +66,7 @@ def parse(data: dict, where: str = "<profile>") -> Profile:
         stack_defaults=g.stack_defaults(),
         compute_slowdown=g.num("overlap.compute_slowdown", min_=1.0, max_=100.0),
         comm_slowdown=g.num("overlap.comm_slowdown", min_=1.0, max_=100.0),
-        jitter_s=g.num("jitter.launch_us", default=0.0) * 1e-6,
+        jitter_s=g.num("jitter.launch_us", default=0.0, min_=0.0) * 1e-6,
         wake_s=g.num("overlap.wake_us", default=0.0, min_=0.0) * 1e-6,
         arrival_jitter=g.arrival_jitter(),
         source_path=where,
@@ -164,9 +108,11 @@ class _Getter:
         return v
 
     def num(self, path: str, default=..., positive: bool = False, min_: float | None = None,
-            max_: float = 1e9) -> float:
+            max_: float = 1e9, floor: float | None = None) -> float:
         """A finite number (bare or {"value", "source"}) in range. `max_`: no profile number in its
-        units (TFLOP/s, GB/s, us, GiB, ratios) is anywhere near 1e9; larger is a typo or an attack."""
+        units (TFLOP/s, GB/s, us, GiB, ratios) is anywhere near 1e9; larger is a typo or an attack.
+        `floor`: a nonzero value must be at least this; `positive` numbers (rates, sizes, counts)
+        default to RATE_FLOOR: 1e-320 TFLOP/s gave NaN outputs, 1e-300 gave 10^302 s."""
         v = self.get(path, default)
         if isinstance(v, dict):           # {"value": x, "source": "..."}
             if "value" not in v:
@@ -182,7 +128,21 @@ class _Getter:
             self.fail(path, f"must be >= {min_}, got {v}")
         if abs(v) > max_:
             self.fail(path, f"must be at most {max_:g}, got {v:g}")
+        floor = RATE_FLOOR if floor is None and positive else floor
+        if floor and v != 0 and abs(v) < floor:
+            self.fail(path, f"must be {'' if positive else '0 or '}at least {floor:g} (no real device is that slow "
+                            f"or small), got {v:g}")
         return float(v)
+
+    def count(self, path: str, bound: str, default=..., hi: int | None = None) -> int:
+        """A whole number within BOUNDS[bound] (and at most `hi`), bare or {"value", "source"}."""
+        b = BOUNDS[bound]
+        top = min(b.hi, hi if hi is not None else b.hi)
+        v = self.num(path, default=default)
+        if v != int(v) or not b.lo <= v <= top:
+            self.fail(path, f"must be a whole number in {b.lo}..{top} ({b.why if top == b.hi else 'at most gpus_per_node'}), "
+                            f"got {v:g}")
+        return int(v)
 
     def sourced(self, path: str, types: tuple, default=...):
         """A non-numeric value (string, bool) given as {"value": v, "source": "..."} or bare."""
@@ -216,10 +176,10 @@ class _Getter:
         if intra not in INTRA_KINDS:
             self.fail(f"{t}.intra", f"must be one of {INTRA_KINDS}, got {_short(intra)}")
         nv = self.num(f"{t}.nvlink_gbps", positive=True) if intra == "nvswitch" else \
-            self.num(f"{t}.nvlink_gbps", default=0.0, min_=0.0)
-        sockets = int(self.num(f"{t}.sockets", positive=True))
-        nic = self.num(f"{t}.nic_gbps", default=0.0, min_=0.0)
-        nics = int(self.num(f"{t}.nics_per_node", default=0.0, min_=0.0))
+            self.num(f"{t}.nvlink_gbps", default=0.0, min_=0.0, floor=RATE_FLOOR)
+        sockets = self.count(f"{t}.sockets", "sockets")
+        nic = self.num(f"{t}.nic_gbps", default=0.0, min_=0.0, floor=RATE_FLOOR)
+        nics = self.count(f"{t}.nics_per_node", "nics_per_node", default=0.0)
         if (nic > 0) != (nics > 0):
             self.fail(f"{t}.nics_per_node" if nic > 0 else f"{t}.nic_gbps",
                       "must be given with the other of nic_gbps / nics_per_node (both or neither)")
@@ -229,26 +189,33 @@ class _Getter:
                 gpus_per_node=gpus_per_node, intra=intra,
                 p2p=self.sourced(f"{t}.p2p", (bool,)),
                 nvlink_gbps=nv,
-                nvls_busbw_gbps=self.num(f"{t}.nvls_busbw_gbps", default=0.0, min_=0.0),
-                ll_busbw_cap_gbps=self.num(f"{t}.ll_busbw_cap_gbps", default=0.0, min_=0.0),
-                ll_busbw_cap_multi_node_gbps=self.num(f"{t}.ll_busbw_cap_multi_node_gbps", default=0.0, min_=0.0),
+                nvls_busbw_gbps=self.num(f"{t}.nvls_busbw_gbps", default=0.0, min_=0.0, floor=RATE_FLOOR),
+                ll_busbw_cap_gbps=self.num(f"{t}.ll_busbw_cap_gbps", default=0.0, min_=0.0, floor=RATE_FLOOR),
+                ll_busbw_cap_multi_node_gbps=self.num(f"{t}.ll_busbw_cap_multi_node_gbps", default=0.0, min_=0.0,
+                                                      floor=RATE_FLOOR),
                 ll_payload=self.num(f"{t}.nccl.ll_payload", positive=True),
                 ll128_payload=self.num(f"{t}.nccl.ll128_payload", positive=True),
                 pcie_gbps=self.num(f"{t}.pcie_gbps", positive=True),
-                gpus_per_pcie_switch=int(self.num(f"{t}.gpus_per_pcie_switch", positive=True)),
+                gpus_per_pcie_switch=self.count(f"{t}.gpus_per_pcie_switch", "gpus_per_node", hi=gpus_per_node),
                 sockets=sockets,
                 host_mem_gbps=self.num(f"{t}.host_mem_gbps", positive=True),
                 cpu_link_gbps=self.num(f"{t}.cpu_link_gbps", positive=True) if sockets > 1 else
-                self.num(f"{t}.cpu_link_gbps", default=0.0, min_=0.0),
+                self.num(f"{t}.cpu_link_gbps", default=0.0, min_=0.0, floor=RATE_FLOOR),
                 nic_gbps=nic, nics_per_node=nics, latency=lat,
-                latency_offset_us=self.num(f"{t}.latency_offset_us", default=0.0),
+                # a fitted shift of every derived time: negative is real (the fit), but a ring's time
+                # (its base latency plus at least one hop) must stay above zero, so the shift is at
+                # least minus the smallest ring base latency
+                latency_offset_us=self.num(f"{t}.latency_offset_us", default=0.0,
+                                           min_=-min(lat.base_us[k] for k in ("ring_ll", "ring_ll128", "ring_simple"))),
                 shm_hop_us={k: self.num(f"{t}.shm_hop_us.{k}", min_=0.0)
                             for k in (self.obj(f"{t}.shm_hop_us") if f"shm_hop_us" in self.obj(t) else {})},
-                shm_gbps=self.num(f"{t}.shm_gbps", default=0.0, min_=0.0),
-                nccl_cpu_link_gbps=self.num(f"{t}.nccl_cpu_link_gbps", default=0.0, min_=0.0),
+                shm_gbps=self.num(f"{t}.shm_gbps", default=0.0, min_=0.0, floor=RATE_FLOOR),
+                nccl_cpu_link_gbps=self.num(f"{t}.nccl_cpu_link_gbps", default=0.0, min_=0.0, floor=RATE_FLOOR),
                 nccl_cpu_nodes=int(self.num(f"{t}.nccl_cpu_nodes", default=0.0, min_=0.0)),
                 sources={k: v.get("source", "") for k, v in self.obj(t).items() if isinstance(v, dict)},
             )
+        except ProfileError:
+            raise                          # already names the file and field: not prefixed twice
         except ValueError as e:
             self.fail(t, str(e))
 
@@ -305,6 +272,11 @@ class _Getter:
         bad = sorted(set(d) - known)
         if bad:
             self.fail(f"stack_defaults.{bad[0]}", f"is not a stack field; known: {', '.join(sorted(known))}")
+        for k, v in d.items():              # typed: "no" is not false, "yes" is not a key of anything
+            kind = type(Stack.__dataclass_fields__[k].default)
+            if type(v) is not kind:
+                self.fail(f"stack_defaults.{k}", f"must be {'true or false' if kind is bool else 'a string'}, "
+                                                 f"got {_short(v)}")
         try:
             Stack(**d)
         except (TypeError, ValueError) as e:
@@ -332,8 +304,8 @@ class _Getter:
             self.fail(path, f"has {len(xs)} points; at most {MAX_TABLE_POINTS}")
         if any(not _finite(v) or not 0 < v <= 1e30 for v in xs) or list(xs) != sorted(xs):
             self.fail(f"{path}.{xkey}", "must be positive finite numbers (<= 1e30), increasing")
-        if any(not _finite(v) or not 0 < v <= 1 for v in ys):
-            self.fail(f"{path}.efficiency", "values must be numbers in (0, 1]")
+        if any(not _finite(v) or not EFFICIENCY_FLOOR <= v <= 1 for v in ys):
+            self.fail(f"{path}.efficiency", f"values must be numbers in [{EFFICIENCY_FLOOR:g}, 1]")
         return Curve(tuple(map(float, xs)), tuple(map(float, ys)))
 
     def compute_points(self) -> tuple[ComputePoint, ...]:
@@ -342,8 +314,9 @@ class _Getter:
             p = f"compute.tables[{ti}]"
             if not isinstance(t, dict) or not _has_source(t) or not isinstance(t.get("points"), list):
                 self.fail(p, "must be an object with 'source' and a list 'points'")
-            if len(t["points"]) > 100 * MAX_TABLE_POINTS:
-                self.fail(f"{p}.points", f"has {len(t['points'])} points; at most {100 * MAX_TABLE_POINTS}")
+            if len(out) + len(t["points"]) > BOUNDS["compute_points"].hi:
+                self.fail(f"{p}.points", f"brings the profile to {len(out) + len(t['points'])} compute points; at most "
+                                         f"{BOUNDS['compute_points'].hi} ({BOUNDS['compute_points'].why})")
             for pi, pt in enumerate(t["points"]):
                 q = f"{p}.points[{pi}]"
                 if not isinstance(pt, dict):
@@ -359,8 +332,9 @@ class _Getter:
                     if isinstance(v, bool) or not isinstance(v, (int, str)):
                         self.fail(f"{q}.attrs.{k}", f"must be an integer or a string, got {_short(v)}")
                 time_s = pt["time_s"]
-                if not _finite(time_s) or not 0 < time_s <= 1e6:
-                    self.fail(f"{q}.time_s", f"must be a positive finite number of seconds, got {_short(time_s)}")
+                if not _finite(time_s) or not MIN_TIME_S <= time_s <= 1e6:
+                    self.fail(f"{q}.time_s", f"must be a number of seconds in [{MIN_TIME_S:g}, 1e6] (no kernel is "
+                                             f"shorter than a nanosecond), got {_short(time_s)}")
                 mode, dtype = pt.get("mode", "any"), pt.get("dtype", "fp16")
                 if mode not in ("any",) + MODES:
                     self.fail(f"{q}.mode", f"must be any, eager or graph, got {_short(mode)}")
@@ -370,7 +344,7 @@ class _Getter:
                 out.append(ComputePoint(pt["kind"], attrs, dtype, float(time_s), mode))
         return tuple(out)
 
-    def gemm_tables(self) -> tuple[ComputePoint, ...]:
+    def gemm_tables(self, already: int = 0) -> tuple[ComputePoint, ...]:
         """`compute.gemm_tables`: measured GEMM times in a compact form, one row per weight shape.
 
         Each table: {"source", "dtypes": [...], "m": [m0, m1, ...] (increasing), "rows": [{"n", "k",
@@ -378,6 +352,7 @@ class _Getter:
         ("nk": "interpolated" ...). Expanded to gemm ComputePoints (attrs m, n, k; mode any: the
         same cuBLAS kernel eager and compiled), after `compute.tables`, so calibrated points win."""
         out = []
+        n_points = already
         for ti, t in enumerate(self.get("compute.gemm_tables", [])):
             p = f"compute.gemm_tables[{ti}]"
             if not isinstance(t, dict) or not t.get("source"):
@@ -394,9 +369,14 @@ class _Getter:
                 n, k, us = (r.get("n"), r.get("k"), r.get("time_us")) if isinstance(r, dict) else (None,) * 3
                 if (any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in (n, k))
                         or not isinstance(us, list) or len(us) != len(ms)
-                        or any(isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 for v in us)):
+                        or any(isinstance(v, bool) or not isinstance(v, (int, float)) or not _finite(v)
+                               or not MIN_TIME_S * 1e6 <= v <= 1e12 for v in us)):
                     self.fail(f"{p}.rows[{ri}]", f"needs positive integers 'n', 'k' and 'time_us': {len(ms)} "
-                                                 f"positive times, one per m")
+                                                 f"times in [{MIN_TIME_S * 1e6:g}, 1e12] us, one per m")
+                if n_points + len(dtypes) * len(ms) > BOUNDS["compute_points"].hi:
+                    self.fail(f"{p}.rows[{ri}]", f"brings the profile over {BOUNDS['compute_points'].hi} compute "
+                                                 f"points ({BOUNDS['compute_points'].why})")
+                n_points += len(dtypes) * len(ms)
                 out += [ComputePoint("gemm", (("k", k), ("m", m), ("n", n)), dt, v * 1e-6)
                         for dt in dtypes for m, v in zip(ms, us)]
         return tuple(out)
@@ -406,6 +386,8 @@ class _Getter:
         tables = self.get("collectives.tables", [])
         if not isinstance(tables, list):
             self.fail("collectives.tables", "must be a list of tables")
+        if len(tables) > BOUNDS["tables"].hi:
+            self.fail("collectives.tables", f"has {len(tables)} tables; at most {BOUNDS['tables'].hi}")
         for ti, t in enumerate(tables):
             p = f"collectives.tables[{ti}]"
             if not isinstance(t, dict):
@@ -421,8 +403,9 @@ class _Getter:
                 self.fail(f"{p}.scope", f"must be one of {SCOPES}")
             if t["mode"] not in MODES:
                 self.fail(f"{p}.mode", f"must be one of {MODES}")
-            if t["group"] > 1 << 20:
-                self.fail(f"{p}.group", f"must be at most {1 << 20} ranks, got {t['group']}")
+            if t["group"] > BOUNDS["collective_group"].hi:
+                self.fail(f"{p}.group", f"must be at most {BOUNDS['collective_group'].hi} ranks "
+                                        f"({BOUNDS['collective_group'].why}), got {t['group']}")
             for key in ("impl", "source"):
                 if key in t and (not isinstance(t[key], str) or (key == "source" and not t[key].strip())):
                     self.fail(f"{p}.{key}", f"must be a string, got {_short(t[key])}")
@@ -431,10 +414,11 @@ class _Getter:
                 self.fail(p, "needs equal-length non-empty lists 'bytes' and 'time_us'")
             if len(b) > MAX_TABLE_POINTS:
                 self.fail(f"{p}.bytes", f"has {len(b)} points; at most {MAX_TABLE_POINTS}")
-            for key, vs, hi in (("bytes", b, 2.0 ** 50), ("time_us", us, 1e12)):
+            for key, vs, lo, hi in (("bytes", b, 1, float(BOUNDS["message_bytes"].hi)),
+                                    ("time_us", us, MIN_TIME_S * 1e6, 1e12)):
                 for i, v in enumerate(vs):
-                    if not _finite(v) or not 0 < v <= hi:
-                        self.fail(f"{p}.{key}[{i}]", f"must be a positive finite number (<= {hi:g}), got {_short(v)}")
+                    if not _finite(v) or not lo <= v <= hi:
+                        self.fail(f"{p}.{key}[{i}]", f"must be a finite number in [{lo:g}, {hi:g}], got {_short(v)}")
             if list(b) != sorted(b):
                 self.fail(f"{p}.bytes", "must be increasing")
             out.append(CollectiveTable(str(t["collective"]), int(t["group"]), t["scope"], t["mode"],

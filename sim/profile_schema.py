@@ -6,8 +6,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from .bounds import BOUNDS
 from .errors import UserError
 from .coschedule import GpuSpec
+from .fileio import MAX_JSON_DEPTH, MAX_PROFILE_BYTES
 from .topology import TopologySpec
 
 FORMAT, VERSION = "tpsim-profile", 1
@@ -22,19 +24,13 @@ MODES = ("eager", "graph")        # collective launched eagerly or replayed in a
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
 
 
-MAX_FILE_BYTES = 64 << 20        # a calibrated profile with its raw points is well under 1 MiB
+MAX_FILE_BYTES = MAX_PROFILE_BYTES   # sim/fileio.py's input limit for a profile
 
 
-MAX_DEPTH = 64                   # nesting of objects/lists (the deepest real profile is ~10)
+MAX_DEPTH = MAX_JSON_DEPTH       # nesting of objects/lists (the deepest real profile is ~10)
 
 
-MAX_INT = 1 << 63                # larger integers are nobody's measurement (and overflow floats)
-
-
-MAX_GPUS = 1024                  # per node
-
-
-MAX_TABLE_POINTS = 10_000        # per measured table
+MAX_TABLE_POINTS = BOUNDS["table_points"].hi   # per measured table (sim/bounds.py)
 
 
 class ProfileError(UserError):

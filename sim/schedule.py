@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from .bounds import BOUNDS
 from .builder import Builder, kind_base, runs  # noqa: F401  (re-exported: public names)
 from .ir import COMM, COMPUTE, GIVEN_COST, KINDS, TOKENS, Op, Schedule  # noqa: F401  (re-exported)
 from .model import ModelSpec
@@ -75,7 +76,7 @@ class ScheduleSpec:
         return self.text
 
 
-ANY_DEPTH = 10 ** 6          # a syntax check of a spec before a model is known: every layer index is valid
+ANY_DEPTH = BOUNDS["layers"].hi   # a syntax check of a spec before a model is known: any real layer index is valid
 
 
 @functools.lru_cache(maxsize=1024)

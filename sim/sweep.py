@@ -29,6 +29,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from .fileio import MAX_CHECKPOINT_BYTES, open_append, read_input_bytes, read_input_text, save_figure
 from .grid import Point
 from .model import get_model
 from .predict import Workload, predict
@@ -138,8 +139,8 @@ def sweep(points: list[Point], schedules: tuple[str, ...], stack: Stack = Stack(
         progress(finished, total)
     if checkpoint:
         Path(checkpoint).parent.mkdir(parents=True, exist_ok=True)
-    sink = open(checkpoint, "a") if checkpoint else None
-    if sink and sink.tell() and not Path(checkpoint).read_bytes().endswith(b"\n"):
+    sink = open_append(checkpoint) if checkpoint else None    # O_NOFOLLOW: a planted link is refused
+    if sink and sink.tell() and not read_input_bytes(checkpoint, "checkpoint", MAX_CHECKPOINT_BYTES).endswith(b"\n"):
         sink.write("\n")                     # seal a torn last line before appending
     try:
         def record(key: str, rows: list[dict]) -> None:
@@ -187,9 +188,9 @@ def sweep(points: list[Point], schedules: tuple[str, ...], stack: Stack = Stack(
 def read_checkpoint(path: str | os.PathLike) -> dict[str, list[dict]]:
     """Finished points from a checkpoint; a torn last line (killed mid-write) is ignored."""
     out: dict[str, list[dict]] = {}
-    if not Path(path).exists():
+    if not os.path.lexists(path):
         return out
-    for line in Path(path).read_text().splitlines():
+    for line in read_input_text(path, "checkpoint", MAX_CHECKPOINT_BYTES, lenient=True).splitlines():
         try:
             d = json.loads(line)
             out[d["key"]] = d["rows"]
@@ -279,7 +280,7 @@ def plot(rows: list[dict], path: str | os.PathLike, view: str = "speedup") -> No
         fig.colorbar(im, ax=axes, shrink=0.8, label="speedup over standard")
     fig.suptitle("tpsim sweep: predicted speedup over standard TP", fontsize=10)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    save_figure(fig, path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -348,5 +349,5 @@ def plot_no_retraining(rows: list[dict], path: str | os.PathLike) -> None:
         ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, frameon=False)
     fig.suptitle("tpsim sweep: the best schedule that keeps the model vs. those that change it", fontsize=10)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    save_figure(fig, path, dpi=110, bbox_inches="tight")
     plt.close(fig)

@@ -7,11 +7,11 @@ thread per stream.
 """
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass
 from typing import Iterable
+
+# the writers live with the output-path policy (sim/fileio.py); re-exported for their old importers
+from .fileio import write_json_atomic, write_text_atomic  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -56,25 +56,3 @@ def chrome_trace(records: Iterable[Record], label: str = "") -> dict:
                        "args": {"phase": r.phase, "kind": r.kind}})
     return {"traceEvents": events, "displayTimeUnit": "ns"}
 
-
-def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write a file so that readers see the old one or the whole new one, never a torn write."""
-    path = os.fspath(path)
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=os.path.splitext(path)[1])
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)          # mkstemp makes 0600; results are for everyone to read
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def write_json_atomic(path: str | os.PathLike, obj) -> None:
-    write_text_atomic(path, json.dumps(obj, indent=1) + "\n")

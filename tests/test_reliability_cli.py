@@ -161,6 +161,17 @@ def test_sweep_jobs_capped_at_the_cores(tmp_path):
     assert "--jobs must be in 1..1024" in line
 
 
+def test_the_busy_message_names_the_holders_kind(tmp_path):
+    """A sweep whose --out a calibration holds says 'another calibration', not 'another sweep': the holder
+    writes its own kind into the lock file (issue #29 item 9)."""
+    from tpsim.sim.lock import output_lock
+    out = tmp_path / "s.csv"
+    with output_lock(out, "calibration"):
+        line = one_line_exit_2(CliRunner().invoke(cli.main, ["sweep", "--model", "tiny", "--tp", "2", "--gen", "4",
+                                                             "--prompt", "16", "--out", str(out)]))
+    assert f"another calibration (pid {os.getpid()}) is writing {out}" in line
+
+
 def test_sweep_refuses_while_another_holds_its_out(tmp_path):
     from tpsim.sim.lock import output_lock
     out = tmp_path / "s.csv"
@@ -209,7 +220,7 @@ def test_import_json_claiming_a_billion_ranks_is_refused_with_its_line(tmp_path)
     with pytest.raises(ValueError, match=r"ar\.json line 4: 'nranks' must be a whole number of ranks"):
         read_nccl_tests(f)
     f.write_text((FIX / "ar.json").read_text().replace('"nranks": 8', '"nranks": Infinity'))
-    with pytest.raises(ValueError, match="line 4"):
+    with pytest.raises(ValueError, match=r"ar\.json: field 'config\.nranks' must be a finite number"):
         read_nccl_tests(f)
 
 
@@ -217,7 +228,7 @@ def test_import_refuses_infinite_times(tmp_path):
     from tpsim.calib.imports import read_nccl_tests
     f = tmp_path / "ar.json"
     f.write_text((FIX / "ar.json").read_text().replace('"time": 20.70', '"time": Infinity'))
-    with pytest.raises(ValueError, match="positive finite"):
+    with pytest.raises(ValueError, match="out_of_place.time. must be a finite number"):
         read_nccl_tests(f)
     lines = (FIX / "ar_v2_13.txt").read_text().splitlines()
     i = next(i for i, x in enumerate(lines) if x.strip() and x.split()[0].isdigit())

@@ -55,10 +55,9 @@ def blocks(spec: str, arg: str, n_layers: int) -> tuple[int, ...]:
             raise ValueError(f"bad spd spec {spec!r}; use spd:F (0<=F<=1) or a layer list like spd:3,5,9-12") from None
         if hi_i < lo_i:
             raise ValueError(f"empty spd layer range {part!r} in {spec!r}; write low-high")
-        for i in range(lo_i, hi_i + 1):
-            if not 0 <= i < n_layers:
-                raise ValueError(f"spd layer {i} outside 0..{n_layers - 1}")
-            out.add(i)
+        if not (0 <= lo_i and hi_i < n_layers):       # checked before the loop: spd:0-999999999 loops 10^9 times
+            raise ValueError(f"spd layer {lo_i if lo_i < 0 else hi_i} outside 0..{n_layers - 1}")
+        out.update(range(lo_i, hi_i + 1))
     if not out:
         raise ValueError(f"spd layer list {spec!r} names no layer")
     return tuple(sorted(out))

@@ -3,6 +3,7 @@ prompt tokens in prefill), each micro-batch's all-reduce overlapping the others'
 model: the outputs are standard's."""
 from __future__ import annotations
 
+from ..bounds import check as check_bound
 from ..builder import Builder, micro_batches
 from ._def import LayerKind, Probe, ScheduleDef, each
 from .standard import layer as standard_layer
@@ -76,7 +77,8 @@ def parse(spec: str, arg: str, n_layers: int) -> dict:
         splits = 0
     if splits < 2:
         raise ValueError(f"bad token-split spec {spec!r}; use token-split or token-split:N with N >= 2")
-    return {"splits": splits}
+    # each micro-batch is simulated on its own: N buys N times the work (token-split:1000: 11 min)
+    return {"splits": check_bound("micro_batches", splits, "token-split:N's N (micro-batches)")}
 
 
 # 3 layers compiled, so the kept layer 1 has no run boundary (split/merge: once per pass, priced

@@ -1,0 +1,45 @@
+"""Ladder vs parallel, and the comm-free decode step, where people deploy (batch 1-64, TP8, P2P on/off).
+
+    python bench/winners.py [--checkout DIR]
+
+For each (model, TP, profile, batch): the predicted speedups of ladder and parallel over standard,
+which wins, and the comm-free (upper-bound) decode step in ms. The reference stack's defaults
+(prompt 1024, gen 512). `--checkout` runs another checkout's simulator on the same grid (e.g. an
+older commit in a git worktree), so two runs side by side show what a change moved. Validation of
+direction only: no constant is set from these numbers.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+ap.add_argument("--checkout", default=str(Path(__file__).resolve().parent.parent))
+args = ap.parse_args()
+sys.path.insert(0, args.checkout)
+import _checkout  # noqa: E402  (the chosen checkout as the package tpsim)
+_checkout.load(args.checkout)
+
+from tpsim.sim.model import get_model  # noqa: E402
+from tpsim.sim.predict import Workload, predict  # noqa: E402
+from tpsim.sim.profile import load_profile  # noqa: E402
+
+GRID = [(m, 8, p, b) for m in ("llama-3.1-8b", "llama-3.1-70b") for p in ("h100-sxm", "h100-sxm-p2p-off")
+        for b in (1, 4, 16, 64)]
+
+
+def main() -> None:
+    print(f"{'model':15} {'tp':>2} {'profile':17} {'batch':>5} {'ladder':>7} {'parallel':>8} {'winner':>8} "
+          f"{'comm-free decode ms':>19}")
+    for model, tp, prof, batch in GRID:
+        w = Workload(get_model(model), tp, load_profile(prof), batch=batch)
+        got = {p.schedule: p for p in predict(w, ["ladder", "parallel", "upper-bound"], record=False)}
+        lad, par = got["ladder"].speedup, got["parallel"].speedup
+        ub = got["upper-bound"]
+        print(f"{model:15} {tp:>2} {prof:17} {batch:>5} {lad:>6.3f}x {par:>7.3f}x "
+              f"{'ladder' if lad > par else 'parallel':>8} {ub.decode_s / (w.gen_len - 1) * 1e3:>19.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""compare.json through calib.compare_result's dataclasses: a real `tpsim compare --measured` run
+(a committed `tpsim bench --json` output of tiny at TP2 on gloo, no torch needed to compare it)
+writes compare.json; read back with from_dict and written with to_dict it is the same file byte for
+byte, and the typed fields say what the file says. tests/fixtures/compare/README.md: the fixtures."""
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tpsim.calib.compare_result import (ComparedPoint, OpRow, ScheduleResult, comparison_from_dict,
+                                        comparison_to_dict)
+from tpsim.cli import main
+
+FIX = Path(__file__).parent / "fixtures" / "compare"
+
+
+@pytest.fixture(scope="module")
+def compare_json(tmp_path_factory) -> str:
+    out = tmp_path_factory.mktemp("compare")
+    r = CliRunner().invoke(main, ["compare", "--profile", str(FIX / "profile.json"),
+                                  "--measured", str(FIX / "measured-tiny-tp2.json"), "--out-dir", str(out)])
+    assert r.exit_code == 0, r.output
+    return (out / "compare.json").read_text()
+
+
+def test_compare_json_round_trips_byte_for_byte(compare_json):
+    res = comparison_from_dict(json.loads(compare_json))
+    assert json.dumps(comparison_to_dict(res), indent=1) + "\n" == compare_json   # write_json_atomic's format
+    (pt,) = res["points"]
+    assert isinstance(pt, ComparedPoint) and all(isinstance(s, ScheduleResult) for s in pt.schedules)
+    assert ComparedPoint.from_dict(pt.to_dict()) == pt
+
+
+def test_compare_json_keeps_its_format(compare_json):
+    # the writer is to_dict too, so the round trip alone would not see a changed format: the keys
+    # and their order, as compare.json has had them (readers of old files depend on them)
+    res = json.loads(compare_json)
+    assert list(res) == ["profile", "profile_path", "points", "failed", "summary", "timelines"]
+    (pt,) = res["points"]
+    assert list(pt) == ["model", "tp", "batch", "prompt_len", "gen_len", "profile", "missing_schedules",
+                        "schedules", "machine_drift", "env", "trace"]
+    std, ladder = pt["schedules"]
+    assert list(ladder) == ["schedule", "measured", "predicted", "err", "speedup_err", "sign_match",
+                            "measured_speedup_within_noise", "predicted_speedup_within_noise", "ops"]
+    side = ["prefill_s", "decode_s", "tokens_per_s", "exposed_comm_s", "speedup", "speedup_of_medians"]
+    assert list(std["measured"]) == side
+    assert list(ladder["measured"]) == side + ["speedup_ci", "speedup_ci_coverage"]
+    # predicted: sim.predict.Prediction.to_dict's own keys, then compare's interval
+    assert list(ladder["predicted"])[-1] == "speedup_interval" and "speedup_interval" not in std["predicted"]
+    assert list(ladder["predicted"])[:5] == ["schedule", "prefill_s", "decode_s", "tokens_per_s", "speedup"]
+    assert list(ladder["err"]) == ["prefill_s", "decode_s", "tokens_per_s"]
+    assert list(ladder["ops"][0]) == ["phase", "op", "stream", "measured_s", "predicted_s", "rel_err", "contribution_s"]
+    assert list(pt["machine_drift"]) == ["calibration_probe_s", "measurement_probe_s", "ratio"]
+
+
+def test_typed_fields_say_what_the_file_says(compare_json):
+    raw = json.loads(compare_json)["points"][0]
+    measured = json.loads((FIX / "measured-tiny-tp2.json").read_text())
+    (pt,) = comparison_from_dict(json.loads(compare_json))["points"]
+    assert (pt.label, pt.missing_schedules, pt.profile) == ("tiny TP2 b1", (), "compare-fixture")
+    assert Path(pt.trace).is_file()
+    std, ladder = pt.schedules
+    assert [s.schedule for s in pt.schedules] == ["standard", "ladder"]
+    # every optional field is filled on ladder: 3 paired repeats give a 75% sign-test interval, the
+    # profile's kept overlap-fit samples a predicted one; standard (over itself) has neither
+    m = next(s for s in measured["schedules"] if s["schedule"] == "ladder")
+    sp = m["spread"]["speedup"]
+    assert ladder.measured.speedup_ci == (sp["ci_lo"], sp["ci_hi"]) and ladder.measured.speedup_ci_coverage == 0.75
+    assert ladder.measured.speedup == sp["median"] and ladder.measured.speedup_of_medians == m["speedup"]
+    lo, hi = ladder.predicted.speedup_interval
+    assert lo <= 1.0 <= hi and ladder.predicted_speedup_within_noise       # [0.91, 1.34] on this fixture
+    assert lo <= ladder.predicted.speedup <= hi
+    assert std.measured.speedup_ci is None and std.predicted.speedup_interval is None
+    raw_std = raw["schedules"][0]
+    assert "speedup_ci" not in raw_std["measured"] and "speedup_interval" not in raw_std["predicted"]
+    assert ladder.predicted.tokens_per_s == raw["schedules"][1]["predicted"]["tokens_per_s"]
+    assert ladder.err.tokens_per_s == pytest.approx(
+        (ladder.predicted.tokens_per_s - ladder.measured.tokens_per_s) / ladder.measured.tokens_per_s)
+    assert ladder.speedup_err == ladder.predicted.speedup - ladder.measured.speedup
+    # the calibration probe 2.5 ms (the fixture profile) against the faster of the two measured probes
+    assert pt.machine_drift["ratio"] == pytest.approx(min(measured["env"]["probe_s"]) / 0.0025)
+    # the per-op join: largest |contribution| first; ops only the harness recorded predict 0
+    contrib = [abs(o.contribution_s) for o in ladder.ops]
+    assert contrib == sorted(contrib, reverse=True)
+    assert {o.stream for o in ladder.ops} <= {"compute", "comm", "wait"}
+
+
+def test_optional_fields_absent_and_verdicts(compare_json):
+    (pt,) = comparison_from_dict(json.loads(compare_json))["points"]
+    ladder = pt.schedules[1]
+    assert ladder.sign == "ok"
+    # disagreeing signs: undetermined while either interval contains 1, WRONG when neither does
+    off = dataclasses.replace(ladder, sign_match=False)
+    assert off.sign == "undetermined"
+    assert dataclasses.replace(off, predicted_speedup_within_noise=False).sign == "WRONG"
+    assert dataclasses.replace(off, predicted_speedup_within_noise=False, measured_speedup_within_noise=True).sign \
+        == "undetermined"
+    # without the intervals, the trace, a measured op or a measured time: the keys go, None and nan stay
+    bare = dataclasses.replace(
+        pt, trace=None, machine_drift=None,
+        schedules=(pt.schedules[0], dataclasses.replace(
+            ladder, measured=dataclasses.replace(ladder.measured, speedup_ci=None, speedup_ci_coverage=None),
+            predicted=dataclasses.replace(ladder.predicted, speedup_interval=None),
+            err=dataclasses.replace(ladder.err, decode_s=float("nan")),
+            ops=(OpRow("decode", "L0.mlp.up", "compute", 0.0, 1e-3, None, 1e-3),))))
+    d = bare.to_dict()
+    assert "trace" not in d and d["machine_drift"] is None
+    s = d["schedules"][1]
+    assert "speedup_ci" not in s["measured"] and "speedup_ci_coverage" not in s["measured"]
+    assert "speedup_interval" not in s["predicted"] and s["ops"][0]["rel_err"] is None
+    text = json.dumps(d, indent=1)
+    back = ComparedPoint.from_dict(json.loads(text))
+    assert json.dumps(back.to_dict(), indent=1) == text and math.isnan(back.schedules[1].err.decode_s)
