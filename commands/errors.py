@@ -25,13 +25,14 @@ class _Refused(click.ClickException):
 
 def user_errors(fn):
     """`fn` (a click command's body) with ValueError (UserError, ProfileError, ...) and OSError turned
-    into one line on stderr, exit 2. A message spanning lines is folded into one."""
+    into click's `Error: <message>` on stderr, exit 2. The message is printed as raised: one line, or
+    where a breakdown is the point (the memory gate's table of what does not fit) its own lines."""
     @functools.wraps(fn)
     def wrapper(*a, **kw):
         try:
             return fn(*a, **kw)
         except ValueError as e:
-            raise _Refused(" ".join(str(e).split())) from None
+            raise _Refused(str(e)) from None
         except OSError as e:                  # an output path that cannot be written, a missing file
             raise _Refused(f"cannot use {e.filename}: {e.strerror}" if e.filename else str(e)) from None
     wrapper.user_errors = True                # tests/test_cli.py: every command has it

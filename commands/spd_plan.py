@@ -36,7 +36,7 @@ from tpsim.hw.spd_text import load_tokens, plan_digest
 
 from tpsim.commands.bench import _cuda_available, _memory_gate, _model_and_checkpoint, _run, _under_torchrun, check_cuda
 from tpsim.commands.bounds import check_sizes
-from tpsim.commands.errors import user_errors
+from tpsim.commands.errors import UserError, user_errors
 from tpsim.commands.options import HARNESS_STACK
 
 TARGET = "tpsim.hw.spd_plan:worker"
@@ -86,9 +86,12 @@ def spd_plan_cmd(checkpoint, text_path, tp, backend, device, dtype, layers, max_
     (measuring each set), prints the per-block table and spd:LIST, and predicts its speedup on
     --profile. Sensitivities only mean something on trained weights."""
     require_torch("spd-plan")
-    cfg, opts = _prepare(checkpoint, text_path, tp, backend, device, dtype, layers, max_ppl_increase, blocks,
-                         seq_len, windows, profile, batch, prompt_len, gen_len, as_json, out, plot_path,
-                         timeout_s, deadline_s, fault)
+    try:
+        cfg, opts = _prepare(checkpoint, text_path, tp, backend, device, dtype, layers, max_ppl_increase, blocks,
+                             seq_len, windows, profile, batch, prompt_len, gen_len, as_json, out, plot_path,
+                             timeout_s, deadline_s, fault)
+    except ValueError as e:               # a tokenizer's or checkpoint's message may span lines: one here
+        raise UserError(" ".join(str(e).split())) from None
     _memory_gate(cfg, "spd-plan")
     if _under_torchrun():
         _run(TARGET, cfg, deadline_s, "spd-plan", {"spd_plan": opts | {"bar": True}})
