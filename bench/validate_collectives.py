@@ -34,7 +34,7 @@ Optional fields:
   eager_us or graph_us).
 
     python bench/validate_collectives.py            # table
-    python bench/validate_collectives.py --summary  # only the medians: per source, then per class
+    python bench/validate_collectives.py --summary  # only the medians per coverage class
     python bench/validate_collectives.py --json     # one JSON object
 """
 from __future__ import annotations
@@ -198,9 +198,13 @@ def main(argv: list[str]) -> int:
     if "--json" in argv:
         print(json.dumps({"rows": rows, "summary": summ, "per_source": by_source}, indent=1))
         return 0
-    if "--summary" not in argv:
-        print_rows(rows)
-    print_medians(summ, by_source)
+    if "--summary" in argv:
+        print_class_medians(summ)
+        return 0
+    print_rows(rows)
+    print_source_medians(by_source)
+    print()
+    print_class_medians(summ)
     return 0
 
 
@@ -230,12 +234,15 @@ def print_rows(rows: list[dict]) -> None:
     print()
 
 
-def print_medians(summ: dict, by_source: dict) -> None:
-    """The median block: per source, then per coverage class (what docs/collectives.md quotes)."""
+def print_source_medians(by_source: dict) -> None:
+    """Median |error| and signed median error of each source's in-median points."""
     print(f"{'per source':40s} {'points':>6s} {'median |err|':>12s} {'median err':>10s}")
     for f, v in by_source.items():
         print(f"{f[:40]:40s} {v['points']:6d} {v['median_abs_error_pct']:11.1f}% {v['median_error_pct']:+9.1f}%")
-    print()
+
+
+def print_class_medians(summ: dict) -> None:
+    """The medians block, one line per coverage class (what docs/collectives.md quotes: --summary)."""
     for k, v in summ.items():
         m = "-" if v["median_abs_error_pct"] is None else f"{v['median_abs_error_pct']:.1f}%"
         print(f"median |error| {k:30s}: {m:>7s}  ({v['points']} points)")
