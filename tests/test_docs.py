@@ -1,6 +1,7 @@
 """Every `$ tpsim ...` example in README.md and docs/*.md, run through the CLI in-process and
 checked against the output printed under it, so the docs stay true; and every `$ python bench/X.py`
-example (the validation scripts whose numbers the docs quote), run as a process the same way.
+example (the validation scripts whose numbers the docs quote), run as a process the same way; and every
+```python snippet followed by a plain block (its printed output), run with this checkout as tpsim.
 
 How an example is checked: the output's text (headers, row labels, units, error messages) must
 match exactly; numbers may drift by NUMBER_RTOL (the predictions move as the cost model improves).
@@ -39,6 +40,8 @@ SKIP = re.compile(r"<!--\s*docs-test:\s*skip\s+(.*?)\s*-->")
 NEEDS_TORCH = {"bench", "check", "calibrate", "compare"}
 # a number standing alone (not part of a name such as TP8 or a path): sign, digits, decimals, exponent
 NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?(?![\d.])")
+# a ```python snippet runs as `python -c`, with this checkout as the package tpsim, as a reader's would
+SNIPPET_PRELUDE = f"import sys; sys.path.insert(0, {str(ROOT)!r}); import _checkout; _checkout.load()\n"
 RUNS = re.compile(r"([ ━─┃│┏┓┗┛┡┩┣┫╇┳┻╋└┘┌┐┬┴├┤┼])\1+")
 
 
@@ -68,6 +71,18 @@ def examples(path: Path) -> list[Example]:
         if j >= 0 and (m := SKIP.search(lines[j])):
             skip = m.group(1)
         end = next(k for k in range(i + 1, len(lines)) if lines[k].startswith("```"))
+        if lines[i].strip() == "```python":      # a Python snippet; the plain block right after it is its output
+            o = end + 1
+            while o < len(lines) and not lines[o].strip():
+                o += 1
+            if o < len(lines) and lines[o].strip() == "```":
+                o_end = next(k for k in range(o + 1, len(lines)) if lines[k].startswith("```"))
+                code = "\n".join(lines[i + 1:end])
+                out.append(Example(path, i + 2, ["python", "-c", SNIPPET_PRELUDE + code], lines[o + 1:o_end],
+                                   (o + 1, o_end), skip))
+                end = o_end
+            i = end + 1
+            continue
         k = i + 1
         while k < end:
             if not lines[k].startswith(("$ tpsim ", "$ python bench/")):
@@ -182,6 +197,8 @@ def test_example(ex: Example):
 
 
 def _cmd(argv: list[str]) -> str:
+    if argv[:2] == ["python", "-c"]:
+        return "python snippet"
     return " ".join(argv if argv[0] == "python" else ["tpsim", *argv])
 
 
