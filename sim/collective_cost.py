@@ -87,7 +87,7 @@ class CollectiveCost:
         functional collective adds inside a CUDA graph over the bare NCCL kernel the tables time
         (Inductor's clone of the input before the in-place all_reduce_, docs/sources.md §10), and
         graph_nccl_node: the event-record node NCCL's graph-mixing support puts after every captured
-        NCCL kernel, which the next one waits on (docs/collectives.md).
+        NCCL kernel, which the next one waits on (docs/collectives-reference.md).
 
         `path` names where the number came from: "table", "table>derived" (beyond the table's
         largest size), "table(graph)+eager_extra", "topology:<algorithm/protocol>",
