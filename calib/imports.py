@@ -15,6 +15,7 @@ Pure Python: no torch needed.
 """
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass
