@@ -24,8 +24,11 @@ STACK = {
                           "handles GQA natively"),
     "prefill_logits": ("last", "vllm/v1/worker/gpu_model_runner.py: logits only at logits_indices (each "
                                "request's last scheduled token)"),
-    "head": ("vocab-parallel", "vllm/model_executor/layers/vocab_parallel_embedding.py ParallelLMHead + "
-                               "logits_processor.py _gather_logits (tensor_model_parallel_gather)"),
+    "head": ("vocab-parallel", "vllm/model_executor/layers/vocab_parallel_embedding.py ParallelLMHead: each rank "
+                               "computes batch x vocab/TP logits; V1 all-gathers them to every rank, which all run "
+                               "the sampler over the full vocabulary (vllm-project/vllm#9856: 'the logits_processor "
+                               "has an AllGather instead of a Gather'): priced as the head.allgather collective and "
+                               "a full-vocab sample op on each rank (sim/builder.py)"),
     "compile_prefill": (True, "vllm/config/compilation.py: V1 compiles the model with torch.compile "
                               "(CompilationMode VLLM_COMPILE by default)"),
     "compile_decode": (True, "vllm/config/compilation.py: as compile_prefill"),
@@ -51,7 +54,17 @@ HOST = {
     "handoff_per_rank_s": (0.3e-6, "vllm/distributed/device_communicators/shm_broadcast.py@00264800: readers "
                                    "poll the ring buffer with os.sched_yield, 'measured to be around 3e-7 "
                                    "seconds' per poll: rank r reads the step r polls after rank 0 at most"),
-    "handoff_s": (0.0, "no public microbenchmark of the MessageQueue enqueue of a SchedulerOutput found; "
+    "handoff_s": (0.0, "vllm/v1/executor/multiproc_executor.py collective_rpc: the SchedulerOutput is pickled "
+                       "once and written once to the shared-memory ring; the N workers each unpickle it in "
+                       "parallel and only output_rank replies (unique_reply_rank), so nothing in it grows with N "
+                       "beyond the readers' polling order. No public microbenchmark of the enqueue of a "
+                       "SchedulerOutput found (vllm-project/vllm#54406 names the pickling cost, no numbers): "
                        "0 until fitted (tpsim profiles import-engine-bench)"),
+    "handoff_tree_hop_s": (0.0, "shm_broadcast.py MessageQueue: one writer, every reader reads the same ring "
+                                "buffer chunk (no tree of hops)"),
+    "rank_spread_s": (0.0, "no public measurement of the spread of V1 workers' per-step host time found "
+                           "(vllm-project/vllm#5792 shows the mechanism in an nsys trace, V0 at TP4: ranks launching "
+                           "at different times after the input broadcast and waiting long in the first all-reduce, "
+                           "without numbers): 0"),
     "prepare_s": (0.0, "no public profile of V1 _prepare_inputs time found; 0 until fitted"),
 }
