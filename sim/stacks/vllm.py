@@ -47,10 +47,14 @@ HOST = {
     "schedule_per_seq_s": (12.7e-6, "openfabric-systems/simllm#204: cProfile of vLLM's Scheduler.schedule "
                                     "on all-decode steps, 12.7 us per running request at the concurrency cap"),
     "output_s": (0.097e-3, "vllm-project/vllm#6913: profile of _process_model_outputs, Llama-3-70B on 4xH100, "
-                           "0.2 ms at batch 1 and 3.4 ms at batch 32 (the V0 engine; linear through the two "
-                           "points: 0.097 ms + 0.103 ms per sequence; an upper estimate for V1, whose "
-                           "detokenizer runs in the front-end process)"),
-    "output_per_seq_s": (0.103e-3, "vllm-project/vllm#6913, as output_s"),
+                           "0.2 ms at batch 1 and 3.4 ms at batch 32 (the V0 engine): the intercept of the line through "
+                           "the two points, 0.097 ms, kept as the per-step part, which no V1 profile splits out"),
+    "output_per_seq_s": (8.8e-6, "vllm-project/vllm#10634 and #11133: nsys trace of the V1 engine, Llama-2-7B "
+                                 "batch 256, 5-6 ms of GPU idle between two decode steps (the token gap: update "
+                                 "from output, schedule, prepare inputs). Its midpoint 5.5 ms less schedule_per_seq_s "
+                                 "x 256 (3.25 ms), per sequence: (5.5 - 3.25) ms / 256 = 8.8 us. Supersedes the V0 "
+                                 "_process_model_outputs slope of #6913 (0.103 ms/seq: 26 ms at batch 256, five "
+                                 "times the whole V1 gap)"),
     "handoff_per_rank_s": (0.3e-6, "vllm/distributed/device_communicators/shm_broadcast.py@00264800: readers "
                                    "poll the ring buffer with os.sched_yield, 'measured to be around 3e-7 "
                                    "seconds' per poll: rank r reads the step r polls after rank 0 at most"),
