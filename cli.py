@@ -23,8 +23,8 @@ import click
 
 from tpsim.sim import sweep as sw
 from tpsim.sim.cli_options import (_stderr_console, check_bounds, check_sizes, compile_options, make_workload,
-                                   rich_console, rich_escape, rich_table, stack_dict, stack_options, user_errors,
-                                   workload_options)
+                                   preset_option, rich_console, rich_escape, rich_table, stack_dict, stack_options,
+                                   user_errors, workload_options)
 from tpsim.sim.fileio import STDOUT, json_text, write_json_atomic, write_text_atomic
 from tpsim.sim.lock import check_writable, output_lock
 from tpsim.sim.model import MODELS, get_model, valid_tp
@@ -166,9 +166,10 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
                    "token-split, seq-parallel) against ladder / parallel / spd.")
 @compile_options
 @stack_options
+@preset_option
 @user_errors
 def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, prompt_len, gen_len, jobs,
-          out_path, plot_path, plot_view, **stack_flags):
+          out_path, plot_path, plot_view, stack_name, **stack_flags):
     """What-if grid from the simulator alone: models x TP x batch x profile x link scaling -> CSV (+ plot)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn  # lazy: rich, ~30 ms
     check_bounds({"--jobs": jobs, "--tp": tps, "--batch": batches, "--prompt": prompt_len, "--gen": gen_len})
@@ -186,8 +187,10 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
         load_profile(p)                       # a bad profile fails before any work
     for m in models:
         get_model(m)
-    # each point's profile fills the stack fields the flags leave at Stack's defaults (sim.sweep.run_point)
-    stack = make_stack(_stack_given(**stack_flags))
+    # each point's profile fills the stack fields the flags and the --stack preset leave unset
+    # (sim.sweep.run_point: flag > preset > profile stack_defaults > Stack's, as predict)
+    preset = load_stack(stack_name).values if stack_name else None
+    stack = make_stack(_stack_given(**stack_flags), preset=preset)
     scheds = tuple(dict.fromkeys(("standard",) + (schedules or DEFAULT_SCHEDULES[1:])))
     for spec in scheds:
         ScheduleSpec.parse(spec)              # a bad spec fails before any work
@@ -204,7 +207,7 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
                       TimeRemainingColumn(), transient=True, disable=not sys.stderr.isatty()) as bar:
             task = bar.add_task("sweep", total=len(points))
             rows = sw.sweep(points, scheds, stack=stack, jobs=jobs, checkpoint=checkpoint,
-                            progress=lambda done, total: bar.update(task, completed=done))
+                            progress=lambda done, total: bar.update(task, completed=done), preset=preset)
         write_text_atomic(out_path, sw.to_csv(rows))
         if not to_stdout:
             write_json_atomic(json_path, rows)

@@ -81,15 +81,17 @@ def grid(models: Iterable[str], tps: Iterable[int], batches: Iterable[int], prof
     return [Point(m, tp, b, prompt_len, gen_len, p, bw, lat) for m, tp, b, p, bw, lat in itertools.product(*axes)]
 
 
-def run_point(point: Point, schedules: tuple[str, ...], stack: Stack = Stack(), digest: str = "") -> list[dict]:
+def run_point(point: Point, schedules: tuple[str, ...], stack: Stack = Stack(), digest: str = "",
+              preset: dict | None = None) -> list[dict]:
     """Rows for one grid point; a point that cannot run (say TP not dividing the heads) gives
-    one row with its error, so the rest of the grid still completes."""
+    one row with its error, so the rest of the grid still completes. `preset`: a --stack preset's
+    values (sim.stacks.Preset.values), over the point's profile stack_defaults as in predict."""
     base = asdict(point)
     try:
         prof = _load_profile(point.profile, digest)
         # the flags the user changed from Stack's defaults win; the point's profile fills the rest
         changed = {f: v for f, v in asdict(stack).items() if getattr(Stack(), f) != v}
-        stack = make_stack(changed, prof.stack_defaults)
+        stack = make_stack(changed, prof.stack_defaults, preset=preset)
         w = Workload(get_model(point.model), point.tp, prof, point.batch,
                      point.prompt_len, point.gen_len, stack, comm_bw_scale=point.bw_scale,
                      comm_lat_scale=point.lat_scale)
@@ -154,15 +156,16 @@ def _pool(jobs: int) -> tuple[ProcessPoolExecutor, ParentTie | None]:
 
 
 def _run_chunk(points: list[Point], schedules: tuple[str, ...], stack: Stack,
-               keys: list[str]) -> list[tuple[str, list[dict]]]:
-    return [(k, run_point(p, schedules, stack, json.loads(k)["inputs"])) for p, k in zip(points, keys)]
+               keys: list[str], preset: dict | None = None) -> list[tuple[str, list[dict]]]:
+    return [(k, run_point(p, schedules, stack, json.loads(k)["inputs"], preset)) for p, k in zip(points, keys)]
 
 
 def sweep(points: list[Point], schedules: tuple[str, ...], stack: Stack = Stack(), jobs: int = 1,
           checkpoint: str | os.PathLike | None = None,
-          progress: Callable[[int, int], None] | None = None) -> list[dict]:
+          progress: Callable[[int, int], None] | None = None, preset: dict | None = None) -> list[dict]:
     """All rows of the grid, in grid order. With `checkpoint`, finished points are read back
-    from it and skipped, and every newly finished point is appended to it at once."""
+    from it and skipped, and every newly finished point is appended to it at once. `preset`: the
+    --stack preset's values, passed to run_point (the key holds its name and host lane via `stack`)."""
     done: dict[str, list[dict]] = read_checkpoint(checkpoint) if checkpoint else {}
     digests = {prof: input_digest(prof) for prof in dict.fromkeys(p.profile for p in points)}
     keys = {p: point_key(p, schedules, stack, digests[p.profile]) for p in points}
@@ -188,7 +191,7 @@ def sweep(points: list[Point], schedules: tuple[str, ...], stack: Stack = Stack(
 
         if jobs <= 1 or len(todo) < 2:
             for p in todo:
-                record(keys[p], run_point(p, schedules, stack, digests[p.profile]))
+                record(keys[p], run_point(p, schedules, stack, digests[p.profile], preset))
         else:
             # chunks amortize process start-up; several per worker keep the progress bar moving
             jobs = min(jobs, max_jobs(), len(todo))        # never more processes than cores or points
@@ -198,7 +201,7 @@ def sweep(points: list[Point], schedules: tuple[str, ...], stack: Stack = Stack(
             try:
                 with ex:
                     try:
-                        futs = [ex.submit(_run_chunk, c, schedules, stack, [keys[p] for p in c]) for c in chunks]
+                        futs = [ex.submit(_run_chunk, c, schedules, stack, [keys[p] for p in c], preset) for c in chunks]
                         for f in as_completed(futs):
                             for key, rows in f.result():
                                 record(key, rows)

@@ -33,4 +33,11 @@ STACK = {
 HOST = {
     "overlap": (True, f"{_SA} disable_overlap_schedule: bool = False (scheduler.py event_loop_overlap)"),
     "schedule_s": (0.0, "no public profiler measurement of SGLang's CUDA scheduler step found; 0 until fitted"),
+    "handoff_tree_hop_s": (0.0, "python/sglang/srt/managers/scheduler.py recv_requests: at tp_size > 1 every loop "
+                                "iteration calls broadcast_pyobj(recv_reqs, ..., self.tp_cpu_group) (utils "
+                                "broadcast_pyobj: one gloo broadcast of the 8-byte size, a second of the pickled "
+                                "requests when any came), and gloo's broadcast is a binomial tree (gloo/broadcast.cc: "
+                                "log2ceil(N) rounds). No public microbenchmark of a small gloo broadcast over loopback "
+                                "TCP found: 0 (the mechanism stands; overlapped, it hides under the pass)"),
+    "rank_spread_s": (0.0, "no public measurement of the spread of SGLang TP schedulers' per-step host time found: 0"),
 }

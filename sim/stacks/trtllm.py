@@ -30,6 +30,12 @@ HOST = {
     "overlap": (True, f"{_ARGS} disable_overlap_scheduler: bool = Field(default=False)"),
     "schedule_per_seq_s": (1.3e-6, "NVIDIA/TensorRT-LLM#10273: scheduling is ~4.4% of host_step_time "
                                    "(45.11 ms per iteration at 1536 requests per rank, GB200): 1.98 ms / 1536"),
+    "rank_spread_s": (0.0, "no public measurement of the spread of PyExecutor ranks' per-iteration host time "
+                           "found: 0"),
+    "handoff_tree_hop_s": (0.0, "each MPI rank runs its own PyExecutor; rank 0 broadcasts new requests each "
+                                "iteration (NVIDIA/TensorRT-LLM#15134 measures that 'per-iteration request "
+                                "broadcast' only for 40k-token disaggregated requests on GB300). No public "
+                                "measurement of an empty or small broadcast per hop: 0"),
     "output_per_seq_s": (28.1e-6, "NVIDIA/TensorRT-LLM#10273: the rest of host_step_time, "
                                   "(45.11 - 1.98) ms / 1536 requests"),
 }
