@@ -4,8 +4,8 @@ Each grid point runs `predict` for the listed schedules (standard always include
 one row per schedule. Points are independent, so they fan out over processes (`jobs`); finished
 points are appended to a checkpoint file as they complete (one JSON line each), so a killed sweep
 restarted with the same output continues where it stopped; the final CSV is written atomically.
-A checkpointed point is reused only when the digest of its inputs (profile contents, the tpsim
-version and simulator source) still matches; `jobs` is capped at the cores. The workers die with
+A checkpointed point is reused only when the digest of its inputs (profile contents, the
+simulator source) still matches; `jobs` is capped at the cores. The workers die with
 the sweep however it ends (SIGKILL included: sim.proc_tie), and at once when it fails.
 
 Link scaling answers "what if the interconnect were k times faster/slower": every collective's
@@ -24,7 +24,6 @@ import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
-from importlib.metadata import version
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
@@ -110,7 +109,7 @@ def point_key(point: Point, schedules: tuple[str, ...], stack: Stack, inputs: st
 
 def input_digest(profile: str) -> str:
     """sha256 over the profile's contents (its `extends` chain merged in, so an edited base counts
-    too), the tpsim version and the simulator's own source. A resumed sweep recomputes every
+    too) and the simulator's own source. A resumed sweep recomputes every
     checkpointed point whose digest differs: rows from an edited profile or another simulator
     are never mixed into the result. A profile that cannot be read digests to its error (the point
     reruns and reports it)."""
@@ -126,11 +125,9 @@ def input_digest(profile: str) -> str:
 
 @functools.lru_cache(maxsize=1)
 def _code_digest() -> str:
-    try:
-        ver = version("tpsim")
-    except Exception:            # noqa: BLE001 - a source checkout without metadata
-        ver = "unknown"
-    h = hashlib.sha256(ver.encode())
+    """The simulator's source, digested (not tpsim's installed version: whether its metadata is
+    visible depends on the working directory, calib.plan.code_version says why)."""
+    h = hashlib.sha256()
     for f in sorted(Path(__file__).resolve().parent.glob("*.py")):
         h.update(f.name.encode() + f.read_bytes())
     return h.hexdigest()
