@@ -11,6 +11,8 @@ from click.testing import CliRunner
 from tpsim.cli import main
 from tpsim.sim.cost import CostModel
 from tpsim.sim.engine import simulate
+from tpsim.sim.model import get_model
+from tpsim.sim.predict import Workload, predict
 from tpsim.sim.profile import load_profile
 from tpsim.sim.schedule import build
 from tpsim.sim.stack import Stack, Step, make_stack
@@ -95,3 +97,14 @@ def test_presets_set_both_fields_and_predict_json_shows_them():
     assert r.exit_code == 0, r.output
     st = json.loads(r.output)["stack"]
     assert (st["embed"], st["graph_scope"]) == ("vocab-parallel", "forward")
+
+
+def test_fast_path_matches_brute_force_with_both_mechanisms():
+    """The embedding's all-reduce sits outside every layer run, the eager head ops after them: the
+    fast path (compressed runs) must price them as the brute-force simulation does."""
+    prof = load_profile("h100-sxm")
+    st = make_stack({}, prof.stack_defaults, preset=PRESETS["vllm"].values)
+    w = Workload(get_model("llama-3.2-1b"), 2, prof, batch=8, prompt_len=96, gen_len=10, stack=st)
+    scheds = ["standard", "ladder", "spd:0.4"]
+    for f, e in zip(predict(w, scheds, record=False), predict(w, scheds, mode="brute", record=False)):
+        assert f.decode_s == pytest.approx(e.decode_s, rel=1e-9) and f.prefill_s == pytest.approx(e.prefill_s, rel=1e-9)
