@@ -67,10 +67,10 @@ def op_kernels(cost: CostModel, sched: Schedule, op: Op) -> tuple[Kernel, ...]:
     if op.given_cost_s is not None or op.is_comm:
         return ()                       # a stand-in (sim.transform) holds no SMs of its own
     phase = sched.step.phase
-    fused, graphs = cost.stack.compiled(phase), cost.stack.graphs(phase)
+    fused, graphs = cost.stack.compiled(phase), cost.stack.graphs(phase, op.name)
     hit = fusion.lookup(sched, op, cost.profile.device) if (fused and op.given_cost_s is None) else None
     key = ("occupancy", op.signature, hit, sched.step, sched.model, sched.tp, graphs) if hit else \
-        ("occupancy", op.signature, phase)
+        ("occupancy", op.signature, phase, graphs)
     got = cost._cache.get(key)
     if got is None:
         got = cost._cache[key] = _normalise(_compiled(cost, sched, op, hit, graphs) if hit else

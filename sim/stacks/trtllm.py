@@ -19,6 +19,15 @@ STACK = {
                                "logits only for each request's last token"),
     "head": ("vocab-parallel", "tensorrt_llm/_torch/modules/embedding.py LMHead: column-parallel over the "
                                "vocabulary with gather_output (all-gather)"),
+    "embed": ("vocab-parallel", "tensorrt_llm/_torch/models/modeling_llama.py LlamaModel.embed_tokens = Embedding(..., "
+                                "tensor_parallel_mode=TensorParallelMode.COLUMN, gather_output=True); "
+                                "_torch/modules/embedding.py pre_comm_embedding_ops: COLUMN masks the ids outside the "
+                                "rank's vocab range, F.embedding, masked_fill_, then the all-reduce of the partial rows"),
+    "graph_scope": ("logits", "tensorrt_llm/_torch/pyexecutor/model_engine.py: the CUDA graph captures the model "
+                              "forward, which returns logits (DecoderModelForCausalLM.forward -> logits_processor with "
+                              "lm_head); py_executor.py then runs the Sampler (pyexecutor/sampler.py) on those logits "
+                              "outside the graph (docs/source/developer-guide/overview.md: 'Sampler: takes the raw "
+                              "outputs (logits) from the ModelEngine')"),
     "compile_prefill": (False, f"{_ARGS} torch_compile_config: None by default (no torch.compile)"),
     "compile_decode": (False, f"{_ARGS} torch_compile_config: None by default"),
     "decode_graphs": (True, f"{_ARGS} cuda_graph_config: CUDA graphs for generation-only batches by default"),

@@ -29,6 +29,15 @@ STACK = {
                                "the sampler over the full vocabulary (vllm-project/vllm#9856: 'the logits_processor "
                                "has an AllGather instead of a Gather'): priced as the head.allgather collective and "
                                "a full-vocab sample op on each rank (sim/builder.py)"),
+    "embed": ("vocab-parallel", "vllm/model_executor/layers/vocab_parallel_embedding.py@00db0119 VocabParallelEmbedding"
+                                ".forward: at tp_size > 1 get_masked_input_and_mask (ids outside the rank's vocab shard "
+                                "-> 0), F.embedding over the shard, masked_fill_ of the masked rows, then "
+                                "tensor_model_parallel_all_reduce of [tokens, hidden] (LlamaModel.embed_tokens)"),
+    "graph_scope": ("forward", "vllm/v1/worker/gpu_model_runner.py execute_model: the CUDA graph (CUDAGraphWrapper "
+                               "around the compiled model) replays self.model(input_ids, positions, ...) -> hidden "
+                               "states only; then sample_hidden_states = hidden_states[logits_indices], "
+                               "self.model.compute_logits(...) (LM head + logits_processor.py all-gather) and "
+                               "self.sampler(...) run eagerly, kernel by kernel, outside the graph"),
     "compile_prefill": (True, "vllm/config/compilation.py: V1 compiles the model with torch.compile "
                               "(CompilationMode VLLM_COMPILE by default)"),
     "compile_decode": (True, "vllm/config/compilation.py: as compile_prefill"),
