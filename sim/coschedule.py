@@ -58,6 +58,7 @@ class GpuSpec:
     coll_channels: int = 1            # NCCL's ring/tree channels at most (its "N coll channels" log line)
     nvls_channels: int = 16           # NCCL's NVLS channels (src/transport/nvls.cc NVLS_NCHANNELS)
     hbm_per_bus_byte: float = 0.0     # HBM bytes a collective moves per bus byte (NVIDIA/nccl#1428)
+    gemm_grids: str = "rule"          # the extern-GEMM grid table of sim/occupancy.py (GEMM_GRIDS) it uses
 
     def __post_init__(self) -> None:
         if self.sms < 1:

@@ -248,6 +248,10 @@ def overlap_gpu(system: str, coll_channels: tuple | None = None) -> dict:
             "nccl_high_priority": sv(False, "PyTorch default: ProcessGroupNCCL::Options is_high_priority_stream = false "
                                             "unless TORCH_NCCL_HIGH_PRIORITY=1; the reference harness does not set it "
                                             "(calib/collectives.py records it when set)"),
+            "gemm_grids": sv("cublas-sm90", "sim/occupancy_grids.py: F.linear's cuBLAS grids at decode m <= 64 "
+                                            "from public Hopper fp16/bf16 traces (sm90_xmma tilesize64x128x64 / "
+                                            "64x64x64 segment_k_off: ceil(n / 64) CTAs, no split-K); larger m "
+                                            "keeps the 128 x 128 rule"),
         },
     }
 
