@@ -169,7 +169,8 @@ class _Getter:
                        coll_channels=int(self.num(f"{g}.coll_channels", positive=True, max_=64)),
                        nvls_channels=int(self.num(f"{g}.nvls_channels", positive=True, max_=64)),
                        hbm_per_bus_byte=self.num(f"{g}.hbm_per_bus_byte", min_=0.0, max_=16.0),
-                       gemm_grids=self._gemm_grids(f"{g}.gemm_grids"))
+                       gemm_grids=self._gemm_grids(f"{g}.gemm_grids"),
+                       sm_hbm_gbps=self.num(f"{g}.sm_hbm_gbps", default=0.0, min_=0.0, max_=1e5))
 
     def _gemm_grids(self, path: str) -> str:
         name = self.sourced(path, (str,), default="rule")

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from tpsim.sim.coschedule import Comm, CoSchedule, GpuSpec, Kernel, pair_factors, start_delay_s
+from tpsim.sim.coschedule import (Comm, CoSchedule, GpuSpec, Kernel, memory_waves_s, pair_factors,
+                                  start_delay_s)
 from tpsim.sim.cost import CostModel
 from tpsim.sim.engine import Interference, simulate
 from tpsim.sim.engine_ranks import compile_schedule, simulate_ranks
@@ -132,6 +133,27 @@ def test_wave_rules():
     k = Kernel(1.0, 2112, 8, False)
     assert start_delay_s(k, 10.0, 1.0, 1, GpuSpec(132, True)) == pytest.approx(4.0)
     assert start_delay_s(k, 10.0, 1.0, 1, gpu) == pytest.approx(9.0)
+
+
+def test_memory_bound_waves_on_the_sms_left():
+    # 6 SMs drawing 1 GB/s each, HBM 4 GB/s; a memory-bound kernel of 5 equal CTAs (1 per SM).
+    # Alone: one wave of 5 CTAs at min(4, 5 x 1) = 4 -> 1/4 of its bytes per GB/s.
+    # Beside a 2-CTA collective (4 SMs left): 4 CTAs (4/5 of the bytes) at min(4, 4) = 4 -> 0.2,
+    # then 1 CTA (1/5) on 1 SM at 1 -> 0.2: 0.4 / 0.25 = x1.6
+    gpu = GpuSpec(6, sm_hbm_gbps=1.0)
+    k = Kernel(1.0, 5, 1, False, hbm_gbps=0.0, hbm_cap_gbps=4.0)
+    assert memory_waves_s(k, 6, 1.0) == pytest.approx(0.25)
+    assert pair_factors(k, Comm(2), gpu) == pytest.approx((1.6, 1.0))
+    # 3 CTAs beside it: still one wave on the 4 SMs left, at min(4, 3 x 1) = 3 both ways: x1
+    assert pair_factors(Kernel(1.0, 3, 1, False, hbm_cap_gbps=4.0), Comm(2), gpu) == pytest.approx((1.0, 1.0))
+    # sm_hbm_gbps 0 (not modelled) keeps the rule: a memory-bound kernel keeps its pace
+    assert pair_factors(k, Comm(2), GpuSpec(6)) == (1.0, 1.0)
+    # H100: 70B TP8 b64 gate/up, 112 CTAs, beside 24 NCCL CTAs at 50 GB/s per SM, HBM 2847.5 GB/s:
+    # 108 CTAs at HBM's rate, 4 on 4 SMs at 200 GB/s: (108/2847.5 + 4/200) / (112/2847.5) = x1.473
+    up = Kernel(1.0, 112, 1, False, hbm_cap_gbps=2847.5)
+    f, _ = pair_factors(up, Comm(24), GpuSpec(132, sm_hbm_gbps=50.0))
+    assert f == pytest.approx((108 / 2847.5 + 4 / 200) / (112 / 2847.5))
+    assert load_profile("h100-sxm-coschedule").coschedule.sm_hbm_gbps == 50.0
 
 
 def test_nccl_channels_follow_enqueue_cc():
