@@ -16,7 +16,8 @@ Hopper GEMM's shared memory leaves room for one).
 - m <= 64 (decode): 64-feature tiles, no split-K. Public traces of fp16/bf16 decode on Hopper show
   cuBLAS's skinny-M GEMMs as `..._tn_n_tilesize64x128x64_warpgroupsize1x1x1_execute_segment_k_off_..`
   and `..._tilesize64x64x64_..._segment_k_off_..` (found by exact-string search of public code; the
-  search index names no repository for them, so they are cited by content):
+  search index names no repository for them, so they are cited by content and by the index's file
+  ids, reopenable with its read_file: 65906974386, 71221855876, 69131327655):
   * a Llama-style FFN reproduction script (hidden 4096, intermediate 14336, fp16 F.linear, 1 token:
     gate/up n 14336 k 4096, down n 4096 k 14336) naming exactly these two kernels as the cuBLAS
     kernels its real layer trace showed;
