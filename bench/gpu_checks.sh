@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
-# Every GPU check of the open issues in one run, for a session lent one H200 (15 minutes of device
-# time in all: run once with a timeout that leaves room for a rerun, then give the machine back).
+# Every GPU check in one script, for a machine with one CUDA GPU (written for an H200): numerics of the
+# CUDA/NCCL path, a compute calibration of real shard shapes, benches of emulated TP ranks, and
+# `tpsim compare` of the measurements against that calibration. Each step has its own timeout, so a
+# hang ends that step, not the run.
 #
-#   device run:  python3 -m pip download --no-deps -d .whl simpy==4.1.2   (here, first; .whl is ignored)
-#                run(command="OUT=$OUT bash bench/gpu_checks.sh", carry=[".whl"], timeout_s=540)
-#   CPU smoke:   SMOKE=1 OUT=/tmp/gpu-smoke bash bench/gpu_checks.sh      (same wiring, tiny models, gloo)
+#   on the GPU box:  OUT=/tmp/gpu-checks bash bench/gpu_checks.sh
+#                    (without simpy installed there: `python3 -m pip download --no-deps -d .whl simpy==4.1.2`
+#                    elsewhere, copy .whl/ into the checkout; the script installs it from there)
+#   CPU smoke:       SMOKE=1 OUT=/tmp/gpu-smoke bash bench/gpu_checks.sh   (same wiring, toy models, gloo)
 #
-# It does, writing everything under $OUT (at most 8 files come back):
-#  0. a ~15 s preflight of the CUDA/NCCL patterns the runner relies on (bench/gpu_preflight.py)
+# It writes everything under $OUT (log.txt, the profile, the bench JSONs, compare.tgz):
+#  0. a short preflight of the CUDA/NCCL patterns the runner relies on (bench/gpu_preflight.py)
 #  1. numerics of all schedules on CUDA with NCCL at world size 1 (CUDA streams/events, NCCL async handles)
 #  2. compute calibration of the exact op shapes of llama-3.1-70b at TP 8 and llama-3.1-8b at TP 1-8,
-#     and the 1-rank NCCL all-reduce, extending h200-sxm -> h200-measured-compute.json (issue 5)
+#     and the 1-rank NCCL all-reduce, extending h200-sxm -> h200-measured-compute.json
 #  3. bench of one rank of llama-3.1-70b at TP 8 emulated on this GPU (its shard shapes; collectives on
-#     the 1-rank NCCL group), decode under CUDA graphs; and llama-3.1-8b at TP 1 (issue 6)
-#  4. tpsim compare of both against the measured profile (issue 6)
+#     the 1-rank NCCL group), decode under CUDA graphs; and llama-3.1-8b at TP 1; the compiled stack
+#     (Inductor + CUDA-graph decode) on a few layers of the emulated 70B rank at several batch sizes
+#  4. tpsim compare of the benches against the measured profile
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:?set OUT}
@@ -28,7 +32,7 @@ LOG="$OUT/log.txt"
 python3 -c "import simpy" || { echo "simpy missing: pip download it into .whl and carry .whl" | tee -a "$LOG"; exit 3; }
 run() { echo "+ $*" | tee -a "$LOG"; local t0=$SECONDS; "$@" 2>&1 | tee -a "$LOG"; local rc=${PIPESTATUS[0]}; echo "= rc $rc, $((SECONDS - t0)) s" | tee -a "$LOG"; }
 
-# every harness step ends itself: a hang costs a minute or four, never the whole lease
+# every harness step ends itself: a hang costs that step's timeout, never the whole run
 T="--timeout-s 60"
 if [ "${SMOKE:-0}" = 1 ]; then
   DEV="--device cpu --backend gloo"; BIG=toy-1024; BIG_TP=4; SMALL=toy-512; SMALL_TPS="--tp 1 --tp 2"
@@ -38,7 +42,7 @@ else
   DEV="--device cuda --backend nccl"; BIG=llama-3.1-70b; BIG_TP=8; SMALL=llama-3.1-8b
   SMALL_TPS="--tp 1 --tp 2 --tp 4 --tp 8"; BASE=h200-sxm; LEN="--prompt 1024 --gen 128"
   CAL_LEN="--prompt 1024 --gen 128"; BACKEND=nccl
-  COMPILE_BATCHES="1 64 4 16"; COMPILE_LAYERS=4     # 1 and 64 first: the batch-64 step is the open question of #13
+  COMPILE_BATCHES="1 64 4 16"; COMPILE_LAYERS=4     # the extremes first, should a later step time out
 fi
 
 { date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null
@@ -56,7 +60,7 @@ run python3 cli.py bench $DEV --tp 1 --emulate-tp $BIG_TP --model $BIG $LEN --re
   --schedule standard --schedule ladder --schedule upper-bound --json --out "$OUT/bench-$BIG-tp$BIG_TP-emulated.json"
 run python3 cli.py bench $DEV --tp 1 --model $SMALL $LEN --repeats 3 --warmup 1 $T --deadline-s 240 \
   --schedule standard --schedule upper-bound --json --out "$OUT/bench-$SMALL-tp1.json"
-# #13 item 6: the compiled stack (Inductor + CUDA-graph decode, the reference's) on one emulated TP rank
+# the compiled stack (Inductor + CUDA-graph decode, the reference's) on one emulated TP rank
 # of the big model at batch 1/4/16/64; --layers keeps Inductor's compile to seconds, and the simulator
 # predicts the same truncated model (--model NAME[:K]) with `predict --comm-group 1`
 for B in ${COMPILE_BATCHES}; do

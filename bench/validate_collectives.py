@@ -34,6 +34,7 @@ Optional fields:
   eager_us or graph_us).
 
     python bench/validate_collectives.py            # table
+    python bench/validate_collectives.py --summary  # only the medians per coverage class
     python bench/validate_collectives.py --json     # one JSON object
 """
 from __future__ import annotations
@@ -197,6 +198,18 @@ def main(argv: list[str]) -> int:
     if "--json" in argv:
         print(json.dumps({"rows": rows, "summary": summ, "per_source": by_source}, indent=1))
         return 0
+    if "--summary" in argv:
+        print_class_medians(summ)
+        return 0
+    print_rows(rows)
+    print_source_medians(by_source)
+    print()
+    print_class_medians(summ)
+    return 0
+
+
+def print_rows(rows: list[dict]) -> None:
+    """Every point (in-median ones first), then the count and reason of each left-out group."""
     head = f"{'source':40s} {'profile':16s} {'n':>3s} {'nodes':>5s} {'p2p':>4s} {'mode':6s} {'impl':6s} " \
            f"{'bytes':>10s} {'meas us':>9s} {'model us':>9s} {'error':>8s}  path"
     print(head)
@@ -219,14 +232,20 @@ def main(argv: list[str]) -> int:
     for (f, why), n in reasons.items():
         print(f"out of scope: {f} ({n} point{'s' if n > 1 else ''}): {why}")
     print()
+
+
+def print_source_medians(by_source: dict) -> None:
+    """Median |error| and signed median error of each source's in-median points."""
     print(f"{'per source':40s} {'points':>6s} {'median |err|':>12s} {'median err':>10s}")
     for f, v in by_source.items():
         print(f"{f[:40]:40s} {v['points']:6d} {v['median_abs_error_pct']:11.1f}% {v['median_error_pct']:+9.1f}%")
-    print()
+
+
+def print_class_medians(summ: dict) -> None:
+    """The medians block, one line per coverage class (what docs/collectives.md quotes: --summary)."""
     for k, v in summ.items():
         m = "-" if v["median_abs_error_pct"] is None else f"{v['median_abs_error_pct']:.1f}%"
         print(f"median |error| {k:30s}: {m:>7s}  ({v['points']} points)")
-    return 0
 
 
 if __name__ == "__main__":

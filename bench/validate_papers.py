@@ -1,13 +1,16 @@
 """Predicted vs published headline results of the two seed papers (validation only).
 
-    python bench/validate_papers.py
+    python bench/validate_papers.py [--suffix=-coschedule]
 
 Published end-to-end numbers never set a profile constant; this script only prints how far the
 built-in profiles' predictions are from them (docs/sources.md §2). Workloads follow each paper's setup as
 far as docs/sources.md states it; what it does not state (SPD's prompt length) is printed as assumed.
+`--suffix` appends to each profile name that has such a built-in twin (`-coschedule`: per-kernel
+co-scheduling; the A100 rows keep their profile, it has none).
 """
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -17,16 +20,24 @@ _checkout.load()
 
 from tpsim.sim.model import get_model  # noqa: E402
 from tpsim.sim.predict import Workload, predict  # noqa: E402
-from tpsim.sim.profile import load_profile  # noqa: E402
+from tpsim.sim.profile import builtin_names, load_profile  # noqa: E402
+
+ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+ap.add_argument("--suffix", default="", help="appended to each profile name with such a twin, e.g. -coschedule")
+SUFFIX = ap.parse_args().suffix
+
+
+def _profile(name: str):
+    return load_profile(name + SUFFIX if name + SUFFIX in builtin_names() else name)
 
 
 def speedup(model, tp, profile, spec, **kw) -> float:
-    w = Workload(get_model(model), tp, load_profile(profile), **kw)
+    w = Workload(get_model(model), tp, _profile(profile), **kw)
     return predict(w, [spec], record=False)[0].speedup
 
 
 def prefill_reduction(model, tp, profile, spec, **kw) -> float:
-    w = Workload(get_model(model), tp, load_profile(profile), **kw)
+    w = Workload(get_model(model), tp, _profile(profile), **kw)
     std, p = predict(w, ["standard", spec], record=False)
     return 1 - p.prefill_s / std.prefill_s
 

@@ -1,11 +1,13 @@
 """Ladder vs parallel, and the comm-free decode step, where people deploy (batch 1-64, TP8, P2P on/off).
 
-    python bench/winners.py [--checkout DIR]
+    python bench/winners.py [--checkout DIR] [--suffix=-coschedule]
 
 For each (model, TP, profile, batch): the predicted speedups of ladder and parallel over standard,
-which wins, and the comm-free (upper-bound) decode step in ms. The reference stack's defaults
+which wins, the comm-free (upper-bound) decode step in ms, and what the ladder's decode step costs above
+it per layer in us (the communication it leaves exposed, slowdowns included). The reference stack's defaults
 (prompt 1024, gen 512). `--checkout` runs another checkout's simulator on the same grid (e.g. an
-older commit in a git worktree), so two runs side by side show what a change moved. Validation of
+older commit in a git worktree), so two runs side by side show what a change moved. `--suffix`
+appends to every profile name (`-coschedule`: the per-kernel co-scheduling built-ins). Validation of
 direction only: no constant is set from these numbers.
 """
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 
 ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 ap.add_argument("--checkout", default=str(Path(__file__).resolve().parent.parent))
+ap.add_argument("--suffix", default="", help="appended to each profile name, e.g. -coschedule")
 args = ap.parse_args()
 sys.path.insert(0, args.checkout)
 import _checkout  # noqa: E402  (the chosen checkout as the package tpsim)
@@ -30,15 +33,16 @@ GRID = [(m, 8, p, b) for m in ("llama-3.1-8b", "llama-3.1-70b") for p in ("h100-
 
 
 def main() -> None:
-    print(f"{'model':15} {'tp':>2} {'profile':17} {'batch':>5} {'ladder':>7} {'parallel':>8} {'winner':>8} "
-          f"{'comm-free decode ms':>19}")
+    print(f"{'model':15} {'tp':>2} {'profile':28} {'batch':>5} {'ladder':>7} {'parallel':>8} {'winner':>8} "
+          f"{'comm-free decode ms':>19} {'ladder exposed us/layer':>23}")
     for model, tp, prof, batch in GRID:
-        w = Workload(get_model(model), tp, load_profile(prof), batch=batch)
+        w = Workload(get_model(model), tp, load_profile(prof + args.suffix), batch=batch)
         got = {p.schedule: p for p in predict(w, ["ladder", "parallel", "upper-bound"], record=False)}
         lad, par = got["ladder"].speedup, got["parallel"].speedup
         ub = got["upper-bound"]
-        print(f"{model:15} {tp:>2} {prof:17} {batch:>5} {lad:>6.3f}x {par:>7.3f}x "
-              f"{'ladder' if lad > par else 'parallel':>8} {ub.decode_s / (w.gen_len - 1) * 1e3:>19.3f}")
+        print(f"{model:15} {tp:>2} {prof + args.suffix:28} {batch:>5} {lad:>6.3f}x {par:>7.3f}x "
+              f"{'ladder' if lad > par else 'parallel':>8} {ub.decode_s / (w.gen_len - 1) * 1e3:>19.3f} "
+              f"{(got['ladder'].decode_s - ub.decode_s) / (w.gen_len - 1) / w.model.layers * 1e6:>23.1f}")
 
 
 if __name__ == "__main__":

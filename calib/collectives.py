@@ -173,7 +173,7 @@ def _capture(call: _Call, inner: int):
             call.run()
     # the first replay uploads the graph to the device (PyTorch's CUDAGraph::instantiate does not call
     # cudaGraphUpload): one untimed replay, so every timed trial is a warm replay as in a decode loop
-    # (nccl-tests -G 1 times exactly that upload: docs/collectives.md)
+    # (nccl-tests -G 1 times exactly that upload: docs/collectives-reference.md)
     g.replay()
     torch.cuda.synchronize()
     return g

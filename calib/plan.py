@@ -173,8 +173,10 @@ class CalibConfig:
 
 @functools.lru_cache(maxsize=1)
 def code_version() -> str:
-    """tpsim and torch versions and a digest of the measuring code (hw/, calib/*.py): what a
-    measured group depends on besides the options."""
+    """The torch version and a digest of the measuring code (hw/, calib/*.py): what a measured
+    group depends on besides the options. The digest, not tpsim's installed version, names the
+    code: package metadata is visible or not depending on the working directory (a build leaves
+    an egg-info in the checkout) and on `python -I`, so the launcher and its ranks could disagree."""
     def ver(pkg: str) -> str:
         try:
             return version(pkg)
@@ -184,7 +186,7 @@ def code_version() -> str:
     here = Path(__file__).resolve().parent
     for f in sorted([*here.glob("*.py"), *(here.parent / "hw").glob("*.py")]):
         h.update(f.name.encode() + f.read_bytes())
-    return f"tpsim {ver('tpsim')}, torch {ver('torch')}, code {h.hexdigest()[:16]}"
+    return f"torch {ver('torch')}, code {h.hexdigest()[:16]}"
 
 
 def _parse_env(spec: str) -> dict[str, str]:

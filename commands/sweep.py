@@ -16,11 +16,12 @@ from tpsim.sim.model import get_model
 from tpsim.sim.profile import load_profile
 from tpsim.sim.schedule import DEFAULT_SCHEDULES, ScheduleSpec
 from tpsim.sim.stack import make_stack
+from tpsim.sim.stacks import load_stack
 
 from tpsim.commands.bounds import check_bounds
 from tpsim.commands.console import progress_bar
 from tpsim.commands.errors import user_errors
-from tpsim.commands.options import compile_options, stack_given, stack_options
+from tpsim.commands.options import compile_options, preset_option, stack_given, stack_options
 
 
 @click.command("sweep")
@@ -50,9 +51,10 @@ from tpsim.commands.options import compile_options, stack_given, stack_options
                    "token-split, seq-parallel) against ladder / parallel / spd.")
 @compile_options
 @stack_options
+@preset_option
 @user_errors
 def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, prompt_len, gen_len, jobs,
-          out_path, plot_path, plot_view, **stack_flags):
+          out_path, plot_path, plot_view, stack_name, **stack_flags):
     """What-if grid from the simulator alone: models x TP x batch x profile x link scaling -> CSV (+ plot)."""
     check_bounds({"--jobs": jobs, "--tp": tps, "--batch": batches, "--prompt": prompt_len, "--gen": gen_len})
     if jobs > sw.max_jobs():                 # more processes than cores only add start-up and memory
@@ -69,8 +71,10 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
         load_profile(p)                       # a bad profile fails before any work
     for m in models:
         get_model(m)
-    # each point's profile fills the stack fields the flags leave at Stack's defaults (sim.sweep.run_point)
-    stack = make_stack(stack_given(**stack_flags))
+    # each point's profile fills the stack fields the flags and the --stack preset leave unset
+    # (sim.sweep.run_point: flag > preset > profile stack_defaults > Stack's, as predict)
+    preset = load_stack(stack_name).values if stack_name else None
+    stack = make_stack(stack_given(**stack_flags), preset=preset)
     scheds = tuple(dict.fromkeys(("standard",) + (schedules or DEFAULT_SCHEDULES[1:])))
     for spec in scheds:
         ScheduleSpec.parse(spec)              # a bad spec fails before any work
@@ -87,7 +91,7 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
                           disable=not sys.stderr.isatty()) as bar:
             task = bar.add_task("sweep", total=len(points))
             rows = sw.sweep(points, scheds, stack=stack, jobs=jobs, checkpoint=checkpoint,
-                            progress=lambda done, total: bar.update(task, completed=done))
+                            progress=lambda done, total: bar.update(task, completed=done), preset=preset)
         write_text_atomic(out_path, sw.to_csv(rows))
         if not to_stdout:
             write_json_atomic(json_path, rows)

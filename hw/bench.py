@@ -332,6 +332,13 @@ def stack_harness_options(values: dict, device: str) -> tuple[dict, list[str]]:
                      "fixed attended length; the engines capture per padded batch size instead): off with filled KV")
     if values.get("prefill_graphs"):
         notes.append("prefill CUDA graphs: the harness captures decode only")
+    if values.get("embed", "replicated") != "replicated":
+        notes.append(f"embed {values['embed']}: not run; the harness holds the whole embedding table on every "
+                     "rank (one lookup, no all-reduce)")
+    scope = values.get("graph_scope", "step")
+    if scope != "step" and graphs:
+        notes.append(f"graph_scope {scope}: not run; when the harness replays a decode graph it captures the "
+                     "whole step through sampling (hw.runner.DecodeGraph)")
     coll = values.get("collective", "auto")
     if coll not in ("auto", "nccl", "gloo"):
         notes.append(f"collective {coll}: the engines' custom all-reduce kernels are not part of PyTorch; the "

@@ -15,10 +15,10 @@ constants it shares with the ranks); the CLI reaches it only through `hw.harness
 CPU ranks are pinned, each to its own share of the cores (`pin_cores`), unless TPSIM_PIN_CORES=0.
 Why: unpinned, the OS migrates each rank's compute thread and gloo's communication threads across
 all cores, and on a small machine a rank's compute then often waits behind the *other* rank's
-threads. On 2 cores with 2 ranks that made ladder's measured speedup swing 0.85-1.3x from run to
-run around ~1.04; pinned (compute and communication of one rank share one core, as a serving
-process on its own socket or GPU would not share with a peer) it is 1.25-1.37x with intervals
-that exclude 1. Pinning is skipped when there are more ranks than cores.
+threads, so measured speedups swing from run to run by more than the schedules differ. Pinned, a
+rank's compute and communication share its own cores (as a serving process on its own socket or GPU
+does not share with a peer), and the measured speedups are stable enough for their intervals to
+exclude 1 where the schedules really differ. Pinning is skipped when there are more ranks than cores.
 
 Ranks never outlive the launcher and never run code from the working directory (docs/reliability.md):
   * each rank leads its own session (process group), so one killpg ends it and whatever it started;

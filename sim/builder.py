@@ -60,9 +60,18 @@ class Builder:
     # -- pieces shared by every schedule
 
     def embed(self) -> str:
-        return self.add_op("embed", "embed", [TOKENS], ["embed.x"],
-                           [("rows", self.rows), ("width", self.model.hidden), ("vocab", self.model.vocab)],
-                           param="embed")
+        """Token ids -> x [tokens, hidden]. Replicated: one lookup of the whole table. Vocab-parallel
+        (Stack.embed, TP > 1; vLLM/SGLang VocabParallelEmbedding, TensorRT-LLM Embedding COLUMN mode):
+        each rank looks the ids up in its padded shard of ceil(vocab / TP) rows with the ids outside
+        it masked to zero (attr masked), then one all-reduce of [tokens, hidden] sums the shards."""
+        m = self.model
+        if self.stack.embed != "vocab-parallel" or self.tp < 2:
+            return self.add_op("embed", "embed", [TOKENS], ["embed.x"],
+                               [("rows", self.rows), ("width", m.hidden), ("vocab", m.vocab)], param="embed")
+        shard = -(-m.vocab // self.tp)
+        x = self.add_op("embed", "embed", [TOKENS], ["embed.partial"],
+                        [("rows", self.rows), ("width", m.hidden), ("vocab", shard), ("masked", 1)], param="embed")
+        return self.all_reduce("embed.allreduce", x, None)
 
     def _attention_attrs(self) -> list[tuple[str, int | str]]:
         """The attention shape of the step, or of the current micro-batch: a micro-batch of sequences

@@ -28,14 +28,14 @@ class CollectiveCost:
         return "node" if group <= self.gpus_per_node else "net"
 
     def comm_s(self, op: Op, phase: str) -> float:
-        key = (op.signature, phase)
+        mode = "graph" if self.stack.graphs(phase, op.name) else "eager"
+        key = (op.signature, phase, mode)
         t = self._cache.get(key)
         if t is None:
             a = dict(op.attrs)
             nbytes = DTYPE_BYTES[op.dtype] * a["rows"] * a["width"]
             if op.kind == "all_gather":
                 nbytes *= a["group"]            # nccl-tests convention: size of the gathered output
-            mode = "graph" if self.stack.graphs(phase) else "eager"
             t = self._cache[key] = self.collective_s(op.kind, nbytes, a["group"], mode, width=a["width"])
         return t
 
@@ -47,7 +47,7 @@ class CollectiveCost:
         profile leaves collectives.graph_net_host_us unset. "Inside a node" is NCCL's node: a P2P-off
         group that NCCL splits into several (nccl_nnodes > 1) has NET proxy ops, so it pays it too."""
         h = self.profile.graph_net_host_s
-        if h <= 0 or not op.is_comm or not self.stack.graphs(phase):
+        if h <= 0 or not op.is_comm or not self.stack.graphs(phase, op.name):
             return 0.0
         return h if op.attr("group") > self.gpus_per_node or self.nccl_nnodes(op.attr("group")) > 1 else 0.0
 
@@ -87,7 +87,7 @@ class CollectiveCost:
         functional collective adds inside a CUDA graph over the bare NCCL kernel the tables time
         (Inductor's clone of the input before the in-place all_reduce_, docs/sources.md §10), and
         graph_nccl_node: the event-record node NCCL's graph-mixing support puts after every captured
-        NCCL kernel, which the next one waits on (docs/collectives.md).
+        NCCL kernel, which the next one waits on (docs/collectives-reference.md).
 
         `path` names where the number came from: "table", "table>derived" (beyond the table's
         largest size), "table(graph)+eager_extra", "topology:<algorithm/protocol>",

@@ -27,8 +27,11 @@ Mechanism (each rule with its source; the numbers live in the profile's overlap.
 - Slowdown of a tile-bound kernel (a GEMM whose FLOP time exceeds its byte time): its tiles run in
   waves over the SMs left, ceil(ctas / (per_sm * (sms - c))) instead of W (wave quantization: a
   132-tile GEMM beside a 24-CTA NCCL kernel on H100 takes two waves, "nearly doubled", docs/sources.md
-  §7). A memory-bound kernel keeps its time on fewer SMs (a rule: its rate is HBM's, not its SMs';
-  that 108 of 132 SMs still saturate HBM is what a GPU check settles).
+  §7). A memory-bound kernel's grid is fixed too: each CTA moves an equal share of its bytes, a wave
+  of w CTAs on s SMs draws min(HBM, s x sm_hbm_gbps), so on the SMs left its waves are re-cut and a
+  partial last wave runs on few SMs at their own rate (a 112-CTA kernel beside 24 NCCL CTAs on 132
+  SMs: 108 CTAs at HBM's rate, then 4 on 4 SMs). Its factor is that time over its time on all SMs;
+  sm_hbm_gbps 0 keeps its pace (the rule before a per-SM rate was sourced).
 - HBM sharing (NVIDIA/nccl#1433 "you may not compete for SMs but still compete for memory
   bandwidth"; #1428: a collective's HBM traffic is its link traffic x2 to x3). A kernel demands
   bytes / time of HBM alone, the collective hbm_per_bus_byte x bus bytes / its time; when the sum
@@ -58,6 +61,9 @@ class GpuSpec:
     coll_channels: int = 1            # NCCL's ring/tree channels at most (its "N coll channels" log line)
     nvls_channels: int = 16           # NCCL's NVLS channels (src/transport/nvls.cc NVLS_NCHANNELS)
     hbm_per_bus_byte: float = 0.0     # HBM bytes a collective moves per bus byte (NVIDIA/nccl#1428)
+    gemm_grids: str = "rule"          # the extern-GEMM grid table of sim/occupancy.py (GEMM_GRIDS) it uses
+    sm_hbm_gbps: float = 0.0          # HBM bandwidth one SM's CTAs draw at most; 0: not modelled (a
+                                      # memory-bound kernel keeps its pace on fewer SMs)
 
     def __post_init__(self) -> None:
         if self.sms < 1:
@@ -107,11 +113,24 @@ def start_delay_s(k: Kernel, time_s: float, elapsed_s: float, c: int, gpu: GpuSp
     return time_s - elapsed_s
 
 
+def memory_waves_s(k: Kernel, sms: int, sm_gbps: float) -> float:
+    """Seconds per byte-of-kernel (x its bytes) of memory-bound kernel `k` on `sms` SMs: its equal-share
+    CTAs in waves of per_sm x sms, each wave at min(HBM, its SMs x sm_gbps) (module docstring)."""
+    per_wave = k.per_sm * sms
+    full, rest = divmod(k.ctas, per_wave)
+    t = full * per_wave / k.ctas / min(k.hbm_cap_gbps, sms * sm_gbps)
+    if rest:
+        t += rest / k.ctas / min(k.hbm_cap_gbps, math.ceil(rest / k.per_sm) * sm_gbps)
+    return t
+
+
 def pair_factors(k: Kernel, comm: Comm, gpu: GpuSpec) -> tuple[float, float]:
     """(compute factor, collective factor) while kernel `k` and `comm` run at once."""
     sm = 1.0
     if k.tile_bound and gpu.sms > comm.ctas:
         sm = waves(k.ctas, k.per_sm, gpu.sms - comm.ctas) / waves(k.ctas, k.per_sm, gpu.sms)
+    elif gpu.sm_hbm_gbps > 0 and gpu.sms > comm.ctas > 0 and math.isfinite(k.hbm_cap_gbps):
+        sm = memory_waves_s(k, gpu.sms - comm.ctas, gpu.sm_hbm_gbps) / memory_waves_s(k, gpu.sms, gpu.sm_hbm_gbps)
     hbm = max(1.0, (k.hbm_gbps + comm.hbm_gbps) / k.hbm_cap_gbps) if k.hbm_cap_gbps > 0 else 1.0
     return max(sm, hbm), hbm
 

@@ -4,7 +4,9 @@ Compute ops of a compiled phase (Stack.compiled) inside a layer: the kernels Ind
 that layer (sim/fusion.py): extern matmuls priced as the IR's GEMM (below), generated kernels by
 the bytes they read and write (memory roofline with the profile's efficiency curve, or the bytes
 they re-read through L2 when that is slower: sim/l2_traffic.py), each kernel
-at least one launch (the graph floor under CUDA graphs, an eager launch without).
+at least one launch (the graph floor under CUDA graphs, an eager launch without; an op the stack's
+graph_scope leaves outside the graph, e.g. vLLM V1's LM head, logits all-gather and sampler, pays the
+eager launch even in a graph-replayed step: Stack.graphs(phase, op)).
 
 Other compute ops: a measured time when the profile has one for the op's exact shape; interpolated
 (log-log) along the op's size axis when it has neighbours; otherwise a roofline
@@ -76,7 +78,13 @@ def op_work(op: Op, fused: bool = False, graphs: bool | None = None) -> list[Wor
         return [Work(float(el), 3 * e * el, 1)]
     if k == "embed":
         el = a["rows"] * a["width"]
-        return [Work(0.0, 2 * e * el, 1)]
+        if not a.get("masked"):
+            return [Work(0.0, 2 * e * el, 1)]
+        # vocab-parallel shard lookup (vllm/model_executor/layers/vocab_parallel_embedding.py forward):
+        # compiled, one kernel gathers the shard's rows and zeroes the ids outside it; eager, the mask
+        # of the ids (get_masked_input_and_mask: one jit-fused kernel over [rows] int ids, bytes
+        # negligible), F.embedding, then masked_fill_ re-reads and writes [rows, width]
+        return [Work(0.0, 2 * e * el, 1)] if graphs else [Work(0.0, 4 * e * el, 3)]
     if k in ("slice", "shard", "pad"):
         # row bookkeeping of token-split / seq-parallel: a view (no kernel) unless it must copy
         el = a["rows"] * a["width"]
@@ -169,7 +177,7 @@ class CostModel(CollectiveCost):
         phase is priced from Inductor's kernels for that layer (sim/fusion.py)."""
         if op.given_cost_s is not None:          # a stand-in or wait (sim.transform): its own cost
             return op.given_cost_s
-        fused, graphs = self.stack.compiled(phase), self.stack.graphs(phase)
+        fused, graphs = self.stack.compiled(phase), self.stack.graphs(phase, op.name)
         hit = fusion.lookup(sched, op, self.profile.device) if (fused and sched is not None) else None
         if hit is not None:
             # the micro-batch's size is in the op's signature (its m / rows / batch / q_len attrs)
@@ -178,7 +186,7 @@ class CostModel(CollectiveCost):
             if t is None:
                 t = self._cache[key] = self._kernels_s(op, fusion.kernels(hit), sched, graphs)
             return t
-        key = (op.signature, phase)
+        key = (op.signature, phase, graphs)      # graphs: an op left outside the graph pays eager launches
         t = self._cache.get(key)
         if t is None:
             t = self._cache[key] = self._compute_s(op, fused, graphs)

@@ -5,13 +5,22 @@ One engine step (a prefill, or one decode step of the whole batch) on TP ranks 0
     scheduler   schedule_s + schedule_per_seq_s * batch          (the engine's scheduler process)
     hand-off    handoff_s, only when N > 1 (N worker processes)  (vLLM: SchedulerOutput through the
                 shared-memory MessageQueue, vllm/distributed/device_communicators/shm_broadcast.py)
-                rank r reads it r * handoff_per_rank_s after rank 0 (polling/wake-up order): the
-                ranks reach the pass, and so its first collective, at different times
+                rank r reads it r * handoff_per_rank_s after rank 0 (polling/wake-up order), and
+                bit_length(r) * handoff_tree_hop_s after it when the hand-off is a binomial-tree host
+                broadcast (gloo's, gloo/broadcast.cc: log2ceil(N) rounds, rank r receives in round
+                bit_length(r); SGLang's broadcast_pyobj over the TP CPU group each scheduler step)
+    spread      rank_spread_s: the spread (standard deviation) of each rank's own host time per step
+                (wake-up, input preparation, launch); the pass starts when the last of N ranks is
+                ready, expected E[max of N] * rank_spread_s after the mean rank (_normal_order_stats)
     worker      prepare_s + prepare_per_seq_s * batch + launch_s  (each rank, in parallel: build
                 the input tensors, then launch the kernels or replay the CUDA graph; the kernels'
                 own launch floor stays in sim.cost)
     GPU         the pass (sim.engine); rank r starts it at lead_s + offsets_s[r]
     output      output_s + output_per_seq_s * batch              (sample / update the requests)
+
+All three place the ranks at different starts, so they reach the pass's first collective at different
+times and the last one sets the pace: the stagger grows with N (linearly for the polling order, as
+log2 N for a tree broadcast, as E[max of N standard normals] ~ sqrt(2 ln N) for the spread).
 
 In series (`overlap` False: vLLM's default scheduler) a step lasts
     lead_s + gpu_s + post_s,
@@ -28,7 +37,9 @@ The engine sim knows nothing of this: the offsets reach it as per-rank start del
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
+from functools import lru_cache
 
 
 @dataclass(frozen=True)
@@ -40,6 +51,8 @@ class HostStep:
     schedule_per_seq_s: float = 0.0   # scheduler, per running sequence
     handoff_s: float = 0.0            # step inputs to the N worker processes (N > 1 only)
     handoff_per_rank_s: float = 0.0   # rank r receives them r * this after rank 0
+    handoff_tree_hop_s: float = 0.0   # binomial-tree broadcast: rank r receives bit_length(r) hops after rank 0
+    rank_spread_s: float = 0.0        # std dev of each rank's host time per step (N > 1: the last rank sets the pace)
     prepare_s: float = 0.0            # each worker builds its input tensors, per step
     prepare_per_seq_s: float = 0.0    # ... per sequence
     launch_s: float = 0.0             # each worker's launch call / graph replay, beyond the kernels' floor
@@ -78,12 +91,49 @@ class Lane:
         return self.lead_s + self.stagger_s + self.post_s
 
 
+@lru_cache(maxsize=64)
+def _normal_order_stats(n: int) -> tuple[float, ...]:
+    """E[Z_(k:n)], k = 1..n: the expected k-th smallest of n independent standard normals, by the
+    trapezoid rule over [-10, 10] (step 1e-3) of x * n!/((k-1)!(n-k)!) * F^(k-1) (1-F)^(n-k) f.
+    n = 2: -+1/sqrt(pi) = -+0.5642; n = 4: -+1.0294, -+0.2970; n = 8: max 1.4236 (the published
+    tables of normal order statistics, e.g. Harter 1961)."""
+    xs = [i * 1e-3 - 10.0 for i in range(20001)]
+    out = []
+    for k in range(1, n + 1):
+        c = math.comb(n - 1, k - 1) * n
+        tot = 0.0
+        for j, x in enumerate(xs):
+            F = 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+            f = math.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+            w = 0.5 if j in (0, len(xs) - 1) else 1.0
+            tot += w * x * c * F ** (k - 1) * (1.0 - F) ** (n - k) * f
+        out.append(tot * 1e-3)
+    return tuple(out)
+
+
+def spread_offsets(n: int, spread_s: float) -> tuple[float, ...]:
+    """Per-rank start delays from the ranks' host-time spread: rank r (of n) is placed at the
+    expected r+1-th order statistic above the mean, spread_s * max(0, E[Z_(r+1:n)]) (a rank readier
+    than the mean waits at the mean: the lead terms are each rank's mean host time). The last rank
+    comes E[max of n] * spread_s late, which is what a step waits for at its first collective."""
+    if n < 2 or spread_s == 0.0:
+        return (0.0,) * n
+    return tuple(spread_s * max(0.0, e) for e in _normal_order_stats(n))
+
+
 def lane(h: HostStep, tp: int, batch: int) -> Lane:
-    """The lane of one step of `batch` sequences on `tp` ranks (one process, no hand-off, at tp 1)."""
+    """The lane of one step of `batch` sequences on `tp` ranks (one process, no hand-off, at tp 1).
+    A rank's offset sums its hand-off order (polling and tree) and its place in the spread: the
+    last rank is the latest in each (an upper bound on E[max] of the sum; exact when only one of
+    them is non-zero)."""
     handoff = h.handoff_s if tp > 1 else 0.0
     lead = (h.schedule_s + h.schedule_per_seq_s * batch + handoff
             + h.prepare_s + h.prepare_per_seq_s * batch + h.launch_s)
-    offsets = tuple(r * h.handoff_per_rank_s for r in range(tp)) if tp > 1 else (0.0,)
+    if tp < 2:
+        return Lane(lead, (0.0,), h.output_s + h.output_per_seq_s * batch)
+    spread = spread_offsets(tp, h.rank_spread_s)
+    offsets = tuple(r * h.handoff_per_rank_s + r.bit_length() * h.handoff_tree_hop_s + spread[r]
+                    for r in range(tp))
     return Lane(lead, offsets, h.output_s + h.output_per_seq_s * batch)
 
 

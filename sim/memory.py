@@ -150,6 +150,10 @@ def estimate(model: ModelSpec, tp: int, batch: int, prompt_len: int, gen_len: in
     p = Placement(model, tp, 0, stack.head)
     b = stack.dtype_bytes
     shapes = local_param_shapes(p)
+    if stack.embed == "vocab-parallel" and tp > 1:
+        # the serving engines' VocabParallelEmbedding: each rank holds ceil(vocab / tp) rows (the harness
+        # keeps the whole table, so this is the simulator's estimate of an engine's rank)
+        shapes = dict(shapes, embed=(-(-model.vocab // tp), model.hidden))
     embed_head = sum(_numel(s) for k, s in shapes.items() if k in ("embed", "head", "final_norm")) * b
     layers = sum(_numel(s) for s in shapes.values()) * b - embed_head
     max_seq = prompt_len + gen_len

@@ -4,11 +4,11 @@ A compute op's kernels are the ones its price comes from (sim/cost.py): Inductor
 op of a compiled layer (sim/fusion.py), else the op's Work items; each kernel's share of the op's
 time is its own price over the op's. Grids, by rule where nothing measured gives them:
 
-- GEMM (the IR's gemm, Inductor's extern mm): cuBLAS-style 128 x 128 output tiles, one CTA per
-  tile and one CTA per SM (a rule: fp16 Hopper/Ampere cuBLAS kernels at these sizes use 128-wide
-  tiles whose shared memory leaves room for one CTA; split-K picks, which fill the SMs at decode m,
-  are not modelled: a GPU check settles them). Extern bmm of math SDPA: the same tiles per (batch,
-  head) over its [q, kv] output.
+- GEMM (the IR's gemm, Inductor's extern mm): the grid table the profile names
+  (overlap.gpu.gemm_grids, sim/occupancy_grids.py): "cublas-sm90" gives decode m <= 64 the
+  64-feature tiles public Hopper traces show (ceil(n / 64) CTAs, no split-K), larger m the rule;
+  "rule" (the fallback) 128 x 128 output tiles, one CTA per SM, no split-K. Extern bmm of math
+  SDPA: the rule's tiles per (batch, head) over its [q, kv] output (no trace sources its grid).
 - Inductor generated kernel: a reduction (it reads >= 32x the elements it writes) runs one program
   per output row at 8 warps (8 CTAs per SM, 2048 threads / 256); a pointwise kernel one program per
   1024 output elements at 4 warps (16 CTAs per SM) -- Inductor's triton_heuristics defaults before
@@ -34,10 +34,10 @@ import math
 from . import fusion
 from .coschedule import Comm, CoSchedule, GpuSpec, Kernel
 from .cost import CostModel, Work, op_work, roofline_s
+from .occupancy_grids import RULE, gemm_tile
 from .schedule import Op, Schedule
 from .stack import DTYPE_BYTES
 
-TILE = 128                 # GEMM output tile edge (the rule above)
 REDUCTION_RATIO = 32       # reads / writes at or above which a generated kernel is a reduction
 NCCL_THREADS = {"ll": 512, "ll128": 640, "simple": 512}
 NCCL_THRESHOLD = {"ll": 8, "ll128": 8, "simple": 64}
@@ -54,8 +54,15 @@ def _memory(cost: CostModel, nbytes: float, time_s: float, flops: float = 0.0, d
             "hbm_cap_gbps": cap / 1e9}
 
 
-def _gemm_ctas(m: float, n: float, batch: float = 1.0) -> int:
-    return max(1, int(batch * math.ceil(m / TILE) * math.ceil(n / TILE)))
+def _linear_grid(cost: CostModel, m: float, n: float) -> dict:
+    """F.linear's extern GEMM at [m, n]: the profile's grid table (sim/occupancy_grids.py)."""
+    gpu = cost.profile.coschedule
+    tile = gemm_tile(gpu.gemm_grids if gpu is not None else "rule", m)
+    return {"ctas": tile.ctas(m, n), "per_sm": tile.per_sm}
+
+
+def _bmm_grid(q: float, kv: float, batch: float) -> dict:
+    return {"ctas": RULE.ctas(q, kv, batch), "per_sm": RULE.per_sm}
 
 
 def _pointwise(elements: float) -> tuple[int, int]:
@@ -67,10 +74,10 @@ def op_kernels(cost: CostModel, sched: Schedule, op: Op) -> tuple[Kernel, ...]:
     if op.given_cost_s is not None or op.is_comm:
         return ()                       # a stand-in (sim.transform) holds no SMs of its own
     phase = sched.step.phase
-    fused, graphs = cost.stack.compiled(phase), cost.stack.graphs(phase)
+    fused, graphs = cost.stack.compiled(phase), cost.stack.graphs(phase, op.name)
     hit = fusion.lookup(sched, op, cost.profile.device) if (fused and op.given_cost_s is None) else None
     key = ("occupancy", op.signature, hit, sched.step, sched.model, sched.tp, graphs) if hit else \
-        ("occupancy", op.signature, phase)
+        ("occupancy", op.signature, phase, graphs)
     got = cost._cache.get(key)
     if got is None:
         got = cost._cache[key] = _normalise(_compiled(cost, sched, op, hit, graphs) if hit else
@@ -94,11 +101,11 @@ def _compiled(cost: CostModel, sched: Schedule, op: Op, hit, graphs: bool) -> li
         nbytes = k.bytes(sym, act)
         if k.kind == "matmul" and op.kind == "gemm":
             flops = 2.0 * a["m"] * a["n"] * a["k"]
-            kw = {"ctas": _gemm_ctas(a["m"], a["n"]), "per_sm": 1}
+            kw = _linear_grid(cost, a["m"], a["n"])
             nbytes = act * (a["m"] * a["k"] + a["k"] * a["n"] + a["m"] * a["n"])
         elif k.kind == "matmul":                       # extern bmm of math SDPA
             flops = 2.0 * a["batch"] * a["heads"] * a["q_len"] * a["kv_len"] * a["head_dim"]
-            kw = {"ctas": _gemm_ctas(a["q_len"], a["kv_len"], a["batch"] * a["heads"]), "per_sm": 1}
+            kw = _bmm_grid(a["q_len"], a["kv_len"], a["batch"] * a["heads"])
         else:
             flops = 0.0
             wrote = max((fusion.numel(b.numel, sym) for b in k.buffers if b.mode == "write"), default=1.0)
@@ -127,16 +134,16 @@ def _works(cost: CostModel, op: Op, fused: bool, graphs: bool) -> list[tuple[flo
     a = dict(op.attrs)
     out = []
     for w, t in zip(works, times):
-        out.append((t * scale, {**_grid(op, a, w), **_memory(cost, w.bytes, t * scale, w.flops if w.matmul else 0.0,
+        out.append((t * scale, {**_grid(cost, op, a, w), **_memory(cost, w.bytes, t * scale, w.flops if w.matmul else 0.0,
                                                                  op.dtype)}))
     return out
 
 
-def _grid(op: Op, a: dict, w: Work) -> dict:
+def _grid(cost: CostModel, op: Op, a: dict, w: Work) -> dict:
     if w.matmul and op.kind == "gemm":
-        return {"ctas": _gemm_ctas(a["m"], a["n"]), "per_sm": 1}
+        return _linear_grid(cost, a["m"], a["n"])
     if w.matmul and op.kind == "attention":
-        return {"ctas": _gemm_ctas(a["q_len"], a["kv_len"], a["batch"] * a["heads"]), "per_sm": 1}
+        return _bmm_grid(a["q_len"], a["kv_len"], a["batch"] * a["heads"])
     c, per = _pointwise(w.bytes / (2 * DTYPE_BYTES[op.dtype]))
     return {"ctas": c, "per_sm": per}
 

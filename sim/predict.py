@@ -305,7 +305,7 @@ class Simulator:
             for op in sched.collectives:
                 if (op.kind == "reduce_scatter" or op.get("dim", -1) == 0) and \
                         dict(op.attrs)["rows"] * (op.attr("group") if op.kind == "all_gather" else 1) > step.tokens:
-                    mode = "graph" if w.stack.graphs(step.phase) else "eager"
+                    mode = "graph" if w.stack.graphs(step.phase, op.name) else "eager"
                     real = self.cost.collective_s(op.kind, w.stack.dtype_bytes * step.tokens * op.attr("width"),
                                                   op.attr("group"), mode)
                     pad_s += max(self.comm_s(op, step.phase) - real, 0.0)

@@ -10,6 +10,7 @@ from .profile_schema import (ArrivalJitter, COLLECTIVES, CollectiveTable, Comput
                              LinkModel, MAX_TABLE_POINTS, MODES,
                              Profile, ProfileError, SCOPES, _finite, _has_source, _short)
 from .coschedule import GpuSpec
+from .occupancy_grids import GEMM_GRIDS
 from .stack import Stack
 from .topology import INTRA_KINDS, LINK_CLASSES, NcclLatency, TopologySpec
 
@@ -167,7 +168,15 @@ class _Getter:
                        high_priority=bool(self.sourced(f"{g}.nccl_high_priority", (bool,), default=False)),
                        coll_channels=int(self.num(f"{g}.coll_channels", positive=True, max_=64)),
                        nvls_channels=int(self.num(f"{g}.nvls_channels", positive=True, max_=64)),
-                       hbm_per_bus_byte=self.num(f"{g}.hbm_per_bus_byte", min_=0.0, max_=16.0))
+                       hbm_per_bus_byte=self.num(f"{g}.hbm_per_bus_byte", min_=0.0, max_=16.0),
+                       gemm_grids=self._gemm_grids(f"{g}.gemm_grids"),
+                       sm_hbm_gbps=self.num(f"{g}.sm_hbm_gbps", default=0.0, min_=0.0, max_=1e5))
+
+    def _gemm_grids(self, path: str) -> str:
+        name = self.sourced(path, (str,), default="rule")
+        if name not in GEMM_GRIDS:
+            self.fail(path, f"must be one of {sorted(GEMM_GRIDS)}, got {_short(name)}")
+        return name
 
     def topology(self, gpus_per_node: int) -> TopologySpec:
         t = "topology"

@@ -18,6 +18,13 @@ from .impls import ATTENTION_IMPLS  # noqa: F401  (the one registry of implement
 DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
 
 HEADS = ("replicated", "vocab-parallel")
+EMBEDS = ("replicated", "vocab-parallel")
+# What a captured decode/prefill CUDA graph covers: the whole step (through sampling, the reference
+# harness: hw.runner.DecodeGraph captures every op), the model forward and its logits (the sampler
+# runs eagerly after the replay), or the model forward only (LM head, logits all-gather and sampler
+# eager). The ops each leaves outside the graph, by the names sim.builder.Builder.head gives them:
+GRAPH_OUTSIDE = {"step": (), "logits": ("sample",), "forward": ("head", "head.allgather", "sample")}
+GRAPH_SCOPES = tuple(GRAPH_OUTSIDE)
 DECODE_KV = ("static", "filled")
 PREFILL_LOGITS = ("all", "last")
 
@@ -28,6 +35,7 @@ class Stack:
 
     dtype: str = "fp16"
     head: str = "replicated"          # LM head replicated on every rank, or split over vocab + all-gather
+    embed: str = "replicated"         # input embedding replicated, or split over vocab: masked lookup + all-reduce
     attention: str = "math"           # math SDPA (materialized scores) or a fused flash kernel (sim/impls.py)
     kv: str = "static"                # attend over the whole static cache (masked) or only the filled part
     prefill_logits: str = "all"       # logits for every prompt position, or only the last
@@ -36,6 +44,7 @@ class Stack:
     compile_decode: bool = True       # decode torch.compile'd
     prefill_graphs: bool = False      # prefill under CUDA graphs
     decode_graphs: bool = True        # decode under CUDA graphs (torch.compile reduce-overhead)
+    graph_scope: str = "step"         # what a captured graph covers (GRAPH_OUTSIDE): the rest launches eagerly
     collective: str = "auto"          # a profile table's impl or an engine all-reduce (sim/impls.py); auto: profile default
     host: HostStep = field(default_factory=HostStep)   # the engine's CPU work per step (sim.host_lane)
     preset: str = "reference"         # the --stack preset (or stack file) these values started from
@@ -43,6 +52,8 @@ class Stack:
     def __post_init__(self) -> None:
         _check("dtype", self.dtype, tuple(DTYPE_BYTES))
         _check("head", self.head, HEADS)
+        _check("embed", self.embed, EMBEDS)
+        _check("graph_scope", self.graph_scope, GRAPH_SCOPES)
         _check("attention", self.attention, ATTENTION_IMPLS)
         _check("kv", self.kv, DECODE_KV)
         _check("prefill_logits", self.prefill_logits, PREFILL_LOGITS)
@@ -51,9 +62,12 @@ class Stack:
     def dtype_bytes(self) -> int:
         return DTYPE_BYTES[self.dtype]
 
-    def graphs(self, phase: str) -> bool:
-        """Kernels replayed from a CUDA graph (launch cost: the graph floor, not a Python launch)."""
-        return self.prefill_graphs if phase == "prefill" else self.decode_graphs
+    def graphs(self, phase: str, op: str | None = None) -> bool:
+        """Kernels replayed from a CUDA graph (launch cost: the graph floor, not a Python launch).
+        With an op's name: whether that op is inside the phase's graph (graph_scope leaves the head's
+        ops named in GRAPH_OUTSIDE to eager launches after the replay)."""
+        g = self.prefill_graphs if phase == "prefill" else self.decode_graphs
+        return g and (op is None or op not in GRAPH_OUTSIDE[self.graph_scope])
 
     def compiled(self, phase: str) -> bool:
         """The phase runs Inductor's kernels (sim/fusion.py), not one eager kernel per torch op."""
@@ -63,8 +77,11 @@ class Stack:
         """One line naming the priced stack, e.g. 'prefill compiled, decode compiled + CUDA graphs'."""
         def one(phase: str) -> str:
             how = "compiled" if self.compiled(phase) else "eager"
-            return f"{phase} {how}" + (" + CUDA graphs" if self.graphs(phase) else "")
+            scope = {"step": "", "logits": " to the logits", "forward": " of the forward"}[self.graph_scope]
+            return f"{phase} {how}" + (f" + CUDA graphs{scope}" if self.graphs(phase) else "")
         out = f"{one('prefill')}, {one('decode')}, {self.attention} attention, {self.kv} KV"
+        if self.embed != "replicated":
+            out += f", {self.embed} embedding"
         if self.preset != "reference":
             out = f"{self.preset}: {out}, {self.collective} all-reduce"
         if self.host.active:

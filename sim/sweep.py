@@ -4,8 +4,8 @@ Each grid point runs `predict` for the listed schedules (standard always include
 one row per schedule. Points are independent, so they fan out over processes (`jobs`); finished
 points are appended to a checkpoint file as they complete (one JSON line each), so a killed sweep
 restarted with the same output continues where it stopped; the final CSV is written atomically.
-A checkpointed point is reused only when the digest of its inputs (profile contents, the tpsim
-version and simulator source) still matches; `jobs` is capped at the cores. The workers die with
+A checkpointed point is reused only when the digest of its inputs (profile contents, the
+simulator source) still matches; `jobs` is capped at the cores. The workers die with
 the sweep however it ends (SIGKILL included: sim.proc_tie), and at once when it fails.
 
 Link scaling answers "what if the interconnect were k times faster/slower": every collective's
@@ -23,7 +23,6 @@ import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict
-from importlib.metadata import version
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -48,15 +47,17 @@ COLUMNS = ["model", "tp", "batch", "prompt_len", "gen_len", "profile", "bw_scale
            "prefill_s", "decode_s", "tokens_per_s", "speedup", "exposed_comm_s", "error"]
 
 
-def run_point(point: Point, schedules: tuple[str, ...], stack: Stack = Stack(), digest: str = "") -> list[dict]:
+def run_point(point: Point, schedules: tuple[str, ...], stack: Stack = Stack(), digest: str = "",
+              preset: dict | None = None) -> list[dict]:
     """Rows for one grid point; a point that cannot run (say TP not dividing the heads) gives
-    one row with its error, so the rest of the grid still completes."""
+    one row with its error, so the rest of the grid still completes. `preset`: a --stack preset's
+    values (sim.stacks.Preset.values), over the point's profile stack_defaults as in predict."""
     base = asdict(point)
     try:
         prof = _load_profile(point.profile, digest)
         # the flags the user changed from Stack's defaults win; the point's profile fills the rest
         changed = {f: v for f, v in asdict(stack).items() if getattr(Stack(), f) != v}
-        stack = make_stack(changed, prof.stack_defaults)
+        stack = make_stack(changed, prof.stack_defaults, preset=preset)
         w = Workload(get_model(point.model), point.tp, prof, point.batch,
                      point.prompt_len, point.gen_len, stack, comm_bw_scale=point.bw_scale,
                      comm_lat_scale=point.lat_scale)
@@ -75,7 +76,7 @@ def point_key(point: Point, schedules: tuple[str, ...], stack: Stack, inputs: st
 
 def input_digest(profile: str) -> str:
     """sha256 over the profile's contents (its `extends` chain merged in, so an edited base counts
-    too), the tpsim version and the simulator's own source. A resumed sweep recomputes every
+    too) and the simulator's own source. A resumed sweep recomputes every
     checkpointed point whose digest differs: rows from an edited profile or another simulator
     are never mixed into the result. A profile that cannot be read digests to its error (the point
     reruns and reports it)."""
@@ -91,11 +92,9 @@ def input_digest(profile: str) -> str:
 
 @functools.lru_cache(maxsize=1)
 def _code_digest() -> str:
-    try:
-        ver = version("tpsim")
-    except Exception:            # noqa: BLE001 - a source checkout without metadata
-        ver = "unknown"
-    h = hashlib.sha256(ver.encode())
+    """The simulator's source, digested (not tpsim's installed version: whether its metadata is
+    visible depends on the working directory, calib.plan.code_version says why)."""
+    h = hashlib.sha256()
     for f in sorted(Path(__file__).resolve().parent.glob("*.py")):
         h.update(f.name.encode() + f.read_bytes())
     return h.hexdigest()
@@ -121,15 +120,16 @@ def _pool(jobs: int) -> tuple[ProcessPoolExecutor, ParentTie | None]:
 
 
 def _run_chunk(points: list[Point], schedules: tuple[str, ...], stack: Stack,
-               keys: list[str]) -> list[tuple[str, list[dict]]]:
-    return [(k, run_point(p, schedules, stack, json.loads(k)["inputs"])) for p, k in zip(points, keys)]
+               keys: list[str], preset: dict | None = None) -> list[tuple[str, list[dict]]]:
+    return [(k, run_point(p, schedules, stack, json.loads(k)["inputs"], preset)) for p, k in zip(points, keys)]
 
 
 def sweep(points: list[Point], schedules: tuple[str, ...], stack: Stack = Stack(), jobs: int = 1,
           checkpoint: str | os.PathLike | None = None,
-          progress: Callable[[int, int], None] | None = None) -> list[dict]:
+          progress: Callable[[int, int], None] | None = None, preset: dict | None = None) -> list[dict]:
     """All rows of the grid, in grid order. With `checkpoint`, finished points are read back
-    from it and skipped, and every newly finished point is appended to it at once."""
+    from it and skipped, and every newly finished point is appended to it at once. `preset`: the
+    --stack preset's values, passed to run_point (the key holds its name and host lane via `stack`)."""
     done: dict[str, list[dict]] = read_checkpoint(checkpoint) if checkpoint else {}
     digests = {prof: input_digest(prof) for prof in dict.fromkeys(p.profile for p in points)}
     keys = {p: point_key(p, schedules, stack, digests[p.profile]) for p in points}
@@ -155,7 +155,7 @@ def sweep(points: list[Point], schedules: tuple[str, ...], stack: Stack = Stack(
 
         if jobs <= 1 or len(todo) < 2:
             for p in todo:
-                record(keys[p], run_point(p, schedules, stack, digests[p.profile]))
+                record(keys[p], run_point(p, schedules, stack, digests[p.profile], preset))
         else:
             # chunks amortize process start-up; several per worker keep the progress bar moving
             jobs = min(jobs, max_jobs(), len(todo))        # never more processes than cores or points
@@ -165,7 +165,7 @@ def sweep(points: list[Point], schedules: tuple[str, ...], stack: Stack = Stack(
             try:
                 with ex:
                     try:
-                        futs = [ex.submit(_run_chunk, c, schedules, stack, [keys[p] for p in c]) for c in chunks]
+                        futs = [ex.submit(_run_chunk, c, schedules, stack, [keys[p] for p in c], preset) for c in chunks]
                         for f in as_completed(futs):
                             for key, rows in f.result():
                                 record(key, rows)

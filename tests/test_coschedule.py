@@ -1,15 +1,19 @@
 """Co-scheduling a collective beside compute kernels (sim/coschedule.py), pinned on toy integer
 timelines in both engines; the channel and grid rules of sim/occupancy.py; the profiles' section."""
+import json
+
 import pytest
 
-from tpsim.sim.coschedule import Comm, CoSchedule, GpuSpec, Kernel, pair_factors, start_delay_s
+from tpsim.sim.coschedule import (Comm, CoSchedule, GpuSpec, Kernel, memory_waves_s, pair_factors,
+                                  start_delay_s)
 from tpsim.sim.cost import CostModel
 from tpsim.sim.engine import Interference, simulate
 from tpsim.sim.engine_ranks import compile_schedule, simulate_ranks
 from tpsim.sim.model import get_model
 from tpsim.sim.occupancy import nccl_channels, op_kernels
+from tpsim.sim.occupancy_grids import RULE, GemmTile, gemm_tile
 from tpsim.sim.predict import Simulator, Workload
-from tpsim.sim.profile import load_profile
+from tpsim.sim.profile import ProfileError, load_profile
 from tpsim.sim.schedule import Schedule
 from tpsim.sim.stack import Stack, Step
 from toy import ONE_LAYER, STACK, toy_op, toy_schedule, toy_time
@@ -131,6 +135,27 @@ def test_wave_rules():
     assert start_delay_s(k, 10.0, 1.0, 1, gpu) == pytest.approx(9.0)
 
 
+def test_memory_bound_waves_on_the_sms_left():
+    # 6 SMs drawing 1 GB/s each, HBM 4 GB/s; a memory-bound kernel of 5 equal CTAs (1 per SM).
+    # Alone: one wave of 5 CTAs at min(4, 5 x 1) = 4 -> 1/4 of its bytes per GB/s.
+    # Beside a 2-CTA collective (4 SMs left): 4 CTAs (4/5 of the bytes) at min(4, 4) = 4 -> 0.2,
+    # then 1 CTA (1/5) on 1 SM at 1 -> 0.2: 0.4 / 0.25 = x1.6
+    gpu = GpuSpec(6, sm_hbm_gbps=1.0)
+    k = Kernel(1.0, 5, 1, False, hbm_gbps=0.0, hbm_cap_gbps=4.0)
+    assert memory_waves_s(k, 6, 1.0) == pytest.approx(0.25)
+    assert pair_factors(k, Comm(2), gpu) == pytest.approx((1.6, 1.0))
+    # 3 CTAs beside it: still one wave on the 4 SMs left, at min(4, 3 x 1) = 3 both ways: x1
+    assert pair_factors(Kernel(1.0, 3, 1, False, hbm_cap_gbps=4.0), Comm(2), gpu) == pytest.approx((1.0, 1.0))
+    # sm_hbm_gbps 0 (not modelled) keeps the rule: a memory-bound kernel keeps its pace
+    assert pair_factors(k, Comm(2), GpuSpec(6)) == (1.0, 1.0)
+    # H100: 70B TP8 b64 gate/up, 112 CTAs, beside 24 NCCL CTAs at 50 GB/s per SM, HBM 2847.5 GB/s:
+    # 108 CTAs at HBM's rate, 4 on 4 SMs at 200 GB/s: (108/2847.5 + 4/200) / (112/2847.5) = x1.473
+    up = Kernel(1.0, 112, 1, False, hbm_cap_gbps=2847.5)
+    f, _ = pair_factors(up, Comm(24), GpuSpec(132, sm_hbm_gbps=50.0))
+    assert f == pytest.approx((108 / 2847.5 + 4 / 200) / (112 / 2847.5))
+    assert load_profile("h100-sxm-coschedule").coschedule.sm_hbm_gbps == 50.0
+
+
 def test_nccl_channels_follow_enqueue_cc():
     gpu = GpuSpec(132, coll_channels=24, nvls_channels=16)
     # Ring LL: 512 threads x (8 x 8 ranks) bytes = 32 KiB per channel before NCCL adds one
@@ -141,16 +166,43 @@ def test_nccl_channels_follow_enqueue_cc():
     assert nccl_channels(gpu, "nvls", 1024, 8) == 16
 
 
-def test_occupancy_rules_on_h100():
-    # 70B TP8 decode at batch 64: the down projection [64 x 3584] x [3584 x 8192] is 1 x 64 tiles of 128
-    # (an extern cuBLAS GEMM; wo at batch > 1 is a generated reduction on the GPU path, sim/l2_traffic.py)
+def test_occupancy_on_h100_uses_the_sourced_cublas_grids():
+    # 70B TP8 decode at batch 64: the down projection [64 x 3584] x [3584 x 8192] is an extern cuBLAS
+    # GEMM (wo at batch > 1 is a generated reduction on the GPU path, sim/l2_traffic.py). Under the
+    # "cublas-sm90" table (sim/occupancy_grids.py) its 64-feature tiles give 8192 / 64 = 128 CTAs, where
+    # the 128 x 128 rule gives 8192 / 128 = 64; the fused gate/up (n 7168) 112 CTAs, qkv (n 1280) 20
     w = Workload(get_model("llama-3.1-70b"), 8, load_profile("h100-sxm-coschedule"), batch=64)
+    assert w.profile.coschedule.gemm_grids == "cublas-sm90"
     sched = w.schedule("ladder", w.decode_step(1))
     cost = CostModel(w.profile, w.stack)
-    op = next(o for o in sched.ops if o.name == "L0.mlp.down")
-    (k,) = op_kernels(cost, sched, op)
-    assert k.ctas == 64 and k.per_sm == 1 and not k.tile_bound and k.share == 1.0
+    ops = {o.name: o for o in sched.ops}
+    (k,) = op_kernels(cost, sched, ops["L0.mlp.down"])
+    assert k.ctas == 128 and k.per_sm == 1 and not k.tile_bound and k.share == 1.0
     assert k.hbm_cap_gbps == pytest.approx(3350 * max(w.profile.memory_efficiency.y))   # the plateau, 0.85
+    assert [k.ctas for k in op_kernels(cost, sched, ops["L0.mlp.up"])] == [112]
+    assert [k.ctas for k in op_kernels(cost, sched, ops["L0.attn.qkv"])] == [20]
+
+
+def test_gemm_grid_tables_and_their_fallback():
+    # decode m <= 64 under cublas-sm90: ceil(n / 64) CTAs whatever m (one 64-token row of tiles)
+    assert gemm_tile("cublas-sm90", 1).ctas(1, 8192) == 128
+    assert gemm_tile("cublas-sm90", 64).ctas(64, 1280) == 20                      # ceil(1280 / 64)
+    # m = 65 leaves the sourced class: the rule's 128 x 128 tiles, ceil(65/128) x ceil(8192/128) = 64
+    assert gemm_tile("cublas-sm90", 65) is RULE and RULE.ctas(65, 8192) == 64
+    assert RULE.ctas(256, 8192) == 2 * 64
+    # the "rule" table is the rule at every m, and a split-K tile multiplies its grid
+    assert gemm_tile("rule", 16) is RULE and RULE.ctas(16, 1280) == 10
+    assert GemmTile(64, 64, split_k=3).ctas(16, 1280) == 60
+
+
+def test_an_unknown_grid_table_is_a_profile_error(tmp_path):
+    data = {"format": "tpsim-profile", "version": 1, "extends": "h100-sxm-coschedule", "name": "mine",
+            "overlap": {"gpu": {"gemm_grids": {"value": "cublas-sm42", "source": "a typo"}}}}
+    path = tmp_path / "grids.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ProfileError) as e:
+        load_profile(str(path))
+    assert "'overlap.gpu.gemm_grids'" in str(e.value) and "cublas-sm90" in str(e.value)
 
 
 def test_gpu_profiles_coschedule_cpu_factors_stay():

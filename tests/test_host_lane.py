@@ -2,6 +2,9 @@
 overlapped with it, and TP ranks handed their inputs at different times. Timelines pinned by hand on
 the toy pass (seg0 2 -> ar0 4 -> seg1 3 -> ar1 4 -> seg2 1 = 14); sim.engine and sim.engine_ranks
 must agree on the staggered starts."""
+import math
+from dataclasses import replace
+
 import pytest
 
 from tpsim.sim.engine import Interference, simulate
@@ -141,3 +144,42 @@ def test_sampled_mode_draws_jitter_over_the_staggered_pass():
         return Simulator(w, mode="sampled", record=False).predict("standard").jitter_decode.delta_s
     flat, staggered = jitter_cost(0.0), jitter_cost(1e-3)
     assert 0 < staggered < flat
+
+
+def test_a_tree_broadcast_hands_rank_r_its_inputs_after_bit_length_r_hops():
+    """gloo's binomial-tree broadcast (SGLang's per-step broadcast_pyobj), hop 1 on 4 ranks: rank 1
+    receives in round 1, ranks 2-3 in round 2: starts 0, 1, 2, 2. Rank 2: seg0 2-4, ar0 4-8 for all,
+    seg1 8-11, ar1 11-15, seg2 15-16: 16 = 14 + the depth of the tree (log2ceil 4 = 2). On 8 ranks the
+    last (rank 7) is 3 hops late: 17; on 2 ranks 1 hop: 15 -- the stagger grows as log2 N."""
+    h = HostStep(handoff_tree_hop_s=1.0)
+    assert lane(h, 4, 1).offsets_s == (0.0, 1.0, 2.0, 2.0)
+    assert _pass(4, lane(h, 4, 1).offsets_s) == 16.0
+    assert lane(h, 8, 1).offsets_s == (0.0, 1.0, 2.0, 2.0, 3.0, 3.0, 3.0, 3.0)
+    assert [step_s(h, lane(h, n, 1), 14.0) for n in (1, 2, 4, 8)] == [14.0, 15.0, 16.0, 17.0]
+    # the polling order and the tree add per rank: per-rank 0.5 + hop 1 on 4 ranks: 0, 1.5, 3, 3.5
+    both = HostStep(handoff_per_rank_s=0.5, handoff_tree_hop_s=1.0)
+    assert lane(both, 4, 1).offsets_s == (0.0, 1.5, 3.0, 3.5)
+    # overlapped (SGLang's overlap scheduler) the tree is hidden under the previous pass: 3 < 14
+    ho = HostStep(handoff_tree_hop_s=1.0, overlap=True)
+    assert step_s(ho, lane(ho, 8, 1), 14.0, 17.0) == 14.0
+
+
+def test_the_ranks_host_spread_makes_the_last_rank_set_the_pace():
+    """Spread sqrt(pi) (std dev of each rank's host time) on 2 ranks: the later rank comes
+    E[max of 2 standard normals] = 1/sqrt(pi) spreads = 1.0 after the mean; the other waits at the
+    mean (offset 0). Toy pass: rank 1 seg0 1-3, ar0 3-7, seg1 7-10, ar1 10-14, seg2 14-15: 15. In
+    series with schedule 2: 2 + 15 = 17; TP 1 has no one to wait for: 2 + 14 = 16. Overlapped under a
+    short lane (2 + 1 = 3 < 14): 14. On 4 and 8 ranks the last comes 1.0294 and 1.4236 spreads late
+    (the normal order statistics' table values): the stagger grows with N."""
+    h = HostStep(schedule_s=2.0, rank_spread_s=math.sqrt(math.pi))
+    ln = lane(h, 2, 1)
+    assert ln.offsets_s == pytest.approx((0.0, 1.0), abs=1e-6)
+    assert _pass(2, ln.offsets_s) == pytest.approx(15.0, abs=1e-6)
+    assert step_s(h, ln, 14.0) == pytest.approx(17.0, abs=1e-6)
+    assert step_s(h, lane(h, 1, 1), 14.0) == 16.0
+    assert step_s(replace(h, overlap=True), ln, 14.0) == 14.0
+    one = HostStep(rank_spread_s=1.0)
+    assert lane(one, 4, 1).offsets_s == pytest.approx((0.0, 0.0, 0.2970, 1.0294), abs=1e-4)
+    assert lane(one, 8, 1).stagger_s == pytest.approx(1.4236, abs=1e-4)
+    # both engines start each rank at its offset (4 ranks, spread 1): the last rank's 1.0294 late start
+    assert _pass(4, lane(one, 4, 1).offsets_s) == pytest.approx(14.0 + 1.0294, abs=1e-4)

@@ -19,6 +19,8 @@ def test_presets_map_onto_harness_options():
     assert any("CUDA graphs need a GPU" in n for n in notes)
     assert any("symmetric-memory" in n and "gloo measured" in n for n in notes)
     assert any("host lane" in n for n in notes)
+    assert any(n.startswith("embed vocab-parallel: not run") for n in notes)
+    assert any(n.startswith("graph_scope forward: not run") for n in notes)
     gpu, gnotes = stack_harness_options(PRESETS["sglang"].values, "cuda")
     assert gpu["attention"] == "flash" and gpu["compile"] is False and gpu["decode_graphs"] is False
     assert any("need a static KV cache" in n for n in gnotes)    # filled KV: the harness cannot graph it

@@ -59,3 +59,14 @@ def test_cli_refuses_before_launching():
                                          "--device", "cpu", "--dtype", "fp16"])
     assert res.exit_code == 2, res.output
     assert "needs" in res.output and "KV cache" in res.output and len(res.output.strip().splitlines()) == 1
+
+
+def test_a_vocab_parallel_embedding_holds_its_shard_only():
+    """Under the engines' VocabParallelEmbedding (Stack.embed) a rank holds ceil(vocab / tp) embedding rows:
+    70B TP8, vocab 128256 x hidden 8192 fp16: 2004 MiB replicated -> 250.5 MiB sharded (16032 rows)."""
+    from tpsim.sim.memory import estimate
+    from tpsim.sim.model import get_model
+    from tpsim.sim.stack import Stack
+    m = get_model("llama-3.1-70b")
+    rep, par = (estimate(m, 8, 8, 32, 128, Stack(embed=e)).embed_head_bytes for e in ("replicated", "vocab-parallel"))
+    assert rep - par == (128256 - 16032) * 8192 * 2

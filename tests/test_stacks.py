@@ -113,3 +113,29 @@ def test_preset_custom_all_reduce_falls_back_where_the_profile_has_none():
     assert any("lacks GPU P2P capability; falls back to NCCL" in n for n in doc["schedules"][0]["notes"])
     r = CliRunner().invoke(main, ["predict", "--stack", "vllm", "--collective", "custom", *args])
     assert r.exit_code == 2 and "no collective implementation 'custom'" in r.output
+
+
+def test_sweep_takes_the_stack_as_predict_does(tmp_path):
+    """`tpsim sweep --stack vllm` (the same --stack declaration): its row is predict --stack vllm's,
+    its checkpoint key names the preset and its host lane; an unknown stack is a one-line error."""
+    point = ["--model", "llama-3.1-8b", "--tp", "2", "--batch", "4", "--prompt", "32", "--gen", "16",
+             "--profile", "h100-sxm"]
+    out = tmp_path / "s.csv"
+    r = CliRunner().invoke(main, ["sweep", "--stack", "vllm", "--model", "llama-3.1-8b", "--tp", "2", "--batch", "4",
+                                  "--prompt", "32", "--gen", "16", "--profile", "h100-sxm", "--schedule", "ladder",
+                                  "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(out.with_suffix(".json").read_text())
+    std = next(x for x in rows if x["schedule"] == "standard")
+    p = CliRunner().invoke(main, ["predict", "--stack", "vllm", *point, "--schedule", "standard", "--json"])
+    assert p.exit_code == 0, p.output
+    assert std["decode_s"] == pytest.approx(json.loads(p.output)["schedules"][0]["decode_s"], rel=1e-12)
+    plain = CliRunner().invoke(main, ["predict", *point, "--schedule", "standard", "--json"])
+    assert std["decode_s"] != pytest.approx(json.loads(plain.output)["schedules"][0]["decode_s"], rel=1e-6)
+    from tpsim.sim import sweep as sw
+    from tpsim.sim.grid import grid
+    key = json.loads(sw.point_key(grid(["llama-3.1-8b"], [2], [4], ["h100-sxm"], 32, 16, [1.0], [1.0])[0],
+                                  ("standard",), make_stack({}, preset=PRESETS["vllm"].values)))
+    assert key["stack"]["preset"] == "vllm" and key["stack"]["host"]["output_s"] > 0
+    bad = CliRunner().invoke(main, ["sweep", "--stack", "vlm", *point, "--out", str(tmp_path / "b.csv")])
+    assert bad.exit_code == 2 and "unknown stack 'vlm'" in bad.output and "Traceback" not in bad.output

@@ -22,6 +22,13 @@ STACK = {
                                "each request's last token before the LM head (no return_logprob)"),
     "head": ("vocab-parallel", "python/sglang/srt/layers/vocab_parallel_embedding.py ParallelLMHead; "
                                "logits_processor.py all-gathers the vocab shards"),
+    "embed": ("vocab-parallel", "python/sglang/srt/layers/vocab_parallel_embedding.py VocabParallelEmbedding (vLLM's): "
+                                "masked lookup of the rank's vocab shard, then tensor_model_parallel_all_reduce of "
+                                "[tokens, hidden] (models/llama.py LlamaModel.embed_tokens)"),
+    "graph_scope": ("logits", "python/sglang/srt/model_executor/cuda_graph_runner.py: the captured forward is the "
+                              "model's forward, which ends in logits_processor (LM head + all-gather); replay returns "
+                              "LogitsProcessorOutput(next_token_logits=...) from the output buffers, and "
+                              "model_runner.sample runs the sampler eagerly after it"),
     "compile_prefill": (False, f"{_SA} enable_torch_compile: bool = False"),
     "compile_decode": (False, f"{_SA} enable_torch_compile: bool = False"),
     "decode_graphs": (True, f"{_SA} disable_cuda_graph: bool = False (decode batches up to cuda_graph_max_bs "
@@ -33,4 +40,11 @@ STACK = {
 HOST = {
     "overlap": (True, f"{_SA} disable_overlap_schedule: bool = False (scheduler.py event_loop_overlap)"),
     "schedule_s": (0.0, "no public profiler measurement of SGLang's CUDA scheduler step found; 0 until fitted"),
+    "handoff_tree_hop_s": (0.0, "python/sglang/srt/managers/scheduler.py recv_requests: at tp_size > 1 every loop "
+                                "iteration calls broadcast_pyobj(recv_reqs, ..., self.tp_cpu_group) (utils "
+                                "broadcast_pyobj: one gloo broadcast of the 8-byte size, a second of the pickled "
+                                "requests when any came), and gloo's broadcast is a binomial tree (gloo/broadcast.cc: "
+                                "log2ceil(N) rounds). No public microbenchmark of a small gloo broadcast over loopback "
+                                "TCP found: 0 (the mechanism stands; overlapped, it hides under the pass)"),
+    "rank_spread_s": (0.0, "no public measurement of the spread of SGLang TP schedulers' per-step host time found: 0"),
 }

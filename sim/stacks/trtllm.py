@@ -19,6 +19,15 @@ STACK = {
                                "logits only for each request's last token"),
     "head": ("vocab-parallel", "tensorrt_llm/_torch/modules/embedding.py LMHead: column-parallel over the "
                                "vocabulary with gather_output (all-gather)"),
+    "embed": ("vocab-parallel", "tensorrt_llm/_torch/models/modeling_llama.py LlamaModel.embed_tokens = Embedding(..., "
+                                "tensor_parallel_mode=TensorParallelMode.COLUMN, gather_output=True); "
+                                "_torch/modules/embedding.py pre_comm_embedding_ops: COLUMN masks the ids outside the "
+                                "rank's vocab range, F.embedding, masked_fill_, then the all-reduce of the partial rows"),
+    "graph_scope": ("logits", "tensorrt_llm/_torch/pyexecutor/model_engine.py: the CUDA graph captures the model "
+                              "forward, which returns logits (DecoderModelForCausalLM.forward -> logits_processor with "
+                              "lm_head); py_executor.py then runs the Sampler (pyexecutor/sampler.py) on those logits "
+                              "outside the graph (docs/source/developer-guide/overview.md: 'Sampler: takes the raw "
+                              "outputs (logits) from the ModelEngine')"),
     "compile_prefill": (False, f"{_ARGS} torch_compile_config: None by default (no torch.compile)"),
     "compile_decode": (False, f"{_ARGS} torch_compile_config: None by default"),
     "decode_graphs": (True, f"{_ARGS} cuda_graph_config: CUDA graphs for generation-only batches by default"),
@@ -30,6 +39,12 @@ HOST = {
     "overlap": (True, f"{_ARGS} disable_overlap_scheduler: bool = Field(default=False)"),
     "schedule_per_seq_s": (1.3e-6, "NVIDIA/TensorRT-LLM#10273: scheduling is ~4.4% of host_step_time "
                                    "(45.11 ms per iteration at 1536 requests per rank, GB200): 1.98 ms / 1536"),
+    "rank_spread_s": (0.0, "no public measurement of the spread of PyExecutor ranks' per-iteration host time "
+                           "found: 0"),
+    "handoff_tree_hop_s": (0.0, "each MPI rank runs its own PyExecutor; rank 0 broadcasts new requests each "
+                                "iteration (NVIDIA/TensorRT-LLM#15134 measures that 'per-iteration request "
+                                "broadcast' only for 40k-token disaggregated requests on GB300). No public "
+                                "measurement of an empty or small broadcast per hop: 0"),
     "output_per_seq_s": (28.1e-6, "NVIDIA/TensorRT-LLM#10273: the rest of host_step_time, "
                                   "(45.11 - 1.98) ms / 1536 requests"),
 }

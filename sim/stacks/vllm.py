@@ -24,8 +24,20 @@ STACK = {
                           "handles GQA natively"),
     "prefill_logits": ("last", "vllm/v1/worker/gpu_model_runner.py: logits only at logits_indices (each "
                                "request's last scheduled token)"),
-    "head": ("vocab-parallel", "vllm/model_executor/layers/vocab_parallel_embedding.py ParallelLMHead + "
-                               "logits_processor.py _gather_logits (tensor_model_parallel_gather)"),
+    "head": ("vocab-parallel", "vllm/model_executor/layers/vocab_parallel_embedding.py ParallelLMHead: each rank "
+                               "computes batch x vocab/TP logits; V1 all-gathers them to every rank, which all run "
+                               "the sampler over the full vocabulary (vllm-project/vllm#9856: 'the logits_processor "
+                               "has an AllGather instead of a Gather'): priced as the head.allgather collective and "
+                               "a full-vocab sample op on each rank (sim/builder.py)"),
+    "embed": ("vocab-parallel", "vllm/model_executor/layers/vocab_parallel_embedding.py@00db0119 VocabParallelEmbedding"
+                                ".forward: at tp_size > 1 get_masked_input_and_mask (ids outside the rank's vocab shard "
+                                "-> 0), F.embedding over the shard, masked_fill_ of the masked rows, then "
+                                "tensor_model_parallel_all_reduce of [tokens, hidden] (LlamaModel.embed_tokens)"),
+    "graph_scope": ("forward", "vllm/v1/worker/gpu_model_runner.py execute_model: the CUDA graph (CUDAGraphWrapper "
+                               "around the compiled model) replays self.model(input_ids, positions, ...) -> hidden "
+                               "states only; then sample_hidden_states = hidden_states[logits_indices], "
+                               "self.model.compute_logits(...) (LM head + logits_processor.py all-gather) and "
+                               "self.sampler(...) run eagerly, kernel by kernel, outside the graph"),
     "compile_prefill": (True, "vllm/config/compilation.py: V1 compiles the model with torch.compile "
                               "(CompilationMode VLLM_COMPILE by default)"),
     "compile_decode": (True, "vllm/config/compilation.py: as compile_prefill"),
@@ -44,14 +56,28 @@ HOST = {
     "schedule_per_seq_s": (12.7e-6, "openfabric-systems/simllm#204: cProfile of vLLM's Scheduler.schedule "
                                     "on all-decode steps, 12.7 us per running request at the concurrency cap"),
     "output_s": (0.097e-3, "vllm-project/vllm#6913: profile of _process_model_outputs, Llama-3-70B on 4xH100, "
-                           "0.2 ms at batch 1 and 3.4 ms at batch 32 (the V0 engine; linear through the two "
-                           "points: 0.097 ms + 0.103 ms per sequence; an upper estimate for V1, whose "
-                           "detokenizer runs in the front-end process)"),
-    "output_per_seq_s": (0.103e-3, "vllm-project/vllm#6913, as output_s"),
+                           "0.2 ms at batch 1 and 3.4 ms at batch 32 (the V0 engine): the intercept of the line through "
+                           "the two points, 0.097 ms, kept as the per-step part, which no V1 profile splits out"),
+    "output_per_seq_s": (8.8e-6, "vllm-project/vllm#10634 and #11133: nsys trace of the V1 engine, Llama-2-7B "
+                                 "batch 256, 5-6 ms of GPU idle between two decode steps (the token gap: update "
+                                 "from output, schedule, prepare inputs). Its midpoint 5.5 ms less schedule_per_seq_s "
+                                 "x 256 (3.25 ms), per sequence: (5.5 - 3.25) ms / 256 = 8.8 us. Supersedes the V0 "
+                                 "_process_model_outputs slope of #6913 (0.103 ms/seq: 26 ms at batch 256, five "
+                                 "times the whole V1 gap)"),
     "handoff_per_rank_s": (0.3e-6, "vllm/distributed/device_communicators/shm_broadcast.py@00264800: readers "
                                    "poll the ring buffer with os.sched_yield, 'measured to be around 3e-7 "
                                    "seconds' per poll: rank r reads the step r polls after rank 0 at most"),
-    "handoff_s": (0.0, "no public microbenchmark of the MessageQueue enqueue of a SchedulerOutput found; "
+    "handoff_s": (0.0, "vllm/v1/executor/multiproc_executor.py collective_rpc: the SchedulerOutput is pickled "
+                       "once and written once to the shared-memory ring; the N workers each unpickle it in "
+                       "parallel and only output_rank replies (unique_reply_rank), so nothing in it grows with N "
+                       "beyond the readers' polling order. No public microbenchmark of the enqueue of a "
+                       "SchedulerOutput found (vllm-project/vllm#54406 names the pickling cost, no numbers): "
                        "0 until fitted (tpsim profiles import-engine-bench)"),
+    "handoff_tree_hop_s": (0.0, "shm_broadcast.py MessageQueue: one writer, every reader reads the same ring "
+                                "buffer chunk (no tree of hops)"),
+    "rank_spread_s": (0.0, "no public measurement of the spread of V1 workers' per-step host time found "
+                           "(vllm-project/vllm#5792 shows the mechanism in an nsys trace, V0 at TP4: ranks launching "
+                           "at different times after the input broadcast and waiting long in the first all-reduce, "
+                           "without numbers): 0"),
     "prepare_s": (0.0, "no public profile of V1 _prepare_inputs time found; 0 until fitted"),
 }

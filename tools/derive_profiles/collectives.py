@@ -243,6 +243,16 @@ def overlap_gpu(system: str, coll_channels: tuple | None = None) -> dict:
             "nccl_high_priority": sv(False, "PyTorch default: ProcessGroupNCCL::Options is_high_priority_stream = false "
                                             "unless TORCH_NCCL_HIGH_PRIORITY=1; the reference harness does not set it "
                                             "(calib/collectives.py records it when set)"),
+            "gemm_grids": sv("cublas-sm90", "sim/occupancy_grids.py: F.linear's cuBLAS grids at decode m <= 64 "
+                                            "from public Hopper fp16/bf16 traces (sm90_xmma tilesize64x128x64 / "
+                                            "64x64x64 segment_k_off: ceil(n / 64) CTAs, no split-K); larger m "
+                                            "keeps the 128 x 128 rule"),
+            "sm_hbm_gbps": sv(50.0, "zejia-lin/BulletServe#1 (maintainer, from SM-restricted decode kernels on "
+                                    "an H100 PCIe): 'Before ~40 Streaming Multiprocessors (SMs), I believe the "
+                                    "memory bandwidth is not yet saturated' -- the H100 PCIe's 2000 GB/s "
+                                    "(datasheet) over 40 SMs = 50 GB/s per SM, an SM property carried to the "
+                                    "SXM parts (same Hopper SM); sglang-omni#1934 (H200, green contexts: a b16 "
+                                    "decode step 1.06x on 96 of 132 SMs) bounds what SM loss costs a whole step"),
         },
     }
 
