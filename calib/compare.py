@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from tpsim.sim.fileio import MAX_LOG_BYTES, parse_json, read_input_text
+from tpsim.fileio.policy import MAX_LOG_BYTES, parse_json, read_input_text
 from tpsim.sim.model import get_model
 from tpsim.sim.profile import ProfileError, load_profile
 from tpsim.sim.schedule import KINDS, build

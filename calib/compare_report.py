@@ -6,7 +6,7 @@ from pathlib import Path
 
 from tpsim.sim.measured_trace import side_by_side_trace
 from tpsim.sim.predict import Simulator
-from tpsim.sim.fileio import save_figure, write_json_atomic, write_text_atomic
+from tpsim.fileio.policy import save_figure, write_json_atomic, write_text_atomic
 
 from tpsim.calib.compare_intervals import interval_note
 from tpsim.calib.compare_join import measured_speedup_text, predicted_speedup_text

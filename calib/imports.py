@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tpsim.sim.bounds import BOUNDS
-from tpsim.sim.fileio import MAX_LOG_BYTES, parse_json, read_input_text
+from tpsim.fileio.policy import MAX_LOG_BYTES, parse_json, read_input_text
 
 _MPI_PREFIX = re.compile(r"^\[\d+,\d+\]<(stdout|stderr)>:")
 _RANK_LINE = re.compile(r"^#\s*Rank\s+(\d+)\b")
@@ -67,7 +67,7 @@ def read_nccl_tests(path: str | Path, *, group: int | None = None, collective: s
 
 
 def read_log(path: str | Path) -> str:
-    """An nccl-tests output by the input policy (sim/fileio.py): a regular file (a symlink to
+    """An nccl-tests output by the input policy (fileio/policy.py): a regular file (a symlink to
     /dev/zero or a FIFO is refused, not read until memory runs out), at most 64 MiB; stray
     non-UTF-8 bytes from interleaved launcher output are replaced, not fatal."""
     return read_input_text(path, "nccl-tests output", MAX_LOG_BYTES, lenient=True)

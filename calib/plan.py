@@ -18,10 +18,10 @@ from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from tpsim.sim.fileio import MAX_CHECKPOINT_BYTES, read_input_text
+from tpsim.fileio.policy import MAX_CHECKPOINT_BYTES, read_input_text
 from tpsim.sim.model import get_model, valid_tp
 from tpsim.sim.stack import DTYPE_BYTES, Stack, make_stack
-from tpsim.sim.trace import write_json_atomic
+from tpsim.fileio.policy import write_json_atomic
 
 from tpsim.hw.run_config import check_backend_device
 
@@ -302,7 +302,7 @@ def read_state(cfg: CalibConfig) -> dict:
     fresh = {"format": STATE_FORMAT, "version": 1, "fingerprint": cfg.fingerprint(), "groups": {}}
     if not os.path.lexists(p):
         return fresh
-    try:                                   # the input policy: a regular file, bounded (sim/fileio.py)
+    try:                                   # the input policy: a regular file, bounded (fileio/policy.py)
         st = json.loads(read_input_text(p, "state file", MAX_CHECKPOINT_BYTES))
     except json.JSONDecodeError:
         raise ValueError(f"state file {p} is not valid JSON (a torn write?); delete it to start over") from None

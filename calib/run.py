@@ -17,7 +17,7 @@ from typing import Callable
 
 import torch.distributed as dist
 
-from tpsim.sim.lock import acquire, check_writable, output_lock, release
+from tpsim.fileio.lock import acquire, check_writable, output_lock, release
 from tpsim.sim.profile import ProfileError, load_document, load_profile, write_profile
 
 from tpsim.hw import rank as hwrank

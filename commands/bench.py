@@ -23,12 +23,12 @@ from dataclasses import replace
 
 import click
 
-from tpsim.sim.lock import check_writable
+from tpsim.fileio.lock import check_writable
 from tpsim.sim.measured_trace import bench_trace
 from tpsim.sim.model import get_model
 from tpsim.sim.schedule import DEFAULT_SCHEDULES, SCHEDULE_HELP
 from tpsim.sim.stacks import load_stack
-from tpsim.sim.trace import write_json_atomic
+from tpsim.fileio.policy import write_json_atomic
 
 from tpsim.hw import harness, require_torch
 from tpsim.hw.run_config import RunConfig, check_timeout, default_timeout_s

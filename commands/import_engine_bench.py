@@ -9,7 +9,7 @@ import click
 from tpsim.sim.model import get_model
 from tpsim.sim.profile import load_profile
 from tpsim.sim.stacks import PRESETS, load_stack
-from tpsim.sim.trace import write_json_atomic
+from tpsim.fileio.policy import write_json_atomic
 
 from tpsim.calib.engine_bench import build_stack, fit, load_stack_doc_check, read_runs
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from tpsim.sim.lock import check_writable
+from tpsim.fileio.lock import check_writable
 from tpsim.sim.profile import load_profile, write_profile
 
 from tpsim.calib.imports import COLLECTIVES

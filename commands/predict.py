@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from tpsim.sim.fileio import json_text
+from tpsim.fileio.policy import json_text
 from tpsim.sim.predict import predict as run
 from tpsim.sim.schedule import DEFAULT_SCHEDULES, SCHEDULE_HELP
 from tpsim.sim.stacks import load_stack

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import click
 
-from tpsim.sim.lock import check_writable, output_lock
+from tpsim.fileio.lock import check_writable, output_lock
 from tpsim.sim.model import get_model
 from tpsim.sim.stack import DTYPE_BYTES
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import click
 
 from tpsim.sim import sweep as sw
-from tpsim.sim.fileio import STDOUT, write_json_atomic, write_text_atomic
+from tpsim.fileio.policy import STDOUT, write_json_atomic, write_text_atomic
 from tpsim.sim.grid import grid
-from tpsim.sim.lock import check_writable, output_lock
+from tpsim.fileio.lock import check_writable, output_lock
 from tpsim.sim.model import get_model
 from tpsim.sim.profile import load_profile
 from tpsim.sim.schedule import DEFAULT_SCHEDULES, ScheduleSpec

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import click
 
-from tpsim.sim.fileio import STDOUT, write_json_atomic
-from tpsim.sim.lock import check_writable
+from tpsim.fileio.policy import STDOUT, write_json_atomic
+from tpsim.fileio.lock import check_writable
 from tpsim.sim.predict import Simulator
 from tpsim.sim.schedule import SCHEDULE_HELP
 from tpsim.sim.trace import chrome_trace

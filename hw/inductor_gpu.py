@@ -44,7 +44,7 @@ from tpsim.sim.model import get_model
 from tpsim.sim.schedule import build_plan, plan_of
 from tpsim.sim.stack import Stack, Step
 from tpsim.sim.l2_traffic import mark_rereads
-from tpsim.sim.trace import write_json_atomic
+from tpsim.fileio.policy import write_json_atomic
 
 from tpsim.hw import reference_model as R
 from tpsim.hw.fake_cuda import H100, fake_h100

@@ -49,7 +49,7 @@ from torch._inductor.virtualized import V
 
 from tpsim.sim.schedule import build_plan, plan_of
 from tpsim.sim.stack import Stack, Step
-from tpsim.sim.trace import write_json_atomic
+from tpsim.fileio.policy import write_json_atomic
 
 from tpsim.hw.inductor_probe import (_PLAIN, DTYPE, DTYPE_TORCH, KEEP_LAYER, KINDS, PROBE, VARIANTS, factor, monomial,
                                      probe_model, probe_of)

@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 from tpsim.hw.beat import heartbeat_interval_s, mark, start_heartbeat, stop_heartbeat
 from tpsim.sim.proc_tie import LOG_TAG, tie_rank_from_env
-from tpsim.sim.trace import write_json_atomic
+from tpsim.fileio.policy import write_json_atomic
 
 from tpsim.hw.run_config import RunConfig
 

@@ -1,6 +1,6 @@
 """Typed checks of a Hugging Face config.json before sim/hf_config.py reads it (issue #29).
 
-The file is read by the input policy (sim/fileio.py: a regular file of at most 16 MiB, UTF-8 with
+The file is read by the input policy (fileio/policy.py: a regular file of at most 16 MiB, UTF-8 with
 or without a BOM, no duplicate keys, NaN, Infinity, 20-digit integers or deep nesting). Then every
 key the reader uses must have its type -- `"tie_word_embeddings": "false"` is a string, refused,
 not read as true -- and every count must lie in the bounds table (sim/bounds.py): 10^9 layers
@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 
 from .bounds import check as check_bound
-from .fileio import MAX_CONFIG_BYTES, parse_json, read_input_text
+from ..fileio.policy import MAX_CONFIG_BYTES, parse_json, read_input_text
 
 # config key -> bounds-table entry
 COUNTS = {"num_hidden_layers": "layers", "hidden_size": "hidden", "num_attention_heads": "heads",

@@ -1,4 +1,4 @@
-"""A profile file read as data: the input policy (sim/fileio.py: a regular file, at most 64 MiB,
+"""A profile file read as data: the input policy (fileio/policy.py: a regular file, at most 64 MiB,
 UTF-8, no duplicate keys, NaN, Infinity or integers past 2**63, bounded nesting) plus what no field
 check catches later (control characters in any text). Field checks: sim/profile_check.py."""
 from __future__ import annotations
@@ -8,12 +8,12 @@ import re
 from pathlib import Path
 
 from .bounds import BOUNDS
-from .fileio import parse_json, read_input_text
+from ..fileio.policy import parse_json, read_input_text
 from .profile_schema import MAX_DEPTH, MAX_FILE_BYTES, ProfileError
 
 
 def read_json(path: Path) -> dict:
-    """One profile file, read by the input policy (sim/fileio.py: a regular file, at most 64 MiB,
+    """One profile file, read by the input policy (fileio/policy.py: a regular file, at most 64 MiB,
     UTF-8, no duplicate keys, NaN, Infinity or integers past 2**63, nesting bounded) and checked
     for what no field check can catch later: control characters in any text (a profile's name,
     description and sources are printed; an escape sequence could clear the screen or set the

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from .bounds import BOUNDS
 from .errors import UserError
 from .coschedule import GpuSpec
-from .fileio import MAX_JSON_DEPTH, MAX_PROFILE_BYTES
+from ..fileio.policy import MAX_JSON_DEPTH, MAX_PROFILE_BYTES
 from .topology import TopologySpec
 
 FORMAT, VERSION = "tpsim-profile", 1
@@ -24,7 +24,7 @@ MODES = ("eager", "graph")        # collective launched eagerly or replayed in a
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
 
 
-MAX_FILE_BYTES = MAX_PROFILE_BYTES   # sim/fileio.py's input limit for a profile
+MAX_FILE_BYTES = MAX_PROFILE_BYTES   # fileio/policy.py's input limit for a profile
 
 
 MAX_DEPTH = MAX_JSON_DEPTH       # nesting of objects/lists (the deepest real profile is ~10)

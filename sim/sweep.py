@@ -28,7 +28,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from .fileio import MAX_CHECKPOINT_BYTES, open_append, read_input_bytes, read_input_text, save_figure
+from ..fileio.policy import MAX_CHECKPOINT_BYTES, open_append, read_input_bytes, read_input_text, save_figure
 from .grid import Point
 from .model import get_model
 from .predict import Workload, predict

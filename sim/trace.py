@@ -10,9 +10,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Iterable
 
-# the writers live with the output-path policy (sim/fileio.py); re-exported for their old importers
-from .fileio import write_json_atomic, write_text_atomic  # noqa: F401
-
 
 @dataclass(frozen=True)
 class Record:

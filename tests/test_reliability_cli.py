@@ -164,7 +164,7 @@ def test_sweep_jobs_capped_at_the_cores(tmp_path):
 def test_the_busy_message_names_the_holders_kind(tmp_path):
     """A sweep whose --out a calibration holds says 'another calibration', not 'another sweep': the holder
     writes its own kind into the lock file (issue #29 item 9)."""
-    from tpsim.sim.lock import output_lock
+    from tpsim.fileio.lock import output_lock
     out = tmp_path / "s.csv"
     with output_lock(out, "calibration"):
         line = one_line_exit_2(CliRunner().invoke(cli.main, ["sweep", "--model", "tiny", "--tp", "2", "--gen", "4",
@@ -173,7 +173,7 @@ def test_the_busy_message_names_the_holders_kind(tmp_path):
 
 
 def test_sweep_refuses_while_another_holds_its_out(tmp_path):
-    from tpsim.sim.lock import output_lock
+    from tpsim.fileio.lock import output_lock
     out = tmp_path / "s.csv"
     with output_lock(out, "sweep"):
         line = one_line_exit_2(CliRunner().invoke(cli.main, ["sweep", "--model", "tiny", "--tp", "2", "--gen", "4",

@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from tpsim import cli
-from tpsim.sim import fileio
-from tpsim.sim.lock import acquire, check_writable, release
+from tpsim.fileio import policy as fileio
+from tpsim.fileio.lock import acquire, check_writable, release
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests" / "fixtures"
@@ -137,7 +137,7 @@ def test_the_writable_probe_has_an_unpredictable_name(tmp_path, victim):
 
 def test_the_lock_still_works_and_is_removed(tmp_path):
     fd = acquire(tmp_path / "s.csv", "sweep")
-    # the holder's pid, then its kind: a second run's busy message names both (sim/lock.py)
+    # the holder's pid, then its kind: a second run's busy message names both (fileio/lock.py)
     assert (tmp_path / "s.csv.lock").read_text().split() == [str(os.getpid()), "sweep"]
     release(fd)
     assert not (tmp_path / "s.csv.lock").exists()

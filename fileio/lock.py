@@ -4,7 +4,7 @@ Two runs on the same --out would interleave their checkpoint/state writes (a cal
 file flip-flopped between two runs and its profile got contended numbers). The second run now
 refuses at once, naming the first one's PID. The lock is flock(2) on an open file: the kernel
 drops it when the holder dies however it dies (SIGKILL too), so a stale lock file never blocks.
-The lock file is opened O_NOFOLLOW and must be a regular file with one link (sim/fileio.py):
+The lock file is opened O_NOFOLLOW and must be a regular file with one link (fileio/policy.py):
 a planted `OUT.lock -> victim` is refused, never truncated.
 The lock file is removed at release (re-checked after locking, so a run that opened the old file
 just before it was removed starts over on the new one).
@@ -15,7 +15,7 @@ import contextlib
 import os
 from typing import Iterator
 
-from .fileio import check_output, open_side_file
+from .policy import check_output, open_side_file
 
 
 def check_writable(out: str | os.PathLike, option: str = "--out", *, stdout_ok: bool = False) -> None:
