@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "sim" / "profiles"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools" / "derive_profiles"))
 import _checkout  # noqa: E402  (this checkout as the package tpsim, whatever is installed)
 _checkout.load()
 
@@ -34,24 +34,11 @@ from tpsim.sim.custom_allreduce_fit import is_fit_size  # noqa: E402
 from tpsim.sim.impls import ENGINE_COLLECTIVES  # noqa: E402
 from tpsim.sim.profile import load_profile  # noqa: E402
 from tpsim.sim.stack import Stack  # noqa: E402
+# the derivation's own release choices, family -> impl names and table reader (one definition)
+from collectives import CUSTOM_AR_RELEASES as FIT, _FAMILY_IMPL as IMPL, engine_ar_points  # noqa: E402
 
 POSTS = Path(__file__).resolve().parent / "data" / "custom_ar"
 PROFILES = {"h100_sxm": "h100-sxm", "h200_sxm": "h200-sxm", "a100_sxm": "a100-sxm", "l40s": "l40s-pcie"}
-FIT = {"h100_sxm": {"vllm": "vllm/0.24.0", "sglang": "sglang/0.5.14", "trtllm": "trtllm/1.3.0rc20"},
-       "h200_sxm": {"vllm": "vllm/0.24.0", "sglang": "sglang/0.5.14", "trtllm": "trtllm/1.3.0rc20"},
-       "a100_sxm": {"vllm": "vllm/0.14.0", "sglang": "sglang/0.5.10", "trtllm": "trtllm/1.0.0"},
-       "l40s": {"vllm": "vllm/0.22.0", "sglang": "sglang/0.5.14", "trtllm": "trtllm/1.3.0rc20"}}
-IMPL = {"vllm": "vllm-custom", "sglang": "sglang-custom", "trtllm": "trtllm-auto"}
-
-
-def points(data: Path, system: str, rel: str) -> dict:
-    d = pd.read_parquet(data / system / "comm" / rel / "custom_allreduce_perf.parquet")
-    out = {}
-    for (n, src), g in d.groupby(["num_gpus", "kernel_source"]):
-        mode = "eager" if "eager" in str(src).lower() else "graph"
-        s = g.groupby("message_size").latency.median().sort_index()
-        out[(int(n), mode)] = [(int(2 * k), float(v) * 1e3) for k, v in s.items()]
-    return out
 
 
 def table_rows(data: Path) -> list[dict]:
@@ -63,7 +50,7 @@ def table_rows(data: Path) -> list[dict]:
             cm = CostModel(prof, Stack(collective=impl))
             rels = sorted(p.parent.name for p in (data / system / "comm" / family).glob("*/custom_allreduce_perf.parquet"))
             for rel in rels:
-                pts = points(data, system, f"{family}/{rel}")
+                pts = engine_ar_points(system, f"{family}/{rel}", data)
                 for (n, mode), series in sorted(pts.items()):
                     hw = car.hardware(prof, n, prof.gpus_per_node)
                     for b, us in series:

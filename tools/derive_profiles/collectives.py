@@ -294,10 +294,10 @@ CUSTOM_AR_HW = {"h100_sxm": (True, True, True, True), "h200_sxm": (True, True, T
 _FAMILY_IMPL = {"vllm": "vllm-custom", "sglang": "sglang-custom", "trtllm": "trtllm-auto"}
 
 
-def engine_ar_points(system: str, rel: str) -> dict:
+def engine_ar_points(system: str, rel: str, data: Path | None = None) -> dict:
     """{(group, mode): [(bytes, us)]} of one aiconfigurator custom_allreduce_perf table (median per size;
     message_size is bf16 elements; kernel_source names graph / eager, TensorRT-LLM's is graph only)."""
-    d = pd.read_parquet(DATA / system / "comm" / rel / "custom_allreduce_perf.parquet")
+    d = pd.read_parquet((data or DATA) / system / "comm" / rel / "custom_allreduce_perf.parquet")
     out = {}
     for (n, src), g in d.groupby(["num_gpus", "kernel_source"]):
         mode = "eager" if "eager" in str(src).lower() else "graph"
