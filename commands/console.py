@@ -9,6 +9,23 @@ def rich_console(**kw):
     return Console(**kw)
 
 
+MAX_WIDTH = 100          # on a wide terminal too: a table a reader takes in at one glance
+
+
+def terminal_console(**kw):
+    """A rich Console as wide as the terminal, at most MAX_WIDTH (80 when the output is not a
+    terminal), for a table laid out to fit it (`predict`'s)."""
+    from rich.console import Console      # lazy: rich (see rich_console)
+    return Console(width=min(MAX_WIDTH, Console().width), **kw)
+
+
+def compact_table(**kw):
+    """A rich Table with light rules and no vertical lines or edge padding: about 2 columns per
+    column of the table fewer than rich's default box, what lets predict's 8 columns fit 80."""
+    from rich import box                  # lazy: rich (see rich_console)
+    return rich_table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, **kw)
+
+
 def rich_table(**kw):
     """A rich Table (kw: title, title_justify, ...)."""
     from rich.table import Table          # lazy: rich (see rich_console)

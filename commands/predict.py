@@ -10,7 +10,7 @@ from tpsim.sim.predict import predict as run
 from tpsim.sim.schedule import DEFAULT_SCHEDULES, SCHEDULE_HELP
 from tpsim.sim.stacks import load_stack
 
-from tpsim.commands.console import progress_bar, rich_console, rich_escape, rich_table, stderr_console
+from tpsim.commands.console import compact_table, progress_bar, rich_escape, stderr_console, terminal_console
 from tpsim.commands.errors import user_errors
 from tpsim.commands.options import make_workload, stack_dict, workload_options
 
@@ -68,14 +68,16 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
         click.echo(json_text(out))               # never a bare NaN (invalid JSON)
         return
     # user text (an HF folder's name, a profile's name and sources) is printed as text, never as markup
-    t = rich_table(title=f"{rich_escape(w.model.name)}  TP{w.tp} ({w.nodes} node{'s' * (w.nodes > 1)})  "
-                         f"profile {rich_escape(w.profile.name)}  "
+    t = compact_table(title=f"{rich_escape(w.model.name)}  TP{w.tp} ({w.nodes} node{'s' * (w.nodes > 1)})  "
+                         f"profile {rich_escape(w.profile.name)}\n"
                     f"batch {w.batch}  prompt {w.prompt_len}  gen {w.gen_len}  {w.stack.dtype}",
               title_justify="left")
-    for col in ("schedule", "prefill ms", "decode ms", "ms/token", "tokens/s", "speedup", "exposed comm ms",
-                "model change"):
-        t.add_column(col, justify="left" if col in ("schedule", "model change") else "right",
-                     min_width=max(len(p.schedule) for p in preds) if col == "schedule" else None)
+    # two-line headers: the widest cell, not the header, sets each column's width (fits 80 columns)
+    for col in ("schedule", "prefill\nms", "decode\nms", "ms/\ntoken", "tokens\n/s", "speedup", "exposed\ncomm ms",
+                "model\nchange"):
+        t.add_column(col, justify="left" if col in ("schedule", "model\nchange") else "right",
+                     min_width=max(len(p.schedule) for p in preds) if col == "schedule" else None,
+                     no_wrap=col == "model\nchange")
     sampled = bool(exact)
     if sampled:
         t.add_column("tokens/s 95% CI", justify="right")
@@ -87,13 +89,13 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
             d = p.to_dict()
             row.append(f"±{d['tokens_per_s_ci95']:.2f} (n={d['samples']['decode']})")
         t.add_row(*row)
-    console = rich_console(width=max(112, rich_console().width))
+    console = terminal_console()
     src = f" (values and sources: {load_stack(kw['stack_name']).path})" if kw.get("stack_name") else ""
-    console.print(f"stack: {w.stack.describe()}{src}", style="dim")
+    console.print(f"stack: {w.stack.describe()}{src}", style="dim", soft_wrap=True)   # one line: greppable
     console.print(t)
     for p in preds:
         for note in p.notes:
-            console.print(rich_escape(f"{p.schedule}: {note}"))
+            console.print(rich_escape(f"{p.schedule}: {note}"), soft_wrap=True)
     if jitter_note:
         console.print(rich_escape(jitter_note), style="dim")
     console.print("ms/token: one decode step.  exposed comm: time the compute stream waited for collectives "
