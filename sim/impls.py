@@ -50,9 +50,6 @@ ENGINE_COLLECTIVES: dict[str, CollectiveImpl] = {c.name: c for c in (
                    "vllm/distributed/device_communicators/symm_mem.py"),
 )}
 
-# Names that are not a measured table's impl but mean something to every profile.
-GENERIC_COLLECTIVES = ("auto", "nccl", "custom")
-
 ATTENTION_IMPLS = ("math", "flash", "fa2", "fa3", "flashinfer")
 # the attention kernels whose decode is priced from measured achieved bandwidth (sim/flash_decode.py);
 # "flash" alone keeps the roofline of its bytes
@@ -66,8 +63,3 @@ def is_flash(attention: str) -> bool:
 
 def engine_collective(name: str) -> CollectiveImpl | None:
     return ENGINE_COLLECTIVES.get(name)
-
-
-def collective_names() -> tuple[str, ...]:
-    """Every collective name --collective documents (a profile may add its own table tags)."""
-    return GENERIC_COLLECTIVES + tuple(ENGINE_COLLECTIVES)
