@@ -1,7 +1,8 @@
 """Collectives -> seconds, from a Profile.
 
 A measured latency-vs-bytes table for the (collective, group, scope, mode, impl), interpolated in
-log-log; beyond its largest size, extended at the derived model's bandwidth; without a table,
+log-log; beyond its largest size, extended as the other mode's table of the same kernel grows, and
+beyond every measured size at the derived model's bandwidth; without a table,
 derived from the profile's topology graph (sim/topology.py: ring / tree / NVLS / two-level over
 the bottleneck links), or, for a profile without a topology section, the NCCL-style protocol
 model base + steps * hop + bytes / algbw (docs/sources.md §4).
@@ -89,8 +90,9 @@ class CollectiveCost:
         graph_nccl_node: the event-record node NCCL's graph-mixing support puts after every captured
         NCCL kernel, which the next one waits on (docs/collectives-reference.md).
 
-        `path` names where the number came from: "table", "table>derived" (beyond the table's
-        largest size), "table(graph)+eager_extra", "topology:<algorithm/protocol>",
+        `path` names where the number came from: "table", "table>table(graph)" (beyond the
+        table's largest size, grown as the other mode's table of the same kernel grows),
+        "table>derived" (beyond every table of it), "table(graph)+eager_extra", "topology:<algorithm/protocol>",
         "topology:<...>+node-correction(gN)" or "protocol-model", with "+graph_extra" and
         "+graph_nccl_node" appended when those were added.
 
@@ -157,9 +159,19 @@ class CollectiveCost:
                 if mode == "eager":
                     extra, label = self.profile.eager_extra_s, label + "+eager_extra"
         if table is not None:
+            def beyond(b: float) -> float:
+                return self.derived_s(collective, b, group)
             if nbytes > table.bytes[-1]:
-                label = label.replace("table", "table>derived", 1)
-            return extra + _table_s(table, nbytes, lambda b: self.derived_s(collective, b, group)), label
+                # Past the table's end, the same kernel measured further in the other mode gives the
+                # growth (the modes differ by a per-call cost, not by bandwidth); past both, derived.
+                longer = _find_table(self.profile, collective, group, scope, _OTHER_MODE[table.mode], impl)
+                if longer is not None and longer.bytes[-1] > table.bytes[-1]:
+                    def beyond(b: float, t=longer) -> float:
+                        return _table_s(t, b, lambda x: self.derived_s(collective, x, group))
+                    label = label.replace("table", f"table>table({longer.mode})", 1)
+                else:
+                    label = label.replace("table", "table>derived", 1)
+            return extra + _table_s(table, nbytes, beyond), label
         if group == 1:
             return 0.0, "local"             # nothing to exchange; measured group-1 tables win above
         extra = self.profile.eager_extra_s if mode == "eager" else 0.0
@@ -241,6 +253,9 @@ def ring_s(protocols: tuple[LinkModel, ...], collective: str, nbytes: float, gro
                for p in protocols)
 
 
+_OTHER_MODE = {"eager": "graph", "graph": "eager"}
+
+
 def _find_table(profile: Profile, collective, group, scope, mode, impl) -> CollectiveTable | None:
     for t in profile.collective_tables:
         if (t.collective, t.group, t.scope, t.mode, t.impl) == (collective, group, scope, mode, impl):
@@ -250,7 +265,8 @@ def _find_table(profile: Profile, collective, group, scope, mode, impl) -> Colle
 
 def _table_s(t: CollectiveTable, nbytes: float, derived) -> float:
     """Log-log interpolation in a measured table; beyond its largest size, the largest measured
-    point plus what the derived model adds between that size and this one (its bandwidth, with
+    point plus what `beyond(bytes)` adds between that size and this one: the same collective's
+    table in the other mode where it reaches further, else the derived model (its bandwidth, with
     the protocol it would pick at these sizes)."""
     xs = t.bytes
     if nbytes <= xs[0]:
