@@ -23,6 +23,10 @@ import tempfile
 import time
 from pathlib import Path
 
+# the environment a user's shell hands a process, taken before tpsim.sim is imported here (it sets
+# OPENBLAS_NUM_THREADS for its own process, which every child would otherwise inherit: the base
+# checkout's children too)
+USER_ENV = dict(os.environ)
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 import _checkout  # noqa: E402  (this checkout as the package tpsim, whatever is installed)
@@ -48,9 +52,9 @@ CONFIGS = [
 PREDICT = ["predict", "--model", "llama-3.1-70b", "--tp", "8"]
 # what the simulator's processes import whatever the CLI does: the floor of any `tpsim predict`
 LIBRARIES = "import numpy, simpy, click"
-# everything that predict of PREDICT imports (networkx: the topology price of an unmeasured collective;
-# rich: the table), without running it: the whole process minus this is the simulation itself
-PREDICT_IMPORTS = "import tpsim.commands.predict, networkx, rich.console, rich.table"
+# everything that predict of PREDICT imports (rich: the table; not networkx: every collective it
+# prices is measured), without running it: the whole process minus this is the simulation itself
+PREDICT_IMPORTS = "import tpsim.commands.predict, rich.console, rich.table"
 IMPORTS = "predict's imports, not run"
 
 
@@ -58,7 +62,7 @@ def child_cpu_s(argv: list[str], pycache: str | None) -> float:
     """CPU seconds (user + system) that the process `argv` used, run to its end (output discarded).
     Byte code is cached under `pycache` (PYTHONPYCACHEPREFIX: no checkout is written to), as an
     installed package has it; None: compiled at every start (PYTHONDONTWRITEBYTECODE=1)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
+    env = {k: v for k, v in USER_ENV.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
     env |= {"PYTHONPYCACHEPREFIX": pycache} if pycache else {"PYTHONDONTWRITEBYTECODE": "1"}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
