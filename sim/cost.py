@@ -303,19 +303,20 @@ class CostModel(CollectiveCost):
         return t
 
 
-_INDEXES: dict = {}     # id(profile.compute_points) -> (that tuple, {graphs: index}); see _indexes
+_INDEXES: dict = {}     # (id(compute_points), id(gemm_tables)) -> (those tuples, {graphs: index})
 
 
 def _indexes(profile: Profile) -> dict:
-    """{graphs: _index_points(profile, graphs)}, built once per compute_points tuple: a built-in
-    profile holds ~10k GEMM points (compute.gemm_tables), and every Simulator builds a CostModel."""
-    pts = profile.compute_points
-    hit = _INDEXES.get(id(pts))
-    if hit is None or hit[0] is not pts:
+    """{graphs: _index_points(profile, graphs)}, built once per (compute_points, gemm_tables):
+    a built-in profile holds ~11k GEMM times, and every Simulator builds a CostModel."""
+    pts, tabs = profile.compute_points, profile.gemm_tables
+    hit = _INDEXES.get((id(pts), id(tabs)))
+    if hit is None or hit[0] is not pts or hit[1] is not tabs:
         if len(_INDEXES) >= 32:
             _INDEXES.clear()
-        hit = _INDEXES[id(pts)] = (pts, {g: _index_points(profile, graphs=g) for g in (False, True)})
-    return hit[1]
+        hit = _INDEXES[(id(pts), id(tabs))] = (pts, tabs, {g: _index_points(profile, graphs=g)
+                                                           for g in (False, True)})
+    return hit[2]
 
 
 def _index_points(profile: Profile, graphs: bool) -> dict:
@@ -333,4 +334,11 @@ def _index_points(profile: Profile, graphs: bool) -> dict:
             continue
         rest = tuple((k, v) for k, v in p.attrs if k != sweep and k not in COST_FREE_ATTRS)
         idx.setdefault((p.kind, p.dtype, rest), {}).setdefault(attrs[sweep], p.time_s)
+    # the GEMM tables after the points (calibrated points win): mode any, swept along m
+    for t in profile.gemm_tables:
+        for n, k, times in t.rows:
+            for dt in t.dtypes:
+                at = idx.setdefault(("gemm", dt, (("k", k), ("n", n))), {})
+                for m, time_s in zip(t.m, times):
+                    at.setdefault(m, time_s)
     return {k: sorted(v.items()) for k, v in idx.items()}

@@ -25,7 +25,7 @@ from pathlib import Path
 from .profile_check import parse
 from .profile_read import first_bad_value, read_json
 from .profile_schema import (COLLECTIVES, FORMAT, JITTER_DISTS, MODES, SCOPES, VERSION, ArrivalJitter,  # noqa: F401
-                             CollectiveTable, ComputePoint, Curve, LinkModel, Profile, ProfileError, _short)
+                             CollectiveTable, GemmTable, ComputePoint, Curve, LinkModel, Profile, ProfileError, _short)
 from ..fileio.policy import write_json_atomic
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from .bounds import BOUNDS
-from .profile_schema import (ArrivalJitter, COLLECTIVES, CollectiveTable, ComputePoint, Curve, JITTER_DISTS,
+from .profile_schema import (ArrivalJitter, COLLECTIVES, CollectiveTable, ComputePoint, Curve, GemmTable, JITTER_DISTS,
                              LinkModel, MAX_TABLE_POINTS, MODES,
                              Profile, ProfileError, SCOPES, _finite, _has_source, _short)
 from .coschedule import GpuSpec
@@ -56,7 +56,8 @@ def parse(data: dict, where: str = "<profile>") -> Profile:
         gemm_efficiency=g.curve("compute.gemm_efficiency", "flops"),
         memory_efficiency=g.curve("compute.memory_efficiency", "bytes"),
         launch_s={m: g.num(f"compute.launch_us.{m}", min_=0.0) * 1e-6 for m in MODES},
-        compute_points=(pts := g.compute_points()) + g.gemm_tables(already=len(pts)),
+        compute_points=(pts := g.compute_points()),
+        gemm_tables=g.gemm_tables(already=len(pts)),
         collective_tables=g.collective_tables(),
         link_models=links,
         eager_extra_s=g.num("collectives.eager_extra_us", default=0.0, min_=0.0) * 1e-6,
@@ -353,14 +354,14 @@ class _Getter:
                 out.append(ComputePoint(pt["kind"], attrs, dtype, float(time_s), mode))
         return tuple(out)
 
-    def gemm_tables(self, already: int = 0) -> tuple[ComputePoint, ...]:
+    def gemm_tables(self, already: int = 0) -> tuple[GemmTable, ...]:
         """`compute.gemm_tables`: measured GEMM times in a compact form, one row per weight shape.
 
         Each table: {"source", "dtypes": [...], "m": [m0, m1, ...] (increasing), "rows": [{"n", "k",
         "time_us": [t at m0, t at m1, ...]}, ...]}; a row may say how its (n, k) was obtained
-        ("nk": "interpolated" ...). Expanded to gemm ComputePoints (attrs m, n, k; mode any: the
-        same cuBLAS kernel eager and compiled), after `compute.tables`, so calibrated points win."""
-        out = []
+        ("nk": "interpolated" ...). Kept as GemmTables (their times count towards the compute-points
+        bound; the cost model indexes them after `compute.tables`, so calibrated points win)."""
+        tables, out = [], []
         n_points = already
         for ti, t in enumerate(self.get("compute.gemm_tables", [])):
             p = f"compute.gemm_tables[{ti}]"
@@ -386,9 +387,10 @@ class _Getter:
                     self.fail(f"{p}.rows[{ri}]", f"brings the profile over {BOUNDS['compute_points'].hi} compute "
                                                  f"points ({BOUNDS['compute_points'].why})")
                 n_points += len(dtypes) * len(ms)
-                out += [ComputePoint("gemm", (("k", k), ("m", m), ("n", n)), dt, v * 1e-6)
-                        for dt in dtypes for m, v in zip(ms, us)]
-        return tuple(out)
+                out.append((n, k, tuple(v * 1e-6 for v in us)))
+            tables.append(GemmTable(t["source"], tuple(dtypes), tuple(ms), tuple(out)))
+            out = []
+        return tuple(tables)
 
     def collective_tables(self) -> tuple[CollectiveTable, ...]:
         out = []

@@ -70,6 +70,25 @@ class ComputePoint:
 
 
 @dataclass(frozen=True)
+class GemmTable:
+    """`compute.gemm_tables[i]`: measured GEMM times, one row per weight shape, kept in this compact
+    form (a built-in profile's tables hold ~11k times, of which a prediction reads a few dozen).
+    Each row is (n, k, seconds at each m of `m`), for every dtype of `dtypes`; mode any (the same
+    cuBLAS kernel eager and compiled). The cost model indexes them after `compute_points`, so
+    calibrated points win."""
+
+    source: str
+    dtypes: tuple[str, ...]
+    m: tuple[int, ...]                                 # increasing
+    rows: tuple[tuple[int, int, tuple[float, ...]], ...]
+
+    def points(self) -> tuple[ComputePoint, ...]:
+        """The same times as gemm ComputePoints (attrs k, m, n): what a reader of points sees."""
+        return tuple(ComputePoint("gemm", (("k", k), ("m", m), ("n", n)), dt, t)
+                     for n, k, ts in self.rows for dt in self.dtypes for m, t in zip(self.m, ts))
+
+
+@dataclass(frozen=True)
 class CollectiveTable:
     """Measured latency vs message size for one collective configuration."""
 
@@ -121,7 +140,7 @@ class Profile:
     gemm_efficiency: Curve                       # achieved/peak FLOP/s vs flops per kernel
     memory_efficiency: Curve                     # achieved/peak bandwidth vs bytes per kernel
     launch_s: dict                               # mode ("eager"/"graph") -> seconds per kernel launch
-    compute_points: tuple[ComputePoint, ...]
+    compute_points: tuple[ComputePoint, ...]     # calibrated / listed points (compute.tables)
     collective_tables: tuple[CollectiveTable, ...]
     link_models: dict                            # scope -> tuple[LinkModel, ...] (fastest wins)
     eager_extra_s: float                         # extra per collective in eager mode when only graph data exists
@@ -139,6 +158,7 @@ class Profile:
     raw: dict = field(default_factory=dict, compare=False, repr=False)
     topology: TopologySpec | None = field(default=None, compare=False, repr=False)
     coschedule: GpuSpec | None = None            # overlap.gpu: per-kernel co-scheduling (sim/coschedule.py)
+    gemm_tables: tuple[GemmTable, ...] = ()      # compute.gemm_tables (after compute_points: those win)
 
 
 def _has_source(obj: dict) -> bool:

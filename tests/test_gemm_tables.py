@@ -99,7 +99,7 @@ def test_a_gemm_shorter_than_its_launch_costs_the_launch(h100):
 @pytest.mark.parametrize("name", ["h100-sxm", "h200-sxm", "a100-sxm", "l40s-pcie", "h100-sxm-p2p-off"])
 def test_every_ir_gemm_of_every_preset_has_a_row(name):
     p = load_profile(name)
-    have = {(dict(pt.attrs)["n"], dict(pt.attrs)["k"]) for pt in p.compute_points if pt.kind == "gemm"}
+    have = {(n, k) for t in p.gemm_tables for n, k, _ in t.rows}
     for model in MODELS.values():
         for tp in valid_tp(model, 16):
             s = model.shard(tp)
