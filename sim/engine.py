@@ -22,7 +22,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-import numpy as np
 import simpy
 
 from .schedule import COMM, COMPUTE, TOKENS, Op, Schedule
@@ -72,6 +71,20 @@ class StepResult:
     exposed_comm_s: float             # rank 0's compute stream blocked waiting on collectives
     records: list[Record] = field(default_factory=list)
     events: int = 0                   # SimPy events scheduled (engine throughput benchmarks)
+
+
+class _Draws:
+    """Exponential draws from numpy's generator seeded `seed`, made at the first draw: numpy
+    (~0.07 CPU s to import) is loaded only where some jitter is drawn."""
+
+    def __init__(self, seed: int):
+        self.seed, self._rng = seed, None
+
+    def exponential(self, mean_s: float) -> float:
+        if self._rng is None:
+            import numpy as np          # lazy: numpy only where jitter is drawn (see the class)
+            self._rng = np.random.default_rng(self.seed)
+        return float(self._rng.exponential(mean_s))
 
 
 class _CountingEnv(simpy.Environment):
@@ -144,7 +157,7 @@ def simulate(schedule: Schedule, op_time: Callable[[Op], float], ranks: int = 1,
     rs = [_Rank(env, r) for r in range(ranks)]
     colls: dict[str, _Collective] = {}
     records: list[Record] = []
-    rng = np.random.default_rng(seed)
+    rng = _Draws(seed)
     phase = schedule.step.phase
     times = {op.name: op_time(op) for op in schedule.ops}
     for name, t in times.items():
@@ -232,7 +245,7 @@ def simulate(schedule: Schedule, op_time: Callable[[Op], float], ranks: int = 1,
                     yield env.timeout(host_ready - env.now)
             mean = arrival_mean_s(op) if arrival_mean_s is not None else jitter_s
             if mean > 0:
-                yield env.timeout(float(rng.exponential(mean)))
+                yield env.timeout(rng.exponential(mean))
             if cs is not None and rank.compute_busy:     # its kernel waits for the SMs compute holds
                 d = cs.delay_s(op.name, rank.op, rank.work_done(env.now))
                 if d > 0:

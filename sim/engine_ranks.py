@@ -9,9 +9,10 @@ import heapq
 from dataclasses import dataclass
 from enum import IntEnum
 from itertools import count
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 from .engine import Interference
 from .ir import Op, Schedule, TOKENS

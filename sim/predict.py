@@ -20,8 +20,6 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-import numpy as np
-
 from . import occupancy
 from .cost import CostModel
 from .engine import Interference, StepResult, simulate
@@ -29,7 +27,7 @@ from . import host_lane
 from .memory import GIB, check_fits, estimate
 from .model import ModelSpec
 from .profile import Profile
-from .sampled import MIN_SAMPLES_PREFILL, REL_TOL, Estimate, Sampler
+from .estimate import REL_TOL, Estimate
 from .schedule import Schedule, build, build_plan, model_change, plan_of, runs
 from .stack import Stack, Step
 
@@ -48,6 +46,7 @@ def decode_positions(gen_len: int, kv: str) -> list[int]:
         return []
     if kv != "filled":
         return [1]
+    import numpy as np              # lazy: numpy (~0.07 CPU s to import) only where decode steps differ
     return sorted({int(j) for j in np.linspace(1, last, min(DECODE_SAMPLES, last)).round()})
 
 
@@ -170,10 +169,12 @@ class Simulator:
         # a GPU profile's overlap.gpu: co-scheduling per kernel (sim/coschedule.py) instead of flat factors
         cosched = occupancy.coschedule(self.cost, p.coschedule, self.comm_s) if p.coschedule else None
         self.interference = Interference(p.compute_slowdown, p.comm_slowdown, p.wake_s, cosched)
-        self.sampler = Sampler(workload.model, workload.tp, workload.stack, self._op_time, self.interference,
-                               p.arrival_jitter, self._scope, self.w.comm_group or workload.tp, WARM_LAYERS,
-                               seed, rel_tol, host_time=self._host_time,
-                               start_s=self._offsets()) if self.mode == "sampled" else None
+        self.sampler = None
+        if self.mode == "sampled":
+            from .sampled import Sampler    # lazy: the sampler and numpy, only in sampled mode
+            self.sampler = Sampler(workload.model, workload.tp, workload.stack, self._op_time, self.interference,
+                                   p.arrival_jitter, self._scope, self.w.comm_group or workload.tp, WARM_LAYERS,
+                                   seed, rel_tol, host_time=self._host_time, start_s=self._offsets())
 
     def _op_time(self, op, phase: str, sched: Schedule | None = None) -> float:
         return self.comm_s(op, phase) if op.is_comm else self.cost.compute_s(op, phase, sched)
@@ -327,6 +328,7 @@ class Simulator:
             # decode steps differ (growing KV length): all of them, or sampled and integrated
             js = steps if self.exact else decode_positions(w.gen_len, w.stack.kv)
             res = [self.step_time(spec, w.decode_step(j)) for j in js]
+            import numpy as np      # lazy: (numpy, as in decode_positions)
             decode_s = float(np.interp(steps, js, [r[0] for r in res]).sum())
             decode_exposed = float(np.interp(steps, js, [r[1] for r in res]).sum())
         else:
@@ -345,6 +347,7 @@ class Simulator:
     def _add_jitter(self, spec: str, p: Prediction, pre_s: float, steps: list[int]) -> None:
         """Sampled mode: add the jitter's mean cost to the fast path's times (exposed comm stays
         the jitter-free one)."""
+        from .sampled import MIN_SAMPLES_PREFILL    # lazy: (the sampler, as in __init__)
         w, s = self.w, self.sampler
         p.jitter_prefill = s.estimate(spec, lambda i: w.prefill_step(), lambda st: pre_s, MIN_SAMPLES_PREFILL)
         p.prefill_s += p.jitter_prefill.delta_s

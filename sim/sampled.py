@@ -31,6 +31,7 @@ from typing import Callable
 import numpy as np
 
 from .engine_ranks import Compiled, compile_schedule, simulate_ranks
+from .estimate import REL_TOL, Estimate
 from .schedule import Schedule, build_plan, plan_of, runs
 from .stack import Step
 
@@ -39,22 +40,7 @@ SAMPLE_BATCH = 8          # samples drawn between two checks of the confidence i
 MIN_SAMPLES = 32          # also what the spread (a variance) is estimated from
 MIN_SAMPLES_PREFILL = 8   # one prefill: only its mean matters (no spread is reported for it)
 MAX_SAMPLES = 256
-REL_TOL = 2e-3            # stop once the 95% CI half-width of the mean step is within this of it
 Z95 = 1.959963984540054
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """The jitter's cost on one step: its mean over draws, with a 95% confidence half-width."""
-
-    delta_s: float            # mean extra seconds per step over the jitter-free (fast path) time
-    half_s: float             # 95% confidence half-width of delta_s
-    sd_s: float               # spread: standard deviation of one step's time (approximation, see module)
-    samples: int
-
-    @staticmethod
-    def zero() -> "Estimate":
-        return Estimate(0.0, 0.0, 0.0, 0)
 
 
 @dataclass(frozen=True)
