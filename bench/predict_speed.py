@@ -51,7 +51,8 @@ CONFIGS = [
 
 PREDICT = ["predict", "--model", "llama-3.1-70b", "--tp", "8"]
 # what the simulator's processes import whatever the CLI does: the floor of any `tpsim predict`
-LIBRARIES = "import numpy, simpy, click"
+# (numpy is not among them: only jitter draws and a filled cache's sampled decode steps use it)
+LIBRARIES = "import simpy, click"
 # everything that predict of PREDICT imports (rich: the table; not networkx: every collective it
 # prices is measured), without running it: the whole process minus this is the simulation itself
 PREDICT_IMPORTS = "import tpsim.commands.predict, rich.console, rich.table"

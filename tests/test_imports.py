@@ -184,6 +184,21 @@ def test_import_cli_loads_only_the_command_table():
     assert r.stdout.splitlines() == ["[]", "[]"], r.stdout
 
 
+def test_default_predict_imports_neither_numpy_nor_networkx():
+    """A default `tpsim predict` (static cache, no jitter, every collective measured) runs on simpy
+    alone: numpy is loaded where jitter is drawn or decode steps differ, networkx where a collective
+    is priced on the topology graph (a filled cache does load numpy: the rule is not vacuous)."""
+    code = ("import sys, tpsim.cli\nfrom click.testing import CliRunner\n"
+            "args = ['predict', '--model', 'llama-3.1-70b', '--tp', '8', '--json']\n"
+            "r = CliRunner().invoke(tpsim.cli.main, args)\nassert r.exit_code == 0, r.output\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'numpy', 'networkx', 'scipy'}))\n"
+            "r = CliRunner().invoke(tpsim.cli.main, args + ['--kv', 'filled'])\nassert r.exit_code == 0, r.output\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'numpy', 'networkx', 'scipy'}))\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["[]", "['numpy']"], r.stdout
+
+
 def test_sim_imports_nothing_above_it():
     """sim/ is the floor (above only fileio/, the I/O leaf that imports nothing of tpsim): it imports
     neither torch nor hw/ nor calib/ nor the commands."""
