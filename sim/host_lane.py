@@ -6,9 +6,9 @@ One engine step (a prefill, or one decode step of the whole batch) on TP ranks 0
     hand-off    handoff_s, only when N > 1 (N worker processes)  (vLLM: SchedulerOutput through the
                 shared-memory MessageQueue, vllm/distributed/device_communicators/shm_broadcast.py)
                 rank r reads it r * handoff_per_rank_s after rank 0 (polling/wake-up order), and
-                bit_length(r) * handoff_tree_hop_s after it when the hand-off is a binomial-tree host
-                broadcast (gloo's, gloo/broadcast.cc: log2ceil(N) rounds, rank r receives in round
-                bit_length(r); SGLang's broadcast_pyobj over the TP CPU group each scheduler step)
+                tree_hops(r) * handoff_tree_hop_s after it when the hand-off is a binomial-tree host
+                broadcast (gloo's; SGLang's broadcast_pyobj over the TP CPU group each scheduler
+                step): see tree_hops
     spread      rank_spread_s: the spread (standard deviation) of each rank's own host time per step
                 (wake-up, input preparation, launch); the pass starts when the last of N ranks is
                 ready, expected E[max of N] * rank_spread_s after the mean rank (_normal_order_stats)
@@ -20,7 +20,8 @@ One engine step (a prefill, or one decode step of the whole batch) on TP ranks 0
 
 All three place the ranks at different starts, so they reach the pass's first collective at different
 times and the last one sets the pace: the stagger grows with N (linearly for the polling order, as
-log2 N for a tree broadcast, as E[max of N standard normals] ~ sqrt(2 ln N) for the spread).
+floor(log2 N) hops for a tree broadcast, as E[max of N standard normals] ~ sqrt(2 ln N) for the
+spread).
 
 In series (`overlap` False: vLLM's default scheduler) a step lasts
     lead_s + gpu_s + post_s,
@@ -51,7 +52,7 @@ class HostStep:
     schedule_per_seq_s: float = 0.0   # scheduler, per running sequence
     handoff_s: float = 0.0            # step inputs to the N worker processes (N > 1 only)
     handoff_per_rank_s: float = 0.0   # rank r receives them r * this after rank 0
-    handoff_tree_hop_s: float = 0.0   # binomial-tree broadcast: rank r receives bit_length(r) hops after rank 0
+    handoff_tree_hop_s: float = 0.0   # binomial-tree broadcast: rank r receives tree_hops(r) hops after rank 0
     rank_spread_s: float = 0.0        # std dev of each rank's host time per step (N > 1: the last rank sets the pace)
     prepare_s: float = 0.0            # each worker builds its input tensors, per step
     prepare_per_seq_s: float = 0.0    # ... per sequence
@@ -111,6 +112,17 @@ def _normal_order_stats(n: int) -> tuple[float, ...]:
     return tuple(out)
 
 
+def tree_hops(rank: int) -> int:
+    """Sequential hops from rank 0 to `rank` in gloo's binomial-tree broadcast (gloo/broadcast.cc,
+    root 0): in round i (i = 0 .. log2ceil(N)-1) every rank below 2^i that holds the data sends it to
+    rank + 2^i, so rank r receives in round (highest set bit of r) from its parent, r less that bit.
+    A sender posts its sends without waiting for them ("Send operations can complete asynchronously";
+    only recvs block before the next round), so the root's sends to 1, 2, 4, ... leave back to back
+    and the data crosses one hop per set bit of r: popcount(r) hops (rank 3: 0->1->3, 2; rank 4:
+    0->4, 1; rank 7: 0->1->3->7, 3). The last of N = 2^k ranks is k hops late; N = 6 ranks: 2."""
+    return bin(rank).count("1")
+
+
 def spread_offsets(n: int, spread_s: float) -> tuple[float, ...]:
     """Per-rank start delays from the ranks' host-time spread: rank r (of n) is placed at the
     expected r+1-th order statistic above the mean, spread_s * max(0, E[Z_(r+1:n)]) (a rank readier
@@ -132,7 +144,7 @@ def lane(h: HostStep, tp: int, batch: int) -> Lane:
     if tp < 2:
         return Lane(lead, (0.0,), h.output_s + h.output_per_seq_s * batch)
     spread = spread_offsets(tp, h.rank_spread_s)
-    offsets = tuple(r * h.handoff_per_rank_s + r.bit_length() * h.handoff_tree_hop_s + spread[r]
+    offsets = tuple(r * h.handoff_per_rank_s + tree_hops(r) * h.handoff_tree_hop_s + spread[r]
                     for r in range(tp))
     return Lane(lead, offsets, h.output_s + h.output_per_seq_s * batch)
 

@@ -123,3 +123,36 @@ def test_sglang_fixture_fits_the_runner_step(tmp_path):
     assert r.exit_code == 0, r.output
     doc = json.loads(out.read_text())
     assert doc["extends"] == "sglang" and doc["host"]["schedule_s"] >= 0 and doc["host"]["handoff_per_rank_s"] >= 0
+
+
+PUBLIC = FIX / "public"
+
+
+def test_real_public_outputs_round_trip_through_the_importer(tmp_path):
+    """Real files from public repositories (sources in tests/fixtures/engine_bench/public/README.md).
+    Each is exactly its engine's writer: vLLM's json.dump(results, f, indent=4), SGLang's
+    json.dumps(result) + "\\n" per line, so re-serialising what was read gives the file back. The
+    importer reads the numbers the file holds. The vLLM runs are all TP 1 (NPUs), so the command
+    refuses to fit them, in one line, exit 2."""
+    for name in ("vllm_latency_llama8B_tp1_npu_a.json", "vllm_latency_llama8B_tp1_npu_b.json"):
+        text = (PUBLIC / name).read_text()
+        d = json.loads(text)
+        assert json.dumps(d, indent=4) == text
+        assert set(d) == {"avg_latency", "latencies", "percentiles"} and len(d["latencies"]) == 15
+        (r,) = parse_engine_bench(text, name, tp=1)
+        # benchmark_latency's defaults (batch 8, in 32, out 128): the file holds no run parameters
+        assert (r.engine, r.layout, r.tp, r.batch, r.input_len, r.output_len) == ("vllm", "vllm-latency-json", 1, 8, 32, 128)
+        assert r.latency_s == d["avg_latency"] and r.decode_step_s is None
+    for name, n in (("sglang_one_batch_frgossen.jsonl", 9), ("sglang_one_batch_deepseek_simulator.jsonl", 2)):
+        text = (PUBLIC / name).read_text()
+        lines = [json.loads(ln) for ln in text.splitlines()]
+        assert [json.dumps(d) for d in lines] == text.splitlines() and len(lines) == n
+        runs = parse_engine_bench(text, name, tp=2)
+        assert [(r.batch, r.input_len, r.output_len, r.decode_step_s) for r in runs] == \
+            [(d["batch_size"], d["input_len"], d["output_len"], d["median_decode_latency"]) for d in lines]
+        assert {r.engine for r in runs} == {"sglang"}
+    specs = [f"{PUBLIC / n}:tp=1" for n in ("vllm_latency_llama8B_tp1_npu_a.json", "vllm_latency_llama8B_tp1_npu_b.json")]
+    r = CliRunner().invoke(main, ["profiles", "import-engine-bench", *specs, "--model", "llama-3.1-8b",
+                                  "--out", str(tmp_path / "o.json")])
+    assert r.exit_code == 2 and "all at TP 1" in r.output and len(r.output.strip().splitlines()) == 1
+    assert not (tmp_path / "o.json").exists()

@@ -9,12 +9,13 @@ import pytest
 
 from tpsim.sim.engine import Interference, simulate
 from tpsim.sim.engine_ranks import compile_schedule, simulate_ranks
-from tpsim.sim.host_lane import HostStep, lane, step_s
+from tpsim.sim.host_lane import HostStep, lane, step_s, tree_hops
 from tpsim.sim.ir import COMM
 from tpsim.sim.model import get_model
 from tpsim.sim.predict import Simulator, Workload
 from tpsim.sim.profile import load_profile
 from tpsim.sim.stack import Stack
+from tpsim.sim.stacks import PRESETS
 from toy import TWO_AR_COST, TWO_AR_PASS
 
 
@@ -146,22 +147,50 @@ def test_sampled_mode_draws_jitter_over_the_staggered_pass():
     assert 0 < staggered < flat
 
 
-def test_a_tree_broadcast_hands_rank_r_its_inputs_after_bit_length_r_hops():
-    """gloo's binomial-tree broadcast (SGLang's per-step broadcast_pyobj), hop 1 on 4 ranks: rank 1
-    receives in round 1, ranks 2-3 in round 2: starts 0, 1, 2, 2. Rank 2: seg0 2-4, ar0 4-8 for all,
-    seg1 8-11, ar1 11-15, seg2 15-16: 16 = 14 + the depth of the tree (log2ceil 4 = 2). On 8 ranks the
-    last (rank 7) is 3 hops late: 17; on 2 ranks 1 hop: 15 -- the stagger grows as log2 N."""
+def test_a_tree_broadcast_hands_rank_r_its_inputs_after_popcount_r_hops():
+    """gloo's binomial-tree broadcast (SGLang's per-step broadcast_pyobj), hop 1. The root posts its
+    sends to 1, 2, 4 back to back, rank r's data crosses popcount(r) hops (tree_hops): on 4 ranks
+    starts 0, 1, 1, 2 (rank 3: 0->1->3). Rank 3: seg0 2-4, ar0 4-8 for all, seg1 8-11, ar1 11-15,
+    seg2 15-16: 16 = 14 + 2 hops. On 8 ranks the last (rank 7, 0->1->3->7) is 3 hops late: 17; on 2
+    ranks 1 hop: 15 -- the stagger grows as log2 N."""
+    assert [tree_hops(r) for r in range(8)] == [0, 1, 1, 2, 1, 2, 2, 3]
     h = HostStep(handoff_tree_hop_s=1.0)
-    assert lane(h, 4, 1).offsets_s == (0.0, 1.0, 2.0, 2.0)
+    assert lane(h, 4, 1).offsets_s == (0.0, 1.0, 1.0, 2.0)
     assert _pass(4, lane(h, 4, 1).offsets_s) == 16.0
-    assert lane(h, 8, 1).offsets_s == (0.0, 1.0, 2.0, 2.0, 3.0, 3.0, 3.0, 3.0)
+    assert lane(h, 8, 1).offsets_s == (0.0, 1.0, 1.0, 2.0, 1.0, 2.0, 2.0, 3.0)
     assert [step_s(h, lane(h, n, 1), 14.0) for n in (1, 2, 4, 8)] == [14.0, 15.0, 16.0, 17.0]
-    # the polling order and the tree add per rank: per-rank 0.5 + hop 1 on 4 ranks: 0, 1.5, 3, 3.5
+    # 6 ranks (0..5): the deepest are 3 = 0->1->3 and 5 = 0->1->5, 2 hops, not log2ceil(6) = 3 rounds:
+    # in series 14 + 2 = 16
+    assert lane(h, 6, 1).stagger_s == 2.0 and step_s(h, lane(h, 6, 1), 14.0) == 16.0
+    # the polling order and the tree add per rank: per-rank 0.5 + hop 1 on 4 ranks:
+    # 0 + 0, 0.5 + 1, 1 + 1, 1.5 + 2 = 0, 1.5, 2, 3.5
     both = HostStep(handoff_per_rank_s=0.5, handoff_tree_hop_s=1.0)
-    assert lane(both, 4, 1).offsets_s == (0.0, 1.5, 3.0, 3.5)
+    assert lane(both, 4, 1).offsets_s == (0.0, 1.5, 2.0, 3.5)
     # overlapped (SGLang's overlap scheduler) the tree is hidden under the previous pass: 3 < 14
     ho = HostStep(handoff_tree_hop_s=1.0, overlap=True)
     assert step_s(ho, lane(ho, 8, 1), 14.0, 17.0) == 14.0
+
+
+def test_an_overlapped_tree_shows_once_the_host_is_the_bottleneck():
+    """Overlapped, a step lasts max(pass, lane): schedule 10 + the tree's stagger + output 1. Hop 1 on
+    the toy pass (14): TP 1 lane 10 + 0 + 1 = 11 -> 14; TP 2 10 + 1 + 1 = 12 -> 14; TP 4 10 + 2 + 1 = 13
+    -> 14; TP 8 10 + 3 + 1 = 14 -> 14; TP 16 10 + 4 + 1 = 15 -> 15 (the host now sets the pace).
+    Hop 3: TP 8 10 + 9 + 1 = 20 > 14: 20, TP 2 10 + 3 + 1 = 14: 14 -- the step grows with TP only there."""
+    h = HostStep(schedule_s=10.0, output_s=1.0, handoff_tree_hop_s=1.0, overlap=True)
+    assert [step_s(h, lane(h, n, 1), 14.0) for n in (1, 2, 4, 8, 16)] == [14.0, 14.0, 14.0, 14.0, 15.0]
+    h3 = replace(h, handoff_tree_hop_s=3.0)
+    assert [step_s(h3, lane(h3, n, 1), 14.0) for n in (2, 8)] == [14.0, 20.0]
+
+
+def test_the_sglang_preset_hands_off_by_its_gloo_tree():
+    """The sglang preset: every TP rank's scheduler receives the step's request broadcast over gloo,
+    tree_hops(r) measured hops after rank 0 (bench/gloo_broadcast_hops.py). Its lane's stagger is
+    1 / 2 / 3 hops at TP 2 / 4 / 8, none at TP 1, and it overlaps the pass."""
+    h = HostStep(**PRESETS["sglang"].values["host"])
+    hop = h.handoff_tree_hop_s
+    assert h.overlap and hop > 0
+    assert [lane(h, n, 8).stagger_s for n in (1, 2, 4, 8)] == pytest.approx([0.0, hop, 2 * hop, 3 * hop])
+    assert "bench/gloo_broadcast_hops.py" in PRESETS["sglang"].sources["host.handoff_tree_hop_s"]
 
 
 def test_the_ranks_host_spread_makes_the_last_rank_set_the_pace():

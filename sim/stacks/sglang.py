@@ -5,8 +5,9 @@ run_scheduler_process per tp_rank), so the batch is scheduled on each rank and n
 handed to workers; new requests reach the other ranks through broadcast_pyobj over the CPU group.
 The overlap ("zero-overhead") scheduler is on by default: the CPU schedules batch j+1 while the GPU
 runs batch j (scheduler.py event_loop_overlap). No public profiler measurement of SGLang's per-step
-host time on CUDA was found: the host terms are 0 (say so), the overlap mechanism stands, and
-`tpsim profiles import-engine-bench` fits the terms from bench_one_batch output.
+host time on CUDA was found: those host terms are 0 (say so), the overlap mechanism stands, and
+`tpsim profiles import-engine-bench` fits the terms from bench_one_batch output. The per-step request
+broadcast's tree hop is a host microbenchmark (bench/gloo_broadcast_hops.py), labelled a proxy.
 """
 
 NAME = "sglang"
@@ -40,11 +41,17 @@ STACK = {
 HOST = {
     "overlap": (True, f"{_SA} disable_overlap_schedule: bool = False (scheduler.py event_loop_overlap)"),
     "schedule_s": (0.0, "no public profiler measurement of SGLang's CUDA scheduler step found; 0 until fitted"),
-    "handoff_tree_hop_s": (0.0, "python/sglang/srt/managers/scheduler.py recv_requests: at tp_size > 1 every loop "
-                                "iteration calls broadcast_pyobj(recv_reqs, ..., self.tp_cpu_group) (utils "
-                                "broadcast_pyobj: one gloo broadcast of the 8-byte size, a second of the pickled "
-                                "requests when any came), and gloo's broadcast is a binomial tree (gloo/broadcast.cc: "
-                                "log2ceil(N) rounds). No public microbenchmark of a small gloo broadcast over loopback "
-                                "TCP found: 0 (the mechanism stands; overlapped, it hides under the pass)"),
+    "handoff_tree_hop_s": (255.3e-6, "python/sglang/srt/managers/scheduler.py recv_requests: at tp_size > 1 every "
+                                     "loop iteration calls broadcast_pyobj(recv_reqs, ..., self.tp_cpu_group); with no "
+                                     "new request (steady decode) that is one gloo broadcast of an int64 [1] tensor "
+                                     "(utils broadcast_pyobj), a binomial tree (gloo/broadcast.cc; sim.host_lane."
+                                     "tree_hops). Per hop: bench/gloo_broadcast_hops.py, the median arrival of rank 1 "
+                                     "of 2 real gloo ranks over loopback TCP, 255.3 us (3000 steps; bench/results/"
+                                     "gloo_broadcast_hops.txt; six runs here gave medians of 219-278 us). A PROXY "
+                                     "measured on this project's 2-vCPU shared VM "
+                                     "(no public per-world-size gloo broadcast latency found; pytorch/pytorch#127179 "
+                                     "reports ~150 us per gloo broadcast of an 8x8 tensor, host and world size not "
+                                     "stated): the thread wake-ups that dominate a hop are likely shorter on a "
+                                     "dedicated server host. Overlapped, the tree hides under the pass"),
     "rank_spread_s": (0.0, "no public measurement of the spread of SGLang TP schedulers' per-step host time found: 0"),
 }

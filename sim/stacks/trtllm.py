@@ -43,8 +43,11 @@ HOST = {
                            "found: 0"),
     "handoff_tree_hop_s": (0.0, "each MPI rank runs its own PyExecutor; rank 0 broadcasts new requests each "
                                 "iteration (NVIDIA/TensorRT-LLM#15134 measures that 'per-iteration request "
-                                "broadcast' only for 40k-token disaggregated requests on GB300). No public "
-                                "measurement of an empty or small broadcast per hop: 0"),
+                                "broadcast' only for 40k-token disaggregated requests on GB300). The broadcast is "
+                                "pyexecutor's dist.broadcast(payloads, root=0): mpi4py's pickled-object bcast over "
+                                "the MPI shared-memory transport, not gloo's TCP tree, so the gloo hop "
+                                "(bench/gloo_broadcast_hops.py) does not carry over; no public measurement of "
+                                "mpi4py's small-object bcast at TP sizes found: 0"),
     "output_per_seq_s": (28.1e-6, "NVIDIA/TensorRT-LLM#10273: the rest of host_step_time, "
                                   "(45.11 - 1.98) ms / 1536 requests"),
 }

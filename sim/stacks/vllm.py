@@ -66,7 +66,9 @@ HOST = {
                                  "times the whole V1 gap)"),
     "handoff_per_rank_s": (0.3e-6, "vllm/distributed/device_communicators/shm_broadcast.py@00264800: readers "
                                    "poll the ring buffer with os.sched_yield, 'measured to be around 3e-7 "
-                                   "seconds' per poll: rank r reads the step r polls after rank 0 at most"),
+                                   "seconds' per poll: rank r reads the step r polls after rank 0 at most. "
+                                   "Readers keep spinning while messages come (SpinTimer: sleep 0.1 s only after "
+                                   "busy_loop_s = 10 s without one), so steady decode steps see the polling only"),
     "handoff_s": (0.0, "vllm/v1/executor/multiproc_executor.py collective_rpc: the SchedulerOutput is pickled "
                        "once and written once to the shared-memory ring; the N workers each unpickle it in "
                        "parallel and only output_rank replies (unique_reply_rank), so nothing in it grows with N "
@@ -78,6 +80,9 @@ HOST = {
     "rank_spread_s": (0.0, "no public measurement of the spread of V1 workers' per-step host time found "
                            "(vllm-project/vllm#5792 shows the mechanism in an nsys trace, V0 at TP4: ranks launching "
                            "at different times after the input broadcast and waiting long in the first all-reduce, "
-                           "without numbers): 0"),
+                           "without numbers). The public skew numbers are per collective inside the pass, not this "
+                           "per-step host spread: vllm-project/vllm#52777 (TP2, launch-paced decode: 150-165 us median "
+                           "entry skew per custom all-reduce) and 1CatAI/1Cat-vLLM#173 (TP8 V100 MoE CUDA graph: "
+                           "31.6 us per collective, GPU-side): 0"),
     "prepare_s": (0.0, "no public profile of V1 _prepare_inputs time found; 0 until fitted"),
 }
