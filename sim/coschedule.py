@@ -52,9 +52,11 @@ src/include/device.h; prims_ll.h's readLL likewise spins on each line's flag):
   collective starts at its last rank's kernel start). The early rank's first sends into its peer's
   pre-allocated buffer, which the credit window lets through, are not counted (a rule: at most the
   first of a ring all-reduce's 2(p - 1) steps);
-- the early ranks' kernels spin meanwhile: their CTAs are resident and hold their SMs ("NCCL CTAs
-  won't share an SM with compute kernels", #689), so compute there runs on sms - c SMs with the
-  tile / memory wave rules above (`spin_slowdown`); the spinning moves no HBM bytes (a poll is a
+- the early ranks' kernels spin meanwhile (NVIDIA/nccl#146, sjeaugey: "those are blocking kernels,
+  waiting for other GPUs to launch their NCCL kernels"; #1025: a kernel waiting for its peer spins,
+  and a GEMM launched meanwhile "possibly" runs longer): their CTAs are resident and hold their
+  SMs ("NCCL CTAs won't share an SM with compute kernels", #689), so compute there runs on sms - c
+  SMs with the tile / memory wave rules above (`spin_slowdown`); the spinning moves no HBM bytes (a poll is a
   volatile load of one counter the peer writes, a rule), so HBM sharing does not apply. Ranks that
   reach a collective together (the engines' identical ranks, the fast path's one representative
   rank) never spin: their timelines are exactly those without this rule.
