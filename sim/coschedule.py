@@ -2,9 +2,10 @@
 slows the other by while both run (docs/design.md, "Overlap the GPU allows").
 
 The engines (sim/engine.py, sim/engine_ranks.py) see this module through one hook,
-`Interference.coschedule`, bound once per schedule (`CoSchedule.bind`) to three questions asked by
+`Interference.coschedule`, bound once per schedule (`CoSchedule.bind`) to questions asked by
 op name: `delay_s` (how long a collective ready to start waits for SMs), `compute_slowdown` and
-`comm_slowdown` (the factors while both run). A profile without the hook keeps its flat
+`comm_slowdown` (the factors while both run), `spin_slowdown` (the factor on compute while the
+rank's collective kernel waits for the group's other ranks). A profile without the hook keeps its flat
 interference factors (CPU/gloo profiles: measured).
 
 Mechanism (each rule with its source; the numbers live in the profile's overlap.gpu section):
@@ -40,8 +41,34 @@ Mechanism (each rule with its source; the numbers live in the profile's overlap.
 
 An op of several kernels (a GEMM and the fused pointwise kernel Inductor charges to it) slows by
 its kernels' time-weighted mean factor while a collective runs beside it (exact when the collective
-spans the whole op). An NCCL kernel that started early on one rank and spins waiting for the
-others holds its SMs without being modelled as slowing that rank's compute (a rule).
+spans the whole op).
+
+A collective is a rendezvous of its ranks' kernels (NCCL 2.21 src/device/prims_simple.h `waitPeer`:
+a receiving thread spins on `loadStepValue(connStepPtr)`, the peer's step counter, until the peer's
+data has arrived; a sender may run at most NCCL_STEPS = 8 steps ahead of its receiver's consumption,
+src/include/device.h; prims_ll.h's readLL likewise spins on each line's flag):
+- its transfer begins when its kernel runs on EVERY rank of the group: a rank whose kernel waits for
+  SMs behind a GEMM, or whose stream is later, delays the collective on all ranks (the engines: the
+  collective starts at its last rank's kernel start). The early rank's first sends into its peer's
+  pre-allocated buffer, which the credit window lets through, are not counted (a rule: at most the
+  first of a ring all-reduce's 2(p - 1) steps);
+- the early ranks' kernels spin meanwhile (NVIDIA/nccl#146, sjeaugey: "those are blocking kernels,
+  waiting for other GPUs to launch their NCCL kernels"; #1025: a kernel waiting for its peer spins,
+  and a GEMM launched meanwhile "possibly" runs longer): their CTAs are resident and hold their
+  SMs ("NCCL CTAs won't share an SM with compute kernels", #689), so compute there runs on sms - c
+  SMs with the tile / memory wave rules above (`spin_slowdown`); the spinning moves no HBM bytes (a poll is a
+  volatile load of one counter the peer writes, a rule), so HBM sharing does not apply. Ranks that
+  reach a collective together (the engines' identical ranks, the fast path's one representative
+  rank) never spin: their timelines are exactly those without this rule.
+- start skew between ranks: only what the engines are given (the profile's jitter section, a stack's
+  host-lane offsets); the built-in GPU profiles' jitter is 0 because no public microbenchmark of
+  per-rank kernel-start spread on one box was found (their jitter.arrival sources), so on the
+  reference stack's identical ranks nothing spins.
+Not modelled (named): NCCL 2.21 launches a grid whose channel count divides by 4 in thread-block
+clusters of 4 on sm90 (src/enqueue.cc ncclLaunchKernel, config cgaClusterSize default 4, policy
+Spread), and a cluster starts only when 4 SMs of one GPC are free; where the compute kernel's CTAs
+leave the idle SMs across GPCs is not documented (a GPU check, issue 25 item 6), so the rules above
+count free SMs per GPU.
 """
 from __future__ import annotations
 
@@ -124,13 +151,18 @@ def memory_waves_s(k: Kernel, sms: int, sm_gbps: float) -> float:
     return t
 
 
+def sm_factor(k: Kernel, c: int, gpu: GpuSpec) -> float:
+    """Kernel `k`'s slowdown on the SMs `c` NCCL CTAs leave it (the wave rules of the module docstring)."""
+    if k.tile_bound and gpu.sms > c:
+        return waves(k.ctas, k.per_sm, gpu.sms - c) / waves(k.ctas, k.per_sm, gpu.sms)
+    if gpu.sm_hbm_gbps > 0 and gpu.sms > c > 0 and math.isfinite(k.hbm_cap_gbps):
+        return memory_waves_s(k, gpu.sms - c, gpu.sm_hbm_gbps) / memory_waves_s(k, gpu.sms, gpu.sm_hbm_gbps)
+    return 1.0
+
+
 def pair_factors(k: Kernel, comm: Comm, gpu: GpuSpec) -> tuple[float, float]:
     """(compute factor, collective factor) while kernel `k` and `comm` run at once."""
-    sm = 1.0
-    if k.tile_bound and gpu.sms > comm.ctas:
-        sm = waves(k.ctas, k.per_sm, gpu.sms - comm.ctas) / waves(k.ctas, k.per_sm, gpu.sms)
-    elif gpu.sm_hbm_gbps > 0 and gpu.sms > comm.ctas > 0 and math.isfinite(k.hbm_cap_gbps):
-        sm = memory_waves_s(k, gpu.sms - comm.ctas, gpu.sm_hbm_gbps) / memory_waves_s(k, gpu.sms, gpu.sm_hbm_gbps)
+    sm = sm_factor(k, comm.ctas, gpu)
     hbm = max(1.0, (k.hbm_gbps + comm.hbm_gbps) / k.hbm_cap_gbps) if k.hbm_cap_gbps > 0 else 1.0
     return max(sm, hbm), hbm
 
@@ -208,6 +240,18 @@ class Bound:
 
     def compute_slowdown(self, compute: str, comm: str) -> float:
         return self._factors(compute, comm)[0]
+
+    def spin_slowdown(self, compute: str, comm: str) -> float:
+        """Factor on compute op `compute` while collective `comm`'s kernel spins beside it, waiting for
+        the group's other ranks: its CTAs hold their SMs and move no HBM bytes (module docstring)."""
+        key = (compute, comm, "spin")
+        f = self._f.get(key)
+        if f is None:
+            ks = self.kernels(compute)
+            c = self.comm(comm).ctas
+            total = sum(k.share for k in ks)
+            f = self._f[key] = sum(k.share * sm_factor(k, c, self.cs.gpu) for k in ks) / total if total > 0 else 1.0
+        return f
 
     def comm_slowdown(self, comm: str, compute: str) -> float:
         return self._factors(compute, comm)[1]

@@ -12,7 +12,8 @@ starts or stops, so partial overlap is charged exactly. A rank that blocked on a
 `wake_s` after it ends, and that wake-up is part of the collective's measured time (Interference).
 With `Interference.coschedule` (GPU profiles, sim/coschedule.py) the factors are per pair of
 compute op and collective instead, and a collective ready to start first waits on each rank for the
-SMs the compute kernel running there holds.
+SMs the compute kernel running there holds; a rank whose kernel got its SMs before the group's last
+one spins on them until the collective starts, its compute slowed by `spin_slowdown` meanwhile.
 
 The engine knows nothing of costs: it takes `op_time(op) -> seconds`, so tests can pin
 timelines with hand-written integer costs.
@@ -108,6 +109,7 @@ class _Rank:
         self.comm_busy = False
         self.op: str | None = None     # the compute op running (coschedule: whose SMs a collective waits for)
         self.coll: str | None = None   # the collective in flight on the rank
+        self.spin: str | None = None   # the collective whose kernel holds SMs here, waiting for the others
         self.work = (0.0, 0.0, 0.0, 1.0)   # the running op's (base, remaining, at time, rate)
         self.changed = env.event()    # fires (and is replaced) whenever a stream starts/stops
         self.exposed_s = 0.0
@@ -120,6 +122,10 @@ class _Rank:
 
     def set_busy(self, env: simpy.Environment, stream: str, busy: bool) -> None:
         setattr(self, f"{stream}_busy", busy)
+        self.notify(env)
+
+    def notify(self, env: simpy.Environment) -> None:
+        """Wake whatever runs at a rate that depends on this rank's streams."""
         old, self.changed = self.changed, env.event()
         old.succeed()
 
@@ -213,8 +219,9 @@ def simulate(schedule: Schedule, op_time: Callable[[Op], float], ranks: int = 1,
             rank.op = op.name
             rank.set_busy(env, COMPUTE, True) if active else None
             slow = interference.compute_slowdown
-            if cs is not None:
-                rate = lambda: 1.0 / cs.compute_slowdown(rank.op, rank.coll) if rank.comm_busy else 1.0  # noqa: E731
+            if cs is not None:      # beside the collective in flight, or beside its kernel spinning
+                rate = lambda: (1.0 / cs.compute_slowdown(rank.op, rank.coll) if rank.comm_busy  # noqa: E731
+                                else 1.0 / cs.spin_slowdown(rank.op, rank.spin) if rank.spin else 1.0)
             else:
                 rate = lambda: 1.0 / slow if rank.comm_busy else 1.0  # noqa: E731
             yield from run_for(times[op.name], rate, lambda: [rank.changed], rank)
@@ -256,6 +263,9 @@ def simulate(schedule: Schedule, op_time: Callable[[Op], float], ranks: int = 1,
             c.arrived += 1
             if c.arrived == c.n:
                 env.process(drive(op, c))
+            elif cs is not None:          # its kernel holds its SMs, spinning until the last rank's starts
+                rank.spin = op.name
+                rank.notify(env)
             yield c.done
             for v in op.outputs:
                 event(rank, v).succeed()
@@ -263,7 +273,7 @@ def simulate(schedule: Schedule, op_time: Callable[[Op], float], ranks: int = 1,
     def drive(op: Op, c: _Collective):
         c.start_s = env.now
         for r in rs:
-            r.coll = op.name
+            r.coll, r.spin = op.name, None
             r.set_busy(env, COMM, True) if active else None
         slow = interference.comm_slowdown
         if cs is not None:     # the slowest pairing with the compute running on any rank

@@ -108,6 +108,7 @@ class Event(IntEnum):
     COLL_END = 2        # the collective in flight ends; value: its version when pushed; rank -1
     WAKE = 3            # a rank blocked on a collective resumes after its wake-up; value 0
     ARRIVE = 4          # rank arrives at collective `value` (only under a coschedule hook)
+    RESIDENT = 5        # rank's kernel of collective `value` got its SMs (only under a coschedule hook)
 
 
 @dataclass(slots=True)
@@ -145,7 +146,9 @@ def simulate_ranks(c: Compiled, ranks: int, interference: Interference = Interfe
     not events: only the last one matters (it starts the collective), so each is a max -- except
     under the schedule's coschedule hook (`c.cosched`, bound by compile_schedule): then each arrival
     is an event, at which the rank's running compute kernel decides how long its SMs keep the
-    collective waiting, and the factors are per pair of compute op and collective.
+    collective waiting, and the factors are per pair of compute op and collective; a rank whose kernel
+    got its SMs (RESIDENT) before the last one spins on them, its compute slowed by `spin_slowdown`
+    until the collective starts.
 
     `start_s[r]` starts rank r late (its compute stream and its host-node chain), as `simulate`'s
     `rank_delay_s` (sim.host_lane: ranks handed their step inputs at different times)."""
@@ -174,12 +177,13 @@ def simulate_ranks(c: Compiled, ranks: int, interference: Interference = Interfe
     ver = [0] * ranks
     busy = [False] * ranks
     blocked_on = [-1] * ranks         # collective a blocked rank waits for
+    spinning = [-1] * ranks           # collective whose kernel holds the rank's SMs before it starts
     blocked_wake = [0.0] * ranks
     blocked_t0 = [0.0] * ranks
     exposed = 0.0
     fl = _InFlight()
     counts = _Counters()
-    COMPUTE_END, COLL_START, COLL_END, WAKE, ARRIVE = (int(e) for e in Event)
+    COMPUTE_END, COLL_START, COLL_END, WAKE, ARRIVE, RESIDENT = (int(e) for e in Event)
 
     host_ready = c.comm_host_ready_s or (0.0,) * n_coll
     start = [start_s[r] if r < len(start_s) else 0.0 for r in range(ranks)]
@@ -187,6 +191,18 @@ def simulate_ranks(c: Compiled, ranks: int, interference: Interference = Interfe
     def compute_slow(r, k):
         """Factor on rank r's running item while collective k is in flight."""
         return cs.compute_slowdown(inames[pc[r]], cnames[k]) if cs is not None else cslow
+
+    def now_slow(r):
+        """Factor on rank r's running item now: beside the collective in flight, or its spinning kernel."""
+        if inter and fl.k >= 0:
+            return compute_slow(r, fl.k)
+        return cs.spin_slowdown(inames[pc[r]], cnames[spinning[r]]) if spinning[r] >= 0 else 1.0
+
+    def rerate(r, now, slow):
+        remaining[r] -= (now - since[r]) * rate[r]
+        since[r], rate[r] = now, 1.0 / slow
+        ver[r] += 1
+        push_(heap, (now + remaining[r] * slow, next(seq), COMPUTE_END, r, ver[r]))
 
     def comm_rate(k):
         """Collective k's rate given what every rank computes now."""
@@ -239,7 +255,7 @@ def simulate_ranks(c: Compiled, ranks: int, interference: Interference = Interfe
             t = time_s[i]
             if t > 0:
                 pc[r] = i
-                slow = compute_slow(r, fl.k) if inter and fl.k >= 0 else 1.0
+                slow = now_slow(r)
                 remaining[r], rate[r], since[r] = t, 1.0 / slow, now
                 ver[r] += 1
                 busy[r] = True
@@ -258,11 +274,16 @@ def simulate_ranks(c: Compiled, ranks: int, interference: Interference = Interfe
         """Collective k started (k >= 0) or the one in flight ended (k < 0): re-rate every busy rank."""
         for r in range(ranks):
             if busy[r]:
-                slow = compute_slow(r, k) if k >= 0 else 1.0
-                remaining[r] -= (now - since[r]) * rate[r]
-                since[r], rate[r] = now, 1.0 / slow
-                ver[r] += 1
-                push_(heap, (now + remaining[r] * slow, next(seq), COMPUTE_END, r, ver[r]))
+                rerate(r, now, compute_slow(r, k) if k >= 0 else 1.0)
+
+    def resident(r, k, now):
+        """Rank r's kernel of collective k holds its SMs from `now`: the last one starts it, an earlier
+        one spins, slowing the rank's running compute (under a coschedule hook only)."""
+        count_arrival(k, now)
+        if arrived[k] < ranks:
+            spinning[r] = k
+            if busy[r] and now_slow(r) != 1.0:          # (nothing in flight: it ran at rate 1)
+                rerate(r, now, now_slow(r))
 
     for r in range(ranks):
         advance(r, start[r])
@@ -279,6 +300,7 @@ def simulate_ranks(c: Compiled, ranks: int, interference: Interference = Interfe
             pc[r] += 1
             advance(r, now)
         elif kind == COLL_START:
+            spinning[:] = [-1] * ranks                   # no kernel spins once the collective runs
             fl.k, fl.remaining, fl.since_s, fl.version = v, c.comm_time_s[v], now, fl.version + 1
             fl.rate = comm_rate(v)
             if inter and (cslow != 1.0 or cs is not None):
@@ -312,7 +334,12 @@ def simulate_ranks(c: Compiled, ranks: int, interference: Interference = Interfe
                 i = pc[r]
                 done = time_s[i] - (remaining[r] - (now - since[r]) * rate[r])
                 d = cs.delay_s(cnames[v], inames[i], done)
-            count_arrival(v, now + d)
+            if d > 0:                                    # its kernel gets the SMs later
+                push_(heap, (now + d, next(seq), RESIDENT, r, v))
+            else:
+                resident(r, v, now)
+        elif kind == RESIDENT:
+            resident(r, v, now)
         else:                                            # WAKE: a blocked rank, woken, resumes
             if r == 0:
                 exposed += now - blocked_t0[r]
