@@ -59,7 +59,7 @@ def show(model, spec, tp, layer, phase, batch, prompt_len, gen_len, **stack_flag
     console = terminal_console()
     console.print(t)
     if awaited:
-        console.print("*: async, awaited here: a collective on the comm stream; this op waits for its result")
+        console.print("*: async, awaited here: this op waits for that comm-stream collective")
     click.echo(f"{len(s.ops)} ops per forward pass, {len(s.collectives)} collectives"
                + (f"; ladder layers {s.ladder_layers[0]}..{s.ladder_layers[-1]}" if s.ladder_layers else "")
                + (f"; SPD blocks {_ranges(s.spd_layers)}" if s.spd_layers else ""))
