@@ -18,7 +18,7 @@ from tpsim.sim.topology_price import TopologyModel
 
 from tpsim.calib.imports import read_nccl_tests
 
-from tpsim.commands.console import rich_console, rich_escape, rich_table
+from tpsim.commands.console import compact_table, rich_escape, terminal_console
 from tpsim.commands.errors import user_errors
 
 
@@ -107,18 +107,18 @@ def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, c
         click.echo(json.dumps(out))
         return
     per = gpus_per_node or prof.gpus_per_node
-    t = rich_table(title=f"{collective}  {group} ranks ({-(-group // per)} node{'s' if group > per else ''})  "
-                    f"profile {rich_escape(prof.name)}  mode {mode}" + (f"  impl {impl}" if impl != "auto" else ""),
-                   title_justify="left")
-    for col in ("size (B)", "time (us)", "busbw (GB/s)") + (("measured (us)", "error") if measured else ()) \
-            + ("path",):
-        t.add_column(col, justify="left" if col == "path" else "right")
+    t = compact_table(title=f"{collective}  {group} ranks ({-(-group // per)} node{'s' if group > per else ''})  "
+                           f"profile {rich_escape(prof.name)}  mode {mode}" + (f"  impl {impl}" if impl != "auto" else ""),
+                      title_justify="left")
+    # two-line headers, units below; the path wraps before each of its +terms (the JSON keeps it whole)
+    for col in ("size\nB", "time\nus", "busbw\nGB/s") + (("measured\nus", "error") if measured else ()) + ("path",):
+        t.add_column(col, justify="left" if col == "path" else "right", no_wrap=col != "path", overflow="fold")
     for r in rows:
         cells = [str(r.bytes), f"{r.time_us:.2f}", f"{r.busbw_gbps:.2f}"]
         if measured is not None:
             cells += ["-", "-"] if r.measured_us is None else [f"{r.measured_us:.2f}", f"{r.error_pct:+.1f}%"]
-        t.add_row(*cells, r.path)
-    console = rich_console(width=140)
+        t.add_row(*cells, rich_escape(r.path.replace("+", " +")))
+    console = terminal_console()
     console.print(t)
     if nccl is not None:
         console.print(f"NCCL nNodes {nccl['nnodes']} (ranks per NCCL node {'+'.join(map(str, nccl['ranks_per_node']))}"

@@ -21,7 +21,7 @@ from tpsim.calib.compare_measure import Point, check_covers
 from tpsim.calib.compare_report import drift_note
 
 from tpsim.commands.bounds import check_bounds
-from tpsim.commands.console import rich_console, rich_escape, rich_table
+from tpsim.commands.console import compact_table, rich_escape, terminal_console
 from tpsim.commands.errors import UserError, user_errors
 
 
@@ -91,15 +91,18 @@ def compare_cmd(backend, device, nproc, quick, profile_arg, models, tps, batches
 
 
 def _print_summary(result: dict, out_dir: Path) -> None:
-    t = rich_table(title=f"simulated vs measured (profile {result['profile']})", title_justify="left")
-    for col in ("point", "schedule", "meas tok/s", "pred tok/s", "err", "meas speedup", "pred speedup", "sign"):
-        t.add_column(col, justify="left" if col in ("point", "schedule") else "right")
+    t = compact_table(title=f"simulated vs measured (profile {rich_escape(result['profile'])})", title_justify="left")
+    # two-line headers; a speedup's interval goes under it, a long point label wraps at its spaces
+    for col in ("point", "schedule", "meas\ntok/s", "pred\ntok/s", "err", "meas\nspeedup", "pred\nspeedup", "sign"):
+        t.add_column(col, justify="left" if col in ("point", "schedule") else "right", no_wrap=col != "point",
+                     overflow="fold")
     for pt in result["points"]:
         for s in pt.schedules:
-            t.add_row(pt.label, s.schedule, f"{s.measured.tokens_per_s:.1f}", f"{s.predicted.tokens_per_s:.1f}",
-                      f"{s.err.tokens_per_s:+.1%}", rich_escape(measured_speedup_text(s)),
-                      rich_escape(predicted_speedup_text(s)), s.sign)
-    c = rich_console(width=120)
+            t.add_row(rich_escape(pt.label), rich_escape(s.schedule), f"{s.measured.tokens_per_s:.1f}",
+                      f"{s.predicted.tokens_per_s:.1f}", f"{s.err.tokens_per_s:+.1%}",
+                      rich_escape(measured_speedup_text(s).replace(" ", "\n")),
+                      rich_escape(predicted_speedup_text(s).replace(" ", "\n")), s.sign)
+    c = terminal_console()
     c.print(t)
     for spec, s in result["summary"].items():
         why = [f"{n} with the measured interval containing 1" for n in [s["sign_mismatches_within_noise"]] if n]

@@ -6,7 +6,7 @@ import click
 from tpsim.sim.model import MODELS, get_model, valid_tp
 from tpsim.sim.model_show import show_model
 
-from tpsim.commands.console import rich_console, rich_table
+from tpsim.commands.console import compact_table, terminal_console
 from tpsim.commands.errors import user_errors
 
 
@@ -21,12 +21,29 @@ def models(show_):
     if show_:
         click.echo(show_model(get_model(show_)))
         return
-    t = rich_table()
-    for col in ("name", "params", "layers", "hidden", "heads", "kv", "head_dim", "ffn", "vocab", "TP"):
-        t.add_column(col, justify="left" if col == "name" else "right")
+    # 10 columns in 80: one space between columns, a two-line header, the TP list folded at a comma
+    t = compact_table(padding=(0, 0))
+    for col in ("name", "params", "layers", "hidden", "heads", "kv", "head\ndim", "ffn", "vocab", "TP"):
+        t.add_column(col, justify="left" if col in ("name", "TP") else "right", no_wrap=True)
     for m in MODELS.values():
         n = m.param_count()
         t.add_row(m.name, f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M", str(m.layers), str(m.hidden),
                   str(m.heads), str(m.kv_heads), str(m.head_dim), str(m.ffn), str(m.vocab),
-                  ",".join(map(str, valid_tp(m, 16))))
-    rich_console(width=140).print(t)
+                  _fold_at_commas(list(map(str, valid_tp(m, 16))), TP_WIDTH))
+    terminal_console().print(t)
+
+
+TP_WIDTH = 10            # "1,2,4,8,16": the TP column of most models on one line
+
+
+def _fold_at_commas(items: list[str], width: int) -> str:
+    """`items` joined by commas, a line break after the comma where the next item would pass `width`
+    (rich folds a long cell only at a space or mid-word)."""
+    lines = [items[0]]
+    for x in items[1:]:
+        if len(lines[-1]) + 1 + len(x) > width:
+            lines[-1] += ","
+            lines.append(x)
+        else:
+            lines[-1] += "," + x
+    return "\n".join(lines)

@@ -5,7 +5,7 @@ import click
 
 from tpsim.sim.profile import builtin_names, describe, load_profile, read_raw
 
-from tpsim.commands.console import rich_console, rich_escape, rich_table
+from tpsim.commands.console import compact_table, rich_escape, terminal_console
 from tpsim.commands.errors import user_errors
 from tpsim.commands.lazy import LazyGroup
 
@@ -30,13 +30,14 @@ def profiles():
 @user_errors
 def profiles_list():
     """Built-in profiles and what they describe."""
-    t = rich_table()
-    for col in ("name", "GPUs/node", "description"):
-        t.add_column(col)
+    t = compact_table()
+    for col in ("name", "GPUs/\nnode", "description"):                   # the description wraps to fit
+        t.add_column(col, justify="right" if col == "GPUs/\nnode" else "left", no_wrap=col != "description",
+                     overflow="fold")
     for name in builtin_names():
         p = load_profile(name)
         t.add_row(name, str(p.gpus_per_node), rich_escape(p.description))     # text, not markup
-    rich_console(width=140).print(t)
+    terminal_console().print(t)
 
 
 @profiles.command("show")
@@ -46,9 +47,11 @@ def profiles_show(name):
     """Every value of profile NAME (or a JSON path) with where it came from."""
     p = load_profile(name)
     _, path = read_raw(name)
-    t = rich_table(title=rich_escape(f"{p.name}: {p.description}  ({path})"), title_justify="left")   # text, not markup
-    for col in ("field", "value", "source"):
-        t.add_column(col, overflow="fold")
+    t = compact_table(title=rich_escape(f"{p.name}: {p.description}  ({path})"), title_justify="left")  # text, not markup
+    # a field folds past 26 characters (most are shorter; the longest is 37); its source (up to a thousand
+    # characters) goes under its value, in the room the field leaves, and wraps at its spaces
+    t.add_column("field", max_width=26, overflow="fold")
+    t.add_column("value\n[dim]source[/dim]", overflow="fold")
     for field, value, source in describe(name)[2:]:      # name and description are in the title
-        t.add_row(*map(rich_escape, (field, value, source)))
-    rich_console(width=180).print(t)
+        t.add_row(rich_escape(field), f"{rich_escape(value)}\n[dim]{rich_escape(source)}[/dim]")  # text, not markup
+    terminal_console().print(t)

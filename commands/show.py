@@ -8,7 +8,7 @@ from tpsim.sim.schedule import COMM, SCHEDULE_HELP, build
 from tpsim.sim.stack import Step, make_stack
 
 from tpsim.commands.bounds import check_sizes
-from tpsim.commands.console import rich_console, rich_escape, rich_table
+from tpsim.commands.console import compact_table, rich_escape, terminal_console
 from tpsim.commands.errors import user_errors
 from tpsim.commands.options import compile_options, stack_given, stack_options
 
@@ -42,17 +42,24 @@ def show(model, spec, tp, layer, phase, batch, prompt_len, gen_len, **stack_flag
     idx = [i for i, op in enumerate(s.ops) if op.layer == layer]
     nxt = [i for i, op in enumerate(s.ops) if op.layer == layer + 1]
     lo, hi = idx[0], (nxt[0] if nxt else len(s.ops))
-    t = rich_table(title=rich_escape(f"{spec}: ops issued for layer {layer} of {m.name} (TP{tp}, {phase}), in issue order"),
-              title_justify="left")
-    for col in ("#", "op", "kind", "stream", "waits for", "shape"):
-        t.add_column(col)
+    t = compact_table(title=rich_escape(f"{spec}: ops issued for layer {layer} of {m.name} (TP{tp}, {phase}), "
+                                        "in issue order"), title_justify="left")
+    # the names keep their width (no_wrap; one op waited for a line); an op's shape goes under its name and
+    # wraps at its spaces in the room the other columns leave
+    for col in ("#", "op\nshape", "kind", "stream", "waits for"):
+        t.add_column(col, justify="right" if col == "#" else "left", no_wrap=col != "op\nshape", overflow="fold")
+    awaited = False
     for i in range(lo, hi):
         op = s.ops[i]
-        deps = [(d.name + (" (async, awaited here)" if d.is_comm and not op.is_comm else "")) for d in s.deps(op)]
+        deps = [(d.name + ("*" if d.is_comm and not op.is_comm else "")) for d in s.deps(op)]
+        awaited |= any(d.endswith("*") for d in deps)
         shape = " ".join(f"{k}={v}" for k, v in op.attrs)
-        t.add_row(str(i), op.name, op.kind, op.stream, ", ".join(deps) or "-", shape,
-                  style="cyan" if op.stream == COMM else None)
-    rich_console(width=160).print(t)
+        t.add_row(str(i), f"{op.name}\n[dim]{rich_escape(shape)}[/dim]" if shape else op.name, op.kind, op.stream,
+                  "\n".join(deps) or "-", style="cyan" if op.stream == COMM else None)
+    console = terminal_console()
+    console.print(t)
+    if awaited:
+        console.print("*: async, awaited here: this op waits for that comm-stream collective")
     click.echo(f"{len(s.ops)} ops per forward pass, {len(s.collectives)} collectives"
                + (f"; ladder layers {s.ladder_layers[0]}..{s.ladder_layers[-1]}" if s.ladder_layers else "")
                + (f"; SPD blocks {_ranges(s.spd_layers)}" if s.spd_layers else ""))

@@ -289,13 +289,14 @@ def format_result(result: dict) -> str:
     head = (f"{result['model']}  TP {result['tp']}  batch {result['batch']}  prompt {result['prompt_len']}  "
             f"gen {result['gen_len']}  {result['dtype']}  {result['env']['backend']}/{result['env']['device']}  "
             f"(median of {result['repeats']}, interleaved)")
-    lines = [head, f"{'schedule':<14}{'prefill ms':>12}{'decode ms':>12}{'tok/s':>10}{'speedup':>9}"
-             f"{'spread':>16}{'exposed ms':>12}"]
+    # 80 columns: a terminal's width when nothing says otherwise
+    lines = [head, f"{'schedule':<14}{'prefill ms':>11}{'decode ms':>11}{'tok/s':>10}{'speedup':>9}"
+             f"{'spread':>13}{'exposed ms':>12}"]
     for r in result["schedules"]:
         sp = r["spread"]["speedup"]
-        lines.append(f"{r['schedule']:<14}{r['prefill_s'] * 1e3:>12.2f}{r['decode_s'] * 1e3:>12.2f}"
+        lines.append(f"{r['schedule']:<14}{r['prefill_s'] * 1e3:>11.2f}{r['decode_s'] * 1e3:>11.2f}"
                      f"{r['tokens_per_s']:>10.1f}{r['speedup']:>8.2f}x"
-                     f"{'  ' + format(sp.get('min', 0), '.2f') + '-' + format(sp.get('max', 0), '.2f') + 'x':>16}"
+                     f"{' ' + format(sp.get('min', 0), '.2f') + '-' + format(sp.get('max', 0), '.2f') + 'x':>13}"
                      f"{r['exposed_comm_s'] * 1e3:>12.2f}")
     lines += [f"{r['schedule']}: {n}" for r in result["schedules"] for n in r.get("notes", ())]
     return "\n".join(lines)

@@ -181,7 +181,7 @@ def format_plan(r: dict) -> str:
     t = Table(title=f"spd-plan {r['model']}  TP {r['tp']}  {r['backend']}/{r['device']}  {r['dtype']}  "
                          f"{r['windows']} x {r['seq_len']} tokens ({r['tokens_how']})", title_justify="left")
     for col in ("layer", "ppl alone", "sensitivity", "rank", "chosen", "cumulative ppl"):
-        t.add_column(col, justify="right" if col != "chosen" else "left")
+        t.add_column(col, justify="right" if col != "chosen" else "left", overflow="fold")   # wraps, never cut
     for b in r["blocks"]:
         mark = (f"#{b['order'] + 1}" if b["chosen"] else "distill" if b["distill"]
                 else "stopped" if r.get("stopped_at") and r["stopped_at"]["layer"] == b["layer"] else "")
@@ -189,7 +189,7 @@ def format_plan(r: dict) -> str:
         t.add_row(str(b["layer"]), f"{b['ppl']:.4f}", f"{b['sensitivity']:+.4f} ({b['sensitivity_pct']:+.2f}%)",
                   str(b["rank"]), mark, cum)
     buf = io.StringIO()
-    con = Console(file=buf, width=110, no_color=True, highlight=False)
+    con = Console(file=buf, width=80, no_color=True, highlight=False)   # 80: fits a terminal (or a log) as is
     con.print(t)
     base, fin = r["baseline_ppl"], r["final_ppl"]
     lines = [buf.getvalue().rstrip(),

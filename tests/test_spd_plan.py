@@ -98,6 +98,7 @@ def test_plan_prints_table_list_and_speedup(fixture, tmp_path):
     # the table: a row per block, then the chosen list and its price
     rows = [line for line in text_out.splitlines() if line.startswith("│")]
     assert [int(line.split("│")[1]) for line in rows] == list(range(LAYERS))
+    assert max(len(line) for line in text_out.splitlines() if line[:1] in "┏┃┡│└") <= 80   # fits 80 columns
     assert f"chosen: {r['schedule']}" in text_out and "x faster" in text_out and "bytes mod 256" in text_out
     assert r["price"]["speedup"] > 1.0 if r["chosen"] else r["price"]["speedup"] == 1.0
     assert (tmp_path / "s.png").read_bytes()[:4] == b"\x89PNG"
