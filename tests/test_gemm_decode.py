@@ -9,6 +9,9 @@ cuBLAS: the table's row prices it. Toy curves below so the two paths cannot be c
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -89,3 +92,37 @@ def test_8b_tp1_batch_1_linears_are_generated_too():
     # fp16 (234,881,024 B); writes [28672] fp32 (114,688 B)
     assert term["dram_bytes"] == 2 * 8_192 + 4 + 234_881_024 + 114_688
     assert term["s"] == pytest.approx(term["dram_bytes"] / (3.35e12 * 0.5))
+
+
+def test_the_lm_head_at_batch_1_is_the_generated_gemv_too():
+    """The reference compiles decode_one_token whole (model.output included), so the replicated LM
+    head of the batch-1 step is an mm with M == 1 as well: a generated reduction reading the
+    weight [128256, 8192] fp16 once. By hand: reads x [8192] (16,384 B) and the weight
+    (2,101,346,304 B), writes [128256] (256,512 B): 2,101,619,200 B, at 3.35e12 B/s x 0.5 =
+    1254.7 us. vLLM's graph_scope "forward" runs the head eagerly outside the compiled model
+    (cuBLAS): the table's m = 1 row; batch 2 is the table's m = 2 row on the reference."""
+    s, head, st = _op(1, "head")
+    assert dict(head.attrs) == {"m": 1, "n": 128256, "k": 8192}
+    half = CostModel(_flat(0.5), st)
+    assert half.generated_gemv(head, True) and not half.generated_gemv(head, False)
+    assert half.compute_s(head, "decode", s) == pytest.approx(2_101_619_200 / (3.35e12 * 0.5))
+    eager_head = CostModel(_flat(0.5), dataclasses.replace(st, graph_scope="forward"))
+    assert not eager_head.generated_gemv(head, True)
+    assert eager_head.compute_s(head, "decode", s) == pytest.approx(eager_head._measured(head, True))
+    s2, head2, _ = _op(2, "head")
+    assert not half.generated_gemv(head2, True)
+    assert half.compute_s(head2, "decode", s2) == pytest.approx(half._measured(head2, True))
+    # a CPU device keeps its table / roofline (the decomposition is Inductor's GPU path only)
+    cpu = dataclasses.replace(_flat(0.5), device="cpu")
+    assert not CostModel(cpu, st).generated_gemv(head, True)
+
+
+def test_validate_gemm_tables_prints_the_three_checks():
+    """bench/validate_gemm_tables.py (validation only) runs torch-free and converts the published
+    TFLOPS to time: Humming's m = 1 row, 2.30 TFLOPS at n = k = 8192, is 2 x 8192^2 / 2.30e12 =
+    58.36 us."""
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, str(root / "bench" / "validate_gemm_tables.py"), "--aic", "/nonexistent"],
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    assert "58.36" in out and "2. skipped" in out
+    assert out.count("ratio public / priced") == 2
