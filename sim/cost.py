@@ -269,12 +269,25 @@ class CostModel(CollectiveCost):
                 peak_dtype = dtype if dtype in self.profile.peak_flops else op.dtype
                 t = self._floor(roofline_s(self.profile, [w], peak_dtype), 1, graphs)
             else:
-                # DRAM bytes at the roofline, or the bytes it re-reads through L2 (GQA) when slower
+                # DRAM bytes at the roofline, or the bytes it re-reads through L2 (GQA) when slower;
+                # plus the whole further sweeps of a buffer re-read one sweep after another (the
+                # reference wo's weight at batch > 1), each from L2 while it fits (l2_traffic)
                 l2 = k.l2_bytes(sym, act)
                 dram_s = roofline_s(self.profile, [Work(0.0, nbytes, 1)], op.dtype)
-                t = self._floor(l2_traffic.kernel_s(dram_s, l2, self._l2_bw), 1, graphs)
+                sweeps = k.sweeps(sym, act) if self._l2_bw else []
+                t = l2_traffic.kernel_s(dram_s, l2 - sum(b * x for b, x in sweeps), self._l2_bw)
+                t += sum(self._resweep_s(b, x) for b, x in sweeps)
+                t = self._floor(t, 1, graphs)
             out.append({"kernel": k, "name": k.name, "kind": k.kind, "dram_bytes": nbytes, "l2_bytes": l2, "s": t})
         return out
+
+    def _resweep_s(self, nbytes: float, extra: float) -> float:
+        """`extra` further sweeps over `nbytes` (sim/l2_traffic.py resweep_s): hits at the L2
+        rate, misses at this profile's DRAM rate for a kernel moving that many bytes; no sourced
+        sweep curve: all from L2."""
+        hit = l2_traffic.l2_hit_fraction(self.profile.name, nbytes)
+        dram = self.profile.mem_bytes_per_s * self.profile.memory_efficiency(max(nbytes, 1.0))
+        return l2_traffic.resweep_s(nbytes, extra, 1.0 if hit is None else hit, self._l2_bw, dram)
 
     def _measured(self, op: Op, fused: bool, graphs: bool | None = None) -> float | None:
         """A measured time for `op`: points indexed by whether the phase is compiled (`fused`:

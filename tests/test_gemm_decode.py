@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tpsim.sim import fusion
+from tpsim.sim import fusion, l2_traffic
 from tpsim.sim.cost import CostModel
 from tpsim.sim.model import get_model
 from tpsim.sim.profile import load_profile
@@ -126,3 +126,56 @@ def test_validate_gemm_tables_prints_the_three_checks():
                          capture_output=True, text=True, timeout=120, check=True).stdout
     assert "58.36" in out and "2. skipped" in out
     assert out.count("ratio public / priced") == 2
+
+
+def test_sequential_sweeps_add_after_the_first_and_miss_beyond_l2():
+    """A toy wo-like kernel: weight W = 1,000,000 B read once per batch row (passes b, b = 4) and a
+    write of 8,000 B. Its DRAM time is a toy 1 us; the 3 further sweeps take 3 x 1e6 B at a toy
+    L2 rate 1e12 B/s = 3 us when all hit (4 us in total, where the GQA-style max would say 4e6 /
+    1e12 = 4.008 us vs 1 us -> 4.008 us); with half of them missing at a toy DRAM 0.5e12 B/s,
+    3e6 x (0.5 / 1e12 + 0.5 / 0.5e12) = 4.5 us more."""
+    sym = {"b": 4, "hidden": 1000}
+    k = fusion.Kernel("attn.out", "generated", "toy", (), (
+        fusion.Buffer("read", "float16", "hidden*hidden*2", passes="b"),
+        fusion.Buffer("write", "float16", "b*hidden")))
+    assert k.bytes(sym, 2) == 4_000_000 + 8_000
+    assert k.l2_bytes(sym, 2) == 16_008_000
+    assert k.sweeps(sym, 2) == [(4_000_000, 3.0)]
+    assert l2_traffic.resweep_s(1e6, 3, 1.0, 1e12, 0.5e12) == pytest.approx(3e-6)
+    assert l2_traffic.resweep_s(1e6, 3, 0.5, 1e12, 0.5e12) == pytest.approx(4.5e-6)
+    assert k.sweeps({"b": 1, "hidden": 1000}, 2) == []                 # one row: one sweep, no re-read
+    gqa = fusion.Kernel("attn.sdpa", "generated", "toy", (), (fusion.Buffer("read", "float16", "hidden", passes="G"),))
+    assert gqa.sweeps({"hidden": 1000, "G": 8}, 2) == []                 # interleaved re-reads: not sweeps
+
+
+def test_the_l2_hit_fraction_follows_the_sourced_sweep_curve():
+    """te42kyfo gpu-l2-cache h200.txt (stands for h100-sxm): the sweep holds in L2 to 40,448 kB,
+    is DRAM-bound from 91,648 kB; at 63,488 kB it ran 4,463.9 GB/s against the 10.03 TB/s L2 and
+    3,887.9 GB/s DRAM plateaus: f = (1/4463.9 - 1/3887.9) / (1/10030 - 1/3887.9) = 0.2107. A100's
+    smaller L2 (its own file) misses earlier; unsourced profiles have no curve."""
+    assert l2_traffic.l2_hit_fraction("h100-sxm", 16_777_216) == 1.0          # 70B TP8 wo weight
+    assert l2_traffic.l2_hit_fraction("h100-sxm", 63_488 * 1024) == pytest.approx(
+        (1 / 4463.9 - 1 / 3887.9) / (1 / 10030 - 1 / 3887.9))
+    assert l2_traffic.l2_hit_fraction("h100-sxm", 63_488 * 1024) == pytest.approx(0.2107, abs=1e-4)
+    assert l2_traffic.l2_hit_fraction("h100-sxm", 134_217_728) == 0.0         # 70B TP1 wo weight
+    assert l2_traffic.l2_hit_fraction("h100-sxm-p2p-off", 16_777_216) == 1.0
+    assert l2_traffic.l2_hit_fraction("a100-sxm", 33_554_432) < l2_traffic.l2_hit_fraction("h100-sxm", 33_554_432)
+    assert l2_traffic.l2_hit_fraction("l40s-pcie", 1e6) is None
+
+
+def test_70b_tp2_batch_4_wo_sweeps_come_from_dram():
+    """70B TP2 batch 4: the wo weight [8192, 4096] fp16 is 67,108,864 B, past the sweep curve's
+    L2 range (hit fraction 0.182): the 3 further sweeps are mostly DRAM traffic, so wo costs
+    about 4x its batch-1 GEMV rather than ~1x."""
+    s4, op4, st = _op(4, "L1.attn.out", tp=2)
+    s1, op1, _ = _op(1, "L1.attn.out", tp=2)
+    cm = CostModel(H100, st)
+    (k,) = fusion.kernels(fusion.lookup(s4, op4, "cuda"))
+    assert k.sweeps(fusion.symbols(s4, op4), 2) == [(67_108_864, 3.0)]
+    hit = l2_traffic.l2_hit_fraction("h100-sxm", 67_108_864)
+    dram = 3.35e12 * H100.memory_efficiency(67_108_864)
+    extra = 3 * 67_108_864 * (hit / 10.03e12 + (1 - hit) / dram)
+    (term,) = cm.kernel_terms(op4, [k], s4, True)
+    assert term["s"] == pytest.approx(
+        term["dram_bytes"] / (3.35e12 * H100.memory_efficiency(term["dram_bytes"])) + extra)
+    assert 3.0 < cm.compute_s(op4, "decode", s4) / cm.compute_s(op1, "decode", s1) < 4.5
