@@ -230,7 +230,8 @@ def show(out: dict) -> None:
         console.print(t)
     console.print("kernels: Inductor's kernels per op (sim/fusion.py); DRAM MB: Inductor's byte estimate (each "
                   "buffer once); L2 MB: the loads it repeats through L2 (GQA: G x K/V; wo's expanded weight: "
-                  "b x W), priced at the profile's sourced L2 rate when slower (sim/l2_traffic.py)", style="dim")
+                  "b x W in b sweeps, each after the first added, from L2 while W fits), at the profile's "
+                  "sourced L2 rate (sim/l2_traffic.py)", style="dim")
     if any(c.get("coschedule") for c in cases):
         t = Table(title="co-scheduling (sim/coschedule.py): per collective of L0, NCCL CTAs / HBM demand GB/s / "
                         "start delay waiting for SMs, µs per pass (waits); pairs: compute x collective slowdowns",

@@ -8,6 +8,9 @@ at least one launch (the graph floor under CUDA graphs, an eager launch without;
 graph_scope leaves outside the graph, e.g. vLLM V1's LM head, logits all-gather and sampler, pays the
 eager launch even in a graph-replayed step: Stack.graphs(phase, op)).
 
+A GEMM with one row in a compiled phase on a GPU (the LM head at batch 1; inside a layer the
+table has it) is Inductor's generated GEMV reduction, priced by its bytes (generated_gemv).
+
 Other compute ops: a measured time when the profile has one for the op's exact shape; interpolated
 (log-log) along the op's size axis when it has neighbours; otherwise a roofline
 max(flops / (peak * eff), bytes / (bw * eff)) per kernel, with the efficiency curves of the
@@ -25,7 +28,7 @@ from . import flash_decode, fusion, l2_traffic
 from .collective_cost import CollectiveCost, loglog
 from .profile import Profile
 from .schedule import Op, Schedule
-from .stack import DTYPE_BYTES, Stack
+from .stack import DTYPE_BYTES, GRAPH_OUTSIDE, Stack
 
 # Kinds whose eager kernels torch.compile fuses: an eager-measured time does not price them in a
 # compiled step, nor a compiled-measured one an eager step (GEMMs are the same cuBLAS kernel either
@@ -200,7 +203,24 @@ class CostModel(CollectiveCost):
         launch = kernels * self._launch_s(graphs)
         return max(gpu_s, launch) if self.profile.device == "cuda" else gpu_s + launch
 
+    def generated_gemv(self, op: Op, fused: bool) -> bool:
+        """A GEMM with one row (m == 1) in a compiled phase on a GPU, inside the compiled region
+        (not an op the stack's graph_scope leaves to eager code, e.g. vLLM's LM head): Inductor's
+        `mm` decomposition (torch/_inductor/decomposition.py, coordinate_descent_tuning on and a
+        non-CPU device: self.shape[0] == 1) makes it a generated mul + sum reduction, not cuBLAS.
+        Inside a layer the kernel table already holds that reduction (fusion 'decode-m1'); this
+        is the rule for the GEMMs outside layers: the reference's LM head at batch 1 (the harness
+        compiles decode_one_token whole, model.output included)."""
+        return (fused and op.kind == "gemm" and self.profile.device == "cuda" and dict(op.attrs).get("m") == 1
+                and op.name not in GRAPH_OUTSIDE[self.stack.graph_scope])
+
     def _compute_s(self, op: Op, fused: bool, graphs: bool) -> float:
+        if self.generated_gemv(op, fused):
+            # the generated reduction streams the weight once: its bytes at the memory roofline
+            # (no tensor cores: matmul False), one launch; a bias rides in it (separable_work)
+            a, e = dict(op.attrs), DTYPE_BYTES[op.dtype]
+            w = Work(2.0 * a["n"] * a["k"], e * (a["k"] + a["n"] * a["k"] + a["n"]), 1)
+            return self._floor(roofline_s(self.profile, [w] + separable_work(op, True), op.dtype), 1, graphs)
         measured = self._measured(op, fused, graphs)
         if measured is not None:
             return measured
@@ -249,12 +269,25 @@ class CostModel(CollectiveCost):
                 peak_dtype = dtype if dtype in self.profile.peak_flops else op.dtype
                 t = self._floor(roofline_s(self.profile, [w], peak_dtype), 1, graphs)
             else:
-                # DRAM bytes at the roofline, or the bytes it re-reads through L2 (GQA) when slower
+                # DRAM bytes at the roofline, or the bytes it re-reads through L2 (GQA) when slower;
+                # plus the whole further sweeps of a buffer re-read one sweep after another (the
+                # reference wo's weight at batch > 1), each from L2 while it fits (l2_traffic)
                 l2 = k.l2_bytes(sym, act)
                 dram_s = roofline_s(self.profile, [Work(0.0, nbytes, 1)], op.dtype)
-                t = self._floor(l2_traffic.kernel_s(dram_s, l2, self._l2_bw), 1, graphs)
+                sweeps = k.sweeps(sym, act) if self._l2_bw else []
+                t = l2_traffic.kernel_s(dram_s, l2 - sum(b * x for b, x in sweeps), self._l2_bw)
+                t += sum(self._resweep_s(b, x) for b, x in sweeps)
+                t = self._floor(t, 1, graphs)
             out.append({"kernel": k, "name": k.name, "kind": k.kind, "dram_bytes": nbytes, "l2_bytes": l2, "s": t})
         return out
+
+    def _resweep_s(self, nbytes: float, extra: float) -> float:
+        """`extra` further sweeps over `nbytes` (sim/l2_traffic.py resweep_s): hits at the L2
+        rate, misses at this profile's DRAM rate for a kernel moving that many bytes; no sourced
+        sweep curve: all from L2."""
+        hit = l2_traffic.l2_hit_fraction(self.profile.name, nbytes)
+        dram = self.profile.mem_bytes_per_s * self.profile.memory_efficiency(max(nbytes, 1.0))
+        return l2_traffic.resweep_s(nbytes, extra, 1.0 if hit is None else hit, self._l2_bw, dram)
 
     def _measured(self, op: Op, fused: bool, graphs: bool | None = None) -> float | None:
         """A measured time for `op`: points indexed by whether the phase is compiled (`fused`:

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .builder import MicroBatch, kind_base, micro_batches
-from .l2_traffic import l2_bytes, mark_rereads, reference_wo
+from .l2_traffic import SEQUENTIAL_PASSES, l2_bytes, mark_rereads, reference_wo
 from .schedule import Op, Schedule
 
 TABLE_PATH = Path(__file__).with_name("compiled_kernels.json")
@@ -81,6 +81,14 @@ class Kernel:
         return l2_bytes(self.buffers,
                         lambda b: numel(b.numel, sym) * (act_bytes if b.dtype == ACT_DTYPE else _DTYPE_BYTES[b.dtype]),
                         lambda b: numel(b.passes, sym))
+
+    def sweeps(self, sym: dict[str, float], act_bytes: int) -> list[tuple[float, float]]:
+        """(bytes, further sweeps) of each buffer re-read in whole sweeps one after another
+        (passes in l2_traffic.SEQUENTIAL_PASSES, the reference wo's weight at batch > 1): its
+        passes - 1 re-reads, which l2_bytes also counts."""
+        return [(numel(b.numel, sym) * (act_bytes if b.dtype == ACT_DTYPE else _DTYPE_BYTES[b.dtype]),
+                 numel(b.passes, sym) - 1.0)
+                for b in self.buffers if b.passes in SEQUENTIAL_PASSES and numel(b.passes, sym) > 1]
 
     def matmul_dtype(self) -> str:
         """The dtype an extern matmul computes in: its first read's (fp32 when SDPA upcast)."""

@@ -103,14 +103,21 @@ def test_wo_at_batch_64_is_priced_by_its_l2_traffic():
     expanded-weight reduction moves, by hand (fp16; hidden 8192, H*D = 1024): the residual x
     [64, 8192] 1,048,576 B + the attention output [64, 1024] 131,072 B + the weight [8192, 1024]
     16,777,216 B once per batch row (x 64 = 1,073,741,824 B) + its write 1,048,576 B =
-    1,075,970,048 B through L2: at 10.03 TB/s 107.3 us, where its DRAM bytes (19.0 MB) take ~8 us."""
+    1,075,970,048 B through L2. The grid is batch-major, so the weight's 64 reads are 64 sweeps
+    one after another: the first with the kernel's DRAM bytes (19,005,440 B at 3.35 TB/s x the
+    curve's 0.5311 = 10.68 us), then 63 x 16,777,216 B = 1,056,964,608 B from L2 (16.8 MB fits:
+    hit fraction 1) at 10.03 TB/s = 105.38 us."""
     s, st = _sched()
     cm = CostModel(H100, st)
     op = _op(s, "L1.attn.out")
-    (term,) = cm.kernel_terms(op, fusion.kernels(fusion.lookup(s, op, "cuda")), s, True)
+    (k,) = fusion.kernels(fusion.lookup(s, op, "cuda"))
+    (term,) = cm.kernel_terms(op, [k], s, True)
     assert term["l2_bytes"] == 1_075_970_048
-    assert term["dram_bytes"] == 1_048_576 + 131_072 + 16_777_216 + 1_048_576
-    assert cm.compute_s(op, "decode", s) == pytest.approx(1_075_970_048 / 10.03e12)
+    assert term["dram_bytes"] == 1_048_576 + 131_072 + 16_777_216 + 1_048_576 == 19_005_440
+    assert k.sweeps(fusion.symbols(s, op), 2) == [(16_777_216, 63.0)]
+    dram_s = 19_005_440 / (3.35e12 * H100.memory_efficiency(19_005_440))
+    assert dram_s == pytest.approx(10.68e-6, rel=1e-3)
+    assert cm.compute_s(op, "decode", s) == pytest.approx(dram_s + 1_056_964_608 / 10.03e12)
     assert cm.compute_s(_op(s, "L1.attn.add"), "decode", s) == 0.0        # fused into that kernel
     # batch 1: wo is a GEMV reading the weight once (decode-m1: mm with M == 1), no L2 term
     s1, _ = _sched(batch=1)

@@ -1,0 +1,181 @@
+"""Decode linears on the reference GPU stack (issue 25 item 3): which kernel prices them.
+
+At batch 1 every linear of a compiled decode step has M == 1, and Inductor (coordinate descent
+tuning on, a GPU device: torch/_inductor/decomposition.py `mm`) rewrites it into a generated
+mul + sum reduction; tpsim prices that kernel by its DRAM bytes at the profile's memory curve
+(sim/cost.py kernel_terms), never from the cuBLAS table. At batch >= 2 the mm stays extern
+cuBLAS: the table's row prices it. Toy curves below so the two paths cannot be confused.
+"""
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tpsim.sim import fusion, l2_traffic
+from tpsim.sim.cost import CostModel
+from tpsim.sim.model import get_model
+from tpsim.sim.profile import load_profile
+from tpsim.sim.profile_schema import Curve
+from tpsim.sim.schedule import build
+from tpsim.sim.stack import Stack, Step
+
+H100 = load_profile("h100-sxm")
+
+
+def _op(batch, name="L1.mlp.up", model="llama-3.1-70b", tp=8):
+    st = Stack()
+    s = build("upper-bound", get_model(model), tp, Step.decode(batch, 1024, 512, 1, st), st)
+    return s, next(op for op in s.ops if op.name == name), st
+
+
+def _flat(eff: float):
+    """h100-sxm with a flat toy memory curve (every kernel size gets `eff`)."""
+    return dataclasses.replace(H100, memory_efficiency=Curve((1.0,), (eff,)))
+
+
+def test_batch_1_mlp_up_is_the_generated_gemv_at_the_memory_curve():
+    """70B TP8, batch 1: mlp.up (w1 and w3 fused, n = 2 x 3584 = 7168, k = 8192) is one generated
+    reduction (decode-m1) that fuses the mlp RMSNorm's scale: it reads the normed input and its
+    residual [8192] fp16 (2 x 16,384 B), the rsqrt (1 fp32, 4 B) and the weight [7168, 8192]
+    fp16 (117,440,512 B), and writes its fp32 sums [7168] (28,672 B; the SiLU-mul reads them):
+    117,501,956 B. At the datasheet 3.35e12 B/s and a toy flat efficiency of 0.5 that is
+    70.151 us; at 0.25, twice."""
+    s, op, st = _op(1)
+    (k,) = fusion.kernels(fusion.lookup(s, op, "cuda"))
+    assert k.kind == "generated"
+    half = CostModel(_flat(0.5), st)
+    (term,) = half.kernel_terms(op, [k], s, True)
+    assert term["dram_bytes"] == 2 * 16_384 + 4 + 117_440_512 + 28_672 == 117_501_956
+    assert half.compute_s(op, "decode", s) == pytest.approx(117_501_956 / (3.35e12 * 0.5))
+    assert CostModel(_flat(0.25), st).compute_s(op, "decode", s) == pytest.approx(
+        2 * half.compute_s(op, "decode", s))
+    # the cuBLAS table's m = 1 row (44.015 us) is not what prices it
+    assert half._measured(op, True) == pytest.approx(44.015e-6)
+    assert half.compute_s(op, "decode", s) != pytest.approx(44.015e-6, rel=0.05)
+
+
+@pytest.mark.parametrize("name", ["L1.attn.qkv", "L1.attn.out", "L1.mlp.up", "L1.mlp.down"])
+def test_at_batch_1_no_decode_linear_reads_the_cublas_table(name):
+    """Every linear of the batch-1 step is generated (decode-m1): the kernel that reads the weight
+    is priced by the memory curve alone (halving the efficiency doubles it; mlp.down's small
+    SiLU-mul kernel beside it sits on the launch floor)."""
+    s, op, st = _op(1, name)
+    ks = fusion.kernels(fusion.lookup(s, op, "cuda"))
+    assert ks and all(k.kind == "generated" for k in ks)
+
+    def weight_kernel_s(eff):
+        terms = CostModel(_flat(eff), st).kernel_terms(op, ks, s, True)
+        return max(terms, key=lambda t: t["dram_bytes"])["s"]
+    assert weight_kernel_s(0.4) == pytest.approx(2 * weight_kernel_s(0.8))
+
+
+def test_batch_2_mlp_up_is_the_extern_cublas_row():
+    """Batch 2: M = 2, the mm stays extern (decode variant): the table's m = 2 row for
+    (n 7168, k 8192), 44.465 us, whatever the memory curve says."""
+    s, op, st = _op(2)
+    (k,) = fusion.kernels(fusion.lookup(s, op, "cuda"))
+    assert k.kind == "matmul"
+    for eff in (0.8, 0.2):
+        assert CostModel(_flat(eff), st).compute_s(op, "decode", s) == pytest.approx(44.465e-6)
+
+
+def test_8b_tp1_batch_1_linears_are_generated_too():
+    """8B TP1 (qkv n 6144, k 4096; w13 n 28672): the same decode-m1 kernels, priced by bytes."""
+    s, op, st = _op(1, "L1.mlp.up", model="llama-3.1-8b", tp=1)
+    (k,) = fusion.kernels(fusion.lookup(s, op, "cuda"))
+    (term,) = CostModel(_flat(0.5), st).kernel_terms(op, [k], s, True)
+    # reads the two [4096] fp16 rows (2 x 8,192 B), the rsqrt (4 B), the weight [28672, 4096]
+    # fp16 (234,881,024 B); writes [28672] fp32 (114,688 B)
+    assert term["dram_bytes"] == 2 * 8_192 + 4 + 234_881_024 + 114_688
+    assert term["s"] == pytest.approx(term["dram_bytes"] / (3.35e12 * 0.5))
+
+
+def test_the_lm_head_at_batch_1_is_the_generated_gemv_too():
+    """The reference compiles decode_one_token whole (model.output included), so the replicated LM
+    head of the batch-1 step is an mm with M == 1 as well: a generated reduction reading the
+    weight [128256, 8192] fp16 once. By hand: reads x [8192] (16,384 B) and the weight
+    (2,101,346,304 B), writes [128256] (256,512 B): 2,101,619,200 B, at 3.35e12 B/s x 0.5 =
+    1254.7 us. vLLM's graph_scope "forward" runs the head eagerly outside the compiled model
+    (cuBLAS): the table's m = 1 row; batch 2 is the table's m = 2 row on the reference."""
+    s, head, st = _op(1, "head")
+    assert dict(head.attrs) == {"m": 1, "n": 128256, "k": 8192}
+    half = CostModel(_flat(0.5), st)
+    assert half.generated_gemv(head, True) and not half.generated_gemv(head, False)
+    assert half.compute_s(head, "decode", s) == pytest.approx(2_101_619_200 / (3.35e12 * 0.5))
+    eager_head = CostModel(_flat(0.5), dataclasses.replace(st, graph_scope="forward"))
+    assert not eager_head.generated_gemv(head, True)
+    assert eager_head.compute_s(head, "decode", s) == pytest.approx(eager_head._measured(head, True))
+    s2, head2, _ = _op(2, "head")
+    assert not half.generated_gemv(head2, True)
+    assert half.compute_s(head2, "decode", s2) == pytest.approx(half._measured(head2, True))
+    # a CPU device keeps its table / roofline (the decomposition is Inductor's GPU path only)
+    cpu = dataclasses.replace(_flat(0.5), device="cpu")
+    assert not CostModel(cpu, st).generated_gemv(head, True)
+
+
+def test_validate_gemm_tables_prints_the_three_checks():
+    """bench/validate_gemm_tables.py (validation only) runs torch-free and converts the published
+    TFLOPS to time: Humming's m = 1 row, 2.30 TFLOPS at n = k = 8192, is 2 x 8192^2 / 2.30e12 =
+    58.36 us."""
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, str(root / "bench" / "validate_gemm_tables.py"), "--aic", "/nonexistent"],
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    assert "58.36" in out and "2. skipped" in out
+    assert out.count("ratio public / priced") == 2
+
+
+def test_sequential_sweeps_add_after_the_first_and_miss_beyond_l2():
+    """A toy wo-like kernel: weight W = 1,000,000 B read once per batch row (passes b, b = 4) and a
+    write of 8,000 B. Its DRAM time is a toy 1 us; the 3 further sweeps take 3 x 1e6 B at a toy
+    L2 rate 1e12 B/s = 3 us when all hit (4 us in total, where the GQA-style max would say 4e6 /
+    1e12 = 4.008 us vs 1 us -> 4.008 us); with half of them missing at a toy DRAM 0.5e12 B/s,
+    3e6 x (0.5 / 1e12 + 0.5 / 0.5e12) = 4.5 us more."""
+    sym = {"b": 4, "hidden": 1000}
+    k = fusion.Kernel("attn.out", "generated", "toy", (), (
+        fusion.Buffer("read", "float16", "hidden*hidden*2", passes="b"),
+        fusion.Buffer("write", "float16", "b*hidden")))
+    assert k.bytes(sym, 2) == 4_000_000 + 8_000
+    assert k.l2_bytes(sym, 2) == 16_008_000
+    assert k.sweeps(sym, 2) == [(4_000_000, 3.0)]
+    assert l2_traffic.resweep_s(1e6, 3, 1.0, 1e12, 0.5e12) == pytest.approx(3e-6)
+    assert l2_traffic.resweep_s(1e6, 3, 0.5, 1e12, 0.5e12) == pytest.approx(4.5e-6)
+    assert k.sweeps({"b": 1, "hidden": 1000}, 2) == []                 # one row: one sweep, no re-read
+    gqa = fusion.Kernel("attn.sdpa", "generated", "toy", (), (fusion.Buffer("read", "float16", "hidden", passes="G"),))
+    assert gqa.sweeps({"hidden": 1000, "G": 8}, 2) == []                 # interleaved re-reads: not sweeps
+
+
+def test_the_l2_hit_fraction_follows_the_sourced_sweep_curve():
+    """te42kyfo gpu-l2-cache h200.txt (stands for h100-sxm): the sweep holds in L2 to 40,448 kB,
+    is DRAM-bound from 91,648 kB; at 63,488 kB it ran 4,463.9 GB/s against the 10.03 TB/s L2 and
+    3,887.9 GB/s DRAM plateaus: f = (1/4463.9 - 1/3887.9) / (1/10030 - 1/3887.9) = 0.2107. A100's
+    smaller L2 (its own file) misses earlier; unsourced profiles have no curve."""
+    assert l2_traffic.l2_hit_fraction("h100-sxm", 16_777_216) == 1.0          # 70B TP8 wo weight
+    assert l2_traffic.l2_hit_fraction("h100-sxm", 63_488 * 1024) == pytest.approx(
+        (1 / 4463.9 - 1 / 3887.9) / (1 / 10030 - 1 / 3887.9))
+    assert l2_traffic.l2_hit_fraction("h100-sxm", 63_488 * 1024) == pytest.approx(0.2107, abs=1e-4)
+    assert l2_traffic.l2_hit_fraction("h100-sxm", 134_217_728) == 0.0         # 70B TP1 wo weight
+    assert l2_traffic.l2_hit_fraction("h100-sxm-p2p-off", 16_777_216) == 1.0
+    assert l2_traffic.l2_hit_fraction("a100-sxm", 33_554_432) < l2_traffic.l2_hit_fraction("h100-sxm", 33_554_432)
+    assert l2_traffic.l2_hit_fraction("l40s-pcie", 1e6) is None
+
+
+def test_70b_tp2_batch_4_wo_sweeps_come_from_dram():
+    """70B TP2 batch 4: the wo weight [8192, 4096] fp16 is 67,108,864 B, past the sweep curve's
+    L2 range (hit fraction 0.182): the 3 further sweeps are mostly DRAM traffic, so wo costs
+    about 4x its batch-1 GEMV rather than ~1x."""
+    s4, op4, st = _op(4, "L1.attn.out", tp=2)
+    s1, op1, _ = _op(1, "L1.attn.out", tp=2)
+    cm = CostModel(H100, st)
+    (k,) = fusion.kernels(fusion.lookup(s4, op4, "cuda"))
+    assert k.sweeps(fusion.symbols(s4, op4), 2) == [(67_108_864, 3.0)]
+    hit = l2_traffic.l2_hit_fraction("h100-sxm", 67_108_864)
+    dram = 3.35e12 * H100.memory_efficiency(67_108_864)
+    extra = 3 * 67_108_864 * (hit / 10.03e12 + (1 - hit) / dram)
+    (term,) = cm.kernel_terms(op4, [k], s4, True)
+    assert term["s"] == pytest.approx(
+        term["dram_bytes"] / (3.35e12 * H100.memory_efficiency(term["dram_bytes"])) + extra)
+    assert 3.0 < cm.compute_s(op4, "decode", s4) / cm.compute_s(op1, "decode", s1) < 4.5
