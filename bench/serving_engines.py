@@ -4,7 +4,8 @@
     python bench/serving_engines.py [--out docs/img/serving-engines-70b-tp8.png]
 
 Prints one row per (stack, batch): ms per decode step of standard, and the speedup of ladder and
-spd:0.7 over standard, then draws them (matplotlib): one panel per schedule, a line per stack."""
+spd:0.7 over standard (docs/serving-engines.md shows this output; tests/test_docs.py reruns it);
+with --out, also draws them (matplotlib): one panel per schedule, a line per stack."""
 from __future__ import annotations
 
 import argparse
@@ -41,13 +42,18 @@ def rows() -> list[dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="docs/img/serving-engines-70b-tp8.png")
+    ap.add_argument("--out", help="also draw the figure here (docs/img/serving-engines-70b-tp8.png)")
     args = ap.parse_args()
     data = rows()
     print(f"{'stack':<10}{'batch':>6}{'standard ms/step':>18}" + "".join(f"{s:>10}" for s in SCHEDULES))
     for r in data:
         print(f"{r['stack']:<10}{r['batch']:>6}{r['standard_ms_per_step']:>18.2f}"
               + "".join(f"{r[s]:>9.3f}x" for s in SCHEDULES))
+    if args.out:
+        plot(data, args.out)
+
+
+def plot(data: list[dict], out: str) -> None:
     import matplotlib                # lazy: the plot extra, only for the figure
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # lazy: see above
@@ -65,8 +71,8 @@ def main() -> None:
     axes[-1].legend(title="--stack")
     fig.suptitle(f"{MODEL} TP{TP} on {PROFILE}, prompt {PROMPT}, gen {GEN} (tpsim prediction)")
     fig.tight_layout()
-    fig.savefig(args.out, dpi=110)
-    print(f"wrote {args.out}")
+    fig.savefig(out, dpi=110)
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":
