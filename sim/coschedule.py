@@ -19,6 +19,10 @@ Mechanism (each rule with its source; the numbers live in the profile's overlap.
   * default stream priority: the hardware dispatches a kernel's CTAs before a later kernel's, so
     the collective starts when the compute kernel's last wave is dispatched, if that wave leaves c
     SMs idle, else at the kernel's end;
+  * "c SMs idle" is counted per GPC where the profile names its GPCs (sim/gpc.py): NCCL 2.21 on sm90
+    launches a grid that divides by 4 as clusters of 4 CTAs, each cluster on 4 idle SMs of one GPC,
+    and where a wave leaves its idle SMs is the profile's `idle_sm_placement` ("packed": counted per
+    GPU as above; "spread": the busy SMs dealt round-robin over the GPCs);
   * TORCH_NCCL_HIGH_PRIORITY=1 (a high-priority comm stream): pending CTAs of the higher priority
     are dispatched first as SMs free up, so it starts at the next wave boundary (no preemption of
     running CTAs).
@@ -64,17 +68,17 @@ src/include/device.h; prims_ll.h's readLL likewise spins on each line's flag):
   host-lane offsets); the built-in GPU profiles' jitter is 0 because no public microbenchmark of
   per-rank kernel-start spread on one box was found (their jitter.arrival sources), so on the
   reference stack's identical ranks nothing spins.
-Not modelled (named): NCCL 2.21 launches a grid whose channel count divides by 4 in thread-block
-clusters of 4 on sm90 (src/enqueue.cc ncclLaunchKernel, config cgaClusterSize default 4, policy
-Spread), and a cluster starts only when 4 SMs of one GPC are free; where the compute kernel's CTAs
-leave the idle SMs across GPCs is not documented (a GPU check, issue 25 item 6), so the rules above
-count free SMs per GPU.
+Thread-block clusters (sim/gpc.py, its sources there): where the compute kernel's CTAs leave the
+idle SMs across GPCs is not documented, so it is a named profile option, not a fact; a GPU check
+(issue 25 item 6: %smid of a 112-CTA kernel, then a 4-cluster kernel on a second stream) settles it.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 from typing import Callable
+
+from .gpc import PLACEMENTS, fits
 
 _EPS = 1e-12
 
@@ -91,10 +95,23 @@ class GpuSpec:
     gemm_grids: str = "rule"          # the extern-GEMM grid table of sim/occupancy.py (GEMM_GRIDS) it uses
     sm_hbm_gbps: float = 0.0          # HBM bandwidth one SM's CTAs draw at most; 0: not modelled (a
                                       # memory-bound kernel keeps its pace on fewer SMs)
+    gpc_sms: tuple[int, ...] = ()     # SMs of each GPC (sim/gpc.py); (): idle SMs counted per GPU
+    nccl_cluster_size: int = 1        # NCCL's cgaClusterSize on this GPU (4 on sm90); 1: no clusters
+    idle_sm_placement: str = "packed"  # where a wave leaves its idle SMs: sim/gpc.py PLACEMENTS
 
     def __post_init__(self) -> None:
         if self.sms < 1:
             raise ValueError(f"sms must be >= 1, got {self.sms}")
+        if self.gpc_sms and (sum(self.gpc_sms) != self.sms or min(self.gpc_sms) < 1):
+            raise ValueError(f"gpc_sms must be positive and sum to sms {self.sms}, got {self.gpc_sms}")
+        if not 1 <= self.nccl_cluster_size <= 8:            # NCCL_MAX_CGA_CLUSTER_SIZE, src/init.cc
+            raise ValueError(f"nccl_cluster_size must be in 1..8, got {self.nccl_cluster_size}")
+        if self.idle_sm_placement not in PLACEMENTS:
+            raise ValueError(f"idle_sm_placement must be one of {PLACEMENTS}, got {self.idle_sm_placement!r}")
+
+    def room(self, c: int, busy: int) -> bool:
+        """Whether a collective of `c` CTAs starts beside a wave holding `busy` SMs (sim/gpc.py)."""
+        return fits(c, busy, self.sms, self.gpc_sms, self.nccl_cluster_size, self.idle_sm_placement)
 
 
 @dataclass(frozen=True)
@@ -127,7 +144,7 @@ def start_delay_s(k: Kernel, time_s: float, elapsed_s: float, c: int, gpu: GpuSp
     if elapsed_s >= time_s - _EPS or c <= 0:
         return 0.0
     sms = gpu.sms
-    if sms - min(sms, math.ceil(k.ctas / k.per_sm)) >= c:       # its first wave leaves room
+    if gpu.room(c, min(sms, math.ceil(k.ctas / k.per_sm))):      # its first wave leaves room
         return 0.0
     w = waves(k.ctas, k.per_sm, sms)
     wave_s = time_s / w
@@ -135,7 +152,7 @@ def start_delay_s(k: Kernel, time_s: float, elapsed_s: float, c: int, gpu: GpuSp
         n = max(1, math.ceil(elapsed_s / wave_s - _EPS))
         return max(min(n * wave_s, time_s) - elapsed_s, 0.0)
     last = k.ctas - (w - 1) * k.per_sm * sms                     # CTAs of the last wave
-    if w > 1 and sms - math.ceil(last / k.per_sm) >= c:
+    if w > 1 and gpu.room(c, math.ceil(last / k.per_sm)):
         return max((w - 1) * wave_s - elapsed_s, 0.0)
     return time_s - elapsed_s
 

@@ -10,6 +10,7 @@ from .profile_schema import (ArrivalJitter, COLLECTIVES, CollectiveTable, Comput
                              LinkModel, MAX_TABLE_POINTS, MODES,
                              Profile, ProfileError, SCOPES, _finite, _has_source, _short)
 from .coschedule import GpuSpec
+from .gpc import PLACEMENTS
 from .occupancy_grids import GEMM_GRIDS
 from .stack import Stack
 from .topology import INTRA_KINDS, LINK_CLASSES, NcclLatency, TopologySpec
@@ -171,7 +172,20 @@ class _Getter:
                        nvls_channels=int(self.num(f"{g}.nvls_channels", positive=True, max_=64)),
                        hbm_per_bus_byte=self.num(f"{g}.hbm_per_bus_byte", min_=0.0, max_=16.0),
                        gemm_grids=self._gemm_grids(f"{g}.gemm_grids"),
-                       sm_hbm_gbps=self.num(f"{g}.sm_hbm_gbps", default=0.0, min_=0.0, max_=1e5))
+                       sm_hbm_gbps=self.num(f"{g}.sm_hbm_gbps", default=0.0, min_=0.0, max_=1e5),
+                       **self._gpcs(g))
+
+    def _gpcs(self, g: str) -> dict:
+        """overlap.gpu's GPC layout, idle-SM placement and NCCL cluster size (sim/gpc.py); optional."""
+        sms = self.sourced(f"{g}.gpc_sms", (list,), default=[])
+        place = self.sourced(f"{g}.idle_sm_placement", (str,), default="packed")
+        if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in sms) or (sms and sum(sms) != self.num(f"{g}.sms")):
+            self.fail(f"{g}.gpc_sms", f"must list positive whole SM counts summing to {g}.sms, got {_short(sms)}")
+        if place not in PLACEMENTS:
+            self.fail(f"{g}.idle_sm_placement", f"must be one of {PLACEMENTS}, got {_short(place)}")
+        if (cga := self.num(f"{g}.nccl_cluster_size", default=1, min_=1, max_=8)) != int(cga):
+            self.fail(f"{g}.nccl_cluster_size", f"must be a whole number in 1..8, got {cga:g}")
+        return {"gpc_sms": tuple(sms), "idle_sm_placement": place, "nccl_cluster_size": int(cga)}
 
     def _gemm_grids(self, path: str) -> str:
         name = self.sourced(path, (str,), default="rule")

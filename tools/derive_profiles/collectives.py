@@ -210,12 +210,26 @@ OVERLAP = {
 # NCCL channel log found) and for CPU/gloo profiles (measured by `tpsim calibrate`).
 _P5_LOG = ("public NCCL INFO log of an 8x H100 SXM p5.48xlarge, one node (an AWS 'NCCL Tests on EKS' README): "
            "'24 coll channels, 16 nvls channels', threadThresholds 8/8/64 | 64/8/64 (Ring LL 8 x 8 ranks)")
+_GPCS = ([16] * 6 + [18] * 2,
+         "8 GPCs, 66 TPCs, 132 SMs (NVIDIA 'Hopper Architecture In-Depth' / whitepaper, quoted in NVIDIA/cutlass#1921: "
+         "'8 GPCs, 66 TPCs (uneven TPC for GPCs?), 132 SMs'); at most 9 TPCs = 18 SMs per GPC (full GH100; CUTLASS "
+         "tile_scheduler_params.h 'max_sm_per_gpc = 18'). Which TPCs are fused off varies by die and is not published "
+         "(one H100's driver SM->GPC table shows a 16-SM GPC, accel-sim/gpu-app-collection#87): 6 x 16 + 2 x 18 is the "
+         "most even split into whole TPCs, an assumption within those totals (sim/gpc.py)")
+_CLUSTERS = (4, "NCCL 2.21 src/init.cc line 1737 NCCL_CONFIG_DEFAULT(cgaClusterSize, ..., 4); src/enqueue.cc "
+                "ncclLaunchKernel lines 1365-1386: on compCap 90 the kernel is launched in clusters of cgaClusterSize "
+                "CTAs (1 when the channel count does not divide by it), a cluster on SMs of one GPC (sim/gpc.py)")
+_PLACEMENT = ("packed", "NOT SOURCED, a named option (sim/gpc.py): CUDA documents no CTA -> SM order, so where a "
+                        "compute wave leaves its idle SMs is unknown; 'packed' (idle SMs counted per GPU, the best case "
+                        "and the rule before GPCs were modelled) keeps the timelines unchanged; 'spread' (busy SMs dealt "
+                        "round-robin over the GPCs) is the alternative a profile extending this one can name")
 _GPU = {
     "h100_sxm": {"sms": (132, "NVIDIA H100 SXM5 datasheet / Hopper whitepaper: 132 SMs"),
-                 "coll_channels": (24, _P5_LOG)},
+                 "coll_channels": (24, _P5_LOG), "gpc_sms": _GPCS},
     "h200_sxm": {"sms": (132, "NVIDIA H200 SXM: the GH100 die of H100 SXM5 with 132 SMs enabled (Hopper whitepaper)"),
                  "coll_channels": (24, "transferred from h100-sxm (the same NVLink4 x18 / 4x NVSwitch graph, so "
-                                       "NCCL's ring search finds the same channels; no H200 log found): " + _P5_LOG)},
+                                       "NCCL's ring search finds the same channels; no H200 log found): " + _P5_LOG),
+                 "gpc_sms": (_GPCS[0], "as h100-sxm (the same GH100 die with 132 SMs): " + _GPCS[1])},
 }
 
 
@@ -253,6 +267,9 @@ def overlap_gpu(system: str, coll_channels: tuple | None = None) -> dict:
                                     "(datasheet) over 40 SMs = 50 GB/s per SM, an SM property carried to the "
                                     "SXM parts (same Hopper SM); sglang-omni#1934 (H200, green contexts: a b16 "
                                     "decode step 1.06x on 96 of 132 SMs) bounds what SM loss costs a whole step"),
+            "gpc_sms": sv(*g["gpc_sms"]),
+            "nccl_cluster_size": sv(*_CLUSTERS),
+            "idle_sm_placement": sv(*_PLACEMENT),
         },
     }
 
