@@ -22,7 +22,8 @@ Mechanism (each rule with its source; the numbers live in the profile's overlap.
   * "c SMs idle" is counted per GPC where the profile names its GPCs (sim/gpc.py): NCCL 2.21 on sm90
     launches a grid that divides by 4 as clusters of 4 CTAs, each cluster on 4 idle SMs of one GPC,
     and where a wave leaves its idle SMs is the profile's `idle_sm_placement` ("packed": counted per
-    GPU as above; "spread": the busy SMs dealt round-robin over the GPCs);
+    GPU as above; "spread": the busy SMs dealt round-robin over the GPCs); a wave boundary frees
+    every SM at once in this model, so the high-priority rule below needs no GPC count;
   * TORCH_NCCL_HIGH_PRIORITY=1 (a high-priority comm stream): pending CTAs of the higher priority
     are dispatched first as SMs free up, so it starts at the next wave boundary (no preemption of
     running CTAs).
