@@ -152,7 +152,7 @@ def meta(path: str = str(TABLE_PATH)) -> dict:
 # to every schedule kind alike, so schedules are compared on one table
 GPU_OVERLAY = ("decode", "decode-m1")
 # A GPU decode step of a stack that keeps one-row matmuls extern (Stack.mm_decompose_m1 False: no
-# coordinate-descent decomposition): the CPU-derived table's cuda-target "decode" kernels at any
+# coordinate-descent decomposition): the CPU-derived table's cuda-target "decode" kernels at every
 # batch -- extern mm for every linear (an extern kernel is a fusion barrier, so the pointwise kernels
 # around it are the same at M == 1 as at M > 1), wo an extern mm too (no bmm decomposition), no
 # GPU-table attention (derived with the q-len-1 bmm's decomposed: lookup leaves attention to the
@@ -201,18 +201,19 @@ def variant(sched: Schedule, device: str, op: Op | None = None) -> str:
     """Which Inductor path the step takes: prefill (M > 1 everywhere); decode on the GPU path
     (bmm with one query row decomposed into a generated reduction; at batch 1 -- a micro-batch
     of 1 sequence for a token-split op -- the linear layers' mm too: `decode-m1`); decode on the
-    GPU path at batch 1 of a stack without that decomposition (Stack.mm_decompose_m1 False:
-    EXTERN_DECODE); decode on the CPU C++ backend (its own CPU decompositions, whatever the
+    GPU path of a stack without that decomposition (Stack.mm_decompose_m1 False: EXTERN_DECODE
+    at every batch -- the same flag gates the bmm decomposition behind the reference's generated
+    wo at batch > 1, and vLLM's wo is a plain 2-D F.linear anyway); decode on the CPU C++ backend (its own CPU decompositions, whatever the
     flag)."""
     st = sched.step
     if st.q_len > 1:
         return "prefill"
     if device == "cpu":
         return "decode-cpu"
+    if not sched.stack.mm_decompose_m1:
+        return EXTERN_DECODE
     mb = micro_batch(sched, op) if op is not None else None
-    if (mb.nb if mb else st.batch) > 1:
-        return "decode"
-    return "decode-m1" if sched.stack.mm_decompose_m1 else EXTERN_DECODE
+    return "decode-m1" if (mb.nb if mb else st.batch) == 1 else "decode"
 
 
 def symbols(sched: Schedule, op: Op | None = None) -> dict[str, float]:

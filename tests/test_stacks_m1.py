@@ -111,12 +111,16 @@ def test_the_batch_1_lm_head_by_bytes_or_by_the_table_row():
         assert cm.compute_s(head, "decode", s) == pytest.approx(want)
 
 
-def test_batch_2_and_the_cpu_backend_do_not_read_the_flag():
-    """M = 2 stays extern either way (the toy m = 2 row, 120 us); a CPU device prices its C++
-    backend's table (decode-cpu) either way."""
-    for stack in (DECOMPOSES, EXTERN):
+def test_batch_2_linears_and_the_cpu_backend():
+    """M = 2: mlp.up stays extern either way (the toy m = 2 row, 120 us). wo at batch 2 is the
+    reference's bmm over the weight expanded per batch row, which the same coordinate-descent rule
+    decomposes into a generated reduction (l2_traffic.reference_wo); without it wo is an extern mm
+    as at batch 1. A CPU device prices its C++ backend's table (decode-cpu) either way."""
+    for stack, wo_kind in ((DECOMPOSES, "generated"), (EXTERN, "matmul")):
         s, op = _op(stack, batch=2)
         assert CostModel(TOY, stack).compute_s(op, "decode", s) == pytest.approx(120e-6)
+        s, wo = _op(stack, batch=2, name="L1.attn.out")
+        assert [k.kind for k in fusion.kernels(fusion.lookup(s, wo, "cuda"))] == [wo_kind]
         s1, op1 = _op(stack)
         assert fusion.variant(s1, "cpu", op1) == "decode-cpu"
 
