@@ -9,7 +9,10 @@ graph_scope leaves outside the graph, e.g. vLLM V1's LM head, logits all-gather 
 eager launch even in a graph-replayed step: Stack.graphs(phase, op)).
 
 A GEMM with one row in a compiled phase on a GPU (the LM head at batch 1; inside a layer the
-table has it) is Inductor's generated GEMV reduction, priced by its bytes (generated_gemv).
+table has it) is Inductor's generated GEMV reduction, priced by its bytes (generated_gemv), where
+the stack decomposes one-row matmuls (Stack.mm_decompose_m1: the reference's coordinate-descent
+Inductor); on a stack that does not (vLLM's, or torch.compile's defaults) it stays cuBLAS
+F.linear, priced from the profile's GEMM table like any other GEMM.
 
 Other compute ops: a measured time when the profile has one for the op's exact shape; interpolated
 (log-log) along the op's size axis when it has neighbours; otherwise a roofline
@@ -205,14 +208,16 @@ class CostModel(CollectiveCost):
 
     def generated_gemv(self, op: Op, fused: bool) -> bool:
         """A GEMM with one row (m == 1) in a compiled phase on a GPU, inside the compiled region
-        (not an op the stack's graph_scope leaves to eager code, e.g. vLLM's LM head): Inductor's
-        `mm` decomposition (torch/_inductor/decomposition.py, coordinate_descent_tuning on and a
-        non-CPU device: self.shape[0] == 1) makes it a generated mul + sum reduction, not cuBLAS.
-        Inside a layer the kernel table already holds that reduction (fusion 'decode-m1'); this
-        is the rule for the GEMMs outside layers: the reference's LM head at batch 1 (the harness
+        (not an op the stack's graph_scope leaves to eager code, e.g. vLLM's LM head), on a stack
+        that decomposes one-row matmuls (Stack.mm_decompose_m1): Inductor's `mm` decomposition
+        (torch/_inductor/decomposition.py, coordinate_descent_tuning on and a non-CPU device:
+        self.shape[0] == 1) makes it a generated mul + sum reduction, not cuBLAS. Inside a layer
+        the kernel table already holds that reduction (fusion 'decode-m1'; a stack without it
+        looks up fusion.EXTERN_DECODE, whose extern matmuls price from the GEMM table); this is the
+        rule for the GEMMs outside layers: the reference's LM head at batch 1 (the harness
         compiles decode_one_token whole, model.output included)."""
-        return (fused and op.kind == "gemm" and self.profile.device == "cuda" and dict(op.attrs).get("m") == 1
-                and op.name not in GRAPH_OUTSIDE[self.stack.graph_scope])
+        return (fused and self.stack.mm_decompose_m1 and op.kind == "gemm" and self.profile.device == "cuda"
+                and dict(op.attrs).get("m") == 1 and op.name not in GRAPH_OUTSIDE[self.stack.graph_scope])
 
     def _compute_s(self, op: Op, fused: bool, graphs: bool) -> float:
         if self.generated_gemv(op, fused):

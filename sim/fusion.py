@@ -127,13 +127,19 @@ def table(path: str = str(TABLE_PATH), gpu_path: str | None = str(GPU_TABLE_PATH
     for p, prefix in ((path, ""), (gpu_path, GPU_PREFIX)):
         for kind, variants in (_document(p).get("layers", {}) if p else {}).items():
             for variant, ks in variants.items():
+                if not prefix and variant == "decode":
+                    out[(kind, EXTERN_DECODE)] = _roles(gpu_overlay(ks, EXTERN_DECODE, None))
                 if not prefix and variant in GPU_OVERLAY:
                     ks = gpu_overlay(ks, variant, gpu.get("standard", {}).get(variant))
-                roles: dict[str, list[Kernel]] = {}
-                for k in ks:
-                    roles.setdefault(k["role"], []).append(_kernel(k))
-                out[(kind, prefix + variant)] = roles
+                out[(kind, prefix + variant)] = _roles(ks)
     return out
+
+
+def _roles(ks: list[dict]) -> dict[str, list[Kernel]]:
+    roles: dict[str, list[Kernel]] = {}
+    for k in ks:
+        roles.setdefault(k["role"], []).append(_kernel(k))
+    return roles
 
 
 def meta(path: str = str(TABLE_PATH)) -> dict:
@@ -145,6 +151,13 @@ def meta(path: str = str(TABLE_PATH)) -> dict:
 # does differently for the reference harness's graph (hw/inductor_gpu.py, the GPU table), applied
 # to every schedule kind alike, so schedules are compared on one table
 GPU_OVERLAY = ("decode", "decode-m1")
+# A GPU decode step of a stack that keeps one-row matmuls extern (Stack.mm_decompose_m1 False: no
+# coordinate-descent decomposition): the CPU-derived table's cuda-target "decode" kernels at every
+# batch -- extern mm for every linear (an extern kernel is a fusion barrier, so the pointwise kernels
+# around it are the same at M == 1 as at M > 1), wo an extern mm too (no bmm decomposition), no
+# GPU-table attention (derived with the q-len-1 bmm's decomposed: lookup leaves attention to the
+# analytic model)
+EXTERN_DECODE = "decode-extern"
 
 
 def gpu_overlay(ks: list[dict], variant: str, gpu_standard: list[dict] | None) -> list[dict]:
@@ -152,7 +165,8 @@ def gpu_overlay(ks: list[dict], variant: str, gpu_standard: list[dict] | None) -
     table's standard layer runs it (its kernels, with their GQA re-reads: passes G); at batch > 1
     ("decode") the extern wo matmul as the reference's generated expanded-weight reduction
     (l2_traffic.reference_wo); other generated kernels with their re-reads marked (token-split's
-    micro-batch attention keeps its own kernels, passes G)."""
+    micro-batch attention keeps its own kernels, passes G). EXTERN_DECODE (no GPU table): the
+    kernels as derived, re-reads marked, every matmul extern."""
     gpu_attn = [k for k in (gpu_standard or []) if k["role"] == "attn.sdpa"]
     out = []
     for k in ks:
@@ -187,12 +201,17 @@ def variant(sched: Schedule, device: str, op: Op | None = None) -> str:
     """Which Inductor path the step takes: prefill (M > 1 everywhere); decode on the GPU path
     (bmm with one query row decomposed into a generated reduction; at batch 1 -- a micro-batch
     of 1 sequence for a token-split op -- the linear layers' mm too: `decode-m1`); decode on the
-    CPU C++ backend (no such decomposition)."""
+    GPU path of a stack without that decomposition (Stack.mm_decompose_m1 False: EXTERN_DECODE
+    at every batch -- the same flag gates the bmm decomposition behind the reference's generated
+    wo at batch > 1, and vLLM's wo is a plain 2-D F.linear anyway); decode on the CPU C++ backend (its own CPU decompositions, whatever the
+    flag)."""
     st = sched.step
     if st.q_len > 1:
         return "prefill"
     if device == "cpu":
         return "decode-cpu"
+    if not sched.stack.mm_decompose_m1:
+        return EXTERN_DECODE
     mb = micro_batch(sched, op) if op is not None else None
     return "decode-m1" if (mb.nb if mb else st.batch) == 1 else "decode"
 
@@ -224,6 +243,8 @@ def lookup(sched: Schedule, op: Op, device: str) -> tuple[str, str, str] | None:
         return None
     kind = sched.plan[op.layer]
     var = variant(sched, device, op)
+    if role.endswith("attn.sdpa") and var == EXTERN_DECODE:
+        return None             # the tables' decode attention is the decomposed-bmm one
     if kind_base(kind) == "token-split":
         mb = micro_batch(sched, op)
         if mb is None:

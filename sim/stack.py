@@ -46,6 +46,13 @@ class Stack:
     decode_graphs: bool = True        # decode under CUDA graphs (torch.compile reduce-overhead)
     graph_scope: str = "step"         # what a captured graph covers (GRAPH_OUTSIDE): the rest launches eagerly
     collective: str = "auto"          # a profile table's impl or an engine all-reduce (sim/impls.py); auto: profile default
+    # Inductor rewrites a one-row matmul (mm with M == 1: every decode linear at batch 1; bmm with one
+    # row per batch: the reference's wo at batch > 1, the q-len-1 attention bmm's) into a generated
+    # mul + sum reduction: torch/_inductor/decomposition.py `mm` / `bmm`, only with
+    # config.coordinate_descent_tuning on, a GPU device and the one row statically known (static shapes).
+    # False: the compiled step keeps them extern cuBLAS (the profile's GEMM table prices them). Each
+    # preset sources it from its engine's code (sim/stacks/); only a compiled phase on a GPU reads it.
+    mm_decompose_m1: bool = True
     host: HostStep = field(default_factory=HostStep)   # the engine's CPU work per step (sim.host_lane)
     preset: str = "reference"         # the --stack preset (or stack file) these values started from
 
@@ -57,6 +64,8 @@ class Stack:
         _check("attention", self.attention, ATTENTION_IMPLS)
         _check("kv", self.kv, DECODE_KV)
         _check("prefill_logits", self.prefill_logits, PREFILL_LOGITS)
+        if not isinstance(self.mm_decompose_m1, bool):
+            raise ValueError(f"mm_decompose_m1 must be true or false, got {self.mm_decompose_m1!r}")
 
     @property
     def dtype_bytes(self) -> int:
@@ -82,6 +91,8 @@ class Stack:
         out = f"{one('prefill')}, {one('decode')}, {self.attention} attention, {self.kv} KV"
         if self.embed != "replicated":
             out += f", {self.embed} embedding"
+        if not self.mm_decompose_m1 and (self.compile_prefill or self.compile_decode):
+            out += ", M=1 mm cuBLAS"          # a compiled step that keeps one-row matmuls extern
         if self.preset != "reference":
             out = f"{self.preset}: {out}, {self.collective} all-reduce"
         if self.host.active:

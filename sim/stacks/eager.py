@@ -10,5 +10,8 @@ STACK = {
     "compile_decode": (False, _SRC),
     "decode_graphs": (False, _SRC),
     "prefill_graphs": (False, _SRC),
+    "mm_decompose_m1": (False, "no Inductor: every linear is F.linear -> cuBLAS (and a user's torch.compile on "
+                               "top of this stack runs torch's default coordinate_descent_tuning = False, "
+                               "torch/_inductor/config.py: TORCHINDUCTOR_COORDINATE_DESCENT_TUNING unset)"),
 }
 HOST: dict = {}

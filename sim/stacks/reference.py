@@ -5,5 +5,13 @@ rank launches its own kernels, which sim.cost already prices."""
 
 NAME = "reference"
 ENGINE = "Ladder Residual paper's gpt-fast-style harness (tpsim's defaults)"
-STACK: dict = {}        # every field at Stack's default
+# every other field at Stack's default
+STACK = {
+    "mm_decompose_m1": (True, "mayank31398/ladder-residual-inference@ea2e9e44 benchmark.py:27 "
+                              "torch._inductor.config.coordinate_descent_tuning = True (as gpt-fast, pytorch-labs/"
+                              "gpt-fast@32971d31 generate.py:25; docs/sources.md §10), and benchmark.py:354 compiles "
+                              "decode_one_token with static shapes (mode reduce-overhead, fullgraph): at batch 1 "
+                              "every linear's M == 1 is statically known, so torch/_inductor/decomposition.py mm "
+                              "makes it a generated mul + sum reduction"),
+}
 HOST: dict = {}         # no engine host work beyond the kernels' launches

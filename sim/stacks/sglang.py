@@ -32,6 +32,13 @@ STACK = {
                               "model_runner.sample runs the sampler eagerly after it"),
     "compile_prefill": (False, f"{_SA} enable_torch_compile: bool = False"),
     "compile_decode": (False, f"{_SA} enable_torch_compile: bool = False"),
+    "mm_decompose_m1": (True, "only read with --enable-torch-compile (off by default): python/sglang/srt/compilation/"
+                              "torch_compile_decoration.py@v0.5.23:71-75 set_torch_compile_config sets torch._inductor."
+                              "config.coordinate_descent_tuning = True (model_executor/runner/decode_cuda_graph_runner.py:446-447 calls it), "
+                              "and patch_model (:43-61) compiles each captured decode batch size with dynamic=False (not HIP) "
+                              "(mode max-autotune-no-cudagraphs): at batch 1 the linears' M == 1 is static, so "
+                              "decomposition.py mm decomposes them; UnquantizedLinearMethod.apply is F.linear on "
+                              "CUDA fp16 (layers/quantization/unquant.py:614)"),
     "decode_graphs": (True, f"{_SA} disable_cuda_graph: bool = False (decode batches up to cuda_graph_max_bs "
                             "replay CUDA graphs)"),
     "prefill_graphs": (False, "python/sglang/srt/model_executor/cuda_graph_runner.py captures decode only"),

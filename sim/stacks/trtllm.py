@@ -30,6 +30,12 @@ STACK = {
                               "outputs (logits) from the ModelEngine')"),
     "compile_prefill": (False, f"{_ARGS} torch_compile_config: None by default (no torch.compile)"),
     "compile_decode": (False, f"{_ARGS} torch_compile_config: None by default"),
+    "mm_decompose_m1": (False, "no Inductor on the linears: torch_compile_config None by default; with it, "
+                               "TorchCompileConfig.enable_inductor = False by default (llm_args.py), and tensorrt_llm/"
+                               "_torch/compilation/backend.py Backend.optimize returns the FX graph (custom fusion "
+                               "passes only) unless enable_inductor; nothing sets coordinate_descent_tuning (torch's "
+                               "default False, which the decomposition needs even on that aot_autograd path). "
+                               "Linears run TRT-LLM's own GEMM ops or F.linear (cuBLAS)"),
     "decode_graphs": (True, f"{_ARGS} cuda_graph_config: CUDA graphs for generation-only batches by default"),
     "prefill_graphs": (False, f"{_ARGS} cuda_graph_config: generation batches only"),
     "collective": ("trtllm-auto", "tensorrt_llm/_torch/distributed/ops.py AllReduce strategy AUTO: custom one-shot/"

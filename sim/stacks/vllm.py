@@ -45,6 +45,20 @@ STACK = {
                             "replay full CUDA graphs (capture sizes up to 512)"),
     "prefill_graphs": (False, "vllm/config/compilation.py: prefill runs piecewise graphs only up to the "
                               "largest capture size and attention outside them; priced as eager launches"),
+    "mm_decompose_m1": (False, "vllm/compilation/compiler_interface.py@v0.11.0:550-556 (v0.33.0:769-776) "
+                               "set_inductor_config sets coordinate_descent_tuning (VLLM_ENABLE_INDUCTOR_COORDINATE_"
+                               "DESCENT_TUNING) only for a single-size compile (isinstance(runtime_shape, int); "
+                               "compile_range.is_single_size()), i.e. a size in compilation_config.compile_sizes, "
+                               "default None (vllm/config/compilation.py@v0.11.0:210, v0.33.0:578): the default "
+                               "build compiles one graph for the symbolic num_tokens (compilation/backends.py@v0.11.0"
+                               ":341 runtime_shape=None; v0.33.0 vllm/config/vllm.py _set_compile_ranges: one range "
+                               "[1, max_num_batched_tokens]) with torch's default coordinate_descent_tuning False, and "
+                               "with M symbolic decomposition.py's statically_known_true(shape[0] == 1) fails anyway. "
+                               "The linears are plain F.linear, no custom op: UnquantizedLinearMethod.apply -> "
+                               "dispatch_unquantized_gemm() (model_executor/layers/linear.py@v0.11.0:236) -> "
+                               "default_unquantized_gemm on CUDA = torch.nn.functional.linear (layers/utils.py@"
+                               "v0.11.0:88-92,189-195; v0.33.0:83-89, 682-690 without --linear-backend), which "
+                               "Inductor lowers to an extern mm: cuBLAS"),
     "collective": ("vllm-custom", "vllm/distributed/device_communicators/custom_all_reduce.py: CustomAllreduce "
                              "on by default (disable_custom_all_reduce False) for world sizes 2/4/6/8 on "
                              "full NVLink; NCCL otherwise (priced by sim/custom_allreduce.py)"),
