@@ -30,6 +30,7 @@ import torch.distributed as dist
 
 from tpsim.sim.sampled import exponential_mean_from_spread
 
+from tpsim.hw import collective_api
 from tpsim.hw.model import torch_dtype
 
 from tpsim.calib.plan import legal_size
@@ -64,11 +65,11 @@ class _Call:
         elif collective == "all_gather":
             self.inp = torch.ones(n // group_size, dtype=dtype, device=device)        # [n/g] -> [n]
             self.buf = torch.empty(n, dtype=dtype, device=device)
-            self.run = lambda: dist.all_gather_into_tensor(self.buf, self.inp, group=pg)
+            self.run = lambda: collective_api.all_gather(self.buf, self.inp, group=pg)
         elif collective == "reduce_scatter":
             self.inp = torch.ones(n, dtype=dtype, device=device)                      # [n] -> [n/g]
             self.buf = torch.empty(n // group_size, dtype=dtype, device=device)
-            self.run = lambda: dist.reduce_scatter_tensor(self.buf, self.inp, group=pg)
+            self.run = lambda: collective_api.reduce_scatter(self.buf, self.inp, group=pg)
         else:
             raise ValueError(f"unknown collective {collective!r}")
 

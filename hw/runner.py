@@ -18,7 +18,7 @@ kv="filled" the attended length is start_pos + q_len, as the IR's kv_len says.
 
 Token-split and seq-parallel need nothing special: a micro-batch's attention reads its own
 sequences of the KV cache (attr b0) at its own positions; slice/concat/pad/shard move rows; a
-reduce-scatter is torch.distributed's reduce_scatter_tensor (gloo has it in torch 2.13, async).
+reduce-scatter is torch.distributed's (hw/collective_api.py; gloo has it in torch 2.13, async).
 
 The kernels (one per IR compute kind) are hw/kernels.py. Stand-ins and waits (sim.transform) run too: a `standin` computes a collective's output locally
 (its input, or tiled to the gathered width), spinning for its cost_ns on CPU when it has one; a
@@ -47,6 +47,7 @@ from torch.fx.traceback import annotate
 
 from tpsim.sim.schedule import TOKENS, Op, Schedule
 from tpsim.sim.trace import Record
+from tpsim.hw import collective_api
 from tpsim.hw.kernels import COMPILABLE_KINDS, COMPILED_KERNELS, KERNELS, KernelCtx
 from tpsim.hw.model import RankModel
 
@@ -211,12 +212,13 @@ class Runner:
                 elif op.kind == "all_gather":
                     rows, width = x[0].shape
                     n = 1 if self.group is None else dist_world(self.group)
-                    g = x[0] if self.group is None else funcol.all_gather_tensor(x[0].contiguous(), 0, self.group)
+                    g = (x[0] if self.group is None
+                         else collective_api.funcol_all_gather(x[0].contiguous(), 0, self.group))
                     out = gathered(op, g, n, rows, width)                          # [n*rows, w] -> layout
                 elif op.kind == "reduce_scatter":
                     n = 1 if self.group is None else dist_world(self.group)
                     if n == op.attr("group"):
-                        out = funcol.reduce_scatter_tensor(x[0].contiguous(), "sum", 0, self.group)
+                        out = collective_api.funcol_reduce_scatter(x[0].contiguous(), "sum", 0, self.group)
                     else:                  # an emulated rank: sum over its group, keep its block
                         s = funcol.all_reduce(x[0], "sum", self.group) if self.group is not None else x[0]
                         out = scattered_block(op, s, self.rank)
@@ -245,7 +247,7 @@ class Runner:
             if op.attr("group") % n:
                 raise ValueError(f"op {op.name}: all-gather over {op.attr('group')} ranks on a group of {n}")
             buf = torch.empty(n * rows, width, dtype=x.dtype, device=x.device)
-            call = (lambda b: dist.all_gather_into_tensor(b, x.contiguous(), group=self.group, async_op=True))
+            call = (lambda b: collective_api.all_gather(b, x.contiguous(), group=self.group, async_op=True))
             finish = (lambda b: gathered(op, b, n, rows, width))
         elif op.kind == "reduce_scatter":
             # [tp*rs, w] partial sums -> this rank's block [rs, w] of their sum. torch 2.13's gloo has
@@ -257,7 +259,7 @@ class Runner:
             if n == tp:
                 buf = torch.empty(rs, width, dtype=x.dtype, device=x.device)
                 src = x.contiguous()
-                call = (lambda b: dist.reduce_scatter_tensor(b, src, group=self.group, async_op=True))
+                call = (lambda b: collective_api.reduce_scatter(b, src, group=self.group, async_op=True))
                 finish = _identity
             else:
                 buf = x
