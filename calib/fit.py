@@ -25,6 +25,7 @@ from tpsim.sim.profile import new_profile, read_raw, sourced
 from tpsim.sim.schedule import Op
 
 from tpsim.calib.fit_collectives import model_section, tables
+from tpsim.calib.nccl_import import default_base
 from tpsim.calib.overlap_fit import fit_profile_overlap
 from tpsim.calib.overlap_summary import FACTOR_CAP, profile_factors
 
@@ -99,6 +100,9 @@ def build_profile(cfg, groups: dict, world: int) -> dict:
     if not cfg.extends:
         prof.update(_machine_section(cfg, dev, world, label, pv))
     compute = _compute_section(cfg, dev, groups, pv)
+    l2 = _builtin_l2(cfg, dev)
+    if l2:
+        compute["l2"] = l2
     if compute:
         prof["compute"] = compute
     coll, fit = _collectives_section(cfg, groups, pv)
@@ -187,6 +191,28 @@ def _compute_section(cfg, dev: dict | None, groups: dict, pv: Provenance) -> dic
                               "points": [{k: p[k] for k in ("kind", "attrs", "dtype", "time_s", "mode") if k in p}
                                          for p in cpoints]}]
     return compute
+
+
+def _builtin_l2(cfg, dev: dict | None) -> dict | None:
+    """compute.l2 (L2 rate and sweep curve, sim/l2_traffic.py) of the built-in profile of the GPU
+    measured (calib.nccl_import.default_base on its device name, e.g. "NVIDIA H100 80GB HBM3" ->
+    h100-sxm), every source saying so: tpsim calibrate does not measure L2. None on a CPU, with
+    `extends` (the base's section is inherited), or for a GPU whose built-in has none (or no built-in)."""
+    if cfg.device != "cuda" or cfg.extends or not (dev or {}).get("device_name"):
+        return None
+    try:
+        base = default_base([dev["device_name"]])
+    except ValueError:
+        return None
+    l2 = read_raw(base)[0].get("compute", {}).get("l2")
+    why = (f"taken from built-in {base} for device name {dev['device_name']!r} (tpsim calibrate does not "
+           f"measure L2): ")
+
+    def resourced(v):
+        if isinstance(v, dict):
+            return {k: why + x if k == "source" else resourced(x) for k, x in v.items()}
+        return v
+    return resourced(l2) if l2 else None
 
 
 def _collectives_section(cfg, groups: dict, pv: Provenance):

@@ -174,7 +174,9 @@ class CostModel(CollectiveCost):
         self._cache: dict = {}
         # measured points by the mode they price: keyed by "compiled" (fused kernels) or not
         self._points = _indexes(profile)
-        self._l2_bw = l2_traffic.l2_bytes_per_s(profile.name) if profile.device == "cuda" else None
+        # compute.l2 (sim/l2_traffic.py): a CUDA profile without it prices DRAM bytes only, noted once
+        self._l2 = profile.l2 if profile.device == "cuda" else None
+        self._l2_bw = self._l2.bytes_per_s if self._l2 is not None else None
 
     # -- compute
 
@@ -278,6 +280,8 @@ class CostModel(CollectiveCost):
                 # plus the whole further sweeps of a buffer re-read one sweep after another (the
                 # reference wo's weight at batch > 1), each from L2 while it fits (l2_traffic)
                 l2 = k.l2_bytes(sym, act)
+                if l2 > nbytes and self._l2_bw is None and self.profile.device == "cuda":
+                    self._note_no_l2()
                 dram_s = roofline_s(self.profile, [Work(0.0, nbytes, 1)], op.dtype)
                 sweeps = k.sweeps(sym, act) if self._l2_bw else []
                 t = l2_traffic.kernel_s(dram_s, l2 - sum(b * x for b, x in sweeps), self._l2_bw)
@@ -286,11 +290,17 @@ class CostModel(CollectiveCost):
             out.append({"kernel": k, "name": k.name, "kind": k.kind, "dram_bytes": nbytes, "l2_bytes": l2, "s": t})
         return out
 
+    def _note_no_l2(self) -> None:
+        """One note (CollectiveCost.notes, predict prints them) that the L2 re-reads went unpriced."""
+        self.__dict__.setdefault("_notes", {})[
+            f"profile {self.profile.name} has no compute.l2 (L2 bandwidth): the GQA K/V re-reads and weight "
+            f"re-sweeps are priced at the DRAM bytes only"] = None
+
     def _resweep_s(self, nbytes: float, extra: float) -> float:
         """`extra` further sweeps over `nbytes` (sim/l2_traffic.py resweep_s): hits at the L2
-        rate, misses at this profile's DRAM rate for a kernel moving that many bytes; no sourced
-        sweep curve: all from L2."""
-        hit = l2_traffic.l2_hit_fraction(self.profile.name, nbytes)
+        rate, misses at this profile's DRAM rate for a kernel moving that many bytes; no sweep
+        curve in the profile's compute.l2: all from L2."""
+        hit = l2_traffic.l2_hit_fraction(self._l2, nbytes)
         dram = self.profile.mem_bytes_per_s * self.profile.memory_efficiency(max(nbytes, 1.0))
         return l2_traffic.resweep_s(nbytes, extra, 1.0 if hit is None else hit, self._l2_bw, dram)
 

@@ -15,13 +15,17 @@ sectors, so a program that reads `run_bytes` < 32 contiguous bytes of a row pays
 (waste 32 / run_bytes); a buffer without `run_bytes` is read in whole sectors (the reference's
 K / V rows are 128 fp16 = 256 B contiguous, and q@k^T reduces along them).
 
-L2 bandwidth (L2 -> SM, data sets that fit in L2), from te42kyfo/gpu-benches `gpu-l2-cache`
-(commit 1c36d509, result files gpu-l2-cache/*.txt, mean "Eff. bw" over the 4-30 MB data sets):
-H200 10.03 TB/s (h200.txt; the H100 SXM has the same GH100 configuration: 132 SMs, 50 MB L2,
-same boost clock, so h100-sxm takes it too), H100 PCIe 6.99 TB/s (114 SMs), A100 80 GB 5.33 TB/s.
-Unsourced here, so left out (DRAM term only): L40S and every calibrated profile; and what
-partial sectors, L1 hits between the G re-reads of one program, and the tile shapes that
-coordinate-descent tuning picks at the first launch on a GPU do to the achieved rate.
+L2 bandwidth (L2 -> SM, data sets that fit in L2) is a property of the GPU, so it sits in the
+profile beside the HBM rate: `compute.l2` (L2Spec, parsed by sim/profile_l2.py; docs/profile-format.md).
+The built-ins' numbers (tools/derive_profiles/l2.py writes them, each with its source) are from
+te42kyfo/gpu-benches `gpu-l2-cache` (commit 1c36d509, result files gpu-l2-cache/*.txt, mean
+"Eff. bw" over the 4-30 MB data sets): H200 10.03 TB/s (h200.txt; the H100 SXM has the same GH100
+configuration: 132 SMs, 50 MB L2, same boost clock, so h100-sxm takes it too), A100 80 GB 5.33 TB/s
+(and H100 PCIe 6.99 TB/s, 114 SMs, for a profile of that board). A profile without `compute.l2`
+(L40S, a calibrated profile of a GPU with no built-in) prices the DRAM term only, and predict says
+so in a note. Unsourced: what partial sectors, L1 hits between the G re-reads of one program, and
+the tile shapes that coordinate-descent tuning picks at the first launch on a GPU do to the
+achieved rate.
 
 Sequential sweeps (passes "b", the reference's wo at batch > 1): the generated reduction's grid is
 batch-major (x1 = xindex // hidden is the batch row, x0 = xindex % hidden the output column, in the
@@ -32,56 +36,42 @@ neighbouring programs). The first sweep is the kernel's DRAM time; each further 
 bytes at the rate a repeated sweep of that many bytes gets: from L2 while the buffer fits, from
 DRAM once it does not. That rate is the same benchmark's (gpu-l2-cache: every block sweeps the data
 set repeatedly) transition from its L2 plateau to its DRAM plateau, read as an L2 hit fraction
-f = (1/bw - 1/bw_dram) / (1/bw_l2 - 1/bw_dram) at each measured data set (SWEEP_CURVES), the misses
-priced at this profile's own DRAM rate. h200.txt stands for h100-sxm (both 50 MB of L2 on a
-GH100). Unsourced: how far consecutive sweeps overlap (the CTAs of sweep j+1 start while the last
-of sweep j still run; their share depends on the block size coordinate descent keeps): none is
-assumed, an upper bound of the time by at most one resident wave per sweep.
+f = (1/bw - 1/bw_dram) / (1/bw_l2 - 1/bw_dram) at each measured data set (the profile's
+`compute.l2.sweep`: kB, GB/s and the DRAM plateau), the misses priced at this profile's own DRAM
+rate. h200.txt stands for h100-sxm (both 50 MB of L2 on a GH100). Unsourced: how far consecutive
+sweeps overlap (the CTAs of sweep j+1 start while the last of sweep j still run; their share
+depends on the block size coordinate descent keeps): none is assumed, an upper bound of the time by
+at most one resident wave per sweep.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 SECTOR_BYTES = 32
 
 REFERENCE_WO = "reference wo: bmm over the expanded weight -> generated reduction"
 
-# profile name (before any "-p2p-off" style suffix) -> L2 -> SM bytes/s (module doc)
-L2_BYTES_PER_S = {"h100-sxm": 10.03e12, "h200-sxm": 10.03e12, "h100-pcie": 6.99e12, "a100-sxm": 5.33e12}
+
+@dataclass(frozen=True)
+class L2Spec:
+    """A profile's `compute.l2`: the GPU's L2 -> SM rate and, optionally, the measured transition of a
+    repeated sweep from the L2 plateau to the DRAM plateau (rows (data set kB, GB/s), kB increasing)."""
+
+    bytes_per_s: float
+    sweep: tuple[tuple[float, float], ...] = ()
+    sweep_dram_gbps: float | None = None        # the benchmark's DRAM plateau (with `sweep`)
 
 
-# te42kyfo/gpu-benches gpu-l2-cache (commit 1c36d509): (data set kB as printed, Eff. bw GB/s) from
-# the L2 plateau's end to the DRAM plateau, and the DRAM plateau (the 132608 kB row) -- per result file
-_H200 = ((40448, 9666.0), (44032, 9105.3), (48128, 7542.5), (52736, 6467.1), (57856, 5053.8),
-         (63488, 4463.9), (69632, 4201.3), (76288, 4017.5), (83456, 3946.8), (91648, 3916.1))
-_H100_PCIE = ((36864, 6847.1), (40448, 5728.6), (44032, 4253.2), (48128, 3452.7), (52736, 2775.3),
-              (57856, 2244.2), (63488, 2077.4), (69632, 2019.4), (76288, 2000.0), (83456, 1993.0))
-_A100_80 = ((28160, 5170.5), (30720, 3999.5), (33792, 3621.8), (36864, 3004.0), (40448, 2462.0),
-            (44032, 2188.0), (48128, 2026.5), (52736, 1945.5), (57856, 1915.4), (63488, 1894.6))
-# profile -> (transition rows, DRAM plateau GB/s) of the GPU whose file prices it
-SWEEP_CURVES = {"h100-sxm": (_H200, 3887.9), "h200-sxm": (_H200, 3887.9),
-                "h100-pcie": (_H100_PCIE, 1989.0), "a100-sxm": (_A100_80, 1865.3)}
 SEQUENTIAL_PASSES = frozenset({"b"})    # re-reads that sweep the whole buffer again (module doc)
 
 
-def _by_profile(table: dict, profile_name: str):
-    for name, v in table.items():
-        if profile_name == name or profile_name.startswith(name + "-"):
-            return v
-    return None
-
-
-def l2_bytes_per_s(profile_name: str) -> float | None:
-    """The sourced L2 bandwidth of a built-in profile (None: not sourced, no L2 term)."""
-    return _by_profile(L2_BYTES_PER_S, profile_name)
-
-
-def l2_hit_fraction(profile_name: str, nbytes: float) -> float | None:
+def l2_hit_fraction(l2: L2Spec | None, nbytes: float) -> float | None:
     """Share of a repeated sweep over `nbytes` that L2 serves (module doc): 1 below the benchmark's
     transition, 0 beyond it, in between from the measured rate (linear in the data set between
-    rows). None where no curve is sourced."""
-    curve, l2 = _by_profile(SWEEP_CURVES, profile_name), l2_bytes_per_s(profile_name)
-    if curve is None or l2 is None:
+    rows). None where the profile has no L2 rate or no sweep curve."""
+    if l2 is None or not l2.sweep:
         return None
-    rows, dram = curve
+    rows, dram = l2.sweep, l2.sweep_dram_gbps
     kb = nbytes / 1024.0
     if kb <= rows[0][0]:
         return 1.0
@@ -90,7 +80,7 @@ def l2_hit_fraction(profile_name: str, nbytes: float) -> float | None:
     i = next(j for j in range(1, len(rows)) if kb <= rows[j][0])
     (x0, y0), (x1, y1) = rows[i - 1], rows[i]
     bw = y0 + (kb - x0) / (x1 - x0) * (y1 - y0)
-    f = (1.0 / bw - 1.0 / dram) / (1.0e9 / l2 - 1.0 / dram)
+    f = (1.0 / bw - 1.0 / dram) / (1.0e9 / l2.bytes_per_s - 1.0 / dram)
     return min(1.0, max(0.0, f))
 
 

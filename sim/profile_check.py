@@ -12,6 +12,7 @@ from .profile_schema import (ArrivalJitter, COLLECTIVES, CollectiveTable, Comput
 from .coschedule import GpuSpec
 from .gpc import PLACEMENTS
 from .occupancy_grids import GEMM_GRIDS
+from .profile_l2 import parse_l2
 from .stack import Stack
 from .topology import INTRA_KINDS, LINK_CLASSES, NcclLatency, TopologySpec
 
@@ -59,6 +60,7 @@ def parse(data: dict, where: str = "<profile>") -> Profile:
         launch_s={m: g.num(f"compute.launch_us.{m}", min_=0.0) * 1e-6 for m in MODES},
         compute_points=(pts := g.compute_points()),
         gemm_tables=g.gemm_tables(already=len(pts)),
+        l2=parse_l2(g),
         collective_tables=g.collective_tables(),
         link_models=links,
         eager_extra_s=g.num("collectives.eager_extra_us", default=0.0, min_=0.0) * 1e-6,

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from .bounds import BOUNDS
 from .errors import UserError
 from .coschedule import GpuSpec
+from .l2_traffic import L2Spec
 from ..fileio.policy import MAX_JSON_DEPTH, MAX_PROFILE_BYTES
 from .topology import TopologySpec
 
@@ -159,6 +160,7 @@ class Profile:
     topology: TopologySpec | None = field(default=None, compare=False, repr=False)
     coschedule: GpuSpec | None = None            # overlap.gpu: per-kernel co-scheduling (sim/coschedule.py)
     gemm_tables: tuple[GemmTable, ...] = ()      # compute.gemm_tables (after compute_points: those win)
+    l2: L2Spec | None = None                     # compute.l2: L2 rate and sweep curve (None: DRAM term only)
 
 
 def _has_source(obj: dict) -> bool:

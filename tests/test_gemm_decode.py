@@ -152,15 +152,18 @@ def test_the_l2_hit_fraction_follows_the_sourced_sweep_curve():
     """te42kyfo gpu-l2-cache h200.txt (stands for h100-sxm): the sweep holds in L2 to 40,448 kB,
     is DRAM-bound from 91,648 kB; at 63,488 kB it ran 4,463.9 GB/s against the 10.03 TB/s L2 and
     3,887.9 GB/s DRAM plateaus: f = (1/4463.9 - 1/3887.9) / (1/10030 - 1/3887.9) = 0.2107. A100's
-    smaller L2 (its own file) misses earlier; unsourced profiles have no curve."""
-    assert l2_traffic.l2_hit_fraction("h100-sxm", 16_777_216) == 1.0          # 70B TP8 wo weight
-    assert l2_traffic.l2_hit_fraction("h100-sxm", 63_488 * 1024) == pytest.approx(
-        (1 / 4463.9 - 1 / 3887.9) / (1 / 10030 - 1 / 3887.9))
-    assert l2_traffic.l2_hit_fraction("h100-sxm", 63_488 * 1024) == pytest.approx(0.2107, abs=1e-4)
-    assert l2_traffic.l2_hit_fraction("h100-sxm", 134_217_728) == 0.0         # 70B TP1 wo weight
-    assert l2_traffic.l2_hit_fraction("h100-sxm-p2p-off", 16_777_216) == 1.0
-    assert l2_traffic.l2_hit_fraction("a100-sxm", 33_554_432) < l2_traffic.l2_hit_fraction("h100-sxm", 33_554_432)
-    assert l2_traffic.l2_hit_fraction("l40s-pcie", 1e6) is None
+    smaller L2 (its own file) misses earlier; a profile without compute.l2 has no curve. The curve
+    is the profile's (compute.l2.sweep), so the twins have it through `extends`."""
+    hit = lambda name, nbytes: l2_traffic.l2_hit_fraction(load_profile(name).l2, nbytes)  # noqa: E731
+    assert hit("h100-sxm", 16_777_216) == 1.0          # 70B TP8 wo weight
+    assert hit("h100-sxm", 63_488 * 1024) == pytest.approx((1 / 4463.9 - 1 / 3887.9) / (1 / 10030 - 1 / 3887.9))
+    assert hit("h100-sxm", 63_488 * 1024) == pytest.approx(0.2107, abs=1e-4)
+    assert hit("h100-sxm", 134_217_728) == 0.0         # 70B TP1 wo weight
+    assert hit("h100-sxm-p2p-off", 16_777_216) == 1.0
+    assert hit("a100-sxm", 33_554_432) < hit("h100-sxm", 33_554_432)
+    assert hit("l40s-pcie", 1e6) is None
+    # an L2 rate without a sweep curve: no hit fraction (the further sweeps are priced all from L2)
+    assert l2_traffic.l2_hit_fraction(l2_traffic.L2Spec(10.03e12), 1e6) is None
 
 
 def test_70b_tp2_batch_4_wo_sweeps_come_from_dram():
@@ -172,7 +175,7 @@ def test_70b_tp2_batch_4_wo_sweeps_come_from_dram():
     cm = CostModel(H100, st)
     (k,) = fusion.kernels(fusion.lookup(s4, op4, "cuda"))
     assert k.sweeps(fusion.symbols(s4, op4), 2) == [(67_108_864, 3.0)]
-    hit = l2_traffic.l2_hit_fraction("h100-sxm", 67_108_864)
+    hit = l2_traffic.l2_hit_fraction(H100.l2, 67_108_864)
     dram = 3.35e12 * H100.memory_efficiency(67_108_864)
     extra = 3 * 67_108_864 * (hit / 10.03e12 + (1 - hit) / dram)
     (term,) = cm.kernel_terms(op4, [k], s4, True)

@@ -24,6 +24,7 @@ _checkout.load()
 
 from common import AIC, DATA, OUT, sv  # noqa: E402
 from compute import eager_launch, gemm_curves, gemm_table  # noqa: E402
+from l2 import l2_section  # noqa: E402
 from collectives import (GRAPH_NET_HOST, JITTER, OVERLAP, P2P_OFF_CHANNELS, custom_allreduce_section,  # noqa: E402
                          custom_tables, graph_extra, graph_nccl_node, overlap_gpu,
                          latency_offset, nccl_latency, nccl_tables, shm_constants, write)
@@ -58,6 +59,8 @@ def nvswitch_box(name, desc, system, nccl_ver, gemm_rel, vllm_rel, mem_gib, mem_
             "memory_gbps": sv(hbm, hbm_src),
             "gemm_efficiency": gemm, "memory_efficiency": memc,
             "launch_us": {"eager": sv(eager_us, eager_src), "graph": sv(floor_us, floor_src)},
+            # the GPU's L2 rate and sweep curve (l2.py), where gpu-benches measured that GPU
+            **({"l2": l2_section(system)} if l2_section(system) else {}),
             "gemm_tables": [gemm_table(system, gemm_rel, kernel)],
         },
         "collectives": {"eager_extra_us": eager_extra, "graph_extra_us": graph_extra(floor_us, system),
