@@ -6,12 +6,13 @@ from __future__ import annotations
 import math
 
 from .bounds import BOUNDS
-from .profile_schema import (ArrivalJitter, COLLECTIVES, CollectiveTable, ComputePoint, Curve, GemmTable, JITTER_DISTS,
-                             LinkModel, MAX_TABLE_POINTS, MODES,
+from .profile_schema import (ArrivalJitter, COLLECTIVES, CollectiveTable, ComputePoint, Curve, JITTER_DISTS,
+                             LinkModel, MAX_TABLE_POINTS, MIN_TIME_S, MODES,
                              Profile, ProfileError, SCOPES, _finite, _has_source, _short)
 from .coschedule import GpuSpec
 from .gpc import PLACEMENTS
 from .occupancy_grids import GEMM_GRIDS
+from .profile_gemm import parse_gemm_tables
 from .profile_l2 import parse_l2
 from .stack import Stack
 from .topology import INTRA_KINDS, LINK_CLASSES, NcclLatency, TopologySpec
@@ -20,7 +21,6 @@ from .topology import INTRA_KINDS, LINK_CLASSES, NcclLatency, TopologySpec
 # calibration writes (rates rounded to 6 decimals; a fitted small-message protocol's busbw can be ~3e-6)
 RATE_FLOOR = 1e-6
 EFFICIENCY_FLOOR = 1e-6      # achieved/peak: a launch-bound tiny kernel on a CPU still reaches ~1e-4
-MIN_TIME_S = 1e-9            # a measured op or collective: no kernel is shorter than a nanosecond
 
 
 def parse(data: dict, where: str = "<profile>") -> Profile:
@@ -59,7 +59,7 @@ def parse(data: dict, where: str = "<profile>") -> Profile:
         memory_efficiency=g.curve("compute.memory_efficiency", "bytes"),
         launch_s={m: g.num(f"compute.launch_us.{m}", min_=0.0) * 1e-6 for m in MODES},
         compute_points=(pts := g.compute_points()),
-        gemm_tables=g.gemm_tables(already=len(pts)),
+        gemm_tables=parse_gemm_tables(g, already=len(pts)),
         l2=parse_l2(g),
         collective_tables=g.collective_tables(),
         link_models=links,
@@ -369,44 +369,6 @@ class _Getter:
                 attrs = tuple(sorted((str(k), v) for k, v in pt["attrs"].items()))
                 out.append(ComputePoint(pt["kind"], attrs, dtype, float(time_s), mode))
         return tuple(out)
-
-    def gemm_tables(self, already: int = 0) -> tuple[GemmTable, ...]:
-        """`compute.gemm_tables`: measured GEMM times in a compact form, one row per weight shape.
-
-        Each table: {"source", "dtypes": [...], "m": [m0, m1, ...] (increasing), "rows": [{"n", "k",
-        "time_us": [t at m0, t at m1, ...]}, ...]}; a row may say how its (n, k) was obtained
-        ("nk": "interpolated" ...). Kept as GemmTables (their times count towards the compute-points
-        bound; the cost model indexes them after `compute.tables`, so calibrated points win)."""
-        tables, out = [], []
-        n_points = already
-        for ti, t in enumerate(self.get("compute.gemm_tables", [])):
-            p = f"compute.gemm_tables[{ti}]"
-            if not isinstance(t, dict) or not t.get("source"):
-                self.fail(p, "must be an object with a 'source'")
-            ms, dtypes, rows = t.get("m"), t.get("dtypes", ["fp16"]), t.get("rows")
-            if (not isinstance(ms, list) or not ms or any(isinstance(v, bool) or not isinstance(v, int) or v < 1
-                                                          for v in ms) or ms != sorted(set(ms))):
-                self.fail(f"{p}.m", "must be an increasing list of positive integers")
-            if not isinstance(dtypes, list) or not dtypes or any(not isinstance(d, str) for d in dtypes):
-                self.fail(f"{p}.dtypes", "must be a non-empty list of dtype names")
-            if not isinstance(rows, list):
-                self.fail(f"{p}.rows", "must be a list")
-            for ri, r in enumerate(rows):
-                n, k, us = (r.get("n"), r.get("k"), r.get("time_us")) if isinstance(r, dict) else (None,) * 3
-                if (any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in (n, k))
-                        or not isinstance(us, list) or len(us) != len(ms)
-                        or any(isinstance(v, bool) or not isinstance(v, (int, float)) or not _finite(v)
-                               or not MIN_TIME_S * 1e6 <= v <= 1e12 for v in us)):
-                    self.fail(f"{p}.rows[{ri}]", f"needs positive integers 'n', 'k' and 'time_us': {len(ms)} "
-                                                 f"times in [{MIN_TIME_S * 1e6:g}, 1e12] us, one per m")
-                if n_points + len(dtypes) * len(ms) > BOUNDS["compute_points"].hi:
-                    self.fail(f"{p}.rows[{ri}]", f"brings the profile over {BOUNDS['compute_points'].hi} compute "
-                                                 f"points ({BOUNDS['compute_points'].why})")
-                n_points += len(dtypes) * len(ms)
-                out.append((n, k, tuple(v * 1e-6 for v in us)))
-            tables.append(GemmTable(t["source"], tuple(dtypes), tuple(ms), tuple(out)))
-            out = []
-        return tuple(tables)
 
     def collective_tables(self) -> tuple[CollectiveTable, ...]:
         out = []

@@ -32,6 +32,7 @@ MAX_DEPTH = MAX_JSON_DEPTH       # nesting of objects/lists (the deepest real pr
 
 
 MAX_TABLE_POINTS = BOUNDS["table_points"].hi   # per measured table (sim/bounds.py)
+MIN_TIME_S = 1e-9            # a measured op or collective: no kernel is shorter than a nanosecond
 
 
 class ProfileError(UserError):
