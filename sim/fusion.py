@@ -33,6 +33,7 @@ through L2, sim/l2_traffic.py).
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 import json
 import math
 from dataclasses import dataclass
@@ -117,22 +118,43 @@ def _kernel(k: dict) -> Kernel:
 
 
 @functools.cache
-def table(path: str = str(TABLE_PATH), gpu_path: str | None = str(GPU_TABLE_PATH)) -> dict:
+def table(path: str = str(TABLE_PATH), gpu_path: str | None = str(GPU_TABLE_PATH)) -> Mapping:
     """The derived tables ({} when absent: every compiled phase then prices the analytic fused
     model) by (kind, variant). The CPU-derived table's cuda-target decode variants carry the GPU
     path's mechanisms (gpu_overlay, from the GPU table when there is one); the GPU table itself is
-    also there, by (kind, "gpu:" + variant), as derived."""
+    also there, by (kind, "gpu:" + variant), as derived. Each entry is built when first read."""
     gpu = _document(gpu_path).get("layers", {}) if gpu_path else {}
-    out = {}
+    out: dict = {}
     for p, prefix in ((path, ""), (gpu_path, GPU_PREFIX)):
         for kind, variants in (_document(p).get("layers", {}) if p else {}).items():
             for variant, ks in variants.items():
                 if not prefix and variant == "decode":
-                    out[(kind, EXTERN_DECODE)] = _roles(gpu_overlay(ks, EXTERN_DECODE, None))
+                    out[(kind, EXTERN_DECODE)] = functools.partial(gpu_overlay, ks, EXTERN_DECODE, None)
                 if not prefix and variant in GPU_OVERLAY:
-                    ks = gpu_overlay(ks, variant, gpu.get("standard", {}).get(variant))
-                out[(kind, prefix + variant)] = _roles(ks)
-    return out
+                    out[(kind, variant)] = functools.partial(gpu_overlay, ks, variant,
+                                                             gpu.get("standard", {}).get(variant))
+                else:
+                    out[(kind, prefix + variant)] = functools.partial(list, ks)
+    return _Layers(out)
+
+
+class _Layers(Mapping):
+    """(kind, variant) -> {role: [Kernel]}, each built from its JSON kernels on first access: a
+    prediction reads a few of the table's ~100 layers."""
+
+    def __init__(self, build: dict):
+        self._build, self._built = build, {}
+
+    def __getitem__(self, key):
+        if key not in self._built:
+            self._built[key] = _roles(self._build[key]())
+        return self._built[key]
+
+    def __iter__(self):
+        return iter(self._build)
+
+    def __len__(self) -> int:
+        return len(self._build)
 
 
 def _roles(ks: list[dict]) -> dict[str, list[Kernel]]:
