@@ -15,7 +15,7 @@ from tpsim.sim.stacks import PRESETS  # noqa: E402
 def test_presets_map_onto_harness_options():
     opts, notes = stack_harness_options(PRESETS["vllm"].values, "cpu")
     assert opts == {"attention": "flash", "kv": "filled", "expand_gqa": False, "prefill_logits": "last",
-                    "head": "vocab-parallel", "compile": True, "decode_graphs": False}
+                    "head": "vocab-parallel", "compile": True, "decode_graphs": False, "mm_decompose_m1": False}
     assert any("CUDA graphs need a GPU" in n for n in notes)
     assert any("symmetric-memory" in n and "gloo measured" in n for n in notes)
     assert any("host lane" in n for n in notes)
@@ -28,23 +28,46 @@ def test_presets_map_onto_harness_options():
     assert any("NCCL measured" in n for n in gnotes)
     ref, rnotes = stack_harness_options(PRESETS["reference"].values, "cpu")
     assert ref["attention"] == "math" and ref["kv"] == "static" and ref["compile"] is True
+    assert ref["mm_decompose_m1"] is True and gpu["mm_decompose_m1"] is True     # reference, sglang: on
     eager, _ = stack_harness_options(PRESETS["eager"].values, "cuda")
-    assert eager["compile"] is False and eager["decode_graphs"] is False
+    assert eager["compile"] is False and eager["decode_graphs"] is False and eager["mm_decompose_m1"] is False
     refgpu, _ = stack_harness_options(PRESETS["reference"].values, "cuda")
     assert refgpu["decode_graphs"] is True                        # static KV on a GPU: graphs as the preset says
 
 
+def test_one_definition_of_the_reference_inductor_flags():
+    """The harness and both kernel-table derivations read the same dict; the derivations' own
+    settings only turn caching off, never a flag that changes what Inductor generates."""
+    from tpsim.hw import inductor_flags as F, inductor_gpu, inductor_kernels
+    assert F.REFERENCE_INDUCTOR_FLAGS == {"coordinate_descent_tuning": True, "fx_graph_cache": True,
+                                          "reorder_for_compute_comm_overlap": True}
+    assert inductor_kernels.REFERENCE_INDUCTOR_FLAGS is F.REFERENCE_INDUCTOR_FLAGS
+    assert inductor_gpu.REFERENCE_INDUCTOR_FLAGS is F.REFERENCE_INDUCTOR_FLAGS
+    for extra in (inductor_gpu.DERIVATION_FLAGS, inductor_kernels.derivation_flags("cuda"),
+                  inductor_kernels.derivation_flags("cpu")):
+        assert set(extra) & set(F.REFERENCE_INDUCTOR_FLAGS) == {"fx_graph_cache"}
+    assert inductor_gpu.FLAGS == F.REFERENCE_INDUCTOR_FLAGS | inductor_gpu.DERIVATION_FLAGS
+    assert F.harness_inductor_flags(False) == F.REFERENCE_INDUCTOR_FLAGS | {"coordinate_descent_tuning": False}
+    assert F.harness_inductor_flags() == F.REFERENCE_INDUCTOR_FLAGS
+
+
 @pytest.mark.hw
-@pytest.mark.slow          # starts real gloo ranks: 5-20 s
+@pytest.mark.slow          # starts real gloo ranks and compiles 2 passes: 30-90 s
 def test_bench_stack_vllm_on_gloo():
-    res = CliRunner().invoke(bench_cmd, ["--stack", "vllm", "--no-compile", "--attention", "math", "--model", "tiny",
+    """The vllm preset compiled (its own choice) with coordinate_descent_tuning off (its
+    mm_decompose_m1), the reference's other flags on: read back from the ranks' Inductor config.
+    --kv static: the compiled passes take the position as a device tensor, which needs the static cache."""
+    res = CliRunner().invoke(bench_cmd, ["--stack", "vllm", "--attention", "math", "--kv", "static", "--model", "tiny",
                                          "--tp", "2", "--prompt", "16", "--gen", "4", "--device", "cpu",
                                          "--backend", "gloo", "--repeats", "1", "--warmup", "0", "--json"])
     assert res.exit_code == 0, res.output
     d = json.loads(res.output)
     st = d["stack"]
-    assert (st["kv"], st["expand_gqa"], st["head"], st["prefill_logits"]) == ("filled", False, "vocab-parallel", "last")
-    assert st["attention"] == "math" and st["compile"] is False        # the explicit flags won
+    assert (st["expand_gqa"], st["head"], st["prefill_logits"]) == (False, "vocab-parallel", "last")
+    assert st["attention"] == "math" and st["kv"] == "static"          # the explicit flags won
+    assert st["compile"] is True and st["mm_decompose_m1"] is False    # the preset's
+    assert d["env"]["inductor_flags"] == {"coordinate_descent_tuning": False, "fx_graph_cache": True,
+                                          "reorder_for_compute_comm_overlap": True}
     assert st["preset"] == "vllm" and any("gloo measured" in n for n in st["notes"])
     bad = CliRunner().invoke(bench_cmd, ["--stack", "nope", "--device", "cpu"])
     assert bad.exit_code == 2 and "unknown stack 'nope'" in bad.output
