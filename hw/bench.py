@@ -31,7 +31,7 @@ import torch.distributed as dist
 from tpsim.sim.schedule import build, notes_of
 from tpsim.hw import rank as hwrank
 from tpsim.hw.run_config import RunConfig, memory_gate
-from tpsim.hw.inductor_flags import apply_inductor_flags, harness_inductor_flags
+from tpsim.hw.inductor_flags import compile_functional_pass, current_inductor_flags
 from tpsim.hw.model import build_rank_model
 from tpsim.hw.probe import probe_s
 from tpsim.hw.runner import DecodeGraph, Runner
@@ -132,23 +132,21 @@ def compile_passes(runner: Runner, plans: dict, cfg: RunConfig, rank: int) -> di
     /tmp/torchinductor_$USER), so a rerun of the same shapes starts fast. Each pass is compiled
     here, once, with a progress line, before warm-up.
 
-    First the reference's Inductor flags are set in this (rank) process, coordinate_descent_tuning
-    as the run's stack says (hw.inductor_flags.harness_inductor_flags(cfg.mm_decompose_m1)), so
-    every compile and recompile sees them; the values read back are returned under
+    hw.inductor_flags.compile_functional_pass sets the reference's Inductor flags in this (rank)
+    process first, coordinate_descent_tuning as the run's stack says (cfg.mm_decompose_m1), so every
+    compile and recompile sees them; their values read back after compiling are returned under
     "inductor_flags" (the result's env records them)."""
     import torch._dynamo.config as dcfg   # lazy: torch._dynamo takes ~0.8 s to import; only --compile needs it
-    flags = apply_inductor_flags(harness_inductor_flags(cfg.mm_decompose_m1))
     for name in ("recompile_limit", "cache_size_limit"):       # one graph per (schedule, phase)
         if hasattr(dcfg, name):
             setattr(dcfg, name, max(getattr(dcfg, name), 4 * len(plans) + 8))
     dev = runner.rm.device
-    out: dict = {"pos0": torch.tensor(0, device=dev), "pos": torch.tensor(cfg.prompt_len, device=dev),
-                 "inductor_flags": flags}
+    out: dict = {"pos0": torch.tensor(0, device=dev), "pos": torch.tensor(cfg.prompt_len, device=dev)}
     dec_mode = "reduce-overhead" if (cfg.device == "cuda" and cfg.decode_graphs) else None
     backend = "Triton" if cfg.device == "cuda" else "C++"
     for spec, (pre, dec) in plans.items():
-        fns = (torch.compile(runner.functional_pass, fullgraph=True, dynamic=False),
-               torch.compile(runner.functional_pass, fullgraph=True, dynamic=False, mode=dec_mode))
+        fns = (compile_functional_pass(runner, cfg.mm_decompose_m1),
+               compile_functional_pass(runner, cfg.mm_decompose_m1, mode=dec_mode))
         out[spec] = fns
         t0 = time.perf_counter()
         if rank == 0:
@@ -161,6 +159,7 @@ def compile_passes(runner: Runner, plans: dict, cfg: RunConfig, rank: int) -> di
         runner.rm.reset_cache()
         if rank == 0:
             print(f"compiled {spec} in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    out["inductor_flags"] = current_inductor_flags()
     return out
 
 

@@ -7,11 +7,13 @@ gpt-fast does (docs/sources.md §10):
 Both also set `triton.unique_kernel_names = True` (benchmark.py:28, generate.py:26): it only names
 the generated Triton kernels, so it is left out here (the derived kernel tables record roles, not names).
 
-Users: hw.bench.compile_passes and hw.check (the compiled harness, in each rank process before it
-compiles), hw.inductor_kernels and hw.inductor_gpu (the derivation of sim/compiled_kernels*.json,
-which add their own derivation-only settings on top).
+Users: compile_functional_pass, the compiled harness's one torch.compile (hw.bench.compile_passes,
+hw.check --compile: in each rank process), and hw.inductor_kernels / hw.inductor_gpu (the derivation
+of sim/compiled_kernels*.json, which add their own derivation-only settings on top).
 """
 from __future__ import annotations
+
+import torch
 
 REFERENCE_INDUCTOR_FLAGS: dict[str, bool] = {
     # benchmark.py:27, generate.py:25. On a GPU with static shapes it makes Inductor decompose
@@ -45,3 +47,11 @@ def current_inductor_flags(names=REFERENCE_INDUCTOR_FLAGS) -> dict[str, bool]:
     """torch._inductor.config's present values of `names` (by default the reference's flags)."""
     import torch._inductor.config as icfg   # lazy: as apply_inductor_flags
     return {k: getattr(icfg, k) for k in names}
+
+
+def compile_functional_pass(runner, mm_decompose_m1: bool, mode: str | None = None):
+    """The compiled harness's pass: torch.compile(runner.functional_pass) whole-graph with static
+    shapes, as the reference compiles its forward (docs/sources.md §10; `mode` "reduce-overhead"
+    for CUDA-graphed decode), after setting harness_inductor_flags(mm_decompose_m1) process-wide."""
+    apply_inductor_flags(harness_inductor_flags(mm_decompose_m1))
+    return torch.compile(runner.functional_pass, fullgraph=True, dynamic=False, mode=mode)
