@@ -9,11 +9,10 @@ the generated Triton kernels, so it is left out here (the derived kernel tables 
 
 Users: compile_functional_pass, the compiled harness's one torch.compile (hw.bench.compile_passes,
 hw.check --compile: in each rank process), and hw.inductor_kernels / hw.inductor_gpu (the derivation
-of sim/compiled_kernels*.json, which add their own derivation-only settings on top).
+of sim/compiled_kernels*.json, which add their own derivation-only settings on top). Importing this
+module imports no torch (calib.compare_measure reads the flags to reuse only a run compiled alike).
 """
 from __future__ import annotations
-
-import torch
 
 REFERENCE_INDUCTOR_FLAGS: dict[str, bool] = {
     # benchmark.py:27, generate.py:25. On a GPU with static shapes it makes Inductor decompose
@@ -53,5 +52,6 @@ def compile_functional_pass(runner, mm_decompose_m1: bool, mode: str | None = No
     """The compiled harness's pass: torch.compile(runner.functional_pass) whole-graph with static
     shapes, as the reference compiles its forward (docs/sources.md §10; `mode` "reduce-overhead"
     for CUDA-graphed decode), after setting harness_inductor_flags(mm_decompose_m1) process-wide."""
+    import torch                            # lazy: the module stays torch-free for calib
     apply_inductor_flags(harness_inductor_flags(mm_decompose_m1))
     return torch.compile(runner.functional_pass, fullgraph=True, dynamic=False, mode=mode)

@@ -51,6 +51,16 @@ def test_one_definition_of_the_reference_inductor_flags():
     assert F.harness_inductor_flags() == F.REFERENCE_INDUCTOR_FLAGS
 
 
+def test_run_config_carries_mm_decompose_m1_to_the_ranks():
+    from tpsim.hw.run_config import RunConfig
+    cfg = RunConfig(compile=True, mm_decompose_m1=False)
+    back = RunConfig.from_dict(cfg.to_dict())          # what a rank process receives
+    assert back == cfg and back.stack().mm_decompose_m1 is False
+    assert RunConfig().mm_decompose_m1 is True and RunConfig().stack().mm_decompose_m1 is True
+    with pytest.raises(ValueError, match="mm_decompose_m1 must be true or false"):
+        RunConfig(mm_decompose_m1="yes")
+
+
 @pytest.mark.hw
 @pytest.mark.slow          # starts real gloo ranks: 5-20 s
 def test_bench_stack_vllm_on_gloo():
@@ -67,3 +77,26 @@ def test_bench_stack_vllm_on_gloo():
     assert st["preset"] == "vllm" and any("gloo measured" in n for n in st["notes"])
     bad = CliRunner().invoke(bench_cmd, ["--stack", "nope", "--device", "cpu"])
     assert bad.exit_code == 2 and "unknown stack 'nope'" in bad.output
+
+
+@pytest.mark.hw
+def test_compare_reuses_a_compiled_run_only_with_the_same_inductor_flags(tmp_path):
+    """calib.compare_measure.measure: a saved compiled run whose env.inductor_flags are this harness's
+    is reused; one without them (an older run) is measured again: here a real launch, stopped by
+    a 0.5 s deadline, shows it was not reused. workload_of prices the run's mm_decompose_m1."""
+    from tpsim.calib.compare_measure import Point, measure, workload_of
+    from tpsim.hw.inductor_flags import harness_inductor_flags
+    from tpsim.hw.dist import WorkerFailed
+    from tpsim.sim.profile import load_profile
+    point = Point("tiny", 2, 1, 8, 2)
+    saved = tmp_path / "measured" / f"{point.key}.json"
+    saved.parent.mkdir()
+    old = {"model": "tiny", "tp": 2, "batch": 1, "prompt_len": 8, "gen_len": 2, "schedules": [{"schedule": "standard"}],
+           "env": {"backend": "gloo", "device": "cpu", "inductor_flags": harness_inductor_flags()},
+           "repeats": 1, "stack": {"compile": True, "mm_decompose_m1": False}}
+    saved.write_text(json.dumps(old))
+    assert measure(point, ("standard",), tmp_path, repeats=1, compile=True) == old
+    assert workload_of(old, load_profile("h100-sxm")).stack.mm_decompose_m1 is False
+    saved.write_text(json.dumps(old | {"env": old["env"] | {"inductor_flags": None}}))
+    with pytest.raises(WorkerFailed, match="deadline"):
+        measure(point, ("standard",), tmp_path, repeats=1, compile=True, deadline_s=0.5)
