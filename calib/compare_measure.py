@@ -12,6 +12,7 @@ from tpsim.sim.stack import make_stack
 from tpsim.sim.grid import Shape
 
 from tpsim.hw import harness
+from tpsim.hw.inductor_flags import harness_inductor_flags
 from tpsim.hw.run_config import RunConfig
 
 Point = Shape          # a grid point: model, TP, batch, prompt and gen lengths
@@ -33,10 +34,12 @@ def measure(point: Point, schedules: tuple[str, ...], out_dir: Path, backend: st
             old = json.loads(path.read_text())
         except json.JSONDecodeError:
             old = None
-        # reuse only a run of the same work: every asked schedule, same backend, device and repeats
+        # reuse only a run of the same work: every asked schedule, same backend, device and repeats;
+        # compiled: with the Inductor flags this harness sets (an older run may lack them)
         if (old and {s for s in schedules} <= {r["schedule"] for r in old.get("schedules", [])}
                 and old.get("env", {}).get("backend") == backend and old.get("env", {}).get("device") == device
-                and old.get("repeats") == repeats and bool(old.get("stack", {}).get("compile")) == compile):
+                and old.get("repeats") == repeats and bool(old.get("stack", {}).get("compile")) == compile
+                and (not compile or old.get("env", {}).get("inductor_flags") == harness_inductor_flags())):
             return old
     cfg = RunConfig(model=point.model, tp=point.tp, batch=point.batch, prompt_len=point.prompt_len,
                     gen_len=point.gen_len, schedules=tuple(schedules), backend=backend, device=device,
@@ -64,7 +67,8 @@ def workload_of(measured: dict, profile) -> Workload:
     stack = make_stack(dict(dtype=measured.get("dtype", "fp16"), head=st.get("head"), attention=st.get("attention"),
                             kv=st.get("kv"), prefill_logits=st.get("prefill_logits"), expand_gqa=st.get("expand_gqa"),
                             prefill_graphs=False, decode_graphs=bool(st.get("decode_graphs", False)),
-                            compile=bool(st.get("compile", False)), collective=env.get("backend", "nccl")))
+                            compile=bool(st.get("compile", False)), collective=env.get("backend", "nccl"),
+                            mm_decompose_m1=st.get("mm_decompose_m1")))
     emulated = measured.get("emulated")          # one rank of a TP job on one device (bench --emulate-tp)
     # the run happened, so no memory check: the simulator's estimate must not veto a measurement
     return Workload(model, int(measured["tp"]), profile, int(measured["batch"]), int(measured["prompt_len"]),

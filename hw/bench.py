@@ -31,6 +31,7 @@ import torch.distributed as dist
 from tpsim.sim.schedule import build, notes_of
 from tpsim.hw import rank as hwrank
 from tpsim.hw.run_config import RunConfig, memory_gate
+from tpsim.hw.inductor_flags import compile_functional_pass, current_inductor_flags
 from tpsim.hw.model import build_rank_model
 from tpsim.hw.probe import probe_s
 from tpsim.hw.runner import DecodeGraph, Runner
@@ -117,8 +118,8 @@ def run_bench(cfg: RunConfig, ctx: hwrank.DistContext) -> dict:
     probes.append(probe_s(rm.device))
     records = {s: _recorded_passes(runner, plans[s], prompt, cfg, cpu) for s in specs}
     everything = [None] * ctx.world
-    dist.all_gather_object(everything, {"samples": samples, "records": records,
-                                        "env": _rank_env(ctx) | {"probe_s": probes}}, group=cpu)
+    env = _rank_env(ctx) | {"probe_s": probes, "inductor_flags": compiled.get("inductor_flags")}
+    dist.all_gather_object(everything, {"samples": samples, "records": records, "env": env}, group=cpu)
     return assemble(cfg, model.name, specs, everything, est.to_dict())
 
 
@@ -129,7 +130,12 @@ def compile_passes(runner: Runner, plans: dict, cfg: RunConfig, rank: int) -> di
     kernels, on CUDA Triton ones. Compiling is slow (tens of seconds per pass on a small CPU); the
     compiled code is cached by Inductor's FX graph cache (TORCHINDUCTOR_CACHE_DIR, default
     /tmp/torchinductor_$USER), so a rerun of the same shapes starts fast. Each pass is compiled
-    here, once, with a progress line, before warm-up."""
+    here, once, with a progress line, before warm-up.
+
+    hw.inductor_flags.compile_functional_pass sets the reference's Inductor flags in this (rank)
+    process first, coordinate_descent_tuning as the run's stack says (cfg.mm_decompose_m1), so every
+    compile and recompile sees them; their values read back after compiling are returned under
+    "inductor_flags" (the result's env records them)."""
     import torch._dynamo.config as dcfg   # lazy: torch._dynamo takes ~0.8 s to import; only --compile needs it
     for name in ("recompile_limit", "cache_size_limit"):       # one graph per (schedule, phase)
         if hasattr(dcfg, name):
@@ -139,8 +145,8 @@ def compile_passes(runner: Runner, plans: dict, cfg: RunConfig, rank: int) -> di
     dec_mode = "reduce-overhead" if (cfg.device == "cuda" and cfg.decode_graphs) else None
     backend = "Triton" if cfg.device == "cuda" else "C++"
     for spec, (pre, dec) in plans.items():
-        fns = (torch.compile(runner.functional_pass, fullgraph=True, dynamic=False),
-               torch.compile(runner.functional_pass, fullgraph=True, dynamic=False, mode=dec_mode))
+        fns = (compile_functional_pass(runner, cfg.mm_decompose_m1),
+               compile_functional_pass(runner, cfg.mm_decompose_m1, mode=dec_mode))
         out[spec] = fns
         t0 = time.perf_counter()
         if rank == 0:
@@ -153,6 +159,7 @@ def compile_passes(runner: Runner, plans: dict, cfg: RunConfig, rank: int) -> di
         runner.rm.reset_cache()
         if rank == 0:
             print(f"compiled {spec} in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    out["inductor_flags"] = current_inductor_flags()
     return out
 
 
@@ -255,7 +262,8 @@ def assemble(cfg: RunConfig, model_name: str, specs: list[str], per_rank: list[d
             "tp": cfg.model_tp, "profile": "measured", "batch": cfg.batch,
             "prompt_len": cfg.prompt_len, "gen_len": cfg.gen_len, "dtype": cfg.dtype,
             "stack": {k: getattr(cfg, k) for k in ("head", "attention", "kv", "prefill_logits",
-                                                    "expand_gqa", "decode_graphs", "compile")},
+                                                    "expand_gqa", "decode_graphs", "compile",
+                                                    "mm_decompose_m1")},
             "repeats": cfg.repeats, "warmup": cfg.warmup, "schedules": rows, "memory": memory,
             "env": _env(cfg, per_rank)}
 
@@ -281,6 +289,8 @@ def _env(cfg: RunConfig, per_rank: list[dict]) -> dict:
             "hostnames": sorted({r["env"]["hostname"] for r in per_rank}),
             "devices": [r["env"]["device"] for r in per_rank], "cpu_count": os.cpu_count(),
             "rank_cores": [r["env"].get("cores") for r in per_rank],
+            # torch._inductor.config as rank 0 compiled with (hw.inductor_flags); None: eager run
+            "inductor_flags": per_rank[0]["env"].get("inductor_flags"),
             # hw.probe before and after the timed repeats, median over ranks
             "probe_s": [statistics.median(r["env"]["probe_s"][i] for r in per_rank) for i in (0, 1)]}
 
@@ -305,7 +315,8 @@ def format_result(result: dict) -> str:
 def stack_harness_options(values: dict, device: str) -> tuple[dict, list[str]]:
     """A --stack preset's values (sim.stacks.Preset.values) as `tpsim bench` options where PyTorch can
     run them, and a note for each that it cannot (or runs differently). Options: attention, kv,
-    expand_gqa, prefill_logits, head, compile, decode_graphs (RunConfig's names)."""
+    expand_gqa, prefill_logits, head, compile, decode_graphs, mm_decompose_m1 (RunConfig's names;
+    the last sets coordinate_descent_tuning when compiled: hw.inductor_flags)."""
     opts, notes = {}, []
     att = values.get("attention", "math")
     opts["attention"] = "flash" if att != "math" else "math"
@@ -324,6 +335,7 @@ def stack_harness_options(values: dict, device: str) -> tuple[dict, list[str]]:
     if cp != cd:
         notes.append(f"the harness compiles both passes or neither: compile {'on' if opts['compile'] else 'off'} "
                      f"(the preset compiles {'decode' if cd else 'prefill'} only)")
+    opts["mm_decompose_m1"] = bool(values.get("mm_decompose_m1", True))
     graphs = values.get("decode_graphs", cd)
     opts["decode_graphs"] = bool(graphs) and device == "cuda" and opts["kv"] == "static"
     if graphs and device != "cuda":

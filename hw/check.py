@@ -33,6 +33,7 @@ from tpsim.sim.schedule import build, kind_base, plan_of, runs
 from tpsim.hw import rank as hwrank
 from tpsim.hw.run_config import RunConfig
 from tpsim.hw.checkpoint import full_weights as checkpoint_full_weights, open_for
+from tpsim.hw.inductor_flags import compile_functional_pass, current_inductor_flags
 from tpsim.hw.model import build_rank_model, full_weights, rope_inv_freq
 from tpsim.hw.runner import Runner
 
@@ -248,8 +249,9 @@ def run_check(cfg: RunConfig, ctx: hwrank.DistContext) -> list[dict]:
 
 def _compiled(runner: Runner, cfg: RunConfig, rank: int):
     """--compile: each pass through torch.compile(Runner.functional_pass) (as hw.bench), positions
-    as a device tensor so one decode graph serves every step."""
-    fn = torch.compile(runner.functional_pass, fullgraph=True, dynamic=False)
+    as a device tensor so one decode graph serves every step; the reference's Inductor flags set
+    first, process-wide (hw.inductor_flags.compile_functional_pass, as hw.bench.compile_passes)."""
+    fn = compile_functional_pass(runner, cfg.mm_decompose_m1)
     pos_t = torch.tensor(0, device=runner.rm.device)
     if rank == 0:
         print("compiling each schedule's prefill and decode (Inductor; cached for reruns)...", file=sys.stderr,
@@ -276,7 +278,9 @@ def _checked(cfg: RunConfig, ctx) -> dict:
     merged = _merge(every)
     return {"model": cfg.model_spec().name, "tp": ctx.world, "dtype": cfg.dtype, "backend": cfg.backend,
             "device": cfg.device, "batch": cfg.batch, "prompt_len": cfg.prompt_len, "gen_len": cfg.gen_len,
-            "ok": all(r["ok"] for r in merged), "schedules": merged}
+            "ok": all(r["ok"] for r in merged), "schedules": merged,
+            # torch._inductor.config after compiling (hw.inductor_flags); None: eager run
+            "inductor_flags": current_inductor_flags() if cfg.compile else None}
 
 
 def _merge(per_rank: list[list[dict]]) -> list[dict]:

@@ -48,17 +48,20 @@ from tpsim.fileio.policy import write_json_atomic
 
 from tpsim.hw import reference_model as R
 from tpsim.hw.fake_cuda import H100, fake_h100
+from tpsim.hw.inductor_flags import REFERENCE_INDUCTOR_FLAGS
 from tpsim.hw.inductor_kernels import _describe, _one_rank_group, attribute
 from tpsim.hw.inductor_probe import DTYPE, PROBE, probe_model
 
 LAYERS = 3              # the kept layer 1 has a neighbour on each side
 KINDS = {"standard": True, "upper-bound": False}            # kind -> the graph has the all-reduces
 VARIANTS = {"decode": PROBE["b"], "decode-m1": 1}           # variant -> probe batch
-FLAGS = {"coordinate_descent_tuning": True, "reorder_for_compute_comm_overlap": True,
-         "fx_graph_cache": False, "force_disable_caches": True, "compile_threads": 1,
-         # the reference models' matmul dims are multiples of 8: pad_mm never pads them (and it
-         # benchmarks on the device to decide); the probe's prime dims must not trigger it
-         "shape_padding": False}
+# derivation-only settings over the reference's flags (hw.inductor_flags): every lowering afresh
+# (stopping in codegen leaves nothing to cache), one compile thread
+DERIVATION_FLAGS = {"fx_graph_cache": False, "force_disable_caches": True, "compile_threads": 1,
+                    # the reference models' matmul dims are multiples of 8: pad_mm never pads them (and it
+                    # benchmarks on the device to decide); the probe's prime dims must not trigger it
+                    "shape_padding": False}
+FLAGS = REFERENCE_INDUCTOR_FLAGS | DERIVATION_FLAGS
 
 
 # Model-level tables indexed by input_pos (an indirect load: Inductor's estimate is the whole

@@ -51,6 +51,7 @@ from tpsim.sim.schedule import build_plan, plan_of
 from tpsim.sim.stack import Stack, Step
 from tpsim.fileio.policy import write_json_atomic
 
+from tpsim.hw.inductor_flags import REFERENCE_INDUCTOR_FLAGS
 from tpsim.hw.inductor_probe import (_PLAIN, DTYPE, DTYPE_TORCH, KEEP_LAYER, KINDS, PROBE, VARIANTS, factor, monomial,
                                      probe_model, probe_of)
 from tpsim.hw.model import build_rank_model
@@ -188,6 +189,15 @@ def _group(size: int):
     return dist.group.WORLD
 
 
+def derivation_flags(target: str) -> dict:
+    """Derivation-only Inductor settings, over REFERENCE_INDUCTOR_FLAGS (hw.inductor_flags): every
+    probe compiles afresh (no FX graph cache: a cached graph would skip the scheduler hook)."""
+    return {"fx_graph_cache": False, "force_disable_caches": True,
+            # Inductor lowers cat (RoPE's rotate_half) as a ConcatKernel on CPU always, on GPU as a
+            # pointwise cat that fuses into its pointwise user (lowering.cat): take the GPU choice
+            "force_pointwise_cat": target == "cuda"}
+
+
 def compile_kernels(kind: str, variant: str) -> list[dict]:
     """Compile one probe forward pass (every layer of schedule `kind`) and return the kernels
     of layer KEEP_LAYER, each attributed to one IR op (see attribute())."""
@@ -207,11 +217,7 @@ def compile_kernels(kind: str, variant: str) -> list[dict]:
     pos = torch.tensor(step.start_pos)
     fn = torch.compile(runner.functional_pass, fullgraph=True, dynamic=False)
     rec = _Recorder(pr.symbols)
-    patches = {"coordinate_descent_tuning": True, "reorder_for_compute_comm_overlap": True,
-               "fx_graph_cache": False, "force_disable_caches": True,
-               # Inductor lowers cat (RoPE's rotate_half) as a ConcatKernel on CPU always, on GPU as a
-               # pointwise cat that fuses into its pointwise user (lowering.cat): take the GPU choice
-               "force_pointwise_cat": target == "cuda"}
+    patches = REFERENCE_INDUCTOR_FLAGS | derivation_flags(target)
     decomp = cuda_matmul_decompositions() if target == "cuda" else contextlib.nullcontext()
     with icfg.patch(patches), decomp, rec.hook(), torch.no_grad():
         fn(sched, tokens, pos)

@@ -61,6 +61,8 @@ class RunConfig:
     expand_gqa: bool = True
     decode_graphs: bool = False        # CUDA graphs for decode (cuda only)
     compile: bool = False              # torch.compile each whole pass (hw.bench.compile_passes)
+    mm_decompose_m1: bool = True       # compiled: coordinate_descent_tuning on, as the stack sets it
+                                       # (Stack.mm_decompose_m1; hw.inductor_flags.harness_inductor_flags)
     repeats: int = 5
     warmup: int = 1
     seed: int = 0
@@ -98,7 +100,8 @@ class RunConfig:
     def stack(self) -> Stack:
         return make_stack(dict(dtype=self.dtype, head=self.head, attention=self.attention, kv=self.kv,
                                prefill_logits=self.prefill_logits, expand_gqa=self.expand_gqa,
-                               decode_graphs=self.decode_graphs, collective=self.backend, compile=self.compile))
+                               decode_graphs=self.decode_graphs, collective=self.backend, compile=self.compile,
+                               mm_decompose_m1=self.mm_decompose_m1))
 
     def steps(self) -> tuple[Step, Step | None]:
         """The prefill step and the decode step every decode pass reuses (None when gen_len == 1)."""

@@ -15,7 +15,7 @@ from tpsim.sim.stacks import PRESETS  # noqa: E402
 def test_presets_map_onto_harness_options():
     opts, notes = stack_harness_options(PRESETS["vllm"].values, "cpu")
     assert opts == {"attention": "flash", "kv": "filled", "expand_gqa": False, "prefill_logits": "last",
-                    "head": "vocab-parallel", "compile": True, "decode_graphs": False}
+                    "head": "vocab-parallel", "compile": True, "decode_graphs": False, "mm_decompose_m1": False}
     assert any("CUDA graphs need a GPU" in n for n in notes)
     assert any("symmetric-memory" in n and "gloo measured" in n for n in notes)
     assert any("host lane" in n for n in notes)
@@ -28,10 +28,37 @@ def test_presets_map_onto_harness_options():
     assert any("NCCL measured" in n for n in gnotes)
     ref, rnotes = stack_harness_options(PRESETS["reference"].values, "cpu")
     assert ref["attention"] == "math" and ref["kv"] == "static" and ref["compile"] is True
+    assert ref["mm_decompose_m1"] is True and gpu["mm_decompose_m1"] is True     # reference, sglang: on
     eager, _ = stack_harness_options(PRESETS["eager"].values, "cuda")
-    assert eager["compile"] is False and eager["decode_graphs"] is False
+    assert eager["compile"] is False and eager["decode_graphs"] is False and eager["mm_decompose_m1"] is False
     refgpu, _ = stack_harness_options(PRESETS["reference"].values, "cuda")
     assert refgpu["decode_graphs"] is True                        # static KV on a GPU: graphs as the preset says
+
+
+def test_one_definition_of_the_reference_inductor_flags():
+    """The harness and both kernel-table derivations read the same dict; the derivations' own
+    settings only turn caching off, never a flag that changes what Inductor generates."""
+    from tpsim.hw import inductor_flags as F, inductor_gpu, inductor_kernels
+    assert F.REFERENCE_INDUCTOR_FLAGS == {"coordinate_descent_tuning": True, "fx_graph_cache": True,
+                                          "reorder_for_compute_comm_overlap": True}
+    assert inductor_kernels.REFERENCE_INDUCTOR_FLAGS is F.REFERENCE_INDUCTOR_FLAGS
+    assert inductor_gpu.REFERENCE_INDUCTOR_FLAGS is F.REFERENCE_INDUCTOR_FLAGS
+    for extra in (inductor_gpu.DERIVATION_FLAGS, inductor_kernels.derivation_flags("cuda"),
+                  inductor_kernels.derivation_flags("cpu")):
+        assert set(extra) & set(F.REFERENCE_INDUCTOR_FLAGS) == {"fx_graph_cache"}
+    assert inductor_gpu.FLAGS == F.REFERENCE_INDUCTOR_FLAGS | inductor_gpu.DERIVATION_FLAGS
+    assert F.harness_inductor_flags(False) == F.REFERENCE_INDUCTOR_FLAGS | {"coordinate_descent_tuning": False}
+    assert F.harness_inductor_flags() == F.REFERENCE_INDUCTOR_FLAGS
+
+
+def test_run_config_carries_mm_decompose_m1_to_the_ranks():
+    from tpsim.hw.run_config import RunConfig
+    cfg = RunConfig(compile=True, mm_decompose_m1=False)
+    back = RunConfig.from_dict(cfg.to_dict())          # what a rank process receives
+    assert back == cfg and back.stack().mm_decompose_m1 is False
+    assert RunConfig().mm_decompose_m1 is True and RunConfig().stack().mm_decompose_m1 is True
+    with pytest.raises(ValueError, match="mm_decompose_m1 must be true or false"):
+        RunConfig(mm_decompose_m1="yes")
 
 
 @pytest.mark.hw
@@ -45,6 +72,31 @@ def test_bench_stack_vllm_on_gloo():
     st = d["stack"]
     assert (st["kv"], st["expand_gqa"], st["head"], st["prefill_logits"]) == ("filled", False, "vocab-parallel", "last")
     assert st["attention"] == "math" and st["compile"] is False        # the explicit flags won
+    # the preset's mm_decompose_m1 reached the ranks' RunConfig; eager: no Inductor flags recorded
+    assert st["mm_decompose_m1"] is False and d["env"]["inductor_flags"] is None
     assert st["preset"] == "vllm" and any("gloo measured" in n for n in st["notes"])
     bad = CliRunner().invoke(bench_cmd, ["--stack", "nope", "--device", "cpu"])
     assert bad.exit_code == 2 and "unknown stack 'nope'" in bad.output
+
+
+@pytest.mark.hw
+def test_compare_reuses_a_compiled_run_only_with_the_same_inductor_flags(tmp_path):
+    """calib.compare_measure.measure: a saved compiled run whose env.inductor_flags are this harness's
+    is reused; one without them (an older run) is measured again: here a real launch, stopped by
+    a 0.5 s deadline, shows it was not reused. workload_of prices the run's mm_decompose_m1."""
+    from tpsim.calib.compare_measure import Point, measure, workload_of
+    from tpsim.hw.inductor_flags import harness_inductor_flags
+    from tpsim.hw.dist import WorkerFailed
+    from tpsim.sim.profile import load_profile
+    point = Point("tiny", 2, 1, 8, 2)
+    saved = tmp_path / "measured" / f"{point.key}.json"
+    saved.parent.mkdir()
+    old = {"model": "tiny", "tp": 2, "batch": 1, "prompt_len": 8, "gen_len": 2, "schedules": [{"schedule": "standard"}],
+           "env": {"backend": "gloo", "device": "cpu", "inductor_flags": harness_inductor_flags()},
+           "repeats": 1, "stack": {"compile": True, "mm_decompose_m1": False}}
+    saved.write_text(json.dumps(old))
+    assert measure(point, ("standard",), tmp_path, repeats=1, compile=True) == old
+    assert workload_of(old, load_profile("h100-sxm")).stack.mm_decompose_m1 is False
+    saved.write_text(json.dumps(old | {"env": old["env"] | {"inductor_flags": None}}))
+    with pytest.raises(WorkerFailed, match="deadline"):
+        measure(point, ("standard",), tmp_path, repeats=1, compile=True, deadline_s=0.5)

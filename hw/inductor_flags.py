@@ -1,0 +1,57 @@
+"""The reference harness's Inductor flags: the one definition every compiled path here uses.
+
+The Ladder Residual benchmark sets these at import (torch._inductor.config, process-wide), as
+gpt-fast does (docs/sources.md §10):
+  mayank31398/ladder-residual-inference@ea2e9e44 benchmark.py:27, :30, :32
+  pytorch-labs/gpt-fast@32971d31 generate.py:25, :28 (no reorder flag there)
+Both also set `triton.unique_kernel_names = True` (benchmark.py:28, generate.py:26): it only names
+the generated Triton kernels, so it is left out here (the derived kernel tables record roles, not names).
+
+Users: compile_functional_pass, the compiled harness's one torch.compile (hw.bench.compile_passes,
+hw.check --compile: in each rank process), and hw.inductor_kernels / hw.inductor_gpu (the derivation
+of sim/compiled_kernels*.json, which add their own derivation-only settings on top). Importing this
+module imports no torch (calib.compare_measure reads the flags to reuse only a run compiled alike).
+"""
+from __future__ import annotations
+
+REFERENCE_INDUCTOR_FLAGS: dict[str, bool] = {
+    # benchmark.py:27, generate.py:25. On a GPU with static shapes it makes Inductor decompose
+    # one-row matmuls (torch/_inductor/decomposition.py mm / bmm); the C++ (CPU) backend ignores it
+    "coordinate_descent_tuning": True,
+    # benchmark.py:30, generate.py:28: compiled graphs cached across runs (TORCHINDUCTOR_CACHE_DIR)
+    "fx_graph_cache": True,
+    # benchmark.py:32 ("allows overlap"): Inductor moves each collective's wait to its first reader
+    "reorder_for_compute_comm_overlap": True,
+}
+
+
+def harness_inductor_flags(mm_decompose_m1: bool = True) -> dict[str, bool]:
+    """The flags a compiled harness run sets: the reference's, with coordinate_descent_tuning
+    following the run's stack (Stack.mm_decompose_m1: the reference and SGLang set it, vLLM's
+    default build, TRT-LLM and eager do not; sim/stacks/*.py source each)."""
+    return REFERENCE_INDUCTOR_FLAGS | {"coordinate_descent_tuning": bool(mm_decompose_m1)}
+
+
+def apply_inductor_flags(flags: dict[str, bool]) -> dict[str, bool]:
+    """Set `flags` on torch._inductor.config process-wide, as the reference does at import (a rank
+    is its own process, so every later compile and recompile sees them), and return the values read
+    back from the config: what the passes are compiled with, for the result's provenance."""
+    import torch._inductor.config as icfg   # lazy: Inductor's config pulls torch._inductor; only --compile needs it
+    for k, v in flags.items():
+        setattr(icfg, k, v)
+    return current_inductor_flags(flags)
+
+
+def current_inductor_flags(names=REFERENCE_INDUCTOR_FLAGS) -> dict[str, bool]:
+    """torch._inductor.config's present values of `names` (by default the reference's flags)."""
+    import torch._inductor.config as icfg   # lazy: as apply_inductor_flags
+    return {k: getattr(icfg, k) for k in names}
+
+
+def compile_functional_pass(runner, mm_decompose_m1: bool, mode: str | None = None):
+    """The compiled harness's pass: torch.compile(runner.functional_pass) whole-graph with static
+    shapes, as the reference compiles its forward (docs/sources.md §10; `mode` "reduce-overhead"
+    for CUDA-graphed decode), after setting harness_inductor_flags(mm_decompose_m1) process-wide."""
+    import torch                            # lazy: the module stays torch-free for calib
+    apply_inductor_flags(harness_inductor_flags(mm_decompose_m1))
+    return torch.compile(runner.functional_pass, fullgraph=True, dynamic=False, mode=mode)
