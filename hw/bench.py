@@ -336,6 +336,12 @@ def stack_harness_options(values: dict, device: str) -> tuple[dict, list[str]]:
         notes.append(f"the harness compiles both passes or neither: compile {'on' if opts['compile'] else 'off'} "
                      f"(the preset compiles {'decode' if cd else 'prefill'} only)")
     opts["mm_decompose_m1"] = bool(values.get("mm_decompose_m1", True))
+    if opts["compile"] and opts["kv"] != "static":
+        # the compiled pass takes its start position as a device tensor (one graph for every decode
+        # step, hw.kernels: filled-KV attention slices the cache by a Python int), so filled KV runs eager
+        opts["compile"] = False
+        notes.append("compile: the harness compiles a pass over a static KV cache only (one graph for every "
+                     "decode position); with filled KV both passes run eager")
     graphs = values.get("decode_graphs", cd)
     opts["decode_graphs"] = bool(graphs) and device == "cuda" and opts["kv"] == "static"
     if graphs and device != "cuda":

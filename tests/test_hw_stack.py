@@ -15,7 +15,8 @@ from tpsim.sim.stacks import PRESETS  # noqa: E402
 def test_presets_map_onto_harness_options():
     opts, notes = stack_harness_options(PRESETS["vllm"].values, "cpu")
     assert opts == {"attention": "flash", "kv": "filled", "expand_gqa": False, "prefill_logits": "last",
-                    "head": "vocab-parallel", "compile": True, "decode_graphs": False, "mm_decompose_m1": False}
+                    "head": "vocab-parallel", "compile": False, "decode_graphs": False, "mm_decompose_m1": False}
+    assert any(n.startswith("compile: the harness compiles a pass over a static KV cache only") for n in notes)
     assert any("CUDA graphs need a GPU" in n for n in notes)
     assert any("symmetric-memory" in n and "gloo measured" in n for n in notes)
     assert any("host lane" in n for n in notes)
@@ -64,14 +65,16 @@ def test_run_config_carries_mm_decompose_m1_to_the_ranks():
 @pytest.mark.hw
 @pytest.mark.slow          # starts real gloo ranks: 5-20 s
 def test_bench_stack_vllm_on_gloo():
-    res = CliRunner().invoke(bench_cmd, ["--stack", "vllm", "--no-compile", "--attention", "math", "--model", "tiny",
+    # no --no-compile: the preset compiles, and with its filled KV the harness runs eager and says so
+    res = CliRunner().invoke(bench_cmd, ["--stack", "vllm", "--attention", "math", "--model", "tiny",
                                          "--tp", "2", "--prompt", "16", "--gen", "4", "--device", "cpu",
                                          "--backend", "gloo", "--repeats", "1", "--warmup", "0", "--json"])
     assert res.exit_code == 0, res.output
     d = json.loads(res.output)
     st = d["stack"]
     assert (st["kv"], st["expand_gqa"], st["head"], st["prefill_logits"]) == ("filled", False, "vocab-parallel", "last")
-    assert st["attention"] == "math" and st["compile"] is False        # the explicit flags won
+    assert st["attention"] == "math" and st["compile"] is False        # the explicit flag won; compile: the note
+    assert any(n.startswith("compile: the harness compiles a pass over a static KV cache only") for n in st["notes"])
     # the preset's mm_decompose_m1 reached the ranks' RunConfig; eager: no Inductor flags recorded
     assert st["mm_decompose_m1"] is False and d["env"]["inductor_flags"] is None
     assert st["preset"] == "vllm" and any("gloo measured" in n for n in st["notes"])
