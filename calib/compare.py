@@ -71,7 +71,9 @@ def run_compare(points: list[Point], schedules: tuple[str, ...], out_dir: Path, 
             # the input policy: a regular file (not a symlink to /dev/zero), bounded, named in errors
             measured_runs.append((f, parse_json(read_input_text(f, "measured JSON", MAX_LOG_BYTES), f)))
         except ValueError as e:            # the policy's message names the file (and the line)
-            measured_runs.append((f, CompareError(f"cannot read measured JSON: {e}")))
+            msg = str(e)                   # an unreadable file's message already starts so; a parse error's not
+            measured_runs.append((f, CompareError(msg if msg.startswith("cannot read measured JSON")
+                                                  else f"cannot read measured JSON: {msg}")))
     if not measured_files:
         for i, p in enumerate(points):
             echo(f"[{i + 1}/{len(points)}] bench {p.key} ({len(schedules)} schedules, {repeats} repeats)")

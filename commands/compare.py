@@ -91,11 +91,16 @@ def compare_cmd(backend, device, nproc, quick, profile_arg, models, tps, batches
 
 
 def _print_summary(result: dict, out_dir: Path) -> None:
-    t = compact_table(title=f"simulated vs measured (profile {rich_escape(result['profile'])})", title_justify="left")
+    # one space between columns (not two): with an 'undetermined' sign the 8 columns need 79
+    t = compact_table(title=f"simulated vs measured (profile {rich_escape(result['profile'])})", title_justify="left",
+                      padding=0, show_edge=False)
     # two-line headers; a speedup's interval goes under it, a long point label wraps at its spaces
+    # the point column wraps at spaces, never below its longest word: a table too wide for the terminal would
+    # otherwise shrink it to 2 columns and fold 'toy-1024' into 4 lines
+    word_len = max((len(w) for pt in result["points"] for w in pt.label.split()), default=5)
     for col in ("point", "schedule", "meas\ntok/s", "pred\ntok/s", "err", "meas\nspeedup", "pred\nspeedup", "sign"):
         t.add_column(col, justify="left" if col in ("point", "schedule") else "right", no_wrap=col != "point",
-                     overflow="fold")
+                     overflow="fold", min_width=word_len if col == "point" else None)
     for pt in result["points"]:
         for s in pt.schedules:
             t.add_row(rich_escape(pt.label), rich_escape(s.schedule), f"{s.measured.tokens_per_s:.1f}",

@@ -209,6 +209,9 @@ def test_compare_exits_nonzero_when_nothing_could_be_compared(tmp_path):
     r = CliRunner().invoke(compare_cmd, ["--measured", str(tmp_path / "nope.json"), "--profile", "h100-sxm",
                                          "--out-dir", str(tmp_path / "out")])
     assert r.exit_code != 0 and "nothing could be compared" in r.output, r.output
+    # the file policy's own message already says what could not be read: said once, not twice
+    assert f"(first: cannot read measured JSON {tmp_path / 'nope.json'}: No such file or directory)" in r.output
+    assert "cannot read measured JSON: cannot read" not in r.output, r.output
 
 
 # ------------------------------------------------------------------ nccl-tests imports
