@@ -85,6 +85,7 @@ def test_a_pipe_with_no_terminal_anywhere_gets_80_columns():
     assert "bloom-176b-llama" in r.stdout and "14,16" in r.stdout           # the folded TP list's tail
 
 
+@pytest.mark.hw              # hw.bench imports torch
 def test_bench_result_table_fits_80_columns():
     """`tpsim bench`'s table (hw/bench.format_result, plain text) on a real bench --json output."""
     from tpsim.hw.bench import format_result
