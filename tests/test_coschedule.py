@@ -7,45 +7,20 @@ import pytest
 from tpsim.sim.coschedule import (Comm, CoSchedule, GpuSpec, Kernel, memory_waves_s, pair_factors,
                                   start_delay_s)
 from tpsim.sim.cost import CostModel
-from tpsim.sim.engine import Interference, simulate
-from tpsim.sim.engine_ranks import compile_schedule, simulate_ranks
+from tpsim.sim.engine import Interference
 from tpsim.sim.model import get_model
 from tpsim.sim.occupancy import nccl_channels, op_kernels
 from tpsim.sim.occupancy_grids import RULE, GemmTile, gemm_tile
 from tpsim.sim.predict import Simulator, Workload
 from tpsim.sim.profile import ProfileError, load_profile
-from tpsim.sim.schedule import Schedule
-from tpsim.sim.stack import Stack, Step
-from toy import ONE_LAYER, STACK, toy_op, toy_schedule, toy_time
+from tpsim.sim.stack import Stack
+from toy import AT_1, COSCHED_COST as COST, COSCHED_PASS as PASS, ONE_LAYER, both, span, toy_schedule, toy_time
 
 
 def hook(kernels: dict, sms=2, high_priority=False, comm_ctas=1, comm_hbm=0.0):
     """Toy hook: kernels by op name, every collective `comm_ctas` CTAs demanding `comm_hbm`."""
     return CoSchedule(GpuSpec(sms, high_priority), lambda s, op: kernels.get(op.name, ()),
                       lambda s, op: Comm(comm_ctas, comm_hbm))
-
-
-def both(sched, cost, inter, ranks=1, host=None):
-    """SimPy's result, after checking the rank engine gives the same duration and exposed comm."""
-    t = (lambda op: cost[op.name]) if isinstance(cost, dict) else cost
-    a = simulate(sched, t, ranks=ranks, interference=inter, host_s=host)
-    d, e = simulate_ranks(compile_schedule(sched, t, inter, host_s=host), ranks, inter)
-    assert d == pytest.approx(a.duration_s, rel=1e-12, abs=1e-12)
-    assert e == pytest.approx(a.exposed_comm_s, rel=1e-12, abs=1e-12)
-    return a
-
-
-def span(res, name, stream="comm"):
-    r = next(r for r in res.records if r.op == name and r.stream == stream and r.rank == 0)
-    return r.start_s, r.end_s
-
-
-# pre 0 -> [ar reads pre, ready at 1 through a host node] beside k 6 -> tail reads k and ar (1 unit)
-PASS = Schedule("p", ONE_LAYER, 2, Step.decode(1, 8, 4, 1, STACK), STACK, (
-    toy_op("pre", "gemm", ["tokens"]), toy_op("ar", "all_reduce", ["pre"]), toy_op("k", "gemm", ["pre"]),
-    toy_op("tail", "gemm", ["k", "ar"])))
-COST = {"pre": 0.0, "ar": 1.0, "k": 6.0, "tail": 1.0}
-AT_1 = lambda op: 1.0   # noqa: E731  (the collective is ready at t = 1, 1 unit into k)
 
 
 def test_high_priority_starts_at_the_next_wave_boundary():

@@ -6,13 +6,10 @@ import json
 import pytest
 
 from tpsim.sim.coschedule import Comm, CoSchedule, GpuSpec, Kernel, start_delay_s
-from tpsim.sim.engine import Interference, simulate
-from tpsim.sim.engine_ranks import compile_schedule, simulate_ranks
+from tpsim.sim.engine import Interference
 from tpsim.sim.gpc import cluster_size, clusters_free, fits, spread_idle
 from tpsim.sim.profile import ProfileError, load_profile
-from tpsim.sim.schedule import Schedule
-from tpsim.sim.stack import Step
-from toy import ONE_LAYER, STACK, toy_op
+from toy import AT_1, COSCHED_COST as COST, COSCHED_PASS as PASS, both, span
 
 # a toy GPU: 4 GPCs x 4 SMs; NCCL kernels in clusters of 2 CTAs
 TOY = (4, 4, 4, 4)
@@ -23,32 +20,10 @@ def toy_gpu(placement: str, cga: int = 2) -> GpuSpec:
     return GpuSpec(16, gpc_sms=TOY, nccl_cluster_size=cga, idle_sm_placement=placement)
 
 
-def both(sched, cost, inter, host):
-    """SimPy's result, after checking the rank engine gives the same duration and exposed comm."""
-    t = lambda op: cost[op.name]   # noqa: E731
-    a = simulate(sched, t, interference=inter, host_s=host)
-    d, e = simulate_ranks(compile_schedule(sched, t, inter, host_s=host), 1, inter)
-    assert d == pytest.approx(a.duration_s, abs=1e-12) and e == pytest.approx(a.exposed_comm_s, abs=1e-12)
-    return a
-
-
-def span(res, name, stream="comm"):
-    r = next(r for r in res.records if r.op == name and r.stream == stream and r.rank == 0)
-    return r.start_s, r.end_s
-
-
-# pre 0 -> [ar reads pre, ready at 1 through a host node] beside k 6 -> tail reads k and ar (1 unit)
-PASS = Schedule("p", ONE_LAYER, 2, Step.decode(1, 8, 4, 1, STACK), STACK, (
-    toy_op("pre", "gemm", ["tokens"]), toy_op("ar", "all_reduce", ["pre"]), toy_op("k", "gemm", ["pre"]),
-    toy_op("tail", "gemm", ["k", "ar"])))
-COST = {"pre": 0.0, "ar": 1.0, "k": 6.0, "tail": 1.0}
-AT_1 = lambda op: 1.0   # noqa: E731
-
-
 def run(gpu: GpuSpec, k_ctas: int, comm_ctas: int = 4):
     hook = CoSchedule(gpu, lambda s, op: {"k": (Kernel(1.0, k_ctas, 1, False),)}.get(op.name, ()),
                       lambda s, op: Comm(comm_ctas))
-    return both(PASS, COST, Interference(coschedule=hook), AT_1)
+    return both(PASS, COST, Interference(coschedule=hook), host=AT_1)
 
 
 def test_spread_idle_sms_hold_no_cluster_so_the_collective_waits_to_the_kernels_end():

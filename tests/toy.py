@@ -2,6 +2,10 @@
 
 Per layer: attention = qkv 1 + out 1 = 2, MLP = up 2 + down 1 = 3; every other compute op 0;
 every collective C (set per test)."""
+import pytest
+
+from tpsim.sim.engine import simulate
+from tpsim.sim.engine_ranks import compile_schedule, simulate_ranks
 from tpsim.sim.model import ModelSpec
 from tpsim.sim.schedule import Op, Schedule, build
 from tpsim.sim.stack import Stack, Step
@@ -34,3 +38,27 @@ TWO_AR_PASS = Schedule("pass", ONE_LAYER, 2, Step.decode(1, 8, 4, 1, STACK), STA
     toy_op("seg0", "gemm", ["tokens"]), toy_op("ar0", "all_reduce", ["seg0"]), toy_op("seg1", "gemm", ["ar0"]),
     toy_op("ar1", "all_reduce", ["seg1"]), toy_op("seg2", "gemm", ["ar1"])))
 TWO_AR_COST = {"seg0": 2.0, "seg1": 3.0, "seg2": 1.0, "ar0": 4.0, "ar1": 4.0}
+
+
+def both(sched, cost, inter, ranks=1, host=None):
+    """SimPy's result, after checking the rank engine gives the same duration and exposed comm."""
+    t = (lambda op: cost[op.name]) if isinstance(cost, dict) else cost
+    a = simulate(sched, t, ranks=ranks, interference=inter, host_s=host)
+    d, e = simulate_ranks(compile_schedule(sched, t, inter, host_s=host), ranks, inter)
+    assert d == pytest.approx(a.duration_s, rel=1e-12, abs=1e-12)
+    assert e == pytest.approx(a.exposed_comm_s, rel=1e-12, abs=1e-12)
+    return a
+
+
+def span(res, name, stream="comm"):
+    r = next(r for r in res.records if r.op == name and r.stream == stream and r.rank == 0)
+    return r.start_s, r.end_s
+
+
+# Co-scheduling: pre 0 -> [ar reads pre, ready at 1 through a host node] beside k 6 -> tail reads k
+# and ar (1 unit)
+COSCHED_PASS = Schedule("p", ONE_LAYER, 2, Step.decode(1, 8, 4, 1, STACK), STACK, (
+    toy_op("pre", "gemm", ["tokens"]), toy_op("ar", "all_reduce", ["pre"]), toy_op("k", "gemm", ["pre"]),
+    toy_op("tail", "gemm", ["k", "ar"])))
+COSCHED_COST = {"pre": 0.0, "ar": 1.0, "k": 6.0, "tail": 1.0}
+AT_1 = lambda op: 1.0   # noqa: E731  (the collective is ready at t = 1, 1 unit into k)
