@@ -19,6 +19,14 @@ tools/derive_profiles/collectives.py on half of the sizes of aiconfigurator's me
 tables (the other half is held apart, bench/validate_custom_allreduce.py). A group between two
 fitted ones interpolates linearly in n.
 
+Barriers: floor(n) holds the kernel's flag barriers with the ranks in lockstep (the collector replays
+back-to-back calls in one graph). In a model, a rank that reaches the start barrier late makes its
+peers spin. That wait is not in the tables: it is arrival skew, and the engines add it from the
+profile's jitter.arrival (--exact) and the stack's host-lane offsets. Checked at decode sizes, vLLM
+kernel, graph mode, 16-512 KiB at 8 ranks against the held-apart tables: -2.7..+6.4% on h100-sxm and
+-2.4..+5.9% on h200-sxm (bench/validate_custom_allreduce.py; the searches for an in-model skew number
+are listed in tests/fixtures/engine_bench/public/README.md).
+
 Eager (no CUDA graph): the engine copies the input into its registered IPC buffer first (vLLM /
 SGLang custom_all_reduce: registered=False outside capture), and the Python call is host-bound:
 max(eager floor, graph time + copy-in of S bytes at HBM rate); a family without an eager table

@@ -88,7 +88,8 @@ HOST = {
                        "parallel and only output_rank replies (unique_reply_rank), so nothing in it grows with N "
                        "beyond the readers' polling order. No public microbenchmark of the enqueue of a "
                        "SchedulerOutput found (vllm-project/vllm#54406 names the pickling cost, no numbers): "
-                       "0 until fitted (tpsim profiles import-engine-bench)"),
+                       "0 until fitted (tpsim profiles import-engine-bench); searched again 2026-12-01, queries and "
+                       "threads in tests/fixtures/engine_bench/public/README.md"),
     "handoff_tree_hop_s": (0.0, "shm_broadcast.py MessageQueue: one writer, every reader reads the same ring "
                                 "buffer chunk (no tree of hops)"),
     "rank_spread_s": (0.0, "no public measurement of the spread of V1 workers' per-step host time found "
@@ -97,6 +98,11 @@ HOST = {
                            "without numbers). The public skew numbers are per collective inside the pass, not this "
                            "per-step host spread: vllm-project/vllm#52777 (TP2, launch-paced decode: 150-165 us median "
                            "entry skew per custom all-reduce) and 1CatAI/1Cat-vLLM#173 (TP8 V100 MoE CUDA graph: "
-                           "31.6 us per collective, GPU-side): 0"),
-    "prepare_s": (0.0, "no public profile of V1 _prepare_inputs time found; 0 until fitted"),
+                           "31.6 us per collective, GPU-side; vllm-project/vllm#52911: ROCm TP8 MoE, 45-68 us): 0; "
+                           "searched again 2026-12-01, queries and threads in "
+                           "tests/fixtures/engine_bench/public/README.md"),
+    "prepare_s": (0.0, "no public profile of V1 _prepare_inputs time found; 0 until fitted. At TP > 1 each "
+                       "worker prepares its own inputs, the same work as TP 1's (gpu_model_runner.py _prepare_inputs): "
+                       "only its spread across ranks could grow with N (rank_spread_s); searched again 2026-12-01, "
+                       "queries and threads in tests/fixtures/engine_bench/public/README.md"),
 }
