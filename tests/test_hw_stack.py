@@ -40,7 +40,8 @@ def test_one_definition_of_the_reference_inductor_flags():
     """The harness and both kernel-table derivations read the same dict; the derivations' own
     settings only turn caching off, never a flag that changes what Inductor generates."""
     from tpsim.hw import inductor_flags as F, inductor_gpu, inductor_kernels
-    assert F.REFERENCE_INDUCTOR_FLAGS == {"coordinate_descent_tuning": True, "fx_graph_cache": True,
+    assert F.REFERENCE_INDUCTOR_FLAGS == {"coordinate_descent_tuning": True, "triton.unique_kernel_names": True,
+                                          "fx_graph_cache": True,
                                           "reorder_for_compute_comm_overlap": True}
     assert inductor_kernels.REFERENCE_INDUCTOR_FLAGS is F.REFERENCE_INDUCTOR_FLAGS
     assert inductor_gpu.REFERENCE_INDUCTOR_FLAGS is F.REFERENCE_INDUCTOR_FLAGS
@@ -50,6 +51,23 @@ def test_one_definition_of_the_reference_inductor_flags():
     assert inductor_gpu.FLAGS == F.REFERENCE_INDUCTOR_FLAGS | inductor_gpu.DERIVATION_FLAGS
     assert F.harness_inductor_flags(False) == F.REFERENCE_INDUCTOR_FLAGS | {"coordinate_descent_tuning": False}
     assert F.harness_inductor_flags() == F.REFERENCE_INDUCTOR_FLAGS
+
+
+def test_a_nested_inductor_flag_is_set_and_read_back():
+    """"triton.unique_kernel_names" (a key of the config's nested triton class) goes through
+    apply_inductor_flags' setattr, reads back through current_inductor_flags, and icfg.patch (the
+    derivations') takes it too."""
+    import torch._inductor.config as icfg
+    from tpsim.hw.inductor_flags import apply_inductor_flags, current_inductor_flags
+    before = icfg.triton.unique_kernel_names
+    try:
+        assert apply_inductor_flags({"triton.unique_kernel_names": False}) == {"triton.unique_kernel_names": False}
+        assert icfg.triton.unique_kernel_names is False
+        with icfg.patch({"triton.unique_kernel_names": True}):
+            assert current_inductor_flags()["triton.unique_kernel_names"] is True
+        assert current_inductor_flags()["triton.unique_kernel_names"] is False
+    finally:
+        icfg.triton.unique_kernel_names = before
 
 
 def test_run_config_carries_mm_decompose_m1_to_the_ranks():
