@@ -1,0 +1,131 @@
+"""The vocab-parallel input embedding in the harness (Stack.embed, `--embed vocab-parallel`): each rank
+holds its padded vocab shard of the table (the head's rows), looks its ids up masked, and the
+embed.allreduce sums the partial rows. In one process: the shards, the masked kernel, tied
+embeddings; on 2 real gloo ranks: logits equal the replicated embedding's, eager and through the
+compiled pass's functional collectives, for a vocab TP divides and one it does not."""
+import dataclasses
+import socket
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import tpsim.hw.model as hm  # noqa: E402
+from tpsim.hw.kernels import KERNELS, KernelCtx  # noqa: E402
+from tpsim.hw.runner import Runner  # noqa: E402
+from tpsim.sim.memory import Placement, local_param_shapes  # noqa: E402
+from tpsim.sim.model import get_model  # noqa: E402
+from tpsim.sim.schedule import build  # noqa: E402
+from tpsim.sim.stack import Stack, Step  # noqa: E402
+
+pytestmark = pytest.mark.hw
+TINY = get_model("tiny")                                  # vocab 256: shards [0, 128), [128, 256) at TP 2
+ODD = dataclasses.replace(TINY, name="tiny-v251", vocab=251)   # shards [0, 126), [126, 252): row 251 padding
+BATCH, PROMPT, GEN = 2, 6, 3
+
+
+def _ids(m) -> torch.Tensor:
+    """[BATCH, PROMPT + GEN - 1]: an id in each shard and both sides of every shard boundary."""
+    s = -(-m.vocab // 2)
+    edge = [0, s - 1, s, m.vocab - 1, 1, s + 1]
+    rest = torch.randint(0, m.vocab, (BATCH * (PROMPT + GEN - 1) - len(edge),), generator=torch.Generator().manual_seed(3))
+    return torch.cat([torch.tensor(edge), rest]).view(BATCH, -1)
+
+
+def test_each_rank_holds_its_vocab_shard_of_the_embedding():
+    full = hm.full_weights(ODD)
+    for r in range(2):
+        p = Placement(ODD, 2, r, "replicated", "vocab-parallel")
+        w = hm.build_weights(p)                           # asserts the shapes local_param_shapes gives
+        assert p.embed_vocab == range(126 * r, 126 * (r + 1)) and w["embed"].shape == (126, ODD.hidden)
+        assert torch.equal(w["embed"][:ODD.vocab - 126 * r], full["embed"][126 * r:126 * (r + 1)])
+        assert w["head"].shape == (ODD.vocab, ODD.hidden)                  # the head stays replicated
+    assert not hm.build_weights(Placement(ODD, 2, 1, "replicated", "vocab-parallel"))["embed"][-1].any()
+
+
+def test_tied_embeddings_share_the_shard_only_when_both_are_vocab_parallel():
+    tied = dataclasses.replace(TINY, name="tiny-tied", tied_embeddings=True)
+    both = hm.build_weights(Placement(tied, 2, 1, "vocab-parallel", "vocab-parallel"))
+    assert both["head"] is both["embed"] and "head" not in local_param_shapes(Placement(tied, 2, 1, "vocab-parallel",
+                                                                                       "vocab-parallel"))
+    emb_only = hm.build_weights(Placement(tied, 2, 1, "replicated", "vocab-parallel"))
+    assert emb_only["embed"].shape[0] == 128 and emb_only["head"].shape[0] == 256
+    assert torch.equal(emb_only["head"][128:], emb_only["embed"])          # tied: the same values
+
+
+def test_masked_partials_sum_to_the_lookup():
+    """Each rank's masked lookup is its shard's rows and zero elsewhere; the two partials sum (what
+    embed.allreduce does) to the replicated lookup."""
+    st = Stack(dtype="fp32", embed="vocab-parallel")
+    sched = build("standard", ODD, 2, Step.prefill(BATCH, PROMPT + GEN - 1, 1, st), st)
+    op = sched.ops[0]
+    assert (op.name, op.kind, op.get("masked", 0)) == ("embed", "embed", 1) and sched.ops[1].name == "embed.allreduce"
+    ids = _ids(ODD)
+    full = hm.full_weights(ODD)["embed"][ids.reshape(-1)]
+    parts = []
+    for r in range(2):
+        rm = hm.build_rank_model(ODD, 2, r, batch=BATCH, max_seq=PROMPT + GEN, embed="vocab-parallel")
+        parts.append(KERNELS["embed"](KernelCtx(Runner(rm), sched, 0), op, ids))
+        inside = (ids.reshape(-1) // 126) == r
+        assert torch.equal(parts[r][inside], full[inside]) and not parts[r][~inside].any()
+    assert torch.equal(parts[0] + parts[1], full)
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _passes(runner, m, stack, toks, functional):
+    """Prefill + teacher-forced decode of standard -> logits [B * S, vocab(+pad)] of every position;
+    `functional`: through Runner.functional_pass (the compiled harness's pass, funcol collectives) run eagerly."""
+    pre = build("standard", m, 2, Step.prefill(BATCH, PROMPT, GEN, stack), stack)
+    dec = build("standard", m, 2, Step.decode(BATCH, PROMPT, GEN, 1, stack), stack)
+    run = ((lambda s, t, p: runner.functional_pass(s, t, torch.tensor(p))[0]) if functional
+           else (lambda s, t, p: runner.forward(s, t, p).logits))
+    runner.rm.reset_cache()
+    outs = [run(pre, toks[:, :PROMPT], 0).view(BATCH, PROMPT, -1)]
+    for j in range(1, GEN):
+        pos = PROMPT + j - 1
+        outs.append(run(dec, toks[:, pos:pos + 1], pos).view(BATCH, 1, -1))
+    return torch.cat(outs, dim=1).reshape(BATCH * (PROMPT + GEN - 1), -1)
+
+
+def gloo_rank(rank: int, port: int, out: str) -> None:
+    """One of 2 gloo ranks: every (model, head, embed, eager|functional) combination; rank 0 saves the logits."""
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    res = {}
+    for m in (TINY, ODD):
+        for head in ("replicated", "vocab-parallel"):
+            for embed in ("replicated", "vocab-parallel"):
+                st = Stack(dtype="fp32", head=head, embed=embed)
+                rm = hm.build_rank_model(m, 2, rank, batch=BATCH, max_seq=PROMPT + GEN, head=head, embed=embed)
+                runner = Runner(rm, dist.group.WORLD, rank=rank)
+                res[("embed rows", m.name, head, embed)] = rm.weights["embed"].shape[0]
+                for functional in (False, True):
+                    res[(m.name, head, embed, functional)] = _passes(runner, m, st, _ids(m), functional)
+    if rank == 0:
+        torch.save(res, out)
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow          # starts 2 real gloo ranks: ~10 s
+def test_two_gloo_ranks_vocab_parallel_embedding_is_the_replicated_one(tmp_path):
+    out = tmp_path / "logits.pt"
+    # spawn, not fork: gloo in a forked child of a process with torch's threads running can hang
+    torch.multiprocessing.start_processes(gloo_rank, args=(_port(), str(out)), nprocs=2, start_method="spawn")
+    res = torch.load(out)
+    for head in ("replicated", "vocab-parallel"):       # the ranks held their shards, not the table
+        assert [res[("embed rows", n, head, e)] for n in ("tiny", "tiny-v251") for e in ("replicated", "vocab-parallel")] \
+            == [256, 128, 251, 126]
+    compared = 0
+    for key, got in res.items():
+        if key[0] != "embed rows" and key[2] == "vocab-parallel":
+            name, head, _, functional = key
+            want = res[(name, head, "replicated", False)]
+            assert got.shape == want.shape and got.shape[0] == BATCH * (PROMPT + GEN - 1)
+            torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6, msg=lambda e: f"{key}: {e}")
+            compared += 1
+    assert compared == 8
