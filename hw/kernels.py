@@ -50,6 +50,9 @@ def _embed(ctx: KernelCtx, op: Op, tokens: torch.Tensor) -> torch.Tensor:
     table = ctx.rm.weights["embed"]                                           # [vocab or shard, hidden]
     if not op.get("masked", 0):
         return F.embedding(ids, table)
+    if ctx.rm.placement.embed_rows == ctx.rm.model.vocab:      # the all-reduce would sum TP whole lookups
+        raise ValueError(f"op {op.name}: a vocab-parallel lookup, but this rank holds the whole table "
+                         f"(build_rank_model(..., embed='vocab-parallel'))")
     lo = ctx.rm.placement.embed_vocab.start
     local = ids - lo
     outside = (local < 0) | (local >= min(table.shape[0], ctx.rm.model.vocab - lo))     # [rows] bool

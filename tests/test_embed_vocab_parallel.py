@@ -69,6 +69,9 @@ def test_masked_partials_sum_to_the_lookup():
         inside = (ids.reshape(-1) // 126) == r
         assert torch.equal(parts[r][inside], full[inside]) and not parts[r][~inside].any()
     assert torch.equal(parts[0] + parts[1], full)
+    whole = hm.build_rank_model(ODD, 2, 0, batch=BATCH, max_seq=PROMPT + GEN)     # the schedule's layout, not the rank's
+    with pytest.raises(ValueError, match="holds the whole table"):
+        KERNELS["embed"](KernelCtx(Runner(whole), sched, 0), op, ids)
 
 
 def _port() -> int:
@@ -156,3 +159,12 @@ def test_compiled_vocab_parallel_embedding_is_the_replicated_one(tmp_path):
                             (ODD, "vocab-parallel", "vocab-parallel", ("compiled",))))
     assert res[("embed rows", "tiny-v251", "vocab-parallel", "vocab-parallel")] == 126
     assert _assert_same_as_replicated(res) == 1
+
+
+def test_run_config_carries_the_embedding_to_the_ranks():
+    from tpsim.hw.run_config import RunConfig
+    cfg = RunConfig(embed="vocab-parallel", head="vocab-parallel")
+    back = RunConfig.from_dict(cfg.to_dict())                  # what a rank process receives
+    assert back == cfg and back.stack().embed == "vocab-parallel" and RunConfig().stack().embed == "replicated"
+    with pytest.raises(ValueError, match="unknown embed 'rows'"):
+        RunConfig(embed="rows")
