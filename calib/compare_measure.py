@@ -64,7 +64,8 @@ def workload_of(measured: dict, profile) -> Workload:
     st = measured.get("stack", {})
     env = measured.get("env", {})
     # what bench ran: its JSON's stack (eager, no graphs unless recorded); fields it lacks: Stack's defaults
-    stack = make_stack(dict(dtype=measured.get("dtype", "fp16"), head=st.get("head"), attention=st.get("attention"),
+    stack = make_stack(dict(dtype=measured.get("dtype", "fp16"), head=st.get("head"), embed=st.get("embed"),
+                            attention=st.get("attention"),
                             kv=st.get("kv"), prefill_logits=st.get("prefill_logits"), expand_gqa=st.get("expand_gqa"),
                             prefill_graphs=False, decode_graphs=bool(st.get("decode_graphs", False)),
                             compile=bool(st.get("compile", False)), collective=env.get("backend", "nccl"),

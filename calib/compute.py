@@ -59,7 +59,7 @@ def capture(case: ShapeCase, device: str, dtype: str, seed: int = 0) -> dict[tup
     one = case.model.truncated(1)
     max_seq = case.prompt_len + case.gen_len
     rm = build_rank_model(one, case.tp, 0, batch=case.batch, max_seq=max_seq, dtype=dtype,
-                          device=device, seed=seed, head=case.stack.head)
+                          device=device, seed=seed, head=case.stack.head, embed=case.stack.embed)
     runner = Runner(rm)
     want = set(case.signatures())
     got: dict[tuple, _Sample] = {}
@@ -91,7 +91,7 @@ def pass_model(case: ShapeCase, device: str, dtype: str, seed: int = 0, group=No
     full = estimate(case.model, case.tp, case.batch, case.prompt_len, case.gen_len, case.stack, device)
     model = case.model if full.total_bytes < 2 * GIB else case.model.truncated(1)
     rm = build_rank_model(model, case.tp, 0, batch=case.batch, max_seq=case.prompt_len + case.gen_len, dtype=dtype,
-                          device=device, seed=seed, head=case.stack.head)
+                          device=device, seed=seed, head=case.stack.head, embed=case.stack.embed)
     return model, Runner(rm, group)
 
 

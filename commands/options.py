@@ -10,7 +10,7 @@ from tpsim.sim.impls import ENGINE_COLLECTIVES
 from tpsim.sim.model import MODELS, get_model
 from tpsim.sim.predict import Workload
 from tpsim.sim.profile import load_profile
-from tpsim.sim.stack import ATTENTION_IMPLS, DECODE_KV, DTYPE_BYTES, HEADS, PREFILL_LOGITS, Stack, make_stack
+from tpsim.sim.stack import ATTENTION_IMPLS, DECODE_KV, DTYPE_BYTES, EMBEDS, HEADS, PREFILL_LOGITS, Stack, make_stack
 from tpsim.sim.stacks import PRESETS, load_stack
 
 from tpsim.commands.bounds import check_sizes
@@ -89,6 +89,10 @@ def stack_options(fn):
         click.option("--head", type=click.Choice(HEADS), default=None,
                      help="LM head replicated on every rank, or split over the vocabulary + all-gather. "
                           "Default: the profile's stack_defaults, else replicated."),
+        click.option("--embed", type=click.Choice(EMBEDS), default=None,
+                     help="Input embedding replicated on every rank, or split over the vocabulary: a masked "
+                          "lookup in the rank's shard + an all-reduce (the engines' VocabParallelEmbedding). "
+                          "Default: the profile's stack_defaults, else replicated."),
         click.option("--attention", type=click.Choice(ATTENTION_IMPLS), default=None,
                      help="Attention kernel: math SDPA (materialized scores) or fused flash. Default: the "
                           "profile's stack_defaults, else math."),
@@ -108,17 +112,18 @@ def stack_options(fn):
 
 
 # What bench and check run for a stack flag not given (Stack's defaults; dtype follows the device).
-HARNESS_STACK = {"head": "replicated", "attention": "math", "kv": "static", "prefill_logits": "all",
-                 "expand_gqa": True}
+HARNESS_STACK = {"head": "replicated", "embed": "replicated", "attention": "math", "kv": "static",
+                 "prefill_logits": "all", "expand_gqa": True}
 
 
 def make_workload(model, tp, profile, batch, prompt_len, gen_len, gpus_per_node, dtype, head, attention, kv,
                   prefill_logits, expand_gqa, decode_graphs, prefill_graphs, collective, memory_check=True,
-                  comm_group=None, compile_=None, compile_prefill=None, compile_decode=None, stack_name=None):
+                  comm_group=None, compile_=None, compile_prefill=None, compile_decode=None, stack_name=None,
+                  embed=None):
     check_sizes(tp, batch, prompt_len, gen_len, gpus_per_node, comm_group)
     preset = load_stack(stack_name) if stack_name else None
     prof = load_profile(profile)
-    given = dict(dtype=dtype, head=head, attention=attention, kv=kv, prefill_logits=prefill_logits,
+    given = dict(dtype=dtype, head=head, embed=embed, attention=attention, kv=kv, prefill_logits=prefill_logits,
                  expand_gqa=expand_gqa, prefill_graphs=prefill_graphs, decode_graphs=decode_graphs,
                  compile=compile_, compile_prefill=compile_prefill, compile_decode=compile_decode,
                  collective=collective)

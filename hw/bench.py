@@ -60,7 +60,7 @@ def run_bench(cfg: RunConfig, ctx: hwrank.DistContext) -> dict:
                  build(s, model, tp, dec_step, stack) if dec_step else None) for s in specs}
     rm = build_rank_model(model, tp, ctx.rank, batch=cfg.batch, max_seq=cfg.prompt_len + cfg.gen_len,
                           dtype=cfg.dtype, device=ctx.device, seed=cfg.seed, head=cfg.head,
-                          checkpoint=cfg.checkpoint)
+                          embed=cfg.embed, checkpoint=cfg.checkpoint)
     group, cpu = dist.group.WORLD, hwrank.cpu_group()
     runner = Runner(rm, group, rank=ctx.rank, compile=cfg.compile)
     gen = torch.Generator().manual_seed(cfg.seed)
@@ -261,7 +261,7 @@ def assemble(cfg: RunConfig, model_name: str, specs: list[str], per_rank: list[d
     return emulated | {"model": model_name, "model_spec": dataclasses.asdict(cfg.model_spec()),
             "tp": cfg.model_tp, "profile": "measured", "batch": cfg.batch,
             "prompt_len": cfg.prompt_len, "gen_len": cfg.gen_len, "dtype": cfg.dtype,
-            "stack": {k: getattr(cfg, k) for k in ("head", "attention", "kv", "prefill_logits",
+            "stack": {k: getattr(cfg, k) for k in ("head", "embed", "attention", "kv", "prefill_logits",
                                                     "expand_gqa", "decode_graphs", "compile",
                                                     "mm_decompose_m1")},
             "repeats": cfg.repeats, "warmup": cfg.warmup, "schedules": rows, "memory": memory,
@@ -315,8 +315,9 @@ def format_result(result: dict) -> str:
 def stack_harness_options(values: dict, device: str) -> tuple[dict, list[str]]:
     """A --stack preset's values (sim.stacks.Preset.values) as `tpsim bench` options where PyTorch can
     run them, and a note for each that it cannot (or runs differently). Options: attention, kv,
-    expand_gqa, prefill_logits, head, compile, decode_graphs, mm_decompose_m1 (RunConfig's names;
-    the last sets coordinate_descent_tuning when compiled: hw.inductor_flags)."""
+    expand_gqa, prefill_logits, head, embed, compile, decode_graphs, mm_decompose_m1 (RunConfig's names;
+    the last sets coordinate_descent_tuning when compiled: hw.inductor_flags). A vocab-parallel embed
+    runs as the engines run it: each rank's vocab shard, the masked lookup, the embed.allreduce."""
     opts, notes = {}, []
     att = values.get("attention", "math")
     opts["attention"] = "flash" if att != "math" else "math"
@@ -328,7 +329,8 @@ def stack_harness_options(values: dict, device: str) -> tuple[dict, list[str]]:
                      "backend takes no explicit mask, so with the cache mask the harness passes SDPA runs its "
                      "memory-efficient or cuDNN kernel" if device == "cuda" else
                      "attention flash: F.scaled_dot_product_attention, PyTorch's fused CPU kernel")
-    for k, default in (("kv", "static"), ("expand_gqa", True), ("prefill_logits", "all"), ("head", "replicated")):
+    for k, default in (("kv", "static"), ("expand_gqa", True), ("prefill_logits", "all"), ("head", "replicated"),
+                       ("embed", "replicated")):
         opts[k] = values.get(k, default)
     cp, cd = values.get("compile_prefill", True), values.get("compile_decode", True)
     opts["compile"] = bool(cp or cd)
@@ -351,9 +353,6 @@ def stack_harness_options(values: dict, device: str) -> tuple[dict, list[str]]:
                      "fixed attended length; the engines capture per padded batch size instead): off with filled KV")
     if values.get("prefill_graphs"):
         notes.append("prefill CUDA graphs: the harness captures decode only")
-    if values.get("embed", "replicated") != "replicated":
-        notes.append(f"embed {values['embed']}: not run; the harness holds the whole embedding table on every "
-                     "rank (one lookup, no all-reduce)")
     scope = values.get("graph_scope", "step")
     if scope != "step" and graphs:
         notes.append(f"graph_scope {scope}: not run; when the harness replays a decode graph it captures the "

@@ -206,7 +206,8 @@ def run_check(cfg: RunConfig, ctx: hwrank.DistContext) -> list[dict]:
         raise ValueError(f"--tp {cfg.tp} but {tp} processes were started")
     max_seq = cfg.prompt_len + cfg.gen_len
     rm = build_rank_model(model, tp, ctx.rank, batch=cfg.batch, max_seq=max_seq, dtype=cfg.dtype,
-                          device=ctx.device, seed=cfg.seed, head=cfg.head, checkpoint=cfg.checkpoint)
+                          device=ctx.device, seed=cfg.seed, head=cfg.head, embed=cfg.embed,
+                          checkpoint=cfg.checkpoint)
     runner = Runner(rm, dist.group.WORLD, rank=ctx.rank)
     if cfg.checkpoint:          # the reference holds the whole model: check is for models that fit one rank
         full = checkpoint_full_weights(open_for(cfg.checkpoint, model), dtype=torch.float32, device=ctx.device)

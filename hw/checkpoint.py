@@ -4,7 +4,8 @@ model.safetensors.index.json) as the harness's weights.
 `rank_weights(ckpt, placement, ...)` returns one rank's shard in exactly the layout
 hw.model.build_weights draws (keys of sim.memory.local_param_shapes: L{i}.wqkv = [q | k | v]
 rows of the rank's heads, L{i}.w13 = [gate | up] rows of its FFN columns, L{i}.wo / L{i}.w2 the
-matching columns of o_proj / down_proj, a padded vocab shard of the head when vocab-parallel);
+matching columns of o_proj / down_proj, a padded vocab shard of the head, and of the input embedding,
+when vocab-parallel);
 `full_weights(ckpt, ...)` the unsharded ones in hw.model.full_weights' layout (check's
 reference). Each tensor is memory-mapped (safetensors safe_open) and only the rank's rows or
 columns are read (get_slice), then cast to the run's dtype: no rank ever materializes the full model.
@@ -232,10 +233,11 @@ def rank_weights(ckpt: Checkpoint, p: Placement, *, dtype: torch.dtype = torch.f
     f = (p.ffn.start, p.ffn.stop)
     w: dict[str, torch.Tensor] = {}
     with _Reader(ckpt, dtype, device) as r:
-        w["embed"] = r.rows(_name("embed"))
+        e = p.embed_vocab                                       # all rows, or the rank's vocab shard
+        w["embed"] = r.rows(_name("embed"), e.start, e.stop)
         head = _name("embed") if m.tied_embeddings else _name("head")
-        if m.tied_embeddings and p.vocab_rows == m.vocab:
-            w["head"] = w["embed"]                              # tied and replicated: the same tensor
+        if p.tied_shared:
+            w["head"] = w["embed"]                              # tied, the same rows: the same tensor
         else:
             w["head"] = r.rows(head, p.vocab.start, p.vocab.stop)
         w["final_norm"] = r.rows(_name("final_norm"))

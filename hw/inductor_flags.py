@@ -2,10 +2,10 @@
 
 The Ladder Residual benchmark sets these at import (torch._inductor.config, process-wide), as
 gpt-fast does (docs/sources.md §10):
-  mayank31398/ladder-residual-inference@ea2e9e44 benchmark.py:27, :30, :32
-  pytorch-labs/gpt-fast@32971d31 generate.py:25, :28 (no reorder flag there)
-Both also set `triton.unique_kernel_names = True` (benchmark.py:28, generate.py:26): it only names
-the generated Triton kernels, so it is left out here (the derived kernel tables record roles, not names).
+  mayank31398/ladder-residual-inference@ea2e9e44 benchmark.py:27, :28, :30, :32
+  pytorch-labs/gpt-fast@32971d31 generate.py:25, :26, :28 (no reorder flag there)
+Keys are torch._inductor.config's own names; a nested one is dotted ("triton.unique_kernel_names"),
+which setattr/getattr on the config module and icfg.patch({...}) all take as they stand.
 
 Users: compile_functional_pass, the compiled harness's one torch.compile (hw.bench.compile_passes,
 hw.check --compile: in each rank process), and hw.inductor_kernels / hw.inductor_gpu (the derivation
@@ -18,6 +18,12 @@ REFERENCE_INDUCTOR_FLAGS: dict[str, bool] = {
     # benchmark.py:27, generate.py:25. On a GPU with static shapes it makes Inductor decompose
     # one-row matmuls (torch/_inductor/decomposition.py mm / bmm); the C++ (CPU) backend ignores it
     "coordinate_descent_tuning": True,
+    # benchmark.py:28, generate.py:26: each generated Triton kernel gets its own name
+    # (triton_poi_fused_add_mul_0) instead of the shared `triton_` (torch/_inductor/config.py: "to
+    # maximize caching"), so a profiler trace tells the kernels apart; the kernels' code is the same.
+    # torch 2.13 defaults it on (TORCHINDUCTOR_UNIQUE_KERNEL_NAMES, default "1"): set here so a run
+    # records it and the environment cannot turn it off. A nested key: dotted, as the config takes it
+    "triton.unique_kernel_names": True,
     # benchmark.py:30, generate.py:28: compiled graphs cached across runs (TORCHINDUCTOR_CACHE_DIR)
     "fx_graph_cache": True,
     # benchmark.py:32 ("allows overlap"): Inductor moves each collective's wait to its first reader

@@ -41,7 +41,23 @@ class KernelCtx:
 
 
 def _embed(ctx: KernelCtx, op: Op, tokens: torch.Tensor) -> torch.Tensor:
-    return F.embedding(tokens.reshape(-1), ctx.rm.weights["embed"])          # [rows, hidden]
+    """Token ids [batch, q_len] -> [rows, hidden]. Replicated: one lookup in the whole table.
+    Masked (the IR's vocab-parallel embed, attr masked): this rank's partial rows, as vLLM's
+    VocabParallelEmbedding.forward (get_masked_input_and_mask, F.embedding, masked_fill_): ids outside
+    the rank's rows [lo, min(lo + shard, vocab)) look up local row 0 and come out zero; the
+    embed.allreduce op that follows sums the ranks' partials (each id is inside exactly one shard)."""
+    ids = tokens.reshape(-1)                                                  # [rows]
+    table = ctx.rm.weights["embed"]                                           # [vocab or shard, hidden]
+    if not op.get("masked", 0):
+        return F.embedding(ids, table)
+    if ctx.rm.placement.embed_rows == ctx.rm.model.vocab:      # the all-reduce would sum TP whole lookups
+        raise ValueError(f"op {op.name}: a vocab-parallel lookup, but this rank holds the whole table "
+                         f"(build_rank_model(..., embed='vocab-parallel'))")
+    lo = ctx.rm.placement.embed_vocab.start
+    local = ids - lo
+    outside = (local < 0) | (local >= min(table.shape[0], ctx.rm.model.vocab - lo))     # [rows] bool
+    x = F.embedding(local.masked_fill(outside, 0), table)                     # [rows, hidden]
+    return x.masked_fill(outside[:, None], 0)
 
 
 def _rmsnorm(ctx: KernelCtx, op: Op, x: torch.Tensor) -> torch.Tensor:

@@ -15,7 +15,9 @@ Layout (gemm weights stored [out, in] for F.linear):
   L{i}.wqkv [q_heads_r*hd + 2*kv_heads_r*hd, hidden] = [q heads | k heads | v heads] of rank r
   L{i}.w13  [2*ffn_r, hidden] = [w1 cols of r | w3 cols of r]
   L{i}.wo   [hidden, q_heads_r*hd], L{i}.w2 [hidden, ffn_r]   (row split of the full [in, out])
-  embed [vocab, hidden] replicated; head [vocab, hidden] replicated or a padded vocab shard.
+  embed [vocab, hidden] replicated or (Stack.embed vocab-parallel) the padded vocab shard the head's
+  would be, rows p.embed_vocab; head [vocab, hidden] replicated or a padded vocab shard (p.vocab).
+  Tied embeddings with the same rows on both sides share one tensor (Placement.tied_shared).
   Qwen2: L{i}.wqkv.bias [q_r + 2*kv_r] = [bq | bk | bv] of rank r; Qwen3: L{i}.q_norm, L{i}.k_norm [hd].
 Scales: N(0, 1/fan_in) for gemms so every matmul output is O(1), N(0, 1) embeddings, norm
 weights 1 + N(0, 0.1^2): activations stay O(sqrt(layers)) and finite in fp16 at 126 layers.
@@ -84,12 +86,13 @@ def build_weights(p: Placement, *, seed: int = 0, dtype: torch.dtype = torch.flo
     kw = dict(seed=seed, dtype=dtype, device=device)
     col = 1.0 / math.sqrt(h)
     w: dict[str, torch.Tensor] = {}
-    w["embed"] = draw_rows("embed", m.vocab, h, 0, m.vocab, std=1.0, **kw)
+    e = p.embed_vocab                                             # all rows, or this rank's shard
+    w["embed"] = draw_rows("embed", m.vocab, h, e.start, e.stop, std=1.0, **kw)
     head_src = "embed" if m.tied_embeddings else "head"
     head_std = 1.0 if m.tied_embeddings else col
     v = p.vocab
-    if m.tied_embeddings and p.vocab_rows == m.vocab:
-        w["head"] = w["embed"]                                    # tied and replicated: same tensor
+    if p.tied_shared:
+        w["head"] = w["embed"]                                    # tied, the same rows: same tensor
     else:
         w["head"] = draw_rows(head_src, m.vocab, h, v.start, v.stop, std=head_std, **kw)
     w["final_norm"] = draw_rows("final_norm", 1, h, 0, 1, std=0.1, mean=1.0, **kw)[0]
@@ -262,11 +265,13 @@ class RankModel:
 
 def build_rank_model(model: ModelSpec, tp: int, rank: int, *, batch: int, max_seq: int,
                      dtype: str = "fp32", device: torch.device | str = "cpu", seed: int = 0,
-                     head: str = "replicated", checkpoint: str | None = None) -> RankModel:
+                     head: str = "replicated", checkpoint: str | None = None,
+                     embed: str = "replicated") -> RankModel:
     """Weights shard + zeroed static KV cache of `rank` (of `tp`), allocated directly on `device`:
     drawn (seeded, build_weights), or read from the Hugging Face snapshot `checkpoint`
-    (hw.checkpoint.rank_weights: only this rank's slices)."""
-    p = Placement(model, tp, rank, head)
+    (hw.checkpoint.rank_weights: only this rank's slices). `head` / `embed`: the Stack's (the rows
+    of the LM head and of the input embedding this rank holds: sim.memory.Placement)."""
+    p = Placement(model, tp, rank, head, embed)
     td, dev = torch_dtype(dtype), torch.device(device)
     if checkpoint:
         w = rank_weights(open_for(checkpoint, model), p, dtype=td, device=dev)

@@ -55,6 +55,7 @@ class RunConfig:
     device: str = "cpu"
     dtype: str = "fp32"
     head: str = "replicated"
+    embed: str = "replicated"          # input embedding replicated, or vocab-parallel (masked lookup + all-reduce)
     attention: str = "math"
     kv: str = "static"
     prefill_logits: str = "all"
@@ -98,7 +99,7 @@ class RunConfig:
         return m.truncated(self.layers) if self.layers else m
 
     def stack(self) -> Stack:
-        return make_stack(dict(dtype=self.dtype, head=self.head, attention=self.attention, kv=self.kv,
+        return make_stack(dict(dtype=self.dtype, head=self.head, embed=self.embed, attention=self.attention, kv=self.kv,
                                prefill_logits=self.prefill_logits, expand_gqa=self.expand_gqa,
                                decode_graphs=self.decode_graphs, collective=self.backend, compile=self.compile,
                                mm_decompose_m1=self.mm_decompose_m1))

@@ -55,7 +55,7 @@ def run_plan(cfg: RunConfig, ctx: hwrank.DistContext, opts: dict) -> dict:
     done: dict[str, dict] = box[0]
     found = set(done)
     rm = build_rank_model(model, tp, ctx.rank, batch=1, max_seq=cfg.prompt_len, dtype=cfg.dtype,
-                          device=ctx.device, head=cfg.head, checkpoint=cfg.checkpoint)
+                          device=ctx.device, head=cfg.head, embed=cfg.embed, checkpoint=cfg.checkpoint)
     runner = Runner(rm, dist.group.WORLD, rank=ctx.rank)
     pre, _ = cfg.steps()
     stack = cfg.stack()

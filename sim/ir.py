@@ -22,7 +22,7 @@ COMPUTE, COMM = "compute", "comm"
 
 # kind -> stream. The harness implements each kind; the cost model prices each kind.
 KINDS = {
-    "embed": COMPUTE,       # token ids [B, S] -> x [B, S, hidden] (replicated table)
+    "embed": COMPUTE,       # token ids [B, S] -> x [B, S, hidden] (whole table, or attr masked: the vocab shard)
     "rmsnorm": COMPUTE,     # [rows, width] -> [rows, width]
     "gemm": COMPUTE,        # [m, k] @ [k, n] -> [m, n]; param names the weight shard
     "attention": COMPUTE,   # qkv [B, S, qkv_dim/tp] -> o [B, S, q_dim/tp]; RoPE, cache write, SDPA

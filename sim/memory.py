@@ -30,13 +30,17 @@ class Placement:
     Query heads and FFN columns are split evenly. KV heads are split when kv_heads >= tp; when
     kv_heads < tp each rank holds one replicated KV head, kv head `rank * kv_heads // tp` (the one
     its query heads use under GQA). With a vocab-parallel head each rank holds ceil(vocab / tp)
-    rows of it (the last rank's tail is zero padding).
+    rows of it (the last rank's tail is zero padding); with a vocab-parallel input embedding
+    (Stack.embed) the same rows of the embedding table. Tied embeddings hold one tensor when both
+    take the same rows (both replicated, or both vocab-parallel: vLLM's ParallelLMHead.tie_weights
+    shares embed_tokens' shard), else two.
     """
 
     model: ModelSpec
     tp: int
     rank: int
     head: str = "replicated"
+    embed: str = "replicated"
 
     def __post_init__(self) -> None:
         self.model.shard(self.tp)      # raises ValueError when the model does not split over tp
@@ -72,7 +76,26 @@ class Placement:
     @property
     def vocab(self) -> range:
         """Head rows [lo, hi) of the full vocab this rank holds (may run past vocab: padding)."""
-        n = self.vocab_rows
+        return self._rows(self.vocab_rows)
+
+    @property
+    def embed_rows(self) -> int:
+        """Rows of the input embedding on this rank: the head's padded shard when vocab-parallel."""
+        if self.embed == "vocab-parallel" and self.tp > 1:
+            return -(-self.model.vocab // self.tp)
+        return self.model.vocab
+
+    @property
+    def embed_vocab(self) -> range:
+        """Embedding rows [lo, hi) of the full vocab this rank holds (may run past vocab: padding)."""
+        return self._rows(self.embed_rows)
+
+    @property
+    def tied_shared(self) -> bool:
+        """Tied embeddings whose head is the embedding tensor itself (the same rows on this rank)."""
+        return self.model.tied_embeddings and self.vocab == self.embed_vocab
+
+    def _rows(self, n: int) -> range:
         lo = self.rank * n if n != self.model.vocab else 0
         return range(lo, lo + n)
 
@@ -82,8 +105,8 @@ def local_param_shapes(p: Placement) -> dict[str, tuple[int, ...]]:
     m = p.model
     hd, h = m.head_dim, m.hidden
     q, kv, f = len(p.heads) * hd, len(p.kv_heads) * hd, len(p.ffn)
-    shapes: dict[str, tuple[int, ...]] = {"embed": (m.vocab, h), "final_norm": (h,)}
-    if not (m.tied_embeddings and p.vocab_rows == m.vocab):   # tied + replicated: head is embed
+    shapes: dict[str, tuple[int, ...]] = {"embed": (p.embed_rows, h), "final_norm": (h,)}
+    if not p.tied_shared:                    # tied, same rows: the head is the embedding tensor
         shapes["head"] = (p.vocab_rows, h)
     for i in range(m.layers):
         shapes[f"L{i}.attn_norm"] = (h,)
@@ -147,13 +170,11 @@ class MemoryEstimate:
 def estimate(model: ModelSpec, tp: int, batch: int, prompt_len: int, gen_len: int,
              stack: Stack = Stack(), device: str = "cuda") -> MemoryEstimate:
     """Per-rank bytes of a prefill + decode run; rank 0 is the largest (it holds no less than others)."""
-    p = Placement(model, tp, 0, stack.head)
+    p = Placement(model, tp, 0, stack.head, stack.embed)
     b = stack.dtype_bytes
+    # a vocab-parallel embedding (the engines' VocabParallelEmbedding) is ceil(vocab / tp) rows here, as
+    # hw.model allocates it
     shapes = local_param_shapes(p)
-    if stack.embed == "vocab-parallel" and tp > 1:
-        # the serving engines' VocabParallelEmbedding: each rank holds ceil(vocab / tp) rows (the harness
-        # keeps the whole table, so this is the simulator's estimate of an engine's rank)
-        shapes = dict(shapes, embed=(-(-model.vocab // tp), model.hidden))
     embed_head = sum(_numel(s) for k, s in shapes.items() if k in ("embed", "head", "final_norm")) * b
     layers = sum(_numel(s) for s in shapes.values()) * b - embed_head
     max_seq = prompt_len + gen_len

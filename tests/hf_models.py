@@ -98,7 +98,8 @@ def run_passes(runner, model, spec: str, toks: torch.Tensor, tp: int = 1, stack_
 
 def gloo_rank(rank: int, port: int, path: str, out: str, schedules: tuple[str, ...]) -> None:
     """One of 2 gloo ranks running each schedule on checkpoint `path` (+ standard with a
-    vocab-parallel head); rank 0 saves {schedule: logits} to `out`."""
+    vocab-parallel head, and with a vocab-parallel head and embedding: each rank loads its
+    shards); rank 0 saves {schedule/head/embed: logits} to `out`."""
     import torch.distributed as dist
     from tpsim.hw.model import build_rank_model
     from tpsim.hw.runner import Runner
@@ -106,11 +107,14 @@ def gloo_rank(rank: int, port: int, path: str, out: str, schedules: tuple[str, .
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     m = get_model(path)
     res = {}
-    for head in ("replicated", "vocab-parallel"):
-        rm = build_rank_model(m, 2, rank, batch=BATCH, max_seq=PROMPT + GEN, checkpoint=path, head=head)
+    for head, embed in (("replicated", "replicated"), ("vocab-parallel", "replicated"),
+                        ("vocab-parallel", "vocab-parallel")):
+        rm = build_rank_model(m, 2, rank, batch=BATCH, max_seq=PROMPT + GEN, checkpoint=path, head=head, embed=embed)
+        assert rm.weights["embed"].shape[0] == (m.vocab if embed == "replicated" else -(-m.vocab // 2))
         runner = Runner(rm, dist.group.WORLD, rank=rank)
         for s in (schedules if head == "replicated" else ("standard",)):
-            res[f"{s}/{head}"] = run_passes(runner, m, s, tokens(), tp=2, stack_kw={"head": head})
+            res[f"{s}/{head}/{embed}"] = run_passes(runner, m, s, tokens(), tp=2,
+                                                    stack_kw={"head": head, "embed": embed})
     if rank == 0:
         torch.save(res, out)
     dist.destroy_process_group()

@@ -224,8 +224,8 @@ def test_bench_runs_a_checkpoint(ckpts):
 @pytest.mark.parametrize("fixture", ["tiny-qwen2", "tiny-qwen3"])
 def test_a_checkpoint_of_the_drawn_weights_loads_as_the_drawn_shards(tmp_path, fixture):
     """The drawn full weights written under their HF names load back, on every rank of TP 1, 2 and 4
-    (KV heads replicated at 4) with either head, as exactly the shards build_weights draws: the
-    checkpoint layout is the drawn one."""
+    (KV heads replicated at 4) with either head and either embedding, as exactly the shards
+    build_weights draws: the checkpoint layout is the drawn one."""
     from safetensors.torch import save_file
     from tpsim.hw import model as hm
     from tpsim.hw.checkpoint import NAMES
@@ -245,9 +245,23 @@ def test_a_checkpoint_of_the_drawn_weights_loads_as_the_drawn_shards(tmp_path, f
     ck = open_checkpoint(d)
     for tp in (1, 2, 4):
         for head in ("replicated", "vocab-parallel"):
-            for r in range(tp):
-                p = Placement(m, tp, r, head)
-                got, want = rank_weights(ck, p), hm.build_weights(p)
-                assert got.keys() == want.keys()
-                for k in want:
-                    assert torch.equal(got[k], want[k]), (tp, head, r, k)
+            for embed in ("replicated", "vocab-parallel"):
+                for r in range(tp):
+                    p = Placement(m, tp, r, head, embed)
+                    got, want = rank_weights(ck, p), hm.build_weights(p)
+                    assert got.keys() == want.keys()
+                    for k in want:
+                        assert torch.equal(got[k], want[k]), (tp, head, embed, r, k)
+
+
+def test_a_vocab_parallel_embedding_reads_only_its_shard(ckpts):
+    """--embed vocab-parallel: each rank's embedding is its rows of embed_tokens (vocab 256 -> 128 rows at
+    TP 2), read as a slice; Qwen3's tied head with a vocab-parallel head too is that same tensor."""
+    ck = open_checkpoint(ckpts["qwen3-hub"][0])
+    full = full_weights(ck)["embed"]                                    # [256, 64]
+    for r in range(2):
+        w = rank_weights(ck, Placement(ck.model, 2, r, "vocab-parallel", "vocab-parallel"))
+        assert w["embed"].shape == (128, 64) and torch.equal(w["embed"], full[128 * r:128 * (r + 1)])
+        assert w["head"] is w["embed"]
+        w = rank_weights(ck, Placement(ck.model, 2, r, "replicated", "vocab-parallel"))
+        assert w["embed"].shape == (128, 64) and torch.equal(w["head"], full)

@@ -48,7 +48,8 @@ def test_check_tp4_all_schedules():
 
 @pytest.mark.slow          # starts real gloo ranks: 5-20 s
 def test_check_tp2_other_stack():
-    _check(2, "--head", "vocab-parallel", "--attention", "flash", "--kv", "filled",
+    # the engines' layout: vocab-parallel head and input embedding (each rank its shard, embed.allreduce)
+    _check(2, "--head", "vocab-parallel", "--embed", "vocab-parallel", "--attention", "flash", "--kv", "filled",
            "--prefill-logits", "last", "--no-expand-gqa")
 
 

@@ -15,12 +15,13 @@ from tpsim.sim.stacks import PRESETS  # noqa: E402
 def test_presets_map_onto_harness_options():
     opts, notes = stack_harness_options(PRESETS["vllm"].values, "cpu")
     assert opts == {"attention": "flash", "kv": "filled", "expand_gqa": False, "prefill_logits": "last",
-                    "head": "vocab-parallel", "compile": False, "decode_graphs": False, "mm_decompose_m1": False}
+                    "head": "vocab-parallel", "embed": "vocab-parallel", "compile": False, "decode_graphs": False,
+                    "mm_decompose_m1": False}
     assert any(n.startswith("compile: the harness compiles a pass over a static KV cache only") for n in notes)
     assert any("CUDA graphs need a GPU" in n for n in notes)
     assert any("symmetric-memory" in n and "gloo measured" in n for n in notes)
     assert any("host lane" in n for n in notes)
-    assert any(n.startswith("embed vocab-parallel: not run") for n in notes)
+    assert not any(n.startswith("embed") for n in notes)            # runs as the engines run it
     assert any(n.startswith("graph_scope forward: not run") for n in notes)
     gpu, gnotes = stack_harness_options(PRESETS["sglang"].values, "cuda")
     assert gpu["attention"] == "flash" and gpu["compile"] is False and gpu["decode_graphs"] is False
@@ -30,6 +31,7 @@ def test_presets_map_onto_harness_options():
     ref, rnotes = stack_harness_options(PRESETS["reference"].values, "cpu")
     assert ref["attention"] == "math" and ref["kv"] == "static" and ref["compile"] is True
     assert ref["mm_decompose_m1"] is True and gpu["mm_decompose_m1"] is True     # reference, sglang: on
+    assert ref["embed"] == "replicated" and gpu["embed"] == "vocab-parallel"
     eager, _ = stack_harness_options(PRESETS["eager"].values, "cuda")
     assert eager["compile"] is False and eager["decode_graphs"] is False and eager["mm_decompose_m1"] is False
     refgpu, _ = stack_harness_options(PRESETS["reference"].values, "cuda")
@@ -40,7 +42,8 @@ def test_one_definition_of_the_reference_inductor_flags():
     """The harness and both kernel-table derivations read the same dict; the derivations' own
     settings only turn caching off, never a flag that changes what Inductor generates."""
     from tpsim.hw import inductor_flags as F, inductor_gpu, inductor_kernels
-    assert F.REFERENCE_INDUCTOR_FLAGS == {"coordinate_descent_tuning": True, "fx_graph_cache": True,
+    assert F.REFERENCE_INDUCTOR_FLAGS == {"coordinate_descent_tuning": True, "triton.unique_kernel_names": True,
+                                          "fx_graph_cache": True,
                                           "reorder_for_compute_comm_overlap": True}
     assert inductor_kernels.REFERENCE_INDUCTOR_FLAGS is F.REFERENCE_INDUCTOR_FLAGS
     assert inductor_gpu.REFERENCE_INDUCTOR_FLAGS is F.REFERENCE_INDUCTOR_FLAGS
@@ -50,6 +53,23 @@ def test_one_definition_of_the_reference_inductor_flags():
     assert inductor_gpu.FLAGS == F.REFERENCE_INDUCTOR_FLAGS | inductor_gpu.DERIVATION_FLAGS
     assert F.harness_inductor_flags(False) == F.REFERENCE_INDUCTOR_FLAGS | {"coordinate_descent_tuning": False}
     assert F.harness_inductor_flags() == F.REFERENCE_INDUCTOR_FLAGS
+
+
+def test_a_nested_inductor_flag_is_set_and_read_back():
+    """"triton.unique_kernel_names" (a key of the config's nested triton class) goes through
+    apply_inductor_flags' setattr, reads back through current_inductor_flags, and icfg.patch (the
+    derivations') takes it too."""
+    import torch._inductor.config as icfg
+    from tpsim.hw.inductor_flags import apply_inductor_flags, current_inductor_flags
+    before = icfg.triton.unique_kernel_names
+    try:
+        assert apply_inductor_flags({"triton.unique_kernel_names": False}) == {"triton.unique_kernel_names": False}
+        assert icfg.triton.unique_kernel_names is False
+        with icfg.patch({"triton.unique_kernel_names": True}):
+            assert current_inductor_flags()["triton.unique_kernel_names"] is True
+        assert current_inductor_flags()["triton.unique_kernel_names"] is False
+    finally:
+        icfg.triton.unique_kernel_names = before
 
 
 def test_run_config_carries_mm_decompose_m1_to_the_ranks():
@@ -78,6 +98,18 @@ def test_bench_stack_vllm_on_gloo():
     # the preset's mm_decompose_m1 reached the ranks' RunConfig; eager: no Inductor flags recorded
     assert st["mm_decompose_m1"] is False and d["env"]["inductor_flags"] is None
     assert st["preset"] == "vllm" and any("gloo measured" in n for n in st["notes"])
+    # the preset's vocab-parallel embedding ran: no note, and every rank's embed.allreduce in both phases
+    assert st["embed"] == "vocab-parallel" and not any(n.startswith("embed") for n in st["notes"])
+    recs = d["schedules"][0]["records"]
+    assert {(x["rank"], x["phase"]) for x in recs if x["op"] == "embed.allreduce" and x["stream"] == "comm"} == \
+        {(r, ph) for r in (0, 1) for ph in ("prefill", "decode")}
+    assert d["memory"]["embed_head_bytes"] == 2 * 128 * 64 * 4 + 64 * 4      # tiny: two 128-row shards + norm
+    # compare prices the run's stack: the simulator's schedule has the op the records join on
+    from tpsim.calib.compare_measure import workload_of
+    from tpsim.sim.profile import load_profile
+    w = workload_of(d, load_profile("h100-sxm"))
+    assert w.stack.embed == "vocab-parallel"
+    assert "embed.allreduce" in {op.name for op in w.schedule("standard", w.decode_step(1)).collectives}
     bad = CliRunner().invoke(bench_cmd, ["--stack", "nope", "--device", "cpu"])
     assert bad.exit_code == 2 and "unknown stack 'nope'" in bad.output
 

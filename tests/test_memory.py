@@ -70,3 +70,20 @@ def test_a_vocab_parallel_embedding_holds_its_shard_only():
     m = get_model("llama-3.1-70b")
     rep, par = (estimate(m, 8, 8, 32, 128, Stack(embed=e)).embed_head_bytes for e in ("replicated", "vocab-parallel"))
     assert rep - par == (128256 - 16032) * 8192 * 2
+
+
+def test_tied_vocab_parallel_head_and_embedding_are_one_shard():
+    """llama-3.2-1b (tied, vocab 128256 x hidden 2048) at TP 2: both vocab-parallel share one 64128-row
+    shard (vLLM's ParallelLMHead.tie_weights), as hw.model allocates it; one of the two vocab-parallel:
+    a shard and the whole table. embed + head + final norm, fp16."""
+    m = get_model("llama-3.2-1b")
+    shapes = local_param_shapes(Placement(m, 2, 1, "vocab-parallel", "vocab-parallel"))
+    assert shapes["embed"] == (64128, 2048) and "head" not in shapes
+    assert local_param_shapes(Placement(m, 2, 1, "replicated", "vocab-parallel"))["head"] == (128256, 2048)
+    assert Placement(m, 2, 1, "replicated", "vocab-parallel").embed_vocab == range(64128, 128256)
+
+    def embed_head(head, embed):
+        return estimate(m, 2, 1, 16, 16, Stack(head=head, embed=embed)).embed_head_bytes
+    assert embed_head("vocab-parallel", "vocab-parallel") == (64128 * 2048 + 2048) * 2
+    assert embed_head("replicated", "vocab-parallel") == ((64128 + 128256) * 2048 + 2048) * 2
+    assert embed_head("replicated", "replicated") == (128256 * 2048 + 2048) * 2
