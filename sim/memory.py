@@ -69,9 +69,7 @@ class Placement:
     @property
     def vocab_rows(self) -> int:
         """Rows of the LM head on this rank (padded shard when vocab-parallel)."""
-        if self.head == "vocab-parallel" and self.tp > 1:
-            return -(-self.model.vocab // self.tp)
-        return self.model.vocab
+        return self._shard_rows(self.head)
 
     @property
     def vocab(self) -> range:
@@ -81,9 +79,7 @@ class Placement:
     @property
     def embed_rows(self) -> int:
         """Rows of the input embedding on this rank: the head's padded shard when vocab-parallel."""
-        if self.embed == "vocab-parallel" and self.tp > 1:
-            return -(-self.model.vocab // self.tp)
-        return self.model.vocab
+        return self._shard_rows(self.embed)
 
     @property
     def embed_vocab(self) -> range:
@@ -94,6 +90,13 @@ class Placement:
     def tied_shared(self) -> bool:
         """Tied embeddings whose head is the embedding tensor itself (the same rows on this rank)."""
         return self.model.tied_embeddings and self.vocab == self.embed_vocab
+
+    def _shard_rows(self, mode: str) -> int:
+        """The rows of a [vocab, hidden] table this rank holds: ceil(vocab / TP) when `mode` is
+        vocab-parallel (TP > 1), else all of them."""
+        if mode == "vocab-parallel" and self.tp > 1:
+            return -(-self.model.vocab // self.tp)
+        return self.model.vocab
 
     def _rows(self, n: int) -> range:
         lo = self.rank * n if n != self.model.vocab else 0
