@@ -21,11 +21,14 @@ PyTorch v2.5.0 (the wheel's torch/_inductor, git 32f585d9):
   change which node the heap pops: score_2 is unique). decide_global_ordering_of_comms (comms in
   graph order via WeakDeps) is 2.5's less its FSDP branch.
 * fx_passes/post_grad.py reorder_for_locality (inference graphs, config.reorder_for_locality True in
-  both) moves each producer to just before its first user. 2.13 skips the producers of a wait
-  (`check()`: a collective stays where the graph put it); 2.5 had no such check, so there it also
-  pulls each collective down to its (sunk) wait. `torch25()` below runs 2.13's pass with that
-  check off (torch.distributed.is_available() answering False inside it alone), the lowering
-  with 2.5's settings (passes as above, reorder_for_peak_memory off).
+  both) moves each producer to just before its first user. 2.13's is 2.5's plus two guards: it
+  skips the producers of a wait (`check()`, only when torch.distributed is available: a
+  collective stays where the graph put it) and ops that consume RNG state. 2.5 had neither, so
+  there the pass also pulls each collective down to its (sunk) wait. torch25_locality() runs
+  2.13's pass with torch.distributed.is_available() answering False inside it alone, which turns
+  `check()` off; the RNG guard is moot here (the decode graph's one random op, the reference's
+  sampler, comes after every collective). torch25_flags(): passes as above, no
+  reorder_for_peak_memory.
 
 Runtime estimates: on the fake H100 every node's `estimate_op_runtime` is 0 (no device to
 measure), so reorder_compute_for_overlap pulls no extra compute into a window. The result does
