@@ -20,7 +20,9 @@ REFERENCE_INDUCTOR_FLAGS: dict[str, bool] = {
     "coordinate_descent_tuning": True,
     # benchmark.py:30, generate.py:28: compiled graphs cached across runs (TORCHINDUCTOR_CACHE_DIR)
     "fx_graph_cache": True,
-    # benchmark.py:32 ("allows overlap"): Inductor moves each collective's wait to its first reader
+    # benchmark.py:32 ("allows overlap"): on PyTorch 2.5 it runs the default passes reorder_compute_for_overlap,
+    # sink_waits, raise_comms, which leave each wait before its first reader (hw/inductor_overlap.py derives the
+X
     "reorder_for_compute_comm_overlap": True,
 }
 
