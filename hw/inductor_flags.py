@@ -22,7 +22,8 @@ REFERENCE_INDUCTOR_FLAGS: dict[str, bool] = {
     "fx_graph_cache": True,
     # benchmark.py:32 ("allows overlap"): on PyTorch 2.5 it runs the default passes reorder_compute_for_overlap,
     # sink_waits, raise_comms, which leave each wait before its first reader (hw/inductor_overlap.py derives the
-X
+    # ladder's windows). torch 2.13 defaults that pass list to []; its FX locality pass sinks the ladder's waits
+    # to their readers all the same (python -m tpsim.hw.inductor_overlap --locality-installed --no-passes)
     "reorder_for_compute_comm_overlap": True,
 }
 
