@@ -3,8 +3,9 @@
 The reference (mayank31398/ladder-residual-inference@ea2e9e44 benchmark.py:31) sets
 `reorder_for_compute_comm_overlap = True` on PyTorch 2.5 and leaves the pass list at its default.
 Under torch.compile its all-reduces are funcol.all_reduce (utils.all_reduce_func): traced as
-`_c10d_functional.all_reduce` with its `wait_tensor` right after it, lowered to `all_reduce_` on a
-clone + `wait_tensor`. The ladder's overlap is only where Inductor's passes leave those waits.
+`_c10d_functional.all_reduce` with its `wait_tensor` right after it (2.5's
+_functional_collectives._maybe_wrap_tensor: wait_tensor when tracing), lowered to `all_reduce_` on
+a clone + `wait_tensor` (2.5 lowering.py:6278, 2.13 comm_lowering.py: the same). The ladder's overlap is only where Inductor's passes leave those waits.
 
 PyTorch v2.5.0 (the wheel's torch/_inductor, git 32f585d9):
 * config.py:259 `reorder_for_compute_comm_overlap_passes = ["reorder_compute_for_overlap",
@@ -36,12 +37,13 @@ not depend on it: the last pass, raise_comms, reschedules every node by (score_0
 each collective's ancestors run as one block in collective order and a window is every node of
 the next collective's block. `derive(..., estimator=...)` reruns with given estimates to show it.
 
-Run: python -m tpsim.hw.inductor_overlap [--at llama-3.1-70b:8:64 ...] [--no-passes]
+Run: python -m tpsim.hw.inductor_overlap [--at llama-3.1-70b:8:64 ...] [--no-passes] [--kernels]
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 from dataclasses import dataclass
 from unittest import mock
 
@@ -153,17 +155,33 @@ def plan_windows(schedule: str, layers: int, model=None) -> dict[str, list[str]]
     return out
 
 
-def derive(model: str, shapes: R.Shapes, passes: bool = True, estimator=None,
-           locality_2_5: bool = True) -> dict[str, list[str]]:
+def compile_order(model: str, shapes: R.Shapes, passes: bool = True, estimator=None, locality_2_5: bool = True):
     """Compile `model` (hw.reference_ladder.MODELS) at `shapes` for the fake H100 as 2.5 would
     (torch25_flags(passes); torch25_locality unless locality_2_5 is False: the installed torch's
-    own pass) and return its windows. estimator: a function of a scheduler node -> runtime, in
-    place of Inductor's (config.estimate_op_runtime)."""
+    own pass): the capture (hw.inductor_gpu._Capture: scheduler nodes in order, output code).
+    estimator: a function of a scheduler node -> runtime, in place of Inductor's
+    (config.estimate_op_runtime)."""
     flags = torch25_flags(passes) | ({"estimate_op_runtime": estimator} if estimator else {})
     with torch25_locality() if locality_2_5 else contextlib.nullcontext():
-        cap = compile_decode(shapes, True, model=MODELS[model], flags=flags)
-    ls = launches(cap)
+        return compile_decode(shapes, True, model=MODELS[model], flags=flags)
+
+
+def derive(model: str, shapes: R.Shapes, passes: bool = True, estimator=None,
+           locality_2_5: bool = True) -> dict[str, list[str]]:
+    """The windows (windows()) of compile_order(...)'s launches."""
+    ls = launches(compile_order(model, shapes, passes, estimator, locality_2_5))
     return windows(ls, {o for ln in ls for o in ln.ops if o.endswith("allreduce")})
+
+
+_LAUNCH = re.compile(r"^\s*(\w+)\.run\(|^\s*(extern_kernels\.\w+)\(|^\s*torch\.ops\._c10d_functional\.(\w+)\.default\(([^,)]*)",
+                     re.M)
+
+
+def code_launches(code: str) -> list[str]:
+    """The output code's call() launches in order: Triton kernel names (generated or the user-defined
+    add), extern_kernels.<fn>, and `all_reduce_(buf)` / `wait_tensor(buf)` with the buffer they name."""
+    body = code[code.find("def call("):]
+    return [t or e or f"{c}({b.replace('reinterpret_tensor(', '')})" for t, e, c, b in _LAUNCH.findall(body)]
 
 
 def probe_shapes(batch: int = PROBE["b"], layers: int = LAYERS) -> R.Shapes:
@@ -201,6 +219,7 @@ def main(argv=None) -> int:
     ap.add_argument("--at", metavar="MODEL:TP:BATCH", nargs="*", default=[],
                     help="real per-rank shapes (default: the prime probe)")
     ap.add_argument("--no-passes", action="store_true", help="reorder_for_compute_comm_overlap_passes = []")
+    ap.add_argument("--kernels", action="store_true", help="print the output code's launches instead of the windows")
     ap.add_argument("--locality-installed", action="store_true",
                     help=f"the installed torch {torch.__version__}'s reorder_for_locality instead of 2.5's")
     a = ap.parse_args(argv)
@@ -208,6 +227,11 @@ def main(argv=None) -> int:
         spec: real_shapes(*(lambda m, t, b: (m, int(t), int(b)))(*spec.split(":"))) for spec in a.at}
     for label, s in shapes.items():
         for model in a.model:
+            if a.kernels:
+                code = compile_order(model, s, passes=not a.no_passes, locality_2_5=not a.locality_installed).code
+                print(f"{model} @ {label}: call() launches")
+                print("\n".join(f"  {x}" for x in code_launches(code)))
+                continue
             w = derive(model, s, passes=not a.no_passes, locality_2_5=not a.locality_installed)
             print(f"{model} @ {label} (passes {'[]' if a.no_passes else list(PASSES_2_5)}, reorder_for_locality "
                   f"of torch {torch.__version__ if a.locality_installed else '2.5'}):")
