@@ -5,7 +5,8 @@ The reference (mayank31398/ladder-residual-inference@ea2e9e44 benchmark.py:31) s
 Under torch.compile its all-reduces are funcol.all_reduce (utils.all_reduce_func): traced as
 `_c10d_functional.all_reduce` with its `wait_tensor` right after it (2.5's
 _functional_collectives._maybe_wrap_tensor: wait_tensor when tracing), lowered to `all_reduce_` on
-a clone + `wait_tensor` (2.5 lowering.py:6278, 2.13 comm_lowering.py: the same). The ladder's overlap is only where Inductor's passes leave those waits.
+a clone + `wait_tensor` (2.5 lowering.py:6278, 2.13 comm_lowering.py: the same). The ladder's
+overlap is only where Inductor's passes leave those waits.
 
 PyTorch v2.5.0 (the wheel's torch/_inductor, git 32f585d9):
 * config.py:259 `reorder_for_compute_comm_overlap_passes = ["reorder_compute_for_overlap",
