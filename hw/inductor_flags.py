@@ -26,7 +26,10 @@ REFERENCE_INDUCTOR_FLAGS: dict[str, bool] = {
     "triton.unique_kernel_names": True,
     # benchmark.py:30, generate.py:28: compiled graphs cached across runs (TORCHINDUCTOR_CACHE_DIR)
     "fx_graph_cache": True,
-    # benchmark.py:32 ("allows overlap"): Inductor moves each collective's wait to its first reader
+    # benchmark.py:32 ("allows overlap"): on PyTorch 2.5 it runs the default passes reorder_compute_for_overlap,
+    # sink_waits, raise_comms, which leave each wait before its first reader (hw/inductor_overlap.py derives the
+    # ladder's windows). torch 2.13 defaults that pass list to []; its FX locality pass sinks the ladder's waits
+    # to their readers all the same (python -m tpsim.hw.inductor_overlap --locality-installed --no-passes)
     "reorder_for_compute_comm_overlap": True,
 }
 

@@ -105,22 +105,26 @@ class _Capture:
             GraphLowering.codegen, S.Scheduler._codegen = orig_cg, orig_sched
 
 
-def compile_decode(shapes: R.Shapes, comm: bool, probe: dict | None = None) -> _Capture:
+def compile_decode(shapes: R.Shapes, comm: bool, probe: dict | None = None, model=None,
+                   flags: dict | None = None) -> _Capture:
     """Lower one decode step of the reference model at `shapes` for the fake H100; the capture
-    holds its scheduler nodes (described over `probe`'s primes when given) and output code."""
+    holds its scheduler nodes (described over `probe`'s primes when given) and output code.
+    model: (params, forward) of another of the reference's models (hw.reference_ladder.MODELS;
+    default the dense one); flags: Inductor settings over FLAGS."""
+    params, forward = model or (R.params, R.forward)
     cap = _Capture(probe)
     group = _one_rank_group() if comm else None
-    with fake_h100(), icfg.patch(FLAGS), torch.no_grad():
+    with fake_h100(), icfg.patch(FLAGS | (flags or {})), torch.no_grad():
         torch._dynamo.reset()
         fm = FakeTensorMode()
         with fm:
-            p = R.params(shapes)
+            p = params(shapes)
             idx = torch.empty(shapes.batch, 1, dtype=torch.long, device="cuda")
             pos = torch.empty(1, dtype=torch.int32, device="cuda")
         names = list(p)
 
         def fn(idx, pos, *ws):
-            return R.forward(dict(zip(names, ws)), shapes, idx, pos, group, comm)
+            return forward(dict(zip(names, ws)), shapes, idx, pos, group, comm)
 
         with fm, fx_traceback.preserve_node_meta():
             gm = make_fx(fn)(idx, pos, *p.values())

@@ -94,57 +94,87 @@ def _sdpa_math(q, k, v, mask):
     return aten._scaled_dot_product_attention_math(q, k, v, attn_mask=add)[0]
 
 
-def forward(p: dict, s: Shapes, idx, input_pos, group=None, comm: bool = True):
-    """One decode step (q = idx.shape[1]); returns logits [B, vocab] of the last position.
-    comm: the dense model's all-reduces (the comm-free upper bound drops them)."""
-    B, q = idx.shape
-    H, KVH, D = s.heads, s.kv_heads, s.head_dim
-    G = H // KVH
+def prologue(p: dict, s: Shapes, idx, input_pos):
+    """GPT*.forward's model-level part before the layers: (mask [1, 1, q, S], freqs [q, D/2, 2],
+    x = tok_embeddings(idx) [B, q, hidden])."""
     # no IR op of its own: fused into the attention kernels that read them
     with annotate({"tpsim_op": "model.index"}):
         mask = aten.index(p["causal_mask"], [input_pos]).unsqueeze(0).unsqueeze(0)    # [1, 1, q, S]
         freqs = aten.index(p["freqs_cis"], [input_pos])                             # [q, D/2, 2]
     with annotate({"tpsim_op": "embed"}):
         x = F.embedding(idx, p["embed"])                                            # [B, q, hidden]
-    for i in range(s.layers):
-        L = f"L{i}"
+    return mask, freqs, x
 
-        def reduce(y, op):
-            with annotate({"tpsim_op": f"{L}.{op}.allreduce"}):
-                return funcol.all_reduce(y, "sum", group) if comm else y
+
+def attention(p: dict, s: Shapes, L: str, x, freqs, mask, input_pos, norm: str = "attention_norm", wqkv=None):
+    """Attention(attention_norm(x)) of layer L (utils.Attention on the compiled, non-flash path):
+    the partial output wo(y) [B, q, hidden]. wqkv: the fused projection's q, k, v columns when the
+    caller ran it (gpt_parallel's FuseAttentionMLP), else this layer's wqkv on norm(x)."""
+    B, q = x.shape[:2]
+    H, KVH, D = s.heads, s.kv_heads, s.head_dim
+    G = H // KVH
+    if wqkv is None:
         with annotate({"tpsim_op": f"{L}.attn.norm"}):
-            h = _rmsnorm(x, p[f"{L}.attention_norm"])
+            h = _rmsnorm(x, p[f"{L}.{norm}"])
         with annotate({"tpsim_op": f"{L}.attn.qkv"}):
-            qkv = F.linear(h, p[f"{L}.wqkv"])
-        with annotate({"tpsim_op": f"{L}.attn.sdpa"}):
-            qh, kh, vh = qkv.split([H * D, KVH * D, KVH * D], dim=-1)
-            qh, kh, vh = qh.view(B, q, H, D), kh.view(B, q, KVH, D), vh.view(B, q, KVH, D)
-            qh, kh = _rope(qh, freqs), _rope(kh, freqs)
-            qh, kh, vh = qh.transpose(1, 2), kh.transpose(1, 2), vh.transpose(1, 2)
-            kc = aten.index_put_(p[f"{L}.k_cache"], [None, None, input_pos], kh)
-            vc = aten.index_put_(p[f"{L}.v_cache"], [None, None, input_pos], vh)
-            ke, ve = kc.repeat_interleave(G, dim=1), vc.repeat_interleave(G, dim=1)
-            y = _sdpa_math(qh, ke, ve, mask).transpose(1, 2).contiguous().view(B, q, H * D)
-        with annotate({"tpsim_op": f"{L}.attn.out"}):
-            y = F.linear(y, p[f"{L}.wo"])
-        y = reduce(y, "attn")
-        with annotate({"tpsim_op": f"{L}.attn.add"}):
-            x = x + y
-        with annotate({"tpsim_op": f"{L}.mlp.norm"}):
-            h = _rmsnorm(x, p[f"{L}.ffn_norm"])
-        with annotate({"tpsim_op": f"{L}.mlp.up"}):
-            ug = F.linear(h, p[f"{L}.w1"])
-        with annotate({"tpsim_op": f"{L}.mlp.act"}):
-            u, g = ug.chunk(2, dim=-1)
-            a = F.silu(g) * u
-        with annotate({"tpsim_op": f"{L}.mlp.down"}):
-            y = F.linear(a, p[f"{L}.w2"])
-        y = reduce(y, "mlp")
-        with annotate({"tpsim_op": f"{L}.mlp.add"}):
-            x = x + y
+            wqkv = F.linear(h, p[f"{L}.wqkv"])
+    with annotate({"tpsim_op": f"{L}.attn.sdpa"}):
+        qh, kh, vh = wqkv.split([H * D, KVH * D, KVH * D], dim=-1)
+        qh, kh, vh = qh.view(B, q, H, D), kh.view(B, q, KVH, D), vh.view(B, q, KVH, D)
+        qh, kh = _rope(qh, freqs), _rope(kh, freqs)
+        qh, kh, vh = qh.transpose(1, 2), kh.transpose(1, 2), vh.transpose(1, 2)
+        kc = aten.index_put_(p[f"{L}.k_cache"], [None, None, input_pos], kh)
+        vc = aten.index_put_(p[f"{L}.v_cache"], [None, None, input_pos], vh)
+        ke, ve = kc.repeat_interleave(G, dim=1), vc.repeat_interleave(G, dim=1)
+        y = _sdpa_math(qh, ke, ve, mask).transpose(1, 2).contiguous().view(B, q, H * D)
+    with annotate({"tpsim_op": f"{L}.attn.out"}):
+        return F.linear(y, p[f"{L}.wo"])
+
+
+def swiglu_down(p: dict, L: str, ug):
+    """FeedForward's tail: w2(silu(g) * u) from w1's output ug [B, q, 2 * ffn]."""
+    with annotate({"tpsim_op": f"{L}.mlp.act"}):
+        u, g = ug.chunk(2, dim=-1)
+        a = F.silu(g) * u
+    with annotate({"tpsim_op": f"{L}.mlp.down"}):
+        return F.linear(a, p[f"{L}.w2"])
+
+
+def feed_forward(p: dict, L: str, x):
+    """FeedForward(ffn_norm(x)) of layer L: the partial output [B, q, hidden]."""
+    with annotate({"tpsim_op": f"{L}.mlp.norm"}):
+        h = _rmsnorm(x, p[f"{L}.ffn_norm"])
+    with annotate({"tpsim_op": f"{L}.mlp.up"}):
+        ug = F.linear(h, p[f"{L}.w1"])
+    return swiglu_down(p, L, ug)
+
+
+def epilogue(p: dict, x):
+    """norm, output head on the last position, greedy sample: the token ids [B]."""
     with annotate({"tpsim_op": "final.norm"}):
         x = _rmsnorm(aten.select(x, 1, -1), p["norm"])
     with annotate({"tpsim_op": "head"}):
         logits = F.linear(x, p["output"])
     with annotate({"tpsim_op": "sample"}):
         return logits.argmax(-1)
+
+
+def all_reduce(y, name: str, group, comm: bool = True):
+    """utils.all_reduce_func under compile: funcol.all_reduce (traced as all_reduce + wait_tensor)."""
+    with annotate({"tpsim_op": name}):
+        return funcol.all_reduce(y, "sum", group) if comm else y
+
+
+def forward(p: dict, s: Shapes, idx, input_pos, group=None, comm: bool = True):
+    """One decode step (q = idx.shape[1]); returns logits [B, vocab] of the last position.
+    comm: the dense model's all-reduces (the comm-free upper bound drops them)."""
+    mask, freqs, x = prologue(p, s, idx, input_pos)
+    for i in range(s.layers):
+        L = f"L{i}"
+        y = all_reduce(attention(p, s, L, x, freqs, mask, input_pos), f"{L}.attn.allreduce", group, comm)
+        with annotate({"tpsim_op": f"{L}.attn.add"}):
+            x = x + y
+        y = all_reduce(feed_forward(p, L, x), f"{L}.mlp.allreduce", group, comm)
+        with annotate({"tpsim_op": f"{L}.mlp.add"}):
+            x = x + y
+    return epilogue(p, x)
