@@ -20,6 +20,14 @@ MODEL_CHANGE_HELP = ("model change: none = same model and outputs as standard; r
                      "n/a = not a way to run the model.")
 
 
+def note_lines(preds) -> list[str]:
+    """Each prediction's notes as `schedule: note` lines; a note every schedule has (a stack's
+    fallback, a profile's limit) is printed once, first, as `all schedules: note`."""
+    shared = set(preds[0].notes).intersection(*(p.notes for p in preds[1:])) if len(preds) > 1 else set()
+    out = [f"all schedules: {n}" for n in dict.fromkeys(n for p in preds for n in p.notes if n in shared)]
+    return out + [f"{p.schedule}: {n}" for p in preds for n in p.notes if n not in shared]
+
+
 @click.command("predict")
 @workload_options
 @click.option("--schedule", "schedules", multiple=True, metavar="SPEC",
@@ -93,9 +101,8 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
     src = f" (values and sources: {load_stack(kw['stack_name']).path})" if kw.get("stack_name") else ""
     console.print(f"stack: {w.stack.describe()}{src}", style="dim", soft_wrap=True)   # one line: greppable
     console.print(t)
-    for p in preds:
-        for note in p.notes:
-            console.print(rich_escape(f"{p.schedule}: {note}"), soft_wrap=True)
+    for line in note_lines(preds):
+        console.print(rich_escape(line), soft_wrap=True)
     if jitter_note:
         console.print(rich_escape(jitter_note), style="dim")
     console.print("ms/token: one decode step.  exposed comm: time the compute stream waited for collectives "

@@ -2,11 +2,13 @@
 NCCL fallbacks, and hand-computed toy prices of the mechanism floor + remote bytes / rate."""
 import dataclasses
 import json
+from types import SimpleNamespace as P
 
 import pytest
 from click.testing import CliRunner
 
 from tpsim.cli import main
+from tpsim.commands.predict import note_lines
 from tpsim.sim import custom_allreduce as car
 from tpsim.sim.cost import CostModel
 from tpsim.sim.custom_allreduce_fit import fit_group
@@ -164,3 +166,22 @@ def test_collective_command_prices_each_impl():
     out = json.loads(r.output)
     assert out["rows"][0]["path"] == "table (NCCL for vllm-custom)" and out["impl"] == "vllm-custom"
     assert out["notes"][0].startswith("vLLM: custom allreduce is disabled")
+
+
+def test_predict_table_says_a_fallback_shared_by_every_schedule_once():
+    """The table's notes: the stack's fallback holds for all five default schedules, so it is one
+    `all schedules:` line, not five `schedule:` lines."""
+    r = CliRunner().invoke(main, ["predict", "--model", "llama-3.1-8b", "--profile", "l40s-pcie", "--tp", "4",
+                                  "--batch", "1", "--prompt", "32", "--gen", "4", "--stack", "vllm"])
+    assert r.exit_code == 0, r.output
+    lines = [ln for ln in r.output.splitlines() if "custom allreduce is disabled" in ln]
+    assert lines == ["all schedules: vLLM: custom allreduce is disabled because it's not supported on more than "
+                     "two PCIe-only GPUs; falls back to NCCL"], r.output
+
+
+def test_note_lines_keep_a_note_of_one_schedule_under_its_name():
+    """Toy predictions: 'a' on both is shared (printed once, first); 'b' only on the second keeps its name;
+    one prediction alone keeps its name for every note."""
+    preds = [P(schedule="standard", notes=("a",)), P(schedule="seq-parallel", notes=("b", "a"))]
+    assert note_lines(preds) == ["all schedules: a", "seq-parallel: b"]
+    assert note_lines(preds[:1]) == ["standard: a"]
