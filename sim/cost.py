@@ -17,8 +17,14 @@ F.linear, priced from the profile's GEMM table like any other GEMM.
 Other compute ops: a measured time when the profile has one for the op's exact shape; interpolated
 (log-log) along the op's size axis when it has neighbours; otherwise a roofline
 max(flops / (peak * eff), bytes / (bw * eff)) per kernel, with the efficiency curves of the
-profile. Launch overhead: on a GPU the CPU queues kernels ahead of the GPU, so an op costs
-max(GPU time, its kernels' launch time); on a CPU device the two add up.
+profile. Launch overhead: under a CUDA graph (graph phases, ops inside the stack's graph_scope) each
+kernel costs at least the graph floor on the GPU, max(GPU time, kernels x launch_s["graph"]). On a
+GPU without a graph the launches are asynchronous (CUDA C++ Programming Guide, "Asynchronous
+Concurrent Execution": a launch returns to the host before the device completes it): compute_s is
+the GPU time alone and issue_s the CPU's time to launch the op (kernels x launch_s["eager"]), which
+the engines chain per rank in issue order (sim/engine.py `issue_s`), so a step is launch-bound only
+where the Python thread really falls behind the GPU. On a CPU device launch and compute add up (one
+thread does both): GPU time + kernels x launch, and no issue time.
 
 Collectives: sim/collective_cost.py.
 """
@@ -204,9 +210,43 @@ class CostModel(CollectiveCost):
         return self.profile.launch_s["graph" if graphs else "eager"]
 
     def _floor(self, gpu_s: float, kernels: int, graphs: bool) -> float:
-        """A GPU queues launches ahead of the kernels (max); a CPU device does both in turn (sum)."""
-        launch = kernels * self._launch_s(graphs)
-        return max(gpu_s, launch) if self.profile.device == "cuda" else gpu_s + launch
+        """The one launch rule (module docstring): a replayed CUDA graph costs at least its kernels'
+        graph floor (max); an eager GPU op is its GPU time (its launches are issue_s, on the CPU's
+        chain); a CPU device does both in turn (sum)."""
+        if self.profile.device != "cuda":
+            return gpu_s + kernels * self._launch_s(graphs)
+        return max(gpu_s, kernels * self._launch_s(True)) if graphs else gpu_s
+
+    def issue_s(self, op: Op, phase: str, sched: Schedule | None = None) -> float:
+        """CPU seconds the rank's Python thread spends launching `op`: on a GPU, for an op launched
+        eagerly (an eager phase, or an op the stack's graph_scope leaves outside the graph), its kernels
+        x launch_s["eager"] -- the kernels compute_s prices, counted the same way; 0 under a CUDA graph
+        (the replay's launch is the host lane's, sim/host_lane.py), on a CPU device (_floor adds the
+        launches to the op) and for a stand-in (a given cost). An eager collective costs one launch:
+        its eager time (an eager table, timed per Python-issued call, or a graph table plus
+        eager_extra, sim/collective_cost.py) already holds that call on the GPU side, so it is not
+        added to the collective's time again -- it only delays what this thread issues after it."""
+        if self.profile.device != "cuda" or op.given_cost_s is not None or self.stack.graphs(phase, op.name):
+            return 0.0
+        fused = self.stack.compiled(phase)
+        hit = fusion.lookup(sched, op, self.profile.device) if (fused and sched is not None and not op.is_comm) else None
+        key = ("issue", op.signature, phase, hit)
+        t = self._cache.get(key)
+        if t is None:
+            t = self._cache[key] = self._kernel_count(op, fused, hit) * self._launch_s(False)
+        return t
+
+    def _kernel_count(self, op: Op, fused: bool, hit) -> int:
+        """Kernels `op` launches, as compute_s prices it: Inductor's kernels charged to it in a compiled
+        layer (`hit`; kernel_terms: one launch each), one for a collective or a generated GEMV, else
+        op_work's."""
+        if op.is_comm:
+            return 1
+        if hit is not None:
+            return sum(1 for k in fusion.kernels(hit) if k.kind != "collective")
+        if self.generated_gemv(op, fused):
+            return 1
+        return sum(w.kernels for w in op_work(op, fused))
 
     def generated_gemv(self, op: Op, fused: bool) -> bool:
         """A GEMM with one row (m == 1) in a compiled phase on a GPU, inside the compiled region
@@ -324,9 +364,7 @@ class CostModel(CollectiveCost):
             if t is None:
                 return None
             works = separable_work(op, fused)
-            launch = sum(w.kernels for w in works) * self.profile.launch_s["graph" if graphs else "eager"]
-            gpu = roofline_s(self.profile, works, op.dtype)
-            return t + (max(gpu, launch) if self.profile.device == "cuda" else gpu + launch)
+            return t + self._floor(roofline_s(self.profile, works, op.dtype), sum(w.kernels for w in works), graphs)
         if not pts:
             return None
         xs = [p[0] for p in pts]
@@ -345,9 +383,10 @@ class CostModel(CollectiveCost):
             r_near = roofline_s(self.profile, op_work(near_op, fused), op.dtype)
             t = near[1] * (r_here / r_near if r_near > 0 else 1.0)
         if op.kind == "gemm" and self.profile.device == "cuda":
-            # a GEMM is one kernel; database times are device time (kernels back to back), so a
-            # GEMM shorter than its launch costs the launch, as on the roofline path
-            t = max(t, self.profile.launch_s["graph" if graphs else "eager"])
+            # a GEMM is one kernel; database times are device time (kernels back to back), so under a
+            # graph a GEMM shorter than its launch costs the launch, as on the roofline path (eager:
+            # its launch is issue_s)
+            t = self._floor(t, 1, graphs)
         return t
 
 

@@ -15,6 +15,16 @@ compute op and collective instead, and a collective ready to start first waits o
 SMs the compute kernel running there holds; a rank whose kernel got its SMs before the group's last
 one spins on them until the collective starts, its compute slowed by `spin_slowdown` meanwhile.
 
+Launches (`issue_s`): one Python thread per rank issues the pass's ops in order, compute ops and
+collectives alike, and an op cannot start on the GPU before the thread has launched it: issue_k =
+issue_{k-1} + issue_s(op_k), from the rank's start (the step's start: the previous step ended in a
+sync on its sampled tokens, so every pass restarts the clock; a host lane's per-rank offset,
+`rank_delay_s`, starts it late too). The thread never waits on the GPU inside a pass, so it runs
+ahead of long kernels and the GPU idles only where it really falls behind (many small kernels). A
+compute op starts at max(its stream free, issue_k, its inputs); a collective is handed to the comm
+stream at max(the compute ops issued before it done, issue_k). No `issue_s` (graph phases, CPU
+devices: sim.cost.CostModel.issue_s is 0): the timeline of a pass without launches.
+
 The engine knows nothing of costs: it takes `op_time(op) -> seconds`, so tests can pin
 timelines with hand-written integer costs.
 """
@@ -144,7 +154,8 @@ def simulate(schedule: Schedule, op_time: Callable[[Op], float], ranks: int = 1,
              interference: Interference = Interference(), rank_delay_s: tuple[float, ...] = (),
              jitter_s: float = 0.0, seed: int = 0, record: bool = True,
              arrival_mean_s: Callable[[Op], float] | None = None,
-             host_s: Callable[[Op], float] | None = None) -> StepResult:
+             host_s: Callable[[Op], float] | None = None,
+             issue_s: Callable[[Op], float] | None = None) -> StepResult:
     """Run one forward pass of `schedule` on `ranks` simulated ranks.
 
     ranks=1 is the representative-rank fast path: with symmetric ranks and no skew or jitter
@@ -158,6 +169,8 @@ def simulate(schedule: Schedule, op_time: Callable[[Op], float], ranks: int = 1,
     (enqueue.cc hostStreamPlanCallback). Those host nodes form one chain per rank on NCCL's host
     stream, starting at the graph's launch (the rank's start) and waiting for nothing on the GPU,
     so collective k cannot start on a rank before the sum of the host times of collectives 0..k.
+
+    `issue_s(op)`, when given: the CPU seconds to launch each op, chained per rank (module docstring).
     """
     env = _CountingEnv()
     rs = [_Rank(env, r) for r in range(ranks)]
@@ -198,12 +211,19 @@ def simulate(schedule: Schedule, op_time: Callable[[Op], float], ranks: int = 1,
             remaining -= (env.now - t0) * r
 
     def compute_stream(rank: _Rank):
-        if rank.rank < len(rank_delay_s) and rank_delay_s[rank.rank] > 0:
-            yield env.timeout(rank_delay_s[rank.rank])
+        delay = rank_delay_s[rank.rank] if rank.rank < len(rank_delay_s) else 0.0
+        if delay > 0:
+            yield env.timeout(delay)
+        issued = 0.0                              # the rank's launch chain, from its start (docstring)
         for op in schedule.ops:
+            if issue_s is not None:
+                issued += issue_s(op)
+            ready = delay + issued                # launched by then (delay + 0.0 == delay: no chain)
             if op.is_comm:
-                rank.comm_queue.put(op)           # issue async; the comm stream takes it from here
+                rank.comm_queue.put((op, ready))  # issue async; the comm stream takes it from here
                 continue
+            if env.now < ready:                   # the GPU waits for the CPU to launch it
+                yield env.timeout(ready - env.now)
             pending = [v for v in op.inputs if v != TOKENS and not event(rank, v).triggered]
             if pending:
                 t0 = env.now
@@ -236,7 +256,9 @@ def simulate(schedule: Schedule, op_time: Callable[[Op], float], ranks: int = 1,
     def comm_stream(rank: _Rank):
         host_ready = rank_delay_s[rank.rank] if rank.rank < len(rank_delay_s) else 0.0
         while True:
-            op = yield rank.comm_queue.get()
+            op, ready = yield rank.comm_queue.get()
+            if env.now < ready:                   # not launched yet (the rank's launch chain)
+                yield env.timeout(ready - env.now)
             pending = [event(rank, v) for v in op.inputs if not event(rank, v).triggered]
             if pending:
                 yield env.all_of(pending)

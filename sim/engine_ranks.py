@@ -35,14 +35,19 @@ class Compiled:
                                       # host-node chain (engine.simulate's host_s), from the step's start
     names: tuple[str, ...] = ()       # per item: its op name (kept, unmerged, with a coschedule hook)
     cosched: object = None            # the interference's coschedule hook bound to the schedule (or None)
+    ready_s: tuple[float, ...] = ()   # per item: when the rank's launch chain (engine.simulate's issue_s)
+                                      # has launched it, from the rank's start; () without launches
 
 
 def compile_schedule(schedule: Schedule, op_time: Callable[[Op], float],
                      interference: Interference = Interference(),
-                     host_s: Callable[[Op], float] | None = None) -> Compiled:
+                     host_s: Callable[[Op], float] | None = None,
+                     issue_s: Callable[[Op], float] | None = None) -> Compiled:
     """Per-op times and collective reads of `schedule`, as `simulate` would charge them (with the
-    same `host_s` host-node chain). With a coschedule hook every compute op stays its own item
-    (its kernels decide when a collective can start beside it and how much each slows)."""
+    same `host_s` host-node chain and `issue_s` launch chain). With a coschedule hook every compute
+    op stays its own item (its kernels decide when a collective can start beside it and how much
+    each slows); a compute op that takes launch time stays its own item too (it may wait for its
+    launch)."""
     times = {op.name: op_time(op) for op in schedule.ops}
     for name, t in times.items():
         if not t >= 0:
@@ -51,7 +56,11 @@ def compile_schedule(schedule: Schedule, op_time: Callable[[Op], float],
     index: dict[str, int] = {}
     at = {op.name: i for i, op in enumerate(schedule.ops)}
     coll, time_s, reads, comm_wake, names, ops, item_names = [], [], [], [], [], [], []
+    ready, issued = [], 0.0           # per op: launched by (from the rank's start), as simulate sums it
     for i, op in enumerate(schedule.ops):
+        if issue_s is not None:
+            issued += issue_s(op)
+        ready.append(issued)
         producers = [schedule.producer[v] for v in op.inputs if v != TOKENS]
         # the rank engine assumes every input is produced earlier in issue order (so a comm op's
         # inputs exist once it is issued and the comm stream is free); a schedule that breaks it
@@ -80,22 +89,25 @@ def compile_schedule(schedule: Schedule, op_time: Callable[[Op], float],
     # stream runs them back to back at one shared rate, so only their summed time matters
     # (a run of ~5 ops between two collectives becomes one item, ~3x fewer events)
     cs = interference.bind(schedule, times)
-    m_coll, m_time, m_reads, m_names = [], [], [], []
-    for k, t, rd, nm in zip(coll, time_s, reads, item_names):
-        if cs is None and k < 0 and not rd and m_coll and m_coll[-1] < 0:
+    # (an op launched later than the one before it may wait for its launch: not merged)
+    m_coll, m_time, m_reads, m_names, m_ready = [], [], [], [], []
+    for i, (k, t, rd, nm) in enumerate(zip(coll, time_s, reads, item_names)):
+        if cs is None and k < 0 and not rd and m_coll and m_coll[-1] < 0 and ready[i] == ready[i - 1]:
             m_time[-1] += t
             continue
         m_coll.append(k)
         m_time.append(t)
         m_reads.append(rd)
         m_names.append(nm)
+        m_ready.append(ready[i])
     host, ready = [], 0.0
     for o in ops:                     # the host-node chain: cumulative over the collectives that have one
         h = host_s(o) if host_s is not None else 0.0
         ready += max(h, 0.0)
         host.append(ready if h > 0 else 0.0)
     return Compiled(tuple(m_coll), tuple(m_time), tuple(m_reads), tuple(comm_wake), tuple(names), tuple(ops),
-                    comm_time, tuple(host) if any(host) else (), tuple(m_names) if cs is not None else (), cs)
+                    comm_time, tuple(host) if any(host) else (), tuple(m_names) if cs is not None else (), cs,
+                    tuple(m_ready) if issued > 0 else ())
 
 
 class Event(IntEnum):
@@ -109,6 +121,7 @@ class Event(IntEnum):
     WAKE = 3            # a rank blocked on a collective resumes after its wake-up; value 0
     ARRIVE = 4          # rank arrives at collective `value` (only under a coschedule hook)
     RESIDENT = 5        # rank's kernel of collective `value` got its SMs (only under a coschedule hook)
+    LAUNCHED = 6        # the rank's launch chain reaches its next item (only with Compiled.ready_s); value 0
 
 
 @dataclass(slots=True)
@@ -150,8 +163,10 @@ def simulate_ranks(c: Compiled, ranks: int, interference: Interference = Interfe
     got its SMs (RESIDENT) before the last one spins on them, its compute slowed by `spin_slowdown`
     until the collective starts.
 
-    `start_s[r]` starts rank r late (its compute stream and its host-node chain), as `simulate`'s
-    `rank_delay_s` (sim.host_lane: ranks handed their step inputs at different times)."""
+    `start_s[r]` starts rank r late (its compute stream, its host-node chain and its launch chain), as
+    `simulate`'s `rank_delay_s` (sim.host_lane: ranks handed their step inputs at different times).
+    With `c.ready_s` an item starts no earlier than the rank's launch chain has launched it (an idle
+    wait, LAUNCHED), and a collective is handed to the comm stream no earlier than its launch."""
     push_, pop_ = heapq.heappush, heapq.heappop
     coll, time_s, reads, comm_wake = c.coll, c.time_s, c.reads, c.comm_wake_s
     last_read = [max(k for k, _ in rd) if rd else -1 for rd in reads]
@@ -183,7 +198,12 @@ def simulate_ranks(c: Compiled, ranks: int, interference: Interference = Interfe
     exposed = 0.0
     fl = _InFlight()
     counts = _Counters()
-    COMPUTE_END, COLL_START, COLL_END, WAKE, ARRIVE, RESIDENT = (int(e) for e in Event)
+    COMPUTE_END, COLL_START, COLL_END, WAKE, ARRIVE, RESIDENT, LAUNCHED = (int(e) for e in Event)
+    ready_s = c.ready_s
+    comm_ready = [0.0] * n_coll       # per collective: its launch, from the rank's start
+    for i, k in enumerate(coll):
+        if k >= 0 and ready_s:
+            comm_ready[k] = ready_s[i]
 
     host_ready = c.comm_host_ready_s or (0.0,) * n_coll
     start = [start_s[r] if r < len(start_s) else 0.0 for r in range(ranks)]
@@ -213,7 +233,10 @@ def simulate_ranks(c: Compiled, ranks: int, interference: Interference = Interfe
 
     def arrive(r, k, free_s):
         chain = host_ready[k] + start[r] if host_ready[k] > 0 else 0.0     # the chain starts with the rank
-        t = max(max(issue_s[r][k], free_s) + comm_wake[k], chain) + delays[k][r]
+        handed = max(issue_s[r][k], free_s)
+        if ready_s and start[r] + comm_ready[k] > handed:     # its launch (the rank's launch chain)
+            handed = start[r] + comm_ready[k]
+        t = max(handed + comm_wake[k], chain) + delays[k][r]
         if cs is not None:                               # an event: the SMs are looked at then
             push_(heap, (t, next(seq), ARRIVE, r, k))
             return
@@ -244,6 +267,10 @@ def simulate_ranks(c: Compiled, ranks: int, interference: Interference = Interfe
                     arrive(r, k, 0.0)
                 i += 1
                 continue
+            if ready_s and start[r] + ready_s[i] > now:  # not launched yet: the GPU idles until then
+                pc[r] = i
+                push_(heap, (start[r] + ready_s[i], next(seq), LAUNCHED, r, 0))
+                return
             lk = last_read[i]
             if lk >= 0 and ends[lk] < 0:                 # collectives end in order: this one is the last
                 pend = [w for kk, w in reads[i] if ends[kk] < 0]
@@ -340,6 +367,8 @@ def simulate_ranks(c: Compiled, ranks: int, interference: Interference = Interfe
                 resident(r, v, now)
         elif kind == RESIDENT:
             resident(r, v, now)
+        elif kind == LAUNCHED:
+            advance(r, now)
         else:                                            # WAKE: a blocked rank, woken, resumes
             if r == 0:
                 exposed += now - blocked_t0[r]

@@ -174,7 +174,8 @@ class Simulator:
             from .sampled import Sampler    # lazy: the sampler and numpy, only in sampled mode
             self.sampler = Sampler(workload.model, workload.tp, workload.stack, self._op_time, self.interference,
                                    p.arrival_jitter, self._scope, self.w.comm_group or workload.tp, WARM_LAYERS,
-                                   seed, rel_tol, host_time=self._host_time, start_s=self._offsets())
+                                   seed, rel_tol, host_time=self._host_time, start_s=self._offsets(),
+                                   issue_time=self._issue_time)
 
     def _op_time(self, op, phase: str, sched: Schedule | None = None) -> float:
         return self.comm_s(op, phase) if op.is_comm else self.cost.compute_s(op, phase, sched)
@@ -191,6 +192,12 @@ class Simulator:
                 op = replace(op, attrs=tuple((k, self.w.comm_group if k == "group" else v) for k, v in op.attrs))
             return self.cost.host_s(op, phase)
         return host
+
+    @property
+    def _issue_time(self):
+        """(op, phase, schedule) -> CPU seconds to launch an op (CostModel.issue_s: eager launches on a
+        GPU, chained per rank by the engines), or None on a CPU device (launches are in the op's time)."""
+        return self.cost.issue_s if self.w.profile.device == "cuda" else None
 
     def _scope(self, op) -> str:
         """The scope whose arrival jitter a collective draws: it spans nodes or not."""
@@ -284,12 +291,15 @@ class Simulator:
         jitter = self.w.profile.arrival_jitter
         mean = (lambda op: jitter[self._scope(op)].mean_s) if self.exact else None
         self._passes += 1       # each pass draws its own jitter (steps are independent draws)
-        host = self._host_time
+        host, issue = self._host_time, self._issue_time
         ln = self.lane(sched.step) if self.ranks > 1 else None    # the host lane's per-rank starts
+        # the launch chain restarts with every pass (sim/engine.py): the step's sync on its sampled
+        # tokens ended the last one; a host lane's lead (schedule, prepare) comes before it (step_s)
         return simulate(sched, op_time, ranks=self.ranks, interference=self.interference, arrival_mean_s=mean,
                         record=record, seed=self.seed * 1_000_003 + self._passes,
                         host_s=(lambda op: host(op, phase)) if host is not None else None,
-                        rank_delay_s=ln.offsets_s if ln is not None else ())
+                        rank_delay_s=ln.offsets_s if ln is not None else (),
+                        issue_s=(lambda op: issue(op, phase, sched)) if issue is not None else None)
 
     def notes(self, spec: str) -> tuple[str, ...]:
         """The builder's notes for the prefill and a decode step, plus what padding costs (seq-parallel:

@@ -90,12 +90,13 @@ class Sampler:
     def __init__(self, model, tp: int, stack, op_time: Callable, interference, jitter: dict,
                  scope_of: Callable, ranks: int, warm_layers: int, seed: int = 0, rel_tol: float = REL_TOL,
                  max_samples: int = MAX_SAMPLES, host_time: Callable | None = None,
-                 start_s: tuple[float, ...] = ()):
+                 start_s: tuple[float, ...] = (), issue_time: Callable | None = None):
         self.model, self.tp, self.stack, self.op_time = model, tp, stack, op_time
         # per-rank start offsets of the stack's host lane (sim.host_lane): every draw starts each rank
         # there, so the jitter's cost is measured over the staggered pass (the stagger itself excluded)
         self.start_s = tuple(start_s[:ranks])
         self.host_time = host_time          # (op, phase) -> NCCL graph host node seconds, or None
+        self.issue_time = issue_time        # (op, phase, schedule) -> CPU launch seconds (engine issue_s), or None
         self.interference, self.jitter, self.scope_of = interference, jitter, scope_of
         self.ranks, self.warm = ranks, warm_layers
         self.rel_tol, self.max_samples = rel_tol, max_samples
@@ -129,8 +130,10 @@ class Sampler:
             for counts in plans:
                 sched = self._schedule(spec, counts, rs, step)
                 host = (lambda op: self.host_time(op, step.phase)) if self.host_time is not None else None
+                issue = ((lambda op, sched=sched: self.issue_time(op, step.phase, sched))
+                         if self.issue_time is not None else None)
                 c = compile_schedule(sched, lambda op, sched=sched: self.op_time(op, step.phase, sched),
-                                     self.interference, host)
+                                     self.interference, host, issue)
                 mean = np.array([self.jitter[self.scope_of(op)].mean_s for op in c.comm_ops])
                 stagger = max(self.start_s, default=0.0)     # the staggered jitter-free pass (sim.host_lane)
                 out.append(_Config(c, mean, simulate_ranks(c, 1, self.interference)[0] + stagger))

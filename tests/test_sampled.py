@@ -47,6 +47,26 @@ def test_rank_engine_reproduces_simpy_on_toy_timelines(spec, inter):
             assert e == pytest.approx(a.exposed_comm_s, rel=1e-12, abs=1e-12)
 
 
+@pytest.mark.parametrize("spec", ["standard", "ladder", "spd:0.5", "parallel", "ladder:1"])
+@pytest.mark.parametrize("inter", [Interference(), Interference(2.0, 1.5), Interference(1.3, 1.2, 0.3),
+                                   Interference(wake_s=0.3, coschedule=TOY_COSCHED)])
+def test_rank_engine_reproduces_simpy_with_an_eager_launch_chain(spec, inter):
+    """The CPU launch chain (engine.simulate's issue_s): collectives 0.5 to launch, compute ops 0.25 per
+    toy unit plus 0.5 (zero-time ops too), from every rank's own start."""
+    s = toy_schedule(spec)
+    for c in (0.5, 2.5):
+        t = toy_time(c)
+
+        def issue(op):
+            return 0.5 if op.is_comm else 0.25 * t(op) + 0.5
+        for ranks, delay in ((1, ()), (3, ()), (3, (0.0, 1.25, 0.5))):
+            a = simulate(s, t, ranks=ranks, interference=inter, record=False, rank_delay_s=delay, issue_s=issue)
+            d, e = simulate_ranks(compile_schedule(s, t, inter, issue_s=issue), ranks, inter, start_s=delay)
+            assert d == pytest.approx(a.duration_s, rel=1e-12, abs=1e-12)
+            assert e == pytest.approx(a.exposed_comm_s, rel=1e-12, abs=1e-12)
+            assert a.duration_s >= sum(issue(op) for op in s.ops)       # the chain bounds the pass
+
+
 @pytest.mark.parametrize("spec", ["standard", "ladder", "spd:0.7", "parallel"])
 @pytest.mark.parametrize("phase", ["prefill", "decode"])
 def test_rank_engine_reproduces_simpy_with_jitter_on_every_rank(spec, phase):

@@ -1,0 +1,179 @@
+"""The CPU launch chain of an eager step (sim/engine.py `issue_s`): one Python thread per rank launches
+the pass's ops in order, asynchronously (CUDA C++ Programming Guide, "Asynchronous Concurrent
+Execution"), and an op starts on the GPU no earlier than its launch. Timelines pinned by hand on
+integer toy costs, both engines held to the same numbers; then the pricing side (sim.cost: an eager
+op's GPU time has no launch floor, its launches are issue_s; graph phases and CPU devices unchanged)."""
+import dataclasses
+
+import pytest
+
+from tpsim.sim.cost import CostModel, op_work, roofline_s
+from tpsim.sim.engine import Interference, simulate
+from tpsim.sim.engine_ranks import compile_schedule, simulate_ranks
+from tpsim.sim.ir import COMM, COMPUTE
+from tpsim.sim.model import get_model
+from tpsim.sim.predict import Simulator, Workload
+from tpsim.sim.profile import load_profile
+from tpsim.sim.schedule import Schedule
+from tpsim.sim.stack import Stack, Step
+from toy import ONE_LAYER, STACK, toy_op
+
+STEP = Step.decode(1, 8, 4, 1, STACK)
+H100 = load_profile("h100-sxm")
+EAGER = Stack(compile_prefill=False, compile_decode=False, decode_graphs=False)
+
+
+def _pass(*ops):
+    return Schedule("pass", ONE_LAYER, 2, STEP, STACK, tuple(ops))
+
+
+def _both(sched, gpu, cpu, ranks=1, delay=(), inter=Interference()):
+    """SimPy's result, after checking the rank engine gives the same duration and exposed comm."""
+    t, i = (lambda op: gpu[op.name]), (lambda op: cpu[op.name])
+    a = simulate(sched, t, ranks=ranks, interference=inter, rank_delay_s=delay, issue_s=i)
+    d, e = simulate_ranks(compile_schedule(sched, t, inter, issue_s=i), ranks, inter, start_s=delay)
+    assert d == pytest.approx(a.duration_s, rel=1e-12, abs=1e-12)
+    assert e == pytest.approx(a.exposed_comm_s, rel=1e-12, abs=1e-12)
+    return a
+
+
+def _span(res, name, stream=COMPUTE, rank=0):
+    r = next(r for r in res.records if r.op == name and r.stream == stream and r.rank == rank)
+    return r.start_s, r.end_s
+
+
+# a long GEMM g (GPU 10), then four short kernels s1..s4 (GPU 1 each), in a chain; every op 2 to launch
+LONG_THEN_SHORT = _pass(toy_op("g", "gemm", ["tokens"]), *(toy_op(f"s{i}", "gemm", [f"s{i - 1}" if i > 1 else "g"])
+                                                           for i in range(1, 5)))
+LTS_GPU = {"g": 10.0, "s1": 1.0, "s2": 1.0, "s3": 1.0, "s4": 1.0}
+
+
+def test_the_cpu_runs_ahead_of_a_long_kernel():
+    """g launched at 2, runs 2-12; s1..s4 launched at 4, 6, 8, 10, all before g ends: they run back to
+    back 12-13, 13-14, 14-15, 15-16. 16 = the first launch + the GPU's 14, below the per-op max
+    max(10, 2) + 4 x max(1, 2) = 18 the old floor charged (plus nothing for the first launch)."""
+    r = _both(LONG_THEN_SHORT, LTS_GPU, dict.fromkeys(LTS_GPU, 2.0))
+    assert r.duration_s == 16.0
+    assert [_span(r, n) for n in LTS_GPU] == [(2, 12), (12, 13), (13, 14), (14, 15), (15, 16)]
+
+
+def test_a_chain_of_tiny_kernels_is_cpu_bound():
+    """Five kernels of GPU 1 each, 3 to launch: launched at 3, 6, 9, 12, 15, each runs as soon as it is
+    ([3,4], [6,7], ..., [15,16]): 16 = 5 x 3 of launches + the last kernel's 1."""
+    tiny = _pass(*(toy_op(f"k{i}", "gemm", [f"k{i - 1}" if i else "tokens"]) for i in range(5)))
+    names = [f"k{i}" for i in range(5)]
+    r = _both(tiny, dict.fromkeys(names, 1.0), dict.fromkeys(names, 3.0))
+    assert r.duration_s == 16.0
+    assert [_span(r, n) for n in names] == [(3, 4), (6, 7), (9, 10), (12, 13), (15, 16)]
+
+
+# a (GPU 2) -> ar (all-reduce 4, reads a) ; x (GPU 1, reads only the tokens: overlaps ar) ; y (GPU 1, reads ar)
+MID_AR = _pass(toy_op("a", "gemm", ["tokens"]), toy_op("ar", "all_reduce", ["a"]),
+               toy_op("x", "gemm", ["tokens"]), toy_op("y", "gemm", ["ar"]))
+MID_GPU = {"a": 2.0, "ar": 4.0, "x": 1.0, "y": 1.0}
+
+
+def test_a_collective_in_the_middle_on_two_ranks():
+    """Each op 1 to launch. a launched 1, runs 1-3; ar launched 2, handed to the comm stream when a
+    is done, 3-7; x launched 3, runs 3-4 beside it; y launched 4, waits for ar: 7-8. Rank 0 waits
+    4-7 on ar: exposed 3."""
+    cpu = dict.fromkeys(MID_GPU, 1.0)
+    r = _both(MID_AR, MID_GPU, cpu, ranks=2)
+    assert r.duration_s == 8.0 and r.exposed_comm_s == 3.0
+    assert _span(r, "ar", COMM) == (3, 7) and _span(r, "x") == (3, 4) and _span(r, "y") == (7, 8)
+    # launching ar takes 5: launched at 6, it runs 6-10; x launched 7, runs 7-8; y launched 8, waits
+    # 8-10 for ar, runs 10-11 (exposed 2: the launch gap before ar is the CPU's, not the collective's)
+    r = _both(MID_AR, MID_GPU, dict(cpu, ar=5.0), ranks=2)
+    assert r.duration_s == 11.0 and r.exposed_comm_s == 2.0 and _span(r, "ar", COMM) == (6, 10)
+
+
+def test_a_late_rank_starts_its_launch_chain_late():
+    """Rank 1 starts 2 late (a host lane's hand-off): its chain launches a at 3 (runs 3-5), ar at 4,
+    handed at 5; ar starts when both ranks are there: 5-9. Rank 0: x 3-4, y 9-10; rank 1: x launched
+    5, 5-6; y 9-10. 10 in all; rank 0 waits 4-9 on ar: exposed 5."""
+    r = _both(MID_AR, MID_GPU, dict.fromkeys(MID_GPU, 1.0), ranks=2, delay=(0.0, 2.0))
+    assert r.duration_s == 10.0 and r.exposed_comm_s == 5.0
+    assert _span(r, "ar", COMM) == (5, 9) and _span(r, "x", rank=1) == (5, 6)
+
+
+@pytest.mark.parametrize("inter", [Interference(), Interference(2.0, 1.5), Interference(1.3, 1.2, 0.3)])
+@pytest.mark.parametrize("launch", [0.25, 1.0, 3.0])
+def test_engines_agree_with_launches_interference_and_late_ranks(inter, launch):
+    for delay in ((), (0.0, 0.7, 2.5)):
+        _both(MID_AR, MID_GPU, dict(dict.fromkeys(MID_GPU, launch), ar=launch / 2), 3, delay, inter)
+        _both(LONG_THEN_SHORT, LTS_GPU, dict.fromkeys(LTS_GPU, launch), 3, delay, inter)
+
+
+def test_without_launches_nothing_changes():
+    """issue_s all 0 (graph phases, CPU devices): the pass of today, and no launch times compiled."""
+    t = lambda op: MID_GPU[op.name]  # noqa: E731
+    a = simulate(MID_AR, t, ranks=2)
+    b = simulate(MID_AR, t, ranks=2, issue_s=lambda op: 0.0)
+    assert a.duration_s == b.duration_s == 7.0 and a.records == b.records
+    assert compile_schedule(MID_AR, t, issue_s=lambda op: 0.0) == compile_schedule(MID_AR, t)
+
+
+def _gemm(m, name="L0.mlp.up"):
+    return dataclasses.replace(toy_op(name, "gemm", ["x"]), attrs=(("m", m), ("n", 8192), ("k", 8192)), dtype="fp16",
+                               layer=0)
+
+
+def _rmsnorm():
+    return dataclasses.replace(toy_op("L0.attn.norm", "rmsnorm", ["x"]), kind="rmsnorm",
+                               attrs=(("rows", 1), ("width", 8192)), dtype="fp16", layer=0)
+
+
+def test_an_eager_gpu_op_is_its_gpu_time_and_its_launches_go_to_the_chain():
+    eager = CostModel(H100, EAGER)
+    norm = _rmsnorm()
+    works = op_work(norm, fused=False)                   # six fp32 passes: 6 kernels
+    assert sum(w.kernels for w in works) == 6
+    assert eager.compute_s(norm, "decode") == roofline_s(H100, works, "fp16")          # no launch floor
+    assert eager.issue_s(norm, "decode") == pytest.approx(6 * H100.launch_s["eager"])
+    ar = dataclasses.replace(toy_op("L0.attn.allreduce", "all_reduce", ["x"]), dtype="fp16")
+    assert eager.issue_s(ar, "decode") == H100.launch_s["eager"]                        # one launch
+
+
+def test_graph_phases_and_cpu_devices_keep_their_launch_rule():
+    ref = CostModel(H100, Stack())                       # the reference replays a CUDA graph in decode
+    norm, g = _rmsnorm(), _gemm(1, "head")
+    assert ref.issue_s(norm, "decode") == 0.0
+    assert ref.compute_s(norm, "decode") >= H100.launch_s["graph"]                      # the graph floor stays
+    # vLLM's graph covers the forward: the LM head launches eagerly after the replay (Stack.graphs)
+    vllm = CostModel(H100, Stack(graph_scope="forward"))
+    assert vllm.issue_s(g, "decode") == pytest.approx(H100.launch_s["eager"])
+    assert vllm.issue_s(_gemm(1), "decode") == 0.0
+    # a CPU device: launch and compute add up in the op, nothing on a chain
+    cpu = dataclasses.replace(H100, device="cpu")
+    c = CostModel(cpu, EAGER)
+    works = op_work(norm, fused=False)
+    assert c.issue_s(norm, "decode") == 0.0
+    assert c.compute_s(norm, "decode") == pytest.approx(roofline_s(cpu, works, "fp16") + 6 * cpu.launch_s["eager"])
+
+
+def test_a_graph_replayed_decode_step_is_bit_identical_without_the_chain():
+    """The reference stack's decode step (one CUDA graph): the simulator's pass with its issue_s equals
+    the pass simulated with none at all, to the bit."""
+    w = Workload(get_model("llama-3.1-8b").truncated(2), 2, H100, gen_len=4)
+    sim = Simulator(w)
+    for spec in ("standard", "ladder"):
+        sched = w.schedule(spec, w.decode_step(1))
+        plain = simulate(sched, lambda op: sim._op_time(op, "decode", sched), interference=sim.interference,
+                         record=False)
+        assert sim._simulate(sched, record=False).duration_s == plain.duration_s
+
+
+def test_an_eager_step_is_launch_bound_only_where_the_cpu_falls_behind():
+    """Eager 8B decode (32 layers): at batch 1 small kernels, more launch time than GPU time; at batch 64
+    the reverse. Either way the step lies between the longer of the two and their sum (the old per-op
+    max charged more than the longer wherever long and short kernels mix)."""
+    model = get_model("llama-3.1-8b")
+    for batch, bound in ((1, True), (64, False)):
+        w = Workload(model, 1, H100, batch=batch, gen_len=4, stack=EAGER)
+        sim = Simulator(w)
+        sched = w.schedule("standard", w.decode_step(1))
+        launches = sum(sim.cost.issue_s(op, "decode", sched) for op in sched.ops)
+        gpu = sum(sim._op_time(op, "decode", sched) for op in sched.ops)
+        step = sim._simulate(sched, record=False).duration_s
+        assert max(launches, gpu) <= step <= launches + gpu
+        assert (launches > gpu) is bound
