@@ -225,8 +225,11 @@ class CostModel(CollectiveCost):
         launches to the op) and for a stand-in (a given cost). An eager collective costs one launch:
         its eager time (an eager table, timed per Python-issued call, or a graph table plus
         eager_extra, sim/collective_cost.py) already holds that call on the GPU side, so it is not
-        added to the collective's time again -- it only delays what this thread issues after it."""
+        added to the collective's time again -- it only delays what this thread issues after it. A
+        collective over a group of 1 exchanges nothing (priced "local", 0) and launches nothing."""
         if self.profile.device != "cuda" or op.given_cost_s is not None or self.stack.graphs(phase, op.name):
+            return 0.0
+        if op.is_comm and op.attr("group") == 1:
             return 0.0
         fused = self.stack.compiled(phase)
         hit = fusion.lookup(sched, op, self.profile.device) if (fused and sched is not None and not op.is_comm) else None

@@ -197,7 +197,14 @@ class Simulator:
     def _issue_time(self):
         """(op, phase, schedule) -> CPU seconds to launch an op (CostModel.issue_s: eager launches on a
         GPU, chained per rank by the engines), or None on a CPU device (launches are in the op's time)."""
-        return self.cost.issue_s if self.w.profile.device == "cuda" else None
+        if self.w.profile.device != "cuda":
+            return None
+
+        def issue(op, phase: str, sched: Schedule | None = None) -> float:
+            if op.is_comm and self.w.comm_group is not None:    # the group the collective really spans
+                op = replace(op, attrs=tuple((k, self.w.comm_group if k == "group" else v) for k, v in op.attrs))
+            return self.cost.issue_s(op, phase, sched)
+        return issue
 
     def _scope(self, op) -> str:
         """The scope whose arrival jitter a collective draws: it spans nodes or not."""

@@ -55,6 +55,10 @@ def test_tp1_speedups_are_one(model):
         if p.schedule.startswith("spd"):
             # SPD adds P_r + Z_r locally before its one all-reduce: a real (small) extra add
             assert 0.95 < p.speedup <= 1.0, p.schedule
+        elif p.schedule.startswith("ladder"):
+            # the same kernels, but ladder issues each residual add one module later: the eager prefill's
+            # CPU launch chain (sim/engine.py issue_s) overlaps the GPU a little differently
+            assert p.speedup == pytest.approx(1.0, abs=1e-3), p.schedule
         elif p.schedule != "parallel":
             assert p.speedup == pytest.approx(1.0, abs=1e-12), p.schedule
     # compiled: Inductor fuses each schedule's adds and norms differently (docs/compiled-stack.md)
