@@ -182,6 +182,10 @@ def simulate(schedule: Schedule, op_time: Callable[[Op], float], ranks: int = 1,
     for name, t in times.items():
         if not t >= 0:
             raise ValueError(f"op {name}: time must be >= 0, got {t}")
+    launch = {op.name: issue_s(op) for op in schedule.ops} if issue_s is not None else None
+    for name, t in (launch or {}).items():
+        if not t >= 0:
+            raise ValueError(f"op {name}: launch time must be >= 0, got {t}")
     cs = interference.bind(schedule, times)
     active = interference.active
 
@@ -216,8 +220,8 @@ def simulate(schedule: Schedule, op_time: Callable[[Op], float], ranks: int = 1,
             yield env.timeout(delay)
         issued = 0.0                              # the rank's launch chain, from its start (docstring)
         for op in schedule.ops:
-            if issue_s is not None:
-                issued += issue_s(op)
+            if launch is not None:
+                issued += launch[op.name]
             ready = delay + issued                # launched by then (delay + 0.0 == delay: no chain)
             if op.is_comm:
                 rank.comm_queue.put((op, ready))  # issue async; the comm stream takes it from here

@@ -56,11 +56,14 @@ def compile_schedule(schedule: Schedule, op_time: Callable[[Op], float],
     index: dict[str, int] = {}
     at = {op.name: i for i, op in enumerate(schedule.ops)}
     coll, time_s, reads, comm_wake, names, ops, item_names = [], [], [], [], [], [], []
-    ready, issued = [], 0.0           # per op: launched by (from the rank's start), as simulate sums it
+    launched, issued = [], 0.0        # per op: launched by (from the rank's start), as simulate sums it
     for i, op in enumerate(schedule.ops):
         if issue_s is not None:
-            issued += issue_s(op)
-        ready.append(issued)
+            t = issue_s(op)
+            if not t >= 0:
+                raise ValueError(f"op {op.name}: launch time must be >= 0, got {t}")
+            issued += t
+        launched.append(issued)
         producers = [schedule.producer[v] for v in op.inputs if v != TOKENS]
         # the rank engine assumes every input is produced earlier in issue order (so a comm op's
         # inputs exist once it is issued and the comm stream is free); a schedule that breaks it
@@ -92,14 +95,14 @@ def compile_schedule(schedule: Schedule, op_time: Callable[[Op], float],
     # (an op launched later than the one before it may wait for its launch: not merged)
     m_coll, m_time, m_reads, m_names, m_ready = [], [], [], [], []
     for i, (k, t, rd, nm) in enumerate(zip(coll, time_s, reads, item_names)):
-        if cs is None and k < 0 and not rd and m_coll and m_coll[-1] < 0 and ready[i] == ready[i - 1]:
+        if cs is None and k < 0 and not rd and m_coll and m_coll[-1] < 0 and launched[i] == launched[i - 1]:
             m_time[-1] += t
             continue
         m_coll.append(k)
         m_time.append(t)
         m_reads.append(rd)
         m_names.append(nm)
-        m_ready.append(ready[i])
+        m_ready.append(launched[i])
     host, ready = [], 0.0
     for o in ops:                     # the host-node chain: cumulative over the collectives that have one
         h = host_s(o) if host_s is not None else 0.0

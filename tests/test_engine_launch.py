@@ -177,3 +177,11 @@ def test_an_eager_step_is_launch_bound_only_where_the_cpu_falls_behind():
         step = sim._simulate(sched, record=False).duration_s
         assert max(launches, gpu) <= step <= launches + gpu
         assert (launches > gpu) is bound
+
+
+def test_a_negative_launch_time_is_refused_by_both_engines():
+    t = lambda op: MID_GPU[op.name]  # noqa: E731
+    with pytest.raises(ValueError, match="launch time"):
+        simulate(MID_AR, t, issue_s=lambda op: -1.0)
+    with pytest.raises(ValueError, match="launch time"):
+        compile_schedule(MID_AR, t, issue_s=lambda op: -1.0)
