@@ -14,7 +14,8 @@ One engine step (a prefill, or one decode step of the whole batch) on TP ranks 0
                 ready, expected E[max of N] * rank_spread_s after the mean rank (_normal_order_stats)
     worker      prepare_s + prepare_per_seq_s * batch + launch_s  (each rank, in parallel: build
                 the input tensors, then launch the kernels or replay the CUDA graph; the kernels'
-                own launch floor stays in sim.cost)
+                own launches stay in the pass: sim.cost's graph floor, or the eager launch chain
+                sim.engine runs from each rank's start, so the lane and the chain never both count one)
     GPU         the pass (sim.engine); rank r starts it at lead_s + offsets_s[r]
     output      output_s + output_per_seq_s * batch              (sample / update the requests)
 
