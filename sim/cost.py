@@ -4,9 +4,9 @@ Compute ops of a compiled phase (Stack.compiled) inside a layer: the kernels Ind
 that layer (sim/fusion.py): extern matmuls priced as the IR's GEMM (below), generated kernels by
 the bytes they read and write (memory roofline with the profile's efficiency curve, or the bytes
 they re-read through L2 when that is slower: sim/l2_traffic.py), each kernel
-at least one launch (the graph floor under CUDA graphs, an eager launch without; an op the stack's
-graph_scope leaves outside the graph, e.g. vLLM V1's LM head, logits all-gather and sampler, pays the
-eager launch even in a graph-replayed step: Stack.graphs(phase, op)).
+at least its device floor (below; an op the stack's graph_scope leaves outside the graph, e.g. vLLM
+V1's LM head, logits all-gather and sampler, is launched eagerly even in a graph-replayed step:
+Stack.graphs(phase, op)).
 
 A GEMM with one row in a compiled phase on a GPU (the LM head at batch 1; inside a layer the
 table has it) is Inductor's generated GEMV reduction, priced by its bytes (generated_gemv), where
@@ -17,11 +17,12 @@ F.linear, priced from the profile's GEMM table like any other GEMM.
 Other compute ops: a measured time when the profile has one for the op's exact shape; interpolated
 (log-log) along the op's size axis when it has neighbours; otherwise a roofline
 max(flops / (peak * eff), bytes / (bw * eff)) per kernel, with the efficiency curves of the
-profile. Launch overhead: under a CUDA graph (graph phases, ops inside the stack's graph_scope) each
-kernel costs at least the graph floor on the GPU, max(GPU time, kernels x launch_s["graph"]). On a
-GPU without a graph the launches are asynchronous (CUDA C++ Programming Guide, "Asynchronous
-Concurrent Execution": a launch returns to the host before the device completes it): compute_s is
-the GPU time alone and issue_s the CPU's time to launch the op (kernels x launch_s["eager"]), which
+profile. Launch overhead: on a GPU each kernel costs at least its device floor, max(GPU time,
+kernels x launch_s["graph"]) (the least one kernel takes on the device with kernels back to back),
+however it was launched. Under a CUDA graph (graph phases, ops inside the stack's graph_scope) that
+is all. Without a graph the launches are asynchronous (CUDA C++ Programming Guide, "Asynchronous
+Concurrent Execution": a launch returns to the host before the device completes it): issue_s is
+the CPU's time to launch the op (kernels x launch_s["eager"]), which
 the engines chain per rank in issue order (sim/engine.py `issue_s`), so a step is launch-bound only
 where the Python thread really falls behind the GPU. On a CPU device launch and compute add up (one
 thread does both): GPU time + kernels x launch, and no issue time.
@@ -210,12 +211,14 @@ class CostModel(CollectiveCost):
         return self.profile.launch_s["graph" if graphs else "eager"]
 
     def _floor(self, gpu_s: float, kernels: int, graphs: bool) -> float:
-        """The one launch rule (module docstring): a replayed CUDA graph costs at least its kernels'
-        graph floor (max); an eager GPU op is its GPU time (its launches are issue_s, on the CPU's
-        chain); a CPU device does both in turn (sum)."""
+        """The one launch rule (module docstring): on a GPU an op costs at least its kernels' device
+        floor, launch_s["graph"] each (the least one kernel takes on the device with kernels back to
+        back: how the profile measures it), whether a graph replays it or Python launched it ahead;
+        an eager op's launches themselves are CPU time (issue_s, on the rank's launch chain). A CPU
+        device does both in turn (sum)."""
         if self.profile.device != "cuda":
             return gpu_s + kernels * self._launch_s(graphs)
-        return max(gpu_s, kernels * self._launch_s(True)) if graphs else gpu_s
+        return max(gpu_s, kernels * self._launch_s(True))
 
     def issue_s(self, op: Op, phase: str, sched: Schedule | None = None) -> float:
         """CPU seconds the rank's Python thread spends launching `op`: on a GPU, for an op launched

@@ -71,7 +71,9 @@ def test_typed_fields_say_what_the_file_says(compare_json):
     assert ladder.measured.speedup_ci == (sp["ci_lo"], sp["ci_hi"]) and ladder.measured.speedup_ci_coverage == 0.75
     assert ladder.measured.speedup == sp["median"] and ladder.measured.speedup_of_medians == m["speedup"]
     lo, hi = ladder.predicted.speedup_interval
-    assert lo <= 1.0 <= hi and ladder.predicted_speedup_within_noise       # [0.91, 1.34] on this fixture
+    # the verdict field says what the interval says (a launch-bound toy on a GPU profile: an interval
+    # just above 1, [1.007, 1.016], since the eager launch chain holds both schedules back alike)
+    assert lo < hi and ladder.predicted_speedup_within_noise == (lo <= 1.0 <= hi)
     assert lo <= ladder.predicted.speedup <= hi
     assert std.measured.speedup_ci is None and std.predicted.speedup_interval is None
     raw_std = raw["schedules"][0]
@@ -93,7 +95,7 @@ def test_optional_fields_absent_and_verdicts(compare_json):
     ladder = pt.schedules[1]
     assert ladder.sign == "ok"
     # disagreeing signs: undetermined while either interval contains 1, WRONG when neither does
-    off = dataclasses.replace(ladder, sign_match=False)
+    off = dataclasses.replace(ladder, sign_match=False, predicted_speedup_within_noise=True)
     assert off.sign == "undetermined"
     assert dataclasses.replace(off, predicted_speedup_within_noise=False).sign == "WRONG"
     assert dataclasses.replace(off, predicted_speedup_within_noise=False, measured_speedup_within_noise=True).sign \

@@ -49,23 +49,31 @@ def test_vocab_parallel_embed_adds_one_collective_to_the_toy_timeline():
     assert simulate(_decode(VP), toy_time(4.0), ranks=2).duration_s == 17.0
 
 
-def _pass_s(stack: Stack) -> float:
-    """The toy decode pass on h100-sxm with integer launch costs (eager 5 s, graph 1 s: every toy
-    kernel's GPU time, microseconds, is under its launch floor, so an op costs kernels x launch)."""
-    prof = replace(load_profile("h100-sxm"), launch_s={"eager": 5.0, "graph": 1.0})
+def _pass_s(stack: Stack, eager_s: float = 5.0) -> float:
+    """The toy decode pass on h100-sxm with integer launch costs (eager `eager_s` s, graph 1 s: every
+    toy kernel's GPU time, microseconds, is under the 1 s device floor, so a kernel costs 1 s on the
+    GPU; an eagerly launched one also costs `eager_s` on the rank's CPU launch chain)."""
+    prof = replace(load_profile("h100-sxm"), launch_s={"eager": eager_s, "graph": 1.0})
     cost = CostModel(prof, stack)
     sched = _decode(stack)
     return simulate(sched, lambda op: cost.comm_s(op, "decode") if op.is_comm else
-                    cost.compute_s(op, "decode", sched), ranks=2).duration_s
+                    cost.compute_s(op, "decode", sched), ranks=2,
+                    issue_s=lambda op: cost.issue_s(op, "decode", sched)).duration_s
 
 
-def test_ops_outside_the_graph_pay_the_eager_launch_floor():
-    """graph_scope "forward" (vLLM V1): head gemm 1 kernel 1 -> 5 (+4), sample 2 kernels 2 -> 10 (+8):
-    the pass is 12 s longer; "logits" (SGLang, TRT-LLM): only the sampler, +8. Everything else replays
-    the graph at the same cost. Eager decode (no graphs): the scope changes nothing."""
+def test_ops_outside_the_graph_are_launched_from_the_cpu_while_the_graph_runs():
+    """graph_scope "forward" (vLLM V1): the head gemm (1 kernel) and the sampler (2) are launched by
+    the CPU after the replay's launch, at 0 + 5 = 5 and 5 + 10 = 15, while the graph's ops run to 15 on
+    the GPU: head 15-16, sampler 16-18, the same 18 s as with them in the graph (step scope). With a
+    10 s launch the CPU falls behind: head issued at 10 runs 15-16, sampler issued at 30 runs 30-32
+    (+14 s); "logits" (SGLang, TRT-LLM): only the sampler outside, issued at 20, graph with the head
+    to 16: 20-22 (+4 s). Eager decode (no graphs): the scope changes nothing."""
     step = _pass_s(Stack())
-    assert _pass_s(Stack(graph_scope="forward")) - step == pytest.approx(12.0)
-    assert _pass_s(Stack(graph_scope="logits")) - step == pytest.approx(8.0)
+    assert step == pytest.approx(18.0, abs=1e-3)
+    assert _pass_s(Stack(graph_scope="forward")) == pytest.approx(step)
+    assert _pass_s(Stack(graph_scope="logits")) == pytest.approx(step)
+    assert _pass_s(Stack(graph_scope="forward"), 10.0) == pytest.approx(32.0, abs=1e-3)
+    assert _pass_s(Stack(graph_scope="logits"), 10.0) == pytest.approx(22.0, abs=1e-3)
     eager = Stack(decode_graphs=False)
     assert _pass_s(replace(eager, graph_scope="forward")) == pytest.approx(_pass_s(eager))
 

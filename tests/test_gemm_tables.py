@@ -87,15 +87,16 @@ def test_bf16_stack_reads_the_same_rows(h100):
 def test_a_gemm_shorter_than_its_launch_costs_the_launch(h100):
     # 8B TP8 decode qkv at batch 2: m 2, n (4096 + 2 * 1024) / 8 = 768, k 4096 (an extern cuBLAS
     # mm: at batch 1, m 1, Inductor runs a generated GEMV instead, tests/test_gemm_decode.py); its
-    # table time is below the 8.81 us eager launch, so eager decode pays the launch, graph replay
-    # the kernel
+    # table time is below the 8.81 us eager launch: eager decode spends the launch on the rank's CPU
+    # chain (issue_s) and the kernel on the GPU, as graph replay does (at least the device floor)
     op = _gemm(2, 768, 4096)
     t_table = dict(CostModel(h100, Stack())._points[False][("gemm", "fp16", (("k", 4096), ("n", 768)))])[2]
     assert t_table < h100.launch_s["eager"]
-    eager = CostModel(h100, Stack(decode_graphs=False)).compute_s(op, "decode")
+    eager_cm = CostModel(h100, Stack(decode_graphs=False))
+    eager = eager_cm.compute_s(op, "decode")
     graph = CostModel(h100, Stack(decode_graphs=True)).compute_s(op, "decode")
-    assert eager == pytest.approx(h100.launch_s["eager"])
-    assert graph == pytest.approx(max(t_table, h100.launch_s["graph"]))
+    assert eager == graph == pytest.approx(max(t_table, h100.launch_s["graph"]))
+    assert eager_cm.issue_s(op, "decode") == pytest.approx(h100.launch_s["eager"])
 
 
 @pytest.mark.parametrize("name", ["h100-sxm", "h200-sxm", "a100-sxm", "l40s-pcie", "h100-sxm-p2p-off"])
@@ -166,6 +167,11 @@ def test_breakdown_json_prices_with_sim():
         assert sum(v["us"] for v in c["by_kind"].values()) == pytest.approx(c["sum_us"])
         assert c["sum_us"] == pytest.approx(c["sum_compute_us"] + c["sum_comm_us"])
         assert sum(r["share"] for r in c["layer_ops"]) == pytest.approx(1.0)
-        # standard TP: every collective blocks, so the simulated step is the serial sum
-        assert c["step_us"] == pytest.approx(c["sum_us"], rel=1e-9)
+        # standard TP: every collective blocks, so the simulated step is the serial sum -- plus, in the
+        # compiled prefill (no CUDA graph: Inductor's kernels launched from Python), the CPU launch
+        # chain's lag where it is behind the GPU (the pass's first kernels)
+        if c is dec:
+            assert c["step_us"] == pytest.approx(c["sum_us"], rel=1e-9)
+        else:
+            assert c["sum_us"] - 1e-6 <= c["step_us"] <= c["sum_us"] * 1.001
     assert pre["by_kind"]["gemm"]["count"] == 80 * 4 + 1
