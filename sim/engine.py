@@ -82,6 +82,8 @@ class StepResult:
     exposed_comm_s: float             # rank 0's compute stream blocked waiting on collectives
     records: list[Record] = field(default_factory=list)
     events: int = 0                   # SimPy events scheduled (engine throughput benchmarks)
+    last_held_op: int = -1            # index in schedule.ops of the last op the GPU waited on the CPU
+                                      # to launch (the launch chain held it back); -1: none
 
 
 class _Draws:
@@ -183,6 +185,8 @@ def simulate(schedule: Schedule, op_time: Callable[[Op], float], ranks: int = 1,
         if not t >= 0:
             raise ValueError(f"op {name}: time must be >= 0, got {t}")
     launch = {op.name: issue_s(op) for op in schedule.ops} if issue_s is not None else None
+    index = {op.name: i for i, op in enumerate(schedule.ops)} if launch is not None else {}
+    held = [-1]                                   # StepResult.last_held_op
     for name, t in (launch or {}).items():
         if not t >= 0:
             raise ValueError(f"op {name}: launch time must be >= 0, got {t}")
@@ -227,6 +231,7 @@ def simulate(schedule: Schedule, op_time: Callable[[Op], float], ranks: int = 1,
                 rank.comm_queue.put((op, ready))  # issue async; the comm stream takes it from here
                 continue
             if env.now < ready:                   # the GPU waits for the CPU to launch it
+                held[0] = max(held[0], index[op.name])
                 yield env.timeout(ready - env.now)
             pending = [v for v in op.inputs if v != TOKENS and not event(rank, v).triggered]
             if pending:
@@ -262,6 +267,7 @@ def simulate(schedule: Schedule, op_time: Callable[[Op], float], ranks: int = 1,
         while True:
             op, ready = yield rank.comm_queue.get()
             if env.now < ready:                   # not launched yet (the rank's launch chain)
+                held[0] = max(held[0], index[op.name])
                 yield env.timeout(ready - env.now)
             pending = [event(rank, v) for v in op.inputs if not event(rank, v).triggered]
             if pending:
@@ -324,4 +330,4 @@ def simulate(schedule: Schedule, op_time: Callable[[Op], float], ranks: int = 1,
     if stalled:     # an op waits for a value no op produces in time: a schedule bug, never silent
         raise RuntimeError(f"schedule {schedule.name}: simulation stalled on ranks {stalled}")
     return StepResult(max(r.done_s for r in rs), rs[0].exposed_s,
-                      sorted(records, key=lambda x: (x.rank, x.start_s, x.stream)), env.n_events)
+                      sorted(records, key=lambda x: (x.rank, x.start_s, x.stream)), env.n_events, held[0])

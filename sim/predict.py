@@ -246,33 +246,57 @@ class Simulator:
                 self.progress()
             return r.duration_s, r.exposed_comm_s
 
+        held: dict[int, int] = {}
+
         def timed(sched: Schedule) -> tuple[float, float]:
             r = self._simulate(sched, record=False)
+            held[id(sched)] = r.last_held_op
             return r.duration_s, r.exposed_comm_s
-        dur, exp = self._over_layers(spec, step, timed)
+
+        def settled(sched: Schedule) -> bool:
+            """The launch chain held no op back from the pass's second layer on."""
+            second = next((i for i, op in enumerate(sched.ops) if op.layer is not None and op.layer >= 1),
+                          len(sched.ops))
+            return held[id(sched)] < second
+        dur, exp = self._over_layers(spec, step, timed, settled)
         return dur, exp
 
-    def _over_layers(self, spec: str, step: Step, measure: Callable[[Schedule], tuple[float, ...]]) -> list[float]:
+    def _over_layers(self, spec: str, step: Step, measure: Callable[[Schedule], tuple[float, ...]],
+                     settled: Callable[[Schedule], bool] | None = None) -> list[float]:
         """`measure` of the whole pass from compressed ones: each run of identical layers built with
         WARM_LAYERS layers, then once more with one layer added, the difference times the run's
-        remaining layers (layers repeat, so whatever they add per layer does too)."""
+        remaining layers (layers repeat, so whatever they add per layer does too).
+
+        Where Python launches the phase's kernels (a GPU phase without a CUDA graph: the engines'
+        launch chain) layers repeat only once the CPU is ahead of the GPU. The extrapolation stands
+        when, in every compressed pass, the chain held no op back from the second layer on
+        (`settled`) and each run's layer launches in no more CPU time than the GPU time it adds: then
+        the CPU's lead only grows with more layers, so no later op (the pass's tail included) waits
+        for its launch either. Otherwise (a launch-bound pass) the pass is simulated whole."""
         rs = runs(plan_of(spec, self.w.model.layers))
-        if self._issue_time is not None and not self.w.stack.graphs(step.phase):
-            # Python launching the phase's kernels (a GPU phase without a CUDA graph: the engines'
-            # launch chain) is not periodic from the first layers: the CPU's lead over the GPU grows by
-            # each layer's GPU-minus-launch time, and what the pass's tail waits for shrinks with it,
-            # so the pass is a max of linear pieces in the layer count and a few layers' slope can
-            # miss a steeper piece. Such a pass is simulated whole (one rank: still exact).
-            return list(measure(self._short_pass(spec, rs, [end - first for _, first, end in rs], step)))
         short = [min(end - first, WARM_LAYERS) for _, first, end in rs]
-        base = measure(self._short_pass(spec, rs, short, step))
+        chain = settled is not None and self._issue_time is not None and not self.w.stack.graphs(step.phase)
+        base_pass = self._short_pass(spec, rs, short, step)
+        base = measure(base_pass)
+        ok = not chain or settled(base_pass)
         total = list(base)
         for j, (_, first, end) in enumerate(rs):
             extra = (end - first) - short[j]
-            if extra > 0:
-                longer = measure(self._short_pass(spec, rs, short[:j] + [short[j] + 1] + short[j + 1:], step))
+            if extra > 0 and ok:
+                longer_pass = self._short_pass(spec, rs, short[:j] + [short[j] + 1] + short[j + 1:], step)
+                longer = measure(longer_pass)
+                if chain:
+                    layer_cpu_s = self._issue_sum(longer_pass) - self._issue_sum(base_pass)
+                    ok = settled(longer_pass) and layer_cpu_s <= (longer[0] - base[0]) * (1 + 1e-12)
                 total = [t + extra * (b1 - b0) for t, b0, b1 in zip(total, base, longer)]
+        if not ok:
+            return list(measure(self._short_pass(spec, rs, [end - first for _, first, end in rs], step)))
         return total
+
+    def _issue_sum(self, sched: Schedule) -> float:
+        """CPU seconds to launch every op of a pass (the launch chain's length)."""
+        issue = self._issue_time
+        return sum(issue(op, sched.step.phase, sched) for op in sched.ops)
 
     def _short_pass(self, spec: str, rs, counts: list[int], step: Step) -> Schedule:
         """The pass whose runs have `counts` layers each, built once per (spec, counts, step)."""
