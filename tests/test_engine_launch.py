@@ -12,10 +12,11 @@ from tpsim.sim.engine import Interference, simulate
 from tpsim.sim.engine_ranks import compile_schedule, simulate_ranks
 from tpsim.sim.ir import COMM, COMPUTE
 from tpsim.sim.model import get_model
-from tpsim.sim.predict import Simulator, Workload
+from tpsim.sim.predict import Simulator, Workload, predict
 from tpsim.sim.profile import load_profile
 from tpsim.sim.schedule import Schedule
-from tpsim.sim.stack import Stack, Step
+from tpsim.sim.stack import Stack, Step, make_stack
+from tpsim.sim.stacks import PRESETS
 from toy import ONE_LAYER, STACK, toy_op
 
 STEP = Step.decode(1, 8, 4, 1, STACK)
@@ -187,3 +188,22 @@ def test_a_negative_launch_time_is_refused_by_both_engines():
         simulate(MID_AR, t, issue_s=lambda op: -1.0)
     with pytest.raises(ValueError, match="launch time"):
         compile_schedule(MID_AR, t, issue_s=lambda op: -1.0)
+
+
+@pytest.mark.parametrize("preset, model, tp, batch", [
+    ("vllm", "llama-3.1-8b", 4, 1),     # eager prefill near launch-bound: a few layers' slope misses
+    ("eager", "llama-3.2-1b", 2, 16),   # launch-bound decode: the chain holds ops back in every layer
+    ("reference", "llama-3.2-1b", 2, 1),  # compiled prefill without graphs, GPU-bound: extrapolated
+])
+def test_fast_path_is_exact_with_the_launch_chain(preset, model, tp, batch):
+    """A pass the launch chain holds back after its first layer is simulated whole, one that it does
+    not is extrapolated from compressed layers; either way the fast path equals brute force (every
+    layer, every rank; the host lane's stagger off: it is added, not simulated, on the fast path)."""
+    prof = load_profile("h100-sxm")
+    st = make_stack({}, prof.stack_defaults, preset=PRESETS[preset].values)
+    st = dataclasses.replace(st, host=dataclasses.replace(st.host, handoff_per_rank_s=0.0))
+    w = Workload(get_model(model), tp, prof, batch=batch, prompt_len=64, gen_len=4, stack=st)
+    scheds = ["standard", "ladder", "spd:0.4"]
+    for f, e in zip(predict(w, scheds, record=False), predict(w, scheds, mode="brute", record=False)):
+        assert f.prefill_s == pytest.approx(e.prefill_s, rel=1e-12), f.schedule
+        assert f.decode_s == pytest.approx(e.decode_s, rel=1e-12), f.schedule
