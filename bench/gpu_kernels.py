@@ -48,7 +48,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import gpu_cosched
+# A fresh Inductor cache per process, set before torch is imported (torch's cache_dir() fixes the variable at
+# its first call): every compile, and every coordinate-descent tuning, runs afresh and lands where decode copies
+# the output code and *.best_config from
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="tpsim-gpu-kernels-")
+
+import gpu_cosched  # noqa: E402
 from gpu_record import MODELS, PROFILE, Doc, guarded, linear_shapes, sync, trace_events, windows, kernel_row
 
 import torch
@@ -268,7 +273,6 @@ def part_decode(a, doc: Doc) -> None:
         torch._inductor.config.cpp.enable_kernel_profile = True       # the C++ kernels show in the profiler
     if not torch.cuda.is_available():
         doc.skip("decode: no CUDA: the C++ backend compiles the toy on CPU (no CUDA graphs, no Triton kernels)")
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="tpsim-gpu-kernels-"))
     for spec in a.models:
         model, tp = spec.split(":")
         try:
