@@ -34,7 +34,9 @@ if triton is not None:
         tl.store(out_ptr + cta * 3 + 1, t)
         tl.store(out_ptr + cta * 3 + 2, sm.to(tl.int64))
 
-# name -> (CTAs, warps per CTA, CTAs per cluster): 16 and 24 are NCCL's decode channel counts here
+# name -> (CTAs, warps per CTA, CTAs per cluster). 24 CTAs: what sim/coschedule.py gives the 70B TP8 batch-64
+# all-reduce (docs/design.md "Overlap the GPU allows"), 16 a mid-sized one; clusters of 4 as NCCL launches on
+# sm90 (cgaClusterSize 4); 16 warps (512 threads, NCCL's usual block) for a CTA that needs more of an SM
 PROBES = {"16x1w": (16, 1, 1), "24x1w": (24, 1, 1), "16x1w-cluster4": (16, 1, 4), "24x1w-cluster4": (24, 1, 4),
           "24x16w": (24, 16, 1)}
 SPIN_NS = 150_000          # long enough to overlap several 15-40 µs compute kernels

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import glob
 import json
 import math
 import os
@@ -54,11 +53,13 @@ from pathlib import Path
 os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="tpsim-gpu-kernels-")
 
 import gpu_cosched  # noqa: E402
-from gpu_record import MODELS, PROFILE, Doc, guarded, linear_shapes, sync, trace_events, windows, kernel_row
+from gpu_record import (MODELS, PROFILE, Doc, guarded, init_profiler_for_graphs, kernel_row, linear_shapes, sync,
+                        trace_events, windows)
 
 import torch
 import torch.fx.traceback as _fx_tb
 import torch.nn.functional as F
+from torch._dynamo.utils import counters
 from torch.profiler import ProfilerActivity, profile, record_function
 
 if not hasattr(_fx_tb, "annotate"):         # an older torch: the IR-name annotations are only labels here
@@ -84,11 +85,15 @@ def sim_gemm_us(m: int, n: int, k: int) -> dict:
     """tpsim's price of an fp16 [m, k] x [k, n] GEMM in a graph-replayed decode step on PROFILE:
     `cublas` the extern GEMM (the profile's table, as F.linear runs it), `compiled` the reference
     stack's (at m 1 Inductor's generated GEMV: CostModel.generated_gemv)."""
-    prof = load_profile(PROFILE)
+    if not _COSTS:
+        prof = load_profile(PROFILE)
+        _COSTS.update({name: CostModel(prof, make_stack(dict(prof.stack_defaults) | extra))
+                       for name, extra in (("cublas", {"mm_decompose_m1": False}), ("compiled", {}))})
     op = Op("g", "gemm", ("x",), ("y",), (("m", m), ("n", n), ("k", k)), "fp16")
-    price = {name: CostModel(prof, make_stack(dict(prof.stack_defaults) | extra)).compute_s(op, "decode") * 1e6
-             for name, extra in (("cublas", {"mm_decompose_m1": False}), ("compiled", {}))}
-    return {"sim_cublas_us": price["cublas"], "sim_compiled_us": price["compiled"]}
+    return {f"sim_{name}_us": cost.compute_s(op, "decode") * 1e6 for name, cost in _COSTS.items()}
+
+
+_COSTS: dict = {}           # "cublas" / "compiled" -> CostModel on PROFILE, built once
 
 
 def time_calls(fn, calls: int, graph: bool) -> float:
@@ -130,7 +135,7 @@ def linear_case(m: int, n: int, k: int, calls: int) -> dict:
     out = {"m": m, "n": n, "k": k, "weight_mb": n * k * 2 / 1e6} | sim_gemm_us(m, n, k)
     out["eager_us"] = time_calls(lambda i: F.linear(x, w), calls, graph=False)
     if dev == "cuda":
-        l2 = torch.cuda.get_device_properties(0).L2_cache_size
+        l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or 60 << 20
         ws = [w] + [torch.randn_like(w) for _ in range(min(15, math.ceil(2.5 * l2 / (n * k * 2))) - 1)]
         out["graph_us"] = time_calls(lambda i: F.linear(x, w), calls, graph=True)          # aiconfigurator's way
         out["graph_cold_us"] = time_calls(lambda i: F.linear(x, ws[i % len(ws)]), calls, graph=True)
@@ -196,6 +201,7 @@ def compiled_step(s: R.Shapes, dev: str, code_dir: Path, tag: str) -> dict:
         torch.compiler.cudagraph_mark_step_begin()
         return step(idx, pos)
 
+    skips0 = dict(counters["inductor"]).get("cudagraph_skips", 0)
     t0 = time.time()
     call()
     sync()
@@ -214,21 +220,38 @@ def compiled_step(s: R.Shapes, dev: str, code_dir: Path, tag: str) -> dict:
             with record_function(f"tpsim:{j}"):
                 call()
                 sync()
-    steps = list(windows(trace_events(pr), "tpsim:").values())
+    ev = trace_events(pr)
+    # reduce-overhead replays one CUDA graph a step unless Inductor skipped cudagraphs (it logs why)
+    out["graph_launches_per_step"] = sum(e["name"] == "cudaGraphLaunch" for e in ev) / 5
+    out["cudagraph_skips"] = dict(counters["inductor"]).get("cudagraph_skips", 0) - skips0
+    steps = list(windows(ev, "tpsim:").values())
     n = min(len(x) for x in steps) if steps else 0
     out["kernels"] = [{"name": steps[0][i]["name"], "base": re.sub(r"^graph_\d+_|_\d+$", "", steps[0][i]["name"]),
                        "us": statistics.median(x[i]["dur"] for x in steps)} for i in range(n)]
     out["kernel_sum_us"] = sum(k["us"] for k in out["kernels"])
-    code = [f for f in glob.glob(os.path.join(os.environ["TORCHINDUCTOR_CACHE_DIR"], "**", "*.py"), recursive=True)
-            if os.path.getmtime(f) >= t0 and "def call(" in Path(f).read_text(errors="replace")]
-    for i, f in enumerate(sorted(code, key=os.path.getmtime)):
-        shutil.copy(f, code_dir / f"decode-code-{tag}{'' if i == 0 else f'-{i}'}.py")
-    out["output_code"] = [f"decode-code-{tag}{'' if i == 0 else f'-{i}'}.py" for i in range(len(code))]
-    out["best_configs"] = {Path(f).stem: json.loads(Path(f).read_text()) for f in glob.glob(
-        os.path.join(os.environ["TORCHINDUCTOR_CACHE_DIR"], "**", "*.best_config"), recursive=True)
-        if os.path.getmtime(f) >= t0}
+    out["output_code"], out["best_configs"] = inductor_files(t0, code_dir, tag)
     del p, step
     return out
+
+
+def inductor_files(t0: float, code_dir: Path, tag: str) -> tuple[list[str], dict]:
+    """What Inductor wrote since t0 in this process's cache: the output code (copied into code_dir as
+    decode-code-TAG.py, one per graph) and, per Triton kernel, the coordinate-descent config it kept
+    (the *.best_config beside the kernel's source, as written)."""
+    cache = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+    fresh = [f for f in cache.rglob("*.py") if f.stat().st_mtime >= t0]
+    code = sorted((f for f in fresh if "def call(" in f.read_text(errors="replace")), key=lambda f: f.stat().st_mtime)
+    names = []
+    for i, f in enumerate(code):
+        names.append(f"decode-code-{tag}{'' if i == 0 else f'-{i}'}.py")
+        shutil.copy(f, code_dir / names[-1])
+    best = {}
+    for f in cache.rglob("*.best_config"):
+        if f.stat().st_mtime >= t0:
+            src = f.with_suffix(".py")
+            m = re.search(r"def (triton_\w+)\(", src.read_text(errors="replace")) if src.is_file() else None
+            best[m.group(1) if m else f.stem] = f.read_text(errors="replace")
+    return names, best
 
 
 def sim_decode(model: str, tp: int, batches: list[int]) -> dict[int, dict]:
@@ -309,6 +332,7 @@ def main(argv=None) -> int:
     a.layers = 1 if a.smoke else a.layers
     a.out.mkdir(parents=True, exist_ok=True)
     doc = Doc(a.out / f"{a.part}.json", a.part, [str(Path(__file__)), *argv], a.smoke)
+    init_profiler_for_graphs()
     PARTS[a.part](a, doc)
     return 0
 

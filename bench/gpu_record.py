@@ -37,13 +37,16 @@ def provenance(argv: list[str]) -> dict:
         smi = subprocess.run(["nvidia-smi", f"--query-gpu={q}", "--format=csv"], capture_output=True,
                              text=True, timeout=20).stdout.strip() or None
     cuda = torch.cuda.is_available()
+    nccl = None
+    with contextlib.suppress(Exception):             # a tuple on recent torch, an int on older ones
+        v = torch.cuda.nccl.version() if cuda else None
+        nccl = ".".join(map(str, v)) if isinstance(v, tuple) else v
+    props = torch.cuda.get_device_properties(0) if cuda else None
     return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "command": " ".join([sys.executable, *argv]), "torch": torch.__version__,
             "cuda": torch.version.cuda, "triton": getattr(triton, "__version__", None),
-            "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
-            "gpu": torch.cuda.get_device_name() if cuda else None,
-            "sms": torch.cuda.get_device_properties(0).multi_processor_count if cuda else None,
-            "l2_bytes": torch.cuda.get_device_properties(0).L2_cache_size if cuda else None,
+            "nccl": nccl, "gpu": torch.cuda.get_device_name() if cuda else None,
+            "sms": getattr(props, "multi_processor_count", None), "l2_bytes": getattr(props, "L2_cache_size", None),
             "nvidia_smi": smi, "device": "cuda" if cuda else "cpu"}
 
 
@@ -102,7 +105,12 @@ def windows(events: list[dict], prefix: str) -> dict[str, list[dict]]:
     rng = [e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith(prefix)]
     ker = [e for e in events if e.get("cat") == "kernel" or (e.get("cat") == "cpu_op" and
            ("cpp_fused" in e["name"] or e["name"] in ("aten::mm", "aten::addmm", "aten::bmm")))]
-    return {r["name"][len(prefix):]: sorted((k for k in ker if r["ts"] <= k["ts"] <= r["ts"] + r["dur"]),
+    # a GPU kernel is placed by the host call that launched it (same correlation id: cudaLaunchKernel,
+    # cuLaunchKernelEx, cudaGraphLaunch for a graph's kernels), which lies inside the range for sure
+    launched = {e["args"]["correlation"]: e["ts"] for e in events
+                if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    at = [(launched.get(k.get("args", {}).get("correlation"), k["ts"]), k) for k in ker]
+    return {r["name"][len(prefix):]: sorted((k for t, k in at if r["ts"] <= t <= r["ts"] + r["dur"]),
                                             key=lambda k: k["ts"]) for r in rng}
 
 
@@ -110,6 +118,16 @@ def kernel_row(e: dict) -> dict:
     a = e.get("args", {})
     return {"name": e["name"], "us": e["dur"], "grid": a.get("grid"), "block": a.get("block"),
             "regs": a.get("registers per thread"), "smem": a.get("shared memory")}
+
+
+def init_profiler_for_graphs() -> None:
+    """Start and stop the profiler once before any CUDA graph is captured: a graph made before the
+    profiler's first use can replay untraced (pytorch/pytorch#100441, the workaround it ships as
+    torch.profiler._utils._init_for_cuda_graphs)."""
+    if torch.cuda.is_available():
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                torch.profiler.ProfilerActivity.CUDA]):
+            pass
 
 
 def sync():
