@@ -8,8 +8,9 @@
 #                    (without simpy installed there: `python3 -m pip download --no-deps -d .whl simpy==4.1.2`
 #                    elsewhere, copy .whl/ into the checkout; the script installs it from there)
 #   CPU smoke:       SMOKE=1 OUT=/tmp/gpu-smoke bash bench/gpu_checks.sh   (same wiring, toy models, gloo)
-#   STEPS=kernels:   preflight + step K only (~5 min on an H200, fits one device command); STEPS=harness: all
-#                    but step K. On the device tool (at most 8 files come back from its $OUT), e.g.
+#   STEPS=kernels:   preflight + step K only (~6-7 min on an H200, at most 10.5 by its timeouts: one device
+#                    command); STEPS=harness: steps 1-4 only (several minutes more: another device session).
+#                    On the device tool (at most 8 files come back from its $OUT), e.g.
 #                    OUT=/tmp/gc STEPS=kernels timeout 560 bash bench/gpu_checks.sh; cp /tmp/gc/kernels.tgz /tmp/gc/log.txt "$OUT"/
 #                    then unpack into bench/results/gpu/<date>-<gpu>/ (e.g. 2026-12-02-h200) and commit it.
 #
@@ -65,8 +66,9 @@ fi
 #   linear  ~30 s  (40 shapes x 3 timings of 20 calls + a profiled call)
 #   cosched ~45 s  (5 probe shapes x 5 works x 3 launch modes x 3 reps, each ~5 ms, one profiler session a
 #                   rep; ~15 s compiling and tuning the m-1 generated GEMV)
-#   decode  70B TP8 ~2-3 min, 8B TP1 ~2 min (per batch: Inductor compile + coordinate-descent tuning of ~25
-#                   Triton kernels at 2 layers, and of the 0-layer step; the timed steps are milliseconds)
+#   decode  70B TP8 ~3 min (timeout 180 s), 8B TP1 ~2 min (120 s): per batch (1, 4, 64, 16 in that order) an
+#                   Inductor compile + coordinate-descent tuning of ~25 Triton kernels at 2 layers, and of the
+#                   0-layer step; the timed steps themselves are milliseconds. A batch cut off is simply absent
 if [ "$STEPS" != harness ]; then
   K="$OUT/kernels"; KS=""; [ "${SMOKE:-0}" = 1 ] && KS="--smoke"
   pack() { tar -C "$OUT" -czf "$OUT/kernels.tgz" kernels; }
@@ -75,8 +77,8 @@ if [ "$STEPS" != harness ]; then
   if [ "${SMOKE:-0}" = 1 ]; then
     run timeout -k 10 -s INT 120 python3 bench/gpu_kernels.py decode --out "$K" $KS; pack
   else
-    run timeout -k 10 -s INT 200 python3 bench/gpu_kernels.py decode --models llama-3.1-70b:8 --out "$K"; pack
-    run timeout -k 10 -s INT 150 python3 bench/gpu_kernels.py decode --models llama-3.1-8b:1 --out "$K"; pack
+    run timeout -k 10 -s INT 180 python3 bench/gpu_kernels.py decode --models llama-3.1-70b:8 --out "$K"; pack
+    run timeout -k 10 -s INT 120 python3 bench/gpu_kernels.py decode --models llama-3.1-8b:1 --out "$K"; pack
   fi
 fi
 [ "$STEPS" = kernels ] && { ls -la "$OUT" | tee -a "$LOG"; exit 0; }

@@ -1,8 +1,8 @@
 """Kernel-level GPU checks of issue 25 item 6, each beside tpsim's own price (h200-sxm).
 
-    python bench/gpu_kernels.py linear  --out DIR [--smoke]     # ~30 s on an H200
-    python bench/gpu_kernels.py decode  --out DIR [--smoke] [--models M:TP ...] [--batches B ...]
-    python bench/gpu_kernels.py cosched --out DIR [--smoke]     # ~20 s
+    python bench/gpu_kernels.py linear  --out DIR [--smoke]     # ~30 s on an H200 (estimate)
+    python bench/gpu_kernels.py cosched --out DIR [--smoke]     # ~45 s
+    python bench/gpu_kernels.py decode  --out DIR [--smoke] [--models M:TP ...] [--batches B ...]   # ~3 min a model
 
 linear  -> DIR/linear.json: fp16 F.linear at the per-rank decode shapes of llama-3.1-70b TP8 and
   llama-3.1-8b TP1 (qkv, wo, w13 = the reference's fused w1 [2 ffn, hidden], w2, LM head) at m 1/4/16/64:
@@ -326,6 +326,10 @@ def main(argv=None) -> int:
     for m in a.models or []:
         if not re.fullmatch(r"[\w.\-]+:\d+", m):
             ap.error(f"--models {m!r}: use MODEL:TP")
+        try:
+            get_model(m.split(":")[0]).shard(int(m.split(":")[1]))
+        except (KeyError, ValueError) as e:
+            ap.error(f"--models {m!r}: {e}")
     a.models = a.models or list(SMOKE_MODELS if a.smoke else MODELS)
     a.ms = a.ms or ([1, 4] if a.smoke else list(MS))
     a.batches = a.batches or ([2] if a.smoke else [1, 4, 64, 16])

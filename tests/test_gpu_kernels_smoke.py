@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
+torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.hw
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,3 +78,38 @@ def test_bad_arguments_exit_2(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_kernels.py"), "linear", "--models", "nope",
                         "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "use MODEL:TP" in r.stderr
+
+
+def _bench(name: str):
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        return __import__(name)     # the bench scripts import each other by file name
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+
+
+def test_windows_place_a_kernel_by_the_call_that_launched_it():
+    rec = _bench("gpu_record")
+    ev = [{"ph": "X", "cat": "user_annotation", "name": "tpsim:a", "ts": 0, "dur": 50},
+          {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 5, "dur": 3, "args": {"correlation": 7}},
+          # launched at 5 (inside a), runs at 60 (after a's range): a's
+          {"ph": "X", "cat": "kernel", "name": "k7", "ts": 60, "dur": 4, "args": {"correlation": 7}},
+          # no launch record: placed by its own start, 70, outside a
+          {"ph": "X", "cat": "kernel", "name": "k8", "ts": 70, "dur": 4, "args": {"correlation": 8}}]
+    assert [k["name"] for k in rec.windows(ev, "tpsim:")["a"]] == ["k7"]
+
+
+def test_read_trial_delay_clusters_and_slowdown(monkeypatch):
+    pytest.importorskip("triton")
+    cos = _bench("gpu_cosched")
+    monkeypatch.setattr(cos, "CALLS", 4)            # 4 compute calls; the gate is the event after call 2
+    k = lambda name, ts, dur: {"name": name, "ts": ts, "dur": dur, "args": {}}  # noqa: E731
+    kers = [k("gemm", 0, 10), k("gemm", 10, 10),    # [0, 10), [10, 20): the gate kernel ends at 20
+            k("gemm", 20, 14), k("gemm", 34, 14),   # [20, 34), [34, 48): beside the probe, 14 each
+            k("tpsim_probe", 23, 20)]               # the probe [23, 43): ready at 20, started at 23
+    t0 = [1000, 1000, 1500, 1000, 2000, 2000, 2000, 2000]     # ns; 8 CTAs = 2 clusters of 4
+    buf = torch.tensor([[t, t + 20_000, sm] for t, sm in zip(t0, [0, 1, 2, 3, 10, 11, 12, 13])])
+    r = cos.read_trial(kers, {}, buf, "16x1w-cluster4", "gate", alone_us=10.0)
+    assert r["kernels_per_call"] == 1 and r["start_delay_us"] == 3
+    assert r["beside_us"] == [14, 14] and r["slowdown"] == pytest.approx(1.4)      # 14 / 10
+    assert r["cta_start_spread_ns"] == 1000 and r["cluster_smids"] == [[0, 1, 2, 3], [10, 11, 12, 13]]
