@@ -14,7 +14,6 @@ from gpu_record import Doc, guarded, linear_shapes, sync, trace_events, windows
 try:                                        # the probe kernel; without Triton the part says so and skips
     import triton
     import triton.language as tl
-    from triton.language.extra.cuda import globaltimer, smid
 except ImportError:                         # pragma: no cover - a torch build without Triton
     triton = None
 
@@ -23,13 +22,16 @@ from tpsim.hw.inductor_flags import REFERENCE_INDUCTOR_FLAGS, apply_inductor_fla
 if triton is not None:
     @triton.jit
     def tpsim_probe(out_ptr, spin_ns):
-        """Per CTA (%ctaid.x, so per CTA of a cluster too): start %globaltimer, end, %smid; spins spin_ns."""
+        """Per CTA (%ctaid.x, so per CTA of a cluster too): start %globaltimer, end, %smid; spins spin_ns.
+        The special registers are read as triton.language.extra.cuda's globaltimer() / smid() read them
+        (the same inline PTX, written out: that module's path has moved between Triton releases)."""
         cta = tl.inline_asm_elementwise("mov.u32 $0, %ctaid.x;", "=r", [], dtype=tl.int32, is_pure=True, pack=1)
-        t0 = globaltimer()
-        sm = smid()
+        sm = tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=tl.int32, is_pure=True, pack=1)
+        t0 = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
         t = t0
         while t - t0 < spin_ns:
-            t = globaltimer()
+            t = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False,
+                                          pack=1)
         tl.store(out_ptr + cta * 3, t0)
         tl.store(out_ptr + cta * 3 + 1, t)
         tl.store(out_ptr + cta * 3 + 2, sm.to(tl.int64))
@@ -51,7 +53,11 @@ def offline_compile() -> dict:
         try:
             k = triton.compile(ASTSource(tpsim_probe, {"out_ptr": "*i64", "spin_ns": "i64"}),
                                target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "num_ctas": ctas})
-            out[name] = {"ok": "%globaltimer" in k.asm["ptx"] and "%smid" in k.asm["ptx"], "num_ctas": ctas}
+            ptx = k.asm["ptx"]
+            # both timer reads survive (the spin loop was not folded away), the SM id is read, and a
+            # cluster shape is declared as one
+            out[name] = {"ok": ptx.count("%globaltimer") >= 2 and "%smid" in ptx and
+                         (ctas == 1 or f".reqnctapercluster {ctas}" in ptx), "num_ctas": ctas}
         except Exception as e:  # noqa: BLE001 - record which shape Triton refuses
             out[name] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
     return out

@@ -87,8 +87,10 @@ def guarded(doc: Doc, key: str, fn, *a) -> dict | None:
 def _summary(item: dict) -> str:
     if "error" in item:
         return "ERROR " + item["error"][:200]
-    return ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in item.items()
-                     if isinstance(v, (int, float, str)) and k != "wall_s")
+    parts = [f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in item.items()
+             if isinstance(v, (int, float, str)) and k != "wall_s"]
+    parts += [f"{k} {'ok' if v['ok'] else 'FAIL'}" for k, v in item.items() if isinstance(v, dict) and "ok" in v]
+    return ", ".join(parts + [f"{k} ERROR" for k, v in item.items() if isinstance(v, dict) and "error" in v])
 
 
 def trace_events(prof) -> list[dict]:
