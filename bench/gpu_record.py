@@ -58,7 +58,9 @@ class Doc:
         self.path = path
         old = json.loads(path.read_text()) if path.is_file() else {}
         self.d = {"format": f"tpsim-gpu-{part}", "smoke": smoke, "profile": PROFILE,
-                  "provenance": provenance(argv), "skipped": old.get("skipped", []), "items": old.get("items", {})}
+                  "provenance": provenance(argv), "skipped": old.get("skipped", []), "items": old.get("items", {}),
+                  # the earlier runs whose items this file keeps (decode: one run per model)
+                  "provenance_earlier": old.get("provenance_earlier", []) + ([old["provenance"]] if old else [])}
 
     def put(self, key: str, value: dict) -> None:
         self.d["items"][key] = value
