@@ -81,7 +81,9 @@ def _kernels(simr, sched, op, phase: str) -> list[dict]:
     if hit is None:
         return []
     terms = simr.cost.kernel_terms(op, fusion.kernels(hit), sched, simr.cost.stack.graphs(phase))
-    return [dict(t, table=f"{hit[0]}:{hit[1]}", us=t["s"] * 1e6) for t in terms]
+    # the Kernel object itself stays out: the rows are what --json prints
+    return [{k: v for k, v in t.items() if k != "kernel"} | {"table": f"{hit[0]}:{hit[1]}", "us": t["s"] * 1e6}
+            for t in terms]
 
 
 def breakdown(w: Workload, spec: str, phase: str) -> dict:

@@ -8,9 +8,20 @@
 #                    (without simpy installed there: `python3 -m pip download --no-deps -d .whl simpy==4.1.2`
 #                    elsewhere, copy .whl/ into the checkout; the script installs it from there)
 #   CPU smoke:       SMOKE=1 OUT=/tmp/gpu-smoke bash bench/gpu_checks.sh   (same wiring, toy models, gloo)
+#   STEPS=kernels:   preflight + step K only (~6-7 min on an H200, at most 10.5 by its timeouts: one device
+#                    command); STEPS=harness: steps 1-4 only (several minutes more: another device session).
+#                    On the device tool (at most 8 files come back from its $OUT), e.g.
+#                    OUT=/tmp/gc STEPS=kernels timeout 560 bash bench/gpu_checks.sh; cp /tmp/gc/kernels.tgz /tmp/gc/log.txt "$OUT"/
+#                    then unpack into bench/results/gpu/<date>-<gpu>/ (e.g. 2026-12-02-h200) and commit it.
 #
-# It writes everything under $OUT (log.txt, the profile, the bench JSONs, compare.tgz):
+# It writes everything under $OUT (log.txt, kernels.tgz, the profile, the bench JSONs, compare.tgz):
 #  0. a short preflight of the CUDA/NCCL patterns the runner relies on (bench/gpu_preflight.py)
+#  K. kernel-level checks beside tpsim's prices (bench/gpu_kernels.py; JSONs with provenance in $OUT/kernels,
+#     packed into kernels.tgz after each part; needs no simpy): linear.json (fp16 F.linear at the 70B-TP8 / 8B-TP1
+#     decode shapes, m 1/4/16/64: graph-replayed, cold-weight and eager µs, cuBLAS kernel names and grids),
+#     decode.json (the reference's compiled comm-free decode step per kernel, per layer, batch 1/4/64/16, with
+#     Inductor's output code and kept coordinate-descent configs), cosched.json (a spin probe of 16/24 CTAs,
+#     1-CTA and 4-CTA clusters, on a second stream beside decode GEMMs: start delay, %smid, slowdown)
 #  1. numerics of all schedules on CUDA with NCCL at world size 1 (CUDA streams/events, NCCL async handles)
 #  2. compute calibration of the exact op shapes of llama-3.1-70b at TP 8 and llama-3.1-8b at TP 1-8,
 #     and the 1-rank NCCL all-reduce, extending h200-sxm -> h200-measured-compute.json
@@ -29,7 +40,7 @@ if ! python3 -c "import simpy" 2>/dev/null && [ -d .whl ]; then
 fi
 export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD" PYTHONUNBUFFERED=1
 LOG="$OUT/log.txt"
-python3 -c "import simpy" || { echo "simpy missing: pip download it into .whl and carry .whl" | tee -a "$LOG"; exit 3; }
+STEPS=${STEPS:-all}                              # all | kernels (0 + K) | harness (all but K)
 run() { echo "+ $*" | tee -a "$LOG"; local t0=$SECONDS; "$@" 2>&1 | tee -a "$LOG"; local rc=${PIPESTATUS[0]}; echo "= rc $rc, $((SECONDS - t0)) s" | tee -a "$LOG"; }
 
 # every harness step ends itself: a hang costs that step's timeout, never the whole run
@@ -49,7 +60,29 @@ fi
   python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version() if torch.cuda.is_available() else None)"
   env | grep -E '^NCCL_|^TORCH_NCCL' ; } | tee -a "$LOG"
 
-[ "${SMOKE:-0}" = 1 ] || run timeout -s INT 90 python3 bench/gpu_preflight.py
+[ "${SMOKE:-0}" = 1 ] || [ "$STEPS" = harness ] || run timeout -s INT 90 python3 bench/gpu_preflight.py
+# K: each part its own process and timeout; each JSON is rewritten after every item, so a timeout keeps
+# what was measured; the cheap parts first. GPU time (estimates, H200):
+#   linear  ~30 s  (40 shapes x 3 timings of 20 calls + a profiled call)
+#   cosched ~45 s  (5 probe shapes x 5 works x 3 launch modes x 3 reps, each ~5 ms, one profiler session a
+#                   rep; ~15 s compiling and tuning the m-1 generated GEMV)
+#   decode  70B TP8 ~3 min (timeout 180 s), 8B TP1 ~2 min (120 s): per batch (1, 4, 64, 16 in that order) an
+#                   Inductor compile + coordinate-descent tuning of ~25 Triton kernels at 2 layers, and of the
+#                   0-layer step; the timed steps themselves are milliseconds. A batch cut off is simply absent
+if [ "$STEPS" != harness ]; then
+  K="$OUT/kernels"; KS=""; [ "${SMOKE:-0}" = 1 ] && KS="--smoke"
+  pack() { tar -C "$OUT" -czf "$OUT/kernels.tgz" kernels; }
+  run timeout -k 10 -s INT 120 python3 bench/gpu_kernels.py linear --out "$K" $KS; pack
+  run timeout -k 10 -s INT 120 python3 bench/gpu_kernels.py cosched --out "$K" $KS; pack
+  if [ "${SMOKE:-0}" = 1 ]; then
+    run timeout -k 10 -s INT 120 python3 bench/gpu_kernels.py decode --out "$K" $KS; pack
+  else
+    run timeout -k 10 -s INT 180 python3 bench/gpu_kernels.py decode --models llama-3.1-70b:8 --out "$K"; pack
+    run timeout -k 10 -s INT 120 python3 bench/gpu_kernels.py decode --models llama-3.1-8b:1 --out "$K"; pack
+  fi
+fi
+[ "$STEPS" = kernels ] && { ls -la "$OUT" | tee -a "$LOG"; exit 0; }
+python3 -c "import simpy" || { echo "simpy missing: pip download it into .whl and carry .whl" | tee -a "$LOG"; exit 3; }
 run python3 cli.py check $DEV --tp 1 --model tiny $T --deadline-s 120
 # --tp applies to every --models of one call, so the big model's shapes are also timed at the small
 # model's TP degrees (one layer each: seconds on a GPU); one self-contained profile comes back
