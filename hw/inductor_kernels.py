@@ -134,15 +134,21 @@ def _buf_dtype(name: str):
         return None
 
 
-def _describe(node, probe: dict) -> dict | None:
-    if isinstance(node, S.NopKernelSchedulerNode):
-        return None
-    ops = set()
+def node_ops(node) -> tuple[str, ...]:
+    """The IR op names (annotate {"tpsim_op": ...}) of the FX nodes a scheduler node was lowered from."""
+    names = set()
     for sn in node.get_nodes():
         for o in (sn.node.origins if sn.node is not None else ()):
             name = (o.meta.get("custom") or {}).get("tpsim_op")
             if name:
-                ops.add(name)
+                names.add(name)
+    return tuple(sorted(names))
+
+
+def _describe(node, probe: dict) -> dict | None:
+    if isinstance(node, S.NopKernelSchedulerNode):
+        return None
+    ops = set(node_ops(node))
     extern = isinstance(node, S.ExternKernelSchedulerNode)
     kind = "generated"
     if extern:

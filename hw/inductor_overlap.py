@@ -60,6 +60,7 @@ from tpsim.hw import reference_model as R
 from tpsim.hw.inductor_gpu import compile_decode
 from tpsim.hw.inductor_probe import DTYPE, PROBE, probe_model
 from tpsim.hw.reference_ladder import MODELS
+from tpsim.hw.inductor_kernels import node_ops
 
 PASSES_2_5 = ("reorder_compute_for_overlap", "sink_waits", "raise_comms")     # v2.5.0 config.py:259
 LAYERS = 3
@@ -95,19 +96,9 @@ class Launch:
     ops: tuple[str, ...]
 
 
-def _ops(node) -> tuple[str, ...]:
-    names = set()
-    for sn in node.get_nodes():
-        for o in (sn.node.origins if sn.node is not None else ()):
-            n = (o.meta.get("custom") or {}).get("tpsim_op")
-            if n:
-                names.add(n)
-    return tuple(sorted(names))
-
-
 def launches(cap) -> list[Launch]:
     """The captured graph's scheduler nodes in codegen order (what call() launches, in order)."""
-    return [Launch("issue" if contains_collective(n) else "wait" if contains_wait(n) else "compute", _ops(n))
+    return [Launch("issue" if contains_collective(n) else "wait" if contains_wait(n) else "compute", node_ops(n))
             for n, _ in cap.nodes]
 
 

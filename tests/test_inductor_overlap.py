@@ -29,7 +29,7 @@ first = []                                                    # the order after 
 orig = comms.reorder_compute_for_overlap
 def record(nodes):
     out = orig(nodes)
-    first.append([O._ops(n) for n in out])
+    first.append([O.node_ops(n) for n in out])
     return out
 with mock.patch.object(comms, "reorder_compute_for_overlap", record):
     ladder, heavy_comm = O.derive("ladder", s), O.derive("ladder", s, estimator=heavy)
