@@ -39,6 +39,7 @@ from .schedule import COMM, COMPUTE, TOKENS, Op, Schedule
 from .trace import Record
 
 _EPS = 1e-15
+LAUNCH = "launch"       # the record stream of an op's launch on the rank's CPU thread (sim.trace)
 
 
 @dataclass(frozen=True)
@@ -225,6 +226,9 @@ def simulate(schedule: Schedule, op_time: Callable[[Op], float], ranks: int = 1,
         issued = 0.0                              # the rank's launch chain, from its start (docstring)
         for op in schedule.ops:
             if launch is not None:
+                if record and launch[op.name] > 0:    # the Python thread launching it: the trace's CPU lane
+                    records.append(Record(op.name, rank.rank, LAUNCH, delay + issued, delay + issued + launch[op.name],
+                                          phase, op.kind))
                 issued += launch[op.name]
             ready = delay + issued                # launched by then (delay + 0.0 == delay: no chain)
             if op.is_comm:

@@ -15,7 +15,8 @@ from typing import Iterable
 class Record:
     op: str            # op name from the schedule IR, e.g. "L3.attn.allreduce"
     rank: int
-    stream: str        # "compute" | "comm" (| "wait" for time blocked on a collective)
+    stream: str        # "compute" | "comm" (| "wait" for time blocked on a collective, | "launch" for
+                       # the simulated CPU thread launching the op: an eager phase on a GPU, sim/engine.py)
     start_s: float
     end_s: float
     phase: str = ""    # "prefill" | "decode" (| "" when not known)
@@ -34,14 +35,14 @@ class Record:
                       d.get("phase", ""), d.get("kind", ""))
 
 
-_STREAM_TID = {"compute": 0, "comm": 1, "wait": 2}
+_STREAM_TID = {"compute": 0, "comm": 1, "wait": 2, "launch": 3}
 
 
 def chrome_trace(records: Iterable[Record], label: str = "") -> dict:
     """Chrome/Perfetto trace JSON: pid = rank, tid = stream, times in microseconds."""
     events, seen = [], set()
     for r in records:
-        tid = _STREAM_TID.get(r.stream, 3)
+        tid = _STREAM_TID.get(r.stream, 4)
         if (r.rank, tid) not in seen:
             seen.add((r.rank, tid))
             events.append({"ph": "M", "name": "thread_name", "pid": r.rank, "tid": tid,

@@ -56,6 +56,9 @@ def test_the_cpu_runs_ahead_of_a_long_kernel():
     r = _both(LONG_THEN_SHORT, LTS_GPU, dict.fromkeys(LTS_GPU, 2.0))
     assert r.duration_s == 16.0
     assert [_span(r, n) for n in LTS_GPU] == [(2, 12), (12, 13), (13, 14), (14, 15), (15, 16)]
+    # the trace's CPU lane: the thread launching g 0-2, s1 2-4, s2 4-6, s3 6-8, s4 8-10
+    assert [_span(r, n, "launch") for n in LTS_GPU] == [(0, 2), (2, 4), (4, 6), (6, 8), (8, 10)]
+    assert r.last_held_op == 0          # only g waited for its launch; s1..s4 were launched in time
 
 
 def test_a_chain_of_tiny_kernels_is_cpu_bound():
