@@ -142,5 +142,5 @@ def sync():
 def linear_shapes(model: str, tp: int) -> dict[str, tuple[int, int]]:
     """name -> (n, k) of one rank's decode linears (weight [n, k]); the head replicated, as the reference."""
     s = get_model(model).shard(tp)
-    return {"qkv": ((s.heads + 2 * s.kv_heads) * s.head_dim, s.hidden), "wo": (s.hidden, s.heads * s.head_dim),
+    return {"qkv": (s.qkv_dim, s.hidden), "wo": (s.hidden, s.q_dim),
             "w13": (2 * s.ffn, s.hidden), "w2": (s.hidden, s.ffn), "head": (s.vocab, s.hidden)}

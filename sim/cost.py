@@ -389,9 +389,9 @@ class CostModel(CollectiveCost):
             r_near = roofline_s(self.profile, op_work(near_op, fused), op.dtype)
             t = near[1] * (r_here / r_near if r_near > 0 else 1.0)
         if op.kind == "gemm" and self.profile.device == "cuda":
-            # a GEMM is one kernel; database times are device time (kernels back to back), so under a
-            # graph a GEMM shorter than its launch costs the launch, as on the roofline path (eager:
-            # its launch is issue_s)
+            # a GEMM is one kernel; database times are device time (kernels back to back), so a GEMM
+            # shorter than the device floor costs the floor, as on the roofline path (launched eagerly,
+            # its launch is CPU time: issue_s)
             t = self._floor(t, 1, graphs)
         return t
 

@@ -168,6 +168,13 @@ def test_click_only_at_the_front_door_and_no_rich_in_sim():
     assert not bad, bad
 
 
+def _printed(code: str) -> list[str]:
+    """The lines a fresh interpreter prints running `code` from the repository root (it must succeed)."""
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.splitlines()
+
+
 def test_import_cli_loads_only_the_command_table():
     """`import tpsim.cli` (every start, `--help` included) imports no command module, no simulator, and
     none of the slow libraries; `tpsim predict` loads what predict runs, not the sweep nor calibration."""
@@ -179,9 +186,7 @@ def test_import_cli_loads_only_the_command_table():
             "'--prompt', '16', '--json'])\nassert r.exit_code == 0, r.output\n"
             "print(sorted(m for m in sys.modules if m.startswith(('tpsim.sim.sweep', 'tpsim.sim.grid', 'tpsim.hw', "
             "'tpsim.calib', 'tpsim.commands.sweep', 'tpsim.commands.bench', 'matplotlib'))))\n")
-    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines() == ["[]", "[]"], r.stdout
+    assert _printed(code) == ["[]", "[]"]
 
 
 def test_default_predict_imports_neither_numpy_nor_networkx():
@@ -194,9 +199,7 @@ def test_default_predict_imports_neither_numpy_nor_networkx():
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'numpy', 'networkx', 'scipy'}))\n"
             "r = CliRunner().invoke(tpsim.cli.main, args + ['--kv', 'filled'])\nassert r.exit_code == 0, r.output\n"
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'numpy', 'networkx', 'scipy'}))\n")
-    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines() == ["[]", "['numpy']"], r.stdout
+    assert _printed(code) == ["[]", "['numpy']"]
 
 
 def test_sim_imports_nothing_above_it():
