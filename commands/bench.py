@@ -31,7 +31,7 @@ from tpsim.sim.stacks import load_stack
 from tpsim.fileio.policy import write_json_atomic
 
 from tpsim.hw import harness, require_torch
-from tpsim.hw.run_config import RunConfig, check_timeout, default_timeout_s
+from tpsim.hw.run_config import HARNESS_COLLECTIVES, RunConfig, check_timeout, default_timeout_s
 
 from tpsim.commands.bounds import check_bounds
 from tpsim.commands.errors import UserError, user_errors
@@ -216,6 +216,11 @@ def _memory_gate(cfg, command: str) -> None:
               help="torch.compile each whole prefill and decode pass (Inductor: C++ kernels on CPU, Triton on "
                    "CUDA; functional collectives), as the reference harness; compiled code is cached "
                    "[default: off, or as the --stack preset compiles]")
+@click.option("--collective", type=click.Choice(HARNESS_COLLECTIVES), default=None,
+              help="how all-reduces run: auto = the backend's own (NCCL on cuda, gloo on cpu); symm-mem = PyTorch "
+                   "symmetric memory as vLLM runs it (multimem / two-shot by the simulator's rule, NCCL above its "
+                   "max size or without NVLS multicast; cuda + nccl, eager, bf16/fp32) [default: auto, or as the "
+                   "--stack preset maps its all-reduce]")
 @click.option("--gpu-mem-gib", type=float, default=None, help="per-rank memory to plan against [default: the device's]")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,
               help="also write a Chrome/Perfetto trace of one measured prefill and decode step per schedule "
@@ -235,9 +240,13 @@ def bench_cmd(deadline_s, compile_, trace_path=None, stack_name=None, **kw):
         opts, notes = harness("tpsim.hw.bench", "bench").stack_harness_options(preset.values, device)
         preset_compile = opts.pop("compile")
         compile_ = preset_compile if compile_ is None else compile_
+        if compile_ and opts.get("collective") == "symm-mem":      # --compile given: symm-mem runs eager only
+            del opts["collective"]
+            notes.append("collective: --compile runs NCCL (the harness runs symmetric-memory all-reduce eager only)")
         for k, v in opts.items():
             if kw.get(k) is None:
                 kw[k] = v
+    kw["collective"] = kw.get("collective") or "auto"
     cfg = _config("bench", compile=bool(compile_), deadline_s=deadline_s, **kw)
     _memory_gate(cfg, "bench")
     result = _run("tpsim.hw.bench:worker", cfg, deadline_s, "bench")
