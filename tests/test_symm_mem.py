@@ -139,3 +139,28 @@ def test_bench_records_the_kernel_each_all_reduce_ran_on_gloo():
     recs = [r for r in d["schedules"][0]["records"] if r["kind"] == "all_reduce" and r["stream"] == "comm"]
     assert recs and {r["kernel"] for r in recs} == {"gloo"} and {r["rank"] for r in recs} == {0, 1}
     assert {r["phase"] for r in recs} == {"prefill", "decode"}
+
+
+def test_gpu_step_wiring_on_cpu(tmp_path):
+    """bench/gpu_checks.sh SMOKE=1 STEPS=symm: only step S runs; its JSON has provenance, says what
+    the CPU skipped, and holds tpsim's prices per size that the GPU run times against."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, SMOKE="1", STEPS="symm", OUT=str(tmp_path),
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")     # python3 = this one
+    r = subprocess.run(["bash", str(root / "bench" / "gpu_checks.sh")], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    log = (tmp_path / "log.txt").read_text()
+    assert log.count("= rc 0") == 1 and "gpu_symm_mem.py" in log and "cli.py" not in log, log[-2000:]
+    d = json.loads((tmp_path / "symm-mem.json").read_text())
+    assert d["format"] == "tpsim-gpu-symm-mem" and d["smoke"] is True and d["profile"] == "h200-sxm"
+    assert {"date", "command", "torch", "gpu", "device"} <= set(d["provenance"]) and d["provenance"]["device"] == "cpu"
+    assert d["skipped"] and "no CUDA" in d["skipped"][0]
+    one = d["items"][f"bf16:{MiB}"]
+    assert one["timed"] is False and one["sim_pick_n2"] == "symm-twoshot" and one["sim_pick_n8"] == "multimem"
+    assert 0 < one["sim_copies_us"] < one["sim_multimem_n8_us"]          # the copies are part of the price
+    assert d["items"][f"bf16:{64 * MiB}"]["sim_pick_n4"] == "nccl"        # above the 32 MiB at 4 ranks
