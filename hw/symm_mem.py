@@ -31,9 +31,6 @@ import os
 
 import torch
 import torch.distributed as dist
-import torch.distributed._symmetric_memory as symm
-from torch._C._autograd import DeviceType
-from torch._C._distributed_c10d import _SymmetricMemory
 
 from tpsim.sim.custom_allreduce import Pick, symm_mem_buffer_bytes, symm_mem_pick
 from tpsim.hw.model import torch_dtype
@@ -107,16 +104,16 @@ class SymmMemAllReduce:
                 if self.multicast and self.single_node and dtype in TORCH_DTYPES else 0)
         if need:
             self.allocate(need)
-        else:
-            why = dispatch(max(messages, default=16), self.n, multicast=self.multicast,
-                           single_node=self.single_node, dtype=dtype, capacity_bytes=0).note
-            self.notes.append(f"symm-mem: {why or 'no all-reduce of this run goes through symmetric memory'}; "
-                              f"every all-reduce runs {self.fallback.name}")
+        else:                   # one note for the whole run (issue adds none without a buffer)
+            why = dispatch(max(messages), self.n, multicast=self.multicast, single_node=self.single_node,
+                           dtype=dtype, capacity_bytes=0).note if messages else "the run has no all-reduce"
+            self.notes.append(f"symm-mem: {why}; every all-reduce runs {self.fallback.name}")
 
     def allocate(self, nbytes: int) -> None:
         """The symmetric buffer of `nbytes` (a collective: every rank calls it with the same size);
         without a multicast object after the rendezvous, the multicast kernel is off (vLLM: the
         handle's multicast_ptr is 0 -> communicator disabled)."""
+        import torch.distributed._symmetric_memory as symm   # lazy: torch >= 2.5 only ([hw] takes 2.3)
         dt = torch_dtype(self.dtype)
         self.buf = symm.empty(-(-nbytes // dt.itemsize), dtype=dt, device=self.device)
         handle = symm.rendezvous(self.buf, self.group)
@@ -136,7 +133,7 @@ class SymmMemAllReduce:
         p = self.pick(nbytes)
         self.ran[nbytes] = p.kernel
         if p.kernel == "nccl":
-            if p.note and f"symm-mem: {p.note}" not in self.notes:
+            if p.note and self.buf is not None and f"symm-mem: {p.note}" not in self.notes:
                 self.notes.append(f"symm-mem: {p.note}")
             return self.fallback.issue(buf)[0], self.fallback.name
         return self.run(p.kernel, buf), p.kernel
@@ -168,6 +165,8 @@ def hardware(group, device: torch.device) -> tuple[bool, bool]:
     support (torch's _SymmetricMemory.has_multicast_support: CUDA >= 12.3, driver, device attribute),
     and every rank of the group on this node (torchrun's LOCAL_WORLD_SIZE; the launcher's is the
     whole group). Every rank of a homogeneous node answers the same, so all take the same path."""
+    from torch._C._autograd import DeviceType                  # lazy: as SymmMemAllReduce.allocate's import
+    from torch._C._distributed_c10d import _SymmetricMemory    # lazy: torch >= 2.5 only ([hw] takes 2.3)
     sm90 = torch.cuda.get_device_capability(device) == (9, 0)
     multicast = sm90 and bool(_SymmetricMemory.has_multicast_support(DeviceType.CUDA, device.index or 0))
     world = dist.get_world_size(group)
