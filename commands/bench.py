@@ -100,6 +100,11 @@ def _common(f):
         click.option("--backend", type=click.Choice(["gloo", "nccl"]), default=None,
                      help="collective backend [default: nccl on cuda, gloo on cpu]"),
         click.option("--device", type=click.Choice(["cpu", "cuda", "auto"]), default="auto", show_default=True),
+        click.option("--collective", type=click.Choice(HARNESS_COLLECTIVES), default=None,
+                     help="how all-reduces run: auto = the backend's own (NCCL on cuda, gloo on cpu); symm-mem = "
+                          "PyTorch symmetric memory as vLLM runs it (multimem / two-shot by the simulator's rule, "
+                          "NCCL above its max size or without NVLS multicast; cuda + nccl, eager, bf16/fp32) "
+                          "[default: auto; bench: as the --stack preset maps its all-reduce]"),
         click.option("--seed", type=int, default=0, show_default=True),
         click.option("--timeout-s", type=float, default=None,
                      help="a collective (or rank start-up) that waits longer ends the run with an error "
@@ -126,6 +131,7 @@ def _config(kind: str, **kw):
     if device == "cuda":
         check_cuda(1 if _under_torchrun() else kw["tp"], kind)
     backend = kw.pop("backend") or ("nccl" if device == "cuda" else "gloo")
+    kw["collective"] = kw.get("collective") or "auto"
     dtype = kw.pop("dtype") or ("fp16" if device == "cuda" else "fp32")
     kw.update({k: v for k, v in HARNESS_STACK.items() if kw.get(k) is None})
     schedules = kw.pop("schedules") or DEFAULT_SCHEDULES
@@ -216,11 +222,6 @@ def _memory_gate(cfg, command: str) -> None:
               help="torch.compile each whole prefill and decode pass (Inductor: C++ kernels on CPU, Triton on "
                    "CUDA; functional collectives), as the reference harness; compiled code is cached "
                    "[default: off, or as the --stack preset compiles]")
-@click.option("--collective", type=click.Choice(HARNESS_COLLECTIVES), default=None,
-              help="how all-reduces run: auto = the backend's own (NCCL on cuda, gloo on cpu); symm-mem = PyTorch "
-                   "symmetric memory as vLLM runs it (multimem / two-shot by the simulator's rule, NCCL above its "
-                   "max size or without NVLS multicast; cuda + nccl, eager, bf16/fp32) [default: auto, or as the "
-                   "--stack preset maps its all-reduce]")
 @click.option("--gpu-mem-gib", type=float, default=None, help="per-rank memory to plan against [default: the device's]")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,
               help="also write a Chrome/Perfetto trace of one measured prefill and decode step per schedule "
@@ -246,7 +247,6 @@ def bench_cmd(deadline_s, compile_, trace_path=None, stack_name=None, **kw):
         for k, v in opts.items():
             if kw.get(k) is None:
                 kw[k] = v
-    kw["collective"] = kw.get("collective") or "auto"
     cfg = _config("bench", compile=bool(compile_), deadline_s=deadline_s, **kw)
     _memory_gate(cfg, "bench")
     result = _run("tpsim.hw.bench:worker", cfg, deadline_s, "bench")

@@ -28,7 +28,6 @@ import time
 import torch
 import torch.distributed as dist
 
-from tpsim.sim.collective_cost import message_bytes
 from tpsim.sim.schedule import build, notes_of
 from tpsim.hw import rank as hwrank
 from tpsim.hw.run_config import RunConfig, memory_gate
@@ -64,9 +63,8 @@ def run_bench(cfg: RunConfig, ctx: hwrank.DistContext) -> dict:
                           dtype=cfg.dtype, device=ctx.device, seed=cfg.seed, head=cfg.head,
                           embed=cfg.embed, checkpoint=cfg.checkpoint)
     group, cpu = dist.group.WORLD, hwrank.cpu_group()
-    messages = {message_bytes(op) for pair in plans.values() for sch in pair if sch is not None
-                for op in sch.ops if op.kind == "all_reduce"}
-    all_reduce = make_all_reduce(cfg.collective, group, ctx.device, cfg.dtype, sorted(messages))
+    all_reduce = make_all_reduce(cfg.collective, group, ctx.device, cfg.dtype,
+                                 [s for pair in plans.values() for s in pair])
     runner = Runner(rm, group, rank=ctx.rank, compile=cfg.compile, all_reduce=all_reduce)
     gen = torch.Generator().manual_seed(cfg.seed)
     prompt = torch.randint(0, model.vocab, (cfg.batch, cfg.prompt_len), generator=gen).to(rm.device)

@@ -32,6 +32,7 @@ import os
 import torch
 import torch.distributed as dist
 
+from tpsim.sim.collective_cost import message_bytes
 from tpsim.sim.custom_allreduce import Pick, symm_mem_buffer_bytes, symm_mem_pick
 from tpsim.hw.model import torch_dtype
 
@@ -174,8 +175,15 @@ def hardware(group, device: torch.device) -> tuple[bool, bool]:
     return multicast, single_node
 
 
-def make_all_reduce(collective: str, group, device: str, dtype: str, messages) -> GroupAllReduce | SymmMemAllReduce:
-    """The implementation a run's --collective names ("auto": the group's own)."""
+def all_reduce_messages(schedules) -> tuple[int, ...]:
+    """The byte sizes of the all_reduce ops of these schedules (None entries skipped), sorted."""
+    return tuple(sorted({message_bytes(op) for s in schedules if s is not None for op in s.ops
+                         if op.kind == "all_reduce"}))
+
+
+def make_all_reduce(collective: str, group, device: str, dtype: str, schedules) -> GroupAllReduce | SymmMemAllReduce:
+    """The implementation a run's --collective names ("auto": the group's own), for the all-reduces of
+    `schedules` (every pass the run will issue: they size a symmetric buffer)."""
     if collective == "symm-mem":
-        return SymmMemAllReduce(group, torch.device(device), dtype, tuple(messages))
+        return SymmMemAllReduce(group, torch.device(device), dtype, all_reduce_messages(schedules))
     return GroupAllReduce(group)

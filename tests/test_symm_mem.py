@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 pytest.importorskip("torch")
 
-from tpsim.commands.bench import bench_cmd  # noqa: E402
+from tpsim.commands.bench import bench_cmd, check_cmd  # noqa: E402
 from tpsim.hw import symm_mem as hs  # noqa: E402
 from tpsim.hw.bench import stack_harness_options  # noqa: E402
 from tpsim.hw.run_config import RunConfig, check_collective  # noqa: E402
@@ -34,6 +34,8 @@ def test_the_option_parses_and_refuses_what_cannot_run():
     res = CliRunner().invoke(bench_cmd, ["--stack", "vllm", "--collective", "symm-mem", "--device", "cpu"])
     assert res.exit_code == 2 and "gloo on CPU has none" in res.output
     assert CliRunner().invoke(bench_cmd, ["--collective", "nope", "--device", "cpu"]).exit_code == 2
+    res = CliRunner().invoke(check_cmd, ["--collective", "symm-mem", "--device", "cpu"])       # check too
+    assert res.exit_code == 2 and "needs --device cuda --backend nccl" in res.output
     with pytest.raises(ValueError, match="runs eager passes only"):      # no GPU needed for this check
         check_collective("symm-mem", "nccl", "cuda", compile=True)
     with pytest.raises(ValueError, match="needs --device cuda --backend nccl"):
