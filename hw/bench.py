@@ -326,7 +326,7 @@ def format_result(result: dict) -> str:
                      f"{' ' + format(sp.get('min', 0), '.2f') + '-' + format(sp.get('max', 0), '.2f') + 'x':>13}"
                      f"{r['exposed_comm_s'] * 1e3:>12.2f}")
     lines += [f"{r['schedule']}: {n}" for r in result["schedules"] for n in r.get("notes", ())]
-    lines += [f"collective {result['stack'].get('collective')}: {n}" for n in result["stack"].get("collective_notes", ())]
+    lines += list(result["stack"].get("collective_notes", ()))        # each says "symm-mem: ..." (hw.symm_mem)
     return "\n".join(lines)
 
 
@@ -381,8 +381,8 @@ def stack_harness_options(values: dict, device: str) -> tuple[dict, list[str]]:
     if coll not in ("auto", "nccl", "gloo"):
         # an engine's own all-reduce (sim/impls.py): PyTorch's nearest is symmetric memory, which the
         # harness runs on GPUs (hw.symm_mem) by the simulator's kernel rule, eager passes only
-        what = (f"collective {coll}: the engines' custom all-reduce kernels are not part of PyTorch; " if coll != "symm-mem"
-                else "collective symm-mem: ")
+        what = (f"collective {coll}: the engines' custom all-reduce kernels are not part of PyTorch; "
+                if coll != "symm-mem" else "collective symm-mem: ")
         if device != "cuda":
             notes.append(what + "the nearest, symmetric-memory all-reduce (torch.distributed._symmetric_memory), runs "
                                 "only on GPUs with peer access: gloo measured here")
