@@ -242,7 +242,7 @@ def bench_cmd(deadline_s, compile_, trace_path=None, stack_name=None, **kw):
         preset_compile = opts.pop("compile")
         compile_ = preset_compile if compile_ is None else compile_
         if compile_ and opts.get("collective") == "symm-mem":      # --compile given: symm-mem runs eager only
-            del opts["collective"]
+            del opts["collective"], opts["dtype"]
             notes.append("collective: --compile runs NCCL (the harness runs symmetric-memory all-reduce eager only)")
         for k, v in opts.items():
             if kw.get(k) is None:

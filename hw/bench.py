@@ -335,8 +335,8 @@ def stack_harness_options(values: dict, device: str) -> tuple[dict, list[str]]:
     run them, and a note for each that it cannot (or runs differently). Options: attention, kv,
     expand_gqa, prefill_logits, head, embed, compile, decode_graphs, mm_decompose_m1 (RunConfig's names;
     the last sets coordinate_descent_tuning when compiled: hw.inductor_flags), and collective
-    "symm-mem" where an engine's all-reduce maps onto it (a GPU, eager passes; absent: the backend's
-    own). A vocab-parallel embed runs as the engines run it: each rank's vocab shard, the masked
+    "symm-mem" with dtype "bf16" where an engine's all-reduce maps onto it (a GPU, eager passes;
+    absent: the backend's own, the device's dtype). A vocab-parallel embed runs as the engines run it: each rank's vocab shard, the masked
     lookup, the embed.allreduce."""
     opts, notes = {}, []
     att = values.get("attention", "math")
@@ -390,10 +390,12 @@ def stack_harness_options(values: dict, device: str) -> tuple[dict, list[str]]:
             notes.append(what + "the harness runs symmetric-memory all-reduce in eager passes only: NCCL measured "
                                 "in the compiled passes")
         else:
-            opts["collective"] = "symm-mem"
+            # bf16: vLLM's SymmMemCommunicator takes bf16 only (and serves bf16 checkpoints in bf16);
+            # torch's kernels take no fp16, the harness's GPU default (an explicit --dtype wins)
+            opts["collective"], opts["dtype"] = "symm-mem", "bf16"
             notes.append(what + "the harness runs the nearest, PyTorch symmetric-memory all-reduce (--collective "
-                                "symm-mem: multimem / two-shot by the simulator's rule; NCCL above its max size, "
-                                "without NVLS multicast on SM90, or for fp16, which its kernels do not take)")
+                                "symm-mem, in bf16 as vLLM's communicator: multimem / two-shot by the simulator's "
+                                "rule; NCCL above its max size or without NVLS multicast on SM90)")
     if any(v for k, v in (values.get("host") or {}).items() if k != "overlap"):
         notes.append("host lane: the engine's scheduler and hand-off to workers are not reproduced; the harness's "
                      "own loop runs each step (tpsim profiles import-engine-bench fits them from engine runs)")

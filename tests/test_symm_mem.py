@@ -51,8 +51,9 @@ def test_each_preset_maps_its_all_reduce(name):
     engine = values.get("collective", "auto") in ENGINE_COLLECTIVES
     gpu, gnotes = stack_harness_options(values, "cuda")
     cpu, cnotes = stack_harness_options(values, "cpu")
-    assert "collective" not in cpu
+    assert "collective" not in cpu and "dtype" not in cpu
     assert gpu.get("collective") == ("symm-mem" if engine else None)
+    assert gpu.get("dtype") == ("bf16" if engine else None)          # vLLM's communicator is bf16-only
     assert any("--collective symm-mem" in n for n in gnotes) == engine
     assert any("symmetric-memory" in n and "gloo measured here" in n for n in cnotes) == engine
     assert engine == (name in ("vllm", "sglang", "trtllm"))
@@ -64,7 +65,7 @@ def test_a_compiled_preset_keeps_nccl():
     values = {"attention": "flash", "kv": "static", "compile_prefill": True, "compile_decode": True,
               "collective": "vllm-custom"}
     opts, notes = stack_harness_options(values, "cuda")
-    assert opts["compile"] is True and "collective" not in opts
+    assert opts["compile"] is True and "collective" not in opts and "dtype" not in opts
     assert any("eager passes only: NCCL measured" in n for n in notes)
     opts, notes = stack_harness_options(values | {"collective": "symm-mem"}, "cuda")
     assert "collective" not in opts and any(n.startswith("collective symm-mem: ") for n in notes)
