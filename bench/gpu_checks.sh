@@ -13,6 +13,8 @@
 #                    On the device tool (at most 8 files come back from its $OUT), e.g.
 #                    OUT=/tmp/gc STEPS=kernels timeout 560 bash bench/gpu_checks.sh; cp /tmp/gc/kernels.tgz /tmp/gc/log.txt "$OUT"/
 #                    then unpack into bench/results/gpu/<date>-<gpu>/ (e.g. 2026-12-02-h200) and commit it.
+#   STEPS=symm:      step S only (~20 s on an H200, at most 90 s by its timeout; needs no simpy):
+#                    OUT=/tmp/gc STEPS=symm timeout 150 bash bench/gpu_checks.sh; cp /tmp/gc/symm-mem.json /tmp/gc/log.txt "$OUT"/
 #
 # It writes everything under $OUT (log.txt, kernels.tgz, the profile, the bench JSONs, compare.tgz):
 #  0. a short preflight of the CUDA/NCCL patterns the runner relies on (bench/gpu_preflight.py)
@@ -22,6 +24,9 @@
 #     decode.json (the reference's compiled comm-free decode step per kernel, per layer, batch 1/4/64/16, with
 #     Inductor's output code and kept coordinate-descent configs), cosched.json (a spin probe of 16/24 CTAs,
 #     1-CTA and 4-CTA clusters, on a second stream beside decode GEMMs: start delay, %smid, slowdown)
+#  S. PyTorch symmetric-memory all-reduce at world size 1 (bench/gpu_symm_mem.py -> symm-mem.json): one_shot /
+#     two_shot / multimem (with a multicast object) and the harness's --collective symm-mem call (copy in, kernel,
+#     copy out; also replayed from a CUDA graph) per size, beside tpsim's prices at 2/4/8 ranks
 #  1. numerics of all schedules on CUDA with NCCL at world size 1 (CUDA streams/events, NCCL async handles)
 #  2. compute calibration of the exact op shapes of llama-3.1-70b at TP 8 and llama-3.1-8b at TP 1-8,
 #     and the 1-rank NCCL all-reduce, extending h200-sxm -> h200-measured-compute.json
@@ -40,7 +45,7 @@ if ! python3 -c "import simpy" 2>/dev/null && [ -d .whl ]; then
 fi
 export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD" PYTHONUNBUFFERED=1
 LOG="$OUT/log.txt"
-STEPS=${STEPS:-all}                              # all | kernels (0 + K) | harness (all but K)
+STEPS=${STEPS:-all}                              # all | kernels (0 + K) | symm (S) | harness (all but K, S)
 run() { echo "+ $*" | tee -a "$LOG"; local t0=$SECONDS; "$@" 2>&1 | tee -a "$LOG"; local rc=${PIPESTATUS[0]}; echo "= rc $rc, $((SECONDS - t0)) s" | tee -a "$LOG"; }
 
 # every harness step ends itself: a hang costs that step's timeout, never the whole run
@@ -60,6 +65,11 @@ fi
   python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version() if torch.cuda.is_available() else None)"
   env | grep -E '^NCCL_|^TORCH_NCCL' ; } | tee -a "$LOG"
 
+if [ "$STEPS" = symm ] || [ "$STEPS" = all ]; then
+  SS=""; [ "${SMOKE:-0}" = 1 ] && SS="--smoke"
+  run timeout -k 10 -s INT 90 python3 bench/gpu_symm_mem.py --out "$OUT" $SS
+  [ "$STEPS" = symm ] && { ls -la "$OUT" | tee -a "$LOG"; exit 0; }
+fi
 [ "${SMOKE:-0}" = 1 ] || [ "$STEPS" = harness ] || run timeout -s INT 90 python3 bench/gpu_preflight.py
 # K: each part its own process and timeout; each JSON is rewritten after every item, so a timeout keeps
 # what was measured; the cheap parts first. GPU time (estimates, H200):

@@ -31,7 +31,7 @@ from tpsim.sim.stacks import load_stack
 from tpsim.fileio.policy import write_json_atomic
 
 from tpsim.hw import harness, require_torch
-from tpsim.hw.run_config import RunConfig, check_timeout, default_timeout_s
+from tpsim.hw.run_config import HARNESS_COLLECTIVES, RunConfig, check_timeout, default_timeout_s
 
 from tpsim.commands.bounds import check_bounds
 from tpsim.commands.errors import UserError, user_errors
@@ -100,6 +100,11 @@ def _common(f):
         click.option("--backend", type=click.Choice(["gloo", "nccl"]), default=None,
                      help="collective backend [default: nccl on cuda, gloo on cpu]"),
         click.option("--device", type=click.Choice(["cpu", "cuda", "auto"]), default="auto", show_default=True),
+        click.option("--collective", type=click.Choice(HARNESS_COLLECTIVES), default=None,
+                     help="how all-reduces run: auto = the backend's own (NCCL on cuda, gloo on cpu); symm-mem = "
+                          "PyTorch symmetric memory as vLLM runs it (multimem / two-shot by the simulator's rule, "
+                          "NCCL above its max size or without NVLS multicast; cuda + nccl, eager, bf16/fp32) "
+                          "[default: auto; bench: as the --stack preset maps its all-reduce]"),
         click.option("--seed", type=int, default=0, show_default=True),
         click.option("--timeout-s", type=float, default=None,
                      help="a collective (or rank start-up) that waits longer ends the run with an error "
@@ -126,6 +131,7 @@ def _config(kind: str, **kw):
     if device == "cuda":
         check_cuda(1 if _under_torchrun() else kw["tp"], kind)
     backend = kw.pop("backend") or ("nccl" if device == "cuda" else "gloo")
+    kw["collective"] = kw.get("collective") or "auto"
     dtype = kw.pop("dtype") or ("fp16" if device == "cuda" else "fp32")
     kw.update({k: v for k, v in HARNESS_STACK.items() if kw.get(k) is None})
     schedules = kw.pop("schedules") or DEFAULT_SCHEDULES
@@ -235,6 +241,9 @@ def bench_cmd(deadline_s, compile_, trace_path=None, stack_name=None, **kw):
         opts, notes = harness("tpsim.hw.bench", "bench").stack_harness_options(preset.values, device)
         preset_compile = opts.pop("compile")
         compile_ = preset_compile if compile_ is None else compile_
+        if compile_ and opts.get("collective") == "symm-mem":      # --compile given: symm-mem runs eager only
+            del opts["collective"], opts["dtype"]
+            notes.append("collective: --compile runs NCCL (the harness runs symmetric-memory all-reduce eager only)")
         for k, v in opts.items():
             if kw.get(k) is None:
                 kw[k] = v

@@ -35,6 +35,7 @@ from tpsim.hw.inductor_flags import compile_functional_pass, current_inductor_fl
 from tpsim.hw.model import build_rank_model
 from tpsim.hw.probe import probe_s
 from tpsim.hw.runner import DecodeGraph, Runner
+from tpsim.hw.symm_mem import make_all_reduce
 
 
 def worker(config: dict) -> int:
@@ -62,7 +63,9 @@ def run_bench(cfg: RunConfig, ctx: hwrank.DistContext) -> dict:
                           dtype=cfg.dtype, device=ctx.device, seed=cfg.seed, head=cfg.head,
                           embed=cfg.embed, checkpoint=cfg.checkpoint)
     group, cpu = dist.group.WORLD, hwrank.cpu_group()
-    runner = Runner(rm, group, rank=ctx.rank, compile=cfg.compile)
+    all_reduce = make_all_reduce(cfg.collective, group, ctx.device, cfg.dtype,
+                                 [s for pair in plans.values() for s in pair])
+    runner = Runner(rm, group, rank=ctx.rank, compile=cfg.compile, all_reduce=all_reduce)
     gen = torch.Generator().manual_seed(cfg.seed)
     prompt = torch.randint(0, model.vocab, (cfg.batch, cfg.prompt_len), generator=gen).to(rm.device)
     graphs: dict[str, DecodeGraph] = {}
@@ -118,7 +121,9 @@ def run_bench(cfg: RunConfig, ctx: hwrank.DistContext) -> dict:
     probes.append(probe_s(rm.device))
     records = {s: _recorded_passes(runner, plans[s], prompt, cfg, cpu) for s in specs}
     everything = [None] * ctx.world
-    env = _rank_env(ctx) | {"probe_s": probes, "inductor_flags": compiled.get("inductor_flags")}
+    env = _rank_env(ctx) | {"probe_s": probes, "inductor_flags": compiled.get("inductor_flags"),
+                            "collective_notes": list(all_reduce.notes),
+                            "collective_kernels": {str(b): k for b, k in sorted(all_reduce.ran.items())}}
     dist.all_gather_object(everything, {"samples": samples, "records": records, "env": env}, group=cpu)
     return assemble(cfg, model.name, specs, everything, est.to_dict())
 
@@ -175,16 +180,25 @@ def _recorded_passes(runner: Runner, plan, prompt, cfg: RunConfig, cpu) -> list[
         out: list[dict] = []
         dist.barrier(group=cpu)
         res = runner.forward(pre, prompt, 0)
-        out += [r.to_dict() | {"pass": 0} for r in res.records]
+        out += [_record(r, 0, runner) for r in res.records]
         nxt = res.next_tokens
         for j in range(min(RECORDED_DECODE_STEPS, cfg.gen_len - 1) if dec is not None else 0):
             dist.barrier(group=cpu)
             res = runner.forward(dec, nxt.view(-1, 1), cfg.prompt_len + j)
-            out += [r.to_dict() | {"pass": j} for r in res.records]
+            out += [_record(r, j, runner) for r in res.records]
             nxt = res.next_tokens
     finally:
         runner.timing = False
     return out
+
+
+def _record(r, pass_index: int, runner: Runner) -> dict:
+    """A per-op record as JSON, with its pass index; an all-reduce's also names the kernel it ran
+    (hw.symm_mem: "nccl" / "gloo", or the symmetric-memory kernel "multimem" / "symm-twoshot")."""
+    d = r.to_dict() | {"pass": pass_index}
+    if r.kind == "all_reduce" and r.op in runner.comm_kernels:
+        d["kernel"] = runner.comm_kernels[r.op]
+    return d
 
 
 def _median(xs: list[float]) -> float:
@@ -263,7 +277,10 @@ def assemble(cfg: RunConfig, model_name: str, specs: list[str], per_rank: list[d
             "prompt_len": cfg.prompt_len, "gen_len": cfg.gen_len, "dtype": cfg.dtype,
             "stack": {k: getattr(cfg, k) for k in ("head", "embed", "attention", "kv", "prefill_logits",
                                                     "expand_gqa", "decode_graphs", "compile",
-                                                    "mm_decompose_m1")},
+                                                    "mm_decompose_m1", "collective")}
+                     | {"collective_notes": per_rank[0]["env"].get("collective_notes", []),
+                        # message bytes -> the kernel rank 0's last all-reduce of that size ran
+                        "collective_kernels": per_rank[0]["env"].get("collective_kernels", {})},
             "repeats": cfg.repeats, "warmup": cfg.warmup, "schedules": rows, "memory": memory,
             "env": _env(cfg, per_rank)}
 
@@ -309,6 +326,7 @@ def format_result(result: dict) -> str:
                      f"{' ' + format(sp.get('min', 0), '.2f') + '-' + format(sp.get('max', 0), '.2f') + 'x':>13}"
                      f"{r['exposed_comm_s'] * 1e3:>12.2f}")
     lines += [f"{r['schedule']}: {n}" for r in result["schedules"] for n in r.get("notes", ())]
+    lines += list(result["stack"].get("collective_notes", ()))        # each says "symm-mem: ..." (hw.symm_mem)
     return "\n".join(lines)
 
 
@@ -316,8 +334,10 @@ def stack_harness_options(values: dict, device: str) -> tuple[dict, list[str]]:
     """A --stack preset's values (sim.stacks.Preset.values) as `tpsim bench` options where PyTorch can
     run them, and a note for each that it cannot (or runs differently). Options: attention, kv,
     expand_gqa, prefill_logits, head, embed, compile, decode_graphs, mm_decompose_m1 (RunConfig's names;
-    the last sets coordinate_descent_tuning when compiled: hw.inductor_flags). A vocab-parallel embed
-    runs as the engines run it: each rank's vocab shard, the masked lookup, the embed.allreduce."""
+    the last sets coordinate_descent_tuning when compiled: hw.inductor_flags), and collective
+    "symm-mem" with dtype "bf16" where an engine's all-reduce maps onto it (a GPU, eager passes;
+    absent: the backend's own, the device's dtype). A vocab-parallel embed runs as the engines run it: each rank's vocab shard, the masked
+    lookup, the embed.allreduce."""
     opts, notes = {}, []
     att = values.get("attention", "math")
     opts["attention"] = "flash" if att != "math" else "math"
@@ -359,10 +379,23 @@ def stack_harness_options(values: dict, device: str) -> tuple[dict, list[str]]:
                      "whole step through sampling (hw.runner.DecodeGraph)")
     coll = values.get("collective", "auto")
     if coll not in ("auto", "nccl", "gloo"):
-        notes.append(f"collective {coll}: the engines' custom all-reduce kernels are not part of PyTorch; the "
-                     f"nearest, symmetric-memory all-reduce (torch.distributed._symmetric_memory), runs only on "
-                     f"GPUs with peer access" + (": gloo measured here" if device != "cuda" else
-                                                  ", and this harness does not run it yet: NCCL measured"))
+        # an engine's own all-reduce (sim/impls.py): PyTorch's nearest is symmetric memory, which the
+        # harness runs on GPUs (hw.symm_mem) by the simulator's kernel rule, eager passes only
+        what = (f"collective {coll}: the engines' custom all-reduce kernels are not part of PyTorch; "
+                if coll != "symm-mem" else "collective symm-mem: ")
+        if device != "cuda":
+            notes.append(what + "the nearest, symmetric-memory all-reduce (torch.distributed._symmetric_memory), runs "
+                                "only on GPUs with peer access: gloo measured here")
+        elif opts["compile"]:
+            notes.append(what + "the harness runs symmetric-memory all-reduce in eager passes only: NCCL measured "
+                                "in the compiled passes")
+        else:
+            # bf16: vLLM's SymmMemCommunicator takes bf16 only (and serves bf16 checkpoints in bf16);
+            # torch's kernels take no fp16, the harness's GPU default (an explicit --dtype wins)
+            opts["collective"], opts["dtype"] = "symm-mem", "bf16"
+            notes.append(what + "the harness runs the nearest, PyTorch symmetric-memory all-reduce (--collective "
+                                "symm-mem, in bf16 as vLLM's communicator: multimem / two-shot by the simulator's "
+                                "rule; NCCL above its max size or without NVLS multicast on SM90)")
     if any(v for k, v in (values.get("host") or {}).items() if k != "overlap"):
         notes.append("host lane: the engine's scheduler and hand-off to workers are not reproduced; the harness's "
                      "own loop runs each step (tpsim profiles import-engine-bench fits them from engine runs)")

@@ -36,6 +36,7 @@ from tpsim.hw.checkpoint import full_weights as checkpoint_full_weights, open_fo
 from tpsim.hw.inductor_flags import compile_functional_pass, current_inductor_flags
 from tpsim.hw.model import build_rank_model, full_weights, rope_inv_freq
 from tpsim.hw.runner import Runner
+from tpsim.hw.symm_mem import make_all_reduce
 
 TOLERANCE = {"fp32": 1e-4, "fp16": 3e-2, "bf16": 1e-1}
 
@@ -208,20 +209,22 @@ def run_check(cfg: RunConfig, ctx: hwrank.DistContext) -> list[dict]:
     rm = build_rank_model(model, tp, ctx.rank, batch=cfg.batch, max_seq=max_seq, dtype=cfg.dtype,
                           device=ctx.device, seed=cfg.seed, head=cfg.head, embed=cfg.embed,
                           checkpoint=cfg.checkpoint)
-    runner = Runner(rm, dist.group.WORLD, rank=ctx.rank)
+    pre_step, dec_step = cfg.steps()
+    plans = {spec: (build(spec, model, tp, pre_step, stack), build(spec, model, tp, dec_step, stack) if dec_step
+                    else None) for spec in cfg.schedules}
+    all_reduce = make_all_reduce(cfg.collective, dist.group.WORLD, ctx.device, cfg.dtype,
+                                 [s for pair in plans.values() for s in pair])
+    runner = Runner(rm, dist.group.WORLD, rank=ctx.rank, all_reduce=all_reduce)
     if cfg.checkpoint:          # the reference holds the whole model: check is for models that fit one rank
         full = checkpoint_full_weights(open_for(cfg.checkpoint, model), dtype=torch.float32, device=ctx.device)
     else:
         full = full_weights(model, seed=cfg.seed, dtype=torch.float32, device=ctx.device)
     g = torch.Generator().manual_seed(cfg.seed + 1)
     tokens = torch.randint(0, model.vocab, (cfg.batch, max_seq - 1), generator=g).to(ctx.device)
-    pre_step, dec_step = cfg.steps()
     tol = TOLERANCE[cfg.dtype]
     rows = []
     run = _compiled(runner, cfg, ctx.rank) if cfg.compile else (lambda s, t, p: runner.forward(s, t, p).logits)
-    for spec in cfg.schedules:
-        pre = build(spec, model, tp, pre_step, stack)
-        dec = build(spec, model, tp, dec_step, stack) if dec_step else None
+    for spec, (pre, dec) in plans.items():
         rm.reset_cache()
         outs = [run(pre, tokens[:, :cfg.prompt_len], 0)]
         for j in range(1, cfg.gen_len):                        # teacher-forced decode steps
@@ -241,7 +244,8 @@ def run_check(cfg: RunConfig, ctx: hwrank.DistContext) -> list[dict]:
             pos = cfg.prompt_len + j - 1
             errs.append(_compare(outs[j], ref.forward(tokens[:, pos:pos + 1], pos), cfg.batch, model.vocab))
         dec_err = max(errs[1:]) if len(errs) > 1 else 0.0
-        notes = list(dict.fromkeys(pre.notes + (dec.notes if dec else ())))     # e.g. a token-split fallback
+        # e.g. a token-split fallback; a symm-mem all-reduce that ran NCCL (hw.symm_mem)
+        notes = list(dict.fromkeys(pre.notes + (dec.notes if dec else ()) + tuple(all_reduce.notes)))
         rows.append({"schedule": spec, "prefill_err": errs[0], "decode_err": dec_err,
                      "decode_steps": len(errs) - 1, "ok": finite and max(errs) <= tol, "tolerance": tol}
                     | ({"note": "; ".join(notes)} if notes else {}))

@@ -14,6 +14,27 @@ from tpsim.sim.stack import Stack, Step, make_stack
 
 MAX_TIMEOUT_S = 86400.0
 
+# bench's --collective: "auto" = the process group's own all-reduce (NCCL on cuda, gloo on cpu);
+# "symm-mem" = PyTorch symmetric memory as vLLM runs it (hw.symm_mem; the simulator's collective of
+# that name, sim/impls.py)
+HARNESS_COLLECTIVES = ("auto", "symm-mem")
+
+
+def check_collective(collective: str, backend: str, device: str, compile: bool) -> None:
+    """ValueError (one line) for a --collective this run cannot use, before any process starts."""
+    if collective not in HARNESS_COLLECTIVES:
+        raise ValueError(f"unknown collective {collective!r}; choose from: {', '.join(HARNESS_COLLECTIVES)}")
+    if collective != "symm-mem":
+        return
+    if device != "cuda" or backend != "nccl":
+        raise ValueError("--collective symm-mem needs --device cuda --backend nccl: PyTorch symmetric memory "
+                         "(torch.distributed._symmetric_memory) maps peer GPUs' buffers, and gloo on CPU has none "
+                         "(use --collective auto)")
+    if compile:
+        raise ValueError("--collective symm-mem runs eager passes only: a compiled pass's all-reduces are "
+                         "functional collectives Inductor lowers itself, and the symm_mem ops are not wrapped "
+                         "for it (use --no-compile, or --collective auto)")
+
 
 def check_backend_device(backend: str, device: str) -> None:
     """The process-group backend and the device must exist and go together (NCCL is GPU-only)."""
@@ -76,6 +97,7 @@ class RunConfig:
     emulate_tp: int | None = None      # one process runs rank 0 of a TP-`emulate_tp` job (its shard
                                        # shapes); collectives go over the 1-process group
     checkpoint: str | None = None      # a Hugging Face snapshot folder: its weights instead of drawn ones
+    collective: str = "auto"           # how all-reduces run: HARNESS_COLLECTIVES (bench --collective)
 
     def __post_init__(self) -> None:
         for f in ("tp", "batch", "prompt_len", "gen_len", "repeats"):
@@ -92,6 +114,7 @@ class RunConfig:
         if self.emulate_tp is not None and (self.emulate_tp < 1 or self.tp != 1):
             raise ValueError(f"--emulate-tp {self.emulate_tp} runs one process (--tp 1) as rank 0 of a TP "
                              f"job of that degree; got --tp {self.tp}")
+        check_collective(self.collective, self.backend, self.device, self.compile)
         self.stack()
 
     def model_spec(self) -> ModelSpec:
@@ -101,7 +124,9 @@ class RunConfig:
     def stack(self) -> Stack:
         return make_stack(dict(dtype=self.dtype, head=self.head, embed=self.embed, attention=self.attention, kv=self.kv,
                                prefill_logits=self.prefill_logits, expand_gqa=self.expand_gqa,
-                               decode_graphs=self.decode_graphs, collective=self.backend, compile=self.compile,
+                               decode_graphs=self.decode_graphs,
+                               collective=self.backend if self.collective == "auto" else self.collective,
+                               compile=self.compile,
                                mm_decompose_m1=self.mm_decompose_m1))
 
     def steps(self) -> tuple[Step, Step | None]:

@@ -50,6 +50,7 @@ from tpsim.sim.trace import Record
 from tpsim.hw import collective_api
 from tpsim.hw.kernels import COMPILABLE_KINDS, COMPILED_KERNELS, KERNELS, KernelCtx
 from tpsim.hw.model import RankModel
+from tpsim.hw.symm_mem import GroupAllReduce
 
 
 @dataclass(frozen=True)
@@ -105,9 +106,13 @@ class Runner:
     """Executes schedules on one rank. `group` None means a single process (no collectives allowed)."""
 
     def __init__(self, rm: RankModel, group=None, *, rank: int = 0, timing: bool = False,
-                 compile: bool = False):
+                 compile: bool = False, all_reduce=None):
         self.rm = rm
         self.group = group
+        # how an IR all_reduce op runs (hw.symm_mem): the group's own (NCCL / gloo) unless given, e.g.
+        # SymmMemAllReduce (--collective symm-mem); comm_kernels: op name -> the kernel its last call ran
+        self.all_reduce = all_reduce or (GroupAllReduce(group) if group is not None else None)
+        self.comm_kernels: dict[str, str] = {}
         self.rank = rank
         self.timing = timing
         self.cuda = rm.device.type == "cuda"
@@ -237,8 +242,10 @@ class Runner:
 
     def _issue(self, op: Op, x: torch.Tensor, t0: float) -> _Pending:
         if op.kind == "all_reduce":
-            buf, call = x, (lambda b: dist.all_reduce(b, group=self.group, async_op=True))
-            finish = _identity
+            def call(b):
+                work, self.comm_kernels[op.name] = self.all_reduce.issue(b)
+                return work
+            buf, finish = x, _identity
         elif op.kind == "all_gather":
             # [rows, w] from each rank -> gathered [tp*rows, w] -> [rows, tp*w] (concat on last dim),
             # or kept as [tp*rows, w] with dim=0 (seq-parallel: the token rows of every rank)

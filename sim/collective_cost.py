@@ -20,6 +20,14 @@ from .stack import DTYPE_BYTES
 from .topology_price import TopologyModel
 
 
+def message_bytes(op: Op) -> int:
+    """The bytes a collective op sends, as its price reads them: rows x width of its dtype; an
+    all-gather counts the gathered output (nccl-tests' convention)."""
+    a = dict(op.attrs)
+    nbytes = DTYPE_BYTES[op.dtype] * a["rows"] * a["width"]
+    return nbytes * a["group"] if op.kind == "all_gather" else nbytes
+
+
 class CollectiveCost:
     """The collective half of sim.cost.CostModel: expects self.profile, self.stack,
     self.gpus_per_node and self._cache (set by CostModel.__init__)."""
@@ -34,10 +42,7 @@ class CollectiveCost:
         t = self._cache.get(key)
         if t is None:
             a = dict(op.attrs)
-            nbytes = DTYPE_BYTES[op.dtype] * a["rows"] * a["width"]
-            if op.kind == "all_gather":
-                nbytes *= a["group"]            # nccl-tests convention: size of the gathered output
-            t = self._cache[key] = self.collective_s(op.kind, nbytes, a["group"], mode, width=a["width"])
+            t = self._cache[key] = self.collective_s(op.kind, message_bytes(op), a["group"], mode, width=a["width"])
         return t
 
     def host_s(self, op: Op, phase: str) -> float:

@@ -98,13 +98,35 @@ def _custom_refusal(impl: CollectiveImpl, n: int, hw: Hardware) -> str:
     return ""
 
 
-def _symm_mem_pick(nbytes: float, n: int, hw: Hardware) -> Pick:
-    if not (hw.multicast and hw.single_node) or n not in SYMM_MEM_SM90_MAX:
+def symm_mem_pick(nbytes: float, n: int, multicast: bool, single_node: bool = True) -> Pick:
+    """vLLM SymmMemCommunicator's dispatch for one all-reduce of `nbytes` over `n` ranks, from what a
+    harness rank knows too: `multicast` = SM90 with NVLS multicast (the rendezvoused buffer has a
+    multicast_ptr), `single_node` = the group sits in one node. multimem at 4/6/8 ranks
+    (_WORLD_SIZES_MULTIMEM["9.0"]), two-shot at 2; NCCL above SYMM_MEM_ALL_REDUCE_MAX_SIZES["9.0"][n],
+    for a world size it has no entry for, or without multicast (vLLM disables the communicator).
+    The simulator (pick, family symm-mem or vLLM's hand-off) and the harness (hw.symm_mem) both call it."""
+    if not (multicast and single_node):
         return Pick("nccl", "symmetric-memory all-reduce needs NVLS multicast on SM90 (vLLM SymmMemCommunicator "
                             "is not available here)")
+    if n not in SYMM_MEM_SM90_MAX:
+        return Pick("nccl", f"symmetric-memory all-reduce: vLLM's max sizes have no entry for {n} ranks "
+                            f"(SYMM_MEM_ALL_REDUCE_MAX_SIZES: {', '.join(map(str, SYMM_MEM_SM90_MAX))})")
     if nbytes > SYMM_MEM_SM90_MAX[n]:
         return Pick("nccl", f"above symmetric memory's max size {SYMM_MEM_SM90_MAX[n] // MiB} MiB at {n} ranks")
     return Pick("multimem" if n in SYMM_MEM_MULTIMEM_SM90 else "symm-twoshot")
+
+
+def symm_mem_buffer_bytes(messages, n: int) -> int:
+    """The symmetric buffer a group of `n` ranks needs for these all-reduce sizes (bytes): the largest
+    message symm_mem_pick would send through symmetric memory on a multicast box, rounded up to 16 B
+    (the kernels' widest vector); 0 when none would (no buffer to allocate). vLLM allocates the max
+    size itself (64 MiB at 8 ranks); the harness knows its messages, so it allocates what they need."""
+    sent = [b for b in messages if symm_mem_pick(b, n, True).kernel != "nccl"]
+    return -(-int(max(sent)) // 16) * 16 if sent else 0
+
+
+def _symm_mem_pick(nbytes: float, n: int, hw: Hardware) -> Pick:
+    return symm_mem_pick(nbytes, n, hw.multicast, hw.single_node)
 
 
 def pick(impl: CollectiveImpl, nbytes: float, n: int, hw: Hardware, width: int | None = None) -> Pick:

@@ -27,7 +27,7 @@ def test_presets_map_onto_harness_options():
     assert gpu["attention"] == "flash" and gpu["compile"] is False and gpu["decode_graphs"] is False
     assert any("need a static KV cache" in n for n in gnotes)    # filled KV: the harness cannot graph it
     assert any("FlashInfer is not part of PyTorch" in n for n in gnotes)
-    assert any("NCCL measured" in n for n in gnotes)
+    assert gpu["collective"] == "symm-mem" and any("--collective symm-mem" in n for n in gnotes)   # GPU: symm-mem
     ref, rnotes = stack_harness_options(PRESETS["reference"].values, "cpu")
     assert ref["attention"] == "math" and ref["kv"] == "static" and ref["compile"] is True
     assert ref["mm_decompose_m1"] is True and gpu["mm_decompose_m1"] is True     # reference, sglang: on
