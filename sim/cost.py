@@ -280,8 +280,10 @@ class CostModel(CollectiveCost):
         works = op_work(op, fused)
         # a decode-step attention under a flash stack: its other kernels' roofline (RoPE, cache write, any
         # GQA expand, qk-norm) plus the measured-curve time of the attention kernel (the op's one matmul Work)
-        flash_s = flash_decode.attention_kernel_s(op, self.profile.mem_bytes_per_s)
+        cc = self.profile.compute_capability if self.profile.device == "cuda" else None
+        flash_s = flash_decode.attention_kernel_s(op, self.profile.mem_bytes_per_s, cc)
         if flash_s is not None:
+            self._note(flash_decode.kernel_on(op.attr("impl"), cc)[1])
             others = [w for w in works if not w.matmul]
             return self._floor(roofline_s(self.profile, others, op.dtype) + flash_s, sum(w.kernels for w in works),
                                graphs)
@@ -337,10 +339,9 @@ class CostModel(CollectiveCost):
         return out
 
     def _note_no_l2(self) -> None:
-        """One note (CollectiveCost.notes, predict prints them) that the L2 re-reads went unpriced."""
-        self.__dict__.setdefault("_notes", {})[
-            f"profile {self.profile.name} has no compute.l2 (L2 bandwidth): the GQA K/V re-reads and weight "
-            f"re-sweeps are priced at the DRAM bytes only"] = None
+        """One note that the L2 re-reads went unpriced."""
+        self._note(f"profile {self.profile.name} has no compute.l2 (L2 bandwidth): the GQA K/V re-reads and "
+                   f"weight re-sweeps are priced at the DRAM bytes only")
 
     def _resweep_s(self, nbytes: float, extra: float) -> float:
         """`extra` further sweeps over `nbytes` (sim/l2_traffic.py resweep_s): hits at the L2

@@ -57,3 +57,24 @@ def test_decode_attention_hook_prices_the_kernel_from_the_curve():
     # plain "flash" is PyTorch SDPA's FlashAttention-2 backend
     assert CostModel(prof, Stack(attention="flash")).compute_s(_attn("flash"), "decode") == pytest.approx(
         roofline_s(prof, others, "fp16") + fd.kernel_s("fa2", 17203200, prof.mem_bytes_per_s))
+
+
+def test_fa3_runs_as_fa2_off_hopper_as_vllm_picks_it():
+    """FlashAttention-3 is Hopper-only; vLLM's get_flash_attn_version takes FA2 on any other GPU. A
+    profile stating compute capability 8.0 (A100) prices an fa3 stack's decode attention with FA2's
+    curve and says so once; 9.0 (H100) and an unstated capability keep FA3; other kernels never move."""
+    assert fd.kernel_on("fa3", 9.0) == ("fa3", "")
+    assert fd.kernel_on("fa3", None) == ("fa3", "")
+    kernel, note = fd.kernel_on("fa3", 8.0)
+    assert kernel == "fa2" and "FlashAttention-3 runs on Hopper" in note and "(8.0)" in note
+    assert fd.kernel_on("flashinfer", 8.9) == ("flashinfer", "") and fd.kernel_on("math", 8.0) == (None, "")
+    a100 = load_profile("a100-sxm")
+    assert a100.compute_capability == 8.0 and load_profile("h100-sxm").compute_capability == 9.0
+    op = _attn("fa3")
+    fa3_stack, fa2_stack = CostModel(a100, Stack(attention="fa3")), CostModel(a100, Stack(attention="fa2"))
+    others = roofline_s(a100, [w for w in op_work(op, True) if not w.matmul], "fp16")
+    got = fa3_stack.compute_s(op, "decode")           # 2 x 8 x 2100 x 2 x 128 x 2 B = 17203200 B of KV
+    assert got == pytest.approx(others + fd.kernel_s("fa2", 17203200, a100.mem_bytes_per_s))
+    assert got != pytest.approx(others + fd.kernel_s("fa3", 17203200, a100.mem_bytes_per_s))
+    assert got == pytest.approx(fa2_stack.compute_s(_attn("fa2"), "decode"))
+    assert fa3_stack.notes == (note,) and fa2_stack.notes == ()

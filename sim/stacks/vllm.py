@@ -17,7 +17,8 @@ ENGINE = "vLLM 0.11 (V1 engine)"
 STACK = {
     "attention": ("fa3", "vllm/platforms/cuda.py get_attn_backend_cls: FLASH_ATTN is V1's default backend on "
                          "sm80+; vllm/attention/utils/fa_utils.py get_flash_attn_version: FA3 on sm90 (Hopper), "
-                         "FA2 before it (give --attention fa2 for an A100 or L40S profile)"),
+                         "FA2 on any other GPU: a profile stating another compute_capability (a100-sxm 8.0, l40s-pcie 8.9) "
+                         "prices it as fa2 and says so, sim/flash_decode.py kernel_on"),
     "kv": ("filled", "vllm/v1/attention/backends/flash_attn.py: flash_attn_varlen_func(seqused_k=seq_lens, "
                      "block_table=...) reads only each sequence's filled blocks"),
     "expand_gqa": (False, "vllm/v1/attention/backends/flash_attn.py: K/V keep num_kv_heads; FlashAttention "
