@@ -53,7 +53,7 @@ def compute_efficiencies(points: list[dict], peak_flops: float, mem_bytes_per_s:
     gx, gy, mx, my = [], [], [], []
     for p in points:
         op = Op("p", p["kind"], (), ("o",), tuple(sorted(p["attrs"].items())), p["dtype"])
-        works = op_work(op, graphs=False)
+        works = op_work(op, fused=False)
         dev_s = max(p["time_s"] - launch_s * sum(w.kernels for w in works), 0.1 * p["time_s"])
         flops, nbytes = sum(w.flops for w in works), sum(w.bytes for w in works)
         if p["kind"] == "gemm" and flops / peak_flops >= nbytes / mem_bytes_per_s:

@@ -65,27 +65,25 @@ class Work:
     matmul: bool = False      # limited by matrix throughput (gemm efficiency) vs memory
 
 
-def op_work(op: Op, fused: bool = False, graphs: bool | None = None) -> list[Work]:
+def op_work(op: Op, fused: bool = False) -> list[Work]:
     """What one compute op does on its own. Eager PyTorch runs unfused elementwise kernels; a
     compiled (`fused`) phase one fused kernel per op (ops inside a layer of a compiled phase are
-    priced from Inductor's own kernels instead, sim/fusion.py). `graphs` is the old name of
-    `fused`, kept for callers that still pass it."""
-    graphs = fused if graphs is None else graphs
+    priced from Inductor's own kernels instead, sim/fusion.py)."""
     e = DTYPE_BYTES[op.dtype]
     a = dict(op.attrs)
     k = op.kind
     if k == "gemm":
         m, n, kk = a["m"], a["n"], a["k"]
-        return [Work(2.0 * m * n * kk, e * (m * kk + kk * n + m * n), 1, matmul=True)] + separable_work(op, graphs)
+        return [Work(2.0 * m * n * kk, e * (m * kk + kk * n + m * n), 1, matmul=True)] + separable_work(op, fused)
     if k == "attention":
-        return _attention_work(a, e, graphs) + separable_work(op, graphs)
+        return _attention_work(a, e, fused) + separable_work(op, fused)
     if k == "rmsnorm":
         # eager: x.float(), pow, mean, rsqrt, mul, mul(weight), .to(dtype): fp32 passes over [rows, width]
         el = a["rows"] * a["width"]
-        return [Work(4.0 * el, 2 * e * el, 1)] if graphs else [Work(4.0 * el, 7 * 4 * el, 6)]
+        return [Work(4.0 * el, 2 * e * el, 1)] if fused else [Work(4.0 * el, 7 * 4 * el, 6)]
     if k == "swiglu":
         el = a["rows"] * a["width"]
-        return [Work(4.0 * el, 3 * e * el, 1)] if graphs else [Work(4.0 * el, 5 * e * el, 2)]
+        return [Work(4.0 * el, 3 * e * el, 1)] if fused else [Work(4.0 * el, 5 * e * el, 2)]
     if k == "add":
         el = a["rows"] * a["width"]
         return [Work(float(el), 3 * e * el, 1)]
@@ -97,7 +95,7 @@ def op_work(op: Op, fused: bool = False, graphs: bool | None = None) -> list[Wor
         # compiled, one kernel gathers the shard's rows and zeroes the ids outside it; eager, the mask
         # of the ids (get_masked_input_and_mask: one jit-fused kernel over [rows] int ids, bytes
         # negligible), F.embedding, then masked_fill_ re-reads and writes [rows, width]
-        return [Work(0.0, 2 * e * el, 1)] if graphs else [Work(0.0, 4 * e * el, 3)]
+        return [Work(0.0, 2 * e * el, 1)] if fused else [Work(0.0, 4 * e * el, 3)]
     if k in ("slice", "shard", "pad"):
         # row bookkeeping of token-split / seq-parallel: a view (no kernel) unless it must copy
         el = a["rows"] * a["width"]
@@ -117,7 +115,7 @@ def op_work(op: Op, fused: bool = False, graphs: bool | None = None) -> list[Wor
 SEPARABLE_ATTRS = {"gemm": ("bias",), "attention": ("qk_norm",)}
 
 
-def separable_work(op: Op, graphs: bool) -> list[Work]:
+def separable_work(op: Op, fused: bool) -> list[Work]:
     """The work that `bias` (gemm) and `qk_norm` (attention) add to an op."""
     e = DTYPE_BYTES[op.dtype]
     a = dict(op.attrs)
@@ -131,16 +129,15 @@ def separable_work(op: Op, graphs: bool) -> list[Work]:
         # the same six fp32 passes as the layer norms (cost.op_work "rmsnorm"), per tensor; compiled,
         # it fuses into the RoPE kernel (one more read and write of q and k)
         el = a["batch"] * a["q_len"] * (a["heads"] + a["kv_heads"]) * a["head_dim"]
-        out += [Work(4.0 * el, 2 * e * el, 0)] if graphs else [Work(4.0 * el, 7 * 4 * el, 12)]
+        out += [Work(4.0 * el, 2 * e * el, 0)] if fused else [Work(4.0 * el, 7 * 4 * el, 12)]
     return out
 
 
-def _attention_work(a: dict, e: int, graphs: bool) -> list[Work]:
+def _attention_work(a: dict, e: int, fused: bool) -> list[Work]:
     """RoPE + KV-cache write (+ GQA expand) + SDPA over kv_len keys. Per rank:
     q [b, q, H, d], cache [b, kv, Hk, d]; math SDPA materializes scores [b, H, q, kv]."""
     b, q, kv = a["batch"], a["q_len"], a["kv_len"]
     h, hk, d = a["heads"], a["kv_heads"], a["head_dim"]
-    fused = 1 if graphs else 0
     out = [Work(6.0 * b * q * (h + hk) * d, 2 * e * b * q * (h + hk) * d, 1 if fused else 8),   # RoPE on q, k
            Work(0.0, 4 * e * b * q * hk * d, 2)]                                                # cache write k, v
     hkv = hk

@@ -26,7 +26,7 @@ def with_points(*pts):
 
 def test_roofline_gemm_is_bandwidth_bound_at_batch_1():
     op = op_named("L0.mlp.up", Step.decode(1, 1024, 512, 1, Stack()))
-    (w,) = op_work(op, graphs=True)
+    (w,) = op_work(op, fused=True)
     assert w.flops == 2 * 1 * 14336 * 4096 and w.bytes == 2 * (4096 + 4096 * 14336 + 14336)
     t = roofline_s(H100, [w], "fp16")
     assert t == pytest.approx(w.bytes / (H100.mem_bytes_per_s * H100.memory_efficiency(w.bytes)))
