@@ -87,6 +87,8 @@ class Builder:
                  ("expand_gqa", int(self.stack.expand_gqa)), ("impl", self.stack.attention)]
         if mb and mb.nb < st.batch:
             attrs.append(("b0", mb.b0))
+        if self.stack.attention_prep_kernels:          # an engine's own RoPE / cache-write kernels
+            attrs.append(("prep", self.stack.attention_prep_kernels))
         return attrs
 
     def attn(self, i: int, x: str, norm: bool = True) -> str:

@@ -135,11 +135,20 @@ def separable_work(op: Op, fused: bool) -> list[Work]:
 
 def _attention_work(a: dict, e: int, fused: bool) -> list[Work]:
     """RoPE + KV-cache write (+ GQA expand) + SDPA over kv_len keys. Per rank:
-    q [b, q, H, d], cache [b, kv, Hk, d]; math SDPA materializes scores [b, H, q, kv]."""
+    q [b, q, H, d], cache [b, kv, Hk, d]; math SDPA materializes scores [b, H, q, kv]. An engine's
+    own prep kernels (attr "prep", Stack.attention_prep_kernels) do the RoPE and the cache write
+    in that many kernels, compiled or not."""
     b, q, kv = a["batch"], a["q_len"], a["kv_len"]
     h, hk, d = a["heads"], a["kv_heads"], a["head_dim"]
-    out = [Work(6.0 * b * q * (h + hk) * d, 2 * e * b * q * (h + hk) * d, 1 if fused else 8),   # RoPE on q, k
-           Work(0.0, 4 * e * b * q * hk * d, 2)]                                                # cache write k, v
+    rope = Work(6.0 * b * q * (h + hk) * d, 2 * e * b * q * (h + hk) * d, 1 if fused else 8)    # RoPE on q, k
+    cache = Work(0.0, 4 * e * b * q * hk * d, 2)                                                 # cache write k, v
+    n = a.get("prep", 0)
+    if n == 1:                  # one kernel rotates q, k and writes the cache (TensorRT-LLM)
+        out = [Work(rope.flops, rope.bytes + cache.bytes, 1)]
+    elif n:                     # RoPE in one kernel, the cache write in the others
+        out = [Work(rope.flops, rope.bytes, 1), Work(0.0, cache.bytes, n - 1)]
+    else:
+        out = [rope, cache]
     hkv = hk
     if a["expand_gqa"] and hk < h:
         out.append(Work(0.0, 2 * e * b * kv * d * (hk + h), 2))        # repeat_interleave K, V
@@ -278,9 +287,10 @@ class CostModel(CollectiveCost):
         # a decode-step attention under a flash stack: its other kernels' roofline (RoPE, cache write, any
         # GQA expand, qk-norm) plus the measured-curve time of the attention kernel (the op's one matmul Work)
         cc = self.profile.compute_capability if self.profile.device == "cuda" else None
-        flash_s = flash_decode.attention_kernel_s(op, self.profile.mem_bytes_per_s, cc)
+        fallback = self.stack.attention_fallback
+        flash_s = flash_decode.attention_kernel_s(op, self.profile.mem_bytes_per_s, cc, fallback)
         if flash_s is not None:
-            self._note(flash_decode.kernel_on(op.attr("impl"), cc)[1])
+            self._note(flash_decode.kernel_on(op.attr("impl"), cc, fallback)[1])
             others = [w for w in works if not w.matmul]
             return self._floor(roofline_s(self.profile, others, op.dtype) + flash_s, sum(w.kernels for w in works),
                                graphs)

@@ -13,6 +13,10 @@ _ARGS = "tensorrt_llm/llmapi/llm_args.py"
 STACK = {
     "attention": ("flash", "tensorrt_llm/_torch/attention_backend/trtllm.py: TRT-LLM's fused (flash-style) "
                            "context FMHA and XQA decode kernels over the paged KV cache; priced as flash"),
+    "attention_prep_kernels": (1, "tensorrt_llm/_torch/attention_backend/trtllm.py TrtllmAttention.support_fused_rope() "
+                                  "and support_fused_qkv() are True: the attention op takes the fused qkv and its "
+                                  "QKV-preprocessing kernel applies RoPE and writes the new K/V into the paged cache "
+                                  "before the decode kernel (update_kv_cache): one kernel"),
     "kv": ("filled", "paged KV cache: the decode kernels read each sequence's filled blocks only"),
     "expand_gqa": (False, "XQA is the grouped-query decode kernel (K/V heads not repeated)"),
     "prefill_logits": ("last", f"{_ARGS} gather_generation_logits/return_context_logits False: context "

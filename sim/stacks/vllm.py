@@ -19,6 +19,12 @@ STACK = {
                          "sm80+; vllm/attention/utils/fa_utils.py get_flash_attn_version: FA3 on sm90 (Hopper), "
                          "FA2 on any other GPU: a profile stating another compute_capability (a100-sxm 8.0, l40s-pcie 8.9) "
                          "prices it as fa2 and says so, sim/flash_decode.py kernel_on"),
+    "attention_fallback": ("fa2", "vllm/attention/utils/fa_utils.py get_flash_attn_version: 'if hopper default to "
+                                  "FA3, otherwise stick to FA2'"),
+    "attention_prep_kernels": (2, "vllm/model_executor/layers/rotary_embedding.py RotaryEmbedding: one kernel for q "
+                                  "and k (ops.rotary_embedding in eager; forward_native, one fused Triton kernel, "
+                                  "under Inductor); vllm/v1/attention/backends/flash_attn.py FlashAttentionImpl.forward: "
+                                  "reshape_and_cache_flash writes K and V in one kernel"),
     "kv": ("filled", "vllm/v1/attention/backends/flash_attn.py: flash_attn_varlen_func(seqused_k=seq_lens, "
                      "block_table=...) reads only each sequence's filled blocks"),
     "expand_gqa": (False, "vllm/v1/attention/backends/flash_attn.py: K/V keep num_kv_heads; FlashAttention "
