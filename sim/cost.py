@@ -65,10 +65,12 @@ class Work:
     matmul: bool = False      # limited by matrix throughput (gemm efficiency) vs memory
 
 
-def op_work(op: Op, fused: bool = False) -> list[Work]:
+def op_work(op: Op, fused: bool = False, engine: bool = False) -> list[Work]:
     """What one compute op does on its own. Eager PyTorch runs unfused elementwise kernels; a
     compiled (`fused`) phase one fused kernel per op (ops inside a layer of a compiled phase are
-    priced from Inductor's own kernels instead, sim/fusion.py)."""
+    priced from Inductor's own kernels instead, sim/fusion.py); an `engine` (Stack.engine_kernels)
+    runs its own fused CUDA ops in eager phases: one kernel per norm, with the residual add before it
+    inside (fused_add_rmsnorm), one per SwiGLU (silu_and_mul)."""
     e = DTYPE_BYTES[op.dtype]
     a = dict(op.attrs)
     k = op.kind
@@ -80,13 +82,14 @@ def op_work(op: Op, fused: bool = False) -> list[Work]:
     if k == "rmsnorm":
         # eager: x.float(), pow, mean, rsqrt, mul, mul(weight), .to(dtype): fp32 passes over [rows, width]
         el = a["rows"] * a["width"]
-        return [Work(4.0 * el, 2 * e * el, 1)] if fused else [Work(4.0 * el, 7 * 4 * el, 6)]
+        return [Work(4.0 * el, 2 * e * el, 1)] if fused or engine else [Work(4.0 * el, 7 * 4 * el, 6)]
     if k == "swiglu":
         el = a["rows"] * a["width"]
-        return [Work(4.0 * el, 3 * e * el, 1)] if fused else [Work(4.0 * el, 5 * e * el, 2)]
+        return [Work(4.0 * el, 3 * e * el, 1)] if fused or engine else [Work(4.0 * el, 5 * e * el, 2)]
     if k == "add":
         el = a["rows"] * a["width"]
-        return [Work(float(el), 3 * e * el, 1)]
+        # an engine's residual add rides in the next norm's kernel (fused_add_rmsnorm): no launch of its own
+        return [Work(float(el), 3 * e * el, 0 if engine and not fused else 1)]
     if k == "embed":
         el = a["rows"] * a["width"]
         if not a.get("masked"):
@@ -193,6 +196,10 @@ class CostModel(CollectiveCost):
 
     # -- compute
 
+    def works(self, op: Op, fused: bool) -> list[Work]:
+        """op_work for this stack (an engine's own eager kernels: Stack.engine_kernels)."""
+        return op_work(op, fused, self.stack.engine_kernels)
+
     def compute_s(self, op: Op, phase: str, sched: Schedule | None = None) -> float:
         """Seconds of one compute op. With the op's schedule, an op inside a layer of a compiled
         phase is priced from Inductor's kernels for that layer (sim/fusion.py)."""
@@ -258,7 +265,7 @@ class CostModel(CollectiveCost):
             return sum(1 for k in fusion.kernels(hit) if k.kind != "collective")
         if self.generated_gemv(op, fused):
             return 1
-        return sum(w.kernels for w in op_work(op, fused))
+        return sum(w.kernels for w in self.works(op, fused))
 
     def generated_gemv(self, op: Op, fused: bool) -> bool:
         """A GEMM with one row (m == 1) in a compiled phase on a GPU, inside the compiled region
@@ -283,7 +290,7 @@ class CostModel(CollectiveCost):
         measured = self._measured(op, fused, graphs)
         if measured is not None:
             return measured
-        works = op_work(op, fused)
+        works = self.works(op, fused)
         # a decode-step attention under a flash stack: its other kernels' roofline (RoPE, cache write, any
         # GQA expand, qk-norm) plus the measured-curve time of the attention kernel (the op's one matmul Work)
         cc = self.profile.compute_capability if self.profile.device == "cuda" else None
@@ -393,8 +400,8 @@ class CostModel(CollectiveCost):
             near = pts[0] if i == 0 else pts[-1]
             near_op = Op(op.name, op.kind, op.inputs, op.outputs,
                          tuple((k, near[0] if k == sweep else v) for k, v in op.attrs), op.dtype)
-            r_here = roofline_s(self.profile, op_work(op, fused), op.dtype)
-            r_near = roofline_s(self.profile, op_work(near_op, fused), op.dtype)
+            r_here = roofline_s(self.profile, self.works(op, fused), op.dtype)
+            r_near = roofline_s(self.profile, self.works(near_op, fused), op.dtype)
             t = near[1] * (r_here / r_near if r_near > 0 else 1.0)
         if op.kind == "gemm" and self.profile.device == "cuda":
             # a GEMM is one kernel; database times are device time (kernels back to back), so a GEMM

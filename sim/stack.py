@@ -46,6 +46,10 @@ class Stack:
     # the new K/V into the cache (vLLM: rotary_embedding + reshape_and_cache_flash = 2); 0: PyTorch ops
     # as the reference harness runs them (eager RoPE 8 kernels or 1 compiled, then 2 cache copies)
     attention_prep_kernels: int = 0
+    # eager phases run the engine's own fused CUDA ops, not PyTorch's elementwise kernels: one kernel
+    # per RMSNorm with the residual add before it inside (fused_add_rmsnorm), one per SwiGLU
+    # (silu_and_mul) (sim/cost.py op_work; sources in sim/stacks/)
+    engine_kernels: bool = False
     kv: str = "static"                # attend over the whole static cache (masked) or only the filled part
     prefill_logits: str = "all"       # logits for every prompt position, or only the last
     expand_gqa: bool = True           # repeat K/V heads to the query head count before attention
@@ -77,6 +81,8 @@ class Stack:
         if isinstance(self.attention_prep_kernels, bool) or not isinstance(self.attention_prep_kernels, int) \
                 or not 0 <= self.attention_prep_kernels <= 16:
             raise ValueError(f"attention_prep_kernels must be an integer 0..16, got {self.attention_prep_kernels!r}")
+        if not isinstance(self.engine_kernels, bool):
+            raise ValueError(f"engine_kernels must be true or false, got {self.engine_kernels!r}")
         if not isinstance(self.mm_decompose_m1, bool):
             raise ValueError(f"mm_decompose_m1 must be true or false, got {self.mm_decompose_m1!r}")
 

@@ -29,6 +29,10 @@ STACK = {
                                   "mem_cache/memory_pool.py MHATokenToKVPool.set_kv_buffer: k_buffer[loc] = cache_k and "
                                   "v_buffer[loc] = cache_v, two index_put kernels (the V copy on an alternate stream "
                                   "while capturing: not priced as overlapped)"),
+    "engine_kernels": (True, "python/sglang/srt/layers/layernorm.py RMSNorm.forward_cuda: fused_add_rmsnorm(x, residual, "
+                             "weight, eps) (sgl_kernel: the residual add inside the norm kernel, models/llama.py "
+                             "LlamaDecoderLayer passes the residual to each norm) / rmsnorm; layers/activation.py "
+                             "SiluAndMul.forward_cuda: silu_and_mul"),
     "kv": ("filled", "both backends read each request's filled KV only: FlashInfer paged decode its kv_indptr range, "
                      "FA3 its page table up to cache_seqlens (python/sglang/srt/layers/attention/flashinfer_backend.py, "
                      "flashattention_backend.py)"),

@@ -25,6 +25,10 @@ STACK = {
                                   "and k (ops.rotary_embedding in eager; forward_native, one fused Triton kernel, "
                                   "under Inductor); vllm/v1/attention/backends/flash_attn.py FlashAttentionImpl.forward: "
                                   "reshape_and_cache_flash writes K and V in one kernel"),
+    "engine_kernels": (True, "vllm/model_executor/layers/layernorm.py RMSNorm.forward_cuda: ops.fused_add_rms_norm(x, "
+                             "residual, ...) (the residual add inside the norm kernel) / ops.rms_norm; activation.py "
+                             "SiluAndMul.forward_cuda: ops.silu_and_mul: vLLM's CUDA ops when a phase runs without "
+                             "Inductor (under torch.compile it takes forward_native, priced from Inductor's kernels)"),
     "kv": ("filled", "vllm/v1/attention/backends/flash_attn.py: flash_attn_varlen_func(seqused_k=seq_lens, "
                      "block_table=...) reads only each sequence's filled blocks"),
     "expand_gqa": (False, "vllm/v1/attention/backends/flash_attn.py: K/V keep num_kv_heads; FlashAttention "
