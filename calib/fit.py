@@ -53,7 +53,7 @@ def compute_efficiencies(points: list[dict], peak_flops: float, mem_bytes_per_s:
     gx, gy, mx, my = [], [], [], []
     for p in points:
         op = Op("p", p["kind"], (), ("o",), tuple(sorted(p["attrs"].items())), p["dtype"])
-        works = op_work(op, graphs=False)
+        works = op_work(op, fused=False)
         dev_s = max(p["time_s"] - launch_s * sum(w.kernels for w in works), 0.1 * p["time_s"])
         flops, nbytes = sum(w.flops for w in works), sum(w.bytes for w in works)
         if p["kind"] == "gemm" and flops / peak_flops >= nbytes / mem_bytes_per_s:
@@ -126,9 +126,13 @@ def build_profile(cfg, groups: dict, world: int) -> dict:
 
 
 def _machine_section(cfg, dev: dict | None, world: int, label: str, pv: Provenance) -> dict:
-    """device, gpus_per_node and memory_gib of a complete (not extending) profile."""
+    """device, gpus_per_node, memory_gib and (on a GPU) compute_capability of a complete (not extending)
+    profile."""
     out = {"device": cfg.device,
            "gpus_per_node": sourced(world, pv.src(f"world size of the calibration ({world} ranks on one node)"))}
+    if cfg.device == "cuda" and dev and dev.get("compute_capability"):
+        out["compute_capability"] = sourced(dev["compute_capability"],
+                                            pv.src(f"torch.cuda.get_device_properties major.minor of {label}"))
     if cfg.device == "cuda" and dev and dev.get("device_mem_bytes"):
         gib = dev["device_mem_bytes"] / 2 ** 30
         out["memory_gib"] = sourced(round(gib, 2), pv.src(f"torch.cuda total_memory of {label}"))

@@ -132,6 +132,7 @@ def _device_constants(cfg: CalibConfig, dev: str) -> dict:
     if cuda:
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
         out["device_name"], out["device_mem_bytes"] = props.name, props.total_memory
+        out["compute_capability"] = float(f"{props.major}.{props.minor}")     # 9.0 on an H100
     return out
 
 
@@ -146,6 +147,7 @@ def _merge_device(per_rank: list[dict]) -> dict:
         "copy_bytes_per_s": {str(b): med(r["copy"][b] for r in per_rank) for b in r0["copy"]},
         "device_name": r0.get("device_name") or _cpu_name(),
         "device_mem_bytes": r0.get("device_mem_bytes"),
+        "compute_capability": r0.get("compute_capability"),
         "host": socket.gethostname(), "host_ram_bytes": ram, "cpu_count": os.cpu_count(),
         "ranks": len(per_rank),
         # CPU ranks pinned to these cores (hw.rank.pin_cores); measured values depend on it

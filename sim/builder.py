@@ -31,10 +31,11 @@ class MicroBatch:
 
 
 class Builder:
-    """Appends ops with the shapes of one (model, tp, step, stack)."""
+    """Appends ops with the shapes of one (model, tp, step, stack). `comm` False (a comm-free schedule,
+    ScheduleDef.comm_free): embed() and head() add no collective either."""
 
-    def __init__(self, model: ModelSpec, tp: int, step: Step, stack: Stack):
-        self.model, self.tp, self.step, self.stack = model, tp, step, stack
+    def __init__(self, model: ModelSpec, tp: int, step: Step, stack: Stack, comm: bool = True):
+        self.model, self.tp, self.step, self.stack, self.comm = model, tp, step, stack, comm
         self.shard: Shard = model.shard(tp)
         if model.sliding_window and step.kv_len > model.sliding_window:      # Mistral v0.1
             raise ValueError(f"{model.name.split('[:')[0]} attends to its last {model.sliding_window} positions "
@@ -71,7 +72,7 @@ class Builder:
         shard = -(-m.vocab // self.tp)
         x = self.add_op("embed", "embed", [TOKENS], ["embed.partial"],
                         [("rows", self.rows), ("width", m.hidden), ("vocab", shard), ("masked", 1)], param="embed")
-        return self.all_reduce("embed.allreduce", x, None)
+        return self.all_reduce("embed.allreduce", x, None) if self.comm else x
 
     def _attention_attrs(self) -> list[tuple[str, int | str]]:
         """The attention shape of the step, or of the current micro-batch: a micro-batch of sequences
@@ -86,6 +87,8 @@ class Builder:
                  ("expand_gqa", int(self.stack.expand_gqa)), ("impl", self.stack.attention)]
         if mb and mb.nb < st.batch:
             attrs.append(("b0", mb.b0))
+        if self.stack.attention_prep_kernels:          # an engine's own RoPE / cache-write kernels
+            attrs.append(("prep", self.stack.attention_prep_kernels))
         return attrs
 
     def attn(self, i: int, x: str, norm: bool = True) -> str:
@@ -133,7 +136,8 @@ class Builder:
                            layer)
 
     def head(self, x: str) -> str:
-        """Final norm, LM head (replicated or vocab-parallel + all-gather), greedy sampling."""
+        """Final norm, LM head (replicated or vocab-parallel + all-gather), greedy sampling (over the
+        rank's own vocab shard when a comm-free schedule leaves the all-gather out)."""
         m, st = self.model, self.step
         rows = st.batch * st.logits_len      # prefill "last": only the last position per sequence
         n = self.norm("final.norm", x, None, "final_norm", rows)
@@ -141,11 +145,12 @@ class Builder:
         n_vocab = -(-m.vocab // self.tp) if vocab_parallel else m.vocab   # padded shard
         logits = self.add_op("head", "gemm", [n], ["head.logits"],
                              [("m", rows), ("n", n_vocab), ("k", m.hidden)], None, "head")
-        if vocab_parallel:
+        if vocab_parallel and self.comm:
             logits = self.add_op("head.allgather", "all_gather", [logits], ["head.logits_all"],
                                  [("rows", rows), ("width", n_vocab), ("group", self.tp)])
+        sampled = m.vocab if self.comm else n_vocab
         return self.add_op("sample", "sample", [logits], ["next_tokens"],
-                           [("batch", st.batch), ("rows", rows), ("vocab", m.vocab)])
+                           [("batch", st.batch), ("rows", rows), ("vocab", sampled)])
 
     def note(self, text: str) -> None:
         if text not in self.notes:

@@ -72,8 +72,14 @@ class CollectiveCost:
 
     @property
     def notes(self) -> tuple[str, ...]:
-        """What pricing had to say (an engine refusing its all-reduce kernel, in the engine's words)."""
+        """What pricing had to say (an engine refusing its all-reduce kernel, in the engine's words), each
+        once, in the order first said; predict prints them."""
         return tuple(getattr(self, "_notes", {}))
+
+    def _note(self, text: str) -> None:
+        """Add a note to `notes` (an empty text adds nothing)."""
+        if text:
+            self.__dict__.setdefault("_notes", {})[text] = None
 
     def price(self, collective: str, nbytes: float, group: int, mode: str,
               impl: str | None = None, width: int | None = None) -> tuple[float, str]:
@@ -136,7 +142,7 @@ class CollectiveCost:
             note = (f"{eng.name}: profile {self.profile.name} holds no measured {eng.family} all-reduce constants "
                     f"for {group} ranks (collectives.custom_allreduce); priced as NCCL")
         if note:
-            self.__dict__.setdefault("_notes", {})[note] = None
+            self._note(note)
         # the engine calls NCCL itself (vLLM / SGLang pynccl, TensorRT-LLM's NCCL op): out of place, no
         # functional-collective clone (graph_extra); a captured NCCL kernel still pays NCCL's record node
         t, path = self._device_price(collective, nbytes, group, mode, fallback, self.scope(group))

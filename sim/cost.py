@@ -65,30 +65,31 @@ class Work:
     matmul: bool = False      # limited by matrix throughput (gemm efficiency) vs memory
 
 
-def op_work(op: Op, fused: bool = False, graphs: bool | None = None) -> list[Work]:
+def op_work(op: Op, fused: bool = False, engine: bool = False) -> list[Work]:
     """What one compute op does on its own. Eager PyTorch runs unfused elementwise kernels; a
     compiled (`fused`) phase one fused kernel per op (ops inside a layer of a compiled phase are
-    priced from Inductor's own kernels instead, sim/fusion.py). `graphs` is the old name of
-    `fused`, kept for callers that still pass it."""
-    graphs = fused if graphs is None else graphs
+    priced from Inductor's own kernels instead, sim/fusion.py); an `engine` (Stack.engine_kernels)
+    runs its own fused CUDA ops in eager phases: one kernel per norm, with the residual add before it
+    inside (fused_add_rmsnorm), one per SwiGLU (silu_and_mul)."""
     e = DTYPE_BYTES[op.dtype]
     a = dict(op.attrs)
     k = op.kind
     if k == "gemm":
         m, n, kk = a["m"], a["n"], a["k"]
-        return [Work(2.0 * m * n * kk, e * (m * kk + kk * n + m * n), 1, matmul=True)] + separable_work(op, graphs)
+        return [Work(2.0 * m * n * kk, e * (m * kk + kk * n + m * n), 1, matmul=True)] + separable_work(op, fused)
     if k == "attention":
-        return _attention_work(a, e, graphs) + separable_work(op, graphs)
+        return _attention_work(a, e, fused) + separable_work(op, fused)
     if k == "rmsnorm":
         # eager: x.float(), pow, mean, rsqrt, mul, mul(weight), .to(dtype): fp32 passes over [rows, width]
         el = a["rows"] * a["width"]
-        return [Work(4.0 * el, 2 * e * el, 1)] if graphs else [Work(4.0 * el, 7 * 4 * el, 6)]
+        return [Work(4.0 * el, 2 * e * el, 1)] if fused or engine else [Work(4.0 * el, 7 * 4 * el, 6)]
     if k == "swiglu":
         el = a["rows"] * a["width"]
-        return [Work(4.0 * el, 3 * e * el, 1)] if graphs else [Work(4.0 * el, 5 * e * el, 2)]
+        return [Work(4.0 * el, 3 * e * el, 1)] if fused or engine else [Work(4.0 * el, 5 * e * el, 2)]
     if k == "add":
         el = a["rows"] * a["width"]
-        return [Work(float(el), 3 * e * el, 1)]
+        # an engine's residual add rides in the next norm's kernel (fused_add_rmsnorm): no launch of its own
+        return [Work(float(el), 3 * e * el, 0 if engine and not fused else 1)]
     if k == "embed":
         el = a["rows"] * a["width"]
         if not a.get("masked"):
@@ -97,7 +98,7 @@ def op_work(op: Op, fused: bool = False, graphs: bool | None = None) -> list[Wor
         # compiled, one kernel gathers the shard's rows and zeroes the ids outside it; eager, the mask
         # of the ids (get_masked_input_and_mask: one jit-fused kernel over [rows] int ids, bytes
         # negligible), F.embedding, then masked_fill_ re-reads and writes [rows, width]
-        return [Work(0.0, 2 * e * el, 1)] if graphs else [Work(0.0, 4 * e * el, 3)]
+        return [Work(0.0, 2 * e * el, 1)] if fused else [Work(0.0, 4 * e * el, 3)]
     if k in ("slice", "shard", "pad"):
         # row bookkeeping of token-split / seq-parallel: a view (no kernel) unless it must copy
         el = a["rows"] * a["width"]
@@ -117,7 +118,7 @@ def op_work(op: Op, fused: bool = False, graphs: bool | None = None) -> list[Wor
 SEPARABLE_ATTRS = {"gemm": ("bias",), "attention": ("qk_norm",)}
 
 
-def separable_work(op: Op, graphs: bool) -> list[Work]:
+def separable_work(op: Op, fused: bool) -> list[Work]:
     """The work that `bias` (gemm) and `qk_norm` (attention) add to an op."""
     e = DTYPE_BYTES[op.dtype]
     a = dict(op.attrs)
@@ -131,18 +132,26 @@ def separable_work(op: Op, graphs: bool) -> list[Work]:
         # the same six fp32 passes as the layer norms (cost.op_work "rmsnorm"), per tensor; compiled,
         # it fuses into the RoPE kernel (one more read and write of q and k)
         el = a["batch"] * a["q_len"] * (a["heads"] + a["kv_heads"]) * a["head_dim"]
-        out += [Work(4.0 * el, 2 * e * el, 0)] if graphs else [Work(4.0 * el, 7 * 4 * el, 12)]
+        out += [Work(4.0 * el, 2 * e * el, 0)] if fused else [Work(4.0 * el, 7 * 4 * el, 12)]
     return out
 
 
-def _attention_work(a: dict, e: int, graphs: bool) -> list[Work]:
+def _attention_work(a: dict, e: int, fused: bool) -> list[Work]:
     """RoPE + KV-cache write (+ GQA expand) + SDPA over kv_len keys. Per rank:
-    q [b, q, H, d], cache [b, kv, Hk, d]; math SDPA materializes scores [b, H, q, kv]."""
+    q [b, q, H, d], cache [b, kv, Hk, d]; math SDPA materializes scores [b, H, q, kv]. An engine's
+    own prep kernels (attr "prep", Stack.attention_prep_kernels) do the RoPE and the cache write
+    in that many kernels, compiled or not."""
     b, q, kv = a["batch"], a["q_len"], a["kv_len"]
     h, hk, d = a["heads"], a["kv_heads"], a["head_dim"]
-    fused = 1 if graphs else 0
-    out = [Work(6.0 * b * q * (h + hk) * d, 2 * e * b * q * (h + hk) * d, 1 if fused else 8),   # RoPE on q, k
-           Work(0.0, 4 * e * b * q * hk * d, 2)]                                                # cache write k, v
+    rope = Work(6.0 * b * q * (h + hk) * d, 2 * e * b * q * (h + hk) * d, 1 if fused else 8)    # RoPE on q, k
+    cache = Work(0.0, 4 * e * b * q * hk * d, 2)                                                 # cache write k, v
+    n = a.get("prep", 0)
+    if n == 1:                  # one kernel rotates q, k and writes the cache (TensorRT-LLM)
+        out = [Work(rope.flops, rope.bytes + cache.bytes, 1)]
+    elif n:                     # RoPE in one kernel, the cache write in the others
+        out = [Work(rope.flops, rope.bytes, 1), Work(0.0, cache.bytes, n - 1)]
+    else:
+        out = [rope, cache]
     hkv = hk
     if a["expand_gqa"] and hk < h:
         out.append(Work(0.0, 2 * e * b * kv * d * (hk + h), 2))        # repeat_interleave K, V
@@ -186,6 +195,10 @@ class CostModel(CollectiveCost):
         self._l2_bw = self._l2.bytes_per_s if self._l2 is not None else None
 
     # -- compute
+
+    def works(self, op: Op, fused: bool) -> list[Work]:
+        """op_work for this stack (an engine's own eager kernels: Stack.engine_kernels)."""
+        return op_work(op, fused, self.stack.engine_kernels)
 
     def compute_s(self, op: Op, phase: str, sched: Schedule | None = None) -> float:
         """Seconds of one compute op. With the op's schedule, an op inside a layer of a compiled
@@ -252,7 +265,7 @@ class CostModel(CollectiveCost):
             return sum(1 for k in fusion.kernels(hit) if k.kind != "collective")
         if self.generated_gemv(op, fused):
             return 1
-        return sum(w.kernels for w in op_work(op, fused))
+        return sum(w.kernels for w in self.works(op, fused))
 
     def generated_gemv(self, op: Op, fused: bool) -> bool:
         """A GEMM with one row (m == 1) in a compiled phase on a GPU, inside the compiled region
@@ -277,11 +290,14 @@ class CostModel(CollectiveCost):
         measured = self._measured(op, fused, graphs)
         if measured is not None:
             return measured
-        works = op_work(op, fused)
+        works = self.works(op, fused)
         # a decode-step attention under a flash stack: its other kernels' roofline (RoPE, cache write, any
         # GQA expand, qk-norm) plus the measured-curve time of the attention kernel (the op's one matmul Work)
-        flash_s = flash_decode.attention_kernel_s(op, self.profile.mem_bytes_per_s)
+        cc = self.profile.compute_capability if self.profile.device == "cuda" else None
+        fallback = self.stack.attention_fallback
+        flash_s = flash_decode.attention_kernel_s(op, self.profile.mem_bytes_per_s, cc, fallback)
         if flash_s is not None:
+            self._note(flash_decode.kernel_on(op.attr("impl"), cc, fallback)[1])
             others = [w for w in works if not w.matmul]
             return self._floor(roofline_s(self.profile, others, op.dtype) + flash_s, sum(w.kernels for w in works),
                                graphs)
@@ -337,10 +353,9 @@ class CostModel(CollectiveCost):
         return out
 
     def _note_no_l2(self) -> None:
-        """One note (CollectiveCost.notes, predict prints them) that the L2 re-reads went unpriced."""
-        self.__dict__.setdefault("_notes", {})[
-            f"profile {self.profile.name} has no compute.l2 (L2 bandwidth): the GQA K/V re-reads and weight "
-            f"re-sweeps are priced at the DRAM bytes only"] = None
+        """One note that the L2 re-reads went unpriced."""
+        self._note(f"profile {self.profile.name} has no compute.l2 (L2 bandwidth): the GQA K/V re-reads and "
+                   f"weight re-sweeps are priced at the DRAM bytes only")
 
     def _resweep_s(self, nbytes: float, extra: float) -> float:
         """`extra` further sweeps over `nbytes` (sim/l2_traffic.py resweep_s): hits at the L2
@@ -385,8 +400,8 @@ class CostModel(CollectiveCost):
             near = pts[0] if i == 0 else pts[-1]
             near_op = Op(op.name, op.kind, op.inputs, op.outputs,
                          tuple((k, near[0] if k == sweep else v) for k, v in op.attrs), op.dtype)
-            r_here = roofline_s(self.profile, op_work(op, fused), op.dtype)
-            r_near = roofline_s(self.profile, op_work(near_op, fused), op.dtype)
+            r_here = roofline_s(self.profile, self.works(op, fused), op.dtype)
+            r_near = roofline_s(self.profile, self.works(near_op, fused), op.dtype)
             t = near[1] * (r_here / r_near if r_near > 0 else 1.0)
         if op.kind == "gemm" and self.profile.device == "cuda":
             # a GEMM is one kernel; database times are device time (kernels back to back), so a GEMM

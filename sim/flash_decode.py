@@ -90,6 +90,26 @@ POINTS: dict[str, tuple[Point, ...]] = {
 # Stack.attention -> the kernel whose curve prices its decode ("flash": PyTorch SDPA's FA2 backend)
 KERNEL_OF = {"flash": "fa2", **{k: k for k in FLASH_DECODE_KERNELS}}
 
+# FlashAttention-3 is built for Hopper only (Dao-AILab/flash-attention README, FlashAttention-3:
+# "Requirements: H100 / H800 GPU"), and vLLM picks the version by the GPU it runs on
+# (vllm/attention/utils/fa_utils.py get_flash_attn_version: "if hopper default to FA3, otherwise stick
+# to FA2", device_capability.major == 9).
+FA3_MAJOR = 9
+
+
+def kernel_on(impl: str, compute_capability: float | None, fallback: str = "fa2") -> tuple[str | None, str]:
+    """(the kernel whose curve prices `impl`'s decode on a GPU of `compute_capability`, a note): fa3 on
+    a GPU known not to be Hopper runs as the stack's `fallback` (Stack.attention_fallback: vLLM FA2,
+    SGLang FlashInfer) and the note says so; an unknown capability (a profile that does not state it)
+    keeps fa3. (None, "") for an impl without a curve (math)."""
+    kernel = KERNEL_OF.get(impl)
+    if kernel == "fa3" and compute_capability is not None and int(compute_capability) != FA3_MAJOR:
+        return fallback, (f"attention fa3: FlashAttention-3 runs on Hopper (compute capability 9.x) only; on this "
+                          f"GPU ({compute_capability:.1f}) the stack runs {fallback} instead, as the engines pick it "
+                          f"(vLLM FA2: fa_utils.get_flash_attn_version; SGLang FlashInfer: server_args auto-select), "
+                          f"so decode attention is priced as {fallback}")
+    return kernel, ""
+
 
 def curve(kernel: str, held_apart: bool = False) -> list[tuple[float, float]]:
     """Sorted (kv bytes, fraction of HBM peak) of a kernel's fitted points (held_apart: those instead)."""
@@ -124,14 +144,16 @@ def kernel_s(kernel: str, kv_bytes: float, hbm_bytes_per_s: float) -> float:
     return b / (fraction(kernel, b) * hbm_bytes_per_s)
 
 
-def attention_kernel_s(op, hbm_bytes_per_s: float) -> float | None:
+def attention_kernel_s(op, hbm_bytes_per_s: float, compute_capability: float | None = None,
+                       fallback: str = "fa2") -> float | None:
     """The hook sim/cost.py calls for a compute op: seconds of the attention kernel of a decode-step
-    attention (q_len 1) under a flash stack, from its measured curve (cost adds the op's other
-    kernels at their roofline); None for anything else (priced as before)."""
+    attention (q_len 1) under a flash stack, from its measured curve (the kernel kernel_on picks for
+    the GPU; cost adds the op's other kernels at their roofline); None for anything else (priced as
+    before)."""
     if op.kind != "attention":
         return None
     a = dict(op.attrs)
-    kernel = KERNEL_OF.get(a.get("impl"))
+    kernel, _ = kernel_on(a.get("impl"), compute_capability, fallback)
     if kernel is None or a["q_len"] != 1:
         return None
     hkv = a["heads"] if a["expand_gqa"] and a["kv_heads"] < a["heads"] else a["kv_heads"]

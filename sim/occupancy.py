@@ -33,7 +33,7 @@ import math
 
 from . import fusion
 from .coschedule import Comm, CoSchedule, GpuSpec, Kernel
-from .cost import CostModel, Work, op_work, roofline_s
+from .cost import CostModel, Work, roofline_s
 from .occupancy_grids import RULE, gemm_tile
 from .schedule import Op, Schedule
 from .stack import DTYPE_BYTES
@@ -123,7 +123,7 @@ def _works(cost: CostModel, op: Op, fused: bool, graphs: bool) -> list[tuple[flo
     """An op priced without Inductor's table: its Work items, each kernel-ful one a kernel, their
     roofline times scaled to the op's price (a measured point may differ from the roofline)."""
     try:
-        works = [w for w in op_work(op, fused) if w.kernels]
+        works = [w for w in cost.works(op, fused) if w.kernels]
     except ValueError:                  # a kind with no compute model holds no SMs here
         return []
     if not works:

@@ -61,6 +61,8 @@ def parse(data: dict, where: str = "<profile>") -> Profile:
         compute_points=(pts := g.compute_points()),
         gemm_tables=parse_gemm_tables(g, already=len(pts)),
         l2=parse_l2(g),
+        compute_capability=(g.num("compute_capability", min_=1.0, max_=99.0) if "compute_capability" in data
+                            else None),
         collective_tables=g.collective_tables(),
         link_models=links,
         eager_extra_s=g.num("collectives.eager_extra_us", default=0.0, min_=0.0) * 1e-6,

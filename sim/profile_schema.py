@@ -162,6 +162,7 @@ class Profile:
     coschedule: GpuSpec | None = None            # overlap.gpu: per-kernel co-scheduling (sim/coschedule.py)
     gemm_tables: tuple[GemmTable, ...] = ()      # compute.gemm_tables (after compute_points: those win)
     l2: L2Spec | None = None                     # compute.l2: L2 rate and sweep curve (None: DRAM term only)
+    compute_capability: float | None = None      # CUDA compute capability (9.0 Hopper); None: not stated
 
 
 def _has_source(obj: dict) -> bool:

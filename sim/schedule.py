@@ -98,7 +98,8 @@ def build_plan(name: str, plan: tuple[str, ...], model: ModelSpec, tp: int, step
     """The ops of one forward pass whose layers follow `plan` (len(plan) == model.layers)."""
     if len(plan) != model.layers:
         raise ValueError(f"plan has {len(plan)} layers, model {model.name} has {model.layers}")
-    b = Builder(model, tp, step, stack)
+    defn = schedule_def(name.partition(":")[0])          # None for a bare layer kind (calib.shapes)
+    b = Builder(model, tp, step, stack, comm=not (defn is not None and defn.comm_free))
     x = b.embed()
     for kind, first, end in runs(plan):
         x = layer_builder(kind)(b, first, end, x)

@@ -13,7 +13,9 @@ from dataclasses import dataclass, field, fields, replace
 
 from .host_lane import HostStep
 
-from .impls import ATTENTION_IMPLS  # noqa: F401  (the one registry of implementation names)
+from .impls import ATTENTION_IMPLS, FLASH_DECODE_KERNELS  # noqa: F401  (the one registry of implementation names)
+
+FALLBACK_KERNELS = tuple(k for k in FLASH_DECODE_KERNELS if k != "fa3")    # what runs off Hopper
 
 DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
 
@@ -37,6 +39,17 @@ class Stack:
     head: str = "replicated"          # LM head replicated on every rank, or split over vocab + all-gather
     embed: str = "replicated"         # input embedding replicated, or split over vocab: masked lookup + all-reduce
     attention: str = "math"           # math SDPA (materialized scores) or a fused flash kernel (sim/impls.py)
+    # the decode kernel that runs where `attention` cannot: fa3 on a GPU that is not Hopper
+    # (sim/flash_decode.kernel_on); vLLM takes FA2 there, SGLang FlashInfer (sim/stacks/)
+    attention_fallback: str = "fa2"
+    # kernels an engine's attention layer launches around the attention kernel to rotate q, k and write
+    # the new K/V into the cache (vLLM: rotary_embedding + reshape_and_cache_flash = 2); 0: PyTorch ops
+    # as the reference harness runs them (eager RoPE 8 kernels or 1 compiled, then 2 cache copies)
+    attention_prep_kernels: int = 0
+    # eager phases run the engine's own fused CUDA ops, not PyTorch's elementwise kernels: one kernel
+    # per RMSNorm with the residual add before it inside (fused_add_rmsnorm), one per SwiGLU
+    # (silu_and_mul) (sim/cost.py op_work; sources in sim/stacks/)
+    engine_kernels: bool = False
     kv: str = "static"                # attend over the whole static cache (masked) or only the filled part
     prefill_logits: str = "all"       # logits for every prompt position, or only the last
     expand_gqa: bool = True           # repeat K/V heads to the query head count before attention
@@ -62,8 +75,14 @@ class Stack:
         _check("embed", self.embed, EMBEDS)
         _check("graph_scope", self.graph_scope, GRAPH_SCOPES)
         _check("attention", self.attention, ATTENTION_IMPLS)
+        _check("attention_fallback", self.attention_fallback, FALLBACK_KERNELS)
         _check("kv", self.kv, DECODE_KV)
         _check("prefill_logits", self.prefill_logits, PREFILL_LOGITS)
+        if isinstance(self.attention_prep_kernels, bool) or not isinstance(self.attention_prep_kernels, int) \
+                or not 0 <= self.attention_prep_kernels <= 16:
+            raise ValueError(f"attention_prep_kernels must be an integer 0..16, got {self.attention_prep_kernels!r}")
+        if not isinstance(self.engine_kernels, bool):
+            raise ValueError(f"engine_kernels must be true or false, got {self.engine_kernels!r}")
         if not isinstance(self.mm_decompose_m1, bool):
             raise ValueError(f"mm_decompose_m1 must be true or false, got {self.mm_decompose_m1!r}")
 

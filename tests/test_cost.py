@@ -26,7 +26,7 @@ def with_points(*pts):
 
 def test_roofline_gemm_is_bandwidth_bound_at_batch_1():
     op = op_named("L0.mlp.up", Step.decode(1, 1024, 512, 1, Stack()))
-    (w,) = op_work(op, graphs=True)
+    (w,) = op_work(op, fused=True)
     assert w.flops == 2 * 1 * 14336 * 4096 and w.bytes == 2 * (4096 + 4096 * 14336 + 14336)
     t = roofline_s(H100, [w], "fp16")
     assert t == pytest.approx(w.bytes / (H100.mem_bytes_per_s * H100.memory_efficiency(w.bytes)))
@@ -75,3 +75,27 @@ def test_collective_table_log_log_and_impl():
 
 def test_group_of_one_costs_nothing_without_a_table():
     assert CostModel(H100, Stack()).collective_s("all_reduce", 1 << 20, 1, "graph") == 0.0
+
+
+def test_an_engines_own_eager_kernels_price_a_decode_layer_as_it_launches():
+    """Stack.engine_kernels: in an eager phase an engine runs fused_add_rmsnorm (one kernel, the residual
+    add inside it) and silu_and_mul (one), not PyTorch's six fp32 norm passes, two SwiGLU kernels and a
+    separate add. 8B TP2 decode at batch 8: a norm reads and writes [8, 4096] fp16 = 2 x 2 x 32768 B."""
+    from tpsim.sim.cost import Work
+    step = Step.decode(8, 64, 8, 1, Stack())
+    norm, act, add = (op_named(n, step) for n in ("L0.mlp.norm", "L0.mlp.act", "L0.attn.add"))
+    el = 8 * 4096
+    assert op_work(norm) == [Work(4.0 * el, 7 * 4 * el, 6)] and op_work(norm, engine=True) == [Work(4.0 * el, 4 * el, 1)]
+    assert op_work(act)[0].kernels == 2 and op_work(act, engine=True)[0].kernels == 1
+    assert op_work(add)[0].kernels == 1 and op_work(add, engine=True)[0].kernels == 0
+    assert op_work(add, fused=True, engine=True)[0].kernels == 1      # compiled: Inductor's kernels, not the engine's
+    # eager decode under CUDA graphs: the floor is launch.graph per kernel; the engine's norm is one
+    # kernel at the memory roofline, PyTorch's six floors; the engine's add launches nothing
+    floor = H100.launch_s["graph"]
+    torch_eager = CostModel(H100, Stack(compile_decode=False))
+    engine = CostModel(H100, Stack(compile_decode=False, engine_kernels=True))
+    assert torch_eager.compute_s(norm, "decode") == pytest.approx(6 * floor)
+    assert engine.compute_s(norm, "decode") == pytest.approx(max(roofline_s(H100, op_work(norm, engine=True), "fp16"),
+                                                                 floor))
+    assert engine.compute_s(add, "decode") == pytest.approx(3 * 2 * el / H100.mem_bytes_per_s)
+    assert engine.compute_s(add, "decode") < 0.05 * torch_eager.compute_s(add, "decode")     # 59 ns vs 3.3 us

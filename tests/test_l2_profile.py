@@ -188,3 +188,23 @@ def test_a_calibration_on_an_h100_takes_h100_sxms_l2_and_says_so(tmp_path):
     ext = build_profile(_calib_cfg(extends="h100-sxm"), _calib_groups("NVIDIA H100 80GB HBM3"), 2)
     assert "l2" not in ext.get("compute", {})
     assert load_document(ext, near=tmp_path / "e.json").l2 == OLD["h100-sxm"]
+
+
+def test_compute_capability_is_calibrated_stated_and_checked(tmp_path):
+    """calibrate records the GPU's major.minor (calib/rank.py) and the fit writes it with its source;
+    a raw device group without it writes none (unstated: fa3 is then kept, sim/flash_decode.kernel_on);
+    a profile's value must be a sourced number."""
+    groups = _calib_groups("NVIDIA A100-SXM4-80GB")
+    groups["device"]["compute_capability"] = 8.0
+    doc = build_profile(_calib_cfg(), groups, 2)
+    assert doc["compute_capability"]["value"] == 8.0
+    assert "torch.cuda.get_device_properties major.minor" in doc["compute_capability"]["source"]
+    assert load_document(doc, near=tmp_path / "a.json").compute_capability == 8.0
+    old = build_profile(_calib_cfg(), _calib_groups("NVIDIA A100-SXM4-80GB"), 2)
+    assert "compute_capability" not in old and load_document(old, near=tmp_path / "o.json").compute_capability is None
+    for value, says in (({"value": 8.0}, "has no 'source'"), ("8.0", "must be a number"), (0.5, "must be >= 1")):
+        bad = tmp_path / "bad.json"
+        bad.write_text(json.dumps({"format": "tpsim-profile", "version": 1, "name": "bad", "extends": "a100-sxm",
+                                   "compute_capability": value}))
+        line = _one_line_exit_2(CliRunner().invoke(cli.main, ["profiles", "show", str(bad)]))
+        assert "field 'compute_capability'" in line and says in line, line

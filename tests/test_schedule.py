@@ -118,6 +118,23 @@ def test_shapes_follow_shard_and_stack():
     assert dict(next(op for op in dec.ops if op.name == "L0.attn.sdpa").attrs)["kv_len"] == 1536   # static cache
 
 
+def test_upper_bound_leaves_out_the_collectives_outside_the_layers():
+    """A vocab-parallel stack adds embed.allreduce and head.allgather outside the layers; upper-bound
+    ("no communication") has none at all, and samples from the rank's own padded shard of the vocab."""
+    m = get_model("llama-3.1-70b")
+    stack = Stack(head="vocab-parallel", embed="vocab-parallel", kv="filled")
+    step = Step.decode(4, 32, 8, 3, stack)
+    std = build("standard", m, 8, step, stack)
+    assert [op.name for op in std.collectives][0] == "embed.allreduce"
+    assert [op.name for op in std.collectives][-1] == "head.allgather"
+    ub = build("upper-bound", m, 8, step, stack)
+    assert list(ub.collectives) == []
+    assert dict(next(op for op in ub.ops if op.name == "sample").attrs)["vocab"] == -(-128256 // 8)
+    assert dict(next(op for op in std.ops if op.name == "sample").attrs)["vocab"] == 128256
+    # every other op is standard's, by name, in order
+    assert [op.name for op in ub.ops] == [op.name for op in std.ops if not op.is_comm]
+
+
 def test_kv_head_replication_and_tp_errors():
     m = get_model("llama-3.1-70b")                # 8 KV heads
     assert m.shard(16).kv_heads == 1 and m.shard(4).kv_heads == 2

@@ -63,6 +63,9 @@ class ScheduleDef:
     kinds: tuple[LayerKind, ...] = ()
     parse: Callable[[str, str, int], dict] = no_argument
     example: str = ""                   # a spec that runs it ("" = the bare name): docs and tests use it
+    # no collective anywhere in the pass: the builder also leaves out the ones outside the layers
+    # (a vocab-parallel embedding's all-reduce, a vocab-parallel head's all-gather)
+    comm_free: bool = False
 
     @property
     def example_spec(self) -> str:

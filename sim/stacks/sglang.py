@@ -14,11 +14,29 @@ NAME = "sglang"
 ENGINE = "SGLang 0.4/0.5"
 _SA = "python/sglang/srt/server_args.py"
 STACK = {
-    "attention": ("flashinfer", f"{_SA} attention_backend: FlashInfer by default on CUDA (decode priced from "
-                                "FlashInfer's measured bandwidth, sim/flash_decode.py)"),
-    "kv": ("filled", "FlashInfer paged decode reads each request's kv_indptr range only (python/sglang/srt/layers/"
-                     "attention/flashinfer_backend.py)"),
-    "expand_gqa": (False, "FlashInfer's BatchDecodeWithPagedKVCacheWrapper takes num_kv_heads (native GQA)"),
+    "attention": ("fa3", f"{_SA} ServerArgs._handle_attention_backend_compatibility (v0.5 line; model_runner.py "
+                         "model_specific_adjustment from v0.4.6): with no --attention-backend, an MHA model "
+                         "(is_fa3_default_architecture: LlamaForCausalLM, Qwen2/Qwen3ForCausalLM, Gemma2/3, ...) on "
+                         "Hopper (is_hopper_with_cuda_12_3) gets \"fa3\", anything else \"flashinfer\"; sgl-project/"
+                         "sglang#5064: 'sm80, sm86, sm89 -> FlashInfer, sm90 -> FA3 (Llama, Qwen, Gemma)'. Decode "
+                         "priced from FA3's measured bandwidth (sim/flash_decode.py); Mistral/Mixtral stay on FlashInfer "
+                         "on Hopper (sglang#27633): give --attention flashinfer for them"),
+    "attention_fallback": ("flashinfer", f"{_SA} the same auto-select: off Hopper (A100 8.0, L40S 8.9) the default is "
+                                         "\"flashinfer\" (is_flashinfer_available), priced from FlashInfer's "
+                                         "batch-decode curve"),
+    "attention_prep_kernels": (3, "python/sglang/srt/layers/rotary_embedding.py RotaryEmbedding.forward_cuda: one "
+                                  "kernel for q and k (apply_rope_with_cos_sin_cache_inplace); python/sglang/srt/"
+                                  "mem_cache/memory_pool.py MHATokenToKVPool.set_kv_buffer: k_buffer[loc] = cache_k and "
+                                  "v_buffer[loc] = cache_v, two index_put kernels (the V copy on an alternate stream "
+                                  "while capturing: not priced as overlapped)"),
+    "engine_kernels": (True, "python/sglang/srt/layers/layernorm.py RMSNorm.forward_cuda: fused_add_rmsnorm(x, residual, "
+                             "weight, eps) (sgl_kernel: the residual add inside the norm kernel, models/llama.py "
+                             "LlamaDecoderLayer passes the residual to each norm) / rmsnorm; layers/activation.py "
+                             "SiluAndMul.forward_cuda: silu_and_mul"),
+    "kv": ("filled", "both backends read each request's filled KV only: FlashInfer paged decode its kv_indptr range, "
+                     "FA3 its page table up to cache_seqlens (python/sglang/srt/layers/attention/flashinfer_backend.py, "
+                     "flashattention_backend.py)"),
+    "expand_gqa": (False, "FlashInfer's BatchDecodeWithPagedKVCacheWrapper and FA3 take num_kv_heads (native GQA)"),
     "prefill_logits": ("last", "python/sglang/srt/layers/logits_processor.py: prefill prunes hidden states to "
                                "each request's last token before the LM head (no return_logprob)"),
     "head": ("vocab-parallel", "python/sglang/srt/layers/vocab_parallel_embedding.py ParallelLMHead; "

@@ -13,6 +13,13 @@ _ARGS = "tensorrt_llm/llmapi/llm_args.py"
 STACK = {
     "attention": ("flash", "tensorrt_llm/_torch/attention_backend/trtllm.py: TRT-LLM's fused (flash-style) "
                            "context FMHA and XQA decode kernels over the paged KV cache; priced as flash"),
+    "attention_prep_kernels": (1, "tensorrt_llm/_torch/attention_backend/trtllm.py TrtllmAttention.support_fused_rope() "
+                                  "and support_fused_qkv() are True: the attention op takes the fused qkv and its "
+                                  "QKV-preprocessing kernel applies RoPE and writes the new K/V into the paged cache "
+                                  "before the decode kernel (update_kv_cache): one kernel"),
+    "engine_kernels": (True, "tensorrt_llm/_torch/modules/rms_norm.py RMSNorm.forward: flashinfer_fused_add_rmsnorm("
+                             "hidden_states, residual, weight, eps) with IS_FLASHINFER_AVAILABLE (the residual add inside "
+                             "the norm kernel) / flashinfer_rmsnorm; _torch/custom_ops flashinfer_silu_and_mul"),
     "kv": ("filled", "paged KV cache: the decode kernels read each sequence's filled blocks only"),
     "expand_gqa": (False, "XQA is the grouped-query decode kernel (K/V heads not repeated)"),
     "prefill_logits": ("last", f"{_ARGS} gather_generation_logits/return_context_logits False: context "

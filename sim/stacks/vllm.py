@@ -17,7 +17,18 @@ ENGINE = "vLLM 0.11 (V1 engine)"
 STACK = {
     "attention": ("fa3", "vllm/platforms/cuda.py get_attn_backend_cls: FLASH_ATTN is V1's default backend on "
                          "sm80+; vllm/attention/utils/fa_utils.py get_flash_attn_version: FA3 on sm90 (Hopper), "
-                         "FA2 before it (give --attention fa2 for an A100 or L40S profile)"),
+                         "FA2 on any other GPU: a profile stating another compute_capability (a100-sxm 8.0, l40s-pcie 8.9) "
+                         "prices it as fa2 and says so, sim/flash_decode.py kernel_on"),
+    "attention_fallback": ("fa2", "vllm/attention/utils/fa_utils.py get_flash_attn_version: 'if hopper default to "
+                                  "FA3, otherwise stick to FA2'"),
+    "attention_prep_kernels": (2, "vllm/model_executor/layers/rotary_embedding.py RotaryEmbedding: one kernel for q "
+                                  "and k (ops.rotary_embedding in eager; forward_native, one fused Triton kernel, "
+                                  "under Inductor); vllm/v1/attention/backends/flash_attn.py FlashAttentionImpl.forward: "
+                                  "reshape_and_cache_flash writes K and V in one kernel"),
+    "engine_kernels": (True, "vllm/model_executor/layers/layernorm.py RMSNorm.forward_cuda: ops.fused_add_rms_norm(x, "
+                             "residual, ...) (the residual add inside the norm kernel) / ops.rms_norm; activation.py "
+                             "SiluAndMul.forward_cuda: ops.silu_and_mul: vLLM's CUDA ops when a phase runs without "
+                             "Inductor (under torch.compile it takes forward_native, priced from Inductor's kernels)"),
     "kv": ("filled", "vllm/v1/attention/backends/flash_attn.py: flash_attn_varlen_func(seqused_k=seq_lens, "
                      "block_table=...) reads only each sequence's filled blocks"),
     "expand_gqa": (False, "vllm/v1/attention/backends/flash_attn.py: K/V keep num_kv_heads; FlashAttention "

@@ -43,6 +43,16 @@ FP32_TFLOPS = {
     "l40s": (91.6, "NVIDIA L40S datasheet: FP32 91.6 TFLOPS" + _FP32_NOTE),
 }
 
+# what the engines' per-architecture choices read (vLLM's FlashAttention version: sim/flash_decode.py)
+_CC = "NVIDIA CUDA GPUs compute capability table (developer.nvidia.com/cuda-gpus)"
+COMPUTE_CAPABILITY = {
+    "h100_sxm": (9.0, f"{_CC}: H100 9.0 (Hopper)"),
+    "h200_sxm": (9.0, f"{_CC}: H200 9.0 (Hopper)"),
+    "a100_sxm": (8.0, f"{_CC}: A100 8.0 (Ampere)"),
+    "l40s": (8.9, f"{_CC}: L40S 8.9 (Ada Lovelace)"),
+}
+
+
 def nvswitch_box(name, desc, system, nccl_ver, gemm_rel, vllm_rel, mem_gib, mem_src, tflops, tflops_src,
                  hbm, hbm_src, topo, extra_tables=(), eager_extra=None):
     kernel = "sglang_torch_linear" if system != "a100_sxm" else "sglang"
@@ -53,6 +63,7 @@ def nvswitch_box(name, desc, system, nccl_ver, gemm_rel, vllm_rel, mem_gib, mem_
         "format": "tpsim-profile", "version": 1, "name": name, "description": desc, "device": "cuda",
         "gpus_per_node": sv(8, topo.pop("_gpus_src")),
         "memory_gib": sv(mem_gib, mem_src),
+        "compute_capability": sv(*COMPUTE_CAPABILITY[system]),
         "compute": {
             "matmul_tflops": {"fp16": sv(tflops, tflops_src), "bf16": sv(tflops, tflops_src),
                               "fp32": sv(*FP32_TFLOPS[system])},
@@ -211,6 +222,7 @@ def main():
         "device": "cuda",
         "gpus_per_node": sv(8, l40_topo.pop("_gpus_src")),
         "memory_gib": sv(48, "NVIDIA L40S datasheet: 48 GB GDDR6"),
+        "compute_capability": sv(*COMPUTE_CAPABILITY["l40s"]),
         "compute": {
             "matmul_tflops": {"fp16": sv(362.05, "NVIDIA L40S datasheet: FP16/BF16 Tensor 362.05 TFLOPS dense "
                                                  "(733 with sparsity)"),
