@@ -33,13 +33,13 @@ import torch
 import torch.distributed as dist
 
 from tpsim.sim.collective_cost import message_bytes
-from tpsim.sim.custom_allreduce import Pick, symm_mem_buffer_bytes, symm_mem_pick
+from tpsim.sim.custom_allreduce import (SYMM_MEM_DTYPES as TORCH_DTYPES, Pick, symm_mem_buffer_bytes,
+                                        symm_mem_dtype_refusal, symm_mem_pick)
 from tpsim.hw.model import torch_dtype
 
 # the kernel symm_mem_pick names -> the torch.ops.symm_mem op that runs it in place:
 # (Tensor(a!) input, str reduce_op, str group_name) -> Tensor(a!) (torch 2.13 schemas)
 KERNEL_OPS = {"multimem": "multimem_all_reduce_", "symm-twoshot": "two_shot_all_reduce_"}
-TORCH_DTYPES = ("bf16", "fp32")        # AT_DISPATCH_FLOAT_AND_BFLOAT16 in CUDASymmetricMemoryOps.cu
 ALIGN_BYTES = 4                        # get_and_verify_alignment: size a multiple of max(4, element size)
 
 
@@ -47,9 +47,9 @@ def dispatch(nbytes: int, n: int, *, multicast: bool, single_node: bool, dtype: 
              capacity_bytes: int) -> Pick:
     """The kernel one all-reduce of `nbytes` over `n` ranks runs, or "nccl" with why: torch's limits
     (dtype, alignment, the buffer allocated at setup), then the simulator's rule (symm_mem_pick)."""
-    if dtype not in TORCH_DTYPES:
-        return Pick("nccl", f"torch's symm_mem kernels take {'/'.join(TORCH_DTYPES)} only "
-                            f"(AT_DISPATCH_FLOAT_AND_BFLOAT16): {dtype} runs NCCL (use --dtype bf16)")
+    why = symm_mem_dtype_refusal(dtype)
+    if why:
+        return Pick("nccl", f"{why} (use --dtype bf16)")
     if nbytes % ALIGN_BYTES:
         return Pick("nccl", f"a {nbytes}-byte message is not a multiple of {ALIGN_BYTES} bytes "
                             f"(torch's symm_mem alignment check): NCCL")

@@ -129,7 +129,8 @@ class CollectiveCost:
         fallback = self.profile.default_impl
         if collective != "all_reduce" or group <= 1:
             return self.price(collective, nbytes, group, mode, fallback)
-        p = car.pick(eng, nbytes, group, car.hardware(self.profile, group, self.gpus_per_node), width)
+        p = car.pick(eng, nbytes, group, car.hardware(self.profile, group, self.gpus_per_node), width,
+                     self.stack.dtype)
         note = p.note
         if p.kernel != "nccl":
             g = car.kernel_s(self.profile, eng.family, p.kernel, nbytes, group)

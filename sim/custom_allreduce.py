@@ -50,6 +50,11 @@ VLLM_WORLD_SIZES = (2, 4, 6, 8)
 VLLM_SM90_CA_MAX = {2: 64 * MiB, 4: 32 * MiB, 6: MiB // 2, 8: MiB // 4}
 SYMM_MEM_SM90_MAX = {2: 64 * MiB, 4: 32 * MiB, 6: 64 * MiB, 8: 64 * MiB}
 SYMM_MEM_MULTIMEM_SM90 = (4, 6, 8)                # symm_mem.py _WORLD_SIZES_MULTIMEM["9.0"]
+# the dtypes torch's symm_mem all-reduce kernels take (AT_DISPATCH_FLOAT_AND_BFLOAT16 in
+# CUDASymmetricMemoryOps.cu); vLLM's SymmMemCommunicator takes bf16 only (self.dtype = torch.bfloat16,
+# should_use_symm_mem: inp.dtype != self.dtype -> False)
+SYMM_MEM_DTYPES = ("bf16", "fp32")
+VLLM_SYMM_MEM_DTYPE = "bf16"
 SGLANG_MAX_BYTES = 8192 * 1024                    # sglang custom_all_reduce.py _MAX_CAR_SIZE (CUDA)
 
 
@@ -111,9 +116,18 @@ def symm_mem_pick(nbytes: float, n: int, multicast: bool, single_node: bool = Tr
     if n not in SYMM_MEM_SM90_MAX:
         return Pick("nccl", f"symmetric-memory all-reduce: vLLM's max sizes have no entry for {n} ranks "
                             f"(SYMM_MEM_ALL_REDUCE_MAX_SIZES: {', '.join(map(str, SYMM_MEM_SM90_MAX))})")
-    if nbytes > SYMM_MEM_SM90_MAX[n]:
-        return Pick("nccl", f"above symmetric memory's max size {SYMM_MEM_SM90_MAX[n] // MiB} MiB at {n} ranks")
+    if nbytes >= SYMM_MEM_SM90_MAX[n]:          # should_use_symm_mem: inp_size < self.max_size
+        return Pick("nccl", f"at or above symmetric memory's max size {SYMM_MEM_SM90_MAX[n] // MiB} MiB at {n} ranks")
     return Pick("multimem" if n in SYMM_MEM_MULTIMEM_SM90 else "symm-twoshot")
+
+
+def symm_mem_dtype_refusal(dtype: str) -> str:
+    """Why torch's symm_mem kernels cannot take a `dtype` tensor ("" when they can); the simulator's
+    symm-mem family and the harness (hw.symm_mem.dispatch) both ask it."""
+    if dtype in SYMM_MEM_DTYPES:
+        return ""
+    return (f"torch's symm_mem kernels take {'/'.join(SYMM_MEM_DTYPES)} only (AT_DISPATCH_FLOAT_AND_BFLOAT16): "
+            f"{dtype} runs NCCL")
 
 
 def symm_mem_buffer_bytes(messages, n: int) -> int:
@@ -129,10 +143,12 @@ def _symm_mem_pick(nbytes: float, n: int, hw: Hardware) -> Pick:
     return symm_mem_pick(nbytes, n, hw.multicast, hw.single_node)
 
 
-def pick(impl: CollectiveImpl, nbytes: float, n: int, hw: Hardware, width: int | None = None) -> Pick:
+def pick(impl: CollectiveImpl, nbytes: float, n: int, hw: Hardware, width: int | None = None,
+         dtype: str = "bf16") -> Pick:
     """The kernel the engine runs for one all-reduce of `nbytes` over `n` ranks, or "nccl" with why.
     `width`: the hidden size of the [tokens, width] tensor (TensorRT-LLM's table is by shape); None:
-    4096, the shape aiconfigurator's collector gives every message."""
+    4096, the shape aiconfigurator's collector gives every message. `dtype`: the tensor's (symmetric
+    memory takes only some)."""
     if impl.family in ("vllm", "sglang"):
         why = _custom_refusal(impl, n, hw)
         if why:
@@ -145,13 +161,15 @@ def pick(impl: CollectiveImpl, nbytes: float, n: int, hw: Hardware, width: int |
             limit = min(VLLM_MAX_BYTES, VLLM_SM90_CA_MAX[n]) if hw.multicast else VLLM_MAX_BYTES
         if nbytes < limit:
             return Pick(_vllm_stage(nbytes, n, hw))
-        if impl.family == "vllm" and hw.multicast:
+        if impl.family == "vllm" and hw.multicast and dtype == VLLM_SYMM_MEM_DTYPE:
             # vLLM's dispatch: custom AR, then symmetric memory, then pynccl (cuda_communicator.all_reduce)
             sm = _symm_mem_pick(nbytes, n, hw)
             if sm.kernel != "nccl":
                 return sm
+        skip = (f" and symmetric memory takes {VLLM_SYMM_MEM_DTYPE} only (SymmMemCommunicator), not {dtype}"
+                if impl.family == "vllm" and hw.multicast and dtype != VLLM_SYMM_MEM_DTYPE else "")
         return Pick("nccl", f"{impl.engine}: message of {nbytes / MiB:.3g} MiB is at or above custom allreduce's "
-                            f"max size {limit / MiB:.3g} MiB; falls back to NCCL")
+                            f"max size {limit / MiB:.3g} MiB{skip}; falls back to NCCL")
     if impl.family == "trtllm":
         if not (hw.p2p and hw.full_nvlink and hw.single_node):
             return Pick("nccl", "TensorRT-LLM: custom allreduce needs P2P over NVLink in one node (ifFallbackToNCCL); "
@@ -172,7 +190,8 @@ def pick(impl: CollectiveImpl, nbytes: float, n: int, hw: Hardware, width: int |
         return Pick(k, "" if k != "nccl" else "TensorRT-LLM AUTO: its lookup table picks NCCL for "
                                               f"[{tokens}, {hidden}] at TP {n}")
     if impl.family == "symm-mem":
-        return _symm_mem_pick(nbytes, n, hw)
+        why = symm_mem_dtype_refusal(dtype)
+        return Pick("nccl", why) if why else _symm_mem_pick(nbytes, n, hw)
     raise ValueError(f"no all-reduce rule for family {impl.family!r}")
 
 

@@ -167,3 +167,20 @@ def test_gpu_step_wiring_on_cpu(tmp_path):
     assert one["timed"] is False and one["sim_pick_n2"] == "symm-twoshot" and one["sim_pick_n8"] == "multimem"
     assert 0 < one["sim_copies_us"] < one["sim_multimem_n8_us"]          # the copies are part of the price
     assert d["items"][f"bf16:{64 * MiB}"]["sim_pick_n4"] == "nccl"        # above the 32 MiB at 4 ranks
+
+
+def test_vllm_hands_a_message_to_symmetric_memory_only_in_bf16():
+    """vLLM's dispatch above custom AR's SM90 max (256 KiB at 8 ranks): SymmMemCommunicator (multimem)
+    for bf16, NCCL for fp16 (its self.dtype is bfloat16), saying why; the symm-mem family itself takes
+    torch's bf16/fp32; at exactly the max size symmetric memory is refused (inp_size < max_size)."""
+    from tpsim.sim.impls import engine_collective
+    hw8 = car.Hardware(full_nvlink=True, p2p=True, multicast=True, single_node=True)
+    vllm = engine_collective("vllm-custom")
+    assert car.pick(vllm, 1 * MiB, 8, hw8, dtype="bf16").kernel == "multimem"
+    fp16 = car.pick(vllm, 1 * MiB, 8, hw8, dtype="fp16")
+    assert fp16.kernel == "nccl" and "symmetric memory takes bf16 only" in fp16.note
+    symm = engine_collective("symm-mem")
+    assert car.pick(symm, 1 * MiB, 8, hw8, dtype="fp32").kernel == "multimem"
+    assert "take bf16/fp32 only" in car.pick(symm, 1 * MiB, 8, hw8, dtype="fp16").note
+    assert car.symm_mem_pick(64 * MiB, 8, True).kernel == "nccl"
+    assert car.symm_mem_pick(64 * MiB - 16, 8, True).kernel == "multimem"

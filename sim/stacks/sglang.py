@@ -14,6 +14,9 @@ NAME = "sglang"
 ENGINE = "SGLang 0.4/0.5"
 _SA = "python/sglang/srt/server_args.py"
 STACK = {
+    "dtype": ("bf16", f"{_SA} dtype: str = 'auto': the model config's torch_dtype (configs/model_config.py "
+                      "_get_and_verify_dtype), bfloat16 for Llama 3.x, Qwen2.5 and Qwen3 (give --dtype fp16 for an "
+                      "fp16 checkpoint)"),
     "attention": ("fa3", f"{_SA} ServerArgs._handle_attention_backend_compatibility (v0.5 line; model_runner.py "
                          "model_specific_adjustment from v0.4.6): with no --attention-backend, an MHA model "
                          "(is_fa3_default_architecture: LlamaForCausalLM, Qwen2/Qwen3ForCausalLM, Gemma2/3, ...) on "

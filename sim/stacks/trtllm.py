@@ -11,6 +11,8 @@ NAME = "trtllm"
 ENGINE = "TensorRT-LLM 1.x (PyTorch backend)"
 _ARGS = "tensorrt_llm/llmapi/llm_args.py"
 STACK = {
+    "dtype": ("bf16", f"{_ARGS} dtype: str = 'auto': the checkpoint's torch_dtype, bfloat16 for Llama 3.x, Qwen2.5 "
+                      "and Qwen3 (give --dtype fp16 for an fp16 checkpoint)"),
     "attention": ("flash", "tensorrt_llm/_torch/attention_backend/trtllm.py: TRT-LLM's fused (flash-style) "
                            "context FMHA and XQA decode kernels over the paged KV cache; priced as flash"),
     "attention_prep_kernels": (1, "tensorrt_llm/_torch/attention_backend/trtllm.py TrtllmAttention.support_fused_rope() "

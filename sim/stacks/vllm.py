@@ -15,6 +15,9 @@ the user's own `vllm bench latency` runs.
 NAME = "vllm"
 ENGINE = "vLLM 0.11 (V1 engine)"
 STACK = {
+    "dtype": ("bf16", "vllm/config/model.py ModelConfig.dtype 'auto' (_get_and_verify_dtype): the checkpoint config's "
+                      "torch_dtype, bfloat16 for Llama 3.x, Qwen2.5 and Qwen3 (give --dtype fp16 for an fp16 checkpoint); "
+                      "it decides, among others, whether SymmMemCommunicator (bf16 only) takes a message"),
     "attention": ("fa3", "vllm/platforms/cuda.py get_attn_backend_cls: FLASH_ATTN is V1's default backend on "
                          "sm80+; vllm/attention/utils/fa_utils.py get_flash_attn_version: FA3 on sm90 (Hopper), "
                          "FA2 on any other GPU: a profile stating another compute_capability (a100-sxm 8.0, l40s-pcie 8.9) "
