@@ -341,8 +341,9 @@ def stack_harness_options(values: dict, device: str) -> tuple[dict, list[str]]:
     opts, notes = {}, []
     att = values.get("attention", "math")
     opts["attention"] = "flash" if att != "math" else "math"
-    if att == "flashinfer":
-        notes.append("attention flashinfer: FlashInfer is not part of PyTorch; the harness runs "
+    if att in ("flashinfer", "fa3"):
+        lib = {"flashinfer": "FlashInfer", "fa3": "FlashAttention-3"}[att]
+        notes.append(f"attention {att}: {lib} is not part of PyTorch; the harness runs "
                      "F.scaled_dot_product_attention (a fused kernel) instead")
     if opts["attention"] == "flash":
         notes.append("attention flash: F.scaled_dot_product_attention picks its backend; on GPU the flash "
@@ -399,4 +400,7 @@ def stack_harness_options(values: dict, device: str) -> tuple[dict, list[str]]:
     if any(v for k, v in (values.get("host") or {}).items() if k != "overlap"):
         notes.append("host lane: the engine's scheduler and hand-off to workers are not reproduced; the harness's "
                      "own loop runs each step (tpsim profiles import-engine-bench fits them from engine runs)")
+    if values.get("engine_kernels") or values.get("attention_prep_kernels"):
+        notes.append("engine kernels: the engine's fused CUDA ops (fused_add_rmsnorm, silu_and_mul, its RoPE and "
+                     "cache-write kernels) are not part of PyTorch; the harness runs PyTorch's ops for them")
     return opts, notes

@@ -26,7 +26,10 @@ def test_presets_map_onto_harness_options():
     gpu, gnotes = stack_harness_options(PRESETS["sglang"].values, "cuda")
     assert gpu["attention"] == "flash" and gpu["compile"] is False and gpu["decode_graphs"] is False
     assert any("need a static KV cache" in n for n in gnotes)    # filled KV: the harness cannot graph it
-    assert any("FlashInfer is not part of PyTorch" in n for n in gnotes)
+    assert any("FlashAttention-3 is not part of PyTorch" in n for n in gnotes)     # SGLang on Hopper: FA3
+    assert any(n.startswith("engine kernels: the engine's fused CUDA ops") for n in gnotes)
+    fi, finotes = stack_harness_options(PRESETS["sglang"].values | {"attention": "flashinfer"}, "cuda")
+    assert any("FlashInfer is not part of PyTorch" in n for n in finotes)
     assert gpu["collective"] == "symm-mem" and any("--collective symm-mem" in n for n in gnotes)   # GPU: symm-mem
     ref, rnotes = stack_harness_options(PRESETS["reference"].values, "cpu")
     assert ref["attention"] == "math" and ref["kv"] == "static" and ref["compile"] is True
