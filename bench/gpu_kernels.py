@@ -53,7 +53,7 @@ from pathlib import Path
 os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="tpsim-gpu-kernels-")
 
 import gpu_cosched  # noqa: E402
-from gpu_record import (MODELS, PROFILE, Doc, guarded, init_profiler_for_graphs, kernel_row, linear_shapes, sync,
+from gpu_record import (MODELS, PROFILE, Doc, guarded, init_profiler_for_graphs, kernel_row, linear_shapes, sync, time_calls,
                         trace_events, windows)
 
 import torch
@@ -94,38 +94,6 @@ def sim_gemm_us(m: int, n: int, k: int) -> dict:
 
 
 _COSTS: dict = {}           # "cublas" / "compiled" -> CostModel on PROFILE, built once
-
-
-def time_calls(fn, calls: int, graph: bool) -> float:
-    """µs per call of `calls` back-to-back fn(i): replayed as one CUDA graph (median of 5 replays),
-    or eager (CUDA events; perf_counter on CPU)."""
-    if not torch.cuda.is_available():
-        t0 = time.perf_counter()
-        for i in range(calls):
-            fn(i)
-        return (time.perf_counter() - t0) / calls * 1e6
-    for i in range(3):
-        fn(i)
-    torch.cuda.synchronize()
-    g = None
-    if graph:
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for i in range(calls):
-                fn(i)
-    times = []
-    for _ in range(5):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        if g is not None:
-            g.replay()
-        else:
-            for i in range(calls):
-                fn(i)
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / calls)
-    return statistics.median(times)
 
 
 def linear_case(m: int, n: int, k: int, calls: int) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -144,3 +145,35 @@ def linear_shapes(model: str, tp: int) -> dict[str, tuple[int, int]]:
     s = get_model(model).shard(tp)
     return {"qkv": (s.qkv_dim, s.hidden), "wo": (s.hidden, s.q_dim),
             "w13": (2 * s.ffn, s.hidden), "w2": (s.hidden, s.ffn), "head": (s.vocab, s.hidden)}
+
+
+def time_calls(fn, calls: int, graph: bool) -> float:
+    """µs per call of `calls` back-to-back fn(i): replayed as one CUDA graph (median of 5 replays),
+    or eager (CUDA events; perf_counter on CPU)."""
+    if not torch.cuda.is_available():
+        t0 = time.perf_counter()
+        for i in range(calls):
+            fn(i)
+        return (time.perf_counter() - t0) / calls * 1e6
+    for i in range(3):
+        fn(i)
+    torch.cuda.synchronize()
+    g = None
+    if graph:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for i in range(calls):
+                fn(i)
+    times = []
+    for _ in range(5):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        if g is not None:
+            g.replay()
+        else:
+            for i in range(calls):
+                fn(i)
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b) * 1e3 / calls)
+    return statistics.median(times)

@@ -27,7 +27,7 @@ import socket
 import sys
 from pathlib import Path
 
-from gpu_record import PROFILE, Doc, guarded
+from gpu_record import PROFILE, Doc, guarded, time_calls
 
 import torch
 import torch.distributed as dist
@@ -53,32 +53,6 @@ def sim_prices(nbytes: int) -> dict:
             out[f"sim_{k}_n{n}_us"] = None if t is None else t * 1e6
         out[f"sim_pick_n{n}"] = car.symm_mem_pick(nbytes, n, True).kernel
     return out
-
-
-def time_us(fn, graph: bool) -> float:
-    """µs per call of CALLS back-to-back fn(): one CUDA graph of them replayed (median of 5), or eager."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    g = None
-    if graph:
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for _ in range(CALLS):
-                fn()
-    times = []
-    for _ in range(5):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        if g is not None:
-            g.replay()
-        else:
-            for _ in range(CALLS):
-                fn()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / CALLS)
-    return sorted(times)[2]
 
 
 def schema(op: str) -> str:
@@ -112,7 +86,7 @@ def size_item(impl, nbytes: int) -> dict:
     for name, fn in kernels.items():
         for mode in ("graph", "eager"):
             try:
-                item[f"{name}_{mode}_us"] = time_us(fn, mode == "graph")
+                item[f"{name}_{mode}_us"] = time_calls(lambda i: fn(), CALLS, mode == "graph")
             except Exception as e:  # noqa: BLE001 - one kernel's failure must not hide the others
                 item[f"{name}_{mode}_error"] = f"{type(e).__name__}: {str(e)[:300]}"
     # the harness's call captured as hw.runner captures it in a decode graph: forked to a comm stream,
