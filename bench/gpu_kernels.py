@@ -53,8 +53,8 @@ from pathlib import Path
 os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="tpsim-gpu-kernels-")
 
 import gpu_cosched  # noqa: E402
-from gpu_record import (MODELS, PROFILE, Doc, guarded, init_profiler_for_graphs, kernel_row, linear_shapes, sync, time_calls,
-                        trace_events, windows)
+from gpu_record import (MODELS, PROFILE, Doc, guarded, init_profiler_for_graphs, kernel_row, linear_shapes, sync,
+                        time_calls, trace_events, windows)
 
 import torch
 import torch.fx.traceback as _fx_tb
