@@ -78,7 +78,7 @@ def op_work(op: Op, fused: bool = False, engine: bool = False) -> list[Work]:
         m, n, kk = a["m"], a["n"], a["k"]
         return [Work(2.0 * m * n * kk, e * (m * kk + kk * n + m * n), 1, matmul=True)] + separable_work(op, fused)
     if k == "attention":
-        return _attention_work(a, e, fused) + separable_work(op, fused)
+        return _attention_work(a, e, fused) + separable_work(op, fused, engine)
     if k == "rmsnorm":
         # eager: x.float(), pow, mean, rsqrt, mul, mul(weight), .to(dtype): fp32 passes over [rows, width]
         el = a["rows"] * a["width"]
@@ -118,8 +118,8 @@ def op_work(op: Op, fused: bool = False, engine: bool = False) -> list[Work]:
 SEPARABLE_ATTRS = {"gemm": ("bias",), "attention": ("qk_norm",)}
 
 
-def separable_work(op: Op, fused: bool) -> list[Work]:
-    """The work that `bias` (gemm) and `qk_norm` (attention) add to an op."""
+def separable_work(op: Op, fused: bool, engine: bool = False) -> list[Work]:
+    """The work that `bias` (gemm) and `qk_norm` (attention) add to an op (`engine`: op_work's)."""
     e = DTYPE_BYTES[op.dtype]
     a = dict(op.attrs)
     out = []
@@ -130,9 +130,15 @@ def separable_work(op: Op, fused: bool) -> list[Work]:
     if op.kind == "attention" and a.get("qk_norm"):
         # Qwen3's RMSNorm over head_dim on q [b, q, H, d] and k [b, q, Hk, d] before RoPE: eager runs
         # the same six fp32 passes as the layer norms (cost.op_work "rmsnorm"), per tensor; compiled,
-        # it fuses into the RoPE kernel (one more read and write of q and k)
+        # it fuses into the RoPE kernel (one more read and write of q and k); an engine's eager phase
+        # runs its RMSNorm kernel once per tensor (vLLM / SGLang Qwen3Attention q_norm, k_norm: 2 kernels)
         el = a["batch"] * a["q_len"] * (a["heads"] + a["kv_heads"]) * a["head_dim"]
-        out += [Work(4.0 * el, 2 * e * el, 0)] if fused else [Work(4.0 * el, 7 * 4 * el, 12)]
+        if fused:
+            out.append(Work(4.0 * el, 2 * e * el, 0))
+        elif engine:
+            out.append(Work(4.0 * el, 2 * e * el, 2))
+        else:
+            out.append(Work(4.0 * el, 7 * 4 * el, 12))
     return out
 
 
@@ -384,7 +390,7 @@ class CostModel(CollectiveCost):
             t = self._measured(plain, fused, graphs)
             if t is None:
                 return None
-            works = separable_work(op, fused)
+            works = separable_work(op, fused, self.stack.engine_kernels)
             return t + self._floor(roofline_s(self.profile, works, op.dtype), sum(w.kernels for w in works), graphs)
         if not pts:
             return None

@@ -99,3 +99,19 @@ def test_an_engines_own_eager_kernels_price_a_decode_layer_as_it_launches():
                                                                  floor))
     assert engine.compute_s(add, "decode") == pytest.approx(3 * 2 * el / H100.mem_bytes_per_s)
     assert engine.compute_s(add, "decode") < 0.05 * torch_eager.compute_s(add, "decode")     # 59 ns vs 3.3 us
+
+
+def test_an_engines_qk_norm_is_one_kernel_per_tensor():
+    """Qwen3's q/k RMSNorm: 12 PyTorch eager kernels, fused into RoPE when compiled (no kernel of its
+    own), and an engine's RMSNorm kernel on q and on k (2) in an eager phase. q [8, 1, 16, 128] and
+    k [8, 1, 8, 128] per rank at TP2 hold 8 x (16 + 8) x 128 = 24576 elements."""
+    from tpsim.sim.cost import Work, separable_work
+    from tpsim.sim.ir import Op
+    attrs = dict(batch=8, q_len=1, kv_len=64, start_pos=63, heads=16, kv_heads=8, head_dim=128, expand_gqa=0,
+                 impl="fa3", qk_norm=1)
+    op = Op("L0.attn.sdpa", "attention", (), (), tuple(sorted(attrs.items())), "bf16")
+    el = 24576
+    assert separable_work(op, False) == [Work(4.0 * el, 7 * 4 * el, 12)]
+    assert separable_work(op, True) == [Work(4.0 * el, 2 * 2 * el, 0)]
+    assert separable_work(op, False, engine=True) == [Work(4.0 * el, 2 * 2 * el, 2)]
+    assert op_work(op, engine=True)[-1] == Work(4.0 * el, 2 * 2 * el, 2)
