@@ -42,14 +42,19 @@ from tpsim.commands.errors import user_errors
 @click.option("--hidden", type=int, default=None,
               help="Hidden size of the [tokens, hidden] tensor (TensorRT-LLM AUTO picks its kernel by shape); "
                    "default 4096, as aiconfigurator's collector shapes each message.")
+@click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True,
+              help="The tensor's dtype: whether symmetric memory takes a message (vLLM's SymmMemCommunicator: "
+                   "bf16 only; torch's symm_mem kernels: bf16/fp32). NCCL and custom all-reduce prices do not "
+                   "depend on it.")
 @user_errors
-def collective_cmd(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, compare_path, impl, hidden):
+def collective_cmd(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, compare_path, impl, hidden,
+                   dtype):
     """Price one collective per message size, with the path each number came from."""
-    _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, compare_path, impl, hidden)
+    _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, compare_path, impl, hidden, dtype)
 
 
 def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, compare_path, impl="auto",
-         hidden=None):
+         hidden=None, dtype="bf16"):
     # the bounds table (sim/bounds.py): ranks are priced one by one, so --group 2000000 ran out of memory
     check_bound("collective_group", group, "--group")
     if gpus_per_node is not None:
@@ -64,7 +69,7 @@ def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, c
         measured = dict(zip(imp.bytes, imp.time_us))
     notes: list[str] = []
     rows = collective_rows(prof, collective, group, mode, nbytes or None,
-                           gpus_per_node, measured, impl=impl, width=hidden, notes=notes)
+                           gpus_per_node, measured, impl=impl, width=hidden, notes=notes, dtype=dtype)
     timing, flagged, reason = None, [], None
     if measured is not None and (imp.gpus_per_thread > 1 or imp.mode == "graph"):
         # one nccl-tests thread launched every GPU's kernel each iteration (-g N): mark the sizes

@@ -68,12 +68,14 @@ def busbw_factor(collective: str, group: int) -> float:
 def collective_rows(profile: Profile, collective: str, group: int, mode: str = "graph",
                     sizes: tuple[int, ...] | None = None, gpus_per_node: int | None = None,
                     measured: dict[int, float] | None = None, impl: str = "auto", width: int | None = None,
-                    notes: list | None = None) -> list[Row]:
+                    notes: list | None = None, dtype: str = "bf16") -> list[Row]:
     """Price `collective` over `group` ranks at each size; `measured` (bytes -> us) adds a column.
     Without `sizes`, the measured sizes, else DEFAULT_BYTES. `impl`: the implementation to price
     (a profile table's impl, e.g. "custom", or an engine all-reduce of sim/impls.py); auto: the
     profile's default. `width`: the tensor's hidden size (engine kernels picked by shape). `notes`:
-    a list that receives what the pricing said (an engine refusing its kernel)."""
+    a list that receives what the pricing said (an engine refusing its kernel). `dtype`: the tensor's,
+    which decides whether symmetric memory takes a message (sim/custom_allreduce.py); bf16, what the
+    engines serve in."""
     if collective not in COLLECTIVES:
         raise ValueError(f"unknown collective {collective!r}; choose from {', '.join(COLLECTIVES)}")
     if mode not in MODES:
@@ -89,7 +91,7 @@ def collective_rows(profile: Profile, collective: str, group: int, mode: str = "
         raise ValueError(f"group of {group} ranks spans {-(-group // per_node)} nodes of {per_node} GPUs, but "
                          f"profile {profile.name} describes no network (topology NICs or collectives.model.net)")
     sizes = tuple(sizes) if sizes else tuple(sorted(measured)) if measured else DEFAULT_BYTES
-    cm = CostModel(profile, Stack(collective=impl), gpus_per_node)
+    cm = CostModel(profile, Stack(collective=impl, dtype=dtype), gpus_per_node)
     rows = []
     for b in sizes:
         if mode == "nccl":

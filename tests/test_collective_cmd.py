@@ -133,3 +133,13 @@ def test_runs_without_torch(tmp_path):
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["rows"][0]["bytes"] == 16384
+
+
+def test_dtype_decides_whether_symmetric_memory_takes_the_message():
+    """vLLM at 8 ranks on h100-sxm, 1 MiB (above custom AR's 256 KiB SM90 max): bf16 (the default, what
+    the engines serve in) goes to SymmMemCommunicator's multimem; fp16 falls back to NCCL and says why."""
+    bf16 = as_json("--group", "8", "--bytes", "1M", "--impl", "vllm-custom")
+    assert bf16["rows"][0]["path"] == "vllm-custom:multimem"
+    fp16 = run("--group", "8", "--bytes", "1M", "--impl", "vllm-custom", "--dtype", "fp16")
+    assert fp16.exit_code == 0 and "(NCCL for vllm-custom)" in fp16.output
+    assert "symmetric memory takes bf16 only" in fp16.output
