@@ -124,7 +124,7 @@ def _listeners(port: int) -> list[str]:
 
 
 def test_rendezvous_store_of_a_local_group_listens_on_loopback_only(tmp_path):
-    p, ranks = start(LONG_BENCH, tmp_path)
+    p, ranks = start(LONG_BENCH, tmp_path, settle_s=0.0)      # no settling: it waits for the listener below
     try:
         env = dict(kv.split("=", 1) for kv in Path(f"/proc/{ranks[0]}/environ").read_bytes().decode()
                    .split("\0") if "=" in kv)
@@ -179,7 +179,9 @@ def test_a_stopped_rank_is_named_from_its_stale_heartbeat(tmp_path):
     progress marks tie), so only the heartbeat tells the stopped rank from the waiting one. The
     launcher names rank 1 (before: rank 0, whose wait expired, after up to 2x --timeout-s), ends
     the run (exit 1: a failed run, not a usage error) and leaves no rank behind."""
-    args = [a if a != "120" else "10" for a in LONG_BENCH]           # --timeout-s 10
+    # --timeout-s 5: the launcher names rank 1 once its heartbeat is 5 s stale, or (if rank 0's wait
+    # expires first) from its heartbeat then older than half the timeout; either way the same message
+    args = [a if a != "120" else "5" for a in LONG_BENCH]
     p, ranks = start(args, tmp_path, settle_s=0.0)
     by_rank = {int(_env(r)["RANK"]): r for r in ranks}
     end = time.monotonic() + 90
