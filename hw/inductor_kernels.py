@@ -43,6 +43,7 @@ from unittest import mock
 import torch
 import torch._inductor.config as icfg
 import torch.distributed as dist
+from torch._inductor import cpu_vec_isa
 from torch._inductor import decomposition as D
 from torch._inductor import ir
 from torch._inductor import scheduler as S
@@ -239,6 +240,9 @@ def compile_kernels(kind: str, variant: str) -> list[dict]:
     rec = _Recorder(pr.symbols)
     patches = REFERENCE_INDUCTOR_FLAGS | derivation_flags(target)
     decomp = cuda_matmul_decompositions() if target == "cuda" else contextlib.nullcontext()
+    # Inductor's vector-ISA probe (cached per process) builds six test programs into the cache directory:
+    # in the default one, where they stay between processes (seconds of g++ each time in a scratch one)
+    cpu_vec_isa.valid_vec_isa_list()
     # a scratch cache: stopping in codegen makes Inductor keep its temporary directory
     with tempfile.TemporaryDirectory(prefix="tpsim-inductor-") as scratch, \
             mock.patch.dict(os.environ, {"TORCHINDUCTOR_CACHE_DIR": scratch}), \
