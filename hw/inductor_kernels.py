@@ -5,7 +5,7 @@ is the cost of what Inductor generates for it: extern matmuls (cuBLAS / aten) pl
 kernels that fuse pointwise and reduction work across IR-op boundaries. Here we compile the
 harness's own functional pass (hw.runner.Runner.functional_pass: COMPILED_KERNELS, math SDPA,
 functional all-reduce on a 1-rank gloo group) for a tiny probe model, hook Inductor's scheduler
-and record, per kernel: the IR ops its nodes came from, whether it is an extern kernel, and the
+and record (stopping once the output code is written: no kernel is built or run), per kernel: the IR ops its nodes came from, whether it is an extern kernel, and the
 bytes Inductor itself estimates it reads and writes per buffer
 (BaseSchedulerNode.get_read_write_buffer_accesses: min(accessed elements, buffer size) x dtype).
 
@@ -38,13 +38,16 @@ import os
 import sys
 import tempfile
 import time
+from unittest import mock
 
 import torch
 import torch._inductor.config as icfg
 import torch.distributed as dist
+from torch._inductor import cpu_vec_isa
 from torch._inductor import decomposition as D
 from torch._inductor import ir
 from torch._inductor import scheduler as S
+from torch._inductor.graph import GraphLowering
 from torch._inductor.virtualized import V
 
 from tpsim.sim.schedule import build_plan, plan_of
@@ -96,16 +99,23 @@ def cuda_matmul_decompositions():
         D.decompositions.update(orig)
 
 
+class _Stop(Exception):
+    """Raised once the graph's output code is written: its C++ kernels are never built nor run."""
+
+
 class _Recorder:
-    """Hooks Scheduler._codegen: every scheduled node (kernel) of the graphs compiled meanwhile."""
+    """Hooks Scheduler._codegen: every scheduled node (kernel) of the graph compiled meanwhile; and
+    GraphLowering.codegen, to stop there (the table needs the scheduler's nodes, not the built
+    kernels: stopping skips g++ on every generated kernel, seconds per compile)."""
 
     def __init__(self, probe: dict):
         self.kernels: list[dict] = []
         self.probe = probe
+        self.done = False               # GraphLowering.codegen returned: every node was recorded
 
     @contextlib.contextmanager
     def hook(self):
-        orig = S.Scheduler._codegen
+        orig, orig_cg = S.Scheduler._codegen, GraphLowering.codegen
         rec = self
 
         def _codegen(sched, nodes):
@@ -116,11 +126,16 @@ class _Recorder:
                     rec.kernels.append(k)
             return out
 
-        S.Scheduler._codegen = _codegen
+        def codegen(graph, *a, **k):
+            orig_cg(graph, *a, **k)
+            rec.done = True
+            raise _Stop()
+
+        S.Scheduler._codegen, GraphLowering.codegen = _codegen, codegen
         try:
             yield
         finally:
-            S.Scheduler._codegen = orig
+            S.Scheduler._codegen, GraphLowering.codegen = orig, orig_cg
 
 
 def _buf_dtype(name: str):
@@ -225,8 +240,20 @@ def compile_kernels(kind: str, variant: str) -> list[dict]:
     rec = _Recorder(pr.symbols)
     patches = REFERENCE_INDUCTOR_FLAGS | derivation_flags(target)
     decomp = cuda_matmul_decompositions() if target == "cuda" else contextlib.nullcontext()
-    with icfg.patch(patches), decomp, rec.hook(), torch.no_grad():
-        fn(sched, tokens, pos)
+    # Inductor's vector-ISA probe (cached per process) builds six test programs into the cache directory:
+    # in the default one, where they stay between processes (seconds of g++ each time in a scratch one)
+    cpu_vec_isa.valid_vec_isa_list()
+    # a scratch cache: stopping in codegen makes Inductor keep its temporary directory
+    with tempfile.TemporaryDirectory(prefix="tpsim-inductor-") as scratch, \
+            mock.patch.dict(os.environ, {"TORCHINDUCTOR_CACHE_DIR": scratch}), \
+            icfg.patch(patches), decomp, rec.hook(), torch.no_grad():
+        try:
+            fn(sched, tokens, pos)
+        except Exception:           # noqa: BLE001 - Dynamo wraps our _Stop in a BackendCompilerFailed
+            if not rec.done:
+                raise
+    if not rec.done:
+        raise RuntimeError("Inductor wrote no output code (GraphLowering.codegen was not reached)")
     return attribute(rec.kernels, sched, "rs" if kind == "seq-parallel" else "b*q")
 
 

@@ -12,29 +12,37 @@ import math
 from pathlib import Path
 
 import torch
-import transformers
 
 LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                "original_max_position_embeddings": 8192, "rope_theta": 500000.0}
 _COMMON = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                num_key_value_heads=2, vocab_size=256, rms_norm_eps=1e-6, max_position_embeddings=131072)
+# name -> (transformers config class, model class, config keywords); the classes by name: transformers
+# is imported only to build a model, never by the gloo ranks spawned to run gloo_rank (3 s each)
 CONFIGS = {
     # max_position_embeddings 131072 and a 16-dim head: 3 of 8 frequencies are rescaled by llama3
-    "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM,
+    "llama": ("LlamaConfig", "LlamaForCausalLM",
               dict(_COMMON, head_dim=16, rope_parameters=LLAMA3_ROPE, tie_word_embeddings=False)),
-    "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM,
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM",
               dict(_COMMON, rope_parameters={"rope_type": "default", "rope_theta": 1e6}, tie_word_embeddings=False)),
-    "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM,
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM",
               dict(_COMMON, head_dim=32, rope_parameters={"rope_type": "default", "rope_theta": 1e6},
                    tie_word_embeddings=True)),
 }
+
+
+def classes(name: str):
+    """(config class, model class, config keywords) of CONFIGS[name]."""
+    import transformers  # lazy: the spawned gloo ranks import this module for gloo_rank, and need no transformers
+    cfg_name, model_name, kw = CONFIGS[name]
+    return getattr(transformers, cfg_name), getattr(transformers, model_name), kw
 
 
 def build(name: str, seed: int = 0):
     """The model in fp32 eval mode, weights O(1)-scaled: N(0, 1/fan_in) projections, N(0, 1)
     embeddings, norms 1 + N(0, 0.1^2), biases N(0, 0.1^2) (transformers' 0.02 init would give
     near-uniform logits that hide errors)."""
-    cfg_cls, model_cls, kw = CONFIGS[name]
+    cfg_cls, model_cls, kw = classes(name)
     torch.manual_seed(seed)
     model = model_cls(cfg_cls(**kw, dtype="float32")).eval()
     with torch.no_grad():

@@ -140,11 +140,22 @@ def _assert_same_as_replicated(res, want_how="eager") -> int:
     return compared
 
 
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory) -> dict:
+    """One spawn of 2 gloo ranks for both tests below (a spawn starts two Python processes that import
+    torch): eager and functional passes of every model x head x embed, and the compiled pass of the
+    vocab-parallel embedding of vocab 251 with the vocab-parallel head."""
+    def hows(m, head, embed):
+        extra = ("compiled",) if (m, head, embed) == (ODD, "vocab-parallel", "vocab-parallel") else ()
+        return ("eager", "functional") + extra
+    return _spawn(tmp_path_factory.mktemp("vocab-parallel"),
+                  tuple((m, head, embed, hows(m, head, embed)) for m in (TINY, ODD)
+                        for head in ("replicated", "vocab-parallel") for embed in ("replicated", "vocab-parallel")))
+
+
 @pytest.mark.slow          # starts 2 real gloo ranks: ~15 s
-def test_two_gloo_ranks_vocab_parallel_embedding_is_the_replicated_one(tmp_path):
-    both = ("eager", "functional")
-    res = _spawn(tmp_path, tuple((m, head, embed, both) for m in (TINY, ODD) for head in ("replicated", "vocab-parallel")
-                                 for embed in ("replicated", "vocab-parallel")))
+def test_two_gloo_ranks_vocab_parallel_embedding_is_the_replicated_one(ranks):
+    res = {k: v for k, v in ranks.items() if k[-1] != "compiled"}
     for head in ("replicated", "vocab-parallel"):       # the ranks held their shards, not the table
         assert [res[("embed rows", n, head, e)] for n in ("tiny", "tiny-v251") for e in ("replicated", "vocab-parallel")] \
             == [256, 128, 251, 126]
@@ -152,11 +163,12 @@ def test_two_gloo_ranks_vocab_parallel_embedding_is_the_replicated_one(tmp_path)
 
 
 @pytest.mark.slow          # 2 gloo ranks each compile a prefill and a decode pass (Inductor C++): ~40 s
-def test_compiled_vocab_parallel_embedding_is_the_replicated_one(tmp_path):
+def test_compiled_vocab_parallel_embedding_is_the_replicated_one(ranks):
     """torch.compile(functional_pass): the masked lookup and embed.allreduce (funcol) inside one graph,
     vocab 251 over TP 2 with the vocab-parallel head, against the eager replicated run."""
-    res = _spawn(tmp_path, ((ODD, "vocab-parallel", "replicated", ("eager",)),
-                            (ODD, "vocab-parallel", "vocab-parallel", ("compiled",))))
+    res = {k: v for k, v in ranks.items()
+           if k[0] == "embed rows" or k[:3] == ("tiny-v251", "vocab-parallel", "replicated") and k[3] == "eager"
+           or k[-1] == "compiled"}
     assert res[("embed rows", "tiny-v251", "vocab-parallel", "vocab-parallel")] == 126
     assert _assert_same_as_replicated(res) == 1
 

@@ -18,6 +18,7 @@ import pytest
 
 import procs
 from procs import children, stat as _stat
+from tpsim.hw.beat import BEAT_ENV, read_beat
 
 pytestmark = [pytest.mark.hw, pytest.mark.slow]
 pytest.importorskip("torch")
@@ -34,8 +35,9 @@ def rank_pids(launcher: int) -> list[int]:
     return sorted(set(children(launcher, "_worker_main")) | set(children(launcher, "tpsim.hw.dist")))
 
 
-def start(args: list[str], cwd, n: int = 2, settle_s: float = 3.0) -> tuple[subprocess.Popen, list[int]]:
-    """Start a launcher; return it and its `n` rank PIDs once they have been running `settle_s`."""
+def start(args: list[str], cwd, n: int = 2, settle: bool = True) -> tuple[subprocess.Popen, list[int]]:
+    """Start a launcher; return it and its `n` rank PIDs, with `settle` once every rank is at work: it
+    made its first progress mark (hw.beat: torch imported, its group joined, its first phase begun)."""
     p = subprocess.Popen([sys.executable, CLI, *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          stdin=subprocess.DEVNULL)
     end = time.monotonic() + 90
@@ -46,7 +48,12 @@ def start(args: list[str], cwd, n: int = 2, settle_s: float = 3.0) -> tuple[subp
         ranks = rank_pids(p.pid)
         time.sleep(0.1)
     assert len(ranks) == n, f"found ranks {ranks}"
-    time.sleep(settle_s)
+    beats = [Path(_env(r)[BEAT_ENV]) for r in ranks] if settle else []
+    while beats and time.monotonic() < end and not all((st := read_beat(b)) and st.count for b in beats):
+        if p.poll() is not None:
+            pytest.fail(f"launcher exited early ({p.returncode}): {p.stdout.read().decode()[-2000:]}")
+        time.sleep(0.05)
+    assert not beats or all((st := read_beat(b)) and st.count for b in beats), "a rank never began its work"
     assert all(_stat(r) for r in ranks), "a rank ended before the test signalled the launcher"
     return p, ranks
 
@@ -124,7 +131,7 @@ def _listeners(port: int) -> list[str]:
 
 
 def test_rendezvous_store_of_a_local_group_listens_on_loopback_only(tmp_path):
-    p, ranks = start(LONG_BENCH, tmp_path)
+    p, ranks = start(LONG_BENCH, tmp_path, settle=False)      # no settling: it waits for the listener below
     try:
         env = dict(kv.split("=", 1) for kv in Path(f"/proc/{ranks[0]}/environ").read_bytes().decode()
                    .split("\0") if "=" in kv)
@@ -179,8 +186,10 @@ def test_a_stopped_rank_is_named_from_its_stale_heartbeat(tmp_path):
     progress marks tie), so only the heartbeat tells the stopped rank from the waiting one. The
     launcher names rank 1 (before: rank 0, whose wait expired, after up to 2x --timeout-s), ends
     the run (exit 1: a failed run, not a usage error) and leaves no rank behind."""
-    args = [a if a != "120" else "10" for a in LONG_BENCH]           # --timeout-s 10
-    p, ranks = start(args, tmp_path, settle_s=0.0)
+    # --timeout-s 5: the launcher names rank 1 once its heartbeat is 5 s stale, or (if rank 0's wait
+    # expires first) from its heartbeat then older than half the timeout; either way the same message
+    args = [a if a != "120" else "5" for a in LONG_BENCH]
+    p, ranks = start(args, tmp_path, settle=False)
     by_rank = {int(_env(r)["RANK"]): r for r in ranks}
     end = time.monotonic() + 90
     beat = Path(_env(by_rank[1])["TPSIM_BEAT_FILE"])

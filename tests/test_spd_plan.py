@@ -42,7 +42,7 @@ def _llama(layers: int, plant: int | None = None, train_on: torch.Tensor | None 
     instead of the summed P (what SPD does) changes the block's output the most. With `train_on`
     ([windows, seq] ids), 40 Adam steps memorize those windows (ppl ~1.03): a random model's
     perplexity is noise that a dropped sync moves either way; a trained one's only rises."""
-    cfg_cls, model_cls, kw = hf_models.CONFIGS["llama"]
+    cfg_cls, model_cls, kw = hf_models.classes("llama")
     torch.manual_seed(0)
     model = model_cls(cfg_cls(**dict(kw, num_hidden_layers=layers), dtype="float32")).eval()
     with torch.no_grad():
