@@ -75,10 +75,13 @@ class Pick:
 
 
 def hardware(profile, group: int, gpus_per_node: int) -> Hardware:
+    """Hardware from the profile: multicast needs NVSwitch with an NVLS rate and, where the profile
+    states it, a Hopper GPU (compute capability 9.x: the only one whose max sizes are here, vLLM's "9.0")."""
     t = profile.topology
     if t is None:
         return Hardware(False, False, False, group <= gpus_per_node)
-    return Hardware(t.intra == "nvswitch", bool(t.p2p), t.intra == "nvswitch" and t.nvls_busbw_gbps > 0,
+    hopper = profile.compute_capability is None or int(profile.compute_capability) == 9
+    return Hardware(t.intra == "nvswitch", bool(t.p2p), t.intra == "nvswitch" and t.nvls_busbw_gbps > 0 and hopper,
                     group <= gpus_per_node)
 
 

@@ -184,3 +184,15 @@ def test_vllm_hands_a_message_to_symmetric_memory_only_in_bf16():
     assert "take bf16/fp32 only" in car.pick(symm, 1 * MiB, 8, hw8, dtype="fp16").note
     assert car.symm_mem_pick(64 * MiB, 8, True).kernel == "nccl"
     assert car.symm_mem_pick(64 * MiB - 16, 8, True).kernel == "multimem"
+
+
+def test_multicast_needs_a_hopper_profile_where_it_says():
+    """h100-sxm (9.0, NVSwitch with NVLS) has multicast; the same box stating compute capability 8.0
+    has not (symmetric memory then falls back to NCCL, as vLLM's communicator disables itself)."""
+    import dataclasses
+    from tpsim.sim.profile import load_profile
+    h100 = load_profile("h100-sxm")
+    assert car.hardware(h100, 8, 8).multicast
+    not_hopper = dataclasses.replace(h100, compute_capability=8.0)
+    assert not car.hardware(not_hopper, 8, 8).multicast
+    assert not car.hardware(load_profile("a100-sxm"), 8, 8).multicast
