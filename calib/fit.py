@@ -20,7 +20,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from tpsim.sim.cost import op_work
+from tpsim.sim.work import op_work
 from tpsim.sim.profile import new_profile, read_raw, sourced
 from tpsim.sim.schedule import Op
 
@@ -184,7 +184,7 @@ def _compute_section(cfg, dev: dict | None, groups: dict, pv: Provenance) -> dic
                                                     "median per half-decade of flops")}
         compute["memory_efficiency"] = {"bytes": mcx, "efficiency": mcy,
                                         "source": src(f"achieved / peak bytes/s of the copy sweep and of {len(cmx)} "
-                                                      "memory-bound measured ops (bytes as sim.cost.op_work counts "
+                                                      "memory-bound measured ops (bytes as sim.work.op_work counts "
                                                       "them, time minus per-op overhead), median per half-decade")}
     if cpoints:
         cases = ", ".join(sorted({g_name.split('/', 1)[1] for g_name, g in groups.items() if g['kind'] == 'compute'}))

@@ -257,7 +257,7 @@ def lookup(sched: Schedule, op: Op, device: str) -> tuple[str, str, str] | None:
     """(table kind, variant, role) whose kernels price `op` in a compiled phase, or None where the
     table has none (non-layer ops, run-boundary ops, a flash-attention or unexpanded-GQA stack's
     attention it was not derived for): those ops are priced by the analytic fused model
-    (sim.cost.op_work). An op whose role has no kernel under the key costs nothing (fused)."""
+    (sim.work.op_work). An op whose role has no kernel under the key costs nothing (fused)."""
     if op.layer is None or not sched.plan:
         return None
     role = role_of(op)

@@ -33,7 +33,8 @@ import math
 
 from . import fusion
 from .coschedule import Comm, CoSchedule, GpuSpec, Kernel
-from .cost import CostModel, Work, roofline_s
+from .cost import CostModel
+from .work import Work, roofline_s
 from .occupancy_grids import RULE, gemm_tile
 from .schedule import Op, Schedule
 from .stack import DTYPE_BYTES

@@ -48,7 +48,7 @@ class Stack:
     attention_prep_kernels: int = 0
     # eager phases run the engine's own fused CUDA ops, not PyTorch's elementwise kernels: one kernel
     # per RMSNorm with the residual add before it inside (fused_add_rmsnorm), one per SwiGLU
-    # (silu_and_mul) (sim/cost.py op_work; sources in sim/stacks/)
+    # (silu_and_mul) (sim/work.py op_work; sources in sim/stacks/)
     engine_kernels: bool = False
     kv: str = "static"                # attend over the whole static cache (masked) or only the filled part
     prefill_logits: str = "all"       # logits for every prompt position, or only the last

@@ -7,7 +7,8 @@ import dataclasses
 
 import pytest
 
-from tpsim.sim.cost import CostModel, op_work, roofline_s
+from tpsim.sim.cost import CostModel
+from tpsim.sim.work import op_work, roofline_s
 from tpsim.sim.engine import Interference, simulate
 from tpsim.sim.engine_ranks import compile_schedule, simulate_ranks
 from tpsim.sim.ir import COMM, COMPUTE

@@ -4,7 +4,8 @@ import math
 import pytest
 
 from tpsim.sim import flash_decode as fd
-from tpsim.sim.cost import CostModel, op_work, roofline_s
+from tpsim.sim.cost import CostModel
+from tpsim.sim.work import op_work, roofline_s
 from tpsim.sim.ir import Op
 from tpsim.sim.profile import load_profile
 from tpsim.sim.stack import Stack
@@ -85,7 +86,7 @@ def test_an_engines_prep_kernels_replace_pytorchs_rope_and_cache_copies():
     PyTorch's ops (eager RoPE 8 kernels, compiled 1; 2 cache copies); 1 (TensorRT-LLM) one kernel
     doing both; 3 (SGLang) RoPE in one, the cache write in two. Same bytes in every case:
     RoPE 2 x 2 B x 8 x (16 + 2) x 128 = 73728 B read and written, cache 4 x 2 B x 8 x 2 x 128 = 16384 B."""
-    from tpsim.sim.cost import Work
+    from tpsim.sim.work import Work
 
     def prep(n):
         op = _attn("fa3")

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tpsim.sim.cost import CostModel, roofline_s, op_work
+from tpsim.sim.cost import CostModel
+from tpsim.sim.work import op_work, roofline_s
 from tpsim.sim.model import MODELS, get_model, valid_tp
 from tpsim.sim.profile import ProfileError, builtin_dir, builtin_names, load_profile, parse, read_raw
 from tpsim.sim.schedule import Op, build

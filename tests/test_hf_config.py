@@ -8,7 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from tpsim.cli import main
-from tpsim.sim.cost import CostModel, roofline_s, separable_work
+from tpsim.sim.cost import CostModel
+from tpsim.sim.work import roofline_s, separable_work
 from tpsim.sim.hf_config import spec_from_hf
 from tpsim.sim.model import MODELS, get_model, valid_tp
 from tpsim.sim.profile import load_profile

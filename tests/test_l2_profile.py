@@ -14,7 +14,8 @@ from click.testing import CliRunner
 from tpsim import cli
 from tpsim.calib.fit import build_profile
 from tpsim.sim import fusion
-from tpsim.sim.cost import CostModel, Work, roofline_s
+from tpsim.sim.cost import CostModel
+from tpsim.sim.work import Work, roofline_s
 from tpsim.sim.l2_traffic import L2Spec, l2_hit_fraction
 from tpsim.sim.model import get_model
 from tpsim.sim.predict import Simulator, Workload
