@@ -126,3 +126,19 @@ def test_a_collective_the_simulator_has_no_implementation_of_fails_the_point():
     rec["stack"]["collective"] = "nvshmem"          # no harness writes it: nothing may stand in for it
     with pytest.raises(CompareError, match="all-reduce ran 'nvshmem', which the simulator cannot price"):
         compare_point(rec, load_profile("h100-sxm"))
+
+
+def test_compare_command_prints_the_note(tmp_path):
+    """`tpsim compare --measured`: the note in the summary, report.md and compare.json."""
+    from tpsim.cli import main
+    data, _ = read_raw("h100-sxm")
+    del data["collectives"]["custom_allreduce"]["vllm"]
+    (tmp_path / "p.json").write_text(json.dumps(data))
+    (tmp_path / "run.json").write_text(json.dumps(_run_record(collective="symm-mem")))
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["compare", "--profile", str(tmp_path / "p.json"), "--measured",
+                                  str(tmp_path / "run.json"), "--out-dir", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "not priced as run" in r.output and "ran multimem" in " ".join(r.output.split())
+    (pt,) = json.loads((out / "compare.json").read_text())["points"]
+    assert len(pt["notes"]) == 1 and "**Not priced as run**" in (out / "report.md").read_text()
