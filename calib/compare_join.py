@@ -8,7 +8,8 @@ import statistics
 from tpsim.sim.predict import Prediction, Simulator
 
 from tpsim.calib.compare_intervals import overlap_samples, speedup_interval, speedup_undetermined
-from tpsim.calib.compare_measure import CompareError, check_profile_covers, machine_drift, workload_of
+from tpsim.calib.compare_measure import (CompareError, check_profile_covers, collective_notes, machine_drift,
+                                        workload_of)
 from tpsim.calib.compare_result import (ComparedPoint, MeasuredSide, OpRow, PredictedSide, RelErrors, ScheduleResult,
                                         sign_verdict)
 
@@ -58,7 +59,7 @@ def measured_speedup_text(s: ScheduleResult) -> str:
 def compare_point(measured: dict, profile, schedules: tuple[str, ...] | None = None) -> ComparedPoint:
     """Predicted vs measured for every schedule of one measured run."""
     w = workload_of(measured, profile)
-    check_profile_covers(w)
+    check_profile_covers(w, (measured.get("env") or {}).get("backend", "nccl"))
     rows_m = {r["schedule"]: r for r in measured["schedules"]}
     wanted = [s for s in (schedules or rows_m) if s in rows_m]
     if "standard" not in rows_m:
@@ -95,7 +96,8 @@ def compare_point(measured: dict, profile, schedules: tuple[str, ...] | None = N
             ops=tuple(op_join(m.get("records", []), p, w.gen_len)),
         ))
     return ComparedPoint(w.model.name, w.tp, w.batch, w.prompt_len, w.gen_len, profile.name, tuple(missing),
-                         tuple(out), machine_drift(measured, profile), measured.get("env", {}))
+                         tuple(out), machine_drift(measured, profile), measured.get("env", {}),
+                         notes=collective_notes(measured, sim, [s.schedule for s in out]))
 
 
 def summarize(points: list[ComparedPoint]) -> dict:

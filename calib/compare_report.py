@@ -58,6 +58,8 @@ def write_report(result: dict, out_dir: Path) -> list[Path]:
         if pt.missing_schedules:
             md += ["", f"**Not measured** for {pt.model} TP{pt.tp} batch {pt.batch}: "
                    f"{', '.join(pt.missing_schedules)}"]
+        for n in pt.notes:
+            md += ["", f"**Not priced as run** for {pt.model} TP{pt.tp} batch {pt.batch}: {n}"]
     for f in result["failed"]:
         md += ["", f"**Failed point** {f['point']}: {f['error']}"]
     path = out_dir / "report.md"

@@ -177,6 +177,8 @@ class ComparedPoint:
     machine_drift: dict | None              # compare_measure.machine_drift (None without both probes)
     env: dict                               # the measured run's env, as hw.bench recorded it
     trace: str | None = None                # the side-by-side trace's path, once written
+    # what the simulator could not price as the run ran it, one line each (compare_measure.collective_notes)
+    notes: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
@@ -189,13 +191,15 @@ class ComparedPoint:
                "env": self.env}
         if self.trace is not None:
             out["trace"] = self.trace
+        if self.notes:
+            out["notes"] = list(self.notes)
         return out
 
     @classmethod
     def from_dict(cls, d: dict) -> ComparedPoint:
         return cls(d["model"], d["tp"], d["batch"], d["prompt_len"], d["gen_len"], d["profile"],
                    tuple(d["missing_schedules"]), tuple(ScheduleResult.from_dict(s) for s in d["schedules"]),
-                   d["machine_drift"], d["env"], d.get("trace"))
+                   d["machine_drift"], d["env"], d.get("trace"), tuple(d.get("notes", ())))
 
 
 def comparison_to_dict(result: dict) -> dict:

@@ -121,6 +121,8 @@ def _print_summary(result: dict, out_dir: Path) -> None:
     for pt in result["points"]:
         if pt.missing_schedules:
             c.print(f"[yellow]not measured[/yellow] {pt.label}: {', '.join(pt.missing_schedules)}")
+        for note in pt.notes:         # the simulator prices another all-reduce kernel than the run's
+            c.print(f"[yellow]not priced as run[/yellow] {rich_escape(pt.label)}: {rich_escape(note)}")
     for f in result["failed"]:
         c.print(f"[red]failed[/red] {f['point']}: {f['error']}")
     c.print(f"report: {out_dir / 'report.md'}  data: {out_dir / 'compare.json'}  traces (measured beside "

@@ -20,6 +20,14 @@ MAX_TIMEOUT_S = 86400.0
 HARNESS_COLLECTIVES = ("auto", "symm-mem")
 
 
+def stack_collective(collective: str, backend: str) -> str:
+    """The simulator's Stack.collective for what a run's all-reduces ran: --collective `collective`
+    over process-group `backend`. "auto" is the group's own (the backend's tables: nccl, gloo); any
+    other is the simulator's implementation of that name (sim/impls.py ENGINE_COLLECTIVES: symm-mem).
+    RunConfig.stack and compare (calib.compare_measure.workload_of, from the run's JSON) both ask it."""
+    return backend if collective == "auto" else collective
+
+
 def check_collective(collective: str, backend: str, device: str, compile: bool) -> None:
     """ValueError (one line) for a --collective this run cannot use, before any process starts."""
     if collective not in HARNESS_COLLECTIVES:
@@ -125,7 +133,7 @@ class RunConfig:
         return make_stack(dict(dtype=self.dtype, head=self.head, embed=self.embed, attention=self.attention, kv=self.kv,
                                prefill_logits=self.prefill_logits, expand_gqa=self.expand_gqa,
                                decode_graphs=self.decode_graphs,
-                               collective=self.backend if self.collective == "auto" else self.collective,
+                               collective=stack_collective(self.collective, self.backend),
                                compile=self.compile,
                                mm_decompose_m1=self.mm_decompose_m1))
 

@@ -129,27 +129,33 @@ class CollectiveCost:
         fallback = self.profile.default_impl
         if collective != "all_reduce" or group <= 1:
             return self.price(collective, nbytes, group, mode, fallback)
-        p = car.pick(eng, nbytes, group, car.hardware(self.profile, group, self.gpus_per_node), width,
-                     self.stack.dtype)
-        note = p.note
+        p = self.engine_kernel(eng, nbytes, group, width)
         if p.kernel != "nccl":
             g = car.kernel_s(self.profile, eng.family, p.kernel, nbytes, group)
-            if g is not None:
-                path = f"{eng.name}:{p.kernel}"
-                if mode == "eager":
-                    t, suffix = car.eager_s(self.profile, eng.family, p.kernel, g, nbytes, group)
-                    return t, path + suffix
-                return g, path
-            note = (f"{eng.name}: profile {self.profile.name} holds no measured {eng.family} all-reduce constants "
-                    f"for {group} ranks (collectives.custom_allreduce); priced as NCCL")
-        if note:
-            self._note(note)
+            path = f"{eng.name}:{p.kernel}"
+            if mode == "eager":
+                t, suffix = car.eager_s(self.profile, eng.family, p.kernel, g, nbytes, group)
+                return t, path + suffix
+            return g, path
+        self._note(p.note)
         # the engine calls NCCL itself (vLLM / SGLang pynccl, TensorRT-LLM's NCCL op): out of place, no
         # functional-collective clone (graph_extra); a captured NCCL kernel still pays NCCL's record node
         t, path = self._device_price(collective, nbytes, group, mode, fallback, self.scope(group))
         if mode == "graph" and self.profile.graph_nccl_node_s > 0:
             t, path = t + self.profile.graph_nccl_node_s, path + "+graph_nccl_node"
         return t, f"{path} (NCCL for {eng.name})"
+
+    def engine_kernel(self, eng, nbytes: float, group: int, width: int | None = None) -> car.Pick:
+        """The kernel this model prices one all-reduce of an engine's implementation `eng` with (group
+        > 1): the engine's rule on the profile's hardware (car.pick), or "nccl" with why, where the
+        engine refuses its kernel or the profile holds no constants to price it (what `price` pays)."""
+        p = car.pick(eng, nbytes, group, car.hardware(self.profile, group, self.gpus_per_node), width,
+                     self.stack.dtype)
+        if p.kernel != "nccl" and car.kernel_s(self.profile, eng.family, p.kernel, nbytes, group) is None:
+            return car.Pick("nccl", f"{eng.name}: profile {self.profile.name} holds no measured {eng.family} "
+                                    f"all-reduce constants for {group} ranks (collectives.custom_allreduce); "
+                                    "priced as NCCL")
+        return p
 
     def _graph_added(self, t: float, path: str) -> tuple[float, str]:
         """(t, path) plus what a captured NCCL collective pays in a compiled CUDA-graph step over the

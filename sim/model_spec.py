@@ -66,8 +66,21 @@ def rope(theta: float = 500_000.0, type: str = "default", **params) -> RopeSpec:
     return RopeSpec(float(theta), type, tuple(sorted(params.items())))
 
 
+class HeadDims:
+    """The projection widths of anything with `heads` query heads and `kv_heads` K/V heads of
+    `head_dim` each: a whole model (ModelSpec) or one TP rank's part of it (Shard)."""
+
+    @property
+    def q_dim(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.kv_heads * self.head_dim
+
+
 @dataclass(frozen=True)
-class ModelSpec:
+class ModelSpec(HeadDims):
     """One decoder-only transformer: RMSNorm, RoPE, GQA attention, SwiGLU MLP."""
 
     name: str
@@ -103,14 +116,6 @@ class ModelSpec:
                 f"model {self.name!r}: heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
 
     @property
-    def q_dim(self) -> int:
-        return self.heads * self.head_dim
-
-    @property
-    def kv_dim(self) -> int:
-        return self.kv_heads * self.head_dim
-
-    @property
     def rope_theta(self) -> float:
         return self.rope.theta
 
@@ -136,7 +141,7 @@ class ModelSpec:
 
 
 @dataclass(frozen=True)
-class Shard:
+class Shard(HeadDims):
     """What one TP rank holds of a model (Megatron column/row split).
 
     Attention heads and the FFN are split across ranks. KV heads are split when
@@ -161,14 +166,6 @@ class Shard:
         kv = model.kv_heads // tp if model.kv_heads >= tp else 1
         return Shard(tp=tp, heads=model.heads // tp, kv_heads=kv, head_dim=model.head_dim,
                      ffn=model.ffn // tp, hidden=model.hidden, vocab=model.vocab)
-
-    @property
-    def q_dim(self) -> int:
-        return self.heads * self.head_dim
-
-    @property
-    def kv_dim(self) -> int:
-        return self.kv_heads * self.head_dim
 
     @property
     def qkv_dim(self) -> int:

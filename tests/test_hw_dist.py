@@ -22,10 +22,15 @@ ALL5 = ["--schedule", "standard", "--schedule", "ladder", "--schedule", "spd:0.5
         "--schedule", "upper-bound"]
 
 
-def _check(tp, *extra):
-    res = CliRunner().invoke(check_cmd, [*SMALL, "--tp", str(tp), *ALL5, "--json", *extra])
+def _json_of(cmd, *args) -> dict:
+    """`tpsim bench` / `check` (`cmd`) on SMALL with `args` and --json: it must succeed; its JSON."""
+    res = CliRunner().invoke(cmd, [*SMALL, *args, "--json"])
     assert res.exit_code == 0, res.output
-    out = json.loads(res.output)
+    return json.loads(res.output)
+
+
+def _check(tp, *extra):
+    out = _json_of(check_cmd, "--tp", str(tp), *ALL5, *extra)
     assert out["ok"] and out["tp"] == tp
     rows = {r["schedule"]: r for r in out["schedules"]}
     assert list(rows) == ["standard", "ladder", "spd:0.5", "parallel", "upper-bound"]
@@ -90,10 +95,7 @@ def test_bench_json_records_match_ir(tmp_path):
 @pytest.mark.slow          # starts real gloo ranks: 5-20 s
 def test_emulated_rank_runs_tp_shapes_on_one_process():
     # one process as rank 0 of a TP-4 job: its shard shapes, collectives over the 1-process group
-    res = CliRunner().invoke(bench_cmd, [*SMALL, "--tp", "1", "--emulate-tp", "4", "--schedule", "ladder",
-                                         "--repeats", "1", "--warmup", "0", "--json"])
-    assert res.exit_code == 0, res.output
-    d = json.loads(res.output)
+    d = _json_of(bench_cmd, "--tp", "1", "--emulate-tp", "4", "--schedule", "ladder", "--repeats", "1", "--warmup", "0")
     assert d["tp"] == 4 and d["emulated"] == {"tp": 4, "ranks": 1} and d["env"]["world_size"] == 1
     ir = build("ladder", get_model("tiny"), 4, Step.decode(1, 16, 9, 1, Stack()), Stack())
     recs = next(r for r in d["schedules"] if r["schedule"] == "ladder")["records"]
@@ -105,31 +107,32 @@ def test_emulated_rank_runs_tp_shapes_on_one_process():
 @pytest.mark.slow          # starts real gloo ranks: 5-20 s
 def test_emulated_rank_with_a_vocab_parallel_head():
     # the head's all-gather runs over the 1-process group and still yields full-vocab logits
-    res = CliRunner().invoke(bench_cmd, [*SMALL, "--tp", "1", "--emulate-tp", "2", "--head", "vocab-parallel",
-                                         "--repeats", "1", "--warmup", "0", "--json"])
-    assert res.exit_code == 0, res.output
-    d = json.loads(res.output)
+    d = _json_of(bench_cmd, "--tp", "1", "--emulate-tp", "2", "--head", "vocab-parallel", "--repeats", "1",
+                 "--warmup", "0")
     recs = d["schedules"][0]["records"]
     assert any(x["op"] == "head.allgather" and x["stream"] == "comm" for x in recs), {x["op"] for x in recs}
 
 
-def test_rank_death_ends_run_quickly():
+def _faulted_bench(timeout_s: str, fault: str) -> str:
+    """bench on 2 ranks with an injected `fault` (--fault RANK:PHASE:WHAT): it must fail (exit 1)
+    within 30 s, whatever --timeout-s; its output."""
     t = time.monotonic()
-    res = CliRunner().invoke(bench_cmd, [*SMALL, "--tp", "2", "--repeats", "1", "--timeout-s", "60",
-                                         "--fault", "1:decode:exit"])
+    res = CliRunner().invoke(bench_cmd, [*SMALL, "--tp", "2", "--repeats", "1", "--timeout-s", timeout_s,
+                                         "--fault", fault])
     assert time.monotonic() - t < 30
     assert res.exit_code == 1
-    assert "rank 1 of 2 exited with code 17" in res.output and "stopped the other ranks" in res.output
+    return res.output
+
+
+def test_rank_death_ends_run_quickly():
+    out = _faulted_bench("60", "1:decode:exit")
+    assert "rank 1 of 2 exited with code 17" in out and "stopped the other ranks" in out
 
 
 @pytest.mark.slow          # starts real gloo ranks: 5-20 s
 def test_hung_rank_times_out():
-    t = time.monotonic()
-    res = CliRunner().invoke(bench_cmd, [*SMALL, "--tp", "2", "--repeats", "1", "--timeout-s", "4",
-                                         "--fault", "1:prefill:hang"])
-    assert time.monotonic() - t < 30
-    assert res.exit_code == 1
-    assert "timed out" in res.output and "rank 1: injected fault, hanging" in res.output
+    out = _faulted_bench("4", "1:prefill:hang")
+    assert "timed out" in out and "rank 1: injected fault, hanging" in out
 
 
 def test_user_errors_exit_2():

@@ -78,6 +78,14 @@ class ScheduleDef:
             raise ValueError(f"schedule name {self.name!r} must be non-empty and hold no ':'")
 
 
+def uniform(kind: str) -> Callable[[int], tuple[str, ...]]:
+    """The plan of a schedule whose every layer is of one kind (standard, parallel, seq-parallel,
+    upper-bound): `plan(n)` = (kind,) * n."""
+    def plan(n: int) -> tuple[str, ...]:
+        return (kind,) * n
+    return plan
+
+
 def each(layer: Callable[[Builder, int, str], str]) -> RunBuilder:
     """A run builder for a layer kind whose layers are built one at a time (all but ladder)."""
     def build(b: Builder, first: int, end: int, x: str) -> str:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..builder import Builder
-from ._def import LayerKind, Probe, ScheduleDef, each
+from ._def import LayerKind, Probe, ScheduleDef, each, uniform
 
 
 def layer(b: Builder, i: int, x: str) -> str:
@@ -14,8 +14,7 @@ def layer(b: Builder, i: int, x: str) -> str:
     return b.add(f"L{i}.add", x, s, f"L{i}.x", i)
 
 
-def plan(n: int) -> tuple[str, ...]:
-    return ("parallel",) * n
+plan = uniform("parallel")
 
 
 KIND = LayerKind("parallel", each(layer), probes=(Probe("parallel", "parallel", 2),))

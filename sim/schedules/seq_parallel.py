@@ -3,7 +3,7 @@ sublayer all-gathers the rows and reduce-scatters the partial sums. Keeps the mo
 from __future__ import annotations
 
 from ..builder import Builder
-from ._def import LayerKind, Probe, ScheduleDef
+from ._def import LayerKind, Probe, ScheduleDef, uniform
 
 
 def layers(b: Builder, first: int, end: int, x: str) -> str:
@@ -53,8 +53,7 @@ def layers(b: Builder, first: int, end: int, x: str) -> str:
 
 
 
-def plan(n: int) -> tuple[str, ...]:
-    return ("seq-parallel",) * n
+plan = uniform("seq-parallel")
 
 
 # 3 layers compiled, so the kept layer 1 has no run boundary (shard/gather: once per pass, priced

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..builder import Builder
-from ._def import LayerKind, Probe, ScheduleDef, each
+from ._def import LayerKind, Probe, ScheduleDef, each, uniform
 
 
 def layer(b: Builder, i: int, x: str, comm: bool = True) -> str:
@@ -16,8 +16,7 @@ def layer(b: Builder, i: int, x: str, comm: bool = True) -> str:
     return b.add(f"L{i}.mlp.add", h, z, f"L{i}.x", i)
 
 
-def plan(n: int) -> tuple[str, ...]:
-    return ("standard",) * n
+plan = uniform("standard")
 
 
 KIND = LayerKind("standard", each(layer), probes=(Probe("standard", "standard", 2),))

@@ -4,12 +4,11 @@ adds its own partials and samples from its own vocab shard. A speed ceiling only
 meaningless."""
 from __future__ import annotations
 
-from ._def import LayerKind, Probe, ScheduleDef, each
+from ._def import LayerKind, Probe, ScheduleDef, each, uniform
 from .standard import layer as standard_layer
 
 
-def plan(n: int) -> tuple[str, ...]:
-    return ("upper-bound",) * n
+plan = uniform("upper-bound")
 
 
 KIND = LayerKind("upper-bound", each(lambda b, i, x: standard_layer(b, i, x, comm=False)),
