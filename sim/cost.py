@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import bisect
 
-from . import flash_decode, fusion, l2_traffic
+from . import flash_decode, fusion, l2_traffic, sampler
 from .collective_cost import CollectiveCost, loglog
 from .profile import Profile
 from .schedule import Op, Schedule
@@ -128,7 +128,12 @@ class CostModel(CollectiveCost):
         key = ("issue", op.signature, phase, hit)
         t = self._cache.get(key)
         if t is None:
-            t = self._cache[key] = self._kernel_count(op, fused, hit) * self._launch_s(False)
+            n = self._kernel_count(op, fused, hit)
+            engine_sampler = sampler.get(op.get("sampler", sampler.REFERENCE)) if op.kind == "sample" else None
+            if engine_sampler is not None and self.stack.graphs(phase, "head"):
+                # the cast in the engine's logits processor is captured with the LM head (graph_scope "logits")
+                n -= engine_sampler.logits_kernels
+            t = self._cache[key] = n * self._launch_s(False)
         return t
 
     def _kernel_count(self, op: Op, fused: bool, hit) -> int:
