@@ -118,7 +118,9 @@ class CostModel(CollectiveCost):
         its eager time (an eager table, timed per Python-issued call, or a graph table plus
         eager_extra, sim/collective_cost.py) already holds that call on the GPU side, so it is not
         added to the collective's time again -- it only delays what this thread issues after it. A
-        collective over a group of 1 exchanges nothing (priced "local", 0) and launches nothing."""
+        collective over a group of 1 exchanges nothing (priced "local", 0) and launches nothing. An
+        engine sampler's kernels launched by its logits processor (sim/sampler.py in_logits: the fp32
+        cast) are captured with the LM head where the head is inside the graph: not launched here."""
         if self.profile.device != "cuda" or op.given_cost_s is not None or self.stack.graphs(phase, op.name):
             return 0.0
         if op.is_comm and op.attr("group") == 1:
