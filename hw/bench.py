@@ -400,6 +400,9 @@ def stack_harness_options(values: dict, device: str) -> tuple[dict, list[str]]:
     if any(v for k, v in (values.get("host") or {}).items() if k != "overlap"):
         notes.append("host lane: the engine's scheduler and hand-off to workers are not reproduced; the harness's "
                      "own loop runs each step (tpsim profiles import-engine-bench fits them from engine runs)")
+    if values.get("sampler", "argmax") != "argmax":
+        notes.append(f"sampler {values['sampler']}: the engine's sampler kernels (sim/sampler.py) are priced by the "
+                     "simulator only; the harness samples with one argmax over the logits (hw/kernels.py _sample)")
     if values.get("engine_kernels") or values.get("attention_prep_kernels"):
         notes.append("engine kernels: the engine's fused CUDA ops (fused_add_rmsnorm, silu_and_mul, its RoPE and "
                      "cache-write kernels) are not part of PyTorch; the harness runs PyTorch's ops for them")

@@ -136,8 +136,8 @@ class Builder:
                            layer)
 
     def head(self, x: str) -> str:
-        """Final norm, LM head (replicated or vocab-parallel + all-gather), greedy sampling (over the
-        rank's own vocab shard when a comm-free schedule leaves the all-gather out)."""
+        """Final norm, LM head (replicated or vocab-parallel + all-gather), sampling by the stack's sampler
+        (over the rank's own vocab shard when a comm-free schedule leaves the all-gather out)."""
         m, st = self.model, self.step
         rows = st.batch * st.logits_len      # prefill "last": only the last position per sequence
         n = self.norm("final.norm", x, None, "final_norm", rows)
@@ -149,8 +149,10 @@ class Builder:
             logits = self.add_op("head.allgather", "all_gather", [logits], ["head.logits_all"],
                                  [("rows", rows), ("width", n_vocab), ("group", self.tp)])
         sampled = m.vocab if self.comm else n_vocab
+        # an engine's sampler kernels (sim/sampler.py) are named in the op; the reference's argmax is not
+        engine = [("sampler", self.stack.sampler)] if self.stack.sampler != "argmax" else []
         return self.add_op("sample", "sample", [logits], ["next_tokens"],
-                           [("batch", st.batch), ("rows", rows), ("vocab", sampled)])
+                           [("batch", st.batch), ("rows", rows), ("vocab", sampled)] + engine)
 
     def note(self, text: str) -> None:
         if text not in self.notes:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import bisect
 
-from . import flash_decode, fusion, l2_traffic
+from . import flash_decode, fusion, l2_traffic, sampler
 from .collective_cost import CollectiveCost, loglog
 from .profile import Profile
 from .schedule import Op, Schedule
@@ -118,7 +118,9 @@ class CostModel(CollectiveCost):
         its eager time (an eager table, timed per Python-issued call, or a graph table plus
         eager_extra, sim/collective_cost.py) already holds that call on the GPU side, so it is not
         added to the collective's time again -- it only delays what this thread issues after it. A
-        collective over a group of 1 exchanges nothing (priced "local", 0) and launches nothing."""
+        collective over a group of 1 exchanges nothing (priced "local", 0) and launches nothing. An
+        engine sampler's kernels launched by its logits processor (sim/sampler.py in_logits: the fp32
+        cast) are captured with the LM head where the head is inside the graph: not launched here."""
         if self.profile.device != "cuda" or op.given_cost_s is not None or self.stack.graphs(phase, op.name):
             return 0.0
         if op.is_comm and op.attr("group") == 1:
@@ -128,7 +130,12 @@ class CostModel(CollectiveCost):
         key = ("issue", op.signature, phase, hit)
         t = self._cache.get(key)
         if t is None:
-            t = self._cache[key] = self._kernel_count(op, fused, hit) * self._launch_s(False)
+            n = self._kernel_count(op, fused, hit)
+            engine_sampler = sampler.get(op.get("sampler", sampler.REFERENCE)) if op.kind == "sample" else None
+            if engine_sampler is not None and self.stack.graphs(phase, "head"):
+                # the cast in the engine's logits processor is captured with the LM head (graph_scope "logits")
+                n -= engine_sampler.logits_kernels
+            t = self._cache[key] = n * self._launch_s(False)
         return t
 
     def _kernel_count(self, op: Op, fused: bool, hit) -> int:

@@ -28,7 +28,8 @@ KINDS = {
     "attention": COMPUTE,   # qkv [B, S, qkv_dim/tp] -> o [B, S, q_dim/tp]; RoPE, cache write, SDPA
     "swiglu": COMPUTE,      # [rows, 2*width] -> silu(a) * b [rows, width]
     "add": COMPUTE,         # a + b, both [rows, width]
-    "sample": COMPUTE,      # logits [B, vocab] -> next token ids [B] (greedy argmax)
+    "sample": COMPUTE,      # logits [B, vocab] -> next token ids [B] (greedy argmax; attr sampler: an
+                            # engine's sampler kernels, sim/sampler.py -- the harness runs the argmax)
     "standin": COMPUTE,     # local stand-in of given cost (attr cost_ns): [rows, w] -> [rows, width], the
                             # input itself or tiled to width (what an all-gather's output looks like)
     "wait": COMPUTE,        # explicit wait: done once its input (a collective's output) exists; no work

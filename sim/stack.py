@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 from .host_lane import HostStep
 
 from .impls import ATTENTION_IMPLS, FLASH_DECODE_KERNELS  # noqa: F401  (the one registry of implementation names)
+from .sampler import SAMPLER_NAMES
 
 FALLBACK_KERNELS = tuple(k for k in FLASH_DECODE_KERNELS if k != "fa3")    # what runs off Hopper
 
@@ -66,6 +67,9 @@ class Stack:
     # False: the compiled step keeps them extern cuBLAS (the profile's GEMM table prices them). Each
     # preset sources it from its engine's code (sim/stacks/); only a compiled phase on a GPU reads it.
     mm_decompose_m1: bool = True
+    # what samples each step's next tokens from the logits [batch, vocab]: "argmax" (the reference harness,
+    # one kernel) or an engine's sampler on its latency benchmark's path (sim/sampler.py: its kernels)
+    sampler: str = "argmax"
     host: HostStep = field(default_factory=HostStep)   # the engine's CPU work per step (sim.host_lane)
     preset: str = "reference"         # the --stack preset (or stack file) these values started from
 
@@ -78,6 +82,7 @@ class Stack:
         _check("attention_fallback", self.attention_fallback, FALLBACK_KERNELS)
         _check("kv", self.kv, DECODE_KV)
         _check("prefill_logits", self.prefill_logits, PREFILL_LOGITS)
+        _check("sampler", self.sampler, SAMPLER_NAMES)
         if isinstance(self.attention_prep_kernels, bool) or not isinstance(self.attention_prep_kernels, int) \
                 or not 0 <= self.attention_prep_kernels <= 16:
             raise ValueError(f"attention_prep_kernels must be an integer 0..16, got {self.attention_prep_kernels!r}")

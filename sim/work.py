@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import sampler
 from .ir import Op
 from .profile import Profile
 from .stack import DTYPE_BYTES
@@ -67,8 +68,13 @@ def op_work(op: Op, fused: bool = False, engine: bool = False) -> list[Work]:
         el = a["rows"] * a["width"]
         return [Work(0.0, 2 * e * el, 1)]           # torch.cat of the micro-batches: one copy kernel
     if k == "sample":
-        # argmax over the last position's logits per sequence: [batch, vocab]
-        return [Work(float(a["batch"] * a["vocab"]), e * a["batch"] * a["vocab"], 2)]
+        b, v = a["batch"], a["vocab"]
+        engine_sampler = sampler.get(a.get("sampler", sampler.REFERENCE))
+        if engine_sampler is None:
+            # the reference: argmax over the last position's logits per sequence: [batch, vocab]
+            return [Work(float(b * v), e * b * v, 2)]
+        # an engine's sampler (Stack.sampler): its kernels over [batch, vocab], one Work each (sim/sampler.py)
+        return [Work(float(kn.elements(b, v)), float(kn.bytes(b, v, e)), 1) for kn in engine_sampler.kernels]
     raise ValueError(f"no compute cost for op kind {k!r} ({op.name})")
 
 

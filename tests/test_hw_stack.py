@@ -23,6 +23,7 @@ def test_presets_map_onto_harness_options():
     assert any("host lane" in n for n in notes)
     assert not any(n.startswith("embed") for n in notes)            # runs as the engines run it
     assert any(n.startswith("graph_scope forward: not run") for n in notes)
+    assert any(n.startswith("sampler vllm-v1-random: the engine's sampler kernels") for n in notes)
     gpu, gnotes = stack_harness_options(PRESETS["sglang"].values, "cuda")
     assert gpu["attention"] == "flash" and gpu["compile"] is False and gpu["decode_graphs"] is False
     assert any("need a static KV cache" in n for n in gnotes)    # filled KV: the harness cannot graph it
@@ -32,6 +33,7 @@ def test_presets_map_onto_harness_options():
     assert any("FlashInfer is not part of PyTorch" in n for n in finotes)
     assert gpu["collective"] == "symm-mem" and any("--collective symm-mem" in n for n in gnotes)   # GPU: symm-mem
     ref, rnotes = stack_harness_options(PRESETS["reference"].values, "cpu")
+    assert not any(n.startswith("sampler") for n in rnotes)       # the reference's argmax is what the harness runs
     assert ref["attention"] == "math" and ref["kv"] == "static" and ref["compile"] is True
     assert ref["mm_decompose_m1"] is True and gpu["mm_decompose_m1"] is True     # reference, sglang: on
     assert ref["embed"] == "replicated" and gpu["embed"] == "vocab-parallel"

@@ -63,6 +63,7 @@ STACK = {
     "decode_graphs": (True, f"{_SA} disable_cuda_graph: bool = False (decode batches up to cuda_graph_max_bs "
                             "replay CUDA graphs)"),
     "prefill_graphs": (False, "python/sglang/srt/model_executor/cuda_graph_runner.py captures decode only"),
+    "sampler": ("sglang-greedy", "sim/sampler.py SAMPLERS['sglang-greedy']: bench_one_batch samples at temperature=0 (is_all_greedy), so python/sglang/srt/layers/sampler.py Sampler.forward runs one torch.argmax over the fp32 logits that logits_processor.py _get_logits cast with .float() inside the graph"),
     "collective": ("sglang-custom", f"{_SA} disable_custom_all_reduce: bool = False (sgl-kernel's custom all-reduce, "
                              "vLLM's design; priced by sim/custom_allreduce.py)"),
 }

@@ -47,6 +47,7 @@ STACK = {
                                "Linears run TRT-LLM's own GEMM ops or F.linear (cuBLAS)"),
     "decode_graphs": (True, f"{_ARGS} cuda_graph_config: CUDA graphs for generation-only batches by default"),
     "prefill_graphs": (False, f"{_ARGS} cuda_graph_config: generation batches only"),
+    "sampler": ("trtllm-torch-greedy", "sim/sampler.py SAMPLERS['trtllm-torch-greedy']: trtllm-bench latency sets no temperature/top_k/top_p (GREEDY) and sampler_type auto picks TorchSampler: LogitsProcessor's logits.float() inside the graph, then pyexecutor/sampler.py's argmax and two [batch] token-id kernels (copy_, scatter_) eagerly"),
     "collective": ("trtllm-auto", "tensorrt_llm/_torch/distributed/ops.py AllReduce strategy AUTO: custom one-shot/"
                              "two-shot kernels for small messages, NCCL for large (priced by sim/custom_allreduce.py)"),
 }

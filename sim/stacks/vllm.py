@@ -73,6 +73,7 @@ STACK = {
                                "default_unquantized_gemm on CUDA = torch.nn.functional.linear (layers/utils.py@"
                                "v0.11.0:88-92,189-195; v0.33.0:83-89, 682-690 without --linear-backend), which "
                                "Inductor lowers to an extern mm: cuBLAS"),
+    "sampler": ("vllm-v1-random", "sim/sampler.py SAMPLERS['vllm-v1-random']: vllm/benchmarks/latency.py samples at temperature=1.0, top_p=1.0, so V1's Sampler.forward runs the random path eagerly after compute_logits (graph_scope forward): logits.to(float32), logits.div_(temperature), softmax, q.exponential_(), probs.div_(q), argmax, .to(int32) -- seven kernels, six over fp32 [batch, vocab] (vllm/v1/sample/sampler.py, ops/topk_topp_sampler.py)"),
     "collective": ("vllm-custom", "vllm/distributed/device_communicators/custom_all_reduce.py: CustomAllreduce "
                              "on by default (disable_custom_all_reduce False) for world sizes 2/4/6/8 on "
                              "full NVLink; NCCL otherwise (priced by sim/custom_allreduce.py)"),
