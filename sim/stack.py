@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 from .host_lane import HostStep
 
 from .impls import ATTENTION_IMPLS, FLASH_DECODE_KERNELS  # noqa: F401  (the one registry of implementation names)
-from .sampler import SAMPLER_NAMES
+from .sampler import REFERENCE as REFERENCE_SAMPLER, SAMPLER_NAMES
 
 FALLBACK_KERNELS = tuple(k for k in FLASH_DECODE_KERNELS if k != "fa3")    # what runs off Hopper
 
@@ -69,7 +69,7 @@ class Stack:
     mm_decompose_m1: bool = True
     # what samples each step's next tokens from the logits [batch, vocab]: "argmax" (the reference harness,
     # one kernel) or an engine's sampler on its latency benchmark's path (sim/sampler.py: its kernels)
-    sampler: str = "argmax"
+    sampler: str = REFERENCE_SAMPLER
     host: HostStep = field(default_factory=HostStep)   # the engine's CPU work per step (sim.host_lane)
     preset: str = "reference"         # the --stack preset (or stack file) these values started from
 
@@ -119,6 +119,8 @@ class Stack:
             out += ", M=1 mm cuBLAS"          # a compiled step that keeps one-row matmuls extern
         if self.preset != "reference":
             out = f"{self.preset}: {out}, {self.collective} all-reduce"
+        if self.sampler != REFERENCE_SAMPLER:
+            out += f", {self.sampler} sampler"       # an engine's kernels (sim/sampler.py), not one argmax
         if self.host.active:
             out += ", host lane " + ("overlapped" if self.host.overlap else "in series")
         return out
