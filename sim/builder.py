@@ -84,12 +84,23 @@ class Builder:
         kv = st.kv_len if self.stack.kv == "static" else start + q_len
         attrs = [("batch", batch), ("q_len", q_len), ("start_pos", start), ("kv_len", kv),
                  ("heads", s.heads), ("kv_heads", s.kv_heads), ("head_dim", s.head_dim),
-                 ("expand_gqa", int(self.stack.expand_gqa)), ("impl", self.stack.attention)]
+                 ("expand_gqa", int(self.stack.expand_gqa)), ("impl", self.attention_impl())]
         if mb and mb.nb < st.batch:
             attrs.append(("b0", mb.b0))
         if self.stack.attention_prep_kernels:          # an engine's own RoPE / cache-write kernels
             attrs.append(("prep", self.stack.attention_prep_kernels))
         return attrs
+
+    def attention_impl(self) -> str:
+        """The attention kernel the stack runs for this model: Stack.attention, or its attention_fallback
+        for an architecture outside the engine's attention_archs (noted)."""
+        st, arch = self.stack, self.model.architecture
+        if not st.attention_archs or arch in st.attention_archs:
+            return st.attention
+        self.note(f"attention {st.attention}: the {st.preset} stack picks it for the {len(st.attention_archs)} "
+                  f"architectures of its attention_archs only; this model is a {arch}, so it runs "
+                  f"{st.attention_fallback} (priced as such)")
+        return st.attention_fallback
 
     def attn(self, i: int, x: str, norm: bool = True) -> str:
         """Attention of layer i on residual x (or on an already-normed x): returns partial P_r."""

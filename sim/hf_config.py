@@ -119,7 +119,7 @@ def spec_from_hf(cfg: dict, name: str, where: str = "config.json") -> ModelSpec:
                          num("vocab_size"), bool(cfg.get("tie_word_embeddings", False)),
                          f"{', '.join(notes)}; from {where}",
                          qkv_bias=(kind == "qwen2"), qk_norm=(kind == "qwen3"), rope=rope,
-                         norm_eps=float(eps), sliding_window=int(window or 0))
+                         norm_eps=float(eps), sliding_window=int(window or 0), architecture=arch)
     except ValueError as e:
         raise ValueError(f"{where}: {e}") from None
 

@@ -47,12 +47,16 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in [
     # Widely served Llama-family models, from their Hugging Face config.json (copies in
     # tests/fixtures/hf/, which a test reads back through sim.hf_config to hold these equal).
     _m("qwen2.5-7b", 3584, 28, 28, 4, 128, 18944, 152064, qkv_bias=True, rope=_QWEN, norm_eps=1e-6,
+       architecture="Qwen2ForCausalLM",
        desc="Qwen2.5 7B (qkv bias; huggingface.co/Qwen/Qwen2.5-7B config.json)"),
     _m("qwen2.5-72b", 8192, 80, 64, 8, 128, 29568, 152064, qkv_bias=True, rope=_QWEN, norm_eps=1e-5,
+       architecture="Qwen2ForCausalLM",
        desc="Qwen2.5 72B (qkv bias; huggingface.co/Qwen/Qwen2.5-72B config.json)"),
     _m("qwen3-8b", 4096, 36, 32, 8, 128, 12288, 151936, qk_norm=True, rope=_QWEN, norm_eps=1e-6,
+       architecture="Qwen3ForCausalLM",
        desc="Qwen3 8B (q/k norm; huggingface.co/Qwen/Qwen3-8B config.json)"),
     _m("mistral-7b-v0.3", 4096, 32, 32, 8, 128, 14336, 32768, rope=rope(1e6),
+       architecture="MistralForCausalLM",
        desc="Mistral 7B v0.3 (huggingface.co/mistralai/Mistral-7B-v0.3 config.json)"),
     # Tiny models for tests and CPU runs. toy-* follow docs/sources.md §8: an 8-layer stack whose hidden
     # size moves a 2-rank gloo group from communication-bound (512) to balanced (1024-2048).

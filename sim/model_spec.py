@@ -100,6 +100,9 @@ class ModelSpec(HeadDims):
     rope: RopeSpec = field(default_factory=RopeSpec)   # RoPE as the config says: the tables, not the work
     norm_eps: float = 1e-5
     sliding_window: int = 0         # Mistral v0.1: attend to the last W positions; 0 = full attention
+    # the Hugging Face class of the checkpoint (config.json architectures[0]): what an engine dispatches
+    # on, e.g. SGLang's attention auto-select (Stack.attention_archs); the Llama-block presets say Llama's
+    architecture: str = "LlamaForCausalLM"
 
     def __post_init__(self) -> None:
         if isinstance(self.rope, dict):          # read back from JSON (hw.bench's "model_spec")

@@ -43,6 +43,10 @@ class Stack:
     # the decode kernel that runs where `attention` cannot: fa3 on a GPU that is not Hopper
     # (sim/flash_decode.kernel_on); vLLM takes FA2 there, SGLang FlashInfer (sim/stacks/)
     attention_fallback: str = "fa2"
+    # the model architectures (ModelSpec.architecture) the engine's auto-select gives `attention`; any other
+    # runs `attention_fallback` (SGLang: FA3 for its is_fa3_default_architecture list only, FlashInfer for
+    # the rest, e.g. Mistral); () = every architecture (sim.builder.Builder.attention_impl)
+    attention_archs: tuple[str, ...] = ()
     # kernels an engine's attention layer launches around the attention kernel to rotate q, k and write
     # the new K/V into the cache (vLLM: rotary_embedding + reshape_and_cache_flash = 2); 0: PyTorch ops
     # as the reference harness runs them (eager RoPE 8 kernels or 1 compiled, then 2 cache copies)
@@ -74,6 +78,9 @@ class Stack:
     preset: str = "reference"         # the --stack preset (or stack file) these values started from
 
     def __post_init__(self) -> None:
+        if isinstance(self.attention_archs, str) or not all(isinstance(a, str) for a in self.attention_archs):
+            raise ValueError(f"attention_archs must be a list of architecture names, got {self.attention_archs!r}")
+        object.__setattr__(self, "attention_archs", tuple(self.attention_archs))   # a stack file's JSON list
         _check("dtype", self.dtype, tuple(DTYPE_BYTES))
         _check("head", self.head, HEADS)
         _check("embed", self.embed, EMBEDS)
@@ -140,7 +147,8 @@ def make_stack(given: dict, profile_defaults: dict | None = None, base: Stack = 
     profile's stack_defaults: what its cluster runs); then `base`. "host" may be a dict of HostStep
     fields (over base's host; a later layer's fields over an earlier one's). `given` may hold "compile" (both phases;
     compile_prefill / compile_decode override it) and collective "auto" (= not given, so the
-    profile's default applies). Decode CUDA graphs follow compile_decode unless set: torch.compile's
+    profile's default applies). An `attention` in `given` clears the preset's attention_archs (the user's
+    kernel runs for every architecture, as an engine's --attention-backend does). Decode CUDA graphs follow compile_decode unless set: torch.compile's
     reduce-overhead mode brings them. Unknown keys are a user error (ValueError), not a TypeError."""
     given = {k: v for k, v in given.items() if v is not None}
     both = given.pop("compile", None)
@@ -159,6 +167,8 @@ def make_stack(given: dict, profile_defaults: dict | None = None, base: Stack = 
             if not isinstance(h, dict):
                 raise ValueError(f"host must be an object of host-lane fields, got {h!r}")
             host |= h
+    if "attention" in given and "attention_archs" not in given:
+        given["attention_archs"] = ()       # an attention the user names runs for every model (--attention-backend)
     chosen = layers[0] | layers[1] | layers[2]
     if host:
         known = {f.name for f in fields(HostStep)}

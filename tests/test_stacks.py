@@ -1,13 +1,16 @@
 """`--stack NAME|FILE` (sim/stacks/): every preset value names its source, the precedence flag >
 preset > profile defaults > Stack's, stack files, and predict's `stack:` line and --json."""
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from tpsim.cli import main
 from tpsim.sim.host_lane import HostStep
-from tpsim.sim.stack import Stack, make_stack
+from tpsim.sim.model import get_model
+from tpsim.sim.schedule import build
+from tpsim.sim.stack import Stack, Step, make_stack
 from tpsim.sim.stacks import PRESETS, load_stack
 
 WORKLOAD = ["--model", "llama-3.1-70b", "--tp", "4", "--batch", "8", "--prompt", "32", "--gen", "128",
@@ -139,3 +142,40 @@ def test_sweep_takes_the_stack_as_predict_does(tmp_path):
     assert key["stack"]["preset"] == "vllm" and key["stack"]["host"]["output_s"] > 0
     bad = CliRunner().invoke(main, ["sweep", "--stack", "vlm", *point, "--out", str(tmp_path / "b.csv")])
     assert bad.exit_code == 2 and "unknown stack 'vlm'" in bad.output and "Traceback" not in bad.output
+
+
+def _attention_impls(model_name: str, stack: Stack) -> tuple[set, tuple]:
+    step = Step("decode", batch=2, q_len=1, start_pos=32, kv_len=33, logits_len=1)
+    s = build("standard", get_model(model_name), 2, step, stack)
+    return {op.attr("impl") for op in s.ops if op.kind == "attention"}, s.notes
+
+
+def test_sglang_attention_follows_the_model_architecture():
+    """SGLang's auto-select gives FA3 to the architectures of is_fa3_default_architecture only
+    (Stack.attention_archs): a Mistral runs FlashInfer, noted; an attention the user names runs for
+    every model; a stack file's JSON list becomes the tuple."""
+    sglang = make_stack({}, None, preset=PRESETS["sglang"].values)
+    assert "LlamaForCausalLM" in sglang.attention_archs and "MistralForCausalLM" not in sglang.attention_archs
+    impls, notes = _attention_impls("llama-3.1-8b", sglang)
+    assert impls == {"fa3"} and not any("attention_archs" in n for n in notes)
+    impls, notes = _attention_impls("qwen3-8b", sglang)                 # Qwen3ForCausalLM: in the set
+    assert impls == {"fa3"}
+    impls, notes = _attention_impls("mistral-7b-v0.3", sglang)
+    assert impls == {"flashinfer"}
+    assert any("MistralForCausalLM" in n and "runs flashinfer" in n for n in notes)
+    forced = make_stack({"attention": "fa3"}, None, preset=PRESETS["sglang"].values)
+    assert forced.attention_archs == () and _attention_impls("mistral-7b-v0.3", forced)[0] == {"fa3"}
+    # vLLM picks FA3 for every architecture (no list)
+    assert _attention_impls("mistral-7b-v0.3", make_stack({}, None, preset=PRESETS["vllm"].values))[0] == {"fa3"}
+    assert make_stack({"attention_archs": ["MistralForCausalLM"]}).attention_archs == ("MistralForCausalLM",)
+    with pytest.raises(ValueError, match="attention_archs"):
+        make_stack({"attention_archs": "MistralForCausalLM"})
+
+
+def test_a_hugging_face_config_carries_its_architecture():
+    hf = Path(__file__).parent / "fixtures" / "hf"
+    assert get_model(str(hf / "mistral-7b-v0.3")).architecture == "MistralForCausalLM"
+    assert get_model(str(hf / "qwen2.5-7b")).architecture == "Qwen2ForCausalLM"
+    # the presets written from those configs say the same
+    for name in ("mistral-7b-v0.3", "qwen2.5-7b", "qwen3-8b", "llama-3.1-8b"):
+        assert get_model(name).architecture == get_model(str(hf / name)).architecture, name

@@ -23,7 +23,16 @@ STACK = {
                          "Hopper (is_hopper_with_cuda_12_3) gets \"fa3\", anything else \"flashinfer\"; sgl-project/"
                          "sglang#5064: 'sm80, sm86, sm89 -> FlashInfer, sm90 -> FA3 (Llama, Qwen, Gemma)'. Decode "
                          "priced from FA3's measured bandwidth (sim/flash_decode.py); Mistral/Mixtral stay on FlashInfer "
-                         "on Hopper (sglang#27633): give --attention flashinfer for them"),
+                         "on Hopper (sglang#27633): attention_archs below"),
+    "attention_archs": (("Llama4ForConditionalGeneration", "LlamaForCausalLM", "Olmo2ForCausalLM", "Gemma2ForCausalLM",
+                         "Gemma3ForConditionalGeneration", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM",
+                         "Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration", "Glm4MoeForCausalLM",
+                         "Glm4vForConditionalGeneration", "Glm4vMoeForConditionalGeneration",
+                         "Step3VLForConditionalGeneration"),
+                        "python/sglang/srt/utils.py is_fa3_default_architecture (v0.5 line, after sgl-project/sglang#9245 "
+                        "added Glm4vMoe): the auto-select above gives fa3 only when the config's architectures[0] is in "
+                        "this set; any other architecture (MistralForCausalLM among tpsim's presets) gets \"flashinfer\", "
+                        "the attention_fallback, on Hopper too"),
     "attention_fallback": ("flashinfer", f"{_SA} the same auto-select: off Hopper (A100 8.0, L40S 8.9) the default is "
                                          "\"flashinfer\" (is_flashinfer_available), priced from FlashInfer's "
                                          "batch-decode curve"),
