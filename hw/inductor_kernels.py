@@ -43,7 +43,6 @@ from unittest import mock
 import torch
 import torch._inductor.config as icfg
 import torch.distributed as dist
-from torch._inductor import cpu_vec_isa
 from torch._inductor import decomposition as D
 from torch._inductor import ir
 from torch._inductor import scheduler as S
@@ -54,7 +53,7 @@ from tpsim.sim.schedule import build_plan, plan_of
 from tpsim.sim.stack import Stack, Step
 from tpsim.fileio.policy import write_json_atomic
 
-from tpsim.hw.inductor_flags import REFERENCE_INDUCTOR_FLAGS
+from tpsim.hw.inductor_flags import REFERENCE_INDUCTOR_FLAGS, probe_vec_isa_in_default_cache
 from tpsim.hw.inductor_probe import (_PLAIN, DTYPE, DTYPE_TORCH, KEEP_LAYER, KINDS, PROBE, VARIANTS, factor, monomial,
                                      probe_model, probe_of)
 from tpsim.hw.model import build_rank_model
@@ -242,7 +241,7 @@ def compile_kernels(kind: str, variant: str) -> list[dict]:
     decomp = cuda_matmul_decompositions() if target == "cuda" else contextlib.nullcontext()
     # Inductor's vector-ISA probe (cached per process) builds six test programs into the cache directory:
     # in the default one, where they stay between processes (seconds of g++ each time in a scratch one)
-    cpu_vec_isa.valid_vec_isa_list()
+    probe_vec_isa_in_default_cache()
     # a scratch cache: stopping in codegen makes Inductor keep its temporary directory
     with tempfile.TemporaryDirectory(prefix="tpsim-inductor-") as scratch, \
             mock.patch.dict(os.environ, {"TORCHINDUCTOR_CACHE_DIR": scratch}), \
