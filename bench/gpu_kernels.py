@@ -49,7 +49,7 @@ from pathlib import Path
 
 # A fresh Inductor cache per process, set before torch is imported (torch's cache_dir() fixes the variable at
 # its first call): every compile, and every coordinate-descent tuning, runs afresh and lands where decode copies
-# the output code and *.best_config from
+# the output code and *.best_config from (on CPU only the vector-ISA probe goes to the default cache: part_decode)
 os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="tpsim-gpu-kernels-")
 
 import gpu_cosched  # noqa: E402
@@ -66,7 +66,8 @@ if not hasattr(_fx_tb, "annotate"):         # an older torch: the IR-name annota
     _fx_tb.annotate = contextlib.contextmanager(lambda d: (yield))
 
 from tpsim.hw import reference_model as R  # noqa: E402
-from tpsim.hw.inductor_flags import REFERENCE_INDUCTOR_FLAGS, apply_inductor_flags  # noqa: E402
+from tpsim.hw.inductor_flags import (REFERENCE_INDUCTOR_FLAGS, apply_inductor_flags,  # noqa: E402
+                                     probe_vec_isa_in_default_cache)
 from tpsim.sim.cost import CostModel  # noqa: E402
 from tpsim.sim.model import get_model  # noqa: E402
 from tpsim.sim.profile import load_profile  # noqa: E402
@@ -273,6 +274,9 @@ def part_decode(a, doc: Doc) -> None:
         torch._inductor.config.cpp.enable_kernel_profile = True       # the C++ kernels show in the profiler
     if not torch.cuda.is_available():
         doc.skip("decode: no CUDA: the C++ backend compiles the toy on CPU (no CUDA graphs, no Triton kernels)")
+        # the C++ backend's ISA probe builds its test programs in the default cache, where they stay between
+        # runs, not in this process's fresh one: the step's own kernels and output code still land there
+        probe_vec_isa_in_default_cache()
     for spec in a.models:
         model, tp = spec.split(":")
         try:

@@ -14,6 +14,9 @@ module imports no torch (calib.compare_measure reads the flags to reuse only a r
 """
 from __future__ import annotations
 
+import os
+from unittest import mock
+
 REFERENCE_INDUCTOR_FLAGS: dict[str, bool] = {
     # benchmark.py:27, generate.py:25. On a GPU with static shapes it makes Inductor decompose
     # one-row matmuls (torch/_inductor/decomposition.py mm / bmm); the C++ (CPU) backend ignores it
@@ -55,6 +58,19 @@ def current_inductor_flags(names=REFERENCE_INDUCTOR_FLAGS) -> dict[str, bool]:
     """torch._inductor.config's present values of `names` (by default the reference's flags)."""
     import torch._inductor.config as icfg   # lazy: as apply_inductor_flags
     return {k: getattr(icfg, k) for k in names}
+
+
+def probe_vec_isa_in_default_cache() -> None:
+    """Run Inductor's vector-ISA probe (torch._inductor.cpu_vec_isa.valid_vec_isa_list, cached per process)
+    with TORCHINDUCTOR_CACHE_DIR at its default, whatever the variable says now. The probe builds six test
+    programs (~10 s of g++ on a 2-core box) into the cache directory, keyed by their source and flags; in
+    the default one they stay between processes, in a fresh scratch one (a derivation's, bench/gpu_kernels.py
+    decode's) they were rebuilt every time. Only that probe is moved: every compile after it still
+    lands in the scratch directory, and the C++ backend picks its ISA from the process's cached list."""
+    from torch._inductor import cpu_vec_isa                         # lazy: the module stays torch-free for calib
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir   # lazy: as cpu_vec_isa
+    with mock.patch.dict(os.environ, {"TORCHINDUCTOR_CACHE_DIR": default_cache_dir()}):
+        cpu_vec_isa.valid_vec_isa_list()
 
 
 def compile_functional_pass(runner, mm_decompose_m1: bool, mode: str | None = None):

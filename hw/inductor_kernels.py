@@ -5,7 +5,7 @@ is the cost of what Inductor generates for it: extern matmuls (cuBLAS / aten) pl
 kernels that fuse pointwise and reduction work across IR-op boundaries. Here we compile the
 harness's own functional pass (hw.runner.Runner.functional_pass: COMPILED_KERNELS, math SDPA,
 functional all-reduce on a 1-rank gloo group) for a tiny probe model, hook Inductor's scheduler
-and record (stopping once the output code is written: no kernel is built or run), per kernel: the IR ops its nodes came from, whether it is an extern kernel, and the
+and record (stopping once the scheduler has fused its nodes: no kernel code is generated, built or run), per kernel: the IR ops its nodes came from, whether it is an extern kernel, and the
 bytes Inductor itself estimates it reads and writes per buffer
 (BaseSchedulerNode.get_read_write_buffer_accesses: min(accessed elements, buffer size) x dtype).
 
@@ -43,18 +43,16 @@ from unittest import mock
 import torch
 import torch._inductor.config as icfg
 import torch.distributed as dist
-from torch._inductor import cpu_vec_isa
 from torch._inductor import decomposition as D
 from torch._inductor import ir
 from torch._inductor import scheduler as S
-from torch._inductor.graph import GraphLowering
 from torch._inductor.virtualized import V
 
 from tpsim.sim.schedule import build_plan, plan_of
 from tpsim.sim.stack import Stack, Step
 from tpsim.fileio.policy import write_json_atomic
 
-from tpsim.hw.inductor_flags import REFERENCE_INDUCTOR_FLAGS
+from tpsim.hw.inductor_flags import REFERENCE_INDUCTOR_FLAGS, probe_vec_isa_in_default_cache
 from tpsim.hw.inductor_probe import (_PLAIN, DTYPE, DTYPE_TORCH, KEEP_LAYER, KINDS, PROBE, VARIANTS, factor, monomial,
                                      probe_model, probe_of)
 from tpsim.hw.model import build_rank_model
@@ -100,42 +98,40 @@ def cuda_matmul_decompositions():
 
 
 class _Stop(Exception):
-    """Raised once the graph's output code is written: its C++ kernels are never built nor run."""
+    """Raised once the scheduler has its fused nodes: no kernel code is generated, built nor run."""
 
 
 class _Recorder:
-    """Hooks Scheduler._codegen: every scheduled node (kernel) of the graph compiled meanwhile; and
-    GraphLowering.codegen, to stop there (the table needs the scheduler's nodes, not the built
-    kernels: stopping skips g++ on every generated kernel, seconds per compile)."""
+    """Hooks Scheduler.codegen, the step after the scheduler's fusion (Scheduler.__init__, inside
+    GraphLowering.codegen): every scheduled node (kernel) of the graph, in the order the kernels would
+    be generated (graph partitions split that list in order), then stops. The table needs the
+    scheduler's nodes, their IR origins and read/write accesses, which code generation does not change:
+    stopping before it skips the C++ backend's per-kernel codegen (vectorization analysis: half of a
+    probe's compile) and g++ on every kernel."""
 
     def __init__(self, probe: dict):
         self.kernels: list[dict] = []
         self.probe = probe
-        self.done = False               # GraphLowering.codegen returned: every node was recorded
+        self.done = False               # Scheduler.codegen was reached: every node was recorded
 
     @contextlib.contextmanager
     def hook(self):
-        orig, orig_cg = S.Scheduler._codegen, GraphLowering.codegen
+        orig = S.Scheduler.codegen
         rec = self
 
-        def _codegen(sched, nodes):
-            out = orig(sched, nodes)
-            for n in nodes:
+        def codegen(sched):
+            for n in sched.nodes:
                 k = _describe(n, rec.probe)
                 if k is not None:
                     rec.kernels.append(k)
-            return out
-
-        def codegen(graph, *a, **k):
-            orig_cg(graph, *a, **k)
             rec.done = True
             raise _Stop()
 
-        S.Scheduler._codegen, GraphLowering.codegen = _codegen, codegen
+        S.Scheduler.codegen = codegen
         try:
             yield
         finally:
-            S.Scheduler._codegen, GraphLowering.codegen = orig, orig_cg
+            S.Scheduler.codegen = orig
 
 
 def _buf_dtype(name: str):
@@ -242,7 +238,7 @@ def compile_kernels(kind: str, variant: str) -> list[dict]:
     decomp = cuda_matmul_decompositions() if target == "cuda" else contextlib.nullcontext()
     # Inductor's vector-ISA probe (cached per process) builds six test programs into the cache directory:
     # in the default one, where they stay between processes (seconds of g++ each time in a scratch one)
-    cpu_vec_isa.valid_vec_isa_list()
+    probe_vec_isa_in_default_cache()
     # a scratch cache: stopping in codegen makes Inductor keep its temporary directory
     with tempfile.TemporaryDirectory(prefix="tpsim-inductor-") as scratch, \
             mock.patch.dict(os.environ, {"TORCHINDUCTOR_CACHE_DIR": scratch}), \
@@ -253,7 +249,7 @@ def compile_kernels(kind: str, variant: str) -> list[dict]:
             if not rec.done:
                 raise
     if not rec.done:
-        raise RuntimeError("Inductor wrote no output code (GraphLowering.codegen was not reached)")
+        raise RuntimeError("Inductor scheduled no kernels (Scheduler.codegen was not reached)")
     return attribute(rec.kernels, sched, "rs" if kind == "seq-parallel" else "b*q")
 
 

@@ -104,25 +104,29 @@ def run_passes(runner, model, spec: str, toks: torch.Tensor, tp: int = 1, stack_
     return torch.cat(outs, dim=1).reshape(BATCH * (PROMPT + GEN - 1), -1)
 
 
-def gloo_rank(rank: int, port: int, path: str, out: str, schedules: tuple[str, ...]) -> None:
-    """One of 2 gloo ranks running each schedule on checkpoint `path` (+ standard with a
-    vocab-parallel head, and with a vocab-parallel head and embedding: each rank loads its
-    shards); rank 0 saves {schedule/head/embed: logits} to `out`."""
+def gloo_rank(rank: int, port: int, paths: tuple[str, ...], out: str, schedules: tuple[str, ...]) -> None:
+    """One of 2 gloo ranks running each schedule on each checkpoint of `paths` (+ standard with a
+    vocab-parallel head, and with a vocab-parallel head and embedding: each rank loads its shards),
+    one process group for them all (a spawn starts two processes that import torch); rank 0 saves
+    {path: {schedule/head/embed: logits}} to `out`."""
     import torch.distributed as dist
     from tpsim.hw.model import build_rank_model
     from tpsim.hw.runner import Runner
     from tpsim.sim.model import get_model
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    m = get_model(path)
-    res = {}
-    for head, embed in (("replicated", "replicated"), ("vocab-parallel", "replicated"),
-                        ("vocab-parallel", "vocab-parallel")):
-        rm = build_rank_model(m, 2, rank, batch=BATCH, max_seq=PROMPT + GEN, checkpoint=path, head=head, embed=embed)
-        assert rm.weights["embed"].shape[0] == (m.vocab if embed == "replicated" else -(-m.vocab // 2))
-        runner = Runner(rm, dist.group.WORLD, rank=rank)
-        for s in (schedules if head == "replicated" else ("standard",)):
-            res[f"{s}/{head}/{embed}"] = run_passes(runner, m, s, tokens(), tp=2,
-                                                    stack_kw={"head": head, "embed": embed})
+    res: dict[str, dict] = {}
+    for path in paths:
+        m = get_model(path)
+        res[path] = {}
+        for head, embed in (("replicated", "replicated"), ("vocab-parallel", "replicated"),
+                            ("vocab-parallel", "vocab-parallel")):
+            rm = build_rank_model(m, 2, rank, batch=BATCH, max_seq=PROMPT + GEN, checkpoint=path, head=head,
+                                  embed=embed)
+            assert rm.weights["embed"].shape[0] == (m.vocab if embed == "replicated" else -(-m.vocab // 2))
+            runner = Runner(rm, dist.group.WORLD, rank=rank)
+            for s in (schedules if head == "replicated" else ("standard",)):
+                res[path][f"{s}/{head}/{embed}"] = run_passes(runner, m, s, tokens(), tp=2,
+                                                              stack_kw={"head": head, "embed": embed})
     if rank == 0:
         torch.save(res, out)
     dist.destroy_process_group()

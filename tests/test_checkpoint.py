@@ -125,16 +125,32 @@ def _port():
         return s.getsockname()[1]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("key", ["llama-hub", "qwen2-v5"])
-def test_two_gloo_ranks_match_transformers(ckpts, key, tmp_path):
-    path, hf = ckpts[key]
-    out = tmp_path / "logits.pt"
+GLOO_KEYS = ("llama-hub", "qwen2-v5")
+
+
+@pytest.fixture(scope="module")
+def gloo_logits(ckpts, tmp_path_factory) -> dict:
+    """One spawn of 2 gloo ranks for both checkpoints of GLOO_KEYS (a spawn starts two processes that
+    import torch): key -> {schedule/head/embed: logits}."""
+    out = tmp_path_factory.mktemp("gloo") / "logits.pt"
+    paths = tuple(str(ckpts[k][0]) for k in GLOO_KEYS)
     # spawn, not fork: gloo in a forked child of a process with torch's threads running can hang
-    torch.multiprocessing.start_processes(hf_models.gloo_rank, args=(_port(), str(path), str(out), EXACT),
+    torch.multiprocessing.start_processes(hf_models.gloo_rank, args=(_port(), paths, str(out), EXACT),
                                           nprocs=2, start_method="spawn")
+    res = torch.load(out)
+    return {k: res[p] for k, p in zip(GLOO_KEYS, paths)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("key", GLOO_KEYS)
+def test_two_gloo_ranks_match_transformers(ckpts, gloo_logits, key):
+    _, hf = ckpts[key]
     want = _hf_logits(hf, _tokens())
-    for spec, got in torch.load(out).items():
+    got_all = gloo_logits[key]
+    # every exact schedule with the replicated head, and standard with each vocab-parallel layout
+    assert set(got_all) == {f"{s}/replicated/replicated" for s in EXACT} | {
+        "standard/vocab-parallel/replicated", "standard/vocab-parallel/vocab-parallel"}
+    for spec, got in got_all.items():
         assert _err(got, want) < TOL, spec
 
 
