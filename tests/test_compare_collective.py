@@ -12,6 +12,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
+pytest.importorskip("torch")          # hw.symm_mem imports it: skipped in the torch-free venv (-m "not hw")
+
 from tpsim.sim import custom_allreduce as car
 from tpsim.sim.profile import load_profile, read_raw
 from tpsim.sim.schedule import build
