@@ -112,7 +112,10 @@ def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, c
         click.echo(json.dumps(out))
         return
     per = gpus_per_node or prof.gpus_per_node
-    t = compact_table(title=f"{collective}  {group} ranks ({-(-group // per)} node{'s' if group > per else ''})  "
+    boxes = -(-group // per)
+    # the machines, and where NCCL splits them further (P2P off across sockets) how many nodes it sees
+    seen = f"; NCCL sees {nccl['nnodes']}" if nccl is not None and nccl["nnodes"] != boxes else ""
+    t = compact_table(title=f"{collective}  {group} ranks ({boxes} node{'s' if group > per else ''}{seen})  "
                            f"profile {rich_escape(prof.name)}  mode {mode}" + (f"  impl {impl}" if impl != "auto" else ""),
                       title_justify="left")
     # two-line headers, units below; the path wraps before each of its +terms (the JSON keeps it whole)
