@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from .ir import TOKENS, Op
 from .model import ModelSpec, Shard
+from .sampler import REFERENCE as REFERENCE_SAMPLER
 from .stack import Stack, Step
 
 
@@ -161,7 +162,7 @@ class Builder:
                                  [("rows", rows), ("width", n_vocab), ("group", self.tp)])
         sampled = m.vocab if self.comm else n_vocab
         # an engine's sampler kernels (sim/sampler.py) are named in the op; the reference's argmax is not
-        engine = [("sampler", self.stack.sampler)] if self.stack.sampler != "argmax" else []
+        engine = [("sampler", self.stack.sampler)] if self.stack.sampler != REFERENCE_SAMPLER else []
         return self.add_op("sample", "sample", [logits], ["next_tokens"],
                            [("batch", st.batch), ("rows", rows), ("vocab", sampled)] + engine)
 
