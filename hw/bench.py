@@ -28,6 +28,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from tpsim.sim.sampler import REFERENCE as REFERENCE_SAMPLER
 from tpsim.sim.schedule import build, notes_of
 from tpsim.hw import rank as hwrank
 from tpsim.hw.run_config import RunConfig, memory_gate
@@ -400,7 +401,7 @@ def stack_harness_options(values: dict, device: str) -> tuple[dict, list[str]]:
     if any(v for k, v in (values.get("host") or {}).items() if k != "overlap"):
         notes.append("host lane: the engine's scheduler and hand-off to workers are not reproduced; the harness's "
                      "own loop runs each step (tpsim profiles import-engine-bench fits them from engine runs)")
-    if values.get("sampler", "argmax") != "argmax":
+    if values.get("sampler", REFERENCE_SAMPLER) != REFERENCE_SAMPLER:
         notes.append(f"sampler {values['sampler']}: the engine's sampler kernels (sim/sampler.py) are priced by the "
                      "simulator only; the harness samples with one argmax over the logits (hw/kernels.py _sample)")
     if values.get("engine_kernels") or values.get("attention_prep_kernels"):

@@ -178,9 +178,10 @@ class CostModel(CollectiveCost):
         # GQA expand, qk-norm) plus the measured-curve time of the attention kernel (the op's one matmul Work)
         cc = self.profile.compute_capability if self.profile.device == "cuda" else None
         fallback = self.stack.attention_fallback
-        flash_s = flash_decode.attention_kernel_s(op, self.profile.mem_bytes_per_s, cc, fallback)
-        if flash_s is not None:
-            self._note(flash_decode.kernel_on(op.attr("impl"), cc, fallback)[1])
+        flash = flash_decode.attention_kernel(op, self.profile.mem_bytes_per_s, cc, fallback)
+        if flash is not None:
+            flash_s, note = flash
+            self._note(note)
             others = [w for w in works if not w.matmul]
             return self._floor(roofline_s(self.profile, others, op.dtype) + flash_s, sum(w.kernels for w in works),
                                graphs)

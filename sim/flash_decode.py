@@ -144,18 +144,18 @@ def kernel_s(kernel: str, kv_bytes: float, hbm_bytes_per_s: float) -> float:
     return b / (fraction(kernel, b) * hbm_bytes_per_s)
 
 
-def attention_kernel_s(op, hbm_bytes_per_s: float, compute_capability: float | None = None,
-                       fallback: str = "fa2") -> float | None:
-    """The hook sim/cost.py calls for a compute op: seconds of the attention kernel of a decode-step
-    attention (q_len 1) under a flash stack, from its measured curve (the kernel kernel_on picks for
-    the GPU; cost adds the op's other kernels at their roofline); None for anything else (priced as
-    before)."""
+def attention_kernel(op, hbm_bytes_per_s: float, compute_capability: float | None = None,
+                     fallback: str = "fa2") -> tuple[float, str] | None:
+    """The hook sim/cost.py calls for a compute op: (seconds, note) of the attention kernel of a
+    decode-step attention (q_len 1) under a flash stack, from its measured curve (the kernel kernel_on
+    picks for the GPU, and its note: "" unless a fallback runs; cost adds the op's other kernels at
+    their roofline); None for anything else (priced as before)."""
     if op.kind != "attention":
         return None
     a = dict(op.attrs)
-    kernel, _ = kernel_on(a.get("impl"), compute_capability, fallback)
+    kernel, note = kernel_on(a.get("impl"), compute_capability, fallback)
     if kernel is None or a["q_len"] != 1:
         return None
     hkv = a["heads"] if a["expand_gqa"] and a["kv_heads"] < a["heads"] else a["kv_heads"]
     kv_bytes = 2.0 * a["batch"] * a["kv_len"] * hkv * a["head_dim"] * DTYPE_BYTES[op.dtype]
-    return kernel_s(kernel, kv_bytes, hbm_bytes_per_s)
+    return kernel_s(kernel, kv_bytes, hbm_bytes_per_s), note

@@ -53,8 +53,8 @@ def test_decode_attention_hook_prices_the_kernel_from_the_curve():
     others = [w for w in op_work(op, True) if not w.matmul]
     want = roofline_s(prof, others, "fp16") + fd.kernel_s("fa3", 17203200, prof.mem_bytes_per_s)
     assert cm.compute_s(op, "decode") == pytest.approx(want)
-    assert fd.attention_kernel_s(_attn("fa3", q_len=32, kv_len=32), cm.profile.mem_bytes_per_s) is None
-    assert fd.attention_kernel_s(_attn("math"), cm.profile.mem_bytes_per_s) is None
+    assert fd.attention_kernel(_attn("fa3", q_len=32, kv_len=32), cm.profile.mem_bytes_per_s) is None
+    assert fd.attention_kernel(_attn("math"), cm.profile.mem_bytes_per_s) is None
     # plain "flash" is PyTorch SDPA's FlashAttention-2 backend
     assert CostModel(prof, Stack(attention="flash")).compute_s(_attn("flash"), "decode") == pytest.approx(
         roofline_s(prof, others, "fp16") + fd.kernel_s("fa2", 17203200, prof.mem_bytes_per_s))
