@@ -17,8 +17,17 @@ and reduction hint, and the element strides its loads of the KV cache use: what
 sim/l2_traffic.py prices the GQA re-reads from. Autotuning (coordinate descent) runs at the first
 launch on a real GPU: which block sizes it keeps is not derivable here.
 
+View strides. The reference ran torch 2.5, whose FakeTensor ran view ops' C++ meta kernels: a view's
+strides were eager's (at::detail::computeStride). torch 2.9+ (2.13 here) views a FakeTensor through
+torch._refs._reshape_view_helper (fake_impls `_view_meta`, pytorch#158406), which keeps a size-1
+dim's old stride: the reference's attention output o.transpose(1, 2).contiguous().view(b, 1, H*D) is
+(H*D, D, 1) there, not eager's (H*D, H*D, 1), so matmul's should_fold refuses and wo becomes a bmm
+over the expanded weight (Stack.wo_bmm). The derivation traces with eager's view strides
+(`view_strides("eager")`: the C++ meta, as the reference's torch did) unless told `--view-strides fake`.
+
 Run: python -m tpsim.hw.inductor_gpu [--out sim/compiled_kernels_gpu.json]   (about 20 s)
      python -m tpsim.hw.inductor_gpu --at llama-3.1-70b:8:4 ...   (the launches at real shapes)
+     python -m tpsim.hw.inductor_gpu --at llama-3.1-70b:8:4 --view-strides fake   (torch 2.13's views)
      (needs the `triton` package for code generation: pip install triton)
 """
 from __future__ import annotations
@@ -36,6 +45,7 @@ import torch
 import torch._inductor.config as icfg
 from torch._inductor import scheduler as S
 from torch._inductor.graph import GraphLowering
+from torch._subclasses import fake_impls
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx import traceback as fx_traceback
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -67,6 +77,29 @@ FLAGS = REFERENCE_INDUCTOR_FLAGS | DERIVATION_FLAGS
 # Model-level tables indexed by input_pos (an indirect load: Inductor's estimate is the whole
 # table): a decode step reads one row of each (q = 1): the causal mask row [S] and freqs_cis [D/2, 2]
 ROW_READS = {"causal_mask": "L", "freqs_cis": "2*dh"}
+
+
+VIEW_STRIDES = ("eager", "fake")       # a FakeTensor view's strides: the C++ meta's, or this torch's fake impl
+_VIEW_OPS = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default)
+
+
+@contextlib.contextmanager
+def view_strides(mode: str):
+    """Trace FakeTensor views with eager's strides ("eager": the fake impl torch 2.9+ registers for
+    view / _unsafe_view is lifted, so the C++ meta kernel runs, as in the reference's torch 2.5) or
+    with this torch's own ("fake"). FakeTensorMode's dispatch cache is class-wide, so it is cleared
+    on the way in and out: a view cached under the other mode must not answer."""
+    if mode not in VIEW_STRIDES:
+        raise ValueError(f"unknown view strides {mode!r}; choose from: {', '.join(VIEW_STRIDES)}")
+    FakeTensorMode.cache.clear()
+    try:
+        with mock.patch.dict(fake_impls.op_implementations_dict):
+            if mode == "eager":
+                for op in _VIEW_OPS:
+                    fake_impls.op_implementations_dict.pop(op, None)
+            yield
+    finally:
+        FakeTensorMode.cache.clear()
 
 
 class _Stop(Exception):
@@ -106,15 +139,15 @@ class _Capture:
 
 
 def compile_decode(shapes: R.Shapes, comm: bool, probe: dict | None = None, model=None,
-                   flags: dict | None = None) -> _Capture:
+                   flags: dict | None = None, views: str = "eager") -> _Capture:
     """Lower one decode step of the reference model at `shapes` for the fake H100; the capture
     holds its scheduler nodes (described over `probe`'s primes when given) and output code.
     model: (params, forward) of another of the reference's models (hw.reference_ladder.MODELS;
-    default the dense one); flags: Inductor settings over FLAGS."""
+    default the dense one); flags: Inductor settings over FLAGS; views: view_strides' mode."""
     params, forward = model or (R.params, R.forward)
     cap = _Capture(probe)
     group = _one_rank_group() if comm else None
-    with fake_h100(), icfg.patch(FLAGS | (flags or {})), torch.no_grad():
+    with fake_h100(), icfg.patch(FLAGS | (flags or {})), torch.no_grad(), view_strides(views):
         torch._dynamo.reset()
         fm = FakeTensorMode()
         with fm:
@@ -217,6 +250,8 @@ def write(path: str, layers: dict) -> None:
            "triton": _triton_version(), "command": "python -m tpsim.hw.inductor_gpu", "dtype": DTYPE,
            "device": {"name": H100.name, "sms": H100.multi_processor_count, "cc": f"{H100.major}.{H100.minor}"},
            "probe": PROBE, "layers_compiled": LAYERS,
+           "view_strides": "eager: FakeTensor views through the C++ meta kernel, as the reference's torch 2.5 traced "
+                           "(hw.inductor_gpu.view_strides)",
            "variants": {k: {"phase": "decode", "batch": b, "target": "cuda-triton"} for k, b in VARIANTS.items()},
            "note": "see docs/compiled-stack.md: the reference harness's decode graph (gpt_fast GPTDense, "
                    "hw/reference_model.py) lowered by Inductor's CUDA/Triton path for a fake H100 on FakeTensors; "
@@ -230,14 +265,15 @@ def _triton_version() -> str:
     return triton.__version__
 
 
-def at_shapes(model: str, tp: int, batch: int, comm: bool = False) -> list[tuple[str, dict | None]]:
+def at_shapes(model: str, tp: int, batch: int, comm: bool = False,
+              views: str = "eager") -> list[tuple[str, dict | None]]:
     """The launches of one decode step at a real model's per-rank shapes (cache 1536 = prompt 1024
     + 512 generated, the reference workload), layer 1 only: (kernel, its Triton heuristic / size
     hints / reduction hint, None for an extern call). Shows what the prime probe cannot: the split
     reductions and inlining decisions Inductor makes at the real sizes."""
     s = get_model(model).shard(tp)
     shapes = R.Shapes(batch, 1536, s.heads, s.kv_heads, s.head_dim, s.hidden, s.ffn, s.vocab, LAYERS)
-    code = compile_decode(shapes, comm).code
+    code = compile_decode(shapes, comm, views=views).code
     tk = triton_kernels(code)
     order = launch_order(code)
     per_layer = len(order) // LAYERS if order else 0
@@ -251,12 +287,15 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "sim", "compiled_kernels_gpu.json"))
     ap.add_argument("--at", metavar="MODEL:TP:BATCH", nargs="*",
                     help="print the Triton launches of a decode step at these real shapes instead")
+    ap.add_argument("--view-strides", choices=VIEW_STRIDES, default="eager",
+                    help="with --at: FakeTensor view strides as eager's C++ meta (the reference's torch 2.5; "
+                         "default) or this torch's fake impl (torch 2.9+: the reference's wo becomes a bmm)")
     a = ap.parse_args(argv)
     if a.at:
         for spec in a.at:
             model, tp, batch = spec.split(":")
-            print(f"{model} TP{tp} batch {batch} (upper-bound, ~one layer of launches):")
-            for name, t in at_shapes(model, int(tp), int(batch)):
+            print(f"{model} TP{tp} batch {batch} (upper-bound, ~one layer of launches, {a.view_strides} views):")
+            for name, t in at_shapes(model, int(tp), int(batch), views=a.view_strides):
                 print(f"  {name[:80]:80s} {t['heuristic'] + ' ' + str(t['size_hints']) + ' ' + t['reduction_hint'] if t else ''}")
         return 0
     layers = derive(progress=lambda s: print(s, file=sys.stderr, flush=True))

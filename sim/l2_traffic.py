@@ -27,7 +27,7 @@ so in a note. Unsourced: what partial sectors, L1 hits between the G re-reads of
 the tile shapes that coordinate-descent tuning picks at the first launch on a GPU do to the
 achieved rate.
 
-Sequential sweeps (passes "b", the reference's wo at batch > 1): the generated reduction's grid is
+Sequential sweeps (passes "b", wo at batch > 1 under Stack.wo_bmm): the generated reduction's grid is
 batch-major (x1 = xindex // hidden is the batch row, x0 = xindex % hidden the output column, in the
 Triton code Inductor emits for the 70B-TP8 batch-4 step: `python -m tpsim.hw.inductor_gpu`
 machinery), so the b reads of the weight are b whole sweeps one after another, not re-reads
@@ -49,7 +49,7 @@ from dataclasses import dataclass
 
 SECTOR_BYTES = 32
 
-REFERENCE_WO = "reference wo: bmm over the expanded weight -> generated reduction"
+WO_BMM = "wo_bmm: bmm over the expanded weight -> generated reduction"
 
 
 @dataclass(frozen=True)
@@ -120,8 +120,8 @@ def mark_rereads(k: dict) -> dict:
       its count, no G: the unexpanded static cache) and writes per query head (G in an output's
       count) loads each K / V row once per query head of the group (`bh // G`): passes "G".
     * A reduction with one row per batch row over a weight (hidden and dh or ffn in its count, no
-      b) while writing per batch row: the weight once per batch row, passes "b" (the reference's wo
-      at batch > 1, below)."""
+      b) while writing per batch row: the weight once per batch row, passes "b" (wo at batch > 1
+      under Stack.wo_bmm, below)."""
     if k["kind"] != "generated":
         return k
     outs = [b["numel"] for b in k["buffers"] if b["mode"] == "write"]
@@ -137,12 +137,13 @@ def mark_rereads(k: dict) -> dict:
     return k
 
 
-def reference_wo(k: dict) -> dict:
-    """The CPU-derived table's extern wo matmul as the reference harness's GPU path runs it at
-    batch > 1 (hw/inductor_gpu.py derives it): the attention output reaches wo as [b, 1, H*D] with
-    a stride matmul cannot fold, so F.linear is a bmm over the weight expanded b times, which
-    Inductor's bmm decomposition (one row per batch) turns into a generated reduction reading the
-    weight once per batch row. Returns a new kernel dict (generated, weight passes "b")."""
-    out = dict(k, kind="generated", kernel=f"{k['kernel']} ({REFERENCE_WO})",
+def wo_bmm_kernel(k: dict) -> dict:
+    """The CPU-derived table's extern wo matmul as a gpt-fast-style graph's GPU path runs it at
+    batch > 1 on torch 2.9+ (Stack.wo_bmm; `python -m tpsim.hw.inductor_gpu --view-strides fake`):
+    the attention output reaches wo as [b, 1, H*D] with strides (H*D, D, 1), which matmul cannot
+    fold, so F.linear is a bmm over the weight expanded b times, which Inductor's bmm decomposition
+    (one row per batch) turns into a generated reduction reading the weight once per batch row.
+    Returns a new kernel dict (generated, weight passes "b")."""
+    out = dict(k, kind="generated", kernel=f"{k['kernel']} ({WO_BMM})",
                buffers=[dict(b) for b in k["buffers"]])
     return mark_rereads(out)

@@ -26,8 +26,8 @@ from tpsim.sim.stack import Stack, Step
 H100 = load_profile("h100-sxm")
 
 
-def _op(batch, name="L1.mlp.up", model="llama-3.1-70b", tp=8):
-    st = Stack()
+def _op(batch, name="L1.mlp.up", model="llama-3.1-70b", tp=8, **stack):
+    st = Stack(**stack)
     s = build("upper-bound", get_model(model), tp, Step.decode(batch, 1024, 512, 1, st), st)
     return s, next(op for op in s.ops if op.name == name), st
 
@@ -167,11 +167,11 @@ def test_the_l2_hit_fraction_follows_the_sourced_sweep_curve():
 
 
 def test_70b_tp2_batch_4_wo_sweeps_come_from_dram():
-    """70B TP2 batch 4: the wo weight [8192, 4096] fp16 is 67,108,864 B, past the sweep curve's
+    """70B TP2 batch 4, wo as a bmm over the expanded weight: the wo weight [8192, 4096] fp16 is 67,108,864 B, past the sweep curve's
     L2 range (hit fraction 0.182): the 3 further sweeps are mostly DRAM traffic, so wo costs
-    about 4x its batch-1 GEMV rather than ~1x."""
-    s4, op4, st = _op(4, "L1.attn.out", tp=2)
-    s1, op1, _ = _op(1, "L1.attn.out", tp=2)
+    about 4x its batch-1 GEMV rather than ~1x (Stack.wo_bmm: torch 2.9+'s expanded-weight wo)."""
+    s4, op4, st = _op(4, "L1.attn.out", tp=2, wo_bmm=True)
+    s1, op1, _ = _op(1, "L1.attn.out", tp=2, wo_bmm=True)
     cm = CostModel(H100, st)
     (k,) = fusion.kernels(fusion.lookup(s4, op4, "cuda"))
     assert k.sweeps(fusion.symbols(s4, op4), 2) == [(67_108_864, 3.0)]

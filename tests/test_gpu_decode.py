@@ -19,8 +19,8 @@ from tpsim.sim.stack import Stack, Step
 H100 = load_profile("h100-sxm")
 
 
-def _sched(spec="upper-bound", batch=64, model="llama-3.1-70b", tp=8):
-    st = Stack()
+def _sched(spec="upper-bound", batch=64, model="llama-3.1-70b", tp=8, **stack):
+    st = Stack(**stack)
     return build(spec, get_model(model), tp, Step.decode(batch, 1024, 512, 1, st), st), st
 
 
@@ -63,54 +63,80 @@ def test_l2_rates_are_the_sourced_ones():
 
 
 def test_gpu_profiles_price_every_kind_with_the_triton_paths_attention_and_wo():
-    """A GPU profile's decode: every kind's attention is the GPU table's (standard layer), its wo
-    the expanded-weight reduction at batch > 1; a CPU profile keeps the C++ backend's table."""
+    """A GPU profile's decode: every kind's attention is the GPU table's (standard layer); its wo at
+    batch > 1 an extern mm (the reference's torch 2.5), or with Stack.wo_bmm the expanded-weight
+    reduction (torch 2.9+); a CPU profile keeps the C++ backend's table."""
     s, _ = _sched("standard", batch=4)
     assert fusion.lookup(s, _op(s, "L1.attn.norm"), "cuda") == ("standard", "decode", "attn.norm")
     assert fusion.lookup(s, _op(s, "L1.attn.norm"), "cpu") == ("standard", "decode-cpu", "attn.norm")
+    sb, _ = _sched("standard", batch=4, wo_bmm=True)
+    assert fusion.lookup(sb, _op(sb, "L1.attn.out"), "cuda") == ("standard", fusion.WO_BMM_DECODE, "attn.out")
+    s1, _ = _sched("standard", batch=1, wo_bmm=True)          # batch 1: mm with M == 1 either way
+    assert fusion.lookup(s1, _op(s1, "L1.attn.out"), "cuda")[1] == "decode-m1"
     t = fusion.table()
     gpu_attn = [k.name for k in t[("standard", "gpu:decode-m1")]["attn.sdpa"]]
     for kind in ("standard", "upper-bound", "ladder", "parallel", "spd", "seq-parallel"):
-        for variant in ("decode", "decode-m1"):
+        for variant, gpu in (("decode", "decode"), ("decode-m1", "decode-m1"), (fusion.WO_BMM_DECODE, "decode")):
             names = [k.name for k in t[(kind, variant)]["attn.sdpa"]]
-            assert names == [k.name for k in t[("standard", "gpu:" + variant)]["attn.sdpa"]], (kind, variant)
+            assert names == [k.name for k in t[("standard", "gpu:" + gpu)]["attn.sdpa"]], (kind, variant)
         (wo,) = t[(kind, "decode")].get("attn.out", []) or [None]
         if wo is not None:
-            assert wo.kind == "generated" and [b.passes for b in wo.buffers if "hidden" in b.numel.split("*")
-                                               and "b" not in b.numel.split("*")] == ["b"], kind
+            assert wo.kind == "matmul", kind
+            (bmm,) = t[(kind, fusion.WO_BMM_DECODE)]["attn.out"]
+            assert bmm.kind == "generated" and [b.passes for b in bmm.buffers if "hidden" in b.numel.split("*")
+                                                and "b" not in b.numel.split("*")] == ["b"], kind
     assert gpu_attn and all(n.startswith("triton_") for n in gpu_attn)
     # the C++ backend's own decode table is untouched: no re-reads, wo extern
     assert all(b.passes == "1" for ks in t[("standard", "decode-cpu")].values() for k in ks for b in k.buffers)
     assert fusion.meta(str(fusion.GPU_TABLE_PATH))["command"] == "python -m tpsim.hw.inductor_gpu"
 
 
-def test_the_triton_table_rereads_kv_per_query_head_and_wo_per_row():
-    """What Inductor's CUDA path emits for the reference decode graph: q@k^T and p@v are generated
-    reductions whose cache reads repeat per query head (passes G); at batch > 1 wo is a generated
-    reduction over the weight expanded per batch row (passes b: F.linear of [b, 1, H*D] with a stride
-    matmul cannot fold -> bmm with one row per batch -> decomposed under coordinate descent), the
-    other linears extern cuBLAS; at batch 1 every linear is a generated reduction (mm with M == 1)."""
+def test_the_triton_table_rereads_kv_per_query_head_and_keeps_wo_extern():
+    """What Inductor's CUDA path emits for the reference decode graph, traced as the reference's
+    torch 2.5 traced it (eager view strides, hw.inductor_gpu.view_strides): q@k^T and p@v are
+    generated reductions whose cache reads repeat per query head (passes G); at batch > 1 every
+    linear is extern cuBLAS, wo included (F.linear folds [b, 1, H*D] into one mm), so p@v's last
+    kernel casts its output to fp16 for it; at batch 1 every linear is a generated reduction (mm with
+    M == 1)."""
     t = fusion.table()
     dec, m1 = t[("upper-bound", "gpu:decode")], t[("upper-bound", "gpu:decode-m1")]
     rereads = [b for k in dec["attn.sdpa"] for b in k.buffers if b.passes == "G"]
     assert sorted(b.numel for b in rereads) == ["2*b*L*kvh*dh", "2*b*L*kvh*dh"]   # K in q@k^T, V in p@v
-    (wo,) = dec["attn.add"]                                  # wo fused with the residual add after it
-    assert wo.kind == "generated" and "attn.out" in wo.fuses
-    assert [b.numel for b in wo.buffers if b.passes == "b"] == ["2*kvh*G*hidden*dh"]
-    assert [k.kind for r in ("attn.qkv", "mlp.up", "mlp.down") for k in dec[r]] == ["matmul"] * 3
+    assert [k.kind for r in ("attn.qkv", "attn.out", "mlp.up", "mlp.down") for k in dec[r]] == ["matmul"] * 4
+    assert [(b.dtype, b.numel) for b in dec["attn.sdpa"][-1].buffers if b.mode == "write"] == \
+        [("float16", "2*b*kvh*G*dh")]                          # y [b, H*D] fp16: wo's mm input
     assert all(k.kind == "generated" for r in ("attn.qkv", "mlp.up", "mlp.down") for k in m1[r])
+    (wo1,) = m1["attn.add"]                                  # wo fused with the residual add after it
+    assert wo1.kind == "generated" and "attn.out" in wo1.fuses
+    assert fusion.meta(str(fusion.GPU_TABLE_PATH))["view_strides"].startswith("eager")
+
+
+def test_the_references_wo_at_batch_64_is_the_gemm_tables_mm():
+    """The reference stack (torch 2.5: wo_bmm False), 70B TP8 upper-bound decode, batch 64: wo is
+    an extern mm [64, 1024] x [1024, 8192], priced from the profile's GEMM table like qkv and the
+    MLP, with no L2 term."""
+    s, st = _sched()
+    assert not st.wo_bmm
+    cm = CostModel(H100, st)
+    op = _op(s, "L1.attn.out")
+    (k,) = fusion.kernels(fusion.lookup(s, op, "cuda"))
+    assert k.kind == "matmul"
+    (term,) = cm.kernel_terms(op, [k], s, True)
+    assert term["l2_bytes"] == 0.0
+    assert cm.compute_s(op, "decode", s) == term["s"] == cm._compute_s(op, True, True)   # the GEMM's own price
+    assert term["s"] < 20e-6             # 16.8 MB of weight read once, not 64 sweeps (~116 us, below)
 
 
 def test_wo_at_batch_64_is_priced_by_its_l2_traffic():
-    """70B TP8 upper-bound decode, batch 64: wo (with the residual add it fuses) as the reference's
-    expanded-weight reduction moves, by hand (fp16; hidden 8192, H*D = 1024): the residual x
+    """70B TP8 upper-bound decode, batch 64, Stack.wo_bmm (torch 2.9+): wo (with the residual add
+    it fuses) as the expanded-weight reduction moves, by hand (fp16; hidden 8192, H*D = 1024): the residual x
     [64, 8192] 1,048,576 B + the attention output [64, 1024] 131,072 B + the weight [8192, 1024]
     16,777,216 B once per batch row (x 64 = 1,073,741,824 B) + its write 1,048,576 B =
     1,075,970,048 B through L2. The grid is batch-major, so the weight's 64 reads are 64 sweeps
     one after another: the first with the kernel's DRAM bytes (19,005,440 B at 3.35 TB/s x the
     curve's 0.5311 = 10.68 us), then 63 x 16,777,216 B = 1,056,964,608 B from L2 (16.8 MB fits:
     hit fraction 1) at 10.03 TB/s = 105.38 us."""
-    s, st = _sched()
+    s, st = _sched(wo_bmm=True)
     cm = CostModel(H100, st)
     op = _op(s, "L1.attn.out")
     (k,) = fusion.kernels(fusion.lookup(s, op, "cuda"))
@@ -123,7 +149,7 @@ def test_wo_at_batch_64_is_priced_by_its_l2_traffic():
     assert cm.compute_s(op, "decode", s) == pytest.approx(dram_s + 1_056_964_608 / 10.03e12)
     assert cm.compute_s(_op(s, "L1.attn.add"), "decode", s) == 0.0        # fused into that kernel
     # batch 1: wo is a GEMV reading the weight once (decode-m1: mm with M == 1), no L2 term
-    s1, _ = _sched(batch=1)
+    s1, _ = _sched(batch=1, wo_bmm=True)
     op1 = _op(s1, "L1.attn.out")
     terms = cm.kernel_terms(op1, fusion.kernels(fusion.lookup(s1, op1, "cuda")), s1, True)
     assert all(t["l2_bytes"] == 0.0 for t in terms)
@@ -149,3 +175,31 @@ def test_shipped_gpu_table_is_what_inductor_emits_here():
         shipped = json.load(f)["layers"]
     assert json.loads(out.stdout.splitlines()[-1]) == shipped, \
         "Inductor's Triton path no longer emits the committed table: rerun `python -m tpsim.hw.inductor_gpu`"
+
+
+@pytest.mark.hw
+@pytest.mark.skipif(_triton_missing(), reason="needs torch and triton (pip install triton) to generate Triton code")
+def test_wo_folds_with_eager_view_strides_and_is_a_bmm_with_this_torchs():
+    """The one decision Stack.wo_bmm stands for, made by Inductor itself (hw.inductor_gpu, a toy
+    decode step: batch 4, 8 heads of 128 over 1 KV head, hidden 512): traced with eager's view
+    strides (the C++ meta kernel, as the reference's torch 2.5 did) the attention output
+    [4, 1, 1024] folds and wo is `extern_kernels.mm`; with this torch's fake view impl (2.9+) it is
+    a bmm over the expanded weight, decomposed into a generated reduction (`bmm` and
+    `expand_t_transpose` in its name) with no extern call for it. Each mode in a fresh interpreter
+    (the fake device's patches)."""
+    code = ("import sys, json; from tpsim.hw import inductor_gpu as IG, reference_model as R; "
+            "c = IG.compile_decode(R.Shapes(4, 64, 8, 1, 128, 512, 256, 512, 3), False, views=sys.argv[1]).code; "
+            "print(json.dumps(IG.launch_order(c)))")
+    calls = {}
+    for views in ("eager", "fake"):
+        out = subprocess.run([sys.executable, "-c", code, views], capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-2000:]
+        calls[views] = json.loads(out.stdout.splitlines()[-1])
+    # per layer: qkv, w13, w2 extern either way (the LM head once more); eager adds wo's mm
+    n_mm = {v: cs.count("extern_kernels.mm") for v, cs in calls.items()}
+    # wo's reduction reads the weight through t() of the expanded bmm operand ("expand_t_transpose";
+    # attention's decomposed bmm's are "bmm_clone_expand"), in layer 2 with the residual add fused
+    bmm = {v: [c for c in cs if c.startswith("triton_") and "bmm" in c and "expand_t_transpose" in c]
+           for v, cs in calls.items()}
+    assert n_mm == {"eager": 3 * 4 + 1, "fake": 3 * 3 + 1}, calls    # qkv, wo, w13, w2 x 3 layers + the head
+    assert bmm["eager"] == [] and len(bmm["fake"]) == 3, bmm

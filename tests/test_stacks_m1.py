@@ -112,11 +112,13 @@ def test_the_batch_1_lm_head_by_bytes_or_by_the_table_row():
 
 
 def test_batch_2_linears_and_the_cpu_backend():
-    """M = 2: mlp.up stays extern either way (the toy m = 2 row, 120 us). wo at batch 2 is the
-    reference's bmm over the weight expanded per batch row, which the same coordinate-descent rule
-    decomposes into a generated reduction (l2_traffic.reference_wo); without it wo is an extern mm
-    as at batch 1. A CPU device prices its C++ backend's table (decode-cpu) either way."""
-    for stack, wo_kind in ((DECOMPOSES, "generated"), (EXTERN, "matmul")):
+    """M = 2: mlp.up stays extern either way (the toy m = 2 row, 120 us). wo at batch 2 is an
+    extern mm on the reference (torch 2.5 folds its [b, 1, H*D] input); with Stack.wo_bmm (torch
+    2.9+) it is a bmm over the weight expanded per batch row, which the same coordinate-descent rule
+    decomposes into a generated reduction (l2_traffic.wo_bmm_kernel), and without that rule an extern
+    matmul again. A CPU device prices its C++ backend's table (decode-cpu) either way."""
+    for stack, wo_kind in ((DECOMPOSES, "matmul"), (EXTERN, "matmul"), (Stack(wo_bmm=True), "generated"),
+                           (Stack(wo_bmm=True, mm_decompose_m1=False), "matmul")):
         s, op = _op(stack, batch=2)
         assert CostModel(TOY, stack).compute_s(op, "decode", s) == pytest.approx(120e-6)
         s, wo = _op(stack, batch=2, name="L1.attn.out")
