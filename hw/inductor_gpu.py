@@ -17,13 +17,10 @@ and reduction hint, and the element strides its loads of the KV cache use: what
 sim/l2_traffic.py prices the GQA re-reads from. Autotuning (coordinate descent) runs at the first
 launch on a real GPU: which block sizes it keeps is not derivable here.
 
-View strides. The reference ran torch 2.5, whose FakeTensor ran view ops' C++ meta kernels: a view's
-strides were eager's (at::detail::computeStride). torch 2.9+ (2.13 here) views a FakeTensor through
-torch._refs._reshape_view_helper (fake_impls `_view_meta`, pytorch#158406), which keeps a size-1
-dim's old stride: the reference's attention output o.transpose(1, 2).contiguous().view(b, 1, H*D) is
-(H*D, D, 1) there, not eager's (H*D, H*D, 1), so matmul's should_fold refuses and wo becomes a bmm
-over the expanded weight (Stack.wo_bmm). The derivation traces with eager's view strides
-(`view_strides("eager")`: the C++ meta, as the reference's torch did) unless told `--view-strides fake`.
+View strides (hw/fake_views.py): the reference's torch 2.5 gave a FakeTensor view eager's strides,
+torch 2.9+ (2.13 here) does not, and that decides whether the reference's wo folds into one mm or
+becomes a bmm over the expanded weight (Stack.wo_bmm). The derivation traces with eager's view
+strides (`view_strides("eager")`, as the reference's torch did) unless told `--view-strides fake`.
 
 Run: python -m tpsim.hw.inductor_gpu [--out sim/compiled_kernels_gpu.json]   (about 20 s)
      python -m tpsim.hw.inductor_gpu --at llama-3.1-70b:8:4 ...   (the launches at real shapes)
@@ -45,7 +42,6 @@ import torch
 import torch._inductor.config as icfg
 from torch._inductor import scheduler as S
 from torch._inductor.graph import GraphLowering
-from torch._subclasses import fake_impls
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx import traceback as fx_traceback
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -58,6 +54,7 @@ from tpsim.fileio.policy import write_json_atomic
 
 from tpsim.hw import reference_model as R
 from tpsim.hw.fake_cuda import H100, fake_h100
+from tpsim.hw.fake_views import VIEW_STRIDES, view_strides
 from tpsim.hw.inductor_flags import REFERENCE_INDUCTOR_FLAGS
 from tpsim.hw.inductor_kernels import _describe, _one_rank_group, attribute
 from tpsim.hw.inductor_probe import DTYPE, PROBE, probe_model
@@ -77,29 +74,6 @@ FLAGS = REFERENCE_INDUCTOR_FLAGS | DERIVATION_FLAGS
 # Model-level tables indexed by input_pos (an indirect load: Inductor's estimate is the whole
 # table): a decode step reads one row of each (q = 1): the causal mask row [S] and freqs_cis [D/2, 2]
 ROW_READS = {"causal_mask": "L", "freqs_cis": "2*dh"}
-
-
-VIEW_STRIDES = ("eager", "fake")       # a FakeTensor view's strides: the C++ meta's, or this torch's fake impl
-_VIEW_OPS = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default)
-
-
-@contextlib.contextmanager
-def view_strides(mode: str):
-    """Trace FakeTensor views with eager's strides ("eager": the fake impl torch 2.9+ registers for
-    view / _unsafe_view is lifted, so the C++ meta kernel runs, as in the reference's torch 2.5) or
-    with this torch's own ("fake"). FakeTensorMode's dispatch cache is class-wide, so it is cleared
-    on the way in and out: a view cached under the other mode must not answer."""
-    if mode not in VIEW_STRIDES:
-        raise ValueError(f"unknown view strides {mode!r}; choose from: {', '.join(VIEW_STRIDES)}")
-    FakeTensorMode.cache.clear()
-    try:
-        with mock.patch.dict(fake_impls.op_implementations_dict):
-            if mode == "eager":
-                for op in _VIEW_OPS:
-                    fake_impls.op_implementations_dict.pop(op, None)
-            yield
-    finally:
-        FakeTensorMode.cache.clear()
 
 
 class _Stop(Exception):
