@@ -178,6 +178,7 @@ def test_shipped_gpu_table_is_what_inductor_emits_here():
 
 
 @pytest.mark.hw
+@pytest.mark.slow
 @pytest.mark.skipif(_triton_missing(), reason="needs torch and triton (pip install triton) to generate Triton code")
 def test_wo_folds_with_eager_view_strides_and_is_a_bmm_with_this_torchs():
     """The one decision Stack.wo_bmm stands for, made by Inductor itself (hw.inductor_gpu, a toy
