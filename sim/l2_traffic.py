@@ -29,8 +29,8 @@ achieved rate.
 
 Sequential sweeps (passes "b", wo at batch > 1 under Stack.wo_bmm): the generated reduction's grid is
 batch-major (x1 = xindex // hidden is the batch row, x0 = xindex % hidden the output column, in the
-Triton code Inductor emits for the 70B-TP8 batch-4 step: `python -m tpsim.hw.inductor_gpu`
-machinery), so the b reads of the weight are b whole sweeps one after another, not re-reads
+Triton code Inductor emits for the 70B-TP8 batch-4 step traced with torch 2.13's own view strides:
+`python -m tpsim.hw.inductor_gpu --at llama-3.1-70b:8:4 --view-strides fake`), so the b reads of the weight are b whole sweeps one after another, not re-reads
 interleaved with the first DRAM stream as the GQA ones are (`bh // G`: the G heads of a KV head are
 neighbouring programs). The first sweep is the kernel's DRAM time; each further sweep adds its
 bytes at the rate a repeated sweep of that many bytes gets: from L2 while the buffer fits, from
