@@ -103,9 +103,7 @@ class Stack:
         if isinstance(self.attention_prep_kernels, bool) or not isinstance(self.attention_prep_kernels, int) \
                 or not 0 <= self.attention_prep_kernels <= 16:
             raise ValueError(f"attention_prep_kernels must be an integer 0..16, got {self.attention_prep_kernels!r}")
-        if not isinstance(self.engine_kernels, bool):
-            raise ValueError(f"engine_kernels must be true or false, got {self.engine_kernels!r}")
-        for flag in ("mm_decompose_m1", "wo_bmm"):
+        for flag in ("engine_kernels", "mm_decompose_m1", "wo_bmm"):
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"{flag} must be true or false, got {getattr(self, flag)!r}")
 
