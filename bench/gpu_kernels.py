@@ -13,9 +13,7 @@ linear  -> DIR/linear.json: fp16 F.linear at the per-rank decode shapes of llama
 decode  -> DIR/decode.json + DIR/decode-code-*.py: the reference decode step (hw/reference_model.py,
   comm-free: no all-reduce, no process group), random fp16 weights, static KV cache 1536 (prompt
   1024 + gen 512, step at position 1024), torch.compile(mode="reduce-overhead", fullgraph=True)
-  under the reference's Inductor flags, traced with the reference's torch 2.5 view strides
-  (hw/fake_views.py: wo folds into one mm; the JSON records whether this torch's own would), at
-  `--layers` layers and at 0 layers (embedding, norm, head,
+  under the reference's Inductor flags, at `--layers` layers and at 0 layers (embedding, norm, head,
   argmax only): per-layer µs = (kernel sum at L layers - at 0) / L. Per kernel of the step: its
   median CUDA µs (torch.profiler over graph replays), matched by base name to sim/compiled_kernels_gpu.json;
   beside it tpsim's per-layer kernels (bench/breakdown.py --json, upper-bound). Inductor's output code
@@ -68,7 +66,6 @@ if not hasattr(_fx_tb, "annotate"):         # an older torch: the IR-name annota
     _fx_tb.annotate = contextlib.contextmanager(lambda d: (yield))
 
 from tpsim.hw import reference_model as R  # noqa: E402
-from tpsim.hw.fake_views import folds_attention_output, view_strides  # noqa: E402
 from tpsim.hw.inductor_flags import (REFERENCE_INDUCTOR_FLAGS, apply_inductor_flags,  # noqa: E402
                                      probe_vec_isa_in_default_cache)
 from tpsim.sim.cost import CostModel  # noqa: E402
@@ -81,7 +78,6 @@ ROOT = Path(__file__).resolve().parent.parent
 SMOKE_MODELS = ("toy-512:1",)
 MS = (1, 4, 16, 64)                                      # decode tokens per step = batch
 SEQ, POS = 1536, 1024                                    # static cache: prompt 1024 + gen 512
-VIEWS = "eager"                 # FakeTensor view strides the decode step is traced with (hw.fake_views)
 
 
 # --- linear: fp16 F.linear at the decode shapes
@@ -177,8 +173,7 @@ def compiled_step(s: R.Shapes, dev: str, code_dir: Path, tag: str, graphs: bool 
 
     skips0 = dict(counters["inductor"]).get("cudagraph_skips", 0)
     t0 = time.time()
-    with view_strides(VIEWS):           # the first call compiles: trace as the reference's torch did
-        call()
+    call()
     sync()
     out: dict = {"compile_s": time.time() - t0, "layers": s.layers, "cuda_graphs": dev == "cuda" and graphs}
     for _ in range(3):
@@ -275,9 +270,6 @@ def decode_case(model: str, tp: int, batch: int, layers: int, smoke: bool, code_
 def part_decode(a, doc: Doc) -> None:
     apply_inductor_flags(REFERENCE_INDUCTOR_FLAGS)
     doc.d["inductor_flags"] = REFERENCE_INDUCTOR_FLAGS
-    # compiled with eager's view strides (wo one mm, as the reference's torch 2.5 and tpsim's default stack);
-    # whether this torch left alone would have folded it (False on 2.9-2.13: Stack.wo_bmm's bmm)
-    doc.d["view_strides"] = {"compiled_with": VIEWS, "this_torch_folds_wo": folds_attention_output()}
     if a.smoke:
         torch._inductor.config.cpp.enable_kernel_profile = True       # the C++ kernels show in the profiler
     if not torch.cuda.is_available():

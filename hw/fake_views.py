@@ -1,18 +1,27 @@
-"""Which strides a FakeTensor `view` gets, and tracing with the reference's.
+"""Trace FakeTensor views the way torch.compile sees them.
 
-torch.compile traces on FakeTensors, and matmul decides from those strides whether it can fold a
-3-D input into one mm (`should_fold`: each leading stride equals the next stride x the next size).
-The reference ran torch 2.5, whose FakeTensor ran view ops' C++ meta kernels
-(`_meta_registrations.activate_meta` registers no Python meta for a view op: "All view ops have
-meta kernels in C++ today"): a view's strides were eager's (at::detail::computeStride), where a
-size-1 dim takes the stride of the dims inside it. torch 2.9+ registers a fake impl for view and
-_unsafe_view (`fake_impls._view_meta`, pytorch#158406) that goes through
-torch._refs._reshape_view_helper, which keeps a size-1 dim's old stride.
+tpsim's kernel-table derivations (hw/inductor_gpu.py, hw/inductor_overlap.py) trace the reference's
+decode step with make_fx on FakeTensors, then lower it with compile_fx. matmul decides during that
+trace, from the strides of its input, whether it can fold a 3-D input into one mm (`should_fold`:
+each leading stride equals the next stride x the next size).
 
-For gpt-fast's attention output y = o.transpose(1, 2).contiguous().view(b, 1, H*D) (o [b, H, 1, D]
-contiguous) that is (H*D, H*D, 1) under eager's rule and (H*D, D, 1) under the helper's: only
-the first folds, so on torch 2.9+ the reference's wo is a bmm over the weight expanded b times
-(sim Stack.wo_bmm; docs/compiled-stack.md).
+gpt-fast's attention output y = o.transpose(1, 2).contiguous().view(b, 1, H*D) (o [b, H, 1, D]
+contiguous) is where the two traces part:
+* torch.compile (Dynamo, then AOTAutograd) folds it on every torch checked: on 2.13 its forward
+  graph calls aten.mm for wo (tests/test_fake_views.py), although Dynamo's own FakeTensor for y has
+  strides (H*D, D, 1). AOTAutograd retraces functionalized, and its view outputs carry eager's
+  strides (H*D, H*D, 1), at::detail::computeStride's. torch 2.5, which the reference ran, gave every
+  FakeTensor view the C++ meta kernel's strides anyway (`_meta_registrations.activate_meta`: "All
+  view ops have meta kernels in C++ today").
+* A plain make_fx under FakeTensorMode on torch 2.9+ (2.13 here) views through the fake impl
+  registered for view / _unsafe_view (`fake_impls._view_meta`, pytorch#158406), i.e.
+  torch._refs._reshape_view_helper, which keeps the size-1 dim's old stride: (H*D, D, 1). matmul
+  cannot fold that, so F.linear becomes a bmm over the weight expanded b times, and under
+  coordinate_descent_tuning Inductor makes it a generated reduction reading the weight once per
+  batch row. No torch.compile run does this; until this module, tpsim's GPU table did.
+
+`eager_view_strides()` lifts that fake impl during a derivation's trace, so the C++ meta kernel
+gives each view its strides, as torch.compile ends up with.
 """
 from __future__ import annotations
 
@@ -23,37 +32,19 @@ import torch
 from torch._subclasses import fake_impls
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-VIEW_STRIDES = ("eager", "fake")       # a FakeTensor view's strides: the C++ meta's, or this torch's fake impl
 _VIEW_OPS = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default)
 
 
 @contextlib.contextmanager
-def view_strides(mode: str):
-    """Trace FakeTensor views with eager's strides ("eager": the fake impl torch 2.9+ registers for
-    view / _unsafe_view is lifted, so the C++ meta kernel runs, as in the reference's torch 2.5) or
-    with this torch's own ("fake"). FakeTensorMode's dispatch cache is class-wide, so it is cleared
-    on the way in and out: a view cached under the other mode must not answer."""
-    if mode not in VIEW_STRIDES:
-        raise ValueError(f"unknown view strides {mode!r}; choose from: {', '.join(VIEW_STRIDES)}")
+def eager_view_strides():
+    """FakeTensor views get the C++ meta kernel's strides (eager's) inside. FakeTensorMode's dispatch
+    cache is class-wide, so it is cleared on the way in and out: a view cached under the other rule
+    must not answer."""
     FakeTensorMode.cache.clear()
     try:
         with mock.patch.dict(fake_impls.op_implementations_dict):
-            if mode == "eager":
-                for op in _VIEW_OPS:
-                    fake_impls.op_implementations_dict.pop(op, None)
+            for op in _VIEW_OPS:
+                fake_impls.op_implementations_dict.pop(op, None)
             yield
-    finally:
-        FakeTensorMode.cache.clear()
-
-
-def folds_attention_output() -> bool:
-    """Whether this torch's FakeTensor view of gpt-fast's attention output ([2, 3, 1, 4] transposed
-    to [2, 1, 3, 4], viewed as [2, 1, 12]) has strides matmul folds: True on torch 2.5 (eager's
-    (12, 12, 1)), False on torch 2.9-2.13 ((12, 4, 1))."""
-    FakeTensorMode.cache.clear()
-    try:
-        with FakeTensorMode():
-            y = torch.empty(2, 3, 1, 4).transpose(1, 2).contiguous().view(2, 1, 12)
-            return y.stride(0) == y.stride(1) * y.size(1)
     finally:
         FakeTensorMode.cache.clear()

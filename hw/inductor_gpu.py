@@ -17,14 +17,13 @@ and reduction hint, and the element strides its loads of the KV cache use: what
 sim/l2_traffic.py prices the GQA re-reads from. Autotuning (coordinate descent) runs at the first
 launch on a real GPU: which block sizes it keeps is not derivable here.
 
-View strides (hw/fake_views.py): the reference's torch 2.5 gave a FakeTensor view eager's strides,
-torch 2.9+ (2.13 here) does not, and that decides whether the reference's wo folds into one mm or
-becomes a bmm over the expanded weight (Stack.wo_bmm). The derivation traces with eager's view
-strides (`view_strides("eager")`, as the reference's torch did) unless told `--view-strides fake`.
+View strides (hw/fake_views.py): the trace gives FakeTensor views eager's strides, as torch.compile's
+AOTAutograd ends up with (and as the reference's torch 2.5 gave every FakeTensor view). A plain make_fx
+on torch 2.13 would not, and would make the reference's wo a bmm over the expanded weight, which no
+torch.compile run does.
 
 Run: python -m tpsim.hw.inductor_gpu [--out sim/compiled_kernels_gpu.json]   (about 20 s)
      python -m tpsim.hw.inductor_gpu --at llama-3.1-70b:8:4 ...   (the launches at real shapes)
-     python -m tpsim.hw.inductor_gpu --at llama-3.1-70b:8:4 --view-strides fake   (torch 2.13's views)
      (needs the `triton` package for code generation: pip install triton)
 """
 from __future__ import annotations
@@ -54,7 +53,7 @@ from tpsim.fileio.policy import write_json_atomic
 
 from tpsim.hw import reference_model as R
 from tpsim.hw.fake_cuda import H100, fake_h100
-from tpsim.hw.fake_views import VIEW_STRIDES, view_strides
+from tpsim.hw.fake_views import eager_view_strides
 from tpsim.hw.inductor_flags import REFERENCE_INDUCTOR_FLAGS
 from tpsim.hw.inductor_kernels import _describe, _one_rank_group, attribute
 from tpsim.hw.inductor_probe import DTYPE, PROBE, probe_model
@@ -113,15 +112,16 @@ class _Capture:
 
 
 def compile_decode(shapes: R.Shapes, comm: bool, probe: dict | None = None, model=None,
-                   flags: dict | None = None, views: str = "eager") -> _Capture:
-    """Lower one decode step of the reference model at `shapes` for the fake H100; the capture
-    holds its scheduler nodes (described over `probe`'s primes when given) and output code.
-    model: (params, forward) of another of the reference's models (hw.reference_ladder.MODELS;
-    default the dense one); flags: Inductor settings over FLAGS; views: view_strides' mode."""
+                   flags: dict | None = None) -> _Capture:
+    """Lower one decode step of the reference model at `shapes` for the fake H100 (views traced with
+    eager's strides, as torch.compile sees them: hw.fake_views); the capture holds its scheduler
+    nodes (described over `probe`'s primes when given) and output code. model: (params, forward) of
+    another of the reference's models (hw.reference_ladder.MODELS; default the dense one); flags:
+    Inductor settings over FLAGS."""
     params, forward = model or (R.params, R.forward)
     cap = _Capture(probe)
     group = _one_rank_group() if comm else None
-    with fake_h100(), icfg.patch(FLAGS | (flags or {})), torch.no_grad(), view_strides(views):
+    with fake_h100(), icfg.patch(FLAGS | (flags or {})), torch.no_grad(), eager_view_strides():
         torch._dynamo.reset()
         fm = FakeTensorMode()
         with fm:
@@ -224,8 +224,8 @@ def write(path: str, layers: dict) -> None:
            "triton": _triton_version(), "command": "python -m tpsim.hw.inductor_gpu", "dtype": DTYPE,
            "device": {"name": H100.name, "sms": H100.multi_processor_count, "cc": f"{H100.major}.{H100.minor}"},
            "probe": PROBE, "layers_compiled": LAYERS,
-           "view_strides": "eager: FakeTensor views through the C++ meta kernel, as the reference's torch 2.5 traced "
-                           "(hw.inductor_gpu.view_strides)",
+           "view_strides": "eager: FakeTensor views through the C++ meta kernel, as torch.compile's AOTAutograd "
+                           "sees them (hw.fake_views.eager_view_strides)",
            "variants": {k: {"phase": "decode", "batch": b, "target": "cuda-triton"} for k, b in VARIANTS.items()},
            "note": "see docs/compiled-stack.md: the reference harness's decode graph (gpt_fast GPTDense, "
                    "hw/reference_model.py) lowered by Inductor's CUDA/Triton path for a fake H100 on FakeTensors; "
@@ -239,15 +239,14 @@ def _triton_version() -> str:
     return triton.__version__
 
 
-def at_shapes(model: str, tp: int, batch: int, comm: bool = False,
-              views: str = "eager") -> list[tuple[str, dict | None]]:
+def at_shapes(model: str, tp: int, batch: int, comm: bool = False) -> list[tuple[str, dict | None]]:
     """The launches of one decode step at a real model's per-rank shapes (cache 1536 = prompt 1024
     + 512 generated, the reference workload), layer 1 only: (kernel, its Triton heuristic / size
     hints / reduction hint, None for an extern call). Shows what the prime probe cannot: the split
     reductions and inlining decisions Inductor makes at the real sizes."""
     s = get_model(model).shard(tp)
     shapes = R.Shapes(batch, 1536, s.heads, s.kv_heads, s.head_dim, s.hidden, s.ffn, s.vocab, LAYERS)
-    code = compile_decode(shapes, comm, views=views).code
+    code = compile_decode(shapes, comm).code
     tk = triton_kernels(code)
     order = launch_order(code)
     per_layer = len(order) // LAYERS if order else 0
@@ -261,15 +260,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "sim", "compiled_kernels_gpu.json"))
     ap.add_argument("--at", metavar="MODEL:TP:BATCH", nargs="*",
                     help="print the Triton launches of a decode step at these real shapes instead")
-    ap.add_argument("--view-strides", choices=VIEW_STRIDES, default="eager",
-                    help="with --at: FakeTensor view strides as eager's C++ meta (the reference's torch 2.5; "
-                         "default) or this torch's fake impl (torch 2.9+: the reference's wo becomes a bmm)")
     a = ap.parse_args(argv)
     if a.at:
         for spec in a.at:
             model, tp, batch = spec.split(":")
-            print(f"{model} TP{tp} batch {batch} (upper-bound, ~one layer of launches, {a.view_strides} views):")
-            for name, t in at_shapes(model, int(tp), int(batch), views=a.view_strides):
+            print(f"{model} TP{tp} batch {batch} (upper-bound, ~one layer of launches):")
+            for name, t in at_shapes(model, int(tp), int(batch)):
                 print(f"  {name[:80]:80s} {t['heuristic'] + ' ' + str(t['size_hints']) + ' ' + t['reduction_hint'] if t else ''}")
         return 0
     layers = derive(progress=lambda s: print(s, file=sys.stderr, flush=True))

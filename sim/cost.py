@@ -223,8 +223,8 @@ class CostModel(CollectiveCost):
                 t = self._floor(roofline_s(self.profile, [w], peak_dtype), 1, graphs)
             else:
                 # DRAM bytes at the roofline, or the bytes it re-reads through L2 (GQA) when slower;
-                # plus the whole further sweeps of a buffer re-read one sweep after another (wo's
-                # weight at batch > 1 under Stack.wo_bmm), each from L2 while it fits (l2_traffic)
+                # plus the whole further sweeps of a buffer re-read one sweep after another (a weight
+                # read once per batch row), each from L2 while it fits (l2_traffic)
                 l2 = k.l2_bytes(sym, act)
                 if l2 > nbytes and self._l2_bw is None and self.profile.device == "cuda":
                     self._note_no_l2()

@@ -24,8 +24,7 @@ the CPU backend's fusion may differ from Triton's.
 GPU profiles price decode from the CPU-derived table's cuda-target variants with what the GPU
 table (sim/compiled_kernels_gpu.json: the reference harness's own decode graph lowered by
 Inductor's Triton path for an H100, hw/inductor_gpu.py) shows the Triton path does differently:
-its attention kernels, the L2 re-reads, with Stack.wo_bmm the expanded-weight wo at batch > 1
-(gpu_overlay). The
+its attention kernels and the L2 re-reads (gpu_overlay). The
 same for every schedule kind (the GPU table is derived for the reference's dense and comm-free
 graphs only, and a speedup must compare schedules priced from one table). Prefill and CPU / gloo
 profiles (decode-cpu) use the CPU-derived table as derived. Buffers may carry `passes` (re-reads
@@ -41,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .builder import MicroBatch, kind_base, micro_batches
-from .l2_traffic import SEQUENTIAL_PASSES, l2_bytes, mark_rereads, wo_bmm_kernel
+from .l2_traffic import SEQUENTIAL_PASSES, l2_bytes, mark_rereads
 from .schedule import Op, Schedule
 
 TABLE_PATH = Path(__file__).with_name("compiled_kernels.json")
@@ -86,7 +85,7 @@ class Kernel:
 
     def sweeps(self, sym: dict[str, float], act_bytes: int) -> list[tuple[float, float]]:
         """(bytes, further sweeps) of each buffer re-read in whole sweeps one after another
-        (passes in l2_traffic.SEQUENTIAL_PASSES, wo's weight at batch > 1 under Stack.wo_bmm): its
+        (passes in l2_traffic.SEQUENTIAL_PASSES: a weight read once per batch row): its
         passes - 1 re-reads, which l2_bytes also counts."""
         return [(numel(b.numel, sym) * (act_bytes if b.dtype == ACT_DTYPE else _DTYPE_BYTES[b.dtype]),
                  numel(b.passes, sym) - 1.0)
@@ -131,8 +130,6 @@ def table(path: str = str(TABLE_PATH), gpu_path: str | None = str(GPU_TABLE_PATH
             for variant, ks in variants.items():
                 if not prefix and variant == "decode":
                     out[(kind, EXTERN_DECODE)] = functools.partial(gpu_overlay, ks, EXTERN_DECODE, None)
-                    out[(kind, WO_BMM_DECODE)] = functools.partial(gpu_overlay, ks, WO_BMM_DECODE,
-                                                                   gpu.get("standard", {}).get(variant))
                 if not prefix and variant in GPU_OVERLAY:
                     out[(kind, variant)] = functools.partial(gpu_overlay, ks, variant,
                                                              gpu.get("standard", {}).get(variant))
@@ -183,28 +180,21 @@ GPU_OVERLAY = ("decode", "decode-m1")
 # GPU-table attention (derived with the q-len-1 bmm's decomposed: lookup leaves attention to the
 # analytic model)
 EXTERN_DECODE = "decode-extern"
-# A GPU decode step at batch > 1 of a stack whose wo is a bmm over the weight expanded per batch row
-# (Stack.wo_bmm: torch 2.9-2.13's FakeTensor view strides stop matmul folding the reference's attention
-# output): "decode" with that bmm as Inductor decomposes it, a generated reduction (l2_traffic.wo_bmm_kernel)
-WO_BMM_DECODE = "decode-wo-bmm"
 
 
 def gpu_overlay(ks: list[dict], variant: str, gpu_standard: list[dict] | None) -> list[dict]:
     """One layer's kernels (JSON form) for a GPU profile: the attention (role attn.sdpa) as the GPU
     table's standard layer runs it (its kernels, with their GQA re-reads: passes G); other generated
     kernels with their re-reads marked (token-split's micro-batch attention keeps its own kernels,
-    passes G); every linear at batch > 1 ("decode") an extern matmul. WO_BMM_DECODE: the same, but
-    the extern wo matmul as the generated expanded-weight reduction (l2_traffic.wo_bmm_kernel).
-    EXTERN_DECODE (no GPU table): the kernels as derived, re-reads marked, every matmul extern."""
+    passes G); the extern matmuls as derived (at batch > 1 every linear, wo included, is cuBLAS on
+    the GPU path too: the GPU table). EXTERN_DECODE (no GPU table): the kernels as derived, re-reads
+    marked, every matmul extern."""
     gpu_attn = [k for k in (gpu_standard or []) if k["role"] == "attn.sdpa"]
     out = []
     for k in ks:
         if k["role"] == "attn.sdpa" and gpu_attn:
             continue                                    # replaced below, once
-        if variant == WO_BMM_DECODE and k["kind"] == "matmul" and k["role"].endswith("attn.out"):
-            out.append(wo_bmm_kernel(k))
-        else:
-            out.append(mark_rereads(json.loads(json.dumps(k))))
+        out.append(mark_rereads(json.loads(json.dumps(k))))
     if gpu_attn and any(k["role"] == "attn.sdpa" for k in ks):
         out += [json.loads(json.dumps(k)) for k in gpu_attn]
     return out
@@ -231,10 +221,8 @@ def variant(sched: Schedule, device: str, op: Op | None = None) -> str:
     (bmm with one query row decomposed into a generated reduction; at batch 1 -- a micro-batch
     of 1 sequence for a token-split op -- the linear layers' mm too: `decode-m1`); decode on the
     GPU path of a stack without that decomposition (Stack.mm_decompose_m1 False: EXTERN_DECODE
-    at every batch -- the same flag gates the bmm decomposition behind a generated wo at batch > 1,
-    and vLLM's wo is a plain 2-D F.linear anyway); at batch > 1 with Stack.wo_bmm, WO_BMM_DECODE (wo
-    a bmm over the expanded weight, decomposed); decode on the CPU C++ backend (its own CPU
-    decompositions, whatever the flag)."""
+    at every batch); decode on the CPU C++ backend (its own CPU decompositions, whatever the
+    flag)."""
     st = sched.step
     if st.q_len > 1:
         return "prefill"
@@ -243,9 +231,7 @@ def variant(sched: Schedule, device: str, op: Op | None = None) -> str:
     if not sched.stack.mm_decompose_m1:
         return EXTERN_DECODE
     mb = micro_batch(sched, op) if op is not None else None
-    if (mb.nb if mb else st.batch) == 1:
-        return "decode-m1"
-    return WO_BMM_DECODE if sched.stack.wo_bmm else "decode"
+    return "decode-m1" if (mb.nb if mb else st.batch) == 1 else "decode"
 
 
 def symbols(sched: Schedule, op: Op | None = None) -> dict[str, float]:

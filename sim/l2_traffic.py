@@ -27,10 +27,9 @@ so in a note. Unsourced: what partial sectors, L1 hits between the G re-reads of
 the tile shapes that coordinate-descent tuning picks at the first launch on a GPU do to the
 achieved rate.
 
-Sequential sweeps (passes "b", wo at batch > 1 under Stack.wo_bmm): the generated reduction's grid is
-batch-major (x1 = xindex // hidden is the batch row, x0 = xindex % hidden the output column, in the
-Triton code Inductor emits for the 70B-TP8 batch-4 step traced with torch 2.13's own view strides:
-`python -m tpsim.hw.inductor_gpu --at llama-3.1-70b:8:4 --view-strides fake`), so the b reads of the weight are b whole sweeps one after another, not re-reads
+Sequential sweeps (passes "b": a generated reduction that reads a weight once per batch row). Its
+grid is batch-major (x1 = xindex // hidden the batch row, x0 = xindex % hidden the output column, in
+the Triton code Inductor emits for such a reduction), so the b reads of the weight are b whole sweeps one after another, not re-reads
 interleaved with the first DRAM stream as the GQA ones are (`bh // G`: the G heads of a KV head are
 neighbouring programs). The first sweep is the kernel's DRAM time; each further sweep adds its
 bytes at the rate a repeated sweep of that many bytes gets: from L2 while the buffer fits, from
@@ -41,16 +40,15 @@ f = (1/bw - 1/bw_dram) / (1/bw_l2 - 1/bw_dram) at each measured data set (the pr
 rate. h200.txt stands for h100-sxm (both 50 MB of L2 on a GH100). Unsourced: how far consecutive
 sweeps overlap (the CTAs of sweep j+1 start while the last of sweep j still run; their share
 depends on the block size coordinate descent keeps): none is assumed, an upper bound of the time by
-at most one resident wave per sweep.
+at most one resident wave per sweep. No kernel of the shipped tables has such a buffer: the one that
+did, the reference's wo at batch > 1, came from a plain make_fx trace (a bmm over the expanded
+weight); traced as torch.compile sees views (hw/fake_views.py) it is one extern mm.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 SECTOR_BYTES = 32
-
-WO_BMM = "wo_bmm: bmm over the expanded weight -> generated reduction"
-
 
 @dataclass(frozen=True)
 class L2Spec:
@@ -120,8 +118,7 @@ def mark_rereads(k: dict) -> dict:
       its count, no G: the unexpanded static cache) and writes per query head (G in an output's
       count) loads each K / V row once per query head of the group (`bh // G`): passes "G".
     * A reduction with one row per batch row over a weight (hidden and dh or ffn in its count, no
-      b) while writing per batch row: the weight once per batch row, passes "b" (wo at batch > 1
-      under Stack.wo_bmm, below)."""
+      b) while writing per batch row: the weight once per batch row, passes "b"."""
     if k["kind"] != "generated":
         return k
     outs = [b["numel"] for b in k["buffers"] if b["mode"] == "write"]
@@ -135,15 +132,3 @@ def mark_rereads(k: dict) -> dict:
               and (_has(n, "dh") or _has(n, "ffn"))):
             b["passes"] = "b"
     return k
-
-
-def wo_bmm_kernel(k: dict) -> dict:
-    """The CPU-derived table's extern wo matmul as a gpt-fast-style graph's GPU path runs it at
-    batch > 1 on torch 2.9+ (Stack.wo_bmm; `python -m tpsim.hw.inductor_gpu --view-strides fake`):
-    the attention output reaches wo as [b, 1, H*D] with strides (H*D, D, 1), which matmul cannot
-    fold, so F.linear is a bmm over the weight expanded b times, which Inductor's bmm decomposition
-    (one row per batch) turns into a generated reduction reading the weight once per batch row.
-    Returns a new kernel dict (generated, weight passes "b")."""
-    out = dict(k, kind="generated", kernel=f"{k['kernel']} ({WO_BMM})",
-               buffers=[dict(b) for b in k["buffers"]])
-    return mark_rereads(out)

@@ -65,22 +65,12 @@ class Stack:
     graph_scope: str = "step"         # what a captured graph covers (GRAPH_OUTSIDE): the rest launches eagerly
     collective: str = "auto"          # a profile table's impl or an engine all-reduce (sim/impls.py); auto: profile default
     # Inductor rewrites a one-row matmul (mm with M == 1: every decode linear at batch 1; bmm with one
-    # row per batch: wo at batch > 1 under wo_bmm, the q-len-1 attention bmm's) into a generated
+    # row per batch: the q-len-1 attention bmm's) into a generated
     # mul + sum reduction: torch/_inductor/decomposition.py `mm` / `bmm`, only with
     # config.coordinate_descent_tuning on, a GPU device and the one row statically known (static shapes).
     # False: the compiled step keeps them extern cuBLAS (the profile's GEMM table prices them). Each
     # preset sources it from its engine's code (sim/stacks/); only a compiled phase on a GPU reads it.
     mm_decompose_m1: bool = True
-    # decode's wo at batch > 1 in a compiled GPU step. False: an extern mm. The reference's torch 2.5
-    # traced the attention output y = o.transpose(1, 2).contiguous().view(b, 1, H*D) with view's C++ meta
-    # kernel (FakeTensor ran C++ metas for view ops until mid-2025), whose strides (H*D, H*D, 1) let
-    # matmul fold y to [b, H*D]. True: torch 2.9-2.13's FakeTensor views through
-    # torch._refs._reshape_view_helper, which keeps the size-1 dim's old stride (H*D, D, 1), so matmul's
-    # should_fold refuses and F.linear is a bmm over the weight expanded b times, which Inductor
-    # decomposes (mm_decompose_m1's rule) into a generated reduction sweeping the weight once per batch
-    # row (sim/l2_traffic.py). A model that flattens to 2-D first (the engines, tpsim's harness) never
-    # takes it. docs/compiled-stack.md; `python -m tpsim.hw.inductor_gpu --at ... --view-strides fake`.
-    wo_bmm: bool = False
     # what samples each step's next tokens from the logits [batch, vocab]: "argmax" (the reference harness,
     # one kernel) or an engine's sampler on its latency benchmark's path (sim/sampler.py: its kernels)
     sampler: str = REFERENCE_SAMPLER
@@ -103,7 +93,7 @@ class Stack:
         if isinstance(self.attention_prep_kernels, bool) or not isinstance(self.attention_prep_kernels, int) \
                 or not 0 <= self.attention_prep_kernels <= 16:
             raise ValueError(f"attention_prep_kernels must be an integer 0..16, got {self.attention_prep_kernels!r}")
-        for flag in ("engine_kernels", "mm_decompose_m1", "wo_bmm"):
+        for flag in ("engine_kernels", "mm_decompose_m1"):
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"{flag} must be true or false, got {getattr(self, flag)!r}")
 
@@ -133,8 +123,6 @@ class Stack:
             out += f", {self.embed} embedding"
         if not self.mm_decompose_m1 and (self.compile_prefill or self.compile_decode):
             out += ", M=1 mm cuBLAS"          # a compiled step that keeps one-row matmuls extern
-        if self.wo_bmm and self.compile_decode:
-            out += ", wo bmm"                 # decode's wo over the weight expanded per batch row
         if self.preset != "reference":
             out = f"{self.preset}: {out}, {self.collective} all-reduce"
         if self.sampler != REFERENCE_SAMPLER:

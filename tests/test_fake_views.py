@@ -1,38 +1,59 @@
-"""hw/fake_views.py: the FakeTensor view strides that decide whether the reference's wo folds into one
-mm (Stack.wo_bmm), on this torch and under the reference's (torch 2.5's) rule."""
+"""hw/fake_views.py: the derivations trace views as torch.compile sees them. On this torch a plain
+make_fx under FakeTensorMode makes gpt-fast's wo a bmm over the expanded weight; torch.compile folds it
+into one mm; eager_view_strides() gives the make_fx trace torch.compile's answer."""
 from __future__ import annotations
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from tpsim.hw.fake_views import folds_attention_output, view_strides  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch._dynamo.backends.common import aot_autograd  # noqa: E402
+from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
+from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
+
+from tpsim.hw.fake_views import eager_view_strides  # noqa: E402
 
 pytestmark = pytest.mark.hw
 
 
-def _minor() -> tuple[int, int]:
-    major, minor = torch.__version__.split("+")[0].split(".")[:2]
-    return int(major), int(minor)
+def _wo(o, w):
+    """gpt_fast utils.py Attention's tail: o [b, H, 1, D] -> y [b, 1, H*D] -> wo."""
+    y = o.transpose(1, 2).contiguous().view(4, 1, 1024)
+    return F.linear(y, w)
 
 
-def test_eager_view_strides_fold_and_this_torchs_do_not_in_any_order():
-    """gpt-fast's attention output [2, 1, 3, 4] viewed as [2, 1, 12]: eager's rule (the C++ meta) gives
-    (12, 12, 1), which matmul folds; torch 2.9+'s fake impl (torch._refs._reshape_view_helper) keeps the
-    size-1 dim's stride 4. The dispatch cache is class-wide, so each mode is asked after the other."""
-    bare = folds_attention_output()
-    with view_strides("eager"):
-        assert folds_attention_output() is True
-    assert folds_attention_output() is bare                  # the eager answer was not left cached
-    with view_strides("fake"):
-        assert folds_attention_output() is bare
-    with view_strides("eager"):
-        assert folds_attention_output() is True
-    if _minor() >= (2, 9):
-        assert bare is False                                 # the pinned 2.13: wo would be a bmm
+def _ops(gm) -> list[str]:
+    return [str(n.target).split(".")[1] for n in gm.graph.nodes if n.op == "call_function"]
 
 
-def test_an_unknown_mode_is_refused():
-    with pytest.raises(ValueError, match="unknown view strides 'cpp'; choose from: eager, fake"):
-        with view_strides("cpp"):
-            pass
+def _make_fx_ops() -> list[str]:
+    fm = FakeTensorMode()
+    with fm:
+        o, w = torch.empty(4, 8, 1, 128), torch.empty(8192, 1024)
+        return _ops(make_fx(_wo)(o, w))
+
+
+def test_torch_compile_folds_wo_and_the_derivations_trace_does_too():
+    """torch.compile's forward graph (Dynamo + AOTAutograd, what the reference and the harness run)
+    calls mm for wo. A plain make_fx trace on FakeTensors calls bmm on torch 2.9+ (its fake view keeps
+    the size-1 dim's stride); under eager_view_strides() it calls mm, as torch.compile. The dispatch
+    cache is class-wide, so each trace is asked after the other."""
+    graphs = []
+
+    def backend(gm, example_inputs):
+        return aot_autograd(fw_compiler=lambda g, _: graphs.append(_ops(g)) or g.forward)(gm, example_inputs)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(_wo, backend=backend, fullgraph=True, dynamic=False)(torch.randn(4, 8, 1, 128),
+                                                                          torch.randn(8192, 1024))
+    assert "mm" in graphs[0] and "bmm" not in graphs[0], graphs
+    plain = _make_fx_ops()
+    with eager_view_strides():
+        eager = _make_fx_ops()
+    again = _make_fx_ops()                                   # the eager answer was not left cached
+    assert "mm" in eager and "bmm" not in eager, eager
+    assert again == plain
+    major, minor = (int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+    if (major, minor) >= (2, 9):
+        assert "bmm" in plain and "expand" in plain, plain   # the pinned 2.13: make_fx alone would not fold

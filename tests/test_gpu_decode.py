@@ -63,28 +63,19 @@ def test_l2_rates_are_the_sourced_ones():
 
 
 def test_gpu_profiles_price_every_kind_with_the_triton_paths_attention_and_wo():
-    """A GPU profile's decode: every kind's attention is the GPU table's (standard layer); its wo at
-    batch > 1 an extern mm (the reference's torch 2.5), or with Stack.wo_bmm the expanded-weight
-    reduction (torch 2.9+); a CPU profile keeps the C++ backend's table."""
+    """A GPU profile's decode: every kind's attention is the GPU table's (standard layer), its wo at
+    batch > 1 an extern mm as on the CPU path; a CPU profile keeps the C++ backend's table."""
     s, _ = _sched("standard", batch=4)
     assert fusion.lookup(s, _op(s, "L1.attn.norm"), "cuda") == ("standard", "decode", "attn.norm")
     assert fusion.lookup(s, _op(s, "L1.attn.norm"), "cpu") == ("standard", "decode-cpu", "attn.norm")
-    sb, _ = _sched("standard", batch=4, wo_bmm=True)
-    assert fusion.lookup(sb, _op(sb, "L1.attn.out"), "cuda") == ("standard", fusion.WO_BMM_DECODE, "attn.out")
-    s1, _ = _sched("standard", batch=1, wo_bmm=True)          # batch 1: mm with M == 1 either way
-    assert fusion.lookup(s1, _op(s1, "L1.attn.out"), "cuda")[1] == "decode-m1"
     t = fusion.table()
     gpu_attn = [k.name for k in t[("standard", "gpu:decode-m1")]["attn.sdpa"]]
     for kind in ("standard", "upper-bound", "ladder", "parallel", "spd", "seq-parallel"):
-        for variant, gpu in (("decode", "decode"), ("decode-m1", "decode-m1"), (fusion.WO_BMM_DECODE, "decode")):
+        for variant in ("decode", "decode-m1"):
             names = [k.name for k in t[(kind, variant)]["attn.sdpa"]]
-            assert names == [k.name for k in t[("standard", "gpu:" + gpu)]["attn.sdpa"]], (kind, variant)
+            assert names == [k.name for k in t[("standard", "gpu:" + variant)]["attn.sdpa"]], (kind, variant)
         (wo,) = t[(kind, "decode")].get("attn.out", []) or [None]
-        if wo is not None:
-            assert wo.kind == "matmul", kind
-            (bmm,) = t[(kind, fusion.WO_BMM_DECODE)]["attn.out"]
-            assert bmm.kind == "generated" and [b.passes for b in bmm.buffers if "hidden" in b.numel.split("*")
-                                                and "b" not in b.numel.split("*")] == ["b"], kind
+        assert wo is None or wo.kind == "matmul", kind
     assert gpu_attn and all(n.startswith("triton_") for n in gpu_attn)
     # the C++ backend's own decode table is untouched: no re-reads, wo extern
     assert all(b.passes == "1" for ks in t[("standard", "decode-cpu")].values() for k in ks for b in k.buffers)
@@ -92,8 +83,8 @@ def test_gpu_profiles_price_every_kind_with_the_triton_paths_attention_and_wo():
 
 
 def test_the_triton_table_rereads_kv_per_query_head_and_keeps_wo_extern():
-    """What Inductor's CUDA path emits for the reference decode graph, traced as the reference's
-    torch 2.5 traced it (eager view strides, hw.inductor_gpu.view_strides): q@k^T and p@v are
+    """What Inductor's CUDA path emits for the reference decode graph, traced as
+    torch.compile sees it (eager view strides, hw.fake_views): q@k^T and p@v are
     generated reductions whose cache reads repeat per query head (passes G); at batch > 1 every
     linear is extern cuBLAS, wo included (F.linear folds [b, 1, H*D] into one mm), so p@v's last
     kernel casts its output to fp16 for it; at batch 1 every linear is a generated reduction (mm with
@@ -112,11 +103,10 @@ def test_the_triton_table_rereads_kv_per_query_head_and_keeps_wo_extern():
 
 
 def test_the_references_wo_at_batch_64_is_the_gemm_tables_mm():
-    """The reference stack (torch 2.5: wo_bmm False), 70B TP8 upper-bound decode, batch 64: wo is
+    """The reference stack, 70B TP8 upper-bound decode, batch 64: wo is
     an extern mm [64, 1024] x [1024, 8192], priced from the profile's GEMM table like qkv and the
     MLP, with no L2 term."""
     s, st = _sched()
-    assert not st.wo_bmm
     cm = CostModel(H100, st)
     op = _op(s, "L1.attn.out")
     (k,) = fusion.kernels(fusion.lookup(s, op, "cuda"))
@@ -127,32 +117,35 @@ def test_the_references_wo_at_batch_64_is_the_gemm_tables_mm():
     assert term["s"] < 20e-6             # 16.8 MB of weight read once, not 64 sweeps (~116 us, below)
 
 
-def test_wo_at_batch_64_is_priced_by_its_l2_traffic():
-    """70B TP8 upper-bound decode, batch 64, Stack.wo_bmm (torch 2.9+): wo (with the residual add
-    it fuses) as the expanded-weight reduction moves, by hand (fp16; hidden 8192, H*D = 1024): the residual x
-    [64, 8192] 1,048,576 B + the attention output [64, 1024] 131,072 B + the weight [8192, 1024]
-    16,777,216 B once per batch row (x 64 = 1,073,741,824 B) + its write 1,048,576 B =
-    1,075,970,048 B through L2. The grid is batch-major, so the weight's 64 reads are 64 sweeps
-    one after another: the first with the kernel's DRAM bytes (19,005,440 B at 3.35 TB/s x the
-    curve's 0.5311 = 10.68 us), then 63 x 16,777,216 B = 1,056,964,608 B from L2 (16.8 MB fits:
-    hit fraction 1) at 10.03 TB/s = 105.38 us."""
-    s, st = _sched(wo_bmm=True)
+def test_a_weight_read_once_per_batch_row_is_priced_by_its_l2_sweeps():
+    """A generated reduction that reads a weight once per batch row (passes b; what a plain make_fx
+    trace made of the reference's wo, hw/fake_views.py), priced at 70B TP8 upper-bound decode, batch
+    64, by hand (fp16; hidden 8192, H*D = 1024): the residual x [64, 8192] 1,048,576 B + the attention
+    output [64, 1024] 131,072 B + the weight [8192, 1024] 16,777,216 B once per batch row
+    (x 64 = 1,073,741,824 B) + its write 1,048,576 B = 1,075,970,048 B through L2. The grid is
+    batch-major, so the weight's 64 reads are 64 sweeps one after another: the first with the
+    kernel's DRAM bytes (19,005,440 B at 3.35 TB/s x the curve's 0.5311 = 10.68 us), then
+    63 x 16,777,216 B = 1,056,964,608 B from L2 (16.8 MB fits: hit fraction 1) at 10.03 TB/s =
+    105.38 us. mark_rereads gives the weight passes b from the buffers' counts alone."""
+    s, st = _sched()
     cm = CostModel(H100, st)
     op = _op(s, "L1.attn.out")
-    (k,) = fusion.kernels(fusion.lookup(s, op, "cuda"))
+    bufs = [{"mode": "read", "dtype": "float16", "numel": "b*hidden"},
+            {"mode": "read", "dtype": "float16", "numel": "2*b*kvh*G*dh"},
+            {"mode": "read", "dtype": "float16", "numel": "2*kvh*G*hidden*dh"},
+            {"mode": "write", "dtype": "float16", "numel": "b*hidden"}]
+    marked = l2_traffic.mark_rereads({"role": "attn.out", "kind": "generated", "kernel": "toy", "fuses": [],
+                                      "buffers": bufs})
+    assert [b.get("passes", "1") for b in marked["buffers"]] == ["1", "1", "b", "1"]
+    k = fusion.Kernel("attn.out", "generated", "toy", (), tuple(
+        fusion.Buffer(b["mode"], b["dtype"], b["numel"], b.get("passes", "1")) for b in marked["buffers"]))
     (term,) = cm.kernel_terms(op, [k], s, True)
     assert term["l2_bytes"] == 1_075_970_048
     assert term["dram_bytes"] == 1_048_576 + 131_072 + 16_777_216 + 1_048_576 == 19_005_440
     assert k.sweeps(fusion.symbols(s, op), 2) == [(16_777_216, 63.0)]
     dram_s = 19_005_440 / (3.35e12 * H100.memory_efficiency(19_005_440))
     assert dram_s == pytest.approx(10.68e-6, rel=1e-3)
-    assert cm.compute_s(op, "decode", s) == pytest.approx(dram_s + 1_056_964_608 / 10.03e12)
-    assert cm.compute_s(_op(s, "L1.attn.add"), "decode", s) == 0.0        # fused into that kernel
-    # batch 1: wo is a GEMV reading the weight once (decode-m1: mm with M == 1), no L2 term
-    s1, _ = _sched(batch=1, wo_bmm=True)
-    op1 = _op(s1, "L1.attn.out")
-    terms = cm.kernel_terms(op1, fusion.kernels(fusion.lookup(s1, op1, "cuda")), s1, True)
-    assert all(t["l2_bytes"] == 0.0 for t in terms)
+    assert term["s"] == pytest.approx(dram_s + 1_056_964_608 / 10.03e12)
 
 
 def _triton_missing() -> bool:
@@ -180,27 +173,25 @@ def test_shipped_gpu_table_is_what_inductor_emits_here():
 @pytest.mark.hw
 @pytest.mark.slow
 @pytest.mark.skipif(_triton_missing(), reason="needs torch and triton (pip install triton) to generate Triton code")
-def test_wo_folds_with_eager_view_strides_and_is_a_bmm_with_this_torchs():
-    """The one decision Stack.wo_bmm stands for, made by Inductor itself (hw.inductor_gpu, a toy
-    decode step: batch 4, 8 heads of 128 over 1 KV head, hidden 512): traced with eager's view
-    strides (the C++ meta kernel, as the reference's torch 2.5 did) the attention output
-    [4, 1, 1024] folds and wo is `extern_kernels.mm`; with this torch's fake view impl (2.9+) it is
-    a bmm over the expanded weight, decomposed into a generated reduction (`bmm` and
-    `expand_t_transpose` in its name) with no extern call for it. Each mode in a fresh interpreter
-    (the fake device's patches)."""
-    code = ("import sys, json; from tpsim.hw import inductor_gpu as IG, reference_model as R; "
-            "c = IG.compile_decode(R.Shapes(4, 64, 8, 1, 128, 512, 256, 512, 3), False, views=sys.argv[1]).code; "
+def test_the_derivation_folds_wo_and_a_plain_make_fx_would_not():
+    """Inductor itself on a toy decode step (hw.inductor_gpu, batch 4, 8 heads of 128 over 1 KV head,
+    hidden 512, 3 layers): traced as torch.compile sees views (hw.fake_views.eager_view_strides, the
+    derivation's own) wo is `extern_kernels.mm`; a plain make_fx trace on this torch makes it a bmm over
+    the expanded weight, decomposed into a generated reduction (`bmm` and `expand_t_transpose` in its
+    name) with no extern call for it. Each trace in a fresh interpreter (the fake device's patches)."""
+    code = ("import sys, json, contextlib; from tpsim.hw import inductor_gpu as IG, reference_model as R\n"
+            "if sys.argv[1] == 'plain': IG.eager_view_strides = contextlib.nullcontext\n"
+            "c = IG.compile_decode(R.Shapes(4, 64, 8, 1, 128, 512, 256, 512, 3), False).code\n"
             "print(json.dumps(IG.launch_order(c)))")
     calls = {}
-    for views in ("eager", "fake"):
-        out = subprocess.run([sys.executable, "-c", code, views], capture_output=True, text=True, timeout=600)
+    for trace in ("derivation", "plain"):
+        out = subprocess.run([sys.executable, "-c", code, trace], capture_output=True, text=True, timeout=600)
         assert out.returncode == 0, out.stderr[-2000:]
-        calls[views] = json.loads(out.stdout.splitlines()[-1])
-    # per layer: qkv, w13, w2 extern either way (the LM head once more); eager adds wo's mm
+        calls[trace] = json.loads(out.stdout.splitlines()[-1])
     n_mm = {v: cs.count("extern_kernels.mm") for v, cs in calls.items()}
     # wo's reduction reads the weight through t() of the expanded bmm operand ("expand_t_transpose";
     # attention's decomposed bmm's are "bmm_clone_expand"), in layer 2 with the residual add fused
     bmm = {v: [c for c in cs if c.startswith("triton_") and "bmm" in c and "expand_t_transpose" in c]
            for v, cs in calls.items()}
-    assert n_mm == {"eager": 3 * 4 + 1, "fake": 3 * 3 + 1}, calls    # qkv, wo, w13, w2 x 3 layers + the head
-    assert bmm["eager"] == [] and len(bmm["fake"]) == 3, bmm
+    assert n_mm == {"derivation": 3 * 4 + 1, "plain": 3 * 3 + 1}, calls    # qkv, wo, w13, w2 x 3 + the head
+    assert bmm["derivation"] == [] and len(bmm["plain"]) == 3, bmm
