@@ -24,11 +24,10 @@ the CPU backend's fusion may differ from Triton's.
 GPU profiles price decode from the CPU-derived table's cuda-target variants with what the GPU
 table (sim/compiled_kernels_gpu.json: the reference harness's own decode graph lowered by
 Inductor's Triton path for an H100, hw/inductor_gpu.py) shows the Triton path does differently:
-its attention kernels and the L2 re-reads (gpu_overlay). The
-same for every schedule kind (the GPU table is derived for the reference's dense and comm-free
-graphs only, and a speedup must compare schedules priced from one table). Prefill and CPU / gloo
-profiles (decode-cpu) use the CPU-derived table as derived. Buffers may carry `passes` (re-reads
-through L2, sim/l2_traffic.py).
+its attention kernels and the L2 re-reads (gpu_overlay). The same for every schedule kind (the
+GPU table is derived for the reference's dense and comm-free graphs only, and a speedup must
+compare schedules priced from one table). Prefill and CPU / gloo profiles (decode-cpu) use the
+CPU-derived table as derived. Buffers may carry `passes` (re-reads through L2, sim/l2_traffic.py).
 """
 from __future__ import annotations
 

@@ -29,8 +29,8 @@ achieved rate.
 
 Sequential sweeps (passes "b": a generated reduction that reads a weight once per batch row). Its
 grid is batch-major (x1 = xindex // hidden the batch row, x0 = xindex % hidden the output column, in
-the Triton code Inductor emits for such a reduction), so the b reads of the weight are b whole sweeps one after another, not re-reads
-interleaved with the first DRAM stream as the GQA ones are (`bh // G`: the G heads of a KV head are
+the Triton code Inductor emits for such a reduction), so the b reads of the weight are b whole
+sweeps one after another, not re-reads interleaved with the first DRAM stream as the GQA ones are (`bh // G`: the G heads of a KV head are
 neighbouring programs). The first sweep is the kernel's DRAM time; each further sweep adds its
 bytes at the rate a repeated sweep of that many bytes gets: from L2 while the buffer fits, from
 DRAM once it does not. That rate is the same benchmark's (gpu-l2-cache: every block sweeps the data

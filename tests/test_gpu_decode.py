@@ -19,8 +19,8 @@ from tpsim.sim.stack import Stack, Step
 H100 = load_profile("h100-sxm")
 
 
-def _sched(spec="upper-bound", batch=64, model="llama-3.1-70b", tp=8, **stack):
-    st = Stack(**stack)
+def _sched(spec="upper-bound", batch=64, model="llama-3.1-70b", tp=8):
+    st = Stack()
     return build(spec, get_model(model), tp, Step.decode(batch, 1024, 512, 1, st), st), st
 
 
