@@ -24,6 +24,14 @@ assert "tpsim" not in sys.modules or Path(sys.modules["tpsim"].__file__).resolve
     f"another tpsim was imported before the tests: {sys.modules['tpsim'].__file__}")
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config) -> int:
+    """Workers for `-n auto` (pyproject's addopts): one per core this process may run on, at most 4.
+    A multi-process test starts 2-4 gloo ranks, each importing torch (about 0.5 GB), so a worker per
+    core of a large box would hold tens of GB; 4 workers hold twice what the 2-core CI box does."""
+    return max(1, min(4, len(os.sched_getaffinity(0))))
+
+
 @pytest.fixture
 def no_nic_profile(tmp_path) -> str:
     """Path of h100-sxm with the topology's NICs removed: one box that cannot span nodes."""
