@@ -1,5 +1,6 @@
 """An H100 that is not there: enough of torch.cuda and Triton's driver for Inductor to lower and
-generate Triton code for FakeTensor inputs on device "cuda" on a CPU-only torch build.
+generate Triton code for FakeTensor inputs on device "cuda" with no GPU: on a CPU-only torch build, or a
+CUDA build (the reference's torch 2.5.1) on a machine without a driver.
 
 Nothing runs on a device: tensors are FakeTensors (shapes, strides, dtypes), Inductor stops after
 writing its output code (hw/inductor_gpu.py hooks GraphLowering.codegen). What is faked and why:
@@ -14,8 +15,11 @@ writing its output code (hw/inductor_gpu.py hooks GraphLowering.codegen). What i
   compilation, are no-ops.
 * Inductor's uniform-value constant folding evaluates each `full` as a 1-element tensor on the
   graph's device: on the CPU instead (the pass reads only its value).
-* Tensor.copy_ (AOTAutograd's write-back of a mutated input, the KV cache) goes through the
-  dispatcher: its Python binding takes a CUDA device guard.
+* Tensor.copy_ (AOTAutograd's write-back of a mutated input, the KV cache) and x[index_tensor]
+  (the embedding decomposition's weight[indices]) go through the dispatcher: their Python bindings
+  take a CUDA device guard, which a CPU build has not got and a CUDA build without a driver cannot give.
+* A CUDA build's FakeTensorMode allocates one real CUDA tensor on its first "cuda" FakeTensor
+  (fake_tensor.init_gpu_context): skipped.
 * Inductor's joint-graph pattern initialisation (`fx_passes.joint_graph.lazy_init`: pad_mm, the SDPA
   pattern rewrite `fuse_attention._sfdp_init`, misc patterns) traces example tensors on the device
   itself, which a CPU build cannot allocate; it is skipped. What that leaves out: pad_mm pads matmul
@@ -32,8 +36,11 @@ from unittest import mock
 
 import torch
 from torch._inductor.fx_passes import joint_graph
+from torch._subclasses import fake_tensor
 from torch._subclasses.fake_tensor import FakeTensor
 from torch._subclasses.functional_tensor import FunctionalTensor
+
+from tpsim.hw.torch_compat import set_triton_active_driver, triton_active_driver
 
 Props = collections.namedtuple(
     "Props", "name major minor total_memory multi_processor_count warp_size regs_per_multiprocessor "
@@ -72,6 +79,14 @@ def _copy_(self, src, non_blocking=False):
     """Tensor.copy_ through the dispatcher: the Python binding takes a device guard a CPU build has
     not got for "cuda" (AOTAutograd writes a mutated graph input back with copy_)."""
     return torch.ops.aten.copy_.default(self, src, non_blocking)
+
+
+def _getitem(self, index):
+    """x[indices] with one index tensor as aten.index (the embedding decomposition's weight[indices]):
+    Python indexing takes a device guard, which a CUDA build without a driver cannot give."""
+    if isinstance(index, torch.Tensor):
+        return torch.ops.aten.index.Tensor(self, [index])
+    return torch.Tensor.__getitem__(self, index)
 
 
 def _deduce_on_cpu(orig):
@@ -124,7 +139,12 @@ def fake_h100():
     patches.append(mock.patch.object(joint_graph.UniformValueConstantFolder, "_deduce_value",
                                      _deduce_on_cpu(joint_graph.UniformValueConstantFolder._deduce_value)))
     patches += [mock.patch.object(cls, "copy_", _copy_, create=True) for cls in (FakeTensor, FunctionalTensor)]
-    old = driver._active
+    if hasattr(fake_tensor, "init_gpu_context"):
+        # a CUDA build of torch (the reference's 2.5.1 is one) allocates a real CUDA tensor on the first
+        # FakeTensor on "cuda": no driver here
+        patches.append(mock.patch.object(fake_tensor, "init_gpu_context", lambda *a, **k: None))
+    patches += [mock.patch.object(cls, "__getitem__", _getitem, create=True) for cls in (FakeTensor, FunctionalTensor)]
+    old = triton_active_driver(driver)
     driver.set_active(FakeDriver())
     try:
         with contextlib.ExitStack() as st:
@@ -132,4 +152,4 @@ def fake_h100():
                 st.enter_context(p)
             yield
     finally:
-        driver._active = old
+        set_triton_active_driver(driver, old)

@@ -22,6 +22,10 @@ AOTAutograd ends up with (and as the reference's torch 2.5 gave every FakeTensor
 on torch 2.13 would not, and would make the reference's wo a bmm over the expanded weight, which no
 torch.compile run does.
 
+The shipped table is derived with the torch the reference ran, 2.5.1 (+ triton 3.1.0; a CUDA build
+from PyPI derives without a GPU: hw/fake_cuda.py, hw/torch_compat.py); on another torch the same
+command derives that torch's kernels (2.13 fuses the attention otherwise: docs/compiled-stack.md).
+
 Run: python -m tpsim.hw.inductor_gpu [--out sim/compiled_kernels_gpu.json]   (about 20 s)
      python -m tpsim.hw.inductor_gpu --at llama-3.1-70b:8:4 ...   (the launches at real shapes)
      (needs the `triton` package for code generation: pip install triton)
@@ -57,6 +61,7 @@ from tpsim.hw.fake_views import eager_view_strides
 from tpsim.hw.inductor_flags import REFERENCE_INDUCTOR_FLAGS
 from tpsim.hw.inductor_kernels import _describe, _one_rank_group, attribute
 from tpsim.hw.inductor_probe import DTYPE, PROBE, probe_model
+from tpsim.hw.torch_compat import scheduler_nodes
 
 LAYERS = 3              # the kept layer 1 has a neighbour on each side
 KINDS = {"standard": True, "upper-bound": False}            # kind -> the graph has the all-reduces
@@ -92,9 +97,9 @@ class _Capture:
         orig_cg, orig_sched = GraphLowering.codegen, S.Scheduler._codegen
         cap = self
 
-        def _codegen(sched, nodes):
-            out = orig_sched(sched, nodes)
-            for n in nodes:
+        def _codegen(sched, *args):
+            out = orig_sched(sched, *args)
+            for n in scheduler_nodes(sched, args):
                 if not isinstance(n, S.NopKernelSchedulerNode):
                     cap.nodes.append((n, _describe(n, cap.probe) if cap.probe else None))
             return out
@@ -120,7 +125,9 @@ def compile_decode(shapes: R.Shapes, comm: bool, probe: dict | None = None, mode
     Inductor settings over FLAGS."""
     params, forward = model or (R.params, R.forward)
     cap = _Capture(probe)
-    group = _one_rank_group() if comm else None
+    # a 1-rank group also without collectives: torch 2.5's reorder_for_compute_comm_overlap passes ask
+    # dist.get_rank() whatever the graph holds
+    group = _one_rank_group()
     with fake_h100(), icfg.patch(FLAGS | (flags or {})), torch.no_grad(), eager_view_strides():
         torch._dynamo.reset()
         fm = FakeTensorMode()
@@ -154,9 +161,18 @@ def compile_decode(shapes: R.Shapes, comm: bool, probe: dict | None = None, mode
 
 _KERNEL_DEF = re.compile(r"^(triton_\w+) = async_compile\.triton\('(\w+)', '''(.*?)''', device_str='cuda'\)",
                          re.S | re.M)
-_HEUR = re.compile(r"@triton_heuristics\.(\w+)\(\s*size_hints=(\{[^}]*\})(?:,\s*reduction_hint=ReductionHint\.(\w+))?")
+# size hints: {'x': 8192, 'r0_': 64} (newer torch) or [8192, 64] (torch 2.5: x then r)
+_HEUR = re.compile(r"@triton_heuristics\.(\w+)\(\s*size_hints=(\{[^}]*\}|\[[^\]]*\])"
+                   r"(?:,\s*reduction_hint=ReductionHint\.(\w+))?")
 _CALL = re.compile(r"^\s*(triton_\w+)\.run\(|^\s*extern_kernels\.(\w+)\(|^\s*torch\.ops\._c10d_functional\.(\w+)",
                    re.M)
+
+
+def _size_hints(text: str) -> dict[str, int]:
+    """{'x': 8192, 'r0_': 64} from either form of the decorator's size_hints (a list: x, then r)."""
+    if text.startswith("["):
+        return dict(zip(("x", "r0_"), (int(v) for v in re.findall(r"\d+", text))))
+    return {k: int(v) for k, v in re.findall(r"'(\w+)':\s*(\d+)", text)}
 
 
 def triton_kernels(code: str) -> dict[str, dict]:
@@ -165,7 +181,7 @@ def triton_kernels(code: str) -> dict[str, dict]:
     out = {}
     for name, _, src in _KERNEL_DEF.findall(code):
         m = _HEUR.search(src)
-        sizes = {k: int(v) for k, v in re.findall(r"'(\w+)':\s*(\d+)", m.group(2))} if m else {}
+        sizes = _size_hints(m.group(2)) if m else {}
         loads = re.findall(r"tl\.load\((\w+) \+ \(([^)]*)\)", src)
         out[name] = {"heuristic": m.group(1) if m else "?", "size_hints": sizes,
                      "reduction_hint": (m.group(3) or "") if m else "",
@@ -229,7 +245,9 @@ def write(path: str, layers: dict) -> None:
            "variants": {k: {"phase": "decode", "batch": b, "target": "cuda-triton"} for k, b in VARIANTS.items()},
            "note": "see docs/compiled-stack.md: the reference harness's decode graph (gpt_fast GPTDense, "
                    "hw/reference_model.py) lowered by Inductor's CUDA/Triton path for a fake H100 on FakeTensors; "
-                   "per kernel the Triton heuristic and size hints at the probe's prime shapes",
+                   "per kernel the Triton heuristic and size hints at the probe's prime shapes. Derived with the "
+                   "reference's own torch 2.5.1 / triton 3.1.0 (its logs: NCCL 2.21.5): "
+                   "TPSIM_REFERENCE_TORCH_PYTHON in docs/compiled-stack.md",
            "layers": layers}
     write_json_atomic(path, doc)
 

@@ -7,7 +7,8 @@ harness's own functional pass (hw.runner.Runner.functional_pass: COMPILED_KERNEL
 functional all-reduce on a 1-rank gloo group) for a tiny probe model, hook Inductor's scheduler
 and record (stopping once the scheduler has fused its nodes: no kernel code is generated, built or run), per kernel: the IR ops its nodes came from, whether it is an extern kernel, and the
 bytes Inductor itself estimates it reads and writes per buffer
-(BaseSchedulerNode.get_read_write_buffer_accesses: min(accessed elements, buffer size) x dtype).
+(BaseSchedulerNode.get_read_write_buffer_accesses: min(accessed elements, buffer size) x dtype;
+kernel_buffer_bytes takes it per sub-node of a fused kernel).
 
 Probe dimensions are distinct primes, so every buffer's element count factors uniquely into a
 product of symbols (b, q, L, kvh, G, G2 = G + 2, hidden, ffn, dh = head_dim / 2, and 2; tp and rs,
@@ -57,6 +58,7 @@ from tpsim.hw.inductor_probe import (_PLAIN, DTYPE, DTYPE_TORCH, KEEP_LAYER, KIN
                                      probe_model, probe_of)
 from tpsim.hw.model import build_rank_model
 from tpsim.hw.runner import Runner
+from tpsim.hw.torch_compat import buffer_accesses
 
 # Inductor's CUDA-only branches we take on CPU for target "cuda" (torch/_inductor/decomposition.py)
 _MM_BRANCH = "(self.unsqueeze(2) * input2.unsqueeze(0)).sum(dim=1)"
@@ -156,6 +158,37 @@ def node_ops(node) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
+def kernel_buffer_bytes(node, include_reads: bool, include_writes: bool) -> dict[str, int]:
+    """Bytes a scheduled kernel reads / writes per buffer: Inductor's estimate (hw.torch_compat.
+    buffer_accesses: min(elements its loops touch x accesses, buffer size)), except for a buffer a
+    fused kernel updates in place. Inductor gives a FusedSchedulerNode no loop size, so it counts
+    every buffer whole: right for a norm that reads its whole input, not for a scatter into the KV
+    cache (k_cache[:, :, pos] = k: b*kvh*D elements of the [b, kvh, S, D] cache) that torch 2.5 fuses
+    with the V cache's. For the buffers such a kernel mutates (a written buffer that is a mutation of
+    another, and that other's reads), each sub-node's own estimate is summed, capped at the whole."""
+    whole = buffer_accesses(node, include_reads, include_writes)
+    if not isinstance(node, S.FusedSchedulerNode) or not all(isinstance(sn, S.SchedulerNode) for sn in node.snodes):
+        return whole
+    mutated = set()
+    for dep in node.read_writes.writes:
+        names = _mutation_names(dep.name)
+        if names:
+            mutated |= {dep.name, *names}
+    per: dict[str, int] = {}
+    for sn in node.snodes:
+        for name, nbytes in buffer_accesses(sn, include_reads, include_writes).items():
+            per[name] = per.get(name, 0) + nbytes
+    return {name: min(per.get(name, nbytes), nbytes) if name in mutated else nbytes for name, nbytes in whole.items()}
+
+
+def _mutation_names(name: str) -> list[str]:
+    buf = V.graph.name_to_buffer.get(name)
+    try:
+        return list(buf.get_mutation_names()) if buf is not None and hasattr(buf, "get_mutation_names") else []
+    except Exception:       # noqa: BLE001 - a layout without mutation names
+        return []
+
+
 def _describe(node, probe: dict) -> dict | None:
     if isinstance(node, S.NopKernelSchedulerNode):
         return None
@@ -175,7 +208,7 @@ def _describe(node, probe: dict) -> dict | None:
         kernel = node.get_name()
     bufs = []
     for mode, (r, w) in (("read", (True, False)), ("write", (False, True))):
-        for name, nbytes in node.get_read_write_buffer_accesses(include_reads=r, include_writes=w).items():
+        for name, nbytes in kernel_buffer_bytes(node, r, w).items():
             dt = _buf_dtype(name)
             if dt is None or nbytes == 0:
                 continue

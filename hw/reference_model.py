@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed._functional_collectives as funcol
 import torch.nn.functional as F
-from torch.fx.traceback import annotate
+from tpsim.hw.torch_compat import annotate
 
 aten = torch.ops.aten
 

@@ -43,7 +43,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
-from torch.fx.traceback import annotate
+from tpsim.hw.torch_compat import annotate
 
 from tpsim.sim.schedule import TOKENS, Op, Schedule
 from tpsim.sim.trace import Record

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 
@@ -102,6 +103,31 @@ def test_the_triton_table_rereads_kv_per_query_head_and_keeps_wo_extern():
     assert fusion.meta(str(fusion.GPU_TABLE_PATH))["view_strides"].startswith("eager")
 
 
+def test_the_table_is_the_references_torch_and_its_attention_kernels():
+    """Derived with the torch the reference ran (2.5.1), the decode attention at batch > 1 is five
+    Triton kernels, as the reference's GPU code runs it: K and V rows written by one scatter (the rows
+    only, b*kvh*D each, not the [b, kvh, S, D] caches: hw.inductor_kernels.kernel_buffer_bytes); q's RoPE
+    and scale its own pointwise kernel writing fp32 q; q@k^T reading fp32 q and each K row once per
+    query head; a softmax that reads the fp32 scores and writes the normalised fp32 probabilities; p@v
+    reading them and each V row once per query head. (torch 2.13 inlines q's RoPE into q@k^T and
+    recomputes an online softmax inside p@v: another table.)"""
+    meta = fusion.meta(str(fusion.GPU_TABLE_PATH))
+    assert meta["torch"].startswith("2.5.1") and meta["triton"] == "3.1.0"
+    attn = fusion.table()[("standard", "gpu:decode")]["attn.sdpa"]
+
+    def bufs(k, mode):
+        return sorted((b.dtype, b.numel, b.passes) for b in k.buffers if b.mode == mode and b.numel != "1")
+
+    scatter, rope, qk, softmax, pv = attn
+    assert bufs(scatter, "write") == [("float16", "2*b*kvh*dh", "1")] * 2
+    assert bufs(rope, "write") == [("float32", "2*b*kvh*G*dh", "1")]
+    assert bufs(qk, "read") == [("float16", "2*b*L*kvh*dh", "G"), ("float32", "2*b*kvh*G*dh", "1")]
+    assert bufs(softmax, "read")[-1] == ("float32", "b*L*kvh*G", "1")
+    assert bufs(softmax, "write") == [("float32", "b*L*kvh*G", "1")]
+    assert bufs(pv, "read") == [("float16", "2*b*L*kvh*dh", "G"), ("float32", "b*L*kvh*G", "1")]
+    assert bufs(pv, "write") == [("float16", "2*b*kvh*G*dh", "1")]
+
+
 def test_the_references_wo_at_batch_64_is_the_gemm_tables_mm():
     """The reference stack, 70B TP8 upper-bound decode, batch 64: wo is
     an extern mm [64, 1024] x [1024, 8192], priced from the profile's GEMM table like qkv and the
@@ -152,22 +178,63 @@ def _triton_missing() -> bool:
     return importlib.util.find_spec("triton") is None or importlib.util.find_spec("torch") is None
 
 
+_DERIVE = ("import json; from tpsim.hw.inductor_gpu import derive; "
+           "print(json.dumps(derive(progress=lambda s: None)))")
+
+
+def _derive_in(python: str) -> dict:
+    """The GPU table's layers as `python -m tpsim.hw.inductor_gpu` derives them in interpreter `python`
+    (a fresh one: the fake device patches Inductor's device queries, and an earlier test's compiled
+    state in this process -- Inductor caches whether Triton works -- must not decide it)."""
+    out = subprocess.run([python, "-c", _DERIVE], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def _reference_python() -> str | None:
+    """An interpreter whose torch is the one the shipped GPU table was derived with (the reference
+    harness's, 2.5.1): $TPSIM_REFERENCE_TORCH_PYTHON (docs/compiled-stack.md says how to make one), or
+    this one when its torch is that version."""
+    want = fusion.meta(str(fusion.GPU_TABLE_PATH))["torch"]
+    env = os.environ.get("TPSIM_REFERENCE_TORCH_PYTHON")
+    if env:
+        return env
+    import torch                                  # lazy: _triton_missing() has checked it is there
+    return sys.executable if torch.__version__ == want else None
+
+
 @pytest.mark.hw
 @pytest.mark.slow
 @pytest.mark.skipif(_triton_missing(), reason="needs torch and triton (pip install triton) to generate Triton code")
-def test_shipped_gpu_table_is_what_inductor_emits_here():
-    """The committed GPU table is what `python -m tpsim.hw.inductor_gpu` derives with the installed
-    torch / triton (about 20 s): a torch whose CUDA path fuses differently fails here."""
-    # in a fresh interpreter: the fake device patches Inductor's device queries, and an earlier test's
-    # compiled state in this process (Inductor caches whether Triton works) must not decide it
-    code = ("import json; from tpsim.hw.inductor_gpu import derive; "
-            "print(json.dumps(derive(progress=lambda s: None)))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-2000:]
+def test_shipped_gpu_table_is_what_inductor_emits_on_the_references_torch():
+    """The committed GPU table is what `python -m tpsim.hw.inductor_gpu` derives with the torch / triton
+    it records (the reference harness's 2.5.1 / 3.1.0; about 20 s): a derivation change, or a table
+    edited by hand, fails here. Runs where such an interpreter is at hand."""
+    python = _reference_python()
+    if python is None:
+        pytest.skip(f"the GPU table was derived with torch {fusion.meta(str(fusion.GPU_TABLE_PATH))['torch']}; "
+                    "set TPSIM_REFERENCE_TORCH_PYTHON to a python with it (docs/compiled-stack.md)")
     with open(fusion.GPU_TABLE_PATH) as f:
         shipped = json.load(f)["layers"]
-    assert json.loads(out.stdout.splitlines()[-1]) == shipped, \
+    assert _derive_in(python) == shipped, \
         "Inductor's Triton path no longer emits the committed table: rerun `python -m tpsim.hw.inductor_gpu`"
+
+
+@pytest.mark.hw
+@pytest.mark.slow
+@pytest.mark.skipif(_triton_missing(), reason="needs torch and triton (pip install triton) to generate Triton code")
+def test_the_derivation_runs_on_the_installed_torch_and_marks_the_rereads():
+    """The same derivation on the installed torch (2.13 here: another fusion of the attention, q's RoPE
+    inlined into q@k^T, an online softmax) runs through and gives what sim prices alike: one GQA
+    re-read of K and one of V per layer (passes G), every linear extern at batch > 1, generated at 1."""
+    layers = _derive_in(sys.executable)
+    for kind in ("standard", "upper-bound"):
+        dec, m1 = layers[kind]["decode"], layers[kind]["decode-m1"]
+        rereads = sorted(b["numel"] for k in dec if k["role"] == "attn.sdpa" for b in k["buffers"]
+                         if b.get("passes") == "G")
+        assert rereads == ["2*b*L*kvh*dh", "2*b*L*kvh*dh"], kind
+        assert {k["kind"] for k in dec if k["role"] in ("attn.qkv", "mlp.up", "mlp.down")} == {"matmul"}
+        assert {k["kind"] for k in m1 if k["role"] in ("attn.qkv", "mlp.up", "mlp.down")} == {"generated"}
 
 
 @pytest.mark.hw
