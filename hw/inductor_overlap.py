@@ -61,6 +61,7 @@ from tpsim.hw.inductor_gpu import compile_decode
 from tpsim.hw.inductor_probe import DTYPE, PROBE, probe_model
 from tpsim.hw.reference_ladder import MODELS
 from tpsim.hw.inductor_kernels import node_ops
+from tpsim.hw.torch_compat import known_inductor_flags
 
 PASSES_2_5 = ("reorder_compute_for_overlap", "sink_waits", "raise_comms")     # v2.5.0 config.py:259
 LAYERS = 3
@@ -70,9 +71,9 @@ SCHEDULES = {"ladder": "ladder", "parallel": "parallel", "dense": "standard"}
 
 def torch25_flags(passes: bool = True) -> dict:
     """The reference's overlap settings as PyTorch 2.5 ran them (module doc)."""
-    return {"reorder_for_compute_comm_overlap": True,
-            "reorder_for_compute_comm_overlap_passes": list(PASSES_2_5) if passes else [],
-            "reorder_for_peak_memory": False}
+    return known_inductor_flags({"reorder_for_compute_comm_overlap": True,
+                                 "reorder_for_compute_comm_overlap_passes": list(PASSES_2_5) if passes else [],
+                                 "reorder_for_peak_memory": False})
 
 
 @contextlib.contextmanager
@@ -174,6 +175,29 @@ def code_launches(code: str) -> list[str]:
     add), extern_kernels.<fn>, and `all_reduce_(buf)` / `wait_tensor(buf)` with the buffer they name."""
     body = code[code.find("def call("):]
     return [t or e or f"{c}({b.replace('reinterpret_tensor(', '')})" for t, e, c, b in _LAUNCH.findall(body)]
+
+
+_CALL_LINE = re.compile(r"^\s*(?:(\w+)\.run\((.*)\)|extern_kernels\.\w+\((.*)\)|"
+                        r"torch\.ops\._c10d_functional\.all_reduce_\.default\(reinterpret_tensor\((\w+)|"
+                        r"torch\.ops\._c10d_functional\.all_reduce_\.default\((\w+))", re.M)
+
+
+def all_reduce_producers(code: str) -> list[tuple[str, bool]]:
+    """For each in-place all_reduce_(buf) of the output code's call(): (the launch just before it:
+    a Triton kernel's name or "extern_kernels.mm", whether that launch names buf among its arguments,
+    i.e. wrote what is reduced). The functional collective's clone (comm_lowering._all_reduce)
+    would be a copy kernel there, between the GEMM and the collective."""
+    body = code[code.find("def call("):]
+    out, last = [], None
+    for m in _CALL_LINE.finditer(body):
+        name, targs, eargs, ar1, ar2 = m.groups()
+        buf = ar1 or ar2
+        if buf:
+            out.append((last[0], bool(re.search(rf"\b{buf}\b", last[1]))) if last else ("-", False))
+        else:
+            ext = re.match(r"\s*(extern_kernels\.\w+)", m.group(0))
+            last = (name or ext.group(1), targs if name else eargs)
+    return out
 
 
 def probe_shapes(batch: int = PROBE["b"], layers: int = LAYERS) -> R.Shapes:

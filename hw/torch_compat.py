@@ -14,6 +14,9 @@ in one place, by feature (never by version number):
 * `scheduler_nodes`: Scheduler._codegen's node list (an argument in newer torch; self.nodes in 2.5).
 * `triton_active_driver` / `set_triton_active_driver`: triton's DriverConfig keeps the active
   driver in `_active` (3.4+) or `active` (3.1).
+* `wrap_triton` (torch.library, 2.6+): a user-defined Triton kernel traced as one graph node; 2.5
+  calls it torch._library.triton.capture_triton.
+* `known_inductor_flags`: Inductor config keys this torch has (2.5 has no reorder_for_peak_memory).
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ import contextlib
 import copy
 
 import torch.fx.traceback as fx_traceback
+import torch.library
 
 
 @contextlib.contextmanager
@@ -116,3 +120,19 @@ def set_triton_active_driver(driver, active) -> None:
         driver._active = active
     else:
         driver.active = active
+
+
+def _wrap_triton():
+    if hasattr(torch.library, "wrap_triton"):
+        return torch.library.wrap_triton
+    from torch._library.triton import capture_triton          # lazy: torch 2.5's name for it
+    return capture_triton
+
+
+wrap_triton = _wrap_triton()
+
+
+def known_inductor_flags(flags: dict) -> dict:
+    """`flags` less the keys torch._inductor.config does not have on this torch."""
+    import torch._inductor.config as icfg                      # lazy: as the callers' Inductor
+    return {k: v for k, v in flags.items() if hasattr(icfg, k.split(".")[0])}

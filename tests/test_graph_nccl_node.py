@@ -5,6 +5,7 @@ nccl-graph-mixing-ablation-jacobi.csv); it is priced on every NCCL collective of
 step (sim/collective_cost.py) and on every call of an nccl-tests -G loop (sim/collective_timing.py).
 """
 import csv
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -41,13 +42,18 @@ def test_profile_values_are_the_ablation_by_hand():
 
 
 def test_graph_step_pays_it_on_nccl_only():
-    """h100-sxm, 16 KiB all-reduce over 8 ranks: the table's bare kernel 18.98 us + the functional
-    collective's copy 2.49 + NCCL's record node 1.31 = 22.78 us in a compiled graph step. An eager
-    call reads the eager table (20.70 us) and pays neither; the custom all-reduce's own graph table
-    (5.31 us) is no NCCL launch and pays neither."""
+    """h100-sxm, 16 KiB all-reduce over 8 ranks: the table's bare kernel 18.98 us + NCCL's record node
+    1.31 = 20.29 us in a compiled graph step (no copy: graph_extra_us 0, Inductor writes the GEMM's
+    output where all_reduce_ reduces it in place). A profile whose stack does copy (graph_extra_us
+    2.49, one graph-replayed kernel) pays 22.78 us. An eager call reads the eager table (20.70 us)
+    and pays neither; the custom all-reduce's own graph table (5.31 us) is no NCCL launch and pays
+    neither."""
     prof = load_profile("h100-sxm")
     nccl = CostModel(prof, Stack())
     t, path = nccl.price("all_reduce", 16384, 8, "graph")
+    assert t == pytest.approx(20.29e-6) and path == "table+graph_nccl_node"
+    copying = CostModel(dataclasses.replace(prof, graph_extra_s=2.49e-6), Stack())
+    t, path = copying.price("all_reduce", 16384, 8, "graph")
     assert t == pytest.approx(22.78e-6) and path == "table+graph_extra+graph_nccl_node"
     assert nccl.price("all_reduce", 16384, 8, "eager") == (pytest.approx(20.70e-6), "table")
     assert CostModel(prof, Stack(collective="custom")).price("all_reduce", 16384, 8, "graph") == \
@@ -76,19 +82,19 @@ def test_nccl_tests_graph_loop_pays_it_every_call():
 
 
 def test_nccl_mode_table_strips_both_graph_additions():
-    """`tpsim collective --mode nccl` prices the bare kernel: graph price minus copy minus node."""
+    """`tpsim collective --mode nccl` prices the bare kernel: graph price minus copy (0) minus node."""
     from tpsim.sim.collective_table import collective_rows
     prof = load_profile("h100-sxm")
     (bare,) = collective_rows(prof, "all_reduce", 8, "nccl", (16384,))
     (graph,) = collective_rows(prof, "all_reduce", 8, "graph", (16384,))
     assert bare.path == "table" and bare.time_us == pytest.approx(18.98)
-    assert graph.time_us - bare.time_us == pytest.approx(2.49 + 1.31)
+    assert graph.time_us - bare.time_us == pytest.approx(0.0 + 1.31)
 
 
 def test_calibrated_graph_tables_already_hold_it(tmp_path):
     """tpsim calibrate times graph mode as calls captured back to back in one CUDA graph, each paying
     the record node: a calibration extending h100-sxm writes graph_nccl_node_us 0 so the base's 1.31 us
-    is not charged twice (the base's copy, graph_extra 2.49 us, stays)."""
+    is not charged twice (the base's graph_extra, 0: no copy kernel, stays)."""
     import json
     from types import SimpleNamespace
 
@@ -103,13 +109,13 @@ def test_calibrated_graph_tables_already_hold_it(tmp_path):
     f = tmp_path / "mine.json"
     f.write_text(json.dumps(prof))
     loaded = load_profile(str(f))
-    assert (loaded.graph_nccl_node_s, loaded.graph_extra_s) == (0.0, pytest.approx(2.49e-6))
+    assert (loaded.graph_nccl_node_s, loaded.graph_extra_s) == (0.0, 0.0)
 
 
 def test_compare_on_a_graph_file_adds_the_node_once():
     """`tpsim collective --compare` on the -G 1 -g 4 file: --mode nccl rows are the bare kernel + the node
-    (8 B: 9.46 + 1.31 = 10.77 us); --mode graph rows already carry it (copy 2.49 + node 1.31 over the
-    kernel) and get no second one."""
+    (8 B: 9.46 + 1.31 = 10.77 us); --mode graph rows already carry it (node 1.31 over the kernel, no
+    copy) and get no second one."""
     import json
 
     from click.testing import CliRunner
@@ -125,8 +131,8 @@ def test_compare_on_a_graph_file_adds_the_node_once():
     (n,), (g,) = out["nccl"]["rows"], out["graph"]["rows"]
     assert out["nccl"]["compare"]["timing"]["kind"] == "graph_replay_batched"
     assert n["path"] == "table+graph_nccl_node+first-launch?" and n["time_us"] == pytest.approx(10.77, abs=0.01)
-    assert g["path"] == "table+graph_extra+graph_nccl_node+first-launch?"
-    assert g["time_us"] == pytest.approx(10.77 + 2.49, abs=0.01)
+    assert g["path"] == "table+graph_nccl_node+first-launch?"
+    assert g["time_us"] == pytest.approx(10.77, abs=0.01)
     # -G 1: every size is the first launch of a fresh graph, so none is priced
     assert out["nccl"]["compare"]["timing"]["graph_launches"] == 1
     assert out["nccl"]["compare"]["timing"]["unpriced_sizes"] == [8]

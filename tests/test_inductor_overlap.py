@@ -39,6 +39,9 @@ print(json.dumps({
     "ladder-heavy-comm": heavy_comm,
     "first-pass-moved": first[0] != first[1],
     "parallel": O.derive("parallel", s),
+    "producers": {label: O.all_reduce_producers(O.compile_order(m, O.probe_shapes(batch=b)).code)
+                  for label, m, b in (("dense", "dense", 7), ("dense-b1", "dense", 1), ("ladder", "ladder", 7),
+                                      ("parallel", "parallel", 7))},
 }))
 """
 
@@ -95,3 +98,16 @@ def test_parallel_all_reduce_overlaps_nothing_as_in_tpsim(derived):
     assert set(derived["parallel"]) == {"L0.allreduce", "L1.allreduce", "L2.allreduce"}
     assert all(O.compute_only(w) == [] for w in derived["parallel"].values())
     assert O.compare("parallel", derived["parallel"]) == {}
+
+
+def test_no_copy_kernel_before_an_all_reduce(derived):
+    """Inductor lowers the functional all-reduce as clone + in-place all_reduce_, and the clone
+    launches nothing: each all_reduce_ comes right after the kernel that wrote its buffer -- wo's /
+    w2's extern mm (batch 7), the batch-1 GEMV reduction, parallel's sum of the two partials -- so a
+    compiled graph step pays no copy per all-reduce (the profiles' collectives.graph_extra_us is 0)."""
+    p = derived["producers"]
+    assert {k: len(v) for k, v in p.items()} == {"dense": 6, "dense-b1": 6, "ladder": 6, "parallel": 3}
+    assert all(wrote for v in p.values() for _, wrote in v), p
+    assert {name for name, _ in p["dense"] + p["ladder"]} == {"extern_kernels.mm"}
+    assert all(name.startswith("triton_") and "mm" in name for name, _ in p["dense-b1"]), p["dense-b1"]
+    assert all(name.startswith("triton_") and "add" in name for name, _ in p["parallel"]), p["parallel"]

@@ -116,16 +116,20 @@ def shm_constants(nccl: dict):
 
 
 def graph_extra(floor_us: float, system: str):
-    """What a compiled functional all-reduce adds inside a CUDA-graph step over the bare NCCL kernel."""
-    return sv(floor_us, (
-        f"derived: one graph-replayed copy kernel ({floor_us} us, this profile's compute.launch_us.graph "
-        f"floor, {system}). Under torch.compile the reference stack's all-reduce is the functional "
-        f"_c10d_functional.all_reduce, which Inductor lowers as clone(input) + in-place all_reduce_ + "
-        f"wait_tensor (torch/_inductor/comm_lowering.py _all_reduce; with reorder_for_compute_comm_overlap=True, "
-        f"which the reference sets, the clone is realized and kept out of fusion); the copy is the known "
-        f"funcol all-reduce copy (pytorch/pytorch#138773). ProcessGroupNCCL's side-stream fork/join and "
-        f"wait_tensor become graph edges (no kernels): counted 0. The measured NCCL tables time the bare "
-        f"kernel back to back, so they lack this"))
+    """What a compiled functional all-reduce adds inside a CUDA-graph step over the bare NCCL kernel:
+    no kernel (derived from Inductor's output code; floor_us and system are kept for the source)."""
+    return sv(0.0, (
+        "derived: no copy kernel. Under torch.compile the reference stack's all-reduce is the functional "
+        "_c10d_functional.all_reduce, which Inductor lowers as clone(input) + in-place all_reduce_ + wait_tensor "
+        "(torch/_inductor/comm_lowering.py _all_reduce: 'in most cases, this clone is eliminated via in-place "
+        "reuse'). Inductor's output code for the reference's compiled decode steps (hw/inductor_overlap.py "
+        "all_reduce_producers: the dense model at batch 7 and 1 and the other two reference models; torch "
+        "2.5.1 + triton 3.1.0, the reference's, and torch 2.13) launches each all_reduce_ right after the kernel "
+        "that writes its buffer: the wo / w2 extern mm (out=buf), the batch-1 GEMV reduction or the sum of the "
+        "two partials, the clone fused into it "
+        "or elided; no copy kernel in between (one would have cost this profile's graph-replay floor, "
+        f"{floor_us} us, {system}). ProcessGroupNCCL's side-stream fork/join and wait_tensor become graph "
+        "edges (no kernels): counted 0"))
 
 
 # GPU of each aiconfigurator system measured by the graph-mixing ablation (others: not set)
