@@ -62,10 +62,10 @@ def buffer_accesses(node, include_reads: bool, include_writes: bool) -> dict[str
 
 def _buffer_accesses_port(node, include_reads: bool, include_writes: bool) -> dict[str, int]:
     """torch 2.5's get_read_write_buffers_sizes (torch/_inductor/scheduler.py), per buffer."""
-    from torch._inductor import ir                                           # lazy: as the callers' Inductor
-    from torch._inductor import scheduler as S
-    from torch._inductor.utils import get_dtype_size, sympy_product
-    from torch._inductor.virtualized import V
+    from torch._inductor import ir                                   # lazy: Inductor, not for annotate's users (hw.runner)
+    from torch._inductor import scheduler as S                       # lazy: as above
+    from torch._inductor.utils import get_dtype_size, sympy_product  # lazy: as above
+    from torch._inductor.virtualized import V                        # lazy: as above
     if isinstance(node, S.NopKernelSchedulerNode):
         return {}
     if isinstance(node, S.ExternKernelSchedulerNode) and isinstance(node.node, ir.MultiOutput):
@@ -134,5 +134,5 @@ wrap_triton = _wrap_triton()
 
 def known_inductor_flags(flags: dict) -> dict:
     """`flags` less the keys torch._inductor.config does not have on this torch."""
-    import torch._inductor.config as icfg                      # lazy: as the callers' Inductor
+    import torch._inductor.config as icfg                            # lazy: as _buffer_accesses_port
     return {k: v for k, v in flags.items() if hasattr(icfg, k.split(".")[0])}
