@@ -35,9 +35,9 @@ import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
-from tpsim.hw.torch_compat import annotate, wrap_triton
 
 from tpsim.hw import reference_model as R
+from tpsim.hw.torch_compat import annotate, wrap_triton
 
 
 @triton.jit

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed._functional_collectives as funcol
 import torch.nn.functional as F
+
 from tpsim.hw.torch_compat import annotate
 
 aten = torch.ops.aten

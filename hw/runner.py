@@ -43,13 +43,13 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
-from tpsim.hw.torch_compat import annotate
 
 from tpsim.sim.schedule import TOKENS, Op, Schedule
 from tpsim.sim.trace import Record
 from tpsim.hw import collective_api
 from tpsim.hw.kernels import COMPILABLE_KINDS, COMPILED_KERNELS, KERNELS, KernelCtx
 from tpsim.hw.model import RankModel
+from tpsim.hw.torch_compat import annotate
 from tpsim.hw.symm_mem import GroupAllReduce
 
 
