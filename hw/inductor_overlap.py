@@ -32,6 +32,11 @@ PyTorch v2.5.0 (the wheel's torch/_inductor, git 32f585d9):
   sampler, comes after every collective). torch25_flags(): passes as above, no
   reorder_for_peak_memory.
 
+Checked on torch 2.5.1 itself (the reference's; run this module with it and --locality-installed,
+docs/compiled-stack.md): every window holds the same compute as this emulation gives, and only the
+waits sit elsewhere: 2.5.1 issues AR(mlp_i) before it waits for AR(attn_i) (tpsim's plan order), where
+the emulation puts each wait before the next issue; one timeline on a comm stream run in issue order.
+
 Runtime estimates: on the fake H100 every node's `estimate_op_runtime` is 0 (no device to
 measure), so reorder_compute_for_overlap pulls no extra compute into a window. The result does
 not depend on it: the last pass, raise_comms, reschedules every node by (score_0, position), so

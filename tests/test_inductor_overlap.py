@@ -71,10 +71,12 @@ def test_ladder_windows_are_tpsims_plan_but_the_last_add(derived):
 
 
 def test_each_wait_comes_before_the_next_issue(derived):
-    """2.5's reorder_for_locality pulls each collective down to its wait, and the comms' global
-    order (WeakDeps on the previous collective's buffer, which its wait mutates) then makes the
-    next all-reduce depend on the previous wait: one all-reduce in flight at a time, which on a
-    stream that runs collectives in order (sim/engine.py's comm stream) is the same timeline."""
+    """In the emulation (the installed torch's passes, 2.5's locality rule) each collective is pulled
+    down to its wait, and the comms' global order (WeakDeps on the previous collective's buffer, which
+    its wait mutates) then makes the next all-reduce depend on the previous wait: one all-reduce in
+    flight at a time. torch 2.5.1 itself issues AR(mlp_i) before it waits for AR(attn_i), tpsim's plan
+    order, with the same compute in every window (docs/compiled-stack.md); on a stream that runs
+    collectives in order (sim/engine.py's comm stream) both are the same timeline."""
     for ar, w in derived["ladder"].items():
         assert not [o for o in w if o.startswith("issue:")], (ar, w)
 
