@@ -171,20 +171,24 @@ def derive(model: str, shapes: R.Shapes, passes: bool = True, estimator=None,
     return windows(ls, {o for ln in ls for o in ln.ops if o.endswith("allreduce")})
 
 
-_LAUNCH = re.compile(r"^\s*(\w+)\.run\(|^\s*(extern_kernels\.\w+)\(|^\s*torch\.ops\._c10d_functional\.(\w+)\.default\(([^,)]*)",
-                     re.M)
+# one launch of call() per line: a Triton kernel's .run(args), extern_kernels.<fn>(args), or a functional
+# collective op with the buffer it names first (through reinterpret_tensor or not)
+_LAUNCH = re.compile(r"^\s*(?:(\w+)\.run\((.*)\)|(extern_kernels\.\w+)\((.*)\)|"
+                     r"torch\.ops\._c10d_functional\.(\w+)\.default\((?:reinterpret_tensor\()?(\w+))", re.M)
+
+
+def _launches(code: str) -> list[tuple[str, str]]:
+    """(what is launched, its arguments) for each launch of the output code's call(), in order: a Triton
+    kernel's name, extern_kernels.<fn>, or `all_reduce_(buf)` / `wait_tensor(buf)` (arguments: buf)."""
+    body = code[code.find("def call("):]
+    return [(t, targs) if t else (e, eargs) if e else (f"{c}({buf})", buf)
+            for t, targs, e, eargs, c, buf in _LAUNCH.findall(body)]
 
 
 def code_launches(code: str) -> list[str]:
     """The output code's call() launches in order: Triton kernel names (generated or the user-defined
     add), extern_kernels.<fn>, and `all_reduce_(buf)` / `wait_tensor(buf)` with the buffer they name."""
-    body = code[code.find("def call("):]
-    return [t or e or f"{c}({b.replace('reinterpret_tensor(', '')})" for t, e, c, b in _LAUNCH.findall(body)]
-
-
-_CALL_LINE = re.compile(r"^\s*(?:(\w+)\.run\((.*)\)|extern_kernels\.\w+\((.*)\)|"
-                        r"torch\.ops\._c10d_functional\.all_reduce_\.default\(reinterpret_tensor\((\w+)|"
-                        r"torch\.ops\._c10d_functional\.all_reduce_\.default\((\w+))", re.M)
+    return [name for name, _ in _launches(code)]
 
 
 def all_reduce_producers(code: str) -> list[tuple[str, bool]]:
@@ -192,16 +196,12 @@ def all_reduce_producers(code: str) -> list[tuple[str, bool]]:
     a Triton kernel's name or "extern_kernels.mm", whether that launch names buf among its arguments,
     i.e. wrote what is reduced). The functional collective's clone (comm_lowering._all_reduce)
     would be a copy kernel there, between the GEMM and the collective."""
-    body = code[code.find("def call("):]
     out, last = [], None
-    for m in _CALL_LINE.finditer(body):
-        name, targs, eargs, ar1, ar2 = m.groups()
-        buf = ar1 or ar2
-        if buf:
-            out.append((last[0], bool(re.search(rf"\b{buf}\b", last[1]))) if last else ("-", False))
-        else:
-            ext = re.match(r"\s*(extern_kernels\.\w+)", m.group(0))
-            last = (name or ext.group(1), targs if name else eargs)
+    for name, args in _launches(code):
+        if name.startswith("all_reduce_("):
+            out.append((last[0], bool(re.search(rf"\b{args}\b", last[1]))) if last else ("-", False))
+        elif not name.startswith("wait_tensor("):
+            last = (name, args)
     return out
 
 
