@@ -48,9 +48,7 @@ import torch._inductor.config as icfg  # noqa: E402
 from torch._inductor.runtime import triton_helpers  # noqa: E402
 
 from tpsim.hw import inductor_gpu as G  # noqa: E402
-from tpsim.hw import reference_model as R  # noqa: E402
 from tpsim.hw.fake_cuda import H100, fake_h100  # noqa: E402
-from tpsim.sim.model import get_model  # noqa: E402
 
 BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 _INS = re.compile(r"^\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", re.M)
@@ -158,9 +156,7 @@ def main(argv=None) -> int:
     ap.add_argument("--clock-ghz", type=float, default=1.98, help="SM clock (H100 SXM max boost, datasheet)")
     a = ap.parse_args(argv)
     model, tp, batch = a.at.split(":")
-    s = get_model(model).shard(int(tp))
-    shapes = R.Shapes(int(batch), 1536, s.heads, s.kv_heads, s.head_dim, s.hidden, s.ffn, s.vocab, G.LAYERS)
-    code = G.compile_decode(shapes, False).code
+    code = G.compile_decode(G.real_shapes(model, int(tp), int(batch)), False).code
     import torch                                      # lazy: for the version line only
     print(f"{a.at}: torch {torch.__version__}, triton {triton.__version__}, sm_90, {H100.multi_processor_count} SMs, "
           f"{a.clock_ghz} GHz; issue us = programs x warps x instr/warp / (SMs x 4 x clock)")

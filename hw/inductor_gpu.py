@@ -257,14 +257,18 @@ def _triton_version() -> str:
     return triton.__version__
 
 
+def real_shapes(model: str, tp: int, batch: int, layers: int = LAYERS) -> R.Shapes:
+    """One rank's shapes of `model` at TP `tp` (cache 1536: prompt 1024 + 512, the reference workload)."""
+    s = get_model(model).shard(tp)
+    return R.Shapes(batch, 1536, s.heads, s.kv_heads, s.head_dim, s.hidden, s.ffn, s.vocab, layers)
+
+
 def at_shapes(model: str, tp: int, batch: int, comm: bool = False) -> list[tuple[str, dict | None]]:
     """The launches of one decode step at a real model's per-rank shapes (cache 1536 = prompt 1024
     + 512 generated, the reference workload), layer 1 only: (kernel, its Triton heuristic / size
     hints / reduction hint, None for an extern call). Shows what the prime probe cannot: the split
     reductions and inlining decisions Inductor makes at the real sizes."""
-    s = get_model(model).shard(tp)
-    shapes = R.Shapes(batch, 1536, s.heads, s.kv_heads, s.head_dim, s.hidden, s.ffn, s.vocab, LAYERS)
-    code = compile_decode(shapes, comm).code
+    code = compile_decode(real_shapes(model, tp, batch), comm).code
     tk = triton_kernels(code)
     order = launch_order(code)
     per_layer = len(order) // LAYERS if order else 0

@@ -57,12 +57,11 @@ import torch
 from torch._inductor.fx_passes import post_grad
 from torch._inductor.utils import contains_collective, contains_wait
 
-from tpsim.sim.model import get_model
 from tpsim.sim.schedule import build_plan, plan_of
 from tpsim.sim.stack import Stack, Step
 
 from tpsim.hw import reference_model as R
-from tpsim.hw.inductor_gpu import compile_decode
+from tpsim.hw.inductor_gpu import compile_decode, real_shapes
 from tpsim.hw.inductor_probe import DTYPE, PROBE, probe_model
 from tpsim.hw.reference_ladder import MODELS
 from tpsim.hw.inductor_kernels import node_ops
@@ -208,12 +207,6 @@ def all_reduce_producers(code: str) -> list[tuple[str, bool]]:
 def probe_shapes(batch: int = PROBE["b"], layers: int = LAYERS) -> R.Shapes:
     m = probe_model(layers)
     return R.Shapes(batch, PROBE["L"], m.heads, m.kv_heads, m.head_dim, m.hidden, m.ffn, m.vocab, layers)
-
-
-def real_shapes(model: str, tp: int, batch: int, layers: int = LAYERS) -> R.Shapes:
-    """One rank's shapes of `model` at TP `tp` (cache 1536: prompt 1024 + 512, the reference workload)."""
-    s = get_model(model).shard(tp)
-    return R.Shapes(batch, 1536, s.heads, s.kv_heads, s.head_dim, s.hidden, s.ffn, s.vocab, layers)
 
 
 def compute_only(w: list[str], known: set[str] | None = None) -> list[str]:
