@@ -130,7 +130,7 @@ class CostModel(CollectiveCost):
         key = ("issue", op.signature, phase, hit)
         t = self._cache.get(key)
         if t is None:
-            n = self._kernel_count(op, fused, hit)
+            n = self._kernel_count(op, fused, hit, sched)
             engine_sampler = sampler.get(op.get("sampler", sampler.REFERENCE)) if op.kind == "sample" else None
             if engine_sampler is not None and self.stack.graphs(phase, "head"):
                 # the cast in the engine's logits processor is captured with the LM head (graph_scope "logits")
@@ -138,14 +138,15 @@ class CostModel(CollectiveCost):
             t = self._cache[key] = n * self._launch_s(False)
         return t
 
-    def _kernel_count(self, op: Op, fused: bool, hit) -> int:
+    def _kernel_count(self, op: Op, fused: bool, hit, sched: Schedule | None = None) -> int:
         """Kernels `op` launches, as compute_s prices it: Inductor's kernels charged to it in a compiled
-        layer (`hit`; kernel_terms: one launch each), one for a collective or a generated GEMV, else
-        op_work's."""
+        layer (`hit`; kernel_terms: one launch each, those that run at this step's shapes), one for a
+        collective or a generated GEMV, else op_work's."""
         if op.is_comm:
             return 1
         if hit is not None:
-            return sum(1 for k in fusion.kernels(hit) if k.kind != "collective")
+            sym = fusion.symbols(sched, op)
+            return sum(1 for k in fusion.kernels(hit) if k.kind != "collective" and k.runs(sym))
         if self.generated_gemv(op, fused):
             return 1
         return sum(w.kernels for w in self.works(op, fused))
@@ -207,7 +208,7 @@ class CostModel(CollectiveCost):
         act = DTYPE_BYTES[op.dtype]
         out = []
         for k in kernels:
-            if k.kind == "collective":
+            if k.kind == "collective" or not k.runs(sym):
                 continue
             nbytes, l2 = k.bytes(sym, act), 0.0
             if k.kind == "matmul" and op.kind == "gemm":

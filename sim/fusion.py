@@ -10,7 +10,8 @@ as products of symbols:
 
   b batch, q q_len, L kv_len (the static cache), kvh KV heads per rank, G = heads / kvh,
   G2 = G + 2 (q, k, v heads per KV head), hidden, ffn (per rank), dh = head_dim / 2, 2;
-  tp, and rs = ceil(b * q / tp), the token rows of a seq-parallel rank's shard.
+  tp, and rs = ceil(b * q / tp), the token rows of a seq-parallel rank's shard; pv_splits, the
+  parts of a split p@v (GPU decode: pv_splits_at), which a kernel's `when` names.
 
 Token-split layers: roles carry the micro-batch ("mb1.attn.norm"), and b and q are the
 micro-batch's own (sequences in decode, tokens in prefill), so one table prices any split size;
@@ -69,6 +70,10 @@ class Kernel:
     name: str               # Inductor's kernel name (documentation)
     fuses: tuple[str, ...]  # the other IR ops whose work it does ("prev:mlp.add": the previous layer's)
     buffers: tuple[Buffer, ...]
+    when: str | None = None  # a symbol: the kernel launches only where it is > 1 (a split's combine)
+
+    def runs(self, sym: dict[str, float]) -> bool:
+        return self.when is None or sym.get(self.when, 1.0) > 1.0
 
     def bytes(self, sym: dict[str, float], act_bytes: int) -> float:
         return sum(numel(b.numel, sym) * (act_bytes if b.dtype == ACT_DTYPE else _DTYPE_BYTES[b.dtype])
@@ -113,7 +118,7 @@ def _document(path: str) -> dict:
 def _kernel(k: dict) -> Kernel:
     return Kernel(k["role"], k["kind"], k["kernel"], tuple(k["fuses"]),
                   tuple(Buffer(b["mode"], b["dtype"], b["numel"], b.get("passes", "1"), b.get("run_bytes"))
-                        for b in k["buffers"]))
+                        for b in k["buffers"]), k.get("when"))
 
 
 @functools.cache
@@ -123,6 +128,7 @@ def table(path: str = str(TABLE_PATH), gpu_path: str | None = str(GPU_TABLE_PATH
     path's mechanisms (gpu_overlay, from the GPU table when there is one); the GPU table itself is
     also there, by (kind, "gpu:" + variant), as derived. Each entry is built when first read."""
     gpu = _document(gpu_path).get("layers", {}) if gpu_path else {}
+    combine = _document(gpu_path).get("splits", {}).get("combine") if gpu_path else None
     out: dict = {}
     for p, prefix in ((path, ""), (gpu_path, GPU_PREFIX)):
         for kind, variants in (_document(p).get("layers", {}) if p else {}).items():
@@ -131,7 +137,7 @@ def table(path: str = str(TABLE_PATH), gpu_path: str | None = str(GPU_TABLE_PATH
                     out[(kind, EXTERN_DECODE)] = functools.partial(gpu_overlay, ks, EXTERN_DECODE, None)
                 if not prefix and variant in GPU_OVERLAY:
                     out[(kind, variant)] = functools.partial(gpu_overlay, ks, variant,
-                                                             gpu.get("standard", {}).get(variant))
+                                                             gpu.get("standard", {}).get(variant), combine)
                 else:
                     out[(kind, prefix + variant)] = functools.partial(list, ks)
     return _Layers(out)
@@ -181,9 +187,12 @@ GPU_OVERLAY = ("decode", "decode-m1")
 EXTERN_DECODE = "decode-extern"
 
 
-def gpu_overlay(ks: list[dict], variant: str, gpu_standard: list[dict] | None) -> list[dict]:
+def gpu_overlay(ks: list[dict], variant: str, gpu_standard: list[dict] | None,
+                combine: dict | None = None) -> list[dict]:
     """One layer's kernels (JSON form) for a GPU profile: the attention (role attn.sdpa) as the GPU
-    table's standard layer runs it (its kernels, with their GQA re-reads: passes G); other generated
+    table's standard layer runs it (its kernels, with their GQA re-reads: passes G), then, where the
+    table derived p@v's split reduction (its `splits` section), the split's combine kernel, which
+    launches where the step's shapes split p@v (symbol pv_splits > 1: pv_splits_at); other generated
     kernels with their re-reads marked (token-split's micro-batch attention keeps its own kernels,
     passes G); the extern matmuls as derived (at batch > 1 every linear, wo included, is cuBLAS on
     the GPU path too: the GPU table). EXTERN_DECODE (no GPU table): the kernels as derived, re-reads
@@ -196,7 +205,25 @@ def gpu_overlay(ks: list[dict], variant: str, gpu_standard: list[dict] | None) -
         out.append(mark_rereads(json.loads(json.dumps(k))))
     if gpu_attn and any(k["role"] == "attn.sdpa" for k in ks):
         out += [json.loads(json.dumps(k)) for k in gpu_attn]
+        if combine:
+            out.append(json.loads(json.dumps(combine)))
     return out
+
+
+@functools.cache
+def _splits(gpu_path: str) -> dict[tuple[int, int, int, int], int]:
+    return {(r["b"], r["heads"], r["kv_heads"], r["head_dim"]): r["pv_splits"]
+            for r in _document(gpu_path).get("splits", {}).get("shapes", [])}
+
+
+def pv_splits_at(batch: int, heads: int, kv_heads: int, head_dim: int, gpu_path: str = str(GPU_TABLE_PATH)) -> int:
+    """Parts Inductor splits decode p@v's reduction over the cache into at these per-rank attention
+    shapes (the GPU table's `splits`: derived at every attention shape of the built-in models at TP
+    1-16 and batch 1/4/16/64, with the reference's 1536-row cache; hw/inductor_gpu.py derive_splits).
+    The count is the one derived at that cache for any cache length: whether Inductor splits does not
+    depend on it past 32 rows (ir.Reduction.num_splits: the outputs' count and the reads' strides
+    decide), only how many parts. 1 (no split, the probe's one kernel) at a shape not derived."""
+    return _splits(gpu_path).get((batch, heads, kv_heads, head_dim), 1)
 
 
 # Ops at the boundary of a run of token-split / seq-parallel layers (once per pass, outside the
@@ -241,7 +268,8 @@ def symbols(sched: Schedule, op: Op | None = None) -> dict[str, float]:
     b, q = (mb.nb, mb.nq) if mb else (st.batch, st.q_len)
     return {"b": b, "q": q, "L": st.kv_len, "kvh": s.kv_heads, "G": g, "G2": g + 2,
             "hidden": s.hidden, "ffn": s.ffn, "dh": s.head_dim / 2, "vocab": s.vocab,
-            "tp": sched.tp, "rs": -(-st.tokens // sched.tp)}
+            "tp": sched.tp, "rs": -(-st.tokens // sched.tp),
+            "pv_splits": pv_splits_at(b, s.heads, s.kv_heads, s.head_dim) if q == 1 else 1}
 
 
 def role_of(op: Op) -> str:

@@ -12,6 +12,7 @@ import pytest
 
 from tpsim.sim import fusion, l2_traffic
 from tpsim.sim.cost import CostModel
+from tpsim.sim.work import Work, roofline_s
 from tpsim.sim.model import get_model
 from tpsim.sim.profile import load_profile
 from tpsim.sim.schedule import build
@@ -64,8 +65,9 @@ def test_l2_rates_are_the_sourced_ones():
 
 
 def test_gpu_profiles_price_every_kind_with_the_triton_paths_attention_and_wo():
-    """A GPU profile's decode: every kind's attention is the GPU table's (standard layer), its wo at
-    batch > 1 an extern mm as on the CPU path; a CPU profile keeps the C++ backend's table."""
+    """A GPU profile's decode: every kind's attention is the GPU table's (standard layer) and then the
+    combine of a split p@v (it runs where the shapes split p@v: the next test), its wo at batch > 1 an
+    extern mm as on the CPU path; a CPU profile keeps the C++ backend's table."""
     s, _ = _sched("standard", batch=4)
     assert fusion.lookup(s, _op(s, "L1.attn.norm"), "cuda") == ("standard", "decode", "attn.norm")
     assert fusion.lookup(s, _op(s, "L1.attn.norm"), "cpu") == ("standard", "decode-cpu", "attn.norm")
@@ -73,8 +75,9 @@ def test_gpu_profiles_price_every_kind_with_the_triton_paths_attention_and_wo():
     gpu_attn = [k.name for k in t[("standard", "gpu:decode-m1")]["attn.sdpa"]]
     for kind in ("standard", "upper-bound", "ladder", "parallel", "spd", "seq-parallel"):
         for variant in ("decode", "decode-m1"):
-            names = [k.name for k in t[(kind, variant)]["attn.sdpa"]]
+            *names, combine = [k.name for k in t[(kind, variant)]["attn.sdpa"]]
             assert names == [k.name for k in t[("standard", "gpu:" + variant)]["attn.sdpa"]], (kind, variant)
+            assert combine.startswith("p@v split: combine"), (kind, variant)
         (wo,) = t[(kind, "decode")].get("attn.out", []) or [None]
         assert wo is None or wo.kind == "matmul", kind
     assert gpu_attn and all(n.startswith("triton_") for n in gpu_attn)
@@ -174,6 +177,41 @@ def test_a_weight_read_once_per_batch_row_is_priced_by_its_l2_sweeps():
     assert term["s"] == pytest.approx(dram_s + 1_056_964_608 / 10.03e12)
 
 
+def test_a_split_pv_launches_its_combine_where_the_table_derived_a_split():
+    """Inductor splits p@v's reduction over the cache where few outputs meet a long reduction (the GPU
+    table's `splits`, derived at the real shapes: hw.inductor_gpu.derive_splits). 70B TP8 (8 query heads,
+    1 KV head, D 128 per rank), cache 1536: at batch 4 p@v runs in 12 parts, so the attention launches a
+    sixth kernel, the combine: it reads 12 fp32 partials of each of the 4*8*128 = 4,096 outputs
+    (4096 * 12 * 4 = 196,608 B) and writes them in fp16 (4096 * 2 = 8,192 B): 204,800 B at the
+    profile's memory curve, at least the launch floor. At batch 16 (16,384 outputs) one kernel: five,
+    no combine.
+    A shape the table did not derive (batch 3) keeps the probe's one kernel."""
+    assert fusion.pv_splits_at(4, 8, 1, 128) == 12 and fusion.pv_splits_at(16, 8, 1, 128) == 1
+    assert fusion.pv_splits_at(3, 8, 1, 128) == 1
+    cost = CostModel(H100, Stack())
+    for batch, n, combine in ((4, 6, True), (16, 5, False)):
+        sched, _ = _sched(batch=batch)
+        op = _op(sched, "L0.attn.sdpa")
+        hit = fusion.lookup(sched, op, "cuda")
+        terms = cost.kernel_terms(op, fusion.kernels(hit), sched, True)
+        assert len(terms) == n and cost._kernel_count(op, True, hit, sched) == n
+        last = terms[-1]
+        assert last["name"].startswith("p@v split: combine") == combine
+        if combine:
+            assert last["dram_bytes"] == 204_800 and last["l2_bytes"] == 0.0
+            assert last["s"] == pytest.approx(cost._floor(roofline_s(H100, [Work(0.0, 204_800, 1)], "fp16"), 1, True))
+            assert last["s"] >= H100.launch_s["graph"]
+            assert cost.compute_s(op, "decode", sched) == pytest.approx(sum(t["s"] for t in terms))
+
+
+def test_a_kernel_with_when_runs_only_where_its_symbol_exceeds_one():
+    """`when` names a symbol; the kernel launches where it is > 1 (a split's combine), and always when
+    no symbol is named."""
+    k = fusion.Kernel("attn.sdpa", "generated", "combine", (), (), when="pv_splits")
+    assert k.runs({"pv_splits": 12}) and not k.runs({"pv_splits": 1}) and not k.runs({})
+    assert fusion.Kernel("attn.sdpa", "generated", "pv", (), ()).runs({"pv_splits": 1})
+
+
 def _triton_missing() -> bool:
     return importlib.util.find_spec("triton") is None or importlib.util.find_spec("torch") is None
 
@@ -262,3 +300,52 @@ def test_the_derivation_folds_wo_and_a_plain_make_fx_would_not():
            for v, cs in calls.items()}
     assert n_mm == {"derivation": 3 * 4 + 1, "plain": 3 * 3 + 1}, calls    # qkv, wo, w13, w2 x 3 + the head
     assert bmm["derivation"] == [] and len(bmm["plain"]) == 3, bmm
+
+
+def test_pv_splits_reads_a_split_and_its_combine_from_the_launches():
+    """hw.inductor_gpu.pv_splits on launch lists written by hand (kernel, numel arguments): layer 1's
+    p@v is the launch after its softmax (the second one). 4,096 outputs: p@v over 4096 is one kernel;
+    over 49,152 = 4096 x 12 then a combine over (4096, 12) is a split in 12; anything else is an error,
+    not a guess."""
+    pytest.importorskip("torch")
+    from tpsim.hw.inductor_gpu import launch_numels, pv_splits
+    layer = [("triton_red_fused_bmm_3", (49152, 128)), ("triton_red_fused__safe_softmax_4", (32, 1536))]
+    one = layer + [("triton_red_fused_bmm_5", (4096, 1536)), ("triton_poi_x", (512,))]
+    split = layer + [("triton_red_fused_bmm_5", (49152, 128)), ("triton_per_fused__to_copy_bmm_6", (4096, 12))]
+    assert pv_splits(one + one, 4096) == 1
+    assert pv_splits(split + split, 4096) == 12
+    with pytest.raises(RuntimeError, match="neither one kernel"):
+        pv_splits(one + layer + [("triton_red_fused_bmm_5", (8192, 128)), ("triton_poi_x", (512,))], 4096)
+    code = ("def call(args):\n"
+            "        triton_red_fused_bmm_5.run(buf30, arg22_1, buf31, 49152, 128, grid=grid(49152), stream=stream0)\n"
+            "        triton_per_fused__to_copy_bmm_6.run(buf31, buf33, 4096, 12, grid=grid(4096), stream=stream0)\n")
+    assert launch_numels(code) == [("triton_red_fused_bmm_5", (49152, 128)),
+                                   ("triton_per_fused__to_copy_bmm_6", (4096, 12))]
+
+
+_SPLITS_AT = ("import json, dataclasses; from tpsim.hw import inductor_gpu as g; "
+              "grid = {k: v for k, v in g.split_grid().items() if v in "
+              "{('llama-3.1-70b', 8, 4), ('llama-3.1-70b', 8, 16), ('llama-3.1-8b', 1, 1)}}; "
+              "print(json.dumps(g.derive_splits(progress=lambda s: None, grid=grid)))")
+
+
+@pytest.mark.hw
+@pytest.mark.slow
+@pytest.mark.skipif(_triton_missing(), reason="needs torch and triton (pip install triton) to generate Triton code")
+def test_shipped_splits_are_what_inductor_emits_on_the_references_torch():
+    """Three rows of the shipped `splits` (70B TP8 batch 4 and 16, 8B TP1 batch 1: 12, 1 and 12 parts)
+    re-derived with the torch the table records (about 15 s; the whole grid is
+    `python -m tpsim.hw.inductor_gpu --splits`, about 12 min), and the combine kernel as shipped."""
+    python = _reference_python()
+    if python is None:
+        pytest.skip("set TPSIM_REFERENCE_TORCH_PYTHON to a python with the table's torch (docs/compiled-stack.md)")
+    out = subprocess.run([python, "-c", _SPLITS_AT], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    derived = json.loads(out.stdout.splitlines()[-1])
+    with open(fusion.GPU_TABLE_PATH) as f:
+        shipped = json.load(f)["splits"]
+    assert derived["combine"] == shipped["combine"] and derived["cache"] == shipped["cache"]
+    rows = {(r["b"], r["heads"], r["kv_heads"], r["head_dim"]): r for r in shipped["shapes"]}
+    assert [r["pv_splits"] for r in derived["shapes"]] == [12, 12, 1]
+    for r in derived["shapes"]:
+        assert rows[(r["b"], r["heads"], r["kv_heads"], r["head_dim"])] == r
