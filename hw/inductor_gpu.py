@@ -29,7 +29,7 @@ command derives that torch's kernels (2.13 fuses the attention otherwise: docs/c
 Run: python -m tpsim.hw.inductor_gpu [--out sim/compiled_kernels_gpu.json]   (about 20 s)
      python -m tpsim.hw.inductor_gpu --at llama-3.1-70b:8:4 ...   (the launches at real shapes)
      python -m tpsim.hw.inductor_gpu --splits   (p@v's split reduction at every real attention shape,
-                                                 the table's `splits` section; about 12 min on 2 cores)
+                                                 the table's `splits` section; about 15 min on 2 cores)
      (needs the `triton` package for code generation: pip install triton)
 """
 from __future__ import annotations
@@ -325,10 +325,10 @@ def pv_splits(launches: list[tuple[str, tuple[int, ...]]], outputs: int) -> int:
                        f"{outputs} outputs nor a split and its combine")
 
 
-def split_grid() -> dict[tuple[int, int, int, int], tuple[str, int, int]]:
-    """(batch, heads, kv_heads, head_dim) per rank -> the first (model, tp, batch) of the built-in
-    models (toys left out) at TP 1-16 and the reference batches that has it: the attention shapes a
-    decode step at the protocol's sizes can take."""
+def split_grid() -> dict[tuple[int, int, int, int, int], tuple[str, int, int]]:
+    """(batch, heads, kv_heads, head_dim, hidden) per rank -> the first (model, tp, batch) of the
+    built-in models (toys left out) at TP 1-16 and the reference batches that has it: the shapes a
+    decode step at the protocol's sizes can take (hidden: the norms' reduction)."""
     grid: dict = {}
     for name, m in MODELS.items():
         if name == "tiny" or name.startswith("toy-"):
@@ -339,8 +339,15 @@ def split_grid() -> dict[tuple[int, int, int, int], tuple[str, int, int]]:
             except ValueError:
                 continue
             for b in SPLIT_BATCHES:
-                grid.setdefault((b, s.heads, s.kv_heads, s.head_dim), (name, tp, b))
+                grid.setdefault((b, s.heads, s.kv_heads, s.head_dim, s.hidden), (name, tp, b))
     return grid
+
+
+def probe_launches(batch: int) -> int:
+    """Triton launches of the prime probe's decode step (LAYERS layers) at `batch` (1: decode-m1)."""
+    m = probe_model(LAYERS)
+    shapes = R.Shapes(batch, PROBE["L"], m.heads, m.kv_heads, m.head_dim, m.hidden, m.ffn, m.vocab, LAYERS)
+    return len(launch_numels(compile_decode(shapes, False, dict(PROBE, b=batch)).code))
 
 
 def derive_splits(progress=print, grid: dict | None = None) -> dict:
@@ -348,20 +355,29 @@ def derive_splits(progress=print, grid: dict | None = None) -> dict:
     (split_grid()), from Inductor's own output code for the reference's decode step (upper-bound graph:
     the attention is the same in the dense one), at the cache SPLIT_CACHE."""
     grid = split_grid() if grid is None else grid
+    probe = {v: probe_launches(b) for v, b in VARIANTS.items()}
     rows = []
-    for i, ((b, h, kvh, d), (model, tp, _)) in enumerate(sorted(grid.items())):
+    for i, ((b, h, kvh, d, hidden), (model, tp, _)) in enumerate(sorted(grid.items())):
         t0 = time.perf_counter()
         shapes = dataclasses.replace(real_shapes(model, tp, b), seq=SPLIT_CACHE)
-        s = pv_splits(launch_numels(compile_decode(shapes, False).code), b * h * d)
-        rows.append({"b": b, "heads": h, "kv_heads": kvh, "head_dim": d, "pv_splits": s, "at": f"{model}:{tp}"})
-        progress(f"[{i + 1}/{len(grid)}] {model} TP{tp} batch {b}: heads {h}/{kvh}, D {d}: p@v in {s} "
-                 f"part{'s' if s > 1 else ''} ({time.perf_counter() - t0:.0f} s)")
+        launches = launch_numels(compile_decode(shapes, False).code)
+        s = pv_splits(launches, b * h * d)
+        # every launch the probe's step lacks beyond the p@v combines (one a layer): what the table misses
+        other = len(launches) - probe["decode-m1" if b == 1 else "decode"] - (LAYERS if s > 1 else 0)
+        rows.append({"b": b, "heads": h, "kv_heads": kvh, "head_dim": d, "hidden": hidden, "pv_splits": s,
+                     "other_launches": other, "at": f"{model}:{tp}"})
+        progress(f"[{i + 1}/{len(grid)}] {model} TP{tp} batch {b}: heads {h}/{kvh}, D {d}, hidden {hidden}: "
+                 f"p@v in {s} part{'s' if s > 1 else ''}, {other} other launches "
+                 f"({time.perf_counter() - t0:.0f} s)")
     return {"what": "p@v's split reduction (attn.sdpa) at the real per-rank attention shapes: Inductor splits "
                     "a long reduction over few outputs into pv_splits partial sums plus a combine kernel "
                     "(ir.Reduction.num_splits); the prime probe's sizes never split, so the table's p@v is one "
                     "kernel and `combine` runs where pv_splits > 1",
+            "other_launches": f"Triton launches of the real shapes' {LAYERS}-layer decode step beyond the prime "
+                              "probe's and the p@v combines: what the table does not price (a norm over more "
+                              "than 8192 columns split the same way: docs/compiled-stack.md)",
             "command": "python -m tpsim.hw.inductor_gpu --splits",
-            "torch": torch.__version__, "cache": SPLIT_CACHE,
+            "torch": torch.__version__, "cache": SPLIT_CACHE, "probe_launches": probe,
             "combine": COMBINE, "shapes": rows}
 
 
@@ -389,8 +405,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "sim", "compiled_kernels_gpu.json"))
     ap.add_argument("--splits", action="store_true",
-                    help="derive only the table's `splits` section (p@v's split reduction at every real attention "
-                         "shape of the built-in models, TP 1-16, batch 1/4/16/64; a few minutes) and write it into --out")
+                    help="derive only the table's `splits` section (p@v's split reduction and the launches the table "
+                         "misses at every real decode shape of the built-in models, TP 1-16, batch 1/4/16/64; "
+                         "about 15 min) and write it into --out")
     ap.add_argument("--at", metavar="MODEL:TP:BATCH", nargs="*",
                     help="print the Triton launches of a decode step at these real shapes instead")
     a = ap.parse_args(argv)

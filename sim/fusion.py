@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .builder import MicroBatch, kind_base, micro_batches
-from .l2_traffic import SEQUENTIAL_PASSES, l2_bytes, mark_rereads
+from .l2_traffic import SEQUENTIAL_PASSES, has_symbol, l2_bytes, mark_rereads
 from .schedule import Op, Schedule
 
 TABLE_PATH = Path(__file__).with_name("compiled_kernels.json")
@@ -197,7 +197,7 @@ def gpu_overlay(ks: list[dict], variant: str, gpu_standard: list[dict] | None,
     passes G); the extern matmuls as derived (at batch > 1 every linear, wo included, is cuBLAS on
     the GPU path too: the GPU table). EXTERN_DECODE (no GPU table): the kernels as derived, re-reads
     marked, every matmul extern."""
-    gpu_attn = [k for k in (gpu_standard or []) if k["role"] == "attn.sdpa"]
+    gpu_attn = [_one_head_fuses_rope(k) for k in (gpu_standard or []) if k["role"] == "attn.sdpa"]
     out = []
     for k in ks:
         if k["role"] == "attn.sdpa" and gpu_attn:
@@ -212,8 +212,44 @@ def gpu_overlay(ks: list[dict], variant: str, gpu_standard: list[dict] | None,
 
 @functools.cache
 def _splits(gpu_path: str) -> dict[tuple[int, int, int, int], int]:
+    """(batch, heads, kv_heads, head_dim) -> p@v's parts (the rows also carry hidden, which does not
+    change p@v: tests/test_gpu_decode.py holds them to one count per attention shape)."""
     return {(r["b"], r["heads"], r["kv_heads"], r["head_dim"]): r["pv_splits"]
             for r in _document(gpu_path).get("splits", {}).get("shapes", [])}
+
+
+def _one_head_fuses_rope(k: dict) -> dict:
+    """The attention's q-RoPE kernel (it reads no cache row and writes q in fp32, [b, heads, 1, D])
+    launches only where a KV head has more than one query head (`when: "G"`): with one (G = 1, every
+    MHA model) Inductor fuses it with the K/V cache write into one kernel, one launch a layer fewer
+    than the GQA probe shows (the GPU table's `splits` rows: other_launches -3 over the 3-layer step
+    at every such shape). Its few bytes (q in fp16 read, fp32 written) are then left out."""
+    writes = [b for b in k["buffers"] if b["mode"] == "write"]
+    if (k["kind"] == "generated" and len(writes) == 1 and writes[0]["dtype"] == "float32"
+            and writes[0]["numel"].endswith("kvh*G*dh")
+            and not any(has_symbol(b["numel"], "L") for b in k["buffers"])):
+        return dict(k, when="G")
+    return k
+
+
+@functools.cache
+def _other_launches(gpu_path: str) -> dict[tuple[int, int, int, int, int], int]:
+    return {(r["b"], r["heads"], r["kv_heads"], r["head_dim"], r["hidden"]): r["other_launches"]
+            for r in _document(gpu_path).get("splits", {}).get("shapes", []) if "other_launches" in r}
+
+
+def unpriced_launches(sched: Schedule, gpu_path: str = str(GPU_TABLE_PATH)) -> int | None:
+    """Triton launches of the reference's decode step at this step's per-rank shapes (the GPU table's
+    `splits` rows, a 3-layer step) that tpsim does not price: the rows' other_launches (beyond the
+    probe's kernels and p@v's combines) less the q-RoPE launches that gpu_overlay already drops where
+    G = 1. What remains is a norm over more than 8192 columns, split into partial sums, a combine and
+    an apply (docs/compiled-stack.md). None where the shapes were not derived."""
+    s = sched.model.shard(sched.tp)
+    n = _other_launches(gpu_path).get((sched.step.batch, s.heads, s.kv_heads, s.head_dim, s.hidden))
+    if n is None:
+        return None
+    layers = _document(gpu_path).get("layers_compiled", 3)
+    return n + (layers if s.heads == s.kv_heads else 0)
 
 
 def pv_splits_at(batch: int, heads: int, kv_heads: int, head_dim: int, gpu_path: str = str(GPU_TABLE_PATH)) -> int:

@@ -107,7 +107,8 @@ def kernel_s(dram_s: float, l2_traffic_bytes: float, l2_bw: float | None) -> flo
     return max(dram_s, l2_traffic_bytes / l2_bw)
 
 
-def _has(numel: str, sym: str) -> bool:
+def has_symbol(numel: str, sym: str) -> bool:
+    """Whether a table buffer's element count (a product of symbols, "2*b*L*kvh*dh") has `sym`."""
     return sym in numel.split("*")
 
 
@@ -126,9 +127,10 @@ def mark_rereads(k: dict) -> dict:
         n = b["numel"]
         if b["mode"] != "read":
             continue
-        if any(_has(o, "G") for o in outs) and all(_has(n, s) for s in ("L", "kvh", "dh")) and not _has(n, "G"):
+        if (any(has_symbol(o, "G") for o in outs) and all(has_symbol(n, s) for s in ("L", "kvh", "dh"))
+                and not has_symbol(n, "G")):
             b["passes"] = "G"
-        elif (any(_has(o, "b") for o in outs) and _has(n, "hidden") and not _has(n, "b")
-              and (_has(n, "dh") or _has(n, "ffn"))):
+        elif (any(has_symbol(o, "b") for o in outs) and has_symbol(n, "hidden") and not has_symbol(n, "b")
+              and (has_symbol(n, "dh") or has_symbol(n, "ffn"))):
             b["passes"] = "b"
     return k

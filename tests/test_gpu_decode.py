@@ -204,6 +204,53 @@ def test_a_split_pv_launches_its_combine_where_the_table_derived_a_split():
             assert cost.compute_s(op, "decode", sched) == pytest.approx(sum(t["s"] for t in terms))
 
 
+def test_what_the_real_shapes_launch_beyond_the_probe():
+    """The shipped `splits` rows (Inductor at every real decode shape of the built-in models, a 3-layer
+    step) against the probe's launches: with GQA and a hidden size of at most 8192 the real step
+    launches exactly the probe's kernels plus one p@v combine a layer (other_launches 0). With one
+    query head per KV head (MHA) q's RoPE fuses into the cache write: 3 fewer, which the priced table
+    drops (fusion._one_head_fuses_rope). Above 8192 (405B, the 176B-class model) each RMSNorm's
+    reduction over the hidden size splits too (partial sums, a combine, an apply): 12 more at
+    batch > 1 (two per norm, six norms in the step), 11 at batch 1, which tpsim does not price and
+    predict says so. p@v's count depends on the attention shape only."""
+    with open(fusion.GPU_TABLE_PATH) as f:
+        rows = json.load(f)["splits"]["shapes"]
+    assert len(rows) > 200
+    for r in rows:
+        mha = -3 if r["heads"] == r["kv_heads"] else 0
+        norms = 0 if r["hidden"] <= 8192 else (11 if r["b"] == 1 else 12)
+        assert r["other_launches"] == mha + norms, r
+    pv: dict = {}
+    for r in rows:
+        pv.setdefault((r["b"], r["heads"], r["kv_heads"], r["head_dim"]), set()).add(r["pv_splits"])
+    assert all(len(v) == 1 for v in pv.values())
+    sched, _ = _sched(batch=64, model="llama-3.1-405b", tp=16)
+    cost = CostModel(H100, Stack())
+    cost.compute_s(_op(sched, "L0.attn.norm"), "decode", sched)
+    assert fusion.unpriced_launches(sched) == 12
+    assert any("12 kernels more" in n and "hidden 16384" in n for n in cost.notes)
+    for model, tp in (("llama-3.1-70b", 8), ("llama-2-7b", 4)):       # GQA; MHA with its RoPE dropped
+        sched, _ = _sched(batch=64, model=model, tp=tp)
+        cost = CostModel(H100, Stack())
+        cost.compute_s(_op(sched, "L0.attn.norm"), "decode", sched)
+        assert fusion.unpriced_launches(sched) == 0
+        assert not any("tpsim prices" in n for n in cost.notes)
+    sched, _ = _sched(batch=3)
+    assert fusion.unpriced_launches(sched) is None                     # not derived
+
+
+def test_an_mha_attention_launches_no_separate_q_rope():
+    """llama-2-7b at TP4 (8 query heads, 8 KV heads: G = 1): the attention launches four kernels, the
+    GQA ones less q's RoPE (fused into the cache write on the GPU path); llama-3.1-8b at TP4 (G = 4)
+    five. Batch 16: no p@v split in either."""
+    cost = CostModel(H100, Stack())
+    for model, n in (("llama-2-7b", 4), ("llama-3.1-8b", 5)):
+        sched, _ = _sched(batch=16, model=model, tp=4)
+        op = _op(sched, "L0.attn.sdpa")
+        hit = fusion.lookup(sched, op, "cuda")
+        assert len(cost.kernel_terms(op, fusion.kernels(hit), sched, True)) == n, model
+
+
 def test_a_kernel_with_when_runs_only_where_its_symbol_exceeds_one():
     """`when` names a symbol; the kernel launches where it is > 1 (a split's combine), and always when
     no symbol is named."""
@@ -335,7 +382,7 @@ _SPLITS_AT = ("import json, dataclasses; from tpsim.hw import inductor_gpu as g;
 def test_shipped_splits_are_what_inductor_emits_on_the_references_torch():
     """Three rows of the shipped `splits` (70B TP8 batch 4 and 16, 8B TP1 batch 1: 12, 1 and 12 parts)
     re-derived with the torch the table records (about 15 s; the whole grid is
-    `python -m tpsim.hw.inductor_gpu --splits`, about 12 min), and the combine kernel as shipped."""
+    `python -m tpsim.hw.inductor_gpu --splits`, about 15 min), and the combine kernel as shipped."""
     python = _reference_python()
     if python is None:
         pytest.skip("set TPSIM_REFERENCE_TORCH_PYTHON to a python with the table's torch (docs/compiled-stack.md)")
@@ -345,7 +392,8 @@ def test_shipped_splits_are_what_inductor_emits_on_the_references_torch():
     with open(fusion.GPU_TABLE_PATH) as f:
         shipped = json.load(f)["splits"]
     assert derived["combine"] == shipped["combine"] and derived["cache"] == shipped["cache"]
-    rows = {(r["b"], r["heads"], r["kv_heads"], r["head_dim"]): r for r in shipped["shapes"]}
+    assert derived["probe_launches"] == shipped["probe_launches"]
+    rows = {(r["b"], r["heads"], r["kv_heads"], r["head_dim"], r["hidden"]): r for r in shipped["shapes"]}
     assert [r["pv_splits"] for r in derived["shapes"]] == [12, 12, 1]
     for r in derived["shapes"]:
-        assert rows[(r["b"], r["heads"], r["kv_heads"], r["head_dim"])] == r
+        assert rows[(r["b"], r["heads"], r["kv_heads"], r["head_dim"], r["hidden"])] == r
