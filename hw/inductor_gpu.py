@@ -325,6 +325,20 @@ def pv_splits(launches: list[tuple[str, tuple[int, ...]]], outputs: int) -> int:
                        f"{outputs} outputs nor a split and its combine")
 
 
+def norm_splits(launches: list[tuple[str, tuple[int, ...]]]) -> int:
+    """How many parts Inductor splits an RMSNorm's reduction over the hidden size into, read from one
+    decode step's launches: a split is a mean-of-squares reduction over rows x N then a persistent
+    one over (rows, N) (ir.Reduction.num_splits, the INNER case: more than 8192 columns over fewer
+    than 2 x SMs rows; torch 2.5.1 at 405B TP16 batch 64: (128, 8192) then (64, 2)). 1: no norm of
+    the step splits. Every split norm of the step must agree."""
+    parts = {a[0] // b[0] for (n, a), (m, b) in zip(launches, launches[1:])
+             if "mean" in n and n.startswith("triton_red_") and "mean" in m and m.startswith("triton_per_")
+             and len(a) == 2 and len(b) == 2 and b[0] * b[1] == a[0]}
+    if len(parts) > 1:
+        raise RuntimeError(f"norms split in different part counts: {sorted(parts)}")
+    return parts.pop() if parts else 1
+
+
 def split_grid() -> dict[tuple[int, int, int, int, int], tuple[str, int, int]]:
     """(batch, heads, kv_heads, head_dim, hidden) per rank -> the first (model, tp, batch) of the
     built-in models (toys left out) at TP 1-16 and the reference batches that has it: the shapes a
@@ -361,13 +375,13 @@ def derive_splits(progress=print, grid: dict | None = None) -> dict:
         t0 = time.perf_counter()
         shapes = dataclasses.replace(real_shapes(model, tp, b), seq=SPLIT_CACHE)
         launches = launch_numels(compile_decode(shapes, False).code)
-        s = pv_splits(launches, b * h * d)
+        s, ns = pv_splits(launches, b * h * d), norm_splits(launches)
         # every launch the probe's step lacks beyond the p@v combines (one a layer): what the table misses
         other = len(launches) - probe["decode-m1" if b == 1 else "decode"] - (LAYERS if s > 1 else 0)
         rows.append({"b": b, "heads": h, "kv_heads": kvh, "head_dim": d, "hidden": hidden, "pv_splits": s,
-                     "other_launches": other, "at": f"{model}:{tp}"})
+                     "norm_splits": ns, "other_launches": other, "at": f"{model}:{tp}"})
         progress(f"[{i + 1}/{len(grid)}] {model} TP{tp} batch {b}: heads {h}/{kvh}, D {d}, hidden {hidden}: "
-                 f"p@v in {s} part{'s' if s > 1 else ''}, {other} other launches "
+                 f"p@v in {s} part{'s' if s > 1 else ''}, norms in {ns}, {other} other launches "
                  f"({time.perf_counter() - t0:.0f} s)")
     return {"what": "p@v's split reduction (attn.sdpa) at the real per-rank attention shapes: Inductor splits "
                     "a long reduction over few outputs into pv_splits partial sums plus a combine kernel "
@@ -378,7 +392,7 @@ def derive_splits(progress=print, grid: dict | None = None) -> dict:
                               "than 8192 columns split the same way: docs/compiled-stack.md)",
             "command": "python -m tpsim.hw.inductor_gpu --splits",
             "torch": torch.__version__, "cache": SPLIT_CACHE, "probe_launches": probe,
-            "combine": COMBINE, "shapes": rows}
+            "combine": COMBINE, "norm": NORM_SPLIT, "shapes": rows}
 
 
 # The combine kernel of a split p@v (a persistent reduction over the pv_splits fp32 partial sums of
@@ -391,6 +405,27 @@ COMBINE = {"role": "attn.sdpa", "kind": "generated", "kernel": "p@v split: combi
            "buffers": [{"mode": "read", "buffer": "partials", "dtype": "float32", "numel": "pv_splits*2*b*kvh*G*dh"},
                        {"mode": "write", "buffer": "out", "dtype": "float16", "numel": "2*b*kvh*G*dh"}],
            "triton": {"heuristic": "persistent_reduction", "reduction_hint": "OUTER"}}
+
+
+# A split norm (ir.Reduction.num_splits, INNER: more than 8192 columns over few rows), in the table's
+# kernel form, each charged to the norm op's role (sim/fusion.py gpu_overlay) and launched where
+# norm_splits > 1: the combine of the partial sums of squares into each row's statistic, and the
+# apply, which reads the norm's input rows and weight again (at 405B TP16 batch 64: (64, 2), then a
+# pointwise kernel over the 64 x 16384 rows). The table's norm kernel stands for the first stage: it
+# reads the inputs and writes what the apply writes, so the apply carries only its reads.
+NORM_SPLIT = [
+    {"role": "", "kind": "generated", "kernel": "norm split: combine (triton_per_fused_..._mean_mul)", "fuses": [],
+     "when": "norm_splits",
+     "buffers": [{"mode": "read", "buffer": "partials", "dtype": "float32", "numel": "norm_splits*nrows"},
+                 {"mode": "write", "buffer": "rstd", "dtype": "float32", "numel": "nrows"}],
+     "triton": {"heuristic": "persistent_reduction", "reduction_hint": "INNER"}},
+    {"role": "", "kind": "generated", "kernel": "norm split: apply (triton_poi_fused_..._mean_mul_rsqrt)", "fuses": [],
+     "when": "norm_splits",
+     "buffers": [{"mode": "read", "buffer": "x", "dtype": "float16", "numel": "nrows*hidden"},
+                 {"mode": "read", "buffer": "weight", "dtype": "float16", "numel": "hidden"},
+                 {"mode": "read", "buffer": "rstd", "dtype": "float32", "numel": "nrows"}],
+     "triton": {"heuristic": "pointwise", "reduction_hint": ""}},
+]
 
 
 def write_splits(path: str, splits: dict) -> None:

@@ -89,8 +89,6 @@ class CostModel(CollectiveCost):
             t = self._cache.get(key)
             if t is None:
                 t = self._cache[key] = self._kernels_s(op, fusion.kernels(hit), sched, graphs)
-                if hit[1] in fusion.GPU_OVERLAY:
-                    self._note_unpriced_launches(sched)
             return t
         key = (op.signature, phase, graphs)      # graphs: an op left outside the graph pays eager launches
         t = self._cache.get(key)
@@ -238,17 +236,6 @@ class CostModel(CollectiveCost):
                 t = self._floor(t, 1, graphs)
             out.append({"kernel": k, "name": k.name, "kind": k.kind, "dram_bytes": nbytes, "l2_bytes": l2, "s": t})
         return out
-
-    def _note_unpriced_launches(self, sched: Schedule) -> None:
-        """A note where Inductor's decode step at these shapes launches kernels the GPU table does not
-        price (fusion.unpriced_launches: today a norm over more than 8192 columns, split)."""
-        n = fusion.unpriced_launches(sched)
-        if n:
-            s = sched.model.shard(sched.tp)
-            why = (", the RMSNorm's reduction over more than 8192 columns split in parts" if s.hidden > 8192 else "")
-            self._note(f"at these shapes (batch {sched.step.batch}, hidden {s.hidden} per rank) Inductor's decode step "
-                       f"launches {abs(n)} kernels {'more' if n > 0 else 'fewer'} over 3 layers than tpsim prices"
-                       f"{why} (docs/compiled-stack.md)")
 
     def _note_no_l2(self) -> None:
         """One note that the L2 re-reads went unpriced."""

@@ -10,8 +10,10 @@ as products of symbols:
 
   b batch, q q_len, L kv_len (the static cache), kvh KV heads per rank, G = heads / kvh,
   G2 = G + 2 (q, k, v heads per KV head), hidden, ffn (per rank), dh = head_dim / 2, 2;
-  tp, and rs = ceil(b * q / tp), the token rows of a seq-parallel rank's shard; pv_splits, the
-  parts of a split p@v (GPU decode: pv_splits_at), which a kernel's `when` names.
+  tp, and rs = ceil(b * q / tp), the token rows of a seq-parallel rank's shard; nrows, the rows a
+  norm of the layer reduces (rs in a seq-parallel layer, else b * q); pv_splits and norm_splits, the
+  parts of a split p@v or norm (GPU decode: pv_splits_at, norm_splits_at), which a kernel's `when`
+  names.
 
 Token-split layers: roles carry the micro-batch ("mb1.attn.norm"), and b and q are the
 micro-batch's own (sequences in decode, tokens in prefill), so one table prices any split size;
@@ -128,7 +130,7 @@ def table(path: str = str(TABLE_PATH), gpu_path: str | None = str(GPU_TABLE_PATH
     path's mechanisms (gpu_overlay, from the GPU table when there is one); the GPU table itself is
     also there, by (kind, "gpu:" + variant), as derived. Each entry is built when first read."""
     gpu = _document(gpu_path).get("layers", {}) if gpu_path else {}
-    combine = _document(gpu_path).get("splits", {}).get("combine") if gpu_path else None
+    splits = _document(gpu_path).get("splits") if gpu_path else None
     out: dict = {}
     for p, prefix in ((path, ""), (gpu_path, GPU_PREFIX)):
         for kind, variants in (_document(p).get("layers", {}) if p else {}).items():
@@ -137,7 +139,7 @@ def table(path: str = str(TABLE_PATH), gpu_path: str | None = str(GPU_TABLE_PATH
                     out[(kind, EXTERN_DECODE)] = functools.partial(gpu_overlay, ks, EXTERN_DECODE, None)
                 if not prefix and variant in GPU_OVERLAY:
                     out[(kind, variant)] = functools.partial(gpu_overlay, ks, variant,
-                                                             gpu.get("standard", {}).get(variant), combine)
+                                                             gpu.get("standard", {}).get(variant), splits)
                 else:
                     out[(kind, prefix + variant)] = functools.partial(list, ks)
     return _Layers(out)
@@ -188,15 +190,17 @@ EXTERN_DECODE = "decode-extern"
 
 
 def gpu_overlay(ks: list[dict], variant: str, gpu_standard: list[dict] | None,
-                combine: dict | None = None) -> list[dict]:
+                splits: dict | None = None) -> list[dict]:
     """One layer's kernels (JSON form) for a GPU profile: the attention (role attn.sdpa) as the GPU
     table's standard layer runs it (its kernels, with their GQA re-reads: passes G), then, where the
-    table derived p@v's split reduction (its `splits` section), the split's combine kernel, which
-    launches where the step's shapes split p@v (symbol pv_splits > 1: pv_splits_at); other generated
-    kernels with their re-reads marked (token-split's micro-batch attention keeps its own kernels,
-    passes G); the extern matmuls as derived (at batch > 1 every linear, wo included, is cuBLAS on
-    the GPU path too: the GPU table). EXTERN_DECODE (no GPU table): the kernels as derived, re-reads
-    marked, every matmul extern."""
+    table derived the real shapes' split reductions (its `splits` section), p@v's combine kernel,
+    which launches where the step's shapes split p@v (symbol pv_splits > 1: pv_splits_at), and each
+    norm's combine and apply, which launch where the norm's reduction splits (norm_splits > 1:
+    norm_splits_at); other generated kernels with their re-reads marked (token-split's micro-batch
+    attention keeps its own kernels, passes G); the extern matmuls as derived (at batch > 1 every
+    linear, wo included, is cuBLAS on the GPU path too: the GPU table). EXTERN_DECODE (no GPU table:
+    a stack that compiles with a symbolic batch, which Inductor never splits): the kernels as
+    derived, re-reads marked, every matmul extern."""
     gpu_attn = [_one_head_fuses_rope(k) for k in (gpu_standard or []) if k["role"] == "attn.sdpa"]
     out = []
     for k in ks:
@@ -205,9 +209,19 @@ def gpu_overlay(ks: list[dict], variant: str, gpu_standard: list[dict] | None,
         out.append(mark_rereads(json.loads(json.dumps(k))))
     if gpu_attn and any(k["role"] == "attn.sdpa" for k in ks):
         out += [json.loads(json.dumps(k)) for k in gpu_attn]
-        if combine:
-            out.append(json.loads(json.dumps(combine)))
+        if splits and splits.get("combine"):
+            out.append(json.loads(json.dumps(splits["combine"])))
+    if gpu_attn and splits and splits.get("norm"):
+        for role in _norm_roles(ks):
+            out += [json.loads(json.dumps(dict(k, role=role))) for k in splits["norm"]]
     return out
+
+
+def _norm_roles(ks: list[dict]) -> list[str]:
+    """The layer's norm ops (their roles, "attn.norm", "mb1.mlp.norm", "norm"), whichever kernel they
+    were fused into: a kernel's own role or an op it fuses (not the previous layer's)."""
+    names = {k["role"] for k in ks} | {f for k in ks for f in k["fuses"] if not f.startswith("prev:")}
+    return sorted(n for n in names if n.rsplit(".", 1)[-1] == "norm")
 
 
 @functools.cache
@@ -233,23 +247,20 @@ def _one_head_fuses_rope(k: dict) -> dict:
 
 
 @functools.cache
-def _other_launches(gpu_path: str) -> dict[tuple[int, int, int, int, int], int]:
-    return {(r["b"], r["heads"], r["kv_heads"], r["head_dim"], r["hidden"]): r["other_launches"]
-            for r in _document(gpu_path).get("splits", {}).get("shapes", []) if "other_launches" in r}
+def _norm_parts(gpu_path: str) -> dict[int, int]:
+    """hidden -> the parts a norm over it splits into (the rows agree at every derived batch: a test)."""
+    return {r["hidden"]: r["norm_splits"] for r in _document(gpu_path).get("splits", {}).get("shapes", [])
+            if "norm_splits" in r}
 
 
-def unpriced_launches(sched: Schedule, gpu_path: str = str(GPU_TABLE_PATH)) -> int | None:
-    """Triton launches of the reference's decode step at this step's per-rank shapes (the GPU table's
-    `splits` rows, a 3-layer step) that tpsim does not price: the rows' other_launches (beyond the
-    probe's kernels and p@v's combines) less the q-RoPE launches that gpu_overlay already drops where
-    G = 1. What remains is a norm over more than 8192 columns, split into partial sums, a combine and
-    an apply (docs/compiled-stack.md). None where the shapes were not derived."""
-    s = sched.model.shard(sched.tp)
-    n = _other_launches(gpu_path).get((sched.step.batch, s.heads, s.kv_heads, s.head_dim, s.hidden))
-    if n is None:
-        return None
-    layers = _document(gpu_path).get("layers_compiled", 3)
-    return n + (layers if s.heads == s.kv_heads else 0)
+def norm_splits_at(rows: int, hidden: int, gpu_path: str = str(GPU_TABLE_PATH)) -> int:
+    """Parts Inductor splits an RMSNorm's reduction over `hidden` columns into, for `rows` rows (the
+    GPU table's `splits`: derived at every hidden size of the built-in models, 1-64 rows). Inductor
+    splits an inner reduction only while the rows are fewer than 2 x SMs (torch/_inductor/ir.py
+    Reduction.num_splits, inner_reduction_splits: `numel_hint >= 2 * num_sm`: no split; 264 on the
+    table's H100), so more rows than that never split. 1 at a hidden size not derived."""
+    sms = _document(gpu_path).get("device", {}).get("sms", 132)
+    return _norm_parts(gpu_path).get(hidden, 1) if rows < 2 * sms else 1
 
 
 def pv_splits_at(batch: int, heads: int, kv_heads: int, head_dim: int, gpu_path: str = str(GPU_TABLE_PATH)) -> int:
@@ -302,10 +313,15 @@ def symbols(sched: Schedule, op: Op | None = None) -> dict[str, float]:
     g = s.heads / s.kv_heads
     mb = micro_batch(sched, op) if op is not None else None
     b, q = (mb.nb, mb.nq) if mb else (st.batch, st.q_len)
+    rs = -(-st.tokens // sched.tp)
+    seq_parallel = op is not None and op.layer is not None and sched.plan \
+        and kind_base(sched.plan[op.layer]) == "seq-parallel"
+    nrows = rs if seq_parallel else b * q            # the rows a norm of this layer reduces
     return {"b": b, "q": q, "L": st.kv_len, "kvh": s.kv_heads, "G": g, "G2": g + 2,
             "hidden": s.hidden, "ffn": s.ffn, "dh": s.head_dim / 2, "vocab": s.vocab,
-            "tp": sched.tp, "rs": -(-st.tokens // sched.tp),
-            "pv_splits": pv_splits_at(b, s.heads, s.kv_heads, s.head_dim) if q == 1 else 1}
+            "tp": sched.tp, "rs": rs, "nrows": nrows,
+            "pv_splits": pv_splits_at(b, s.heads, s.kv_heads, s.head_dim) if q == 1 else 1,
+            "norm_splits": norm_splits_at(nrows, s.hidden) if q == 1 else 1}
 
 
 def role_of(op: Op) -> str:

@@ -50,8 +50,11 @@ def test_fused_ops_cost_nothing_and_the_add_rides_on_the_next_norm():
     cm = CostModel(H100, st)
     assert cm.compute_s(_op(s, "L1.attn.add"), "decode", s) == 0.0
     assert cm.compute_s(_op(s, "L1.mlp.add"), "decode", s) == 0.0
-    (norm,) = fusion.table()[("standard", "decode")]["mlp.norm"]
+    # the norm's kernel, then a split norm's two (they launch only where Inductor splits the norm's
+    # reduction: hidden > 8192, fusion.norm_splits_at; not at 4096)
+    norm, *split = fusion.table()[("standard", "decode")]["mlp.norm"]
     assert "attn.add" in norm.fuses
+    assert [k.when for k in split] == ["norm_splits"] * 2 and not any(k.runs(fusion.symbols(s)) for k in split)
     # by hand: b=4, hidden=4096, fp16. Reads: residual x, both partial sums of the previous layer, this
     # layer's attention sum (Inductor recomputes the unrealized residual chain), the weight; writes
     # h and norm(h).

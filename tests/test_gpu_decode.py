@@ -206,37 +206,54 @@ def test_a_split_pv_launches_its_combine_where_the_table_derived_a_split():
 
 def test_what_the_real_shapes_launch_beyond_the_probe():
     """The shipped `splits` rows (Inductor at every real decode shape of the built-in models, a 3-layer
-    step) against the probe's launches: with GQA and a hidden size of at most 8192 the real step
-    launches exactly the probe's kernels plus one p@v combine a layer (other_launches 0). With one
-    query head per KV head (MHA) q's RoPE fuses into the cache write: 3 fewer, which the priced table
-    drops (fusion._one_head_fuses_rope). Above 8192 (405B, the 176B-class model) each RMSNorm's
-    reduction over the hidden size splits too (partial sums, a combine, an apply): 12 more at
-    batch > 1 (two per norm, six norms in the step), 11 at batch 1, which tpsim does not price and
-    predict says so. p@v's count depends on the attention shape only."""
+    step) against the probe's launches, each difference a priced mechanism: with GQA and a hidden
+    size of at most 8192 the real step launches exactly the probe's kernels plus one p@v combine a
+    layer (other_launches 0). With one query head per KV head (MHA) q's RoPE fuses into the cache
+    write: 3 fewer (priced: fusion._one_head_fuses_rope). Above 8192 columns (405B, the 176B-class
+    model) each RMSNorm's reduction splits in 2 (norm_splits), with a combine and an apply: 12 more at
+    batch > 1 (six norms in the step), 11 at batch 1 (priced per layer: two a norm). p@v's count
+    depends on the attention shape only, a norm's on its hidden size only."""
     with open(fusion.GPU_TABLE_PATH) as f:
         rows = json.load(f)["splits"]["shapes"]
     assert len(rows) > 200
     for r in rows:
         mha = -3 if r["heads"] == r["kv_heads"] else 0
-        norms = 0 if r["hidden"] <= 8192 else (11 if r["b"] == 1 else 12)
-        assert r["other_launches"] == mha + norms, r
+        big = r["hidden"] > 8192
+        norms = 0 if not big else (11 if r["b"] == 1 else 12)
+        assert r["other_launches"] == mha + norms and r["norm_splits"] == (2 if big else 1), r
     pv: dict = {}
     for r in rows:
         pv.setdefault((r["b"], r["heads"], r["kv_heads"], r["head_dim"]), set()).add(r["pv_splits"])
     assert all(len(v) == 1 for v in pv.values())
-    sched, _ = _sched(batch=64, model="llama-3.1-405b", tp=16)
+
+
+def test_a_split_norm_launches_its_combine_and_apply():
+    """405B at TP16, batch 64: hidden 16384 per rank, 64 rows, so each norm runs in 2 parts. The
+    attn.norm op is charged the table's norm kernel (the first stage) and then the split's combine
+    (reads 2 x 64 fp32 partials, writes 64 fp32: 768 B) and apply (reads the 64 x 16384 fp16 input
+    again and the 16384 fp16 weight, 2,097,152 + 32,768 B, and the 64 fp32 statistics, 256 B:
+    2,130,176 B). 70B TP8 (hidden 8192): no split. At 264 rows (2 x 132 SMs) Inductor stops splitting;
+    a hidden size not derived does not split either."""
+    assert fusion.norm_splits_at(64, 16384) == 2 and fusion.norm_splits_at(64, 8192) == 1
+    assert fusion.norm_splits_at(263, 16384) == 2 and fusion.norm_splits_at(264, 16384) == 1
+    assert fusion.norm_splits_at(64, 12345) == 1
     cost = CostModel(H100, Stack())
-    cost.compute_s(_op(sched, "L0.attn.norm"), "decode", sched)
-    assert fusion.unpriced_launches(sched) == 12
-    assert any("12 kernels more" in n and "hidden 16384" in n for n in cost.notes)
-    for model, tp in (("llama-3.1-70b", 8), ("llama-2-7b", 4)):       # GQA; MHA with its RoPE dropped
-        sched, _ = _sched(batch=64, model=model, tp=tp)
-        cost = CostModel(H100, Stack())
-        cost.compute_s(_op(sched, "L0.attn.norm"), "decode", sched)
-        assert fusion.unpriced_launches(sched) == 0
-        assert not any("tpsim prices" in n for n in cost.notes)
-    sched, _ = _sched(batch=3)
-    assert fusion.unpriced_launches(sched) is None                     # not derived
+    sched, _ = _sched(batch=64, model="llama-3.1-405b", tp=16)
+    for name in ("L3.attn.norm", "L3.mlp.norm"):
+        op = _op(sched, name)
+        terms = cost.kernel_terms(op, fusion.kernels(fusion.lookup(sched, op, "cuda")), sched, True)
+        assert [t["name"].split(":")[0] for t in terms[-2:]] == ["norm split"] * 2, name
+        assert [t["dram_bytes"] for t in terms[-2:]] == [768, 2_130_176]
+    sched, _ = _sched(batch=64)
+    op = _op(sched, "L3.attn.norm")
+    assert not any(t["name"].startswith("norm split")
+                   for t in cost.kernel_terms(op, fusion.kernels(fusion.lookup(sched, op, "cuda")), sched, True))
+    # every kind prices its norms alike: a ladder layer's two norms, fused with the residual adds
+    sched, _ = _sched("ladder", batch=64, model="llama-3.1-405b", tp=16)
+    split = [t for name in ("L3.attn.norm", "L3.mlp.norm") for t in
+             cost.kernel_terms(_op(sched, name), fusion.kernels(fusion.lookup(sched, _op(sched, name), "cuda")),
+                               sched, True) if t["name"].startswith("norm split")]
+    assert len(split) == 4
 
 
 def test_an_mha_attention_launches_no_separate_q_rope():
@@ -392,7 +409,7 @@ def test_shipped_splits_are_what_inductor_emits_on_the_references_torch():
     with open(fusion.GPU_TABLE_PATH) as f:
         shipped = json.load(f)["splits"]
     assert derived["combine"] == shipped["combine"] and derived["cache"] == shipped["cache"]
-    assert derived["probe_launches"] == shipped["probe_launches"]
+    assert derived["probe_launches"] == shipped["probe_launches"] and derived["norm"] == shipped["norm"]
     rows = {(r["b"], r["heads"], r["kv_heads"], r["head_dim"], r["hidden"]): r for r in shipped["shapes"]}
     assert [r["pv_splits"] for r in derived["shapes"]] == [12, 12, 1]
     for r in derived["shapes"]:
