@@ -266,7 +266,7 @@ def norm_splits_at(rows: int, hidden: int, gpu_path: str = str(GPU_TABLE_PATH)) 
 def pv_splits_at(batch: int, heads: int, kv_heads: int, head_dim: int, gpu_path: str = str(GPU_TABLE_PATH)) -> int:
     """Parts Inductor splits decode p@v's reduction over the cache into at these per-rank attention
     shapes (the GPU table's `splits`: derived at every attention shape of the built-in models at TP
-    1-16 and batch 1/4/16/64, with the reference's 1536-row cache; hw/inductor_gpu.py derive_splits).
+    1-16 and batch 1/4/16/64, with the reference's 1536-row cache; hw/inductor_splits.py).
     The count is the one derived at that cache for any cache length: whether Inductor splits does not
     depend on it past 32 rows (ir.Reduction.num_splits: the outputs' count and the reads' strides
     decide), only how many parts. 1 (no split, the probe's one kernel) at a shape not derived."""

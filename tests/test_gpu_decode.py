@@ -179,7 +179,7 @@ def test_a_weight_read_once_per_batch_row_is_priced_by_its_l2_sweeps():
 
 def test_a_split_pv_launches_its_combine_where_the_table_derived_a_split():
     """Inductor splits p@v's reduction over the cache where few outputs meet a long reduction (the GPU
-    table's `splits`, derived at the real shapes: hw.inductor_gpu.derive_splits). 70B TP8 (8 query heads,
+    table's `splits`, derived at the real shapes: hw.inductor_splits). 70B TP8 (8 query heads,
     1 KV head, D 128 per rank), cache 1536: at batch 4 p@v runs in 12 parts, so the attention launches a
     sixth kernel, the combine: it reads 12 fp32 partials of each of the 4*8*128 = 4,096 outputs
     (4096 * 12 * 4 = 196,608 B) and writes them in fp16 (4096 * 2 = 8,192 B): 204,800 B at the
@@ -372,7 +372,7 @@ def test_pv_splits_reads_a_split_and_its_combine_from_the_launches():
     over 49,152 = 4096 x 12 then a combine over (4096, 12) is a split in 12; anything else is an error,
     not a guess."""
     pytest.importorskip("torch")
-    from tpsim.hw.inductor_gpu import launch_numels, pv_splits
+    from tpsim.hw.inductor_splits import launch_numels, pv_splits
     layer = [("triton_red_fused_bmm_3", (49152, 128)), ("triton_red_fused__safe_softmax_4", (32, 1536))]
     one = layer + [("triton_red_fused_bmm_5", (4096, 1536)), ("triton_poi_x", (512,))]
     split = layer + [("triton_red_fused_bmm_5", (49152, 128)), ("triton_per_fused__to_copy_bmm_6", (4096, 12))]
@@ -387,7 +387,7 @@ def test_pv_splits_reads_a_split_and_its_combine_from_the_launches():
                                    ("triton_per_fused__to_copy_bmm_6", (4096, 12))]
 
 
-_SPLITS_AT = ("import json, dataclasses; from tpsim.hw import inductor_gpu as g; "
+_SPLITS_AT = ("import json, dataclasses; from tpsim.hw import inductor_splits as g; "
               "grid = {k: v for k, v in g.split_grid().items() if v in "
               "{('llama-3.1-70b', 8, 4), ('llama-3.1-70b', 8, 16), ('llama-3.1-8b', 1, 1)}}; "
               "print(json.dumps(g.derive_splits(progress=lambda s: None, grid=grid)))")
@@ -399,7 +399,7 @@ _SPLITS_AT = ("import json, dataclasses; from tpsim.hw import inductor_gpu as g;
 def test_shipped_splits_are_what_inductor_emits_on_the_references_torch():
     """Three rows of the shipped `splits` (70B TP8 batch 4 and 16, 8B TP1 batch 1: 12, 1 and 12 parts)
     re-derived with the torch the table records (about 15 s; the whole grid is
-    `python -m tpsim.hw.inductor_gpu --splits`, about 15 min), and the combine kernel as shipped."""
+    `python -m tpsim.hw.inductor_splits`, about 15 min), and the combine kernel as shipped."""
     python = _reference_python()
     if python is None:
         pytest.skip("set TPSIM_REFERENCE_TORCH_PYTHON to a python with the table's torch (docs/compiled-stack.md)")
