@@ -224,14 +224,6 @@ def _norm_roles(ks: list[dict]) -> list[str]:
     return sorted(n for n in names if n.rsplit(".", 1)[-1] == "norm")
 
 
-@functools.cache
-def _splits(gpu_path: str) -> dict[tuple[int, int, int, int], int]:
-    """(batch, heads, kv_heads, head_dim) -> p@v's parts (the rows also carry hidden, which does not
-    change p@v: tests/test_gpu_decode.py holds them to one count per attention shape)."""
-    return {(r["b"], r["heads"], r["kv_heads"], r["head_dim"]): r["pv_splits"]
-            for r in _document(gpu_path).get("splits", {}).get("shapes", [])}
-
-
 def _one_head_fuses_rope(k: dict) -> dict:
     """The attention's q-RoPE kernel (it reads no cache row and writes q in fp32, [b, heads, 1, D])
     launches only where a KV head has more than one query head (`when: "G"`): with one (G = 1, every
@@ -263,6 +255,14 @@ def norm_splits_at(rows: int, hidden: int, gpu_path: str = str(GPU_TABLE_PATH)) 
     return _norm_parts(gpu_path).get(hidden, 1) if rows < 2 * sms else 1
 
 
+@functools.cache
+def _pv_parts(gpu_path: str) -> dict[tuple[int, int, int, int], int]:
+    """(batch, heads, kv_heads, head_dim) -> p@v's parts (the rows also carry hidden, which does not
+    change p@v: tests/test_gpu_decode.py holds them to one count per attention shape)."""
+    return {(r["b"], r["heads"], r["kv_heads"], r["head_dim"]): r["pv_splits"]
+            for r in _document(gpu_path).get("splits", {}).get("shapes", [])}
+
+
 def pv_splits_at(batch: int, heads: int, kv_heads: int, head_dim: int, gpu_path: str = str(GPU_TABLE_PATH)) -> int:
     """Parts Inductor splits decode p@v's reduction over the cache into at these per-rank attention
     shapes (the GPU table's `splits`: derived at every attention shape of the built-in models at TP
@@ -270,7 +270,7 @@ def pv_splits_at(batch: int, heads: int, kv_heads: int, head_dim: int, gpu_path:
     The count is the one derived at that cache for any cache length: whether Inductor splits does not
     depend on it past 32 rows (ir.Reduction.num_splits: the outputs' count and the reads' strides
     decide), only how many parts. 1 (no split, the probe's one kernel) at a shape not derived."""
-    return _splits(gpu_path).get((batch, heads, kv_heads, head_dim), 1)
+    return _pv_parts(gpu_path).get((batch, heads, kv_heads, head_dim), 1)
 
 
 # Ops at the boundary of a run of token-split / seq-parallel layers (once per pass, outside the
