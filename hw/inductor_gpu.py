@@ -167,8 +167,10 @@ _KERNEL_DEF = re.compile(r"^(triton_\w+) = async_compile\.triton\('(\w+)', '''(.
 # size hints: {'x': 8192, 'r0_': 64} (newer torch) or [8192, 64] (torch 2.5: x then r)
 _HEUR = re.compile(r"@triton_heuristics\.(\w+)\(\s*size_hints=(\{[^}]*\}|\[[^\]]*\])"
                    r"(?:,\s*reduction_hint=ReductionHint\.(\w+))?")
-_CALL = re.compile(r"^\s*(triton_\w+)\.run\(|^\s*extern_kernels\.(\w+)\(|^\s*torch\.ops\._c10d_functional\.(\w+)",
-                   re.M)
+# one launch of call() per line: a Triton kernel's .run(args), extern_kernels.<fn>(args), or a functional
+# collective op with the buffer it names first (through reinterpret_tensor or not)
+_LAUNCH = re.compile(r"^\s*(?:(\w+)\.run\((.*)\)|(extern_kernels\.\w+)\((.*)\)|"
+                     r"torch\.ops\._c10d_functional\.(\w+)\.default\((?:reinterpret_tensor\()?(\w+))", re.M)
 
 
 def _size_hints(text: str) -> dict[str, int]:
@@ -192,11 +194,25 @@ def triton_kernels(code: str) -> dict[str, dict]:
     return out
 
 
-def launch_order(code: str) -> list[str]:
-    """The call() function's kernel launches in order: triton kernel names, extern_kernels.<fn>,
-    collectives."""
+def call_launches(code: str) -> list[tuple[str, str]]:
+    """(what is launched, its arguments) for each launch of the output code's call(), in order: a Triton
+    kernel's name, extern_kernels.<fn>, or `all_reduce_(buf)` / `wait_tensor(buf)` (arguments: buf).
+    The one parser of call() (hw/inductor_overlap.py and hw/inductor_splits.py read it too)."""
     body = code[code.find("def call("):]
-    return [a or f"extern_kernels.{b}" if (a or b) else f"c10d.{c}" for a, b, c in _CALL.findall(body)]
+    return [(t, targs) if t else (e, eargs) if e else (f"{c}({buf})", buf)
+            for t, targs, e, eargs, c, buf in _LAUNCH.findall(body)]
+
+
+def launch_order(code: str) -> list[str]:
+    """The output code's call() launches in order: Triton kernel names, extern_kernels.<fn>, and
+    `all_reduce_(buf)` / `wait_tensor(buf)` with the buffer they name."""
+    return [name for name, _ in call_launches(code)]
+
+
+def probe_shapes(batch: int) -> R.Shapes:
+    """One rank's shapes of the prime probe's decode step (LAYERS layers) at `batch`."""
+    m = probe_model(LAYERS)
+    return R.Shapes(batch, PROBE["L"], m.heads, m.kv_heads, m.head_dim, m.hidden, m.ffn, m.vocab, LAYERS)
 
 
 def derive(progress=print) -> dict:
@@ -207,8 +223,7 @@ def derive(progress=print) -> dict:
         for variant, b in VARIANTS.items():
             t0 = time.perf_counter()
             pr = dict(PROBE, b=b)
-            m = probe_model(LAYERS)
-            shapes = R.Shapes(b, PROBE["L"], m.heads, m.kv_heads, m.head_dim, m.hidden, m.ffn, m.vocab, LAYERS)
+            m, shapes = probe_model(LAYERS), probe_shapes(b)
             cap = compile_decode(shapes, comm, pr)
             tk = triton_kernels(cap.code)
             gen = [n for n in launch_order(cap.code) if n.startswith("triton_")]

@@ -61,7 +61,7 @@ from tpsim.sim.schedule import build_plan, plan_of
 from tpsim.sim.stack import Stack, Step
 
 from tpsim.hw import reference_model as R
-from tpsim.hw.inductor_gpu import compile_decode, real_shapes
+from tpsim.hw.inductor_gpu import call_launches, compile_decode, launch_order, real_shapes
 from tpsim.hw.inductor_probe import DTYPE, PROBE, probe_model
 from tpsim.hw.reference_ladder import MODELS
 from tpsim.hw.inductor_kernels import node_ops
@@ -170,33 +170,13 @@ def derive(model: str, shapes: R.Shapes, passes: bool = True, estimator=None,
     return windows(ls, {o for ln in ls for o in ln.ops if o.endswith("allreduce")})
 
 
-# one launch of call() per line: a Triton kernel's .run(args), extern_kernels.<fn>(args), or a functional
-# collective op with the buffer it names first (through reinterpret_tensor or not)
-_LAUNCH = re.compile(r"^\s*(?:(\w+)\.run\((.*)\)|(extern_kernels\.\w+)\((.*)\)|"
-                     r"torch\.ops\._c10d_functional\.(\w+)\.default\((?:reinterpret_tensor\()?(\w+))", re.M)
-
-
-def _launches(code: str) -> list[tuple[str, str]]:
-    """(what is launched, its arguments) for each launch of the output code's call(), in order: a Triton
-    kernel's name, extern_kernels.<fn>, or `all_reduce_(buf)` / `wait_tensor(buf)` (arguments: buf)."""
-    body = code[code.find("def call("):]
-    return [(t, targs) if t else (e, eargs) if e else (f"{c}({buf})", buf)
-            for t, targs, e, eargs, c, buf in _LAUNCH.findall(body)]
-
-
-def code_launches(code: str) -> list[str]:
-    """The output code's call() launches in order: Triton kernel names (generated or the user-defined
-    add), extern_kernels.<fn>, and `all_reduce_(buf)` / `wait_tensor(buf)` with the buffer they name."""
-    return [name for name, _ in _launches(code)]
-
-
 def all_reduce_producers(code: str) -> list[tuple[str, bool]]:
     """For each in-place all_reduce_(buf) of the output code's call(): (the launch just before it:
     a Triton kernel's name or "extern_kernels.mm", whether that launch names buf among its arguments,
     i.e. wrote what is reduced). The functional collective's clone (comm_lowering._all_reduce)
     would be a copy kernel there, between the GEMM and the collective."""
     out, last = [], None
-    for name, args in _launches(code):
+    for name, args in call_launches(code):
         if name.startswith("all_reduce_("):
             out.append((last[0], bool(re.search(rf"\b{args}\b", last[1]))) if last else ("-", False))
         elif not name.startswith("wait_tensor("):
@@ -244,7 +224,7 @@ def main(argv=None) -> int:
             if a.kernels:
                 code = compile_order(model, s, passes=not a.no_passes, locality_2_5=not a.locality_installed).code
                 print(f"{model} @ {label}: call() launches")
-                print("\n".join(f"  {x}" for x in code_launches(code)))
+                print("\n".join(f"  {x}" for x in launch_order(code)))
                 continue
             w = derive(model, s, passes=not a.no_passes, locality_2_5=not a.locality_installed)
             print(f"{model} @ {label} (passes {'[]' if a.no_passes else list(PASSES_2_5)}, reorder_for_locality "

@@ -20,7 +20,6 @@ import argparse
 import dataclasses
 import json
 import os
-import re
 import sys
 import time
 
@@ -29,24 +28,23 @@ import torch
 from tpsim.fileio.policy import write_json_atomic
 from tpsim.sim.model import MODELS
 
-from tpsim.hw import reference_model as R
-from tpsim.hw.inductor_gpu import LAYERS, VARIANTS, compile_decode, real_shapes
-from tpsim.hw.inductor_probe import PROBE, probe_model
+from tpsim.hw.inductor_gpu import LAYERS, VARIANTS, call_launches, compile_decode, probe_shapes, real_shapes
+from tpsim.hw.inductor_probe import PROBE
 
-# a launch in call(): kernel name and its arguments up to grid= (the trailing integers are its numels)
-_RUN = re.compile(r"^\s*(triton_\w+)\.run\((.*?)grid=", re.M)
 SPLIT_CACHE = 1536      # the reference workload's static cache: prompt 1024 + 512 generated
 SPLIT_BATCHES = (1, 4, 16, 64)
 SPLIT_TPS = (1, 2, 4, 8, 16)
 
 
 def launch_numels(code: str) -> list[tuple[str, tuple[int, ...]]]:
-    """call()'s Triton launches in order: (kernel, its numel arguments: xnumel[, rnumel])."""
-    body = code[code.find("def call("):]
+    """call()'s Triton launches in order (hw.inductor_gpu.call_launches): (kernel, its numel arguments,
+    the integers before grid=: xnumel[, rnumel])."""
     out = []
-    for name, args in _RUN.findall(body):
+    for name, args in call_launches(code):
+        if not name.startswith("triton_"):
+            continue
         ints = []
-        for a in reversed([a.strip() for a in args.split(",") if a.strip()]):
+        for a in reversed([a.strip() for a in args.split("grid=")[0].split(",") if a.strip()]):
             if not a.isdigit():
                 break
             ints.append(int(a))
@@ -107,9 +105,7 @@ def split_grid() -> dict[tuple[int, int, int, int, int], tuple[str, int, int]]:
 
 def probe_launches(batch: int) -> int:
     """Triton launches of the prime probe's decode step (LAYERS layers) at `batch` (1: decode-m1)."""
-    m = probe_model(LAYERS)
-    shapes = R.Shapes(batch, PROBE["L"], m.heads, m.kv_heads, m.head_dim, m.hidden, m.ffn, m.vocab, LAYERS)
-    return len(launch_numels(compile_decode(shapes, False, dict(PROBE, b=batch)).code))
+    return len(launch_numels(compile_decode(probe_shapes(batch), False, dict(PROBE, b=batch)).code))
 
 
 def derive_splits(progress=print, grid: dict | None = None) -> dict:
