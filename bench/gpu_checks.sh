@@ -73,7 +73,7 @@ fi
 [ "${SMOKE:-0}" = 1 ] || [ "$STEPS" = harness ] || run timeout -s INT 90 python3 bench/gpu_preflight.py
 # K: each part its own process and timeout; each JSON is rewritten after every item, so a timeout keeps
 # what was measured; the cheap parts first. GPU time (estimates, H200):
-#   linear  ~30 s  (40 shapes x 3 timings of 20 calls + a profiled call)
+#   linear  ~50 s  (60 shapes x 4 timings of 20 calls + a profiled call; 8B TP8's 20 last, cut first)
 #   cosched ~45 s  (5 probe shapes x 5 works x 3 launch modes x 3 reps, each ~5 ms, one profiler session a
 #                   rep; ~15 s compiling and tuning the m-1 generated GEMV)
 #   decode  70B TP8 ~3 min (timeout 180 s), 8B TP1 ~2 min (120 s): per batch (1, 4, 64, 16 in that order) an

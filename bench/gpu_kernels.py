@@ -1,14 +1,15 @@
 """Kernel-level GPU checks of issue 25 item 6, each beside tpsim's own price (h200-sxm).
 
-    python bench/gpu_kernels.py linear  --out DIR [--smoke]     # ~30 s on an H200 (estimate)
+    python bench/gpu_kernels.py linear  --out DIR [--smoke]     # ~50 s on an H200 (estimate)
     python bench/gpu_kernels.py cosched --out DIR [--smoke]     # ~45 s
     python bench/gpu_kernels.py decode  --out DIR [--smoke] [--models M:TP ...] [--batches B ...]   # ~3 min a model
 
-linear  -> DIR/linear.json: fp16 F.linear at the per-rank decode shapes of llama-3.1-70b TP8 and
-  llama-3.1-8b TP1 (qkv, wo, w13 = the reference's fused w1 [2 ffn, hidden], w2, LM head) at m 1/4/16/64:
-  per-call µs of N back-to-back calls replayed in one CUDA graph (aiconfigurator's way: one weight,
-  L2-warm), the same over rotating weight copies (> 2.5 x L2: cold, as each layer's own weight is),
-  and N eager calls; the kernels cuBLAS ran (name, grid, block: torch.profiler); tpsim's price
+linear  -> DIR/linear.json: fp16 F.linear at the per-rank decode shapes of llama-3.1-70b TP8,
+  llama-3.1-8b TP1 and TP8 (qkv, wo, w13 = the reference's fused w1 [2 ffn, hidden], w2, LM head) at m
+  1/4/16/64: per-call µs of N back-to-back calls replayed in one CUDA graph over one weight (L2-warm),
+  over the GEMM table's own rotation (`graph_aic_us`: aiconfigurator's collector times min(6, ...)
+  copies of (a, w) in turn, validate_gemm_tables.py check 4: warm where they fit in L2 together), over
+  rotating weight copies (> 2.5 x L2: cold, as each layer's own weight is), and N eager calls; the kernels cuBLAS ran (name, grid, block: torch.profiler); tpsim's price
   (the GEMM table; at m 1 also the compiled step's generated GEMV) and the ratio.
 decode  -> DIR/decode.json + DIR/decode-code-*.py: the reference decode step (hw/reference_model.py,
   comm-free: no all-reduce, no process group), random fp16 weights, static KV cache 1536 (prompt
@@ -53,6 +54,7 @@ from pathlib import Path
 os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="tpsim-gpu-kernels-")
 
 import gpu_cosched  # noqa: E402
+from validate_gemm_tables import collector_copies  # noqa: E402  (the GEMM table's rotation, one definition)
 from gpu_record import (MODELS, PROFILE, Doc, guarded, init_profiler_for_graphs, kernel_row, linear_shapes, sync,
                         time_calls, trace_events, windows)
 
@@ -76,6 +78,9 @@ from tpsim.sim.stack import make_stack  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE_MODELS = ("toy-512:1",)
+# linear's shapes: the decode models, then 8B TP8, whose qkv and wo (6.3 / 4.2 MB) the GEMM table timed
+# warm in L2 (validate_gemm_tables.py check 4): last, so a timeout cuts it first
+LINEAR_MODELS = (*MODELS, "llama-3.1-8b:8")
 MS = (1, 4, 16, 64)                                      # decode tokens per step = batch
 SEQ, POS = 1536, 1024                                    # static cache: prompt 1024 + gen 512
 
@@ -106,11 +111,19 @@ def linear_case(m: int, n: int, k: int, calls: int) -> dict:
     if dev == "cuda":
         l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or 60 << 20
         ws = [w] + [torch.randn_like(w) for _ in range(min(15, math.ceil(2.5 * l2 / (n * k * 2))) - 1)]
-        out["graph_us"] = time_calls(lambda i: F.linear(x, w), calls, graph=True)          # aiconfigurator's way
+        out["graph_us"] = time_calls(lambda i: F.linear(x, w), calls, graph=True)          # one weight: L2-warm
         out["graph_cold_us"] = time_calls(lambda i: F.linear(x, ws[i % len(ws)]), calls, graph=True)
         out["cold_copies"] = len(ws)
+        # the GEMM table's own protocol: aiconfigurator's collector rotates min(6, ...) copies of (a, w)
+        # (bench/validate_gemm_tables.py check 4), warm where they fit in L2 together
+        c = collector_copies(m, n, k, torch.cuda.get_device_properties(0).total_memory / 2**30)
+        wa = ws[:c] + [torch.randn_like(w) for _ in range(c - len(ws[:c]))]
+        xa = [x] + [torch.randn_like(x) for _ in range(c - 1)]
+        out["graph_aic_us"] = time_calls(lambda i: F.linear(xa[i % c], wa[i % c]), calls, graph=True)
+        out["aic_copies"] = c
         out["ratio_graph_to_sim"] = out["graph_us"] / out["sim_cublas_us"]
         out["ratio_cold_to_sim"] = out["graph_cold_us"] / out["sim_cublas_us"]
+        out["ratio_aic_to_sim"] = out["graph_aic_us"] / out["sim_cublas_us"]
     with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev == "cuda" else [])) as p:
         with record_function("tpsim:one"):
             F.linear(x, w)
@@ -311,7 +324,7 @@ def main(argv=None) -> int:
             get_model(m.split(":")[0]).shard(int(m.split(":")[1]))
         except (KeyError, ValueError) as e:
             ap.error(f"--models {m!r}: {e}")
-    a.models = a.models or list(SMOKE_MODELS if a.smoke else MODELS)
+    a.models = a.models or list(SMOKE_MODELS if a.smoke else LINEAR_MODELS if a.part == "linear" else MODELS)
     a.ms = a.ms or ([1, 4] if a.smoke else list(MS))
     a.batches = a.batches or ([2] if a.smoke else [1, 4, 64, 16])
     a.layers = 1 if a.smoke else a.layers

@@ -20,6 +20,16 @@ Three checks, each a table (source, shape, m, public us, priced us, ratio public
    H100 80GB HBM3: pytorch/ao benchmarks/prototype/blockwise_fp8_training/README.md (captured
    2026-03-20; kernel_us and effective_logical_io_gbps per kernel and shape). Priced: the same
    bytes at mem_bw x memory_efficiency(bytes).
+4. Which table rows were timed with their weights warm in L2 (an audit, no public time): the table's
+   collector (ai-dynamo/aiconfigurator collector/sglang/collect_gemm.py at e23be5a79, the commit that
+   collected sglang 0.5.14) times `outside_loop_count` = min(6, 0.45 x GPU memory // (2mk + 2mn + 2nk))
+   copies of (a, w) one after another in a replayed CUDA graph and divides by the copies, so each
+   weight is swept again after the other copies' bytes; the share of such a repeated sweep that L2
+   serves is the profile's `compute.l2.sweep` (te42kyfo/gpu-benches gpu-l2-cache, l2_hit_fraction).
+   In a decode step every layer's weight is read once, after the rest of the model: cold. Rows with a
+   hit share above 0 price those linears as they ran warm; how much colder a step runs them (bandwidth
+   or latency bound at 12-40 CTAs) is what bench/gpu_kernels.py linear's `graph_aic_us` (this
+   rotation) against `graph_cold_us` settles on a GPU.
 
     python bench/validate_gemm_tables.py [--aic /work/aic/core/aiconfigurator_core/systems/data]
 """
@@ -35,6 +45,8 @@ import _checkout  # noqa: E402  (this checkout as the package tpsim, whatever is
 _checkout.load()
 
 from tpsim.sim.cost import CostModel  # noqa: E402
+from tpsim.sim.l2_traffic import l2_hit_fraction  # noqa: E402
+from tpsim.sim.model import get_model  # noqa: E402
 from tpsim.sim.profile import load_profile  # noqa: E402
 from tpsim.sim.schedule import Op  # noqa: E402
 from tpsim.sim.stack import Stack  # noqa: E402
@@ -107,6 +119,47 @@ def triton_rows(profile) -> list[tuple]:
     return out
 
 
+# check 4: the decode linears of these (model, TP), one rank's weight [n, k] (sim/model.py shard)
+WARM_CASES = [("llama-3.1-8b", 1), ("llama-3.1-8b", 8), ("llama-3.1-70b", 8), ("llama-3.2-1b", 8),
+              ("llama-3.2-3b", 8), ("qwen2.5-7b", 4)]
+COLLECTOR_COPIES_MAX = 6                 # collect_gemm.py: min(6, budget // persistent bytes)
+COLLECTOR_BUDGET_SHARE = 0.45            # collect_gemm.py: _budget = int(_gpu_mem * 0.45)
+
+
+def collector_copies(m: int, n: int, k: int, memory_gib: float) -> int:
+    """(a, w) copies aiconfigurator's bf16 GEMM collector times in rotation (module doc, check 4)."""
+    persistent = 2 * (m * k + m * n + n * k)
+    budget = int(memory_gib * 2**30 * COLLECTOR_BUDGET_SHARE)
+    return 1 if persistent >= budget else max(1, min(COLLECTOR_COPIES_MAX, budget // persistent))
+
+
+def warm_rows(profile, cost: CostModel, m: int = 4) -> list[tuple]:
+    """(case, linear, n x k, weight MB, copies, rotation MB, L2 hit share, table us) of check 4."""
+    out = []
+    for model, tp in WARM_CASES:
+        s = get_model(model).shard(tp)
+        for name, (n, k) in {"qkv": (s.qkv_dim, s.hidden), "wo": (s.hidden, s.q_dim),
+                             "w13": (2 * s.ffn, s.hidden), "w2": (s.hidden, s.ffn)}.items():
+            c = collector_copies(m, n, k, profile.memory_gib)
+            rotation = c * 2 * (m * k + m * n + n * k)
+            hit = l2_hit_fraction(profile.l2, rotation)
+            out.append((f"{model} TP{tp}", name, f"{n}x{k}", n * k * 2 / 1e6, c, rotation / 1e6,
+                        hit, table_us(cost, m, n, k)))
+    return out
+
+
+def _print_warm(rows: list[tuple], m: int) -> None:
+    print(f"4. table rows timed with the weight warm in L2 (aiconfigurator's rotation; m = {m}; audit, no public time)")
+    print(f"  {'case':20s} {'linear':6s} {'n x k':12s} {'weight MB':>9s} {'copies':>6s} {'rotation MB':>11s} "
+          f"{'L2 share':>8s} {'table us':>8s}")
+    for case, name, shape, w_mb, c, rot_mb, hit, us in rows:
+        share = "-" if hit is None else f"{hit:.2f}"
+        print(f"  {case:20s} {name:6s} {shape:12s} {w_mb:9.1f} {c:6d} {rot_mb:11.1f} {share:>8s} {us:8.2f}")
+    warm = [r for r in rows if r[6]]
+    print(f"  {len(warm)} of {len(rows)} linears were timed with an L2 hit share above 0 "
+          f"(largest weight among them {max((r[3] for r in warm), default=0):.1f} MB)")
+
+
 def _print(title: str, rows: list[tuple], xname: str) -> None:
     print(title)
     print(f"  {'source':36s} {'shape':26s} {xname:>8s} {'public us':>10s} {'priced us':>10s} {'ratio':>6s}")
@@ -135,6 +188,10 @@ def main() -> None:
         print(f"2. skipped: no aiconfigurator data at {data}")
     _print("3. Triton streaming kernels on H100 SXM (pytorch/ao) vs bytes at the memory curve (batch-1 GEMV pricing)",
            triton_rows(prof), "bytes")
+    if prof.l2 is not None and prof.l2.sweep:
+        _print_warm(warm_rows(prof, cost), 4)
+    else:
+        print(f"4. skipped: {a.profile} has no compute.l2 sweep curve")
 
 
 if __name__ == "__main__":

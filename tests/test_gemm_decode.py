@@ -9,6 +9,8 @@ cuBLAS: the table's row prices it. Toy curves below so the two paths cannot be c
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +24,11 @@ from tpsim.sim.profile import load_profile
 from tpsim.sim.profile_schema import Curve
 from tpsim.sim.schedule import build
 from tpsim.sim.stack import Stack, Step
+
+_SPEC = importlib.util.spec_from_file_location(
+    "validate_gemm_tables", Path(__file__).resolve().parent.parent / "bench" / "validate_gemm_tables.py")
+V = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(V)        # torch-free: the bench script's functions, its main() not run
 
 H100 = load_profile("h100-sxm")
 
@@ -117,7 +124,7 @@ def test_the_lm_head_at_batch_1_is_the_generated_gemv_too():
     assert not CostModel(cpu, st).generated_gemv(head, True)
 
 
-def test_validate_gemm_tables_prints_the_three_checks():
+def test_validate_gemm_tables_prints_its_four_checks():
     """bench/validate_gemm_tables.py (validation only) runs torch-free and converts the published
     TFLOPS to time: Humming's m = 1 row, 2.30 TFLOPS at n = k = 8192, is 2 x 8192^2 / 2.30e12 =
     58.36 us."""
@@ -126,6 +133,21 @@ def test_validate_gemm_tables_prints_the_three_checks():
                          capture_output=True, text=True, timeout=120, check=True).stdout
     assert "58.36" in out and "2. skipped" in out
     assert out.count("ratio public / priced") == 2
+    # check 4: 8B TP8's qkv (768 x 4096) rotated 6 times at m 4 is 6 x 2 (4 x 4096 + 4 x 768 + 768 x 4096)
+    # = 37,982,208 B, inside gpu-l2-cache's L2 plateau (to 40,448 kB): timed all warm
+    assert re.search(r"llama-3.1-8b TP8 +qkv +768x4096 +6\.3 +6 +38\.0 +1\.00 ", out)
+
+
+def test_the_gemm_tables_collector_rotates_at_most_six_copies_within_its_memory_budget():
+    """aiconfigurator collect_gemm.py: min(6, 0.45 x memory // persistent bytes), 1 when one copy is
+    over the budget. Toy 1 GiB device: budget 483,183,820 B; a 100,000,000 B weight (m 0 rows aside)
+    fits 4 times; 600,000,000 B once; a small one 6 times."""
+    assert V.collector_copies(1, 50_000, 1_000, 1.0) == 4            # 2 (1000 + 50000 + 5e7) = 100,102,000 B
+    assert V.collector_copies(1, 300_000, 1_000, 1.0) == 1
+    assert V.collector_copies(4, 768, 4096, 80.0) == 6
+    rows = {(r[0], r[1]): r for r in V.warm_rows(load_profile("h100-sxm"), CostModel(load_profile("h100-sxm"), Stack()))}
+    assert rows[("llama-3.1-8b TP8", "qkv")][6] == 1.0                 # 38 MB rotation: in L2
+    assert rows[("llama-3.1-8b TP1", "qkv")][6] == 0.0                 # 302 MB: beyond it
 
 
 def test_sequential_sweeps_add_after_the_first_and_miss_beyond_l2():
