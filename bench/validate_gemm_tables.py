@@ -27,15 +27,19 @@ Three checks, each a table (source, shape, m, public us, priced us, ratio public
    weight is swept again after the other copies' bytes; the share of such a repeated sweep that L2
    serves is the profile's `compute.l2.sweep` (te42kyfo/gpu-benches gpu-l2-cache, l2_hit_fraction).
    In a decode step every layer's weight is read once, after the rest of the model: cold. Rows with a
-   hit share above 0 price those linears as they ran warm; how much colder a step runs them (bandwidth
-   or latency bound at 12-40 CTAs) is what bench/gpu_kernels.py linear's `graph_aic_us` (this
-   rotation) against `graph_cold_us` settles on a GPU.
+   hit share above 0 price those linears as they ran warm. A bound from the table itself: the rows
+   run by the same cuBLAS grid (sim/occupancy_grids.py cublas-sm90, ceil(n / 64) CTAs at m <= 64)
+   that rotated cold (share <= 0.1) give a line t = a + W / rate through their (weight bytes, time);
+   a warm row under that line ran that much faster than a cold one of its grid would (a line, not a
+   measurement: how the time bends toward small weights is unsourced). bench/gpu_kernels.py linear's
+   `graph_aic_us` (this rotation) against `graph_cold_us` settles it on a GPU.
 
     python bench/validate_gemm_tables.py [--aic /work/aic/core/aiconfigurator_core/systems/data]
 """
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -47,6 +51,7 @@ _checkout.load()
 from tpsim.sim.cost import CostModel  # noqa: E402
 from tpsim.sim.l2_traffic import l2_hit_fraction  # noqa: E402
 from tpsim.sim.model import get_model  # noqa: E402
+from tpsim.sim.occupancy_grids import gemm_tile  # noqa: E402
 from tpsim.sim.profile import load_profile  # noqa: E402
 from tpsim.sim.schedule import Op  # noqa: E402
 from tpsim.sim.stack import Stack  # noqa: E402
@@ -133,31 +138,68 @@ def collector_copies(m: int, n: int, k: int, memory_gib: float) -> int:
     return 1 if persistent >= budget else max(1, min(COLLECTOR_COPIES_MAX, budget // persistent))
 
 
+def rotation_hit(profile, m: int, n: int, k: int) -> tuple[int, float, float | None]:
+    """(copies, rotation bytes, L2 hit share of its repeated sweep) of one table row (check 4)."""
+    c = collector_copies(m, n, k, profile.memory_gib)
+    rotation = c * 2 * (m * k + m * n + n * k)
+    return c, rotation, l2_hit_fraction(profile.l2, rotation)
+
+
+def cold_lines(profile, m: int) -> dict[int, tuple[float, float, float]]:
+    """CTAs -> (a s, s per weight byte, rms residual s) of the least-squares line t = a + W x slope
+    through the table's rows at `m` that rotated cold (share <= 0.1), per cuBLAS grid size (at least
+    2 weight sizes)."""
+    pts: dict[int, list[tuple[float, float]]] = {}
+    for t in profile.gemm_tables:
+        if m not in t.m:
+            continue
+        for n, k, times, *_ in t.rows:
+            hit = rotation_hit(profile, m, n, k)[2]
+            if hit is not None and hit <= 0.1:
+                pts.setdefault(gemm_tile("cublas-sm90", m).ctas(m, n), []).append((n * k * 2.0, times[t.m.index(m)]))
+    lines = {}
+    for ctas, xy in pts.items():
+        if len({x for x, _ in xy}) < 2:
+            continue
+        mx, my = statistics.fmean(x for x, _ in xy), statistics.fmean(y for _, y in xy)
+        slope = sum((x - mx) * (y - my) for x, y in xy) / sum((x - mx) ** 2 for x, _ in xy)
+        a = my - slope * mx
+        lines[ctas] = (a, slope, math.sqrt(statistics.fmean((y - a - slope * x) ** 2 for x, y in xy)))
+    return lines
+
+
 def warm_rows(profile, cost: CostModel, m: int = 4) -> list[tuple]:
-    """(case, linear, n x k, weight MB, copies, rotation MB, L2 hit share, table us) of check 4."""
-    out = []
+    """(case, linear, n x k, weight MB, copies, rotation MB, L2 hit share, table us, cold-line us or None,
+    that line's rms residual us or None) of check 4."""
+    out, lines = [], cold_lines(profile, m)
     for model, tp in WARM_CASES:
         s = get_model(model).shard(tp)
         for name, (n, k) in {"qkv": (s.qkv_dim, s.hidden), "wo": (s.hidden, s.q_dim),
                              "w13": (2 * s.ffn, s.hidden), "w2": (s.hidden, s.ffn)}.items():
-            c = collector_copies(m, n, k, profile.memory_gib)
-            rotation = c * 2 * (m * k + m * n + n * k)
-            hit = l2_hit_fraction(profile.l2, rotation)
+            c, rotation, hit = rotation_hit(profile, m, n, k)
+            line = lines.get(gemm_tile("cublas-sm90", m).ctas(m, n))
             out.append((f"{model} TP{tp}", name, f"{n}x{k}", n * k * 2 / 1e6, c, rotation / 1e6,
-                        hit, table_us(cost, m, n, k)))
+                        hit, table_us(cost, m, n, k), (line[0] + line[1] * n * k * 2) * 1e6 if line else None,
+                        line[2] * 1e6 if line else None))
     return out
 
 
 def _print_warm(rows: list[tuple], m: int) -> None:
     print(f"4. table rows timed with the weight warm in L2 (aiconfigurator's rotation; m = {m}; audit, no public time)")
     print(f"  {'case':20s} {'linear':6s} {'n x k':12s} {'weight MB':>9s} {'copies':>6s} {'rotation MB':>11s} "
-          f"{'L2 share':>8s} {'table us':>8s}")
-    for case, name, shape, w_mb, c, rot_mb, hit, us in rows:
+          f"{'L2 share':>8s} {'table us':>8s} {'cold line':>9s}")
+    for case, name, shape, w_mb, c, rot_mb, hit, us, cold, _ in rows:
         share = "-" if hit is None else f"{hit:.2f}"
-        print(f"  {case:20s} {name:6s} {shape:12s} {w_mb:9.1f} {c:6d} {rot_mb:11.1f} {share:>8s} {us:8.2f}")
+        line = "-" if cold is None else f"{cold:.2f}"
+        print(f"  {case:20s} {name:6s} {shape:12s} {w_mb:9.1f} {c:6d} {rot_mb:11.1f} {share:>8s} {us:8.2f} {line:>9s}")
     warm = [r for r in rows if r[6]]
+    under = [r[8] - r[7] for r in warm if r[8] is not None]
     print(f"  {len(warm)} of {len(rows)} linears were timed with an L2 hit share above 0 "
-          f"(largest weight among them {max((r[3] for r in warm), default=0):.1f} MB)")
+          f"(largest weight among them {max((r[3] for r in warm), default=0):.1f} MB)"
+          + (f"; the cold line of their grid lies {min(under):.2f} to {max(under):.2f} us above them "
+             f"(median {statistics.median(under):.2f}), where the cold rows themselves scatter about those "
+             f"lines by {statistics.median(r[9] for r in warm if r[9] is not None):.2f} us rms (median)"
+             if under else ""))
 
 
 def _print(title: str, rows: list[tuple], xname: str) -> None:

@@ -150,6 +150,21 @@ def test_the_gemm_tables_collector_rotates_at_most_six_copies_within_its_memory_
     assert rows[("llama-3.1-8b TP1", "qkv")][6] == 0.0                 # 302 MB: beyond it
 
 
+def test_the_cold_line_of_a_grid_goes_through_its_cold_rows():
+    """Two toy rows of one cuBLAS grid (n 640: ceil(640 / 64) = 10 CTAs at m 4), both rotating far
+    beyond L2 (6 copies of 84 / 168 MB): W 83,886,080 B in 30 us and 167,772,160 B in 50 us -> the
+    line t = 10 us + W x 20 us / 83,886,080 B, no residual. A warm toy row (n 640, k 1024: 6 x 1.3 MB)
+    joins no line."""
+    import types
+    h100 = load_profile("h100-sxm")
+    rows = [(640, 65536, (30e-6,)), (640, 131072, (50e-6,)), (640, 1024, (2e-6,))]
+    toy = types.SimpleNamespace(gemm_tables=[types.SimpleNamespace(m=(4,), rows=rows)],
+                                memory_gib=80.0, l2=h100.l2)
+    a, slope, rms = V.cold_lines(toy, 4)[10]
+    assert a == pytest.approx(10e-6) and slope == pytest.approx(20e-6 / 83_886_080) and rms == pytest.approx(0, abs=1e-12)
+    assert V.rotation_hit(toy, 4, 640, 1024)[2] == 1.0
+
+
 def test_sequential_sweeps_add_after_the_first_and_miss_beyond_l2():
     """A toy wo-like kernel: weight W = 1,000,000 B read once per batch row (passes b, b = 4) and a
     write of 8,000 B. Its DRAM time is a toy 1 us; the 3 further sweeps take 3 x 1e6 B at a toy
