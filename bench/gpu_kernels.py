@@ -54,7 +54,8 @@ from pathlib import Path
 os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="tpsim-gpu-kernels-")
 
 import gpu_cosched  # noqa: E402
-from validate_gemm_tables import collector_copies  # noqa: E402  (the GEMM table's rotation, one definition)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools" / "derive_profiles"))
+import aic_collector  # noqa: E402  (how the GEMM table's rows were timed: one definition)
 from gpu_record import (MODELS, PROFILE, Doc, guarded, init_profiler_for_graphs, kernel_row, linear_shapes, sync,
                         time_calls, trace_events, windows)
 
@@ -116,7 +117,7 @@ def linear_case(m: int, n: int, k: int, calls: int) -> dict:
         out["cold_copies"] = len(ws)
         # the GEMM table's own protocol: aiconfigurator's collector rotates min(6, ...) copies of (a, w)
         # (bench/validate_gemm_tables.py check 4), warm where they fit in L2 together
-        c = collector_copies(m, n, k, torch.cuda.get_device_properties(0).total_memory / 2**30)
+        c = aic_collector.copies(m, n, k, torch.cuda.get_device_properties(0).total_memory / 2**30)
         wa = ws[:c] + [torch.randn_like(w) for _ in range(c - len(ws[:c]))]
         xa = [x] + [torch.randn_like(x) for _ in range(c - 1)]
         out["graph_aic_us"] = time_calls(lambda i: F.linear(xa[i % c], wa[i % c]), calls, graph=True)

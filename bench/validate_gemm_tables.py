@@ -24,7 +24,7 @@ Three checks, each a table (source, shape, m, public us, priced us, ratio public
    collector (ai-dynamo/aiconfigurator collector/sglang/collect_gemm.py at e23be5a79, the commit that
    collected sglang 0.5.14) times `outside_loop_count` = min(6, 0.45 x GPU memory // (2mk + 2mn + 2nk))
    copies of (a, w) one after another in a replayed CUDA graph and divides by the copies, so each
-   weight is swept again after the other copies' bytes; the share of such a repeated sweep that L2
+   weight is swept again after the other copies' bytes (tools/derive_profiles/aic_collector.py); the share of such a repeated sweep that L2
    serves is the profile's `compute.l2.sweep` (te42kyfo/gpu-benches gpu-l2-cache, l2_hit_fraction).
    In a decode step every layer's weight is read once, after the rest of the model: cold. Rows with a
    hit share above 0 price those linears as they ran warm. A bound from the table itself: the rows
@@ -45,8 +45,11 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools" / "derive_profiles"))
 import _checkout  # noqa: E402  (this checkout as the package tpsim, whatever is installed)
 _checkout.load()
+
+import aic_collector  # noqa: E402  (how the GEMM table's rows were timed: one definition)
 
 from tpsim.sim.cost import CostModel  # noqa: E402
 from tpsim.sim.l2_traffic import l2_hit_fraction  # noqa: E402
@@ -127,22 +130,12 @@ def triton_rows(profile) -> list[tuple]:
 # check 4: the decode linears of these (model, TP), one rank's weight [n, k] (sim/model.py shard)
 WARM_CASES = [("llama-3.1-8b", 1), ("llama-3.1-8b", 8), ("llama-3.1-70b", 8), ("llama-3.2-1b", 8),
               ("llama-3.2-3b", 8), ("qwen2.5-7b", 4)]
-COLLECTOR_COPIES_MAX = 6                 # collect_gemm.py: min(6, budget // persistent bytes)
-COLLECTOR_BUDGET_SHARE = 0.45            # collect_gemm.py: _budget = int(_gpu_mem * 0.45)
-
-
-def collector_copies(m: int, n: int, k: int, memory_gib: float) -> int:
-    """(a, w) copies aiconfigurator's bf16 GEMM collector times in rotation (module doc, check 4)."""
-    persistent = 2 * (m * k + m * n + n * k)
-    budget = int(memory_gib * 2**30 * COLLECTOR_BUDGET_SHARE)
-    return 1 if persistent >= budget else max(1, min(COLLECTOR_COPIES_MAX, budget // persistent))
 
 
 def rotation_hit(profile, m: int, n: int, k: int) -> tuple[int, float, float | None]:
     """(copies, rotation bytes, L2 hit share of its repeated sweep) of one table row (check 4)."""
-    c = collector_copies(m, n, k, profile.memory_gib)
-    rotation = c * 2 * (m * k + m * n + n * k)
-    return c, rotation, l2_hit_fraction(profile.l2, rotation)
+    rotation = aic_collector.rotation_bytes(m, n, k, profile.memory_gib)
+    return aic_collector.copies(m, n, k, profile.memory_gib), rotation, l2_hit_fraction(profile.l2, rotation)
 
 
 def cold_lines(profile, m: int) -> dict[int, tuple[float, float, float]]:

@@ -142,9 +142,9 @@ def test_the_gemm_tables_collector_rotates_at_most_six_copies_within_its_memory_
     """aiconfigurator collect_gemm.py: min(6, 0.45 x memory // persistent bytes), 1 when one copy is
     over the budget. Toy 1 GiB device: budget 483,183,820 B; a 100,000,000 B weight (m 0 rows aside)
     fits 4 times; 600,000,000 B once; a small one 6 times."""
-    assert V.collector_copies(1, 50_000, 1_000, 1.0) == 4            # 2 (1000 + 50000 + 5e7) = 100,102,000 B
-    assert V.collector_copies(1, 300_000, 1_000, 1.0) == 1
-    assert V.collector_copies(4, 768, 4096, 80.0) == 6
+    assert V.aic_collector.copies(1, 50_000, 1_000, 1.0) == 4      # 2 (1000 + 50000 + 5e7) = 100,102,000 B
+    assert V.aic_collector.copies(1, 300_000, 1_000, 1.0) == 1
+    assert V.aic_collector.copies(4, 768, 4096, 80.0) == 6
     rows = {(r[0], r[1]): r for r in V.warm_rows(load_profile("h100-sxm"), CostModel(load_profile("h100-sxm"), Stack()))}
     assert rows[("llama-3.1-8b TP8", "qkv")][6] == 1.0                 # 38 MB rotation: in L2
     assert rows[("llama-3.1-8b TP1", "qkv")][6] == 0.0                 # 302 MB: beyond it
