@@ -16,7 +16,7 @@ from tpsim.sim.topology_price import TopologyModel
 from tpsim.sim import custom_allreduce as car
 from tpsim.sim.custom_allreduce_fit import fit_group
 from tpsim.sim.impls import ENGINE_COLLECTIVES
-from common import AIC, DATA, INPUTS, OUT, sv
+from common import AIC, DATA, GPU_SMS, INPUTS, OUT, sv
 from shm import shm_flow_gbps
 
 # ---------------------------------------------------------------- collectives
@@ -228,9 +228,8 @@ _PLACEMENT = ("packed", "NOT SOURCED, a named option (sim/gpc.py): CUDA document
                         "and the rule before GPCs were modelled) keeps the timelines unchanged; 'spread' (busy SMs dealt "
                         "round-robin over the GPCs) is the alternative a profile extending this one can name")
 _GPU = {
-    "h100_sxm": {"sms": (132, "NVIDIA H100 SXM5 datasheet / Hopper whitepaper: 132 SMs"),
-                 "coll_channels": (24, _P5_LOG), "gpc_sms": _GPCS},
-    "h200_sxm": {"sms": (132, "NVIDIA H200 SXM: the GH100 die of H100 SXM5 with 132 SMs enabled (Hopper whitepaper)"),
+    "h100_sxm": {"sms": GPU_SMS["h100_sxm"], "coll_channels": (24, _P5_LOG), "gpc_sms": _GPCS},
+    "h200_sxm": {"sms": GPU_SMS["h200_sxm"],
                  "coll_channels": (24, "transferred from h100-sxm (the same NVLink4 x18 / 4x NVSwitch graph, so "
                                        "NCCL's ring search finds the same channels; no H200 log found): " + _P5_LOG),
                  "gpc_sms": (_GPCS[0], "as h100-sxm (the same GH100 die with 132 SMs): " + _GPCS[1])},

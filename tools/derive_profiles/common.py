@@ -17,3 +17,13 @@ INPUTS = Path(__file__).resolve().parents[2] / "sim" / "profiles" / "_data"
 
 def sv(value, source):
     return {"value": value, "source": source}
+
+
+# SMs per GPU (the datasheets): where the memory curve's rows fill the GPU (compute.py) and the
+# co-scheduling section's SM count (collectives.py overlap_gpu)
+GPU_SMS = {
+    "h100_sxm": (132, "NVIDIA H100 SXM5 datasheet / Hopper whitepaper: 132 SMs"),
+    "h200_sxm": (132, "NVIDIA H200 SXM: the GH100 die of H100 SXM5 with 132 SMs enabled (Hopper whitepaper)"),
+    "a100_sxm": (108, "NVIDIA A100 Tensor Core GPU Architecture whitepaper: 108 SMs (A100 SXM4)"),
+    "l40s": (142, "NVIDIA L40S datasheet / Ada Lovelace architecture whitepaper: 142 SMs"),
+}

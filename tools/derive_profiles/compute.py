@@ -3,19 +3,35 @@ the aiconfigurator database, launch costs. Imported by derive_builtin.py (run th
 from __future__ import annotations
 
 import json
-import math
 import sys
 
 import numpy as np
 import pandas as pd
 
-from common import AIC, DATA, sv
+from common import AIC, DATA, GPU_SMS
+from curves import COLD_SHARE, MIN_ROWS, binned, streams_like_generated
+from l2 import l2_section
 
+from tpsim.sim.l2_traffic import L2Spec
 from tpsim.sim.model import MODELS, valid_tp
+
+# The sourced cuBLAS grid table of a GPU's decode GEMMs (sim/occupancy_grids.py): Hopper's 64-feature
+# tiles at m <= 64. A GPU without one (A100, L40S: the 128 x 128 rule is not a source) keeps every row
+# in its memory curve
+GEMM_GRID = {"h100_sxm": "cublas-sm90", "h200_sxm": "cublas-sm90"}
+
+
+def _l2_spec(system: str) -> L2Spec | None:
+    """The GPU's L2 sweep curve as the profile will carry it (l2.py), None where none is sourced."""
+    sec = l2_section(system)
+    if sec is None:
+        return None
+    sw = sec["sweep"]
+    return L2Spec(sec["gbps"]["value"] * 1e9, tuple(zip(sw["kb"], sw["gbps"])), sw["dram_gbps"])
 
 # ---------------------------------------------------------------- compute
 
-def gemm_curves(system, rel, kernel, peak_tflops, bw_gbps):
+def gemm_curves(system, rel, kernel, peak_tflops, bw_gbps, memory_gib):
     d = pd.read_parquet(DATA / system / "gemm" / rel / "gemm_perf.parquet")
     d = d[(d.kernel_source == kernel) & (d.gemm_dtype == "bfloat16")]
     m, n, k, t = (d[c].to_numpy(float) for c in ("m", "n", "k", "latency"))
@@ -25,26 +41,36 @@ def gemm_curves(system, rel, kernel, peak_tflops, bw_gbps):
     peak, bw = peak_tflops * 1e12, bw_gbps * 1e9
     comp = flops / peak >= nbytes / bw
 
-    def binned(x, y, lo, hi):
-        xs, ys = [], []
-        edges = 10 ** np.arange(lo, hi + 0.5, 0.5)
-        for a, b in zip(edges, edges[1:]):
-            sel = (x >= a) & (x < b)
-            if sel.sum() >= 5:
-                xs.append(float(f"{math.sqrt(a * b):.3g}"))
-                ys.append(round(float(min(1.0, max(1e-4, np.median(y[sel])))), 4))
-        return xs, ys
-
     gx, gy = binned(flops[comp], flops[comp] / t[comp] / peak, 5, 15)
     mem = m <= 16
-    mx, my = binned(nbytes[mem], nbytes[mem] / t[mem] / bw, 3, 11)
+    # The memory curve prices streaming kernels that spread over the whole GPU and, in a decode step,
+    # read weights cold (Inductor's generated GEMV at batch 1: one program per output row or block of
+    # rows). A GEMM of the same bytes whose cuBLAS grid leaves SMs idle (qkv at 70B TP8: 20 CTAs of
+    # 132) moves them at a fraction of the GPU's rate, and one whose collector rotation fit in L2 ran
+    # warm (aic_collector); so a bin takes the rows whose grid fills the GPU and that ran cold, where it
+    # has MIN_ROWS of them (from ~10 MB: the rotation of 6 copies of less fits in a 50 MB L2). Below,
+    # where no such row exists, every row, as before: there a GEMM is mostly its fixed cost, and what a
+    # small generated kernel costs is an open point of its own (docs/compiled-stack.md)
+    sms, sms_src = GPU_SMS[system]
+    grid, l2 = GEMM_GRID.get(system), _l2_spec(system)
+    prefer = streams_like_generated(m, n, k, sms, grid, l2, memory_gib)
+    mx, my = binned(nbytes[mem], nbytes[mem] / t[mem] / bw, 3, 11, prefer=prefer[mem])
+    full_bins = sum((prefer[mem] & (nbytes[mem] >= 10 ** e) & (nbytes[mem] < 10 ** (e + 0.5))).sum() >= MIN_ROWS
+                    for e in np.arange(3, 11, 0.5))
     src = (f"{AIC} database: systems/data/{system}/gemm/{rel}/gemm_perf.parquet, kernel_source {kernel}, bf16")
     gemm = {"flops": gx, "efficiency": gy,
             "source": f"derived: {src}; {int(comp.sum())} compute-bound shapes (flops/peak >= bytes/bw), "
                       f"median achieved/peak per half-decade of flops"}
     memc = {"bytes": mx, "efficiency": my,
             "source": f"derived: {src}; {int(mem.sum())} memory-bound shapes (m <= 16), median achieved "
-                      f"bytes/s / datasheet HBM bandwidth per half-decade of bytes (bytes = 2(mk+kn+mn))"}
+                      f"bytes/s / datasheet HBM bandwidth per half-decade of bytes (bytes = 2(mk+kn+mn))"
+                      + (f"; in the {full_bins} bins holding {MIN_ROWS}+ of them, only the "
+                         f"{int((prefer & mem).sum())} shapes whose cuBLAS grid fills the GPU (sim/occupancy_grids.py "
+                         f"'{grid}' CTAs >= {sms} SMs: {sms_src}) and whose collector rotation ran cold (L2 hit share "
+                         f"<= {COLD_SHARE} in compute.l2.sweep; aiconfigurator collect_gemm.py rotates min(6, ...) "
+                         f"copies), as a generated GEMV reads a weight in a decode step; below, every shape"
+                         if grid and l2 else "; every shape (no sourced cuBLAS grid and L2 sweep for this GPU "
+                         "say which rows fill it and ran cold)")}
     floor_us = round(float(t.min() * 1e6), 2)
     floor_src = (f"derived: smallest kernel time in {src} ({floor_us} us, tiny shapes): the floor one kernel "
                  f"costs when replayed back to back, as aiconfigurator times kernels")

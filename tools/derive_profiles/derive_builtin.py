@@ -56,7 +56,7 @@ COMPUTE_CAPABILITY = {
 def nvswitch_box(name, desc, system, nccl_ver, gemm_rel, vllm_rel, mem_gib, mem_src, tflops, tflops_src,
                  hbm, hbm_src, topo, extra_tables=(), eager_extra=None):
     kernel = "sglang_torch_linear" if system != "a100_sxm" else "sglang"
-    gemm, memc, floor_us, floor_src = gemm_curves(system, gemm_rel, kernel, tflops, hbm)
+    gemm, memc, floor_us, floor_src = gemm_curves(system, gemm_rel, kernel, tflops, hbm, mem_gib)
     eager_us, eager_src = eager_launch(system, vllm_rel)
     tables = list(extra_tables) + nccl_tables(system, nccl_ver) + custom_tables(system, vllm_rel)
     prof = {
@@ -213,7 +213,7 @@ def main():
         "nics_per_node": sv(8, "aiconfigurator 0.12.0 systems/l40s.yaml: one 400 Gb/s NIC per GPU (1:1)"),
         "nccl": nvl_lat,
     }
-    gemm, memc, floor_us, floor_src = gemm_curves("l40s", "sglang/0.5.14", "sglang_torch_linear", 362.05, 864)
+    gemm, memc, floor_us, floor_src = gemm_curves("l40s", "sglang/0.5.14", "sglang_torch_linear", 362.05, 864, 48)
     eager_us, eager_src = eager_launch("l40s", "0.22.0")
     tables = nccl_tables("l40s", "2.27.3") + custom_tables("l40s", "0.22.0")
     l40 = {
