@@ -20,10 +20,11 @@ profile beside the HBM rate: `compute.l2` (L2Spec, parsed by sim/profile_l2.py; 
 The built-ins' numbers (tools/derive_profiles/l2.py writes them, each with its source) are from
 te42kyfo/gpu-benches `gpu-l2-cache` (commit 1c36d509, result files gpu-l2-cache/*.txt, mean
 "Eff. bw" over the 4-30 MB data sets): H200 10.03 TB/s (h200.txt; the H100 SXM has the same GH100
-configuration: 132 SMs, 50 MB L2, same boost clock, so h100-sxm takes it too), A100 80 GB 5.33 TB/s
-(and H100 PCIe 6.99 TB/s, 114 SMs, for a profile of that board). A profile without `compute.l2`
-(L40S, a calibrated profile of a GPU with no built-in) prices the DRAM term only, and predict says
-so in a note. Unsourced: what partial sectors, L1 hits between the G re-reads of one program, and
+configuration: 132 SMs, 50 MB L2, same boost clock, so h100-sxm takes it too), A100 80 GB 5.33 TB/s,
+L40 5.21 TB/s (l40.txt; the L40S has the L40's AD102 configuration: 142 SMs, 96 MB L2, the same
+GDDR6, so l40s-pcie takes it) (and H100 PCIe 6.99 TB/s, 114 SMs, for a profile of that board). A
+profile without `compute.l2` (a calibrated profile of a GPU with no built-in) prices the DRAM term
+only, and predict says so in a note. Unsourced: what partial sectors, L1 hits between the G re-reads of one program, and
 the tile shapes that coordinate-descent tuning picks at the first launch on a GPU do to the
 achieved rate.
 

@@ -55,13 +55,13 @@ def test_sector_waste_and_l2_time_on_a_toy():
 
 def test_l2_rates_are_the_sourced_ones():
     """The profiles' compute.l2 (tools/derive_profiles/l2.py): gpu-benches gpu-l2-cache h200.txt
-    10.03 TB/s for h100-sxm and h200-sxm, a100_80.txt 5.33 TB/s; twins inherit through `extends`;
-    L40S has none (no result file for it)."""
+    10.03 TB/s for h100-sxm and h200-sxm, a100_80.txt 5.33 TB/s, l40.txt 5.21 TB/s for the L40S (the
+    L40's AD102 configuration); twins inherit through `extends`."""
     rate = {n: (load_profile(n).l2.bytes_per_s if load_profile(n).l2 else None)
             for n in ("h100-sxm", "h100-sxm-p2p-off", "h100-sxm-coschedule", "h200-sxm", "a100-sxm",
                       "a100-sxm-p2p-off", "l40s-pcie")}
     assert rate == {"h100-sxm": 10.03e12, "h100-sxm-p2p-off": 10.03e12, "h100-sxm-coschedule": 10.03e12,
-                    "h200-sxm": 10.03e12, "a100-sxm": 5.33e12, "a100-sxm-p2p-off": 5.33e12, "l40s-pcie": None}
+                    "h200-sxm": 10.03e12, "a100-sxm": 5.33e12, "a100-sxm-p2p-off": 5.33e12, "l40s-pcie": 5.21e12}
 
 
 def test_gpu_profiles_price_every_kind_with_the_triton_paths_attention_and_wo():

@@ -47,11 +47,14 @@ def _decode_step_s(profile_ref: str, batch: int = 64) -> tuple[float, Simulator]
 
 def test_the_builtins_derived_l2_equals_the_old_constants():
     """tools/derive_profiles/l2.py wrote the same numbers the name-keyed tables held, and every
-    twin has them through `extends`; L40S (no gpu-benches file) has none."""
+    twin has them through `extends`. L40S takes the L40's file (the same AD102 configuration), the
+    first sweep whose DRAM plateau is GDDR6's: 5.21 TB/s from L2, 850.5 GB/s from DRAM."""
     for name in ("h100-sxm", "h100-sxm-p2p-off", "h100-sxm-coschedule", "h100-sxm-p2p-off-coschedule",
                  "h200-sxm", "h200-sxm-coschedule", "a100-sxm", "a100-sxm-p2p-off"):
         assert load_profile(name).l2 == OLD[name[:8]], name
-    assert load_profile("l40s-pcie").l2 is None
+    l40s = load_profile("l40s-pcie").l2
+    assert (l40s.bytes_per_s, l40s.sweep[0], l40s.sweep_dram_gbps) == (5210e9, (91648, 5242.8), 850.5)
+    assert "l40.txt" in read_raw("l40s-pcie")[0]["compute"]["l2"]["gbps"]["source"]
     src = read_raw("h100-sxm")[0]["compute"]["l2"]
     assert "1c36d509" in src["gbps"]["source"] and "h200.txt" in src["sweep"]["source"]
 
@@ -177,16 +180,18 @@ def _calib_groups(device_name: str) -> dict:
 def test_a_calibration_on_an_h100_takes_h100_sxms_l2_and_says_so(tmp_path):
     """calibrate does not measure L2: on a GPU whose built-in has compute.l2 (the device name
     calib/rank.py records, matched as import-nccl-tests matches it) the fit copies that section,
-    each source naming the built-in and the device; another GPU gets none (DRAM only, noted)."""
+    each source naming the built-in and the device (an L40S l40s-pcie's, the L40's file); a GPU
+    without a built-in gets none (DRAM only, noted)."""
     prof = build_profile(_calib_cfg(), _calib_groups("NVIDIA H100 80GB HBM3"), 2)
     l2 = prof["compute"]["l2"]
     assert l2["gbps"]["source"].startswith("taken from built-in h100-sxm for device name 'NVIDIA H100 80GB HBM3' "
                                            "(tpsim calibrate does not measure L2): te42kyfo/gpu-benches")
     assert l2["sweep"]["source"].startswith("taken from built-in h100-sxm")
     assert load_document(prof, near=tmp_path / "mine.json").l2 == OLD["h100-sxm"]
-    for other in ("NVIDIA H100 PCIe", "NVIDIA L40S"):              # no built-in / a built-in without compute.l2
-        doc = build_profile(_calib_cfg(), _calib_groups(other), 2)
-        assert "l2" not in doc["compute"] and load_document(doc, near=tmp_path / "o.json").l2 is None
+    doc = build_profile(_calib_cfg(), _calib_groups("NVIDIA H100 PCIe"), 2)          # no built-in
+    assert "l2" not in doc["compute"] and load_document(doc, near=tmp_path / "o.json").l2 is None
+    l40s = build_profile(_calib_cfg(), _calib_groups("NVIDIA L40S"), 2)["compute"]["l2"]
+    assert l40s["gbps"]["value"] == 5210 and l40s["gbps"]["source"].startswith("taken from built-in l40s-pcie")
     # extending a base: nothing written, the base's section is inherited
     ext = build_profile(_calib_cfg(extends="h100-sxm"), _calib_groups("NVIDIA H100 80GB HBM3"), 2)
     assert "l2" not in ext.get("compute", {})

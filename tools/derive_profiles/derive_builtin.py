@@ -231,6 +231,7 @@ def main():
             "memory_gbps": sv(864, "NVIDIA L40S datasheet: GDDR6 864 GB/s"),
             "gemm_efficiency": gemm, "memory_efficiency": memc,
             "launch_us": {"eager": sv(eager_us, eager_src), "graph": sv(floor_us, floor_src)},
+            "l2": l2_section("l40s"),
             "gemm_tables": [gemm_table("l40s", "sglang/0.5.14", "sglang_torch_linear")],
         },
         "collectives": {"eager_extra_us": sv(h100_extra["value"], "transferred from h100-sxm (host software "

@@ -6,7 +6,7 @@ All from te42kyfo/gpu-benches `gpu-l2-cache` (commit 1c36d509, result files gpu-
 every block sweeps a data set repeatedly; the L2 rate is the mean "Eff. bw" over the 4-30 MB data
 sets (data sets that fit in L2), the sweep rows are (data set kB as printed, Eff. bw GB/s) from the
 L2 plateau's end to the DRAM plateau, and the DRAM plateau is the 132608 kB row. A box whose GPU
-has no result file (L40S) gets no section: its profile prices DRAM bytes only.
+has no result file gets no section: its profile prices DRAM bytes only.
 """
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ RESULTS = {
     "h100_pcie.txt": (6990, ((36864, 6847.1), (40448, 5728.6), (44032, 4253.2), (48128, 3452.7), (52736, 2775.3),
                              (57856, 2244.2), (63488, 2077.4), (69632, 2019.4), (76288, 2000.0), (83456, 1993.0)),
                       1989.0, "H100 PCIe"),
+    # L40 (AD102, 142 SMs, 96 MB L2): its plateau runs to 91648 kB, the sweep then falls to GDDR6's rate
+    "l40.txt": (5210, ((91648, 5242.8), (100352, 4293.9), (110080, 1075.4), (120832, 879.8)), 850.5, "L40"),
     "a100_80.txt": (5330, ((28160, 5170.5), (30720, 3999.5), (33792, 3621.8), (36864, 3004.0), (40448, 2462.0),
                            (44032, 2188.0), (48128, 2026.5), (52736, 1945.5), (57856, 1915.4), (63488, 1894.6)),
                     1865.3, "A100 80 GB"),
@@ -34,6 +36,9 @@ SYSTEM_FILE = {
                              "clock), so it takes the H200's file"),
     "h200_sxm": ("h200.txt", ""),
     "a100_sxm": ("a100_80.txt", ""),
+    "l40s": ("l40.txt", "; the L40S has the L40's AD102 configuration (142 SMs, 96 MB L2, 48 GB GDDR6 at 864 "
+                        "GB/s; NVIDIA L40 / L40S datasheets), boost clock 2520 against 2490 MHz, so it takes "
+                        "the L40's file"),
 }
 
 
