@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 import statistics
-import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd

@@ -55,8 +55,6 @@ def gemm_curves(system, rel, kernel, peak_tflops, bw_gbps, memory_gib):
     grid, l2 = GEMM_GRID.get(system), _l2_spec(system)
     prefer = streams_like_generated(m, n, k, sms, grid, l2, memory_gib)
     mx, my = binned(nbytes[mem], nbytes[mem] / t[mem] / bw, 3, 11, prefer=prefer[mem])
-    full_bins = sum((prefer[mem] & (nbytes[mem] >= 10 ** e) & (nbytes[mem] < 10 ** (e + 0.5))).sum() >= MIN_ROWS
-                    for e in np.arange(3, 11, 0.5))
     src = (f"{AIC} database: systems/data/{system}/gemm/{rel}/gemm_perf.parquet, kernel_source {kernel}, bf16")
     gemm = {"flops": gx, "efficiency": gy,
             "source": f"derived: {src}; {int(comp.sum())} compute-bound shapes (flops/peak >= bytes/bw), "
@@ -64,8 +62,8 @@ def gemm_curves(system, rel, kernel, peak_tflops, bw_gbps, memory_gib):
     memc = {"bytes": mx, "efficiency": my,
             "source": f"derived: {src}; {int(mem.sum())} memory-bound shapes (m <= 16), median achieved "
                       f"bytes/s / datasheet HBM bandwidth per half-decade of bytes (bytes = 2(mk+kn+mn))"
-                      + (f"; in the {full_bins} bins holding {MIN_ROWS}+ of them, only the "
-                         f"{int((prefer & mem).sum())} shapes whose cuBLAS grid fills the GPU (sim/occupancy_grids.py "
+                      + (f"; in a bin holding {MIN_ROWS}+ of them, only the shapes ({int((prefer & mem).sum())} in "
+                         f"all) whose cuBLAS grid fills the GPU (sim/occupancy_grids.py "
                          f"'{grid}' CTAs >= {sms} SMs: {sms_src}) and whose collector rotation ran cold (L2 hit share "
                          f"<= {COLD_SHARE} in compute.l2.sweep; aiconfigurator collect_gemm.py rotates min(6, ...) "
                          f"copies), as a generated GEMV reads a weight in a decode step; below, every shape"

@@ -1,6 +1,6 @@
 """The efficiency curves of the built-in profiles from a table of GEMM timings (compute.py reads
 aiconfigurator's into these): medians per half-decade, and which rows stream the way a generated
-kernel of a decode step does. numpy only, so the rule is tested on toy rows (tests/test_gemm_decode.py)."""
+kernel of a decode step does. numpy only, so the rule is tested on toy rows (tests/test_memory_curve.py)."""
 from __future__ import annotations
 
 import math

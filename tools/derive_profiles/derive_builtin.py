@@ -12,7 +12,6 @@ offset), as the bench scripts do; its parts (common, compute, collectives, shm) 
 from __future__ import annotations
 
 import json
-import math
 import statistics
 import sys
 from pathlib import Path
@@ -22,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))      # the checkout
 import _checkout  # noqa: E402  (this checkout as the package tpsim, whatever is installed)
 _checkout.load()
 
-from common import AIC, DATA, OUT, sv  # noqa: E402
+from common import sv  # noqa: E402
 from compute import eager_launch, gemm_curves, gemm_table  # noqa: E402
 from l2 import l2_section  # noqa: E402
 from collectives import (GRAPH_NET_HOST, JITTER, OVERLAP, P2P_OFF_CHANNELS, custom_allreduce_section,  # noqa: E402
