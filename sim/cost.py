@@ -94,6 +94,13 @@ class CostModel(CollectiveCost):
         t = self._cache.get(key)
         if t is None:
             t = self._cache[key] = self._compute_s(op, fused, graphs)
+        split = fusion.outside_norm_split(sched, op, self.profile.device) if fused else []
+        if split:                                 # the final norm's split reduction (fusion.outside_norm_split)
+            key = ("norm-split", op.signature, sched.step, sched.model, sched.tp, graphs)
+            extra = self._cache.get(key)
+            if extra is None:
+                extra = self._cache[key] = self._kernels_s(op, split, sched, graphs)
+            t += extra
         return t
 
     def _launch_s(self, graphs: bool) -> float:
@@ -149,7 +156,9 @@ class CostModel(CollectiveCost):
             return sum(1 for k in fusion.kernels(hit) if k.kind != "collective" and k.runs(sym))
         if self.generated_gemv(op, fused):
             return 1
-        return sum(w.kernels for w in self.works(op, fused))
+        split = fusion.outside_norm_split(sched, op, self.profile.device) if fused else []
+        sym = fusion.symbols(sched, op) if split else {}
+        return sum(w.kernels for w in self.works(op, fused)) + sum(1 for k in split if k.runs(sym))
 
     def generated_gemv(self, op: Op, fused: bool) -> bool:
         """A GEMM with one row (m == 1) in a compiled phase on a GPU, inside the compiled region

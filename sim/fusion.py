@@ -375,6 +375,23 @@ def _nearest_split(n: int, j: int, derived: list[int]) -> tuple[int, int]:
     return m, (min(j, m - 2) if m > 2 else 1)
 
 
+def outside_norm_split(sched: Schedule | None, op: Op, device: str) -> list[Kernel]:
+    """The split RMSNorm's combine and apply (the GPU table's `splits.norm`, each launching where
+    norm_splits > 1: hidden > 8192 at fewer than 2 x SMs rows) for an RMSNorm outside the layers (the
+    final norm) in a GPU decode step Inductor compiles at static shapes. A layer's norms carry them
+    through gpu_overlay; the final norm is priced by the analytic fused model (one kernel, the first
+    stage), so its split's two launches are added here. [] elsewhere: inside a layer, prefill, the C++
+    backend, a symbolic-batch stack (EXTERN_DECODE: Inductor never splits there), no GPU table."""
+    if sched is None or op.layer is not None or op.kind != "rmsnorm" or variant(sched, device) not in GPU_OVERLAY:
+        return []
+    return _outside_norm_split(str(GPU_TABLE_PATH))
+
+
+@functools.cache
+def _outside_norm_split(gpu_path: str) -> list[Kernel]:
+    return [_kernel(k) for k in (_document(gpu_path).get("splits") or {}).get("norm", [])]
+
+
 def kernels(key: tuple[str, str, str]) -> list[Kernel]:
     """The kernels charged to role key[2] of layer kind key[0], variant key[1] ([]: fused away)."""
     return table()[key[:2]].get(key[2], [])

@@ -189,8 +189,9 @@ def test_the_l2_hit_fraction_follows_the_sourced_sweep_curve():
     """te42kyfo gpu-l2-cache h200.txt (stands for h100-sxm): the sweep holds in L2 to 40,448 kB,
     is DRAM-bound from 91,648 kB; at 63,488 kB it ran 4,463.9 GB/s against the 10.03 TB/s L2 and
     3,887.9 GB/s DRAM plateaus: f = (1/4463.9 - 1/3887.9) / (1/10030 - 1/3887.9) = 0.2107. A100's
-    smaller L2 (its own file) misses earlier; a profile without compute.l2 has no curve. The curve
-    is the profile's (compute.l2.sweep), so the twins have it through `extends`."""
+    smaller L2 (its own file) misses earlier, the L40S's 96 MB (the L40's l40.txt) later; a profile
+    without compute.l2 has no curve. The curve is the profile's (compute.l2.sweep), so the twins have
+    it through `extends`."""
     hit = lambda name, nbytes: l2_traffic.l2_hit_fraction(load_profile(name).l2, nbytes)  # noqa: E731
     assert hit("h100-sxm", 16_777_216) == 1.0          # 70B TP8 wo weight
     assert hit("h100-sxm", 63_488 * 1024) == pytest.approx((1 / 4463.9 - 1 / 3887.9) / (1 / 10030 - 1 / 3887.9))
@@ -198,7 +199,8 @@ def test_the_l2_hit_fraction_follows_the_sourced_sweep_curve():
     assert hit("h100-sxm", 134_217_728) == 0.0         # 70B TP1 wo weight
     assert hit("h100-sxm-p2p-off", 16_777_216) == 1.0
     assert hit("a100-sxm", 33_554_432) < hit("h100-sxm", 33_554_432)
-    assert hit("l40s-pcie", 1e6) is None
+    assert hit("l40s-pcie", 67_108_864) == 1.0 and hit("h100-sxm", 67_108_864) < 0.2
+    assert hit("l40s-pcie", 134_217_728) == 0.0
     # an L2 rate without a sweep curve: no hit fraction (the further sweeps are priced all from L2)
     assert l2_traffic.l2_hit_fraction(l2_traffic.L2Spec(10.03e12), 1e6) is None
 

@@ -256,6 +256,29 @@ def test_a_split_norm_launches_its_combine_and_apply():
     assert len(split) == 4
 
 
+def test_the_final_norm_adds_its_split_outside_the_layers():
+    """The final norm (outside the layers, priced by the analytic fused model as one kernel) at 405B
+    TP16 batch 64 splits as the layers' norms do: it adds the same combine (768 B) and apply
+    (2,130,176 B), two launches, to its time and its launch count. 70B TP8 (hidden 8192), a CPU
+    profile and prefill add nothing."""
+    sched, st = _sched(batch=64, model="llama-3.1-405b", tp=16)
+    cost = CostModel(H100, st)
+    op = _op(sched, "final.norm")
+    split = fusion.outside_norm_split(sched, op, "cuda")
+    terms = cost.kernel_terms(op, split, sched, True)
+    assert [t["dram_bytes"] for t in terms] == [768, 2_130_176]
+    assert cost.compute_s(op, "decode", sched) == pytest.approx(
+        cost._compute_s(op, True, True) + sum(t["s"] for t in terms))
+    assert cost._kernel_count(op, True, None, sched) == 1 + 2
+    assert fusion.outside_norm_split(sched, _op(sched, "L3.attn.norm"), "cuda") == []      # a layer's: the overlay's
+    assert fusion.outside_norm_split(sched, op, "cpu") == []
+    small, _ = _sched(batch=64)
+    assert not any(k.runs(fusion.symbols(small, _op(small, "final.norm")))
+                   for k in fusion.outside_norm_split(small, _op(small, "final.norm"), "cuda"))
+    pre = build("upper-bound", get_model("llama-3.1-405b"), 16, Step.prefill(1, 1024, 512, st), st)
+    assert fusion.outside_norm_split(pre, _op(pre, "final.norm"), "cuda") == []
+
+
 def test_an_mha_attention_launches_no_separate_q_rope():
     """llama-2-7b at TP4 (8 query heads, 8 KV heads: G = 1): the attention launches four kernels, the
     GQA ones less q's RoPE (fused into the cache write on the GPU path); llama-3.1-8b at TP4 (G = 4)
