@@ -223,10 +223,13 @@ def main() -> None:
         print(f"2. skipped: no aiconfigurator data at {data}")
     _print("3. Triton streaming kernels on H100 SXM (pytorch/ao) vs bytes at the memory curve (batch-1 GEMV pricing)",
            triton_rows(prof), "bytes")
-    if prof.l2 is not None and prof.l2.sweep:
-        _print_warm(warm_rows(prof, cost), 4)
-    else:
+    if prof.l2 is None or not prof.l2.sweep:
         print(f"4. skipped: {a.profile} has no compute.l2 sweep curve")
+    elif prof.compute_capability != 9.0:
+        print(f"4. skipped: the cold lines group rows by Hopper's sourced cuBLAS grid (cublas-sm90); "
+              f"{a.profile} states compute capability {prof.compute_capability}")
+    else:
+        _print_warm(warm_rows(prof, cost), 4)
 
 
 if __name__ == "__main__":
