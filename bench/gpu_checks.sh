@@ -90,6 +90,8 @@ if [ "$STEPS" != harness ]; then
     run timeout -k 10 -s INT 180 python3 bench/gpu_kernels.py decode --models llama-3.1-70b:8 --out "$K"; pack
     run timeout -k 10 -s INT 120 python3 bench/gpu_kernels.py decode --models llama-3.1-8b:1 --out "$K"; pack
   fi
+  # what the timings say against tpsim's prices (a second; rerun anywhere on the fetched files)
+  timeout 60 python3 bench/gpu_report.py "$K" 2>&1 | tee -a "$LOG" || true
 fi
 [ "$STEPS" = kernels ] && { ls -la "$OUT" | tee -a "$LOG"; exit 0; }
 python3 -c "import simpy" || { echo "simpy missing: pip download it into .whl and carry .whl" | tee -a "$LOG"; exit 3; }

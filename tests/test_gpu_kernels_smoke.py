@@ -117,3 +117,14 @@ def test_read_trial_delay_clusters_and_slowdown(monkeypatch):
     assert r["kernels_per_call"] == 1 and r["start_delay_us"] == 3
     assert r["beside_us"] == [14, 14] and r["slowdown"] == pytest.approx(1.4)      # 14 / 10
     assert r["cta_start_spread_ns"] == 1000 and r["cluster_smids"] == [[0, 1, 2, 3], [10, 11, 12, 13]]
+
+
+def test_the_report_reads_the_smoke_runs_documents(kernels):
+    """bench/gpu_report.py on what the smoke run wrote: linear says it is untimed; decode compares the
+    toy's per-layer kernels with tpsim's and names the smallest ones."""
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_report.py"), str(kernels)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "linear: untimed (--smoke run)" in r.stdout
+    assert "decode toy-512:tp1:b2: layer" in r.stdout and "extern (cuBLAS" in r.stdout
+    assert "smallest" in r.stdout and "tpsim's floor" in r.stdout
