@@ -24,12 +24,13 @@ Three checks, each a table (source, shape, m, public us, priced us, ratio public
    collector (ai-dynamo/aiconfigurator collector/sglang/collect_gemm.py at e23be5a79, the commit that
    collected sglang 0.5.14) times `outside_loop_count` = min(6, 0.45 x GPU memory // (2mk + 2mn + 2nk))
    copies of (a, w) one after another in a replayed CUDA graph and divides by the copies, so each
-   weight is swept again after the other copies' bytes (tools/derive_profiles/aic_collector.py); the share of such a repeated sweep that L2
-   serves is the profile's `compute.l2.sweep` (te42kyfo/gpu-benches gpu-l2-cache, l2_hit_fraction).
+   weight is swept again after the other copies' bytes (tools/derive_profiles/aic_collector.py); the
+   share of such a repeated sweep that L2 serves is the profile's `compute.l2.sweep` (te42kyfo/gpu-benches
+   gpu-l2-cache, l2_hit_fraction).
    In a decode step every layer's weight is read once, after the rest of the model: cold. Rows with a
    hit share above 0 price those linears as they ran warm. A bound from the table itself: the rows
    run by the same cuBLAS grid (sim/occupancy_grids.py cublas-sm90, ceil(n / 64) CTAs at m <= 64)
-   that rotated cold (share <= 0.1) give a line t = a + W / rate through their (weight bytes, time);
+   that rotated cold (share <= curves.COLD_SHARE, the memory curve's rule) give a line t = a + W / rate through their (weight bytes, time);
    a warm row under that line ran that much faster than a cold one of its grid would (a line, not a
    measurement: how the time bends toward small weights is unsourced). bench/gpu_kernels.py linear's
    `graph_aic_us` (this rotation) against `graph_cold_us` settles it on a GPU.
@@ -50,6 +51,7 @@ import _checkout  # noqa: E402  (this checkout as the package tpsim, whatever is
 _checkout.load()
 
 import aic_collector  # noqa: E402  (how the GEMM table's rows were timed: one definition)
+from curves import COLD_SHARE  # noqa: E402  (what "ran cold" means, as the memory curve reads it)
 
 from tpsim.sim.cost import CostModel  # noqa: E402
 from tpsim.sim.l2_traffic import l2_hit_fraction  # noqa: E402
@@ -140,7 +142,7 @@ def rotation_hit(profile, m: int, n: int, k: int) -> tuple[int, float, float | N
 
 def cold_lines(profile, m: int) -> dict[int, tuple[float, float, float]]:
     """CTAs -> (a s, s per weight byte, rms residual s) of the least-squares line t = a + W x slope
-    through the table's rows at `m` that rotated cold (share <= 0.1), per cuBLAS grid size (at least
+    through the table's rows at `m` that rotated cold (share <= COLD_SHARE), per cuBLAS grid size (at least
     2 weight sizes)."""
     pts: dict[int, list[tuple[float, float]]] = {}
     for t in profile.gemm_tables:
@@ -148,7 +150,7 @@ def cold_lines(profile, m: int) -> dict[int, tuple[float, float, float]]:
             continue
         for n, k, times, *_ in t.rows:
             hit = rotation_hit(profile, m, n, k)[2]
-            if hit is not None and hit <= 0.1:
+            if hit is not None and hit <= COLD_SHARE:
                 pts.setdefault(gemm_tile("cublas-sm90", m).ctas(m, n), []).append((n * k * 2.0, times[t.m.index(m)]))
     lines = {}
     for ctas, xy in pts.items():
