@@ -24,6 +24,8 @@ from pathlib import Path
 
 import click
 
+from tpsim.fileio.policy import check_figure_path
+
 from tpsim.fileio.lock import check_writable, output_lock
 from tpsim.sim.model import get_model
 from tpsim.sim.stack import DTYPE_BYTES
@@ -125,6 +127,8 @@ def _prepare(checkpoint, text_path, tp, backend, device, dtype, layers, max_ppl_
     for name, p in (("--out", out), ("--plot", plot_path)):
         if p:
             check_writable(p, name)
+    if plot_path:
+        check_figure_path(plot_path)
     if device == "auto":
         device = "cuda" if _cuda_available("spd-plan") else "cpu"
     if device == "cuda":

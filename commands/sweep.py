@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from tpsim.sim import sweep as sw
-from tpsim.fileio.policy import STDOUT, write_json_atomic, write_text_atomic
+from tpsim.fileio.policy import STDOUT, check_figure_path, write_json_atomic, write_text_atomic
 from tpsim.sim.grid import grid
 from tpsim.fileio.lock import check_writable, output_lock
 from tpsim.sim.model import get_model
@@ -65,8 +65,12 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
             if not (math.isfinite(v) and 1e-6 <= v <= 1e6):
                 raise ValueError(f"{name} must be a finite number in [1e-6, 1e6], got {v}")
     check_writable(out_path, stdout_ok=True)
+    if Path(out_path).suffix.lower() == ".json":
+        raise ValueError(f"--out names the CSV (its .json twin is written beside it): give {Path(out_path).with_suffix('.csv')} "
+                         f"for {out_path}")
     if plot_path:
         check_writable(plot_path, "--plot")
+        check_figure_path(plot_path)
     for p in profiles_:
         load_profile(p)                       # a bad profile fails before any work
     for m in models:
@@ -74,7 +78,8 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
     # each point's profile fills the stack fields the flags and the --stack preset leave unset
     # (sim.sweep.run_point: flag > preset > profile stack_defaults > Stack's, as predict)
     preset = load_stack(stack_name).values if stack_name else None
-    stack = make_stack(stack_given(**stack_flags), preset=preset)
+    given = stack_given(**stack_flags)
+    make_stack(dict(given), preset=preset)    # a bad flag combination fails before any work
     scheds = tuple(dict.fromkeys(("standard",) + (schedules or DEFAULT_SCHEDULES[1:])))
     for spec in scheds:
         ScheduleSpec.parse(spec)              # a bad spec fails before any work
@@ -90,7 +95,7 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
         with progress_bar("[progress.description]{task.description}", transient=True,
                           disable=not sys.stderr.isatty()) as bar:
             task = bar.add_task("sweep", total=len(points))
-            rows = sw.sweep(points, scheds, stack=stack, jobs=jobs, checkpoint=checkpoint,
+            rows = sw.sweep(points, scheds, given=given, jobs=jobs, checkpoint=checkpoint,
                             progress=lambda done, total: bar.update(task, completed=done), preset=preset)
         write_text_atomic(out_path, sw.to_csv(rows))
         if not to_stdout:
@@ -101,6 +106,8 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
                f"{len(rows)} rows"
                + (f"; {len(failed)} point(s) could not run (see the error column), e.g. {failed[0]}" if failed else ""),
                err=to_stdout)
+    if len(failed) == len(points):            # one error row per failed point: nothing ran
+        raise ValueError(f"no grid point could run (the error column says why for each), e.g. {failed[0]}")
     if plot_path:
         sw.plot(rows, plot_path, plot_view)
-        click.echo(f"wrote {plot_path}")
+        click.echo(f"wrote {plot_path}", err=to_stdout)   # stdout holds the CSV

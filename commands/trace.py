@@ -7,7 +7,7 @@ from tpsim.fileio.policy import STDOUT, write_json_atomic
 from tpsim.fileio.lock import check_writable
 from tpsim.sim.predict import Simulator
 from tpsim.sim.schedule import SCHEDULE_HELP
-from tpsim.sim.trace import chrome_trace
+from tpsim.sim.trace import chrome_trace, host_records
 
 from tpsim.commands.errors import user_errors
 from tpsim.commands.options import make_workload, workload_options
@@ -33,12 +33,16 @@ def trace(spec, ranks, out_path, **kw):
     summary = []
     for step in steps:
         res = sim.step(spec, step)
-        records += [r.__class__(r.op, r.rank, r.stream, r.start_s + offset, r.end_s + offset, r.phase, r.kind)
-                    for r in res.records]
+        ln, total_s = sim.lane(step), sim.in_lane(step, res.duration_s, staggered=True)
+        lanes = host_records(w.stack.host, ln, step.phase, ranks, offset, total_s) if ln else []
+        shift = offset + (ln.lead_s if ln and not w.stack.host.overlap else 0.0)   # in series: after the lead
+        records += lanes + [r.__class__(r.op, r.rank, r.stream, r.start_s + shift, r.end_s + shift, r.phase, r.kind)
+                            for r in res.records]
         notes = w.schedule(spec, step).notes
-        summary.append(f"{step.phase} {res.duration_s * 1e3:.3f} ms (exposed comm {res.exposed_comm_s * 1e3:.3f} ms)"
+        summary.append(f"{step.phase} {total_s * 1e3:.3f} ms (exposed comm {res.exposed_comm_s * 1e3:.3f} ms"
+                       + (f"; pass {res.duration_s * 1e3:.3f} ms in the host lane" if ln else "") + ")"
                        + "".join(f" [{n}]" for n in notes))
-        offset += res.duration_s
+        offset += total_s
     write_json_atomic(out_path, chrome_trace(records, label=spec))
     click.echo(f"wrote {'stdout' if out_path == STDOUT else out_path}: {len(records)} events, {ranks} rank(s); "
                + "; ".join(summary) + ". Open it in ui.perfetto.dev or chrome://tracing.", err=out_path == STDOUT)

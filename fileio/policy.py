@@ -150,6 +150,20 @@ def write_json_atomic(path: str | os.PathLike, obj, option: str = "--out") -> No
     write_text_atomic(path, json_text(obj) + "\n", option)
 
 
+def check_figure_path(path: str | os.PathLike, option: str = "--plot") -> None:
+    """Refuse, before any work, a figure path whose format matplotlib cannot write (or a missing
+    matplotlib): save_figure picks the format from the suffix, png without one."""
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase   # lazy: the [plot] extra, only with a figure
+    except ImportError:
+        raise ValueError(f"{option} needs matplotlib: pip install 'tpsim[plot]'") from None
+    ext = os.path.splitext(os.fspath(path))[1].lstrip(".").lower() or "png"
+    kinds = FigureCanvasBase.get_supported_filetypes()
+    if ext not in kinds:
+        raise ValueError(f"{option} {os.fspath(path)}: matplotlib cannot write .{ext} figures; "
+                         f"name a file ending in one of: {', '.join('.' + k for k in sorted(kinds))}")
+
+
 def save_figure(fig, path: str | os.PathLike, **kw) -> None:
     """A matplotlib figure, rendered in memory and written like any output (savefig(path) would
     write through a symlink or a device)."""

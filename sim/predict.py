@@ -230,13 +230,18 @@ class Simulator:
         (sim.host_lane.step_s: in series or overlapped; the ranks' staggered starts, simulated per rank
         in brute-force mode, the last rank's offset added on the fast path)."""
         dur, exp = self._pass_time(spec, step)
+        return self.in_lane(step, dur, self.exact), exp
+
+    def in_lane(self, step: Step, pass_s: float, staggered: bool) -> float:
+        """The engine step that holds a forward pass of `pass_s` (sim.host_lane.step_s), or the pass
+        alone without a host lane. `staggered`: the pass was simulated with the lane's per-rank starts
+        on this simulator's ranks (exact mode, `step`), so it holds their stagger already; the ranks
+        not simulated add the rest of it (symmetric ranks: the last one decides)."""
         ln = self.lane(step)
         if ln is None:
-            return dur, exp
-        # the simulated ranks started at their offsets (_simulate), so dur holds their stagger; the
-        # ranks not simulated add the rest of it (symmetric ranks: the last one decides)
-        inc = max(ln.offsets_s[:self.ranks]) if self.exact and self.ranks > 1 else 0.0
-        return host_lane.step_s(self.w.stack.host, ln, dur - inc, dur + ln.stagger_s - inc), exp
+            return pass_s
+        inc = max(ln.offsets_s[:self.ranks]) if staggered and self.ranks > 1 else 0.0
+        return host_lane.step_s(self.w.stack.host, ln, pass_s - inc, pass_s + ln.stagger_s - inc)
 
     def _pass_time(self, spec: str, step: Step) -> tuple[float, float]:
         """(duration_s, exposed_comm_s) of one forward pass on the GPU."""

@@ -35,7 +35,7 @@ from .predict import Workload, predict
 from .proc_tie import ParentTie, set_parent_death_signal, tie_pool_worker
 from .profile import load_profile, read_raw
 from .schedule import model_change
-from .stack import Stack, make_stack
+from .stack import make_stack
 
 # Points of one sweep share a few profiles: parse each once per process (bounded, so memory stays flat).
 # Keyed by the profile's input digest too: a profile edited between two sweeps in one process is reread.
@@ -47,31 +47,35 @@ COLUMNS = ["model", "tp", "batch", "prompt_len", "gen_len", "profile", "bw_scale
            "prefill_s", "decode_s", "tokens_per_s", "speedup", "exposed_comm_s", "error"]
 
 
-def run_point(point: Point, schedules: tuple[str, ...], stack: Stack = Stack(), digest: str = "",
+def run_point(point: Point, schedules: tuple[str, ...], given: dict | None = None, digest: str = "",
               preset: dict | None = None) -> list[dict]:
     """Rows for one grid point; a point that cannot run (say TP not dividing the heads) gives
-    one row with its error, so the rest of the grid still completes. `preset`: a --stack preset's
-    values (sim.stacks.Preset.values), over the point's profile stack_defaults as in predict."""
+    one row with its error, so the rest of the grid still completes. `given`: the stack flags the
+    user set (make_stack's `given`; None = not given), which win even where they equal Stack's
+    defaults; `preset`: a --stack preset's values (sim.stacks.Preset.values); the point's profile
+    stack_defaults fill the rest, as in predict."""
     base = asdict(point)
     try:
         prof = _load_profile(point.profile, digest)
-        # the flags the user changed from Stack's defaults win; the point's profile fills the rest
-        changed = {f: v for f, v in asdict(stack).items() if getattr(Stack(), f) != v}
-        stack = make_stack(changed, prof.stack_defaults, preset=preset)
+        stack = make_stack(dict(given or {}), prof.stack_defaults, preset=preset)
         w = Workload(get_model(point.model), point.tp, prof, point.batch,
                      point.prompt_len, point.gen_len, stack, comm_bw_scale=point.bw_scale,
                      comm_lat_scale=point.lat_scale)
         preds = predict(w, list(schedules), record=False)
     except ValueError as e:
-        return [base | {"schedule": "", "error": str(e).splitlines()[0]}]
+        # one line per row: a multi-line message (the memory gate's table) keeps its headline
+        return [base | {"schedule": "", "error": str(e).splitlines()[0].rstrip(":")}]
     return [base | p.to_dict() | {"error": ""} for p in preds]
 
 
-def point_key(point: Point, schedules: tuple[str, ...], stack: Stack, inputs: str = "") -> str:
-    """What a finished point in a checkpoint stands for: the point, the schedules, the stack and
-    `inputs`, the digest of everything else its rows depend on (`input_digest`)."""
-    return json.dumps({**asdict(point), "schedules": list(schedules), "stack": asdict(stack), "inputs": inputs},
-                      sort_keys=True)
+def point_key(point: Point, schedules: tuple[str, ...], given: dict | None = None, inputs: str = "",
+              preset: dict | None = None) -> str:
+    """What a finished point in a checkpoint stands for: the point, the schedules, the stack flags
+    given, the --stack preset's values and `inputs`, the digest of everything else its rows depend
+    on (`input_digest`)."""
+    flags = {k: v for k, v in (given or {}).items() if v is not None}
+    return json.dumps({**asdict(point), "schedules": list(schedules), "stack": flags, "preset": preset or {},
+                       "inputs": inputs}, sort_keys=True, default=str)
 
 
 def input_digest(profile: str) -> str:
@@ -119,20 +123,21 @@ def _pool(jobs: int) -> tuple[ProcessPoolExecutor, ParentTie | None]:
     return ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=set_parent_death_signal), None
 
 
-def _run_chunk(points: list[Point], schedules: tuple[str, ...], stack: Stack,
+def _run_chunk(points: list[Point], schedules: tuple[str, ...], given: dict | None,
                keys: list[str], preset: dict | None = None) -> list[tuple[str, list[dict]]]:
-    return [(k, run_point(p, schedules, stack, json.loads(k)["inputs"], preset)) for p, k in zip(points, keys)]
+    return [(k, run_point(p, schedules, given, json.loads(k)["inputs"], preset)) for p, k in zip(points, keys)]
 
 
-def sweep(points: list[Point], schedules: tuple[str, ...], stack: Stack = Stack(), jobs: int = 1,
+def sweep(points: list[Point], schedules: tuple[str, ...], given: dict | None = None, jobs: int = 1,
           checkpoint: str | os.PathLike | None = None,
           progress: Callable[[int, int], None] | None = None, preset: dict | None = None) -> list[dict]:
     """All rows of the grid, in grid order. With `checkpoint`, finished points are read back
-    from it and skipped, and every newly finished point is appended to it at once. `preset`: the
-    --stack preset's values, passed to run_point (the key holds its name and host lane via `stack`)."""
+    from it and skipped, and every newly finished point is appended to it at once. `given` (the
+    stack flags the user set) and `preset` (the --stack preset's values) go to run_point and into
+    each point's key."""
     done: dict[str, list[dict]] = read_checkpoint(checkpoint) if checkpoint else {}
     digests = {prof: input_digest(prof) for prof in dict.fromkeys(p.profile for p in points)}
-    keys = {p: point_key(p, schedules, stack, digests[p.profile]) for p in points}
+    keys = {p: point_key(p, schedules, given, digests[p.profile], preset) for p in points}
     todo = [p for p in points if keys[p] not in done]
     total, finished = len(points), len(points) - len(todo)
     if progress:
@@ -155,7 +160,7 @@ def sweep(points: list[Point], schedules: tuple[str, ...], stack: Stack = Stack(
 
         if jobs <= 1 or len(todo) < 2:
             for p in todo:
-                record(keys[p], run_point(p, schedules, stack, digests[p.profile], preset))
+                record(keys[p], run_point(p, schedules, given, digests[p.profile], preset))
         else:
             # chunks amortize process start-up; several per worker keep the progress bar moving
             jobs = min(jobs, max_jobs(), len(todo))        # never more processes than cores or points
@@ -165,7 +170,7 @@ def sweep(points: list[Point], schedules: tuple[str, ...], stack: Stack = Stack(
             try:
                 with ex:
                     try:
-                        futs = [ex.submit(_run_chunk, c, schedules, stack, [keys[p] for p in c], preset) for c in chunks]
+                        futs = [ex.submit(_run_chunk, c, schedules, given, [keys[p] for p in c], preset) for c in chunks]
                         for f in as_completed(futs):
                             for key, rows in f.result():
                                 record(key, rows)
@@ -227,7 +232,8 @@ def _pyplot():
 
 def plot(rows: list[dict], path: str | os.PathLike, view: str = "speedup") -> None:
     """Speedup over standard: heatmaps (model x TP) per schedule and profile, one batch per
-    figure row when batches vary; line plots over bandwidth scale when that was swept.
+    figure row when batches vary; line plots over the link scale when one was swept (bandwidth,
+    else latency; with both swept, a line per latency scale).
     view "no-retraining": per batch size, the best schedule that keeps the model against the
     ones that change it (plot_no_retraining)."""
     if view not in PLOT_VIEWS:
@@ -242,19 +248,25 @@ def plot(rows: list[dict], path: str | os.PathLike, view: str = "speedup") -> No
     scheds = list(dict.fromkeys(r["schedule"] for r in ok))
     profiles = list(dict.fromkeys(r["profile"] for r in ok))
     bws = sorted({r["bw_scale"] for r in ok})
-    if len(bws) > 1:
-        keys = list(dict.fromkeys((r["model"], r["tp"], r["batch"]) for r in ok))
+    lats = sorted({r["lat_scale"] for r in ok})
+    if len(bws) > 1 or len(lats) > 1:
+        # lines over the swept link scale (bandwidth when swept, else latency), one per schedule,
+        # model, TP, batch and value of the other scale
+        x, other = ("bw_scale", "lat_scale") if len(bws) > 1 else ("lat_scale", "bw_scale")
+        xlabel = {"bw_scale": "interconnect bandwidth scale", "lat_scale": "collective latency scale"}[x]
+        keys = list(dict.fromkeys((r["model"], r["tp"], r["batch"], r[other]) for r in ok))
         fig, axes = plt.subplots(1, len(profiles), figsize=(6 * len(profiles), 4.2), squeeze=False)
         for ax, prof in zip(axes[0], profiles):
             for s in scheds:
-                for m, tp, b in keys:
-                    pts = sorted((r["bw_scale"], r["speedup"]) for r in iter_rows(ok, schedule=s, profile=prof,
-                                                                                   model=m, tp=tp, batch=b))
+                for m, tp, b, o in keys:
+                    pts = sorted((r[x], r["speedup"]) for r in iter_rows(ok, schedule=s, profile=prof, model=m,
+                                                                         tp=tp, batch=b, **{other: o}))
                     if pts:
-                        ax.plot(*zip(*pts), marker="o", label=f"{s} {m} TP{tp} b{b}")
+                        tag = f" {'bw' if other == 'bw_scale' else 'lat'}x{o:g}" if len(bws) > 1 and len(lats) > 1 else ""
+                        ax.plot(*zip(*pts), marker="o", label=f"{s} {m} TP{tp} b{b}{tag}")
             ax.set_xscale("log")
             ax.axhline(1.0, color="grey", lw=0.8)
-            ax.set(title=prof, xlabel="interconnect bandwidth scale", ylabel="speedup over standard")
+            ax.set(title=prof, xlabel=xlabel, ylabel="speedup over standard")
             ax.legend(fontsize=7)
     else:
         models = list(dict.fromkeys(r["model"] for r in ok))
@@ -278,7 +290,7 @@ def plot(rows: list[dict], path: str | os.PathLike, view: str = "speedup") -> No
             ax.set_yticks(range(len(models)), models if n % ncol == 0 else [], fontsize=7)
             ax.set_title(f"{s} | {p} | batch {b}", fontsize=8)
         fig.colorbar(im, ax=axes, shrink=0.8, label="speedup over standard")
-    fig.suptitle("tpsim sweep: predicted speedup over standard TP", fontsize=10)
+    fig.suptitle("tpsim sweep: predicted speedup over standard TP", fontsize=10, y=1.02)   # above the panel titles
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     save_figure(fig, path, dpi=110, bbox_inches="tight")
     plt.close(fig)

@@ -16,7 +16,8 @@ class Record:
     op: str            # op name from the schedule IR, e.g. "L3.attn.allreduce"
     rank: int
     stream: str        # "compute" | "comm" (| "wait" for time blocked on a collective, | "launch" for
-                       # the simulated CPU thread launching the op: an eager phase on a GPU, sim/engine.py)
+                       # the simulated CPU thread launching the op: an eager phase on a GPU, sim/engine.py,
+                       # | "host" for a serving stack's host lane: host_records)
     start_s: float
     end_s: float
     phase: str = ""    # "prefill" | "decode" (| "" when not known)
@@ -35,14 +36,27 @@ class Record:
                       d.get("phase", ""), d.get("kind", ""))
 
 
-_STREAM_TID = {"compute": 0, "comm": 1, "wait": 2, "launch": 3}
+_STREAM_TID = {"compute": 0, "comm": 1, "wait": 2, "launch": 3, "host": 4}
+
+
+def host_records(h, ln, phase: str, ranks: int, start_s: float, step_s: float) -> list[Record]:
+    """A serving stack's host lane (sim/host_lane.py: HostStep `h`, its Lane `ln` for this step) as
+    records on each rank's "host" stream, for a step that starts at `start_s` and lasts `step_s`
+    (Simulator.in_lane). In series: the lead (schedule, hand-off, prepare, launch) from the step's
+    start, then the output work (sampling, request updates) closing the step; overlapped: the lane
+    beside the pass, preparing the next step (op "host.next")."""
+    if h.overlap:
+        return [Record("host.next", r, "host", start_s, start_s + ln.host_s, phase, "host") for r in range(ranks)]
+    return [rec for r in range(ranks) for rec in (
+        Record("host.lead", r, "host", start_s, start_s + ln.lead_s, phase, "host"),
+        Record("host.output", r, "host", start_s + step_s - ln.post_s, start_s + step_s, phase, "host"))]
 
 
 def chrome_trace(records: Iterable[Record], label: str = "") -> dict:
     """Chrome/Perfetto trace JSON: pid = rank, tid = stream, times in microseconds."""
     events, seen = [], set()
     for r in records:
-        tid = _STREAM_TID.get(r.stream, 4)
+        tid = _STREAM_TID.get(r.stream, len(_STREAM_TID))
         if (r.rank, tid) not in seen:
             seen.add((r.rank, tid))
             events.append({"ph": "M", "name": "thread_name", "pid": r.rank, "tid": tid,

@@ -166,6 +166,28 @@ def test_trace_writes_perfetto_json(tmp_path):
     assert {e["args"]["phase"] for e in spans} == {"prefill", "decode"}
 
 
+def test_trace_holds_the_host_lane_predict_prices(tmp_path):
+    """A serving stack's host lane is on the trace (a "host" track per rank) and in its step times,
+    which equal predict's: vLLM's in series (the lead before the pass, the output work after),
+    TensorRT-LLM's overlapped (the lane beside the pass, preparing the next step)."""
+    point = ["--model", "llama-3.1-8b", "--tp", "2", "--batch", "8", "--prompt", "32", "--gen", "2", "--schedule", "ladder"]
+    for stack, names in (("vllm", {"host.lead", "host.output"}), ("trtllm", {"host.next"})):
+        out = tmp_path / f"{stack}.json"
+        r = run("trace", "--stack", stack, *point, "--out", str(out))
+        assert r.exit_code == 0, r.output
+        p = json.loads(run("predict", "--stack", stack, *point, "--json").output)["schedules"][0]
+        decode_ms = float(r.output.split("decode ")[1].split(" ms")[0])
+        assert decode_ms == pytest.approx(p["decode_s"] * 1e3, abs=1e-3)
+        spans = [e for e in json.loads(out.read_text())["traceEvents"] if e["ph"] == "X"]
+        host = [e for e in spans if e["name"].startswith("host.")]
+        assert {e["name"] for e in host} == names and {e["pid"] for e in host} == {0, 1}
+        dec = [e for e in spans if e["args"]["phase"] == "decode"]
+        first_gpu = min(e["ts"] for e in dec if not e["name"].startswith("host."))
+        lead = [e for e in host if e["name"] == "host.lead" and e["args"]["phase"] == "decode" and e["pid"] == 0]
+        if stack == "vllm":                     # in series: the pass starts after the lead
+            assert lead[0]["dur"] > 0 and first_gpu == pytest.approx(lead[0]["ts"] + lead[0]["dur"], abs=1e-6)
+
+
 def test_profiles_and_models_list():
     r = run("profiles", "list")
     assert r.exit_code == 0 and "h100-sxm" in r.output

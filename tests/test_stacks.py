@@ -138,8 +138,9 @@ def test_sweep_takes_the_stack_as_predict_does(tmp_path):
     from tpsim.sim import sweep as sw
     from tpsim.sim.grid import grid
     key = json.loads(sw.point_key(grid(["llama-3.1-8b"], [2], [4], ["h100-sxm"], 32, 16, [1.0], [1.0])[0],
-                                  ("standard",), make_stack({}, preset=PRESETS["vllm"].values)))
-    assert key["stack"]["preset"] == "vllm" and key["stack"]["host"]["output_s"] > 0
+                                  ("standard",), {"kv": "static", "head": None}, preset=PRESETS["vllm"].values))
+    assert key["preset"]["preset"] == "vllm" and key["preset"]["host"]["output_s"] > 0
+    assert key["stack"] == {"kv": "static"}          # the flags given, None = not given
     bad = CliRunner().invoke(main, ["sweep", "--stack", "vlm", *point, "--out", str(tmp_path / "b.csv")])
     assert bad.exit_code == 2 and "unknown stack 'vlm'" in bad.output and "Traceback" not in bad.output
 
@@ -148,6 +149,24 @@ def _attention_impls(model_name: str, stack: Stack) -> tuple[set, tuple]:
     step = Step("decode", batch=2, q_len=1, start_pos=32, kv_len=33, logits_len=1)
     s = build("standard", get_model(model_name), 2, step, stack)
     return {op.attr("impl") for op in s.ops if op.kind == "attention"}, s.notes
+
+
+def test_sweep_keeps_a_flag_that_equals_the_default_over_the_preset(tmp_path):
+    """`--stack sglang --head replicated`: replicated is Stack's default, but the user gave it, so it
+    wins over the preset's vocab-parallel head in sweep as in predict (sweep once rebuilt the flags
+    from the fields that differed from Stack(), dropping this one)."""
+    point = ["--model", "llama-3.1-8b", "--tp", "2", "--batch", "4", "--prompt", "32", "--gen", "16",
+             "--profile", "l40s-pcie"]
+    out = tmp_path / "s.csv"
+    r = CliRunner().invoke(main, ["sweep", "--stack", "sglang", "--head", "replicated", *point,
+                                  "--schedule", "ladder", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    rows = {x["schedule"]: x for x in json.loads(out.with_suffix(".json").read_text())}
+    for flags, same in ((["--head", "replicated"], True), ([], False)):
+        p = CliRunner().invoke(main, ["predict", "--stack", "sglang", *flags, *point, "--schedule", "ladder", "--json"])
+        assert p.exit_code == 0, p.output
+        for s in json.loads(p.output)["schedules"]:
+            assert (rows[s["schedule"]]["decode_s"] == pytest.approx(s["decode_s"], rel=1e-12)) is same
 
 
 def test_sglang_attention_follows_the_model_architecture():

@@ -26,7 +26,7 @@ def test_resume_skips_finished_points(tmp_path):
     pts = grid(["llama-3.2-1b"], [2, 4, 8], [1], ["h100-sxm"], 128, 8)
     ck = tmp_path / "ck.jsonl"
     # a checkpoint holding point 0 with a sentinel value, then a torn line (killed mid-write)
-    key0 = sw.point_key(pts[0], ("standard",), sw.Stack(), sw.input_digest("h100-sxm"))
+    key0 = sw.point_key(pts[0], ("standard",), None, sw.input_digest("h100-sxm"))
     sentinel = [dict(json.loads(key0), schedule="standard", tokens_per_s=-1.0, error="")]
     ck.write_text(json.dumps({"key": key0, "rows": sentinel}) + "\n" + '{"key": "torn')
     seen = []
@@ -59,3 +59,43 @@ def test_sweep_cli_writes_csv_json_plot(tmp_path):
     assert len(json.loads((tmp_path / "s.json").read_text())) == 8
     assert (tmp_path / "s.png").stat().st_size > 10_000
     assert not (tmp_path / "s.csv.partial.jsonl").exists()
+
+
+def test_plot_draws_a_line_per_swept_link_scale(monkeypatch, tmp_path):
+    """A swept --lat-scale (bandwidth not swept) is drawn over the latency scale, not folded into
+    one heatmap cell (the later row once overwrote the earlier); with both swept, a line per
+    latency scale over bandwidth."""
+    figs = []
+    monkeypatch.setattr(sw, "save_figure", lambda fig, path, **kw: figs.append(fig))
+    lat = grid(["llama-3.1-70b"], [8], [1], ["h100-sxm"], 128, 8, lat_scales=[1.0, 10.0])
+    rows = sw.sweep(lat, ("standard", "ladder"))
+    sw.plot(rows, tmp_path / "lat.png")
+    ax = figs[-1].axes[0]
+    assert ax.get_xlabel() == "collective latency scale"
+    (line,) = ax.get_lines()[:-1]                       # the last line is the speedup-1 rule
+    want = [r["speedup"] for r in rows if r["schedule"] == "ladder"]
+    assert list(line.get_xdata()) == [1.0, 10.0] and list(line.get_ydata()) == want and want[0] != want[1]
+    both = grid(["llama-3.1-70b"], [8], [1], ["h100-sxm"], 128, 8, bw_scales=[0.5, 1.0], lat_scales=[1.0, 10.0])
+    sw.plot(sw.sweep(both, ("standard", "ladder")), tmp_path / "both.png")
+    ax = figs[-1].axes[0]
+    assert ax.get_xlabel() == "interconnect bandwidth scale"
+    assert sorted(t.get_text() for t in ax.get_legend().get_texts()) == [
+        "ladder llama-3.1-70b TP8 b1 latx1", "ladder llama-3.1-70b TP8 b1 latx10"]
+
+
+def test_sweep_cli_refuses_early_and_fails_when_nothing_ran(tmp_path):
+    """A .json --out (the CSV's name) and a figure format matplotlib cannot write are refused before
+    any work; a grid where no point runs writes its error rows and exits 2; with --out - the plot's
+    line goes to stderr, so stdout is the CSV alone."""
+    run = lambda *a: CliRunner().invoke(main, ["sweep", "--model", "llama-3.2-1b", "--gen", "8", "--prompt", "64", *a])  # noqa: E731
+    r = run("--tp", "2", "--out", str(tmp_path / "r.json"))
+    assert r.exit_code == 2 and "--out names the CSV" in r.output and not list(tmp_path.iterdir())
+    r = run("--tp", "2", "--out", str(tmp_path / "x.csv"), "--plot", str(tmp_path / "p.txt"))
+    assert r.exit_code == 2 and "cannot write .txt" in r.output and not list(tmp_path.iterdir())
+    r = run("--tp", "3", "--out", str(tmp_path / "e.csv"))
+    assert r.exit_code == 2 and "no grid point could run" in r.output and "does not divide" in r.output
+    assert "does not divide" in (tmp_path / "e.csv").read_text()
+    r = CliRunner().invoke(main, ["sweep", "--model", "llama-3.2-1b", "--gen", "8", "--prompt", "64",
+                                 "--tp", "2", "--out", "-", "--plot", str(tmp_path / "p.png")])
+    assert r.exit_code == 0 and r.stdout.splitlines()[0].startswith("model,tp,batch")
+    assert "wrote" not in r.stdout and f"wrote {tmp_path / 'p.png'}" in r.stderr
