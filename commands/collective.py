@@ -11,7 +11,7 @@ import click
 from tpsim.sim.bounds import check as check_bound
 from tpsim.sim.collective_table import COLLECTIVES, MODES, Row, collective_rows, parse_size, to_json
 from tpsim.sim.collective_timing import HostCosts, Timing, loop_time
-from tpsim.sim.impls import ENGINE_COLLECTIVES
+from tpsim.sim.impls import ENGINE_COLLECTIVES, check_collective_impl
 from tpsim.sim.profile import load_profile
 from tpsim.sim.topology import nccl_nodes
 from tpsim.sim.topology_price import TopologyModel
@@ -32,7 +32,8 @@ from tpsim.commands.errors import user_errors
 @click.option("--bytes", "sizes", multiple=True, metavar="B",
               help="Message size (4096, 16K, 1M ...); repeatable. Default: the --compare file's sizes, "
                    "else 1K..256M doubling.")
-@click.option("--gpus-per-node", type=int, default=None, help="Ranks per node (default: the profile's).")
+@click.option("--gpus-per-node", type=int, default=None, help="Ranks placed on each node (default: the profile's gpus_per_node); the node stays the "
+                   "profile's hardware (its NICs, NVLink).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 @click.option("--compare", "compare_path", type=click.Path(dir_okay=False), default=None,
               help="An nccl-tests output (text or -J JSON): adds the measured time and the error per size.")
@@ -60,7 +61,10 @@ def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, c
     if gpus_per_node is not None:
         check_bound("gpus_per_node", gpus_per_node, "--gpus-per-node")
     nbytes = tuple(check_bound("message_bytes", parse_size(s), "--bytes") for s in sizes)
+    if hidden is not None:
+        check_bound("hidden", hidden, "--hidden")
     prof = load_profile(profile_name)
+    check_collective_impl(prof, impl, "--impl")
     measured = None
     if compare_path:
         imp = read_nccl_tests(compare_path, collective=collective)

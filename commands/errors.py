@@ -9,6 +9,8 @@ exit 1, raised by the commands themselves."""
 from __future__ import annotations
 
 import functools
+import os
+import sys
 
 import click
 
@@ -30,10 +32,23 @@ def user_errors(fn):
     @functools.wraps(fn)
     def wrapper(*a, **kw):
         try:
-            return fn(*a, **kw)
+            out = fn(*a, **kw)
+            sys.stdout.flush()                # a reader gone by now shows here, not at interpreter exit
+            return out
+        except BrokenPipeError:
+            _reader_gone()
         except ValueError as e:
             raise _Refused(str(e)) from None
         except OSError as e:                  # an output path that cannot be written, a missing file
             raise _Refused(f"cannot use {e.filename}: {e.strerror}" if e.filename else str(e)) from None
     wrapper.user_errors = True                # tests/test_cli.py: every command has it
     return wrapper
+
+
+def _reader_gone() -> None:
+    """stdout's reader closed the pipe (`tpsim predict | head -1`): stop quietly with SIGPIPE's exit
+    status, as a Unix tool killed by it would, not with an `Error:` line (Python's documented recipe:
+    point stdout at devnull so the interpreter's final flush cannot raise again)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(128 + 13)

@@ -23,14 +23,15 @@ def models(show_):
         return
     # 10 columns in 80: one space between columns, a two-line header, the TP list folded at a comma
     t = compact_table(padding=(0, 0))
-    for col in ("name", "params", "layers", "hidden", "heads", "kv", "head\ndim", "ffn", "vocab", "TP"):
-        t.add_column(col, justify="left" if col in ("name", "TP") else "right", no_wrap=True)
+    for col in ("name", "params", "layers", "hidden", "heads", "kv", "head\ndim", "ffn", "vocab", "TP\n<= 16"):
+        t.add_column(col, justify="left" if col in ("name", "TP\n<= 16") else "right", no_wrap=True)
     for m in MODELS.values():
         n = m.param_count()
         t.add_row(m.name, f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M", str(m.layers), str(m.hidden),
                   str(m.heads), str(m.kv_heads), str(m.head_dim), str(m.ffn), str(m.vocab),
                   _fold_at_commas(list(map(str, valid_tp(m, 16))), TP_WIDTH))
     terminal_console().print(t)
+    click.echo("TP: the valid degrees up to 16 (they divide the heads; larger ones: tpsim models --show NAME)")
 
 
 TP_WIDTH = 10            # "1,2,4,8,16": the TP column of most models on one line

@@ -6,7 +6,7 @@ from dataclasses import asdict
 
 import click
 
-from tpsim.sim.impls import ENGINE_COLLECTIVES
+from tpsim.sim.impls import ENGINE_COLLECTIVES, check_collective_impl
 from tpsim.sim.model import MODELS, get_model
 from tpsim.sim.predict import Workload
 from tpsim.sim.profile import load_profile
@@ -20,7 +20,8 @@ def workload_options(fn):
     """Options shared by predict, trace and sweep: the model, cluster and serving stack."""
     opts = [
         click.option("--model", required=True, help=f"Model preset, or a Hugging Face config.json (or its "
-                                                     f"folder); NAME[:K] for its first K layers. "
+                                                     f"folder); NAME[:K] (brackets included, e.g. llama-3.1-405b[:8]) "
+                                                     f"for its first K layers. "
                                                      f"Presets: {', '.join(MODELS)}"),
         click.option("--tp", type=int, required=True, help="Tensor-parallel degree (GPUs per model replica)."),
         click.option("--profile", default="h100-sxm", show_default=True,
@@ -29,7 +30,9 @@ def workload_options(fn):
         click.option("--prompt", "prompt_len", type=int, default=1024, show_default=True, help="Prompt tokens."),
         click.option("--gen", "gen_len", type=int, default=512, show_default=True, help="Generated tokens."),
         click.option("--gpus-per-node", type=int, default=None,
-                     help="GPUs per node (default: the profile's); TP beyond it spans nodes."),
+                     help="Ranks placed on each node (default: the profile's gpus_per_node); TP beyond it spans "
+                          "nodes. The node stays the profile's hardware (its NICs, NVLink): fewer ranks use fewer "
+                          "of its GPUs. To price another machine, give a profile that describes it."),
         click.option("--comm-group", type=int, default=None,
                      help="Ranks the collectives really span (default: TP). 1 predicts one rank of the TP job "
                           "emulated on a single GPU, as `tpsim bench --tp 1 --emulate-tp TP` measures it."),
@@ -132,11 +135,7 @@ def make_workload(model, tp, profile, batch, prompt_len, gen_len, gpus_per_node,
     # (an engine's all-reduce that its engine would refuse here is priced as its fallback, with a note:
     # sim/custom_allreduce.py)
     stack = make_stack(given, prof.stack_defaults, preset=preset.values if preset else None)
-    impls = sorted({t.impl for t in prof.collective_tables} | {prof.default_impl, "nccl", "auto"}) \
-        + list(ENGINE_COLLECTIVES)
-    if stack.collective not in impls:
-        raise ValueError(f"profile {prof.name} has no collective implementation {stack.collective!r}; "
-                         f"choose from: {', '.join(impls)}")
+    check_collective_impl(prof, stack.collective)
     return Workload(get_model(model), tp, prof, batch, prompt_len, gen_len, stack, gpus_per_node,
                     memory_check=memory_check, comm_group=comm_group)
 

@@ -49,7 +49,7 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
         raise ValueError("--exact and --exhaustive are two ways to simulate the jitter (sampled or brute force); "
                          "choose one")
     w = make_workload(**kw)
-    schedules = list(schedules) or list(DEFAULT_SCHEDULES)
+    schedules = list(dict.fromkeys(schedules)) or list(DEFAULT_SCHEDULES)     # a schedule given twice: one row
     if exhaustive:  # every rank, layer and decode step: minutes for big models, so show progress
         passes = len(set(schedules) | {"standard"}) * w.gen_len
         with progress_bar("exhaustive", transient=True, disable=not sys.stderr.isatty(),
@@ -59,9 +59,13 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
     else:
         preds = run(w, schedules, record=False, mode="sampled" if exact else "fast")
     out = {"model": w.model.name, "tp": w.tp, "profile": w.profile.name, "batch": w.batch,
-           "prompt_len": w.prompt_len, "gen_len": w.gen_len, "stack": stack_dict(w.stack, kw.get("stack_name")),
+           "prompt_len": w.prompt_len, "gen_len": w.gen_len,
+           # where the ranks sit and what the collectives span (--gpus-per-node, --comm-group)
+           "gpus_per_node": w.gpus_per_node or w.profile.gpus_per_node, "nodes": w.nodes,
+           "comm_group": w.comm_group or w.tp,
+           "stack": stack_dict(w.stack, kw.get("stack_name")),
            "schedules": [p.to_dict() for p in preds]}
-    jitter_note = None
+    jitter_note, no_jitter = None, True
     if exact or exhaustive:
         out["mode"] = "sampled" if exact else "brute"
         out["jitter"] = {k: {"dist": j.dist, "mean_us": j.mean_s * 1e6, "source": j.source}
@@ -70,7 +74,8 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
         jitter_note = "arrival jitter per rank and collective: " + "; ".join(
             f"{k} {w.profile.arrival_jitter[k].dist} mean {w.profile.arrival_jitter[k].mean_s * 1e6:g} us "
             f"({w.profile.arrival_jitter[k].source})" for k in scopes)
-        if all(w.profile.arrival_jitter[k].mean_s == 0 for k in scopes):
+        no_jitter = all(w.profile.arrival_jitter[k].mean_s == 0 for k in scopes)
+        if no_jitter:
             jitter_note += ". Zero: the profile has no skew measurement, so none is simulated (= the fast path)"
     if as_json:
         click.echo(json_text(out))               # never a bare NaN (invalid JSON)
@@ -81,21 +86,16 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
                     f"batch {w.batch}  prompt {w.prompt_len}  gen {w.gen_len}  {w.stack.dtype}",
               title_justify="left")
     # two-line headers: the widest cell, not the header, sets each column's width (fits 80 columns)
+    sampled = bool(exact) and not no_jitter       # without jitter every sample is the same: no interval
     for col in ("schedule", "prefill\nms", "decode\nms", "ms/\ntoken", "tokens\n/s", "speedup", "exposed\ncomm ms",
                 "model\nchange"):
         t.add_column(col, justify="left" if col in ("schedule", "model\nchange") else "right",
                      min_width=max(len(p.schedule) for p in preds) if col == "schedule" else None,
                      no_wrap=col == "model\nchange")
-    sampled = bool(exact)
-    if sampled:
-        t.add_column("tokens/s 95% CI", justify="right")
     for p in preds:
         per_tok = f"{p.decode_s / (w.gen_len - 1) * 1e3:.3f}" if w.gen_len > 1 else "-"   # no decode step: no NaN
         row = [p.schedule, f"{p.prefill_s * 1e3:.1f}", f"{p.decode_s * 1e3:.1f}", per_tok,
                f"{p.tokens_per_s:.1f}", f"{p.speedup:.3f}x", f"{p.exposed_comm_s * 1e3:.1f}", p.model_change]
-        if sampled:
-            d = p.to_dict()
-            row.append(f"±{d['tokens_per_s_ci95']:.2f} (n={d['samples']['decode']})")
         t.add_row(*row)
     console = terminal_console()
     src = f" (values and sources: {load_stack(kw['stack_name']).path})" if kw.get("stack_name") else ""
@@ -104,6 +104,10 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
     for line in note_lines(preds):
         console.print(rich_escape(line), soft_wrap=True)
     if jitter_note:
+        if sampled:     # the intervals on a line of their own: a table column would not fit 80 columns
+            jitter_note += ". tokens/s 95% CI: " + ", ".join(
+                f"{p.schedule} ±{p.to_dict()['tokens_per_s_ci95']:.2f} (n={p.to_dict()['samples']['decode']})"
+                for p in preds)
         console.print(rich_escape(jitter_note), style="dim")
     console.print("ms/token: one decode step.  exposed comm: time the compute stream waited for collectives "
                   "(prefill + all decode steps).  speedup: tokens/s over standard.  " + MODEL_CHANGE_HELP, style="dim")

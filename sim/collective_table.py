@@ -81,7 +81,7 @@ def collective_rows(profile: Profile, collective: str, group: int, mode: str = "
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
     if group < 2:
-        raise ValueError(f"group must be at least 2 ranks, got {group}")
+        raise ValueError(f"group (--group) must be at least 2 ranks, got {group}")
     per_node = gpus_per_node or profile.gpus_per_node
     if gpus_per_node is not None and not 1 <= gpus_per_node <= profile.gpus_per_node:
         raise ValueError(f"--gpus-per-node must be 1..{profile.gpus_per_node} for profile {profile.name}, "

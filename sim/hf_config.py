@@ -141,5 +141,8 @@ def _architecture(cfg: dict, where: str) -> str:
     by_type = {v: k for k, v in ARCHITECTURES.items()}
     if not archs and mtype in by_type:
         return by_type[mtype]
+    if not archs and not mtype:
+        raise ValueError(f"{where}: names no architecture (neither 'architectures' nor 'model_type' is set); "
+                         f"supported: {', '.join(ARCHITECTURES)} (dense Llama-family decoders)")
     raise ValueError(f"{where}: architecture {named} is not one tpsim prices; supported: "
                      f"{', '.join(ARCHITECTURES)} (dense Llama-family decoders)")

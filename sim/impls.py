@@ -63,3 +63,19 @@ def is_flash(attention: str) -> bool:
 
 def engine_collective(name: str) -> CollectiveImpl | None:
     return ENGINE_COLLECTIVES.get(name)
+
+
+def collective_impls(profile) -> list[str]:
+    """The Stack.collective names a profile can price: auto, nccl, its measured tables' impls and
+    default, and every engine all-reduce (priced from the profile's custom_allreduce constants, or
+    as its engine's fallback)."""
+    return sorted({t.impl for t in profile.collective_tables} | {profile.default_impl, "nccl", "auto"}) \
+        + list(ENGINE_COLLECTIVES)
+
+
+def check_collective_impl(profile, impl: str, option: str = "--collective") -> None:
+    """A user error (ValueError) for an implementation `profile` cannot price."""
+    names = collective_impls(profile)
+    if impl not in names:
+        raise ValueError(f"profile {profile.name} has no collective implementation {impl!r} ({option}); "
+                         f"choose from: {', '.join(names)}")

@@ -81,7 +81,9 @@ def get_model(name: str) -> ModelSpec:
         if is_config_path(base):
             spec = load_hf_config(base)
             return spec.truncated(layers) if layers is not None else spec
-        raise ValueError(f"unknown model {base!r}; choose from: {', '.join(MODELS)}, "
+        head, colon, k = base.rpartition(":")
+        hint = f"; for its first {k} layers write {head}[:{k}]" if colon and head in MODELS and k.isdigit() else ""
+        raise ValueError(f"unknown model {base!r}{hint}; choose from: {', '.join(MODELS)}, "
                          f"or a Hugging Face config.json (or its folder)")
     spec = MODELS[base]
     return spec.truncated(layers) if layers is not None else spec

@@ -125,7 +125,8 @@ class ModelSpec(HeadDims):
     def truncated(self, layers: int) -> "ModelSpec":
         """The first `layers` layers of this model (harness runs of models too big to fit)."""
         if not 1 <= layers <= self.layers:
-            raise ValueError(f"--layers must be in 1..{self.layers} for {self.name}, got {layers}")
+            raise ValueError(f"the layers to keep of {self.name} (--layers, or K in NAME[:K]) must be in "
+                             f"1..{self.layers}, got {layers}")
         if layers == self.layers:
             return self
         return replace(self, name=f"{self.name}[:{layers}]", layers=layers)

@@ -81,9 +81,15 @@ class Workload:
             raise ValueError(f"profile {self.profile.name} describes nodes of {self.profile.gpus_per_node} GPUs; "
                              f"--gpus-per-node {self.gpus_per_node} needs a profile of such nodes")
         if self.comm_group is not None and not 1 <= self.comm_group <= self.tp:
-            raise ValueError(f"comm_group must be in 1..{self.tp}, got {self.comm_group}")
+            raise ValueError(f"comm_group (--comm-group) must be in 1..{self.tp} (the TP degree), got {self.comm_group}")
         if self.gpus_per_node is not None and self.gpus_per_node < 1:
-            raise ValueError(f"gpus_per_node must be >= 1, got {self.gpus_per_node}")
+            raise ValueError(f"gpus_per_node (--gpus-per-node) must be >= 1, got {self.gpus_per_node}")
+        per = self.gpus_per_node or self.profile.gpus_per_node
+        if self.tp > per and self.tp % per:
+            # the collective models (topology, NCCL's node split) take equal nodes: a 3/3/2 split is no such job
+            raise ValueError(f"TP {self.tp} does not fill nodes of {per} ranks evenly"
+                             f"{'' if self.gpus_per_node else f' (profile {self.profile.name})'}; give a "
+                             f"--gpus-per-node that divides {self.tp}")
         self.model.shard(self.tp)         # raises a ValueError naming valid TP degrees
         if self.memory_check:             # a prediction for a run that cannot start is no answer
             est = estimate(self.model, self.tp, self.batch, self.prompt_len, self.gen_len, self.stack,

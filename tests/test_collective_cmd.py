@@ -107,7 +107,10 @@ def test_compare_adds_measured_time_and_error(tmp_path):
 
 @pytest.mark.parametrize("args, msg", [
     (("--group", "8", "--op", "all_to_all"), "Invalid value for '--op'"),
-    (("--group", "1"), "group must be at least 2 ranks"),
+    (("--group", "1"), "group (--group) must be at least 2 ranks"),
+    (("--group", "8", "--impl", "bogus"), "has no collective implementation 'bogus' (--impl)"),    # was: priced as nccl
+    (("--group", "8", "--impl", "trtllm-auto", "--hidden", "-1"), "--hidden must be in 1.."),      # was: a negative shape
+    (("--group", "8", "--impl", "trtllm-auto", "--hidden", "0"), "--hidden must be in 1.."),       # was: silently 4096
     (("--group", "16", "--profile", "h100-sxm", "--gpus-per-node", "9"), "--gpus-per-node must be 1..8"),
     (("--group", "8", "--bytes", "12Q"), "size must be a positive number of bytes"),
     (("--group", "8", "--profile", "no-such-profile"), "no-such-profile"),

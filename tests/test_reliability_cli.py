@@ -145,6 +145,40 @@ def test_predict_gen_is_bounded():
     assert "--gen must be in 1..1048576" in line
 
 
+@pytest.mark.parametrize("args, says", [
+    (["--tp", "8", "--gpus-per-node", "3"], "TP 8 does not fill nodes of 3 ranks evenly"),      # was: "TP8 (3 nodes)"
+    (["--tp", "2", "--comm-group", "3"], "comm_group (--comm-group) must be in 1..2"),
+    (["--tp", "8", "--model", "llama-3.1-8b:4"], "for its first 4 layers write llama-3.1-8b[:4]"),
+    (["--tp", "8", "--model", "llama-3.1-8b[:0]"], "(--layers, or K in NAME[:K]) must be in 1..32"),
+])
+def test_predict_placement_and_model_values_refused(args, says):
+    model = [] if "--model" in args else ["--model", "llama-3.1-8b"]
+    assert says in one_line_exit_2(CliRunner().invoke(cli.main, ["predict", *model, *args]))
+
+
+def test_a_config_naming_no_architecture_says_so(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 64, "num_attention_heads": 4,
+                                                      "num_hidden_layers": 2, "intermediate_size": 128,
+                                                      "vocab_size": 100}))
+    line = one_line_exit_2(CliRunner().invoke(cli.main, ["predict", "--model", str(tmp_path), "--tp", "2"]))
+    assert "names no architecture" in line and "?" not in line
+
+
+def test_predict_json_says_where_the_ranks_sit_and_lists_a_schedule_once():
+    r = CliRunner().invoke(cli.main, ["predict", "--model", "llama-3.1-8b", "--tp", "16", "--comm-group", "8",
+                                      "--schedule", "ladder", "--schedule", "ladder", "--gen", "4", "--json"])
+    d = json.loads(r.output)
+    assert (d["gpus_per_node"], d["nodes"], d["comm_group"]) == (8, 2, 8)
+    assert [s["schedule"] for s in d["schedules"]] == ["ladder"]
+
+
+def test_a_closed_stdout_pipe_ends_quietly():
+    """`tpsim show ... | head -1`: the reader leaves early; no `Error: [Errno 32] Broken pipe`."""
+    p = subprocess.run(f"{sys.executable} {ROOT / 'cli.py'} show --model llama-3.1-8b --schedule upper-bound "
+                       f"--layer 31 | head -1", shell=True, capture_output=True, text=True, timeout=120)
+    assert p.stdout.strip() and "Error" not in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
 def test_trace_out_checked_before_simulating(tmp_path):
     line = one_line_exit_2(CliRunner().invoke(cli.main, ["trace", "--model", "tiny", "--tp", "2", "--out",
                                                          str(tmp_path / "missing" / "t.json")]))
