@@ -33,14 +33,14 @@ from tpsim.sim.stacks import parse_stack
 from tpsim.sim.predict import Simulator, Workload
 from tpsim.sim.stack import make_stack
 from tpsim.sim.stacks import PRESETS, STACK_FORMAT
+from tpsim.fileio.policy import MAX_LOG_BYTES, read_input_text
 
-from tpsim.calib.imports import EngineRun, parse_engine_bench
-
-_KEYS = ("tp", "batch", "input_len", "output_len")
+from tpsim.calib.imports import RUN_KEYS, EngineRun, check_run_value, parse_engine_bench
 
 
 def parse_file_spec(spec: str) -> tuple[str, dict]:
-    """FILE[:tp=N,batch=B,input_len=P,output_len=G] -> (FILE, {key: int})."""
+    """FILE[:tp=N,batch=B,input_len=P,output_len=G] -> (FILE, {key: int}), each key once and
+    within the bounds table."""
     path, sep, tail = spec.rpartition(":")
     if not sep or "=" not in tail:
         return spec, {}
@@ -48,22 +48,25 @@ def parse_file_spec(spec: str) -> tuple[str, dict]:
     for part in tail.split(","):
         k, eq, v = part.partition("=")
         k = k.strip().replace("-", "_")
-        if not eq or k not in _KEYS or not v.strip().isdigit():
-            raise ValueError(f"{spec}: after ':' give {', '.join(f'{k}=N' for k in _KEYS)} (comma-separated), "
+        if not eq or k not in RUN_KEYS or not v.strip().isdigit():
+            raise ValueError(f"{spec}: after ':' give {', '.join(f'{k}=N' for k in RUN_KEYS)} (comma-separated), "
                              f"got {part!r}")
-        given[k] = int(v)
+        if k in given:               # the last one winning silently hid a typo in the other
+            raise ValueError(f"{spec}: {k} is given twice; give each of {', '.join(RUN_KEYS)} once")
+        given[k] = check_run_value(k, int(v), f"{spec}: {k}")
     return path, given
 
 
 def read_runs(specs, **defaults) -> list[EngineRun]:
+    """The runs of every FILE[:k=v,...] spec; `defaults` (the --tp/--batch/... options, None where
+    not given) fill what neither the file nor its spec says. Files are read by the input policy."""
+    # an option's bad value names the option, not the first file it would have been applied to
+    defaults = {k: check_run_value(k, v, f"--{k.replace('_', '-')}") for k, v in defaults.items() if v is not None}
     runs = []
     for spec in specs:
         path, given = parse_file_spec(spec)
-        try:
-            text = Path(path).read_text(errors="replace")
-        except OSError as e:
-            raise ValueError(f"cannot read engine benchmark {path}: {e.strerror}") from None
-        runs += parse_engine_bench(text, path, **({k: v for k, v in defaults.items() if v is not None} | given))
+        text = read_input_text(path, "engine benchmark", MAX_LOG_BYTES)
+        runs += parse_engine_bench(text, path, **(defaults | given))
     if not runs:
         raise ValueError("no benchmark runs in the files given")
     return runs

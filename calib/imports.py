@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from tpsim.sim.bounds import BOUNDS
+from tpsim.sim.bounds import BOUNDS, check
 from tpsim.fileio.policy import MAX_LOG_BYTES, parse_json, read_input_text
 
 _MPI_PREFIX = re.compile(r"^\[\d+,\d+\]<(stdout|stderr)>:")
@@ -35,6 +35,16 @@ _JSON_START = re.compile(r"^(\{|\[\s*(\{|\[|$))")
 _NUMBER = re.compile(r"[-+]?(\d+\.\d*|\.\d+|\d+)([eE][-+]?\d+)?")
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
 MAX_RANKS = BOUNDS["collective_group"].hi     # ranks of one nccl-tests run (the bounds table: ~16k-GPU jobs)
+# a collective table's impl tag: predict's `--collective TAG` picks the table, so it is a plain
+# word ('auto' already means "the profile's default")
+_IMPL_TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def check_impl_tag(impl: str, option: str = "--impl") -> str:
+    """`impl` as a table tag (calibrate and import-nccl-tests write it); ValueError naming `option`."""
+    if not _IMPL_TAG.fullmatch(impl) or impl == "auto":
+        raise ValueError(f"{option} must be a table tag (letters, digits, '.', '_', '-'; not 'auto'), got {impl!r}")
+    return impl
 
 
 @dataclass(frozen=True)
@@ -68,9 +78,10 @@ def read_nccl_tests(path: str | Path, *, group: int | None = None, collective: s
 
 def read_log(path: str | Path) -> str:
     """An nccl-tests output by the input policy (fileio/policy.py): a regular file (a symlink to
-    /dev/zero or a FIFO is refused, not read until memory runs out), at most 64 MiB; stray
-    non-UTF-8 bytes from interleaved launcher output are replaced, not fatal."""
-    return read_input_text(path, "nccl-tests output", MAX_LOG_BYTES, lenient=True)
+    /dev/zero or a FIFO is refused, not read until memory runs out), at most 64 MiB, UTF-8 text: a
+    byte that is not UTF-8 is refused with its offset (replacing it imported a binary file's
+    digits, or a corrupted log's, as if measured)."""
+    return read_input_text(path, "nccl-tests output", MAX_LOG_BYTES)
 
 
 def parse_nccl_tests(text: str, name: str = "<text>", *, group: int | None = None,
@@ -99,6 +110,7 @@ def _parse_text(text: str, name: str, group, collective, mode) -> ImportedTable:
     run_ranks: list[tuple[int, set[int]]] = [(1, ranks)]
     run_rows = 0                                 # data rows since the current run's header
     opened = None                                # line of the open run's `# nThread` header (no trailer yet)
+    headed = False                               # an nccl-tests header line seen (nThread, rank, columns)
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = _MPI_PREFIX.sub("", raw).strip()
         if not line:
@@ -109,12 +121,15 @@ def _parse_text(text: str, name: str, group, collective, mode) -> ImportedTable:
                                  f"numbers cannot be trusted; rerun with NCCL_DEBUG off or remove the row")
             continue
         if _JSON_START.match(line):                # not `[host:pid] ...` launcher chatter
+            if not (headed or rows):
+                raise _not_nccl_tests(name)
             raise ValueError(f"{name} line {lineno}: JSON follows the text output (a -J run appended?); "
                              f"import each run from its own file")
         if line.startswith("#"):
             if _RUN_OPEN.match(line):
                 _check_closed(name, opened, run_rows)
                 opened = lineno
+                headed = True
             elif _TRAILER.match(line):
                 opened = None
             m = _RANK_LINE.match(line)
@@ -126,6 +141,7 @@ def _parse_text(text: str, name: str, group, collective, mode) -> ImportedTable:
                     ranks, run_rows = set(), 0
                     run_ranks.append((lineno, ranks))
                 ranks.add(r)
+                headed = True
             g = _GRAPH.search(line)
             if g:
                 graph = int(g.group(1))
@@ -135,6 +151,7 @@ def _parse_text(text: str, name: str, group, collective, mode) -> ImportedTable:
             cols = line.lstrip("#").split()
             if cols[:2] == ["size", "count"] and "time" in cols:
                 header = cols
+                headed = True
             continue
         toks = line.split()
         where = f"{name} line {lineno}"
@@ -169,6 +186,8 @@ def _parse_text(text: str, name: str, group, collective, mode) -> ImportedTable:
         if size > 0:
             rows[size] = t_us                    # a repeated size (several -n runs): the last wins
     _check_closed(name, opened, run_rows)
+    if not (headed or rows):
+        raise _not_nccl_tests(name)
     if not rows:
         raise ValueError(f"{name}: no nccl-tests data rows found (expected lines like "
                          f"'  8  2  float  sum  -1  10.35  0.00  0.00  0 ...')")
@@ -178,6 +197,14 @@ def _parse_text(text: str, name: str, group, collective, mode) -> ImportedTable:
                              f"(line {l0}); split the file and import each run on its own")
     ranks = set().union(*(r for _, r in run_ranks)) if group is None else ranks
     return _table(rows, name, group, ranks, collective, mode, graph, layout, gpus)
+
+
+def _not_nccl_tests(name: str) -> ValueError:
+    """A text file with no nccl-tests header line and no data row before anything else went wrong:
+    it is some other file, whatever line a later check would have tripped on."""
+    return ValueError(f"{name}: not an nccl-tests output: no nccl-tests data rows and no header ('# nThread ...', "
+                      f"'#  Rank N ...', '#  size  count ...'); give what all_reduce_perf (or another nccl-tests "
+                      f"binary) printed, as text or -J JSON")
 
 
 def _check_size(where: str, size: int) -> None:
@@ -340,6 +367,14 @@ def _json_ranks(data, text: str = "", name: str = "<json>") -> int:
 # --input-len 32, --output-len 128; its --output-json holds no run parameters, so a file's TP must be
 # given (FILE:tp=N) and these stand for the rest unless given too.
 VLLM_LATENCY_DEFAULTS = {"batch": 8, "input_len": 32, "output_len": 128}
+# a run's shape: its keys (FILE:tp=N,batch=B,...) and the bounds-table entry of each
+RUN_KEYS = {"tp": "tp", "batch": "batch", "input_len": "tokens", "output_len": "tokens"}
+
+
+def check_run_value(key: str, value, where: str) -> int:
+    """`value` of shape key `key` as an int within the bounds table (a run of 10^8 sequences is a
+    typo, not a measurement); ValueError "`where` must be in LO..HI (why), got V" otherwise."""
+    return check(RUN_KEYS[key], value, where)
 
 
 @dataclass(frozen=True)
@@ -369,9 +404,7 @@ def parse_engine_bench(text: str, name: str = "<bench>", **given) -> list[Engine
         tensor_parallel_size, batch_size, input_len, output_len;
       * SGLang python/sglang/bench_one_batch.py --result-filename: JSON lines with batch_size,
         input_len, output_len, prefill_latency, median_decode_latency, ... (tp must be given)."""
-    for k, v in given.items():
-        if v is not None and not (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_RANKS * 64):
-            raise ValueError(f"{name}: {k} must be a positive whole number, got {v!r}")
+    given = {k: check_run_value(k, v, f"{name}: {k}") for k, v in given.items() if v is not None}
     try:
         docs = [json.loads(text)]
     except json.JSONDecodeError:
@@ -395,19 +428,28 @@ def parse_engine_bench(text: str, name: str = "<bench>", **given) -> list[Engine
                      f"percentiles) nor SGLang bench_one_batch results (median_decode_latency per line)")
 
 
-def _shape(name: str, found: dict, given: dict, defaults: dict) -> dict:
+def _shape(where: str, path: str, found: dict, given: dict, defaults: dict) -> dict:
+    """The run's shape at `where` (a file, or a line of one): the file's values, else those given for
+    file `path` (already checked by parse_engine_bench), else `defaults`."""
     out = {}
-    for k in ("tp", "batch", "input_len", "output_len"):
+    for k in RUN_KEYS:
         f, g = found.get(k), given.get(k)
-        if f is not None and g is not None and f != g:
-            raise ValueError(f"{name}: the file says {k} {f}, but {k}={g} was given")
+        if f is not None:
+            f = check_run_value(k, f, f"{where}: {k}")
+            if g is not None and f != g:
+                raise ValueError(f"{where}: the file says {k} {f}, but {k}={g} was given")
         v = f if f is not None else (g if g is not None else defaults.get(k))
         if v is None:
-            raise ValueError(f"{name}: the file does not say its {k}; give it as {name}:{k}=N")
-        if not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
-            raise ValueError(f"{name}: {k} must be a positive whole number, got {v!r}")
+            raise ValueError(f"{where}: the file does not say its {k}; give it as {_spec_with(path, given, k)} "
+                             f"(or --{k.replace('_', '-')} N for every file)")
         out[k] = v
     return out
+
+
+def _spec_with(path: str, given: dict, key: str) -> str:
+    """The command line's FILE:k=v,... for `path` with what was given and `key`=N added."""
+    keys = [f"{k}={given[k]}" for k in RUN_KEYS if k != key and given.get(k) is not None]
+    return f"{path}:{','.join(keys + [f'{key}=N'])}"
 
 
 def _seconds(v, name: str, what: str) -> float:
@@ -423,7 +465,7 @@ def _vllm_latency(d: dict, name: str, given: dict) -> EngineRun:
     for x in lats:
         _seconds(x, name, "each of 'latencies'")
     avg = _seconds(d["avg_latency"], name, "avg_latency")
-    return EngineRun("vllm", name, "vllm-latency-json", **_shape(name, {}, given, VLLM_LATENCY_DEFAULTS),
+    return EngineRun("vllm", name, "vllm-latency-json", **_shape(name, name, {}, given, VLLM_LATENCY_DEFAULTS),
                      latency_s=avg)
 
 
@@ -436,11 +478,11 @@ def _vllm_pytorch(r: dict, name: str, given: dict) -> EngineRun:
     avg = (metric.get("extra_info") or {}).get("avg_latency")
     if avg is None and isinstance(vals, list) and vals:
         avg = sum(vals) / len(vals)
-    return EngineRun("vllm", name, "vllm-pytorch-json", **_shape(name, found, given, VLLM_LATENCY_DEFAULTS),
+    return EngineRun("vllm", name, "vllm-pytorch-json", **_shape(name, name, found, given, VLLM_LATENCY_DEFAULTS),
                      latency_s=_seconds(avg, name, "metric.extra_info.avg_latency"))
 
 
 def _sglang(d: dict, where: str, name: str, given: dict) -> EngineRun:
     found = {"batch": d.get("batch_size"), "input_len": d.get("input_len"), "output_len": d.get("output_len")}
-    return EngineRun("sglang", name, "sglang-one-batch-jsonl", **_shape(where, found, given, {}),
+    return EngineRun("sglang", name, "sglang-one-batch-jsonl", **_shape(where, name, found, given, {}),
                      decode_step_s=_seconds(d["median_decode_latency"], where, "median_decode_latency"))

@@ -159,10 +159,10 @@ def build_profile(tables: list[ImportedTable], *, extends: str, name: str, impl:
     return doc
 
 
-def refuse_overwriting_inputs(out: str, files, base: str) -> None:
+def refuse_overwriting_inputs(out: str, files, base: str, base_what: str = "the --extends base") -> None:
     """`--out` must not be one of the files read, nor the base profile or any profile of its
     `extends` chain: `--extends base.json --out base.json` destroyed the base and wrote a profile
-    that extends itself."""
+    that extends itself. `base_what`: the option that named `base`, for the message."""
     if not os.path.exists(out):
         return
     chain, ref, folder = [], base, None
@@ -170,7 +170,7 @@ def refuse_overwriting_inputs(out: str, files, base: str) -> None:
         path = resolve(ref, folder)
         chain.append(str(path))
         ref, folder = read_json(path).get("extends"), path.parent
-    for f, what in [(f, "an input") for f in files] + [(c, "the --extends base (or a profile it extends)") for c in chain]:
+    for f, what in [(f, "an input") for f in files] + [(c, f"{base_what} (or a profile it extends)") for c in chain]:
         if os.path.exists(f) and os.path.samefile(out, f):
             raise ValueError(f"--out {out} is {what} ({f}): the import would overwrite what it reads; "
                              f"choose another --out")

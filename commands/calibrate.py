@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 
 import click
 
@@ -20,14 +19,12 @@ from tpsim.sim.stack import ATTENTION_IMPLS, DECODE_KV, DTYPE_BYTES, HEADS, PREF
 from tpsim.hw import harness, require_torch
 from tpsim.hw.run_config import check_timeout, default_timeout_s
 
+from tpsim.calib.imports import check_impl_tag
 from tpsim.calib.plan import CalibConfig, CalibrationStopped
 
 from tpsim.commands.bench import check_cuda, check_out_path
 from tpsim.commands.bounds import check_bounds
 from tpsim.commands.errors import user_errors
-
-
-_TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")      # a collective table's impl tag (--collective picks it)
 
 
 @click.command("calibrate")
@@ -104,8 +101,8 @@ def _check_values(backend, nproc, tps, batches, prompts, gens, timeout_s, stop_a
     """Ranges and the device, before any process starts (ValueError -> exit 2)."""
     check_bounds({"--nproc": nproc, "--tp": tps, "--batch": batches, "--prompt": prompts, "--gen": gens,
                   "--seed": seed})
-    if impl is not None and not _TAG.fullmatch(impl) or impl == "auto":
-        raise ValueError(f"--impl must be a table tag (letters, digits, '.', '_', '-'; not 'auto'), got {impl!r}")
+    if impl is not None:
+        check_impl_tag(impl)
     if timeout_s is not None:
         check_timeout(timeout_s, "--timeout-s")
     if stop_after is not None and stop_after < 1:

@@ -9,9 +9,11 @@ import click
 from tpsim.sim.model import get_model
 from tpsim.sim.profile import load_profile
 from tpsim.sim.stacks import PRESETS, load_stack
+from tpsim.fileio.lock import check_writable
 from tpsim.fileio.policy import write_json_atomic
 
 from tpsim.calib.engine_bench import build_stack, fit, load_stack_doc_check, read_runs
+from tpsim.calib.nccl_import import refuse_overwriting_inputs
 
 from tpsim.commands.errors import user_errors
 
@@ -33,9 +35,13 @@ from tpsim.commands.errors import user_errors
 def import_engine_bench_cmd(files, out, model, profile, preset, tp, batch, input_len, output_len, name):
     """Fit a deployment's host step terms from its engine benchmarks (`vllm bench latency --output-json`,
     SGLang bench_one_batch) at two or more TP degrees into a stack file: FILE[:tp=N,batch=B,...]."""
+    check_writable(out)                    # the output-path policy: a regular file or a new name; `-` refused
     runs = read_runs(files, tp=tp, batch=batch, input_len=input_len, output_len=output_len)
     preset = preset or runs[0].engine
     base = load_stack(preset)
+    # --out naming a benchmark, the --stack file (which the output would then extend: itself), the
+    # model's config or a profile of --profile's chain would overwrite what the fit reads
+    refuse_overwriting_inputs(out, [*{r.path for r in runs}, *base.files, model], profile, "the --profile")
     result = fit(runs, get_model(model), load_profile(profile), base)
     doc = build_stack(result, runs, preset=preset, name=name or Path(out).stem, model=model, profile=profile)
     load_stack_doc_check(doc, out)

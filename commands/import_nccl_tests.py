@@ -9,7 +9,7 @@ import click
 from tpsim.fileio.lock import check_writable
 from tpsim.sim.profile import load_profile, write_profile
 
-from tpsim.calib.imports import COLLECTIVES
+from tpsim.calib.imports import COLLECTIVES, check_impl_tag
 from tpsim.calib.nccl_import import build_profile, default_base, read_files, refuse_overwriting_inputs
 
 from tpsim.commands.errors import UserError, user_errors
@@ -42,8 +42,7 @@ def import_nccl_tests_cmd(files, out, extends, group, mode, collective, impl, na
     tables: one per (collective, group, mode), in a profile that extends a base profile."""
     if group is not None and group < 1:
         raise UserError(f"--group must be >= 1, got {group}")
-    if not impl.strip():
-        raise UserError("--impl must not be empty")
+    check_impl_tag(impl)                   # calibrate's rule: the tag predict's --collective picks
     check_writable(out)                    # the output-path policy: a regular file or a new name
     tables, gpus, spans = read_files(files, group=group, mode=mode, collective=collective)
     base = extends or default_base(gpus)

@@ -36,7 +36,8 @@ MAX_INT_DIGITS = 19          # |n| < 2**63 has at most 19 digits; more is nobody
 # Input size limits, each well above the largest real file of its kind:
 MAX_PROFILE_BYTES = 64 << 20          # a calibrated profile with its raw points is well under 1 MiB
 MAX_CONFIG_BYTES = 16 << 20           # a Hugging Face config.json is a few KiB (id2label tables: ~1 MiB)
-MAX_LOG_BYTES = 64 << 20              # an nccl-tests log: ~10 KiB per run; a measured-run JSON: ~1 MiB
+MAX_LOG_BYTES = 64 << 20              # an nccl-tests log: ~10 KiB per run; a measured-run JSON: ~1 MiB;
+                                      # an engine benchmark's JSON (vllm bench latency, bench_one_batch): ~1 KiB
 MAX_CHECKPOINT_BYTES = 1 << 30        # a sweep checkpoint: ~2 KiB per point, 10^5 points is 200 MiB
 
 

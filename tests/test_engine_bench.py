@@ -2,6 +2,7 @@
 PyTorch-format sibling, SGLang bench_one_batch lines; shapes in tests/fixtures/engine_bench/README.md)
 -> a deployment's host step terms in a stack file, and back through `predict --stack FILE`."""
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -156,3 +157,99 @@ def test_real_public_outputs_round_trip_through_the_importer(tmp_path):
                                   "--out", str(tmp_path / "o.json")])
     assert r.exit_code == 2 and "all at TP 1" in r.output and len(r.output.strip().splitlines()) == 1
     assert not (tmp_path / "o.json").exists()
+
+
+def _bench(*args):
+    return CliRunner().invoke(main, ["profiles", "import-engine-bench", *map(str, args)])
+
+
+def _one_error(r) -> str:
+    """The run failed with exit 2 and one `Error:` line (no traceback)."""
+    lines = r.output.strip().splitlines()
+    assert r.exit_code == 2 and len(lines) == 1 and lines[0].startswith("Error: "), (r.output, r.exception)
+    return lines[0]
+
+
+def _two_tps(tmp_path) -> list[str]:
+    """Copies of the TP 2 and TP 4 vLLM fixtures in tmp_path, as FILE:tp=N specs."""
+    specs = []
+    for tp in (2, 4):
+        f = tmp_path / f"lat{tp}.json"
+        f.write_text((FIX / f"vllm_latency_tp{tp}.json").read_text())
+        specs.append(f"{f}:tp={tp}")
+    return specs
+
+
+def test_out_naming_an_input_is_refused_and_the_input_kept(tmp_path):
+    """Before: --out naming a benchmark file, the --profile or the --stack file overwrote it (a stack
+    file then extended itself). import-nccl-tests' refusal, reused."""
+    specs = _two_tps(tmp_path)
+    model = ["--model", "llama-3.1-70b"]
+    lat2 = tmp_path / "lat2.json"
+    before = lat2.read_text()
+    assert "is an input" in _one_error(_bench(*specs, *model, "--out", lat2)) and lat2.read_text() == before
+    prof = tmp_path / "prof.json"
+    prof.write_text(json.dumps({"format": "tpsim-profile", "version": 1, "name": "p", "extends": "h100-sxm"}))
+    before = prof.read_text()
+    line = _one_error(_bench(*specs, *model, "--profile", prof, "--out", prof))
+    assert "is the --profile" in line and prof.read_text() == before
+    stack = tmp_path / "s.json"
+    assert _bench(*specs, *model, "--out", stack).exit_code == 0
+    before = stack.read_text()
+    assert "is an input" in _one_error(_bench(*specs, *model, "--stack", stack, "--out", stack))
+    assert stack.read_text() == before
+    # a stack file the --stack file extends is read too (writing it would make a cycle)
+    (tmp_path / "d").mkdir()
+    top = tmp_path / "d" / "top.json"
+    top.write_text(json.dumps({"format": "tpsim-stack", "extends": "../s.json"}))
+    assert "is an input" in _one_error(_bench(*specs, *model, "--stack", top, "--out", stack))
+    assert stack.read_text() == before
+
+
+def test_out_is_checked_before_any_work_like_every_writer(tmp_path):
+    """Before: a missing directory was created, and `--out -` printed the stack between the summary lines."""
+    specs = _two_tps(tmp_path)
+    line = _one_error(_bench(*specs, "--model", "llama-3.1-70b", "--out", tmp_path / "nodir" / "x.json"))
+    assert "does not exist" in line and not (tmp_path / "nodir").exists()
+    line = _one_error(_bench(*specs, "--model", "llama-3.1-70b", "--out", "-"))
+    assert "--out -: this command writes a file" in line
+
+
+def test_special_input_files_are_refused_by_the_input_policy(tmp_path):
+    """Before: /dev/zero read until a MemoryError, a FIFO hung the import."""
+    (_, spec4) = _two_tps(tmp_path)
+    line = _one_error(_bench("/dev/zero:tp=2", spec4, "--model", "llama-3.1-70b", "--out", tmp_path / "o.json"))
+    assert "engine benchmark /dev/zero is a character device" in line
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    line = _one_error(_bench(f"{fifo}:tp=2", spec4, "--model", "llama-3.1-70b", "--out", tmp_path / "o.json"))
+    assert f"engine benchmark {fifo} is a FIFO" in line
+    bad = tmp_path / "latin.json"
+    bad.write_bytes(b'{"avg_latency": 1.0, "latencies": [1.0], "percentiles": {"\xe9": 1}}')
+    line = _one_error(_bench(f"{bad}:tp=2", spec4, "--model", "llama-3.1-70b", "--out", tmp_path / "o.json"))
+    assert "not UTF-8 text (byte 0xe9" in line
+
+
+def test_a_missing_shape_names_the_file_spec_to_write(tmp_path):
+    """Before: 'give it as sg.jsonl line 1:batch=N', which is no file spec."""
+    sg = tmp_path / "sg.jsonl"
+    sg.write_text('{"median_decode_latency": 0.01, "input_len": 32, "output_len": 8}\n')
+    (_, spec4) = _two_tps(tmp_path)
+    line = _one_error(_bench(f"{sg}:tp=2", spec4, "--model", "llama-3.1-70b", "--out", tmp_path / "o.json"))
+    assert f"{sg} line 1: the file does not say its batch; give it as {sg}:tp=2,batch=N (or --batch N" in line
+
+
+@pytest.mark.parametrize("spec_tail, extra, says", [
+    (":tp=2,batch=99999999", [], "{f}:tp=2,batch=99999999: batch must be in 1..65536"),
+    (":tp=2,tp=4", [], "{f}:tp=2,tp=4: tp is given twice"),
+    (":tp=2", ["--batch", "0"], "Error: --batch must be in 1..65536"),
+    (":tp=2", ["--output-len", "0"], "Error: --output-len must be in 1..1048576"),
+    (":tp=2000", [], "{f}:tp=2000: tp must be in 1..1024"),
+])
+def test_file_spec_and_option_values_name_their_bound_and_their_source(tmp_path, spec_tail, extra, says):
+    """Before: no upper bound in the message, a repeated key silently kept its last value, and a bad
+    --batch blamed the first file."""
+    (spec2, spec4) = _two_tps(tmp_path)
+    f = spec2.rpartition(":")[0]
+    line = _one_error(_bench(f + spec_tail, spec4, *extra, "--model", "llama-3.1-70b", "--out", tmp_path / "o.json"))
+    assert says.format(f=f) in line

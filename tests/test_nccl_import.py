@@ -143,3 +143,41 @@ def test_collective_from_the_file_name_and_pcie_boards_need_a_base(tmp_path):
     (tmp_path / "pcie.txt").write_text(src.replace("NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe"))
     r = run(str(tmp_path / "pcie.txt"), "--out", str(tmp_path / "p.json"))
     assert r.exit_code == 2 and "no GPU with a built-in profile (NVIDIA H100 PCIe)" in r.output
+
+
+def _one_error(r) -> str:
+    """The run failed with exit 2 and one `Error:` line (no traceback)."""
+    lines = r.output.strip().splitlines()
+    assert r.exit_code == 2 and len(lines) == 1 and lines[0].startswith("Error: "), r.output
+    return lines[0]
+
+
+@pytest.mark.parametrize("impl", ["a b", "auto", "", "x\x1b[2J", "-nccl"])
+def test_impl_must_be_a_table_tag_as_calibrate_says(tmp_path, impl):
+    """Before: `--impl 'a b'` was written into the profile, while calibrate refused it (one rule now)."""
+    line = _one_error(run(fx("ar_v2_13.txt"), "--impl", impl, "--out", str(tmp_path / "p.json")))
+    assert "--impl must be a table tag" in line and repr(impl) in line
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_a_non_utf8_byte_is_refused_with_its_offset(tmp_path):
+    """Before: a stray 0xff was replaced and the file imported, though inputs must be UTF-8 text."""
+    text = open(fx("ar_v2_13.txt"), "rb").read()
+    bad = tmp_path / "ar.txt"
+    bad.write_bytes(text + b"\xff\n")
+    line = _one_error(run(str(bad), "--out", str(tmp_path / "p.json")))
+    assert f"nccl-tests output {bad}: not UTF-8 text (byte 0xff at offset {len(text)})" in line
+
+
+def test_a_file_that_is_not_nccl_tests_output_says_so(tmp_path):
+    """Before: 3000 random bytes said 'JSON follows the text output'; text with no nccl-tests header
+    or rows is now named as not an nccl-tests output."""
+    rnd = tmp_path / "rnd.txt"
+    rnd.write_bytes(bytes(range(256)) * 12)
+    assert "not UTF-8 text" in _one_error(run(str(rnd), "--out", str(tmp_path / "p.json")))
+    for text in ("hello\n{\"a\": 1}\n", "# just a comment\nsome words\n"):
+        other = tmp_path / "other.txt"
+        other.write_text(text)
+        line = _one_error(run(str(other), "--out", str(tmp_path / "p.json")))
+        assert f"{other}: not an nccl-tests output" in line and "JSON follows" not in line
+    assert not (tmp_path / "p.json").exists()

@@ -222,7 +222,8 @@ def test_a_written_relative_extends_is_relative_to_the_written_file(tmp_path, mo
 
 def test_errors_name_the_output_not_a_temporary(tmp_path):
     """Before: a document that did not validate was named by an internal `.p.XXXX.probe.json`."""
-    line = one_line_exit_2(nccl_import(NCCL / "ar_v2_13.txt", "--extends", "h100-sxm", "--impl", "x\x1b[2J",
+    # --name, not --impl: an --impl that is not a table tag is refused before any document is built
+    line = one_line_exit_2(nccl_import(NCCL / "ar_v2_13.txt", "--extends", "h100-sxm", "--name", "x\x1b[2J",
                                        "--out", tmp_path / "p.json"))
     assert f"profile {tmp_path / 'p.json'}" in line and "probe" not in line and "holds a control character" in line
     assert os.listdir(tmp_path) == []

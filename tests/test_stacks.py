@@ -1,6 +1,7 @@
 """`--stack NAME|FILE` (sim/stacks/): every preset value names its source, the precedence flag >
 preset > profile defaults > Stack's, stack files, and predict's `stack:` line and --json."""
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -198,3 +199,23 @@ def test_a_hugging_face_config_carries_its_architecture():
     # the presets written from those configs say the same
     for name in ("mistral-7b-v0.3", "qwen2.5-7b", "qwen3-8b", "llama-3.1-8b"):
         assert get_model(name).architecture == get_model(str(hf / name)).architecture, name
+
+
+def test_a_stack_file_is_read_by_the_input_policy_and_knows_its_chain(tmp_path):
+    """A --stack file is read as every input is (a FIFO or a duplicate key refused in one line, not a
+    hang or a silent overwrite), and the Preset lists the files of its `extends` chain (what
+    import-engine-bench must not overwrite)."""
+    from tpsim.sim.stacks import load_stack
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps({"format": "tpsim-stack", "extends": "vllm", "host": {"prepare_s": 1e-4}}))
+    top = tmp_path / "top.json"
+    top.write_text(json.dumps({"format": "tpsim-stack", "extends": "base.json"}))
+    assert load_stack(str(top)).files == (str(top), str(base)) and load_stack("vllm").files == ()
+    fifo = tmp_path / "s.json"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="is a FIFO, not a regular file"):
+        load_stack(str(fifo))
+    dup = tmp_path / "dup.json"
+    dup.write_text('{"format": "tpsim-stack", "extends": "vllm", "extends": "sglang"}')
+    with pytest.raises(ValueError, match="appears twice"):
+        load_stack(str(dup))

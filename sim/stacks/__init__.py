@@ -21,11 +21,11 @@ an explicit flag > the preset or file > the profile's stack_defaults > Stack's d
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from ...fileio.policy import MAX_CONFIG_BYTES, parse_json, read_input_text
 from ..host_lane import HostStep
 from ..stack import Stack
 from . import eager, reference, sglang, trtllm, vllm
@@ -42,6 +42,7 @@ class Preset:
     values: dict                     # Stack fields; "host": a dict of HostStep fields
     sources: dict                    # "attention" / "host.overlap" -> its source
     path: str = ""                   # the module or file it was read from
+    files: tuple[str, ...] = ()      # the stack files read for it: its own, then each it extends (a preset: none)
 
     def to_dict(self) -> dict:
         return {"name": self.name, "engine": self.engine, "from": self.path, "sources": dict(self.sources)}
@@ -70,13 +71,13 @@ def load_stack(name_or_path: str) -> Preset:
     if p.suffix.lower() != ".json" and not p.exists():
         raise ValueError(f"unknown stack {name_or_path!r}; choose a preset ({', '.join(PRESETS)}) "
                          f"or a stack file (.json)")
-    try:
-        doc = json.loads(p.read_text())
-    except OSError as e:
-        raise ValueError(f"cannot read stack file {p}: {e.strerror}") from None
-    except json.JSONDecodeError as e:
-        raise ValueError(f"stack file {p} line {e.lineno}: not valid JSON ({e.msg})") from None
-    return parse_stack(doc, str(p))
+    return parse_stack(_read(p), str(p))
+
+
+def _read(p: Path):
+    """A stack file's JSON, read by the input policy (fileio/policy.py: a regular file of bounded size,
+    UTF-8, strict JSON); a stack file is a few KiB, as a config.json is."""
+    return parse_json(read_input_text(p, "stack file", MAX_CONFIG_BYTES), f"stack file {p}")
 
 
 def parse_stack(doc, path: str = "<stack>", _depth: int = 0) -> Preset:
@@ -91,10 +92,11 @@ def parse_stack(doc, path: str = "<stack>", _depth: int = 0) -> Preset:
     elif isinstance(base_name, str):
         bp = Path(base_name) if Path(base_name).is_absolute() else Path(path).parent / base_name
         try:
-            base = parse_stack(json.loads(bp.read_text()), str(bp), _depth + 1)
-        except (OSError, json.JSONDecodeError):
+            doc_base = _read(bp)
+        except ValueError as e:
             raise ValueError(f"{path}: 'extends' {base_name!r} is neither a preset ({', '.join(PRESETS)}) "
-                             f"nor a readable stack file") from None
+                             f"nor a readable stack file ({e})") from None
+        base = parse_stack(doc_base, str(bp), _depth + 1)
     else:
         raise ValueError(f"{path}: 'extends' must be a preset name or a stack file path")
     stack, host, sources = doc.get("stack", {}), doc.get("host", {}), doc.get("sources", {})
@@ -120,4 +122,4 @@ def parse_stack(doc, path: str = "<stack>", _depth: int = 0) -> Preset:
     srcs |= {k: str(sources.get(k, f"stack file {path}")) for k in stack}
     srcs |= {f"host.{k}": str(sources.get(f"host.{k}", f"stack file {path}")) for k in host}
     engine = str(doc.get("engine", base.engine))
-    return Preset(name, engine, values, srcs, path)
+    return Preset(name, engine, values, srcs, path, (path, *base.files))
