@@ -31,6 +31,9 @@ _NGPUS = re.compile(r"\bnGpus\s+(\d+)")
 _LOG = re.compile(r"\bNCCL (INFO|WARN|version)\b")
 _RUN_OPEN = re.compile(r"^#\s*nThread\b")
 _TRAILER = re.compile(r"^#\s*Avg bus bandwidth\b")
+_TEST_NAME = re.compile(r"^#\s*Collective test starting:\s*(\w+?)_perf")     # nccl-tests names its binary
+# what each binary's rows say in their redop column: a reduction, or "none" (all_gather, sendrecv, ...)
+_REDUCES = {"all_reduce": True, "reduce_scatter": True, "all_gather": False}
 _JSON_START = re.compile(r"^(\{|\[\s*(\{|\[|$))")
 _NUMBER = re.compile(r"[-+]?(\d+\.\d*|\.\d+|\d+)([eE][-+]?\d+)?")
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
@@ -111,6 +114,8 @@ def _parse_text(text: str, name: str, group, collective, mode) -> ImportedTable:
     run_rows = 0                                 # data rows since the current run's header
     opened = None                                # line of the open run's `# nThread` header (no trailer yet)
     headed = False                               # an nccl-tests header line seen (nThread, rank, columns)
+    named: tuple[int, str] | None = None         # (line, collective) its `Collective test starting:` line names
+    redop: tuple[int, str] | None = None         # (line, redop) of the first data row
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = _MPI_PREFIX.sub("", raw).strip()
         if not line:
@@ -142,6 +147,9 @@ def _parse_text(text: str, name: str, group, collective, mode) -> ImportedTable:
                     run_ranks.append((lineno, ranks))
                 ranks.add(r)
                 headed = True
+            t = _TEST_NAME.match(line)
+            if t and named is None:
+                named = (lineno, t.group(1))
             g = _GRAPH.search(line)
             if g:
                 graph = int(g.group(1))
@@ -183,6 +191,8 @@ def _parse_text(text: str, name: str, group, collective, mode) -> ImportedTable:
             raise ValueError(f"{where}: time must be a positive finite number of us, got {t_tok}")
         _check_size(where, size)
         run_rows += 1
+        if redop is None and "redop" in row:
+            redop = (lineno, row["redop"])
         if size > 0:
             rows[size] = t_us                    # a repeated size (several -n runs): the last wins
     _check_closed(name, opened, run_rows)
@@ -195,8 +205,22 @@ def _parse_text(text: str, name: str, group, collective, mode) -> ImportedTable:
         if r1 and r0 and len(r1) != len(r0):
             raise ValueError(f"{name} line {l1}: a second run with {len(r1)} ranks follows one with {len(r0)} "
                              f"(line {l0}); split the file and import each run on its own")
+    _check_collective(name, collective, named, redop)
     ranks = set().union(*(r for _, r in run_ranks)) if group is None else ranks
     return _table(rows, name, group, ranks, collective, mode, graph, layout, gpus)
+
+
+def _check_collective(name: str, collective: str, named, redop) -> None:
+    """The file measured `collective`: its `Collective test starting: X_perf` line, where it has one,
+    names X; else its rows' redop column says whether it was a reduction (sum, ...) or not (none).
+    A file of another collective priced as this one compares unlike with unlike."""
+    if named is not None and named[1] in COLLECTIVES and named[1] != collective:
+        raise ValueError(f"{name} line {named[0]}: this is {named[1]}_perf output, not {collective}'s; "
+                         f"give the collective it measured (--op {named[1]})")
+    if named is None and redop is not None and collective in _REDUCES and \
+            (redop[1] != "none") != _REDUCES[collective]:
+        raise ValueError(f"{name} line {redop[0]}: its rows' redop is {redop[1]!r}, so it measured "
+                         f"{'a reduction' if redop[1] != 'none' else 'no reduction'}, not {collective}")
 
 
 def _not_nccl_tests(name: str) -> ValueError:

@@ -2,6 +2,7 @@
 one table per (collective, group, mode), multi-run logs split, broken input named by file and line."""
 import json
 import os
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -10,6 +11,7 @@ from tpsim.cli import main
 from tpsim.sim.profile import load_profile
 
 FIX = os.path.join(os.path.dirname(__file__), "fixtures", "nccl_tests")
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def fx(name):
@@ -68,10 +70,14 @@ def test_several_files_and_flags(tmp_path):
             "--mode", "graph")                           # the flag overrides the files' graph: 0 / 1
     assert r.exit_code == 0, r.output
     assert {k[:3] for k in tables(out)} >= {("all_reduce", 4, "graph"), ("all_reduce", 2, "graph")}
-    r = run(fx("ar_v2_13.txt"), "--out", str(out), "--extends", "h100-sxm", "--group", "2",
-            "--collective", "all_gather")
+    # an all_gather run's rows carry redop none (an all_reduce's, sum: refused as all_gather below)
+    ag = tmp_path / "ag.txt"
+    ag.write_text(open(fx("ar_v2_13.txt")).read().replace("     sum  ", "    none  "))
+    r = run(str(ag), "--out", str(out), "--extends", "h100-sxm", "--group", "2", "--collective", "all_gather")
     raw = json.loads(out.read_text())["collectives"]["tables"]
     assert r.exit_code == 0 and [(t["collective"], t["group"]) for t in raw] == [("all_gather", 2)]
+    r = run(fx("ar_v2_13.txt"), "--out", str(tmp_path / "x.json"), "--extends", "h100-sxm", "--collective", "all_gather")
+    assert r.exit_code == 2 and "its rows' redop is 'sum', so it measured a reduction, not all_gather" in r.output
 
 
 def test_multi_run_log_is_split_by_header_never_merged(tmp_path):
@@ -135,7 +141,7 @@ def test_real_log_of_two_runs_one_node_then_two(tmp_path):
 
 def test_collective_from_the_file_name_and_pcie_boards_need_a_base(tmp_path):
     src = open(fx("ar_v2_13.txt")).read()
-    (tmp_path / "all_gather_perf_4gpu.log").write_text(src)
+    (tmp_path / "all_gather_perf_4gpu.log").write_text(src.replace("     sum  ", "    none  "))   # all_gather's rows
     r = run(str(tmp_path / "all_gather_perf_4gpu.log"), "--out", str(tmp_path / "ag.json"))
     assert r.exit_code == 0, r.output
     raw = json.loads((tmp_path / "ag.json").read_text())["collectives"]["tables"]
@@ -181,3 +187,14 @@ def test_a_file_that_is_not_nccl_tests_output_says_so(tmp_path):
         line = _one_error(run(str(other), "--out", str(tmp_path / "p.json")))
         assert f"{other}: not an nccl-tests output" in line and "JSON follows" not in line
     assert not (tmp_path / "p.json").exists()
+
+
+def test_a_file_of_another_collective_is_refused_by_its_test_name(tmp_path):
+    """nccl-tests names its binary (`# Collective test starting: all_reduce_perf`): that file priced as
+    all_gather (`collective --op all_gather --compare`, `--collective all_gather`) compared unlike with like."""
+    raw = ROOT / "bench" / "data" / "raw" / "ncb-4xh100-all_reduce.txt"
+    r = run(str(raw), "--out", str(tmp_path / "x.json"), "--extends", "h100-sxm", "--collective", "all_gather")
+    assert r.exit_code == 2 and "line 4: this is all_reduce_perf output, not all_gather's" in r.output
+    r = CliRunner().invoke(main, ["collective", "--group", "4", "--op", "all_gather", "--mode", "nccl",
+                                  "--compare", str(raw)])
+    assert r.exit_code == 2 and "(--op all_reduce)" in r.output
