@@ -31,7 +31,7 @@ from tpsim.sim.stack import Stack, Step
 from tpsim.hw import harness
 
 from tpsim.calib.compare_join import compare_point, summarize
-from tpsim.calib.compare_measure import CompareError, Point, measure
+from tpsim.calib.compare_measure import CompareError, Point, measure, saved_path, saved_run
 from tpsim.calib.compare_report import point_timeline, write_point_trace, write_report
 
 QUICK_MODELS = ("toy-512", "toy-1024")
@@ -76,6 +76,12 @@ def run_compare(points: list[Point], schedules: tuple[str, ...], out_dir: Path, 
                                                   else f"cannot read measured JSON: {msg}")))
     if not measured_files:
         for i, p in enumerate(points):
+            saved = saved_run(p, schedules, out_dir, backend, device, repeats, compile)
+            if saved is not None:          # not run again: say so, and where its numbers come from
+                echo(f"[{i + 1}/{len(points)}] reuse {p.key}: {saved_path(p, out_dir)} from an earlier run "
+                     f"(same schedules, {repeats} repeats)")
+                measured_runs.append((p.key, saved))
+                continue
             echo(f"[{i + 1}/{len(points)}] bench {p.key} ({len(schedules)} schedules, {repeats} repeats)")
             try:
                 measured_runs.append((p.key, measure(p, schedules, out_dir, backend, device, repeats=repeats,

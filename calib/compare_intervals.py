@@ -50,13 +50,18 @@ def speedup_interval(w: Workload, spec: str, samples: list[tuple[float, float, f
 def interval_note(result: dict) -> str:
     """What the measured speedup and its interval are, and how sure (coverage depends on repeats);
     `result`: run_compare's (its points typed, calib.compare_result.ComparedPoint)."""
-    cov = [s.measured.speedup_ci_coverage for pt in result["points"] for s in pt.schedules
-           if s.measured.speedup_ci is not None]
+    paired = [s.measured.speedup_ci_coverage for pt in result["points"] for s in pt.schedules
+              if s.measured.speedup_ci is not None]
+    cov = [c for c in paired if has_interval(c)]
+    one_repeat = len(cov) < len(paired)
     pred = any(s.predicted.speedup_interval is not None for pt in result["points"] for s in pt.schedules)
-    if not (cov or pred):
+    if not (paired or pred):
         return ""
     note = (f"meas speedup [lo-hi]: the median per-repeat paired ratio and an at least {min(cov):.0%} confidence "
             "interval for it (sign test over the repeats).") if cov else ""
+    if one_repeat:
+        note += (" meas speedup of one repeat: that repeat's paired ratio, with no interval (one repeat has "
+                 "none; --repeats 5 or more give a 90% one).")
     if pred:
         note += (" pred speedup [lo-hi]: a 90% bootstrap interval over the trials of the profile's overlap "
                  "calibration (the prediction's own noise).")
@@ -66,6 +71,12 @@ def interval_note(result: dict) -> str:
         note += (" Fewer than 5 repeats: too few for a 90% interval, so the measurement rarely calls a "
                  "disagreement undetermined.")
     return note.strip()
+
+
+def has_interval(coverage: float | None) -> bool:
+    """A measured speedup's interval says something: hw.bench.median_ci of one repeat is that
+    ratio alone, [x, x] with coverage 0."""
+    return bool(coverage)
 
 
 def speedup_undetermined(spread: dict) -> bool:

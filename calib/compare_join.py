@@ -7,9 +7,9 @@ import statistics
 
 from tpsim.sim.predict import Prediction, Simulator
 
-from tpsim.calib.compare_intervals import overlap_samples, speedup_interval, speedup_undetermined
-from tpsim.calib.compare_measure import (CompareError, check_profile_covers, collective_notes, machine_drift,
-                                        workload_of)
+from tpsim.calib.compare_intervals import has_interval, overlap_samples, speedup_interval, speedup_undetermined
+from tpsim.calib.compare_measure import (CompareError, check_measured, check_profile_covers, collective_notes,
+                                        machine_drift, workload_of)
 from tpsim.calib.compare_result import (ComparedPoint, MeasuredSide, OpRow, PredictedSide, RelErrors, ScheduleResult,
                                         sign_verdict)
 
@@ -53,11 +53,13 @@ def predicted_speedup_text(s: ScheduleResult) -> str:
 
 def measured_speedup_text(s: ScheduleResult) -> str:
     ci = s.measured.speedup_ci
-    return f"{s.measured.speedup:.3f}" + (f" [{ci[0]:.2f}-{ci[1]:.2f}]" if ci else "")
+    shown = ci and has_interval(s.measured.speedup_ci_coverage)      # one repeat: no interval to show
+    return f"{s.measured.speedup:.3f}" + (f" [{ci[0]:.2f}-{ci[1]:.2f}]" if shown else "")
 
 
 def compare_point(measured: dict, profile, schedules: tuple[str, ...] | None = None) -> ComparedPoint:
     """Predicted vs measured for every schedule of one measured run."""
+    check_measured(measured)
     w = workload_of(measured, profile)
     check_profile_covers(w, (measured.get("env") or {}).get("backend", "nccl"))
     rows_m = {r["schedule"]: r for r in measured["schedules"]}

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tpsim.sim.bounds import check as check_bound
 from tpsim.sim.collective_cost import message_bytes
 from tpsim.sim.errors import UserError
 from tpsim.sim.impls import ENGINE_COLLECTIVES, engine_collective
 from tpsim.sim.model import ModelSpec, get_model
 from tpsim.sim.predict import Simulator, Workload
+from tpsim.sim.profile_schema import _finite, _short
 from tpsim.sim.stack import make_stack
 from tpsim.sim.grid import Shape
 
@@ -24,27 +26,53 @@ class CompareError(UserError):
     """A grid point that cannot be compared; the message says why."""
 
 
+def saved_path(point: Point, out_dir: Path) -> Path:
+    """Where a point's measured JSON is kept: out_dir/measured/KEY.json."""
+    key = point.key.replace("/", "_").replace("\\", "_")        # a config.json path as --model
+    return out_dir / "measured" / f"{key}.json"
+
+
+def saved_run(point: Point, schedules: tuple[str, ...], out_dir: Path, backend: str, device: str, repeats: int,
+              compile: bool) -> dict | None:
+    """The point's saved measured JSON when it is a run of the same work, else None (measure it)."""
+    path = saved_path(point, out_dir)
+    if not path.exists():
+        return None
+    try:
+        old = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(old, dict):
+        return None
+    # a damaged field is not the same work: measured again, not a traceback
+    env, stack = _object_or_empty(old, "env"), _object_or_empty(old, "stack")
+    rows = old.get("schedules") if isinstance(old.get("schedules"), list) else []
+    ran = {r.get("schedule") for r in rows if isinstance(r, dict)}
+    # reuse only a run of the same work: every asked schedule, same backend, device and repeats,
+    # the backend's own all-reduce (what this runs); compiled: with the Inductor flags this harness
+    # sets (an older run may lack them)
+    if (set(schedules) <= ran and env.get("backend") == backend and env.get("device") == device
+            and stack.get("collective", "auto") == "auto"
+            and old.get("repeats") == repeats and bool(stack.get("compile")) == compile
+            and (not compile or env.get("inductor_flags") == harness_inductor_flags())):
+        return old
+    return None
+
+
+def _object_or_empty(d: dict, key: str) -> dict:
+    v = d.get(key)
+    return v if isinstance(v, dict) else {}
+
+
 def measure(point: Point, schedules: tuple[str, ...], out_dir: Path, backend: str = "gloo", device: str = "cpu",
             repeats: int = 3, warmup: int = 1, timeout_s: float = 120.0, deadline_s: float = 900.0,
             compile: bool = False, checkpoint: str | None = None) -> dict:
-    """Run `tpsim bench` for one point (or reuse its saved result) and return the measured JSON;
-    `checkpoint` (a snapshot folder, the point's model): its weights instead of drawn ones."""
-    key = point.key.replace("/", "_").replace("\\", "_")        # a config.json path as --model
-    path = out_dir / "measured" / f"{key}.json"
-    if path.exists():
-        try:
-            old = json.loads(path.read_text())
-        except json.JSONDecodeError:
-            old = None
-        # reuse only a run of the same work: every asked schedule, same backend, device and repeats,
-        # the backend's own all-reduce (what this runs); compiled: with the Inductor flags this harness
-        # sets (an older run may lack them)
-        if (old and {s for s in schedules} <= {r["schedule"] for r in old.get("schedules", [])}
-                and old.get("env", {}).get("backend") == backend and old.get("env", {}).get("device") == device
-                and old.get("stack", {}).get("collective", "auto") == "auto"
-                and old.get("repeats") == repeats and bool(old.get("stack", {}).get("compile")) == compile
-                and (not compile or old.get("env", {}).get("inductor_flags") == harness_inductor_flags())):
-            return old
+    """Run `tpsim bench` for one point (or reuse its saved result, `saved_run`) and return the
+    measured JSON; `checkpoint` (a snapshot folder, the point's model): its weights instead of drawn ones."""
+    old = saved_run(point, schedules, out_dir, backend, device, repeats, compile)
+    if old is not None:
+        return old
+    path = saved_path(point, out_dir)
     cfg = RunConfig(model=point.model, tp=point.tp, batch=point.batch, prompt_len=point.prompt_len,
                     gen_len=point.gen_len, schedules=tuple(schedules), backend=backend, device=device,
                     dtype="fp32" if device == "cpu" else "fp16", repeats=repeats, warmup=warmup,
@@ -60,9 +88,7 @@ def workload_of(measured: dict, profile) -> Workload:
     """The simulator's Workload for a measured run: same model, shapes and serving stack, its
     all-reduces priced as the run ran them (stack.collective over env.backend: hw.run_config.stack_collective,
     as the harness's own RunConfig.stack; a run without the field ran the backend's)."""
-    for key in ("model", "tp", "batch", "prompt_len", "gen_len", "schedules"):
-        if key not in measured:
-            raise CompareError(f"measured JSON lacks {key!r}: is it the output of `tpsim bench --json`?")
+    _check_run(measured)
     try:
         model = _measured_model(measured)
     except ValueError as e:
@@ -90,6 +116,119 @@ def workload_of(measured: dict, profile) -> Workload:
     return Workload(model, int(measured["tp"]), profile, int(measured["batch"]), int(measured["prompt_len"]),
                     int(measured["gen_len"]), stack, memory_check=False,
                     comm_group=int(emulated["ranks"]) if emulated else None)
+
+
+# ------------------------------------------------------------------ the measured JSON's shape
+
+_BENCH_JSON = "is it the output of `tpsim bench --json`?"
+_KINDS = {str: "a string", bool: "true or false", int: "a whole number >= 0", float: "a finite number >= 0",
+          dict: "an object", list: "a list"}
+_SHAPE = {"tp": "tp", "batch": "batch", "prompt_len": "tokens", "gen_len": "tokens"}   # field -> sim/bounds.py entry
+# model_spec's counts -> sim/bounds.py entries (sliding_window may be 0: full attention)
+_MODEL_COUNTS = {"hidden": "hidden", "layers": "layers", "heads": "heads", "kv_heads": "heads",
+                 "head_dim": "head_dim", "ffn": "ffn", "vocab": "vocab"}
+_STACK_TEXT = ("collective", "head", "embed", "attention", "kv", "prefill_logits")
+_STACK_FLAGS = ("expand_gqa", "decode_graphs", "compile", "mm_decompose_m1")
+_ROW_NUMBERS = ("prefill_s", "decode_s", "tokens_per_s", "speedup", "exposed_comm_s")
+_PAIRED = ("median", "ci_lo", "ci_hi", "ci_coverage")           # spread.speedup's paired interval
+_SPREAD_NUMBERS = _PAIRED + ("p25", "p75")
+_RECORD_FIELDS = {"op": str, "stream": str, "phase": str, "start_s": float, "end_s": float, "rank": int,
+                  "pass": int, "kind": str}
+_RECORD_OPTIONAL = ("pass", "kind")
+
+
+def check_measured(measured) -> None:
+    """Every field compare reads of a measured run (hw.bench's result JSON) has its type, so a
+    hand-edited or foreign file is one failed point naming the field, not a traceback that ends
+    the grid. CompareError otherwise."""
+    _check_run(measured)
+    for i, row in enumerate(measured["schedules"]):
+        _check_row(row, f"schedules[{i}]")
+
+
+def _check_run(measured) -> None:
+    """The run's own fields, which workload_of reads: model, shape, dtype, stack, env, emulated,
+    and that the schedules are a list of objects."""
+    _check(measured, dict, "<top>")
+    _field(measured, "model", str, required=True)
+    for key, bound in _SHAPE.items():
+        _bounded(_field(measured, key, None, required=True), bound, key)
+    _field(measured, "dtype", str)
+    spec = _field(measured, "model_spec", dict) or {}
+    for key, bound in _MODEL_COUNTS.items():
+        if key in spec:
+            _bounded(spec[key], bound, f"model_spec.{key}")
+    rope = _field(spec, "rope", dict, "model_spec.rope")
+    if rope is not None:
+        _field(rope, "theta", float, "model_spec.rope.theta", required=True)
+    stack = _field(measured, "stack", dict) or {}
+    for key in _STACK_TEXT:
+        _field(stack, key, str, f"stack.{key}")
+    for key in _STACK_FLAGS:             # bool("false") would be true
+        _field(stack, key, bool, f"stack.{key}")
+    for size, kernel in (_field(stack, "collective_kernels", dict, "stack.collective_kernels") or {}).items():
+        _check(kernel, str, f"stack.collective_kernels.{size}")
+    env = _field(measured, "env", dict) or {}
+    for key in ("backend", "device"):
+        _field(env, key, str, f"env.{key}")
+    for i, probe in enumerate(_field(env, "probe_s", list, "env.probe_s") or []):
+        _check(probe, float, f"env.probe_s[{i}]")
+    emulated = _field(measured, "emulated", dict)
+    if emulated is not None:
+        _field(emulated, "ranks", int, "emulated.ranks", required=True)
+    for i, row in enumerate(_field(measured, "schedules", list, required=True)):
+        _check(row, dict, f"schedules[{i}]")
+
+
+def _check_row(row: dict, path: str) -> None:
+    """One schedule's row: its name, times and speedup, the speedup's spread, its per-op records."""
+    _field(row, "schedule", str, f"{path}.schedule", required=True)
+    for key in _ROW_NUMBERS:
+        _field(row, key, float, f"{path}.{key}", required=True)
+    spread = _field(row, "spread", dict, f"{path}.spread") or {}
+    sp = _field(spread, "speedup", dict, f"{path}.spread.speedup") or {}
+    for key in _SPREAD_NUMBERS:
+        # a paired interval (ci_lo) comes with its median, upper end and coverage: compare reads all four
+        _field(sp, key, float, f"{path}.spread.speedup.{key}", required="ci_lo" in sp and key in _PAIRED)
+    for j, rec in enumerate(_field(row, "records", list, f"{path}.records") or []):
+        where = f"{path}.records[{j}]"
+        _check(rec, dict, where)
+        for key, kind in _RECORD_FIELDS.items():
+            _field(rec, key, kind, f"{where}.{key}", required=key not in _RECORD_OPTIONAL)
+
+
+def _bounded(v, bound: str, path: str) -> None:
+    """A count within sim/bounds.py's entry `bound` (which refuses strings, booleans and fractions)."""
+    try:
+        check_bound(bound, v, f"measured JSON field {path!r}")
+    except ValueError as e:
+        raise CompareError(f"{e}; {_BENCH_JSON}") from None
+
+
+def _field(d: dict, key: str, kind: type | None, path: str | None = None, required: bool = False):
+    """d[key], checked to be of `kind` (None: any); None when absent and not `required`."""
+    path = path or key
+    if key not in d:
+        if required:
+            raise CompareError(f"measured JSON field {path!r} is missing; {_BENCH_JSON}")
+        return None
+    if kind is not None:
+        _check(d[key], kind, path)
+    return d[key]
+
+
+def _check(v, kind: type, path: str) -> None:
+    """CompareError naming the field unless `v` is of `kind`; numbers are finite, >= 0 and never
+    booleans (JSON's true is no count)."""
+    if kind is float:
+        ok = _finite(v) and v >= 0
+    elif kind is int:
+        ok = _finite(v) and v >= 0 and v == int(v)
+    else:
+        ok = isinstance(v, kind) and (kind is bool or not isinstance(v, bool))
+    if not ok:
+        what = "the measured JSON" if path == "<top>" else f"measured JSON field {path!r}"
+        raise CompareError(f"{what} must be {_KINDS[kind]}, got {_short(v)}; {_BENCH_JSON}")
 
 
 def _measured_model(measured: dict) -> ModelSpec:

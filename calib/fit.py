@@ -46,14 +46,18 @@ def efficiency_curve(xs: list[float], effs: list[float], per_decade: int = 2) ->
     return cx, cy
 
 
+def point_op(p: dict) -> Op:
+    """The op a measured compute point (calib.compute.points) timed."""
+    return Op("p", p["kind"], (), ("o",), tuple(sorted(p["attrs"].items())), p["dtype"])
+
+
 def compute_efficiencies(points: list[dict], peak_flops: float, mem_bytes_per_s: float,
                          launch_s: float) -> tuple[tuple[list, list], tuple[list, list]]:
     """(flops, gemm efficiency), (bytes, memory efficiency) from compute points. Each point's time
     minus the per-op call overhead is its device time (the overhead is priced separately)."""
     gx, gy, mx, my = [], [], [], []
     for p in points:
-        op = Op("p", p["kind"], (), ("o",), tuple(sorted(p["attrs"].items())), p["dtype"])
-        works = op_work(op, fused=False)
+        works = op_work(point_op(p), fused=False)
         dev_s = max(p["time_s"] - launch_s * sum(w.kernels for w in works), 0.1 * p["time_s"])
         flops, nbytes = sum(w.flops for w in works), sum(w.bytes for w in works)
         if p["kind"] == "gemm" and flops / peak_flops >= nbytes / mem_bytes_per_s:

@@ -8,7 +8,10 @@ sim.profile.write_profile (validated first), and the state file deleted.
 """
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import tempfile
 import threading
 import uuid
 from dataclasses import replace
@@ -24,7 +27,8 @@ from tpsim.hw import rank as hwrank
 from tpsim.hw.dist import WorkerFailed, _install_signal_handlers, _restore_signal_handlers, launch
 
 from tpsim.calib.fit import build_profile, refit_overlap
-from tpsim.calib.plan import STOPPED, CalibConfig, CalibrationStopped, done_names, plan_groups, read_state
+from tpsim.calib.plan import (STOPPED, CalibConfig, CalibrationInterrupted, CalibrationStopped, done_names, plan_groups,
+                              read_state)
 from tpsim.calib.rank import run_groups
 
 # ------------------------------------------------------------------ orchestration
@@ -37,7 +41,8 @@ def calibrate(backend: str = "gloo", nproc: int = 2, models=(), tps=(), batches=
     `prompt_len`/`gen_len` take an int or a list. `progress(done, total, group_name)` is called as
     groups finish. Extra `options` are CalibConfig fields (dtype, kvs, parts, envs, stop_after, ...).
     A rerun with the same `out` and options resumes from `<out>.state.json`.
-    Raises CalibrationStopped when `stop_after` ended it early (the state file is kept)."""
+    Raises CalibrationStopped when `stop_after` ended it early (the state file is kept), and
+    CalibrationInterrupted (a KeyboardInterrupt) on Ctrl-C, saying what was kept."""
     as_tuple = (lambda v: tuple(v) if isinstance(v, (list, tuple)) else (v,))
     device = options.pop("device", "cuda" if backend == "nccl" else "cpu")
     options.setdefault("dtype", "fp16" if device == "cuda" else "fp32")
@@ -57,13 +62,18 @@ def calibrate(backend: str = "gloo", nproc: int = 2, models=(), tps=(), batches=
         plans = [plan_groups(cfg, nproc, i) for i in range(len(cfg.envs) + 1)]
         total = sum(len(p) for p in plans)
         names = {g.name for p in plans for g in p}
-        for i, plan in enumerate(plans):
-            if all(g.name in state["groups"] for g in plan):
-                continue
-            run_cfg = replace(cfg, env_index=i)
-            _launch_watched(launch, run_cfg, nproc, total, names, progress, WorkerFailed, keep_fds=(lock_fd,))
-            state = read_state(cfg)
-        return finish(cfg, state, nproc)
+        try:
+            for i, plan in enumerate(plans):
+                if all(g.name in state["groups"] for g in plan):
+                    continue
+                run_cfg = replace(cfg, env_index=i)
+                _launch_watched(launch, run_cfg, nproc, total, names, progress, WorkerFailed, keep_fds=(lock_fd,))
+                state = read_state(cfg)
+            return finish(cfg, state, nproc)
+        except KeyboardInterrupt:          # Ctrl-C: say what a rerun continues from (the ranks are gone)
+            logs = _interrupted_logs(cfg.run_id)
+            where = f"\nrank logs: {logs}/rank*.log" if logs else ""
+            raise CalibrationInterrupted(_kept(cfg, names) + where) from None
 
 
 def check_extends(extends: str | None) -> None:
@@ -129,11 +139,32 @@ def _launch_watched(launch, cfg: CalibConfig, nproc: int, total: int, names: set
             raise CalibrationStopped(f"calibration stopped after {cfg.stop_after} group(s) as asked; "
                                      f"partial results kept in {cfg.state_path}") from None
         if isinstance(e, worker_failed):
-            done = done_names(cfg.state_path) & names
-            kept = (f"{len(done)} finished group(s) are kept in {cfg.state_path}: rerun the same command to "
-                    f"continue" if done else "no group had finished; nothing was kept")
-            raise worker_failed(f"calibration failed: {e}\n{kept}") from None
+            raise worker_failed(f"calibration failed: {e}\n{_kept(cfg, names)}") from None
         raise e
+
+
+def _kept(cfg: CalibConfig, names: set) -> str:
+    """What a calibration that ended early leaves for a rerun."""
+    done = done_names(cfg.state_path) & names
+    return (f"{len(done)} finished group(s) are kept in {cfg.state_path}: rerun the same command to continue"
+            if done else "no group had finished; nothing was kept")
+
+
+def _interrupted_logs(run_id: str) -> str | None:
+    """The rank-log folder (/tmp/tpsim-run-*) an interrupted launch of this calibration left: hw.dist.launch
+    keeps it unless every rank succeeded, and does not say where; its config.json carries our run_id.
+    Removed, and None, when no rank wrote a line (a Ctrl-C usually kills them silently)."""
+    for d in Path(tempfile.gettempdir()).glob("tpsim-run-*"):
+        try:
+            ours = json.loads((d / "config.json").read_text()).get("run_id") == run_id
+            said = ours and any(log.stat().st_size for log in d.glob("rank*.log"))
+        except (OSError, ValueError, AttributeError):        # another user's folder, a torn or foreign file
+            continue
+        if said:
+            return str(d)
+        if ours:
+            shutil.rmtree(d, ignore_errors=True)
+    return None
 
 
 def run_here(cfg: CalibConfig) -> Path | None:

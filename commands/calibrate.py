@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import sys
 
 import click
 
@@ -20,7 +22,7 @@ from tpsim.hw import harness, require_torch
 from tpsim.hw.run_config import check_timeout, default_timeout_s
 
 from tpsim.calib.imports import check_impl_tag
-from tpsim.calib.plan import CalibConfig, CalibrationStopped
+from tpsim.calib.plan import CalibConfig, CalibrationInterrupted, CalibrationStopped
 
 from tpsim.commands.bench import check_cuda, check_out_path
 from tpsim.commands.bounds import check_bounds
@@ -93,6 +95,9 @@ def calibrate_cmd(backend, nproc, models, tps, batches, prompts, gens, quick, ou
             path = _with_progress(lambda cb: calib_run.calibrate(backend, nproc, progress=cb, **common, **opts))
     except (CalibrationStopped, dist.WorkerFailed) as e:      # not the user's mistake: exit 1
         raise click.ClickException(str(e)) from None
+    except CalibrationInterrupted as e:        # Ctrl-C: click's "Aborted!", then what a rerun continues from
+        click.echo(f"Aborted!\n{e}", err=True)
+        sys.exit(128 + signal.SIGINT)            # as a shell reports a process SIGINT ended (SIGTERM: 143)
     if path is not None:
         _summary(str(path))
 

@@ -31,7 +31,7 @@ def models(show_):
                   str(m.heads), str(m.kv_heads), str(m.head_dim), str(m.ffn), str(m.vocab),
                   _fold_at_commas(list(map(str, valid_tp(m, 16))), TP_WIDTH))
     terminal_console().print(t)
-    click.echo("TP: the valid degrees up to 16 (they divide the heads; larger ones: tpsim models --show NAME)")
+    click.echo("TP: valid degrees up to 16 (they divide the heads; all: models --show NAME)")
 
 
 TP_WIDTH = 10            # "1,2,4,8,16": the TP column of most models on one line

@@ -19,13 +19,16 @@ launcher calls it before any rank process starts (commands.bench).
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
 
+from tpsim.fileio.policy import MAX_CONFIG_BYTES, parse_json, read_input_text
 from tpsim.sim.hf_config import load_hf_config
+from tpsim.sim.hf_check import _short
 from tpsim.sim.memory import Placement
 from tpsim.sim.model import ModelSpec
 
@@ -122,11 +125,7 @@ def open_checkpoint(path: str | Path) -> Checkpoint:
         raise CheckpointError(str(e)) from None
     where = str(root)
     if (root / INDEX).is_file():
-        try:
-            weight_map = json.loads((root / INDEX).read_text())["weight_map"]
-        except (json.JSONDecodeError, KeyError, TypeError):
-            raise CheckpointError(f"{root / INDEX}: not a safetensors index (no weight_map)") from None
-        files = {name: root / f for name, f in weight_map.items()}
+        files = _shard_files(root)
         for f in sorted(set(files.values())):
             if not f.is_file():
                 raise CheckpointError(f"{where}: shard {f.name} listed in {INDEX} is missing")
@@ -151,6 +150,31 @@ def open_checkpoint(path: str | Path) -> Checkpoint:
                 raise CheckpointError(f"{where}: {name} is in {headers[name][0].name}, not in {f.name} as "
                                       f"{INDEX} says")
     return Checkpoint(root, model, {n: v[0] for n, v in headers.items()}, _check(model, headers, where, root))
+
+
+def _shard_files(root: Path) -> dict[str, Path]:
+    """HF tensor name -> its shard, from the snapshot's index (read by the input policy: a torn
+    file says so, with its line). Every shard must lie inside the snapshot folder: an index is
+    downloaded with the weights, and `../../etc/passwd` in it must not make the launcher open it."""
+    index = root / INDEX
+    try:
+        doc = parse_json(read_input_text(index, "safetensors index", MAX_CONFIG_BYTES), str(index))
+    except ValueError as e:
+        raise CheckpointError(str(e)) from None
+    weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
+    if not isinstance(weight_map, dict):
+        raise CheckpointError(f"{index}: not a safetensors index (no 'weight_map' object)")
+    base = Path(os.path.abspath(root))
+    files = {}
+    for name, shard in weight_map.items():
+        # lexical (abspath), not realpath: a Hugging Face cache's shards are symlinks to blobs outside
+        # the snapshot, and they are fine; a name that climbs out (.., an absolute path) is not
+        path = Path(os.path.abspath(base / shard)) if isinstance(shard, str) and shard else None
+        if path is None or path == base or not path.is_relative_to(base):
+            raise CheckpointError(f"{index}: weight_map entry {name!r} names {_short(shard)}, not a file in the "
+                                  f"snapshot folder; fix or re-download the index")
+        files[name] = root / path.relative_to(base)
+    return files
 
 
 def _check(model: ModelSpec, headers: dict, where: str, root: Path) -> str:

@@ -2,6 +2,8 @@
 written as a valid profile the simulator predicts with."""
 import json
 import os
+import tempfile
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -144,3 +146,97 @@ def test_overlap_without_a_decode_step_falls_back_to_the_gemm_method(tmp_path):
     prof = json.loads(out.read_text())
     assert "gemm [" in prof["overlap"]["comm_slowdown"]["source"]
     assert prof["raw"]["groups"]["overlap/gloo"]["summary"].get("method") != "passes"
+
+
+# ---------------------------------------------------------------- the state file: damaged, interrupted
+
+STATE = Path(__file__).parent / "fixtures" / "calib" / "state-tiny-tp2.json"       # README.md there
+STATE_ARGS = ["--quick", "--nproc", "2", "--models", "tiny", "--tp", "2", "--prompt", "8", "--gen", "4",
+              "--timeout-s", "60"]
+COMPUTE = "compute/tiny/tp2/b1/p8/g4/fp32-static-math-replicated-all-gqa"
+COLL = "collectives/gloo/all_reduce/eager/g2"
+
+
+def _write_state(out: Path, damage=None, drop: tuple[str, ...] = ()) -> Path:
+    """The fixture's finished groups (less `drop`) as the state file of `calibrate STATE_ARGS --out out`,
+    fingerprinted by this code; `damage(state)` edits it first."""
+    st = json.loads(STATE.read_text())
+    st["fingerprint"] = CalibConfig(out=str(out), models=("tiny",), tps=(2,), prompt_lens=(8,), gen_lens=(4,),
+                                    quick=True).fingerprint()
+    for name in drop:
+        del st["groups"][name]
+    if damage:
+        damage(st)
+    path = Path(state_path(out))
+    path.write_text(json.dumps(st))
+    return path
+
+
+@pytest.fixture
+def no_ranks(monkeypatch):
+    """hw.dist.launch as calib.run calls it, failing the test if any rank would start."""
+    monkeypatch.setattr("tpsim.calib.run.launch", lambda *a, **k: pytest.fail("a rank was launched"))
+
+
+@pytest.mark.parametrize("damage, says", [
+    (lambda st: st["groups"]["overlap/gloo"].pop("summary"), "group 'overlap/gloo': field 'summary' is missing"),
+    (lambda st: st["groups"][COMPUTE].update(points="oops"),
+     f"group '{COMPUTE}': field 'points' must be a non-empty list, got 'oops'"),
+    (lambda st: st["groups"]["device"].update(matmul_flops=None),
+     "group 'device': field 'matmul_flops' must be a non-empty object of sizes to rates > 0, got None"),
+    (lambda st: st.update(groups="x"), "'groups' must be an object, got 'x'"),
+    (lambda st: st["groups"][COMPUTE]["points"][0]["attrs"].update(rows="x"),
+     f"group '{COMPUTE}': field 'points[0]' is not an op the fit can price"),
+    (lambda st: st["groups"]["overlap/gloo"]["summary"]["cases"][0]["case"].update(model="nope"),
+     "field 'summary.cases[0].case' is not a case the overlap fit can rebuild"),
+    (lambda st: st["groups"][COLL].update(kind="device"), f"group '{COLL}' has kind 'device'"),
+])
+def test_a_damaged_state_file_is_refused_before_any_rank_starts(tmp_path, no_ranks, damage, says):
+    # before: KeyError / TypeError / AttributeError tracebacks in the fit, or (groups "x") ranks launched
+    # and died with "rank 0 failed: TypeError", then "no group had finished"
+    out = tmp_path / "p.json"
+    state = _write_state(out, damage, drop=("arrival/gloo/g2",))          # a group left to measure
+    r = CliRunner().invoke(calibrate_cmd, [*STATE_ARGS, "--out", str(out)])
+    assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1, r.output
+    assert r.output.startswith(f"Error: state file {state} is damaged (") and says in r.output, r.output
+    assert r.output.strip().endswith("); delete it to start over")
+
+
+@pytest.mark.slow          # the overlap refit simulates the calibration's passes: a few seconds
+def test_a_state_file_with_every_group_finished_is_fitted_without_any_rank(tmp_path, no_ranks):
+    # the real state passes the check: its fit is the profile, and the state file is gone
+    out = tmp_path / "p.json"
+    state = _write_state(out)
+    r = CliRunner().invoke(calibrate_cmd, [*STATE_ARGS, "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert load_profile(str(out)).device == "cpu" and not state.exists()
+
+
+def _interrupting_launch(log_line: str):
+    """A stand-in for hw.dist.launch: leaves a run folder as launch does (config.json, rank logs, the
+    first holding `log_line`) and is interrupted, as Ctrl-C does."""
+    def launch(target, config, nproc, **kw):
+        run = Path(tempfile.mkdtemp(prefix="tpsim-run-"))
+        (run / "config.json").write_text(json.dumps(config))
+        for r in range(nproc):
+            (run / f"rank{r}.log").write_text(log_line if r == 0 else "")
+        raise KeyboardInterrupt
+    return launch
+
+
+@pytest.mark.parametrize("log_line", ["", "[tpsim] rank 0: interrupted in prefill\n"])
+def test_ctrl_c_says_what_the_state_file_keeps_and_where_the_logs_are(tmp_path, monkeypatch, log_line):
+    # before: click's "Aborted!" alone, exit 1, and the /tmp/tpsim-run-* folder left behind unnamed
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))                # where launch makes its folder
+    monkeypatch.setattr("tpsim.calib.run.launch", _interrupting_launch(log_line))
+    out = tmp_path / "p.json"
+    state = _write_state(out, drop=("overlap/gloo",))                      # 4 of 5 groups finished
+    r = CliRunner().invoke(calibrate_cmd, [*STATE_ARGS, "--out", str(out)])
+    assert r.exit_code == 130, r.output
+    lines = r.output[r.output.index("Aborted!"):].strip().splitlines()       # after the progress bar
+    assert lines[:2] == ["Aborted!", f"4 finished group(s) are kept in {state}: rerun the same command to continue"]
+    runs = list(tmp_path.glob("tpsim-run-*"))
+    if log_line:                                   # what a rank said is kept, and named
+        assert lines[2:] == [f"rank logs: {runs[0]}/rank*.log"]
+    else:                                          # nothing said: nothing left behind
+        assert lines[2:] == [] and runs == []

@@ -174,6 +174,16 @@ def _broken(src: Path, dst: Path, how: str) -> Path:
     if how == "missing shard":
         os.unlink(sorted(dst.glob("model-0000*.safetensors"))[1])
         return dst
+    index = dst / "model.safetensors.index.json"
+    if how == "torn index":                             # cut short, as an interrupted download leaves it
+        text = json.dumps(json.loads(index.read_text()))     # on one line: the error's line number is 1
+        index.write_text(text[:len(text) // 2])
+        return dst
+    if how == "index outside":                          # a shard path that climbs out of the snapshot
+        doc = json.loads(index.read_text())
+        doc["weight_map"]["model.norm.weight"] = "../../../../etc/passwd"
+        index.write_text(json.dumps(doc))
+        return dst
     cfg = json.loads((dst / "config.json").read_text())
     if how == "moe":
         t = load_file(dst / "model.safetensors")
@@ -195,6 +205,11 @@ def _broken(src: Path, dst: Path, how: str) -> Path:
 
 @pytest.mark.parametrize("how, src, why", [
     ("missing shard", "qwen2-v5", "listed in model.safetensors.index.json is missing"),
+    # before: "not a safetensors index (no weight_map)"
+    ("torn index", "qwen2-v5", "model.safetensors.index.json line 1: not valid JSON ("),
+    # before: the launcher opened /etc/passwd ("cannot read passwd as safetensors")
+    ("index outside", "qwen2-v5", "model.safetensors.index.json: weight_map entry 'model.norm.weight' names "
+                                  "'../../../../etc/passwd', not a file in the snapshot folder"),
     ("moe", "llama-v5", "a mixture-of-experts checkpoint (model.layers.0.mlp.experts.0.gate_proj.weight)"),
     ("moe config", "llama-v5", "is a mixture-of-experts model"),
     ("shape", "llama-v5", "model.layers.0.mlp.gate_proj.weight has shape [128, 64], the config says [96, 64]"),

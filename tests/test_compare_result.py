@@ -116,3 +116,112 @@ def test_optional_fields_absent_and_verdicts(compare_json):
     text = json.dumps(d, indent=1)
     back = ComparedPoint.from_dict(json.loads(text))
     assert json.dumps(back.to_dict(), indent=1) == text and math.isnan(back.schedules[1].err.decode_s)
+
+
+# ---------------------------------------------------------------- measured files of the wrong shape
+
+def _measured() -> dict:
+    return json.loads((FIX / "measured-tiny-tp2.json").read_text())
+
+
+def _compare(tmp_path, files: dict, *extra: str):
+    """`tpsim compare --measured` of the fixture and each of `files` (name -> document), in that order."""
+    args = ["compare", "--profile", str(FIX / "profile.json"), "--measured", str(FIX / "measured-tiny-tp2.json")]
+    for name, doc in files.items():
+        (tmp_path / name).write_text(json.dumps(doc))
+        args += ["--measured", str(tmp_path / name)]
+    r = CliRunner().invoke(main, [*args, "--out-dir", str(tmp_path / "out"), *extra])
+    return r, tmp_path / "out"
+
+
+def test_measured_fields_of_the_wrong_shape_fail_their_point_alone(tmp_path):
+    # each was a traceback that ended the whole run (AttributeError, KeyError) or a message without
+    # the field (tp: "invalid literal for int()"); now one failed point naming the field, and the good
+    # file is compared, its report written, exit 0 (some point was compared)
+    good = _measured()
+    no_decode = json.loads(json.dumps(good))
+    del no_decode["schedules"][1]["decode_s"]
+    bad = {"stack.json": (good | {"stack": "x"}, "field 'stack' must be an object, got 'x'"),
+           "env.json": (good | {"env": None}, "field 'env' must be an object, got None"),
+           "rows.json": (good | {"schedules": [{"schedule": "standard"}]}, "field 'schedules[0].prefill_s' is missing"),
+           "decode.json": (no_decode, "field 'schedules[1].decode_s' is missing"),
+           "tp.json": (good | {"tp": "two"}, "field 'tp' must be an integer in 1..1024, got 'two'"),
+           "list.json": ([good], "the measured JSON must be an object, got [{")}
+    r, out = _compare(tmp_path, {name: doc for name, (doc, _) in bad.items()})
+    assert r.exit_code == 0 and "Traceback" not in r.output, r.output
+    res = json.loads((out / "compare.json").read_text())
+    assert len(res["points"]) == 1 and (out / "report.md").is_file()
+    errors = {Path(f["point"]).name: f["error"] for f in res["failed"]}
+    assert set(errors) == set(bad)
+    for name, (_, says) in bad.items():
+        assert says in errors[name] and "tpsim bench --json" in errors[name], errors[name]
+    assert sum(line.startswith("failed ") for line in r.output.splitlines()) == len(bad)
+
+
+# where compare reads fields of a measured run: the run, its stack, env and model shapes, and the ladder
+# row with its spreads and a per-op record
+_READ = [(), ("stack",), ("env",), ("model_spec",), ("model_spec", "rope"), ("schedules", 1),
+         ("schedules", 1, "spread", "speedup"), ("schedules", 1, "records", 0)]
+
+
+@pytest.mark.slow           # ~300 damaged files, ~20 s on 2 cores
+def test_any_field_of_a_measured_json_damaged_is_one_failed_point_or_compared(tmp_path):
+    # each field there replaced by a value of another JSON type, or removed: compared, or one failed
+    # point with a one-line reason; never a crash
+    good, files = _measured(), {}
+    for parent in _READ:
+        for key in _at(good, parent):
+            for value in (None, "x", -1, "DROP"):
+                doc = json.loads(json.dumps(good))
+                if value == "DROP":
+                    del _at(doc, parent)[key]
+                else:
+                    _at(doc, parent)[key] = value
+                files[f"{len(files)}.json"] = doc
+    r, out = _compare(tmp_path, files)
+    assert r.exit_code == 0 and "Traceback" not in r.output, r.output[-3000:]
+    res = json.loads((out / "compare.json").read_text())
+    assert len(res["points"]) + len(res["failed"]) == len(files) + 1 and len(res["failed"]) > len(files) / 2
+    assert all(len(f["error"].splitlines()) == 1 for f in res["failed"])
+
+
+def _at(doc, path: tuple):
+    for k in path:
+        doc = doc[k]
+    return doc
+
+
+def test_one_repeat_has_no_measured_interval(tmp_path):
+    # a --repeats 1 run: hw.bench's spread of one paired ratio is [x, x] with coverage 0 (median_ci of a
+    # single sample), which the legend called "an at least 0% confidence interval"
+    one = _measured() | {"repeats": 1}
+    for row in one["schedules"]:
+        for k, sp in row["spread"].items():
+            x = sp["median"]
+            row["spread"][k] = {"min": x, "p25": x, "median": x, "p75": x, "max": x, "n": 1,
+                                "ci_lo": x, "ci_hi": x, "ci_coverage": 0.0}
+    (tmp_path / "one.json").write_text(json.dumps(one))
+    r = CliRunner().invoke(main, ["compare", "--profile", str(FIX / "profile.json"), "--measured",
+                                  str(tmp_path / "one.json"), "--out-dir", str(tmp_path / "out")])
+    assert r.exit_code == 0, r.output
+    for text in (" ".join(r.output.split()), (tmp_path / "out" / "report.md").read_text()):
+        assert "at least 0%" not in text
+        assert "meas speedup of one repeat: that repeat's paired ratio, with no interval" in " ".join(text.split())
+    x = one["schedules"][1]["spread"]["speedup"]["median"]
+    assert f"| {x:.3f} |" in (tmp_path / "out" / "report.md").read_text()        # no [x-x] after it
+
+
+def test_a_rerun_says_which_points_it_reuses(tmp_path):
+    # a point whose measured JSON is kept from an earlier run (here: the fixture, the same work) is not
+    # benched again; it was still announced as "[1/1] bench ..."
+    pytest.importorskip("torch")                  # compare without --measured runs (and requires) the harness
+    m = _measured()
+    saved = tmp_path / "out" / "measured" / "tiny_tp2_b1_p16_g3.json"
+    saved.parent.mkdir(parents=True)
+    saved.write_text(json.dumps(m))
+    r = CliRunner().invoke(main, ["compare", "--profile", str(FIX / "profile.json"), "--model", "tiny",
+                                  "--nproc", "2", "--prompt", "16", "--gen", "3", "--repeats", str(m["repeats"]),
+                                  "--schedule", "ladder", "--out-dir", str(tmp_path / "out")])
+    assert r.exit_code == 0, r.output
+    out = " ".join(r.output.split())
+    assert f"[1/1] reuse tiny_tp2_b1_p16_g3: {saved} from an earlier run" in out and "bench tiny" not in out

@@ -92,6 +92,30 @@ def test_calibrate_ctrl_c_ends_every_rank_and_a_second_run_on_the_same_out_refus
     assert (state.stat().st_mtime_ns if state.exists() else None) == before, "the state file is still written"
 
 
+def test_calibrate_ctrl_c_says_what_the_state_file_keeps(tmp_path):
+    """Ctrl-C once a group is finished: the launcher says what a rerun continues from (before: click's
+    bare "Aborted!", exit 1), exits 130, and leaves no rank behind, nor an unnamed rank-log folder."""
+    out, tmp = tmp_path / "p.json", tmp_path / "tmp"
+    tmp.mkdir()
+    p = subprocess.Popen([sys.executable, CLI, "calibrate", "--quick", "--nproc", "2", "--models", "tiny", "--tp", "2",
+                          "--prompt", "8", "--gen", "4", "--out", str(out), "--timeout-s", "120"],
+                         cwd=tmp_path, env=dict(os.environ, TMPDIR=str(tmp)), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    state = Path(f"{out}.state.json")
+    end = time.monotonic() + 90
+    while not state.exists() and p.poll() is None and time.monotonic() < end:
+        time.sleep(0.05)
+    ranks = rank_pids(p.pid)
+    assert state.exists() and len(ranks) == 2, "no group finished while the ranks ran"
+    os.kill(p.pid, signal.SIGINT)                       # what Ctrl-C sends
+    _, err = p.communicate(timeout=30)
+    assert_gone(ranks)
+    assert p.returncode == 130 and "Traceback" not in err, err
+    assert "finished group(s) are kept in " + str(state) + ": rerun the same command to continue" in err, err
+    left = list(tmp.glob("tpsim-run-*"))
+    assert all(f"rank logs: {d}/rank*.log" in err for d in left), (left, err)
+
+
 def test_ranks_do_not_run_code_from_the_working_directory(tmp_path):
     """Booby traps where the user runs tpsim (./hw/rank.py, ./tpsim/, ./_checkout.py) and another
     `tpsim` first on PYTHONPATH, as another installed copy would be: neither the launcher nor its
