@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tpsim.sim.bounds import check as check_bound
+from tpsim.sim.bounds import problem
 from tpsim.sim.collective_cost import message_bytes
 from tpsim.sim.errors import UserError
 from tpsim.sim.impls import ENGINE_COLLECTIVES, engine_collective
 from tpsim.sim.model import ModelSpec, get_model
 from tpsim.sim.predict import Simulator, Workload
-from tpsim.sim.profile_schema import _finite, _short
+from tpsim.fileio.shape import Depends, ShapeError, check_shape
 from tpsim.sim.stack import make_stack
 from tpsim.sim.grid import Shape
 
@@ -121,114 +121,61 @@ def workload_of(measured: dict, profile) -> Workload:
 # ------------------------------------------------------------------ the measured JSON's shape
 
 _BENCH_JSON = "is it the output of `tpsim bench --json`?"
-_KINDS = {str: "a string", bool: "true or false", int: "a whole number >= 0", float: "a finite number >= 0",
-          dict: "an object", list: "a list"}
-_SHAPE = {"tp": "tp", "batch": "batch", "prompt_len": "tokens", "gen_len": "tokens"}   # field -> sim/bounds.py entry
-# model_spec's counts -> sim/bounds.py entries (sliding_window may be 0: full attention)
-_MODEL_COUNTS = {"hidden": "hidden", "layers": "layers", "heads": "heads", "kv_heads": "heads",
-                 "head_dim": "head_dim", "ffn": "ffn", "vocab": "vocab"}
-_STACK_TEXT = ("collective", "head", "embed", "attention", "kv", "prefill_logits")
-_STACK_FLAGS = ("expand_gqa", "decode_graphs", "compile", "mm_decompose_m1")
-_ROW_NUMBERS = ("prefill_s", "decode_s", "tokens_per_s", "speedup", "exposed_comm_s")
-_PAIRED = ("median", "ci_lo", "ci_hi", "ci_coverage")           # spread.speedup's paired interval
-_SPREAD_NUMBERS = _PAIRED + ("p25", "p75")
-_RECORD_FIELDS = {"op": str, "stream": str, "phase": str, "start_s": float, "end_s": float, "rank": int,
-                  "pass": int, "kind": str}
-_RECORD_OPTIONAL = ("pass", "kind")
+
+
+def _bounded(bound: str):
+    """A count within sim/bounds.py's entry `bound` (which refuses strings, booleans and fractions)."""
+    return lambda v: problem(bound, v)
+
+
+_PAIRED = ("median", "ci_hi", "ci_coverage")        # with ci_lo: spread.speedup's paired interval, read together
+# what compare reads of a measured run (hw.bench's result JSON), as a fileio/shape.py spec: the run's
+# own fields (workload_of), then each schedule's row
+_RUN = {
+    "model": "text",
+    "tp": _bounded("tp"), "batch": _bounded("batch"), "prompt_len": _bounded("tokens"), "gen_len": _bounded("tokens"),
+    "dtype?": "text",
+    # model_spec's counts (sliding_window may be 0: full attention, so it is not bounded here)
+    "model_spec?": {"hidden?": _bounded("hidden"), "layers?": _bounded("layers"), "heads?": _bounded("heads"),
+                    "kv_heads?": _bounded("heads"), "head_dim?": _bounded("head_dim"), "ffn?": _bounded("ffn"),
+                    "vocab?": _bounded("vocab"), "rope?": {"theta": "number"}},
+    "stack?": {**{f"{k}?": "text" for k in ("collective", "head", "embed", "attention", "kv", "prefill_logits")},
+               **{f"{k}?": "bool" for k in ("expand_gqa", "decode_graphs", "compile", "mm_decompose_m1")},
+               "collective_kernels?": {"*": "text"}},       # bool("false") would be true: flags are booleans
+    "env?": {"backend?": "text", "device?": "text", "probe_s?": ["number"]},
+    "emulated?": {"ranks": "count"},
+    "schedules": ["object"],
+}
+_ROW = {
+    "schedule": "text",
+    **{k: "number" for k in ("prefill_s", "decode_s", "tokens_per_s", "speedup", "exposed_comm_s")},
+    "spread?": {"speedup?": Depends(lambda sp: {
+        **{f"{k}?": "number" for k in ("ci_lo", "p25", "p75")},
+        # a paired interval (ci_lo) comes with its median, upper end and coverage: compare reads all four
+        **{k + ("" if isinstance(sp, dict) and "ci_lo" in sp else "?"): "number" for k in _PAIRED}})},
+    "records?": [{"op": "text", "stream": "text", "phase": "text", "start_s": "number", "end_s": "number",
+                  "rank": "count", "pass?": "count", "kind?": "text"}],
+}
 
 
 def check_measured(measured) -> None:
     """Every field compare reads of a measured run (hw.bench's result JSON) has its type, so a
     hand-edited or foreign file is one failed point naming the field, not a traceback that ends
     the grid. CompareError otherwise."""
-    _check_run(measured)
-    for i, row in enumerate(measured["schedules"]):
-        _check_row(row, f"schedules[{i}]")
+    _check(measured, {**_RUN, "schedules": [_ROW]})
 
 
 def _check_run(measured) -> None:
     """The run's own fields, which workload_of reads: model, shape, dtype, stack, env, emulated,
     and that the schedules are a list of objects."""
-    _check(measured, dict, "<top>")
-    _field(measured, "model", str, required=True)
-    for key, bound in _SHAPE.items():
-        _bounded(_field(measured, key, None, required=True), bound, key)
-    _field(measured, "dtype", str)
-    spec = _field(measured, "model_spec", dict) or {}
-    for key, bound in _MODEL_COUNTS.items():
-        if key in spec:
-            _bounded(spec[key], bound, f"model_spec.{key}")
-    rope = _field(spec, "rope", dict, "model_spec.rope")
-    if rope is not None:
-        _field(rope, "theta", float, "model_spec.rope.theta", required=True)
-    stack = _field(measured, "stack", dict) or {}
-    for key in _STACK_TEXT:
-        _field(stack, key, str, f"stack.{key}")
-    for key in _STACK_FLAGS:             # bool("false") would be true
-        _field(stack, key, bool, f"stack.{key}")
-    for size, kernel in (_field(stack, "collective_kernels", dict, "stack.collective_kernels") or {}).items():
-        _check(kernel, str, f"stack.collective_kernels.{size}")
-    env = _field(measured, "env", dict) or {}
-    for key in ("backend", "device"):
-        _field(env, key, str, f"env.{key}")
-    for i, probe in enumerate(_field(env, "probe_s", list, "env.probe_s") or []):
-        _check(probe, float, f"env.probe_s[{i}]")
-    emulated = _field(measured, "emulated", dict)
-    if emulated is not None:
-        _field(emulated, "ranks", int, "emulated.ranks", required=True)
-    for i, row in enumerate(_field(measured, "schedules", list, required=True)):
-        _check(row, dict, f"schedules[{i}]")
+    _check(measured, _RUN)
 
 
-def _check_row(row: dict, path: str) -> None:
-    """One schedule's row: its name, times and speedup, the speedup's spread, its per-op records."""
-    _field(row, "schedule", str, f"{path}.schedule", required=True)
-    for key in _ROW_NUMBERS:
-        _field(row, key, float, f"{path}.{key}", required=True)
-    spread = _field(row, "spread", dict, f"{path}.spread") or {}
-    sp = _field(spread, "speedup", dict, f"{path}.spread.speedup") or {}
-    for key in _SPREAD_NUMBERS:
-        # a paired interval (ci_lo) comes with its median, upper end and coverage: compare reads all four
-        _field(sp, key, float, f"{path}.spread.speedup.{key}", required="ci_lo" in sp and key in _PAIRED)
-    for j, rec in enumerate(_field(row, "records", list, f"{path}.records") or []):
-        where = f"{path}.records[{j}]"
-        _check(rec, dict, where)
-        for key, kind in _RECORD_FIELDS.items():
-            _field(rec, key, kind, f"{where}.{key}", required=key not in _RECORD_OPTIONAL)
-
-
-def _bounded(v, bound: str, path: str) -> None:
-    """A count within sim/bounds.py's entry `bound` (which refuses strings, booleans and fractions)."""
+def _check(doc, spec) -> None:
     try:
-        check_bound(bound, v, f"measured JSON field {path!r}")
-    except ValueError as e:
+        check_shape(doc, spec, "measured JSON field", "the measured JSON")
+    except ShapeError as e:
         raise CompareError(f"{e}; {_BENCH_JSON}") from None
-
-
-def _field(d: dict, key: str, kind: type | None, path: str | None = None, required: bool = False):
-    """d[key], checked to be of `kind` (None: any); None when absent and not `required`."""
-    path = path or key
-    if key not in d:
-        if required:
-            raise CompareError(f"measured JSON field {path!r} is missing; {_BENCH_JSON}")
-        return None
-    if kind is not None:
-        _check(d[key], kind, path)
-    return d[key]
-
-
-def _check(v, kind: type, path: str) -> None:
-    """CompareError naming the field unless `v` is of `kind`; numbers are finite, >= 0 and never
-    booleans (JSON's true is no count)."""
-    if kind is float:
-        ok = _finite(v) and v >= 0
-    elif kind is int:
-        ok = _finite(v) and v >= 0 and v == int(v)
-    else:
-        ok = isinstance(v, kind) and (kind is bool or not isinstance(v, bool))
-    if not ok:
-        what = "the measured JSON" if path == "<top>" else f"measured JSON field {path!r}"
-        raise CompareError(f"{what} must be {_KINDS[kind]}, got {_short(v)}; {_BENCH_JSON}")
 
 
 def _measured_model(measured: dict) -> ModelSpec:

@@ -19,8 +19,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from tpsim.fileio.policy import MAX_CHECKPOINT_BYTES, read_input_text
+from tpsim.fileio.shape import check_shape, finite, is_, short
 from tpsim.sim.model import get_model, valid_tp
-from tpsim.sim.profile_schema import _finite, _short
 from tpsim.sim.stack import DTYPE_BYTES, Stack, make_stack
 from tpsim.sim.work import op_work
 from tpsim.fileio.policy import write_json_atomic
@@ -328,43 +328,10 @@ def read_state(cfg: CalibConfig) -> dict:
 
 
 # What the fit (calib/fit.py, calib/overlap_fit.py) reads of each finished group, by kind, as
-# calib/rank.py writes it: field -> spec; a spec is a check's name (_CHECKS), {field: spec} for an
-# object, [spec] for a non-empty list of them, (spec, ...) for all of them; a field ending in '?' may
-# be absent. The state file is ours, but a torn copy or a hand edit must be refused, naming the
-# field, before any rank starts -- not found by a KeyError in the fit after the last group.
-_GROUP_FIELDS = {
-    "device": {"launch_s": "number", "graph_launch_s": "number or null", "matmul_flops": "rates",
-               "copy_bytes_per_s": "rates", "device_name": "text", "host": "text",
-               "rank_cores?": "cores", "device_mem_bytes?": "number or null",
-               "compute_capability?": "number or null", "host_ram_bytes?": "number or null"},
-    "collectives": {"points": [{"collective": "collective", "group": "positive count", "mode": "mode",
-                                "impl": "text", "bytes": "positive count", "time_us": "positive"}]},
-    "arrival": {"scope": "scope", "ranks": "count", "calls": "count", "lags": "count", "mean_us": "number",
-                "spread_p50_us": "number", "spread_p90_us": "number"},
-    "compute": {"points": [({"kind": "text", "attrs": "attrs", "dtype": "text", "time_s": "positive",
-                             "mode?": "point mode"}, "priced op")],
-                "probe_s?": "number"},
-    "overlap": {"trials": "count", "what?": "text",
-                "summary": {"compute_slowdown": "number", "comm_slowdown": "number",
-                            "compute_slowdown_raw?": "number", "comm_slowdown_raw?": "number",
-                            "done_early?": "number", "method?": "text",
-                            "cases?": [{"what": "text", "case": "overlap case", "all_reduces": "count",
-                                        "per_trial_s": "trials"}]}},
-}
+# calib/rank.py writes it (a fileio/shape.py spec). The state file is ours, but a torn copy or a hand
+# edit must be refused, naming the field, before any rank starts -- not found by a KeyError in the fit
+# after the last group.
 _TRIAL_ROWS = ("alone", "first", "blocking", "overlapped", "overlapped_wait")   # calib.overlap_summary's per_trial_s
-
-
-def _number(v) -> bool:
-    return _finite(v) and v >= 0
-
-
-def _count(v) -> bool:
-    return _number(v) and v == int(v)
-
-
-def _is(test, what: str):
-    """A check: None when `test(v)`, else what `v` must be."""
-    return lambda v: None if test(v) else f"must be {what}"
 
 
 def _priced_op(p: dict) -> str | None:
@@ -375,7 +342,7 @@ def _priced_op(p: dict) -> str | None:
         works = op_work(point_op(p), fused=False)
     except (KeyError, TypeError, ValueError) as e:
         return f"is not an op the fit can price ({type(e).__name__}: {e})"
-    if not all(_number(w.flops) and _number(w.bytes) for w in works):
+    if not all(finite(w.flops) and w.flops >= 0 and finite(w.bytes) and w.bytes >= 0 for w in works):
         return "is not an op the fit can price (its attrs give no number of flops or bytes)"
     return None
 
@@ -393,35 +360,45 @@ def _overlap_case(case) -> str | None:
 def _trials(v) -> str | None:
     """per_trial_s: the trials' paired values (redrawn together), one list per row, each as long."""
     rows = [v.get(k) for k in _TRIAL_ROWS] if isinstance(v, dict) else [None]
-    if not all(isinstance(r, list) and r and all(_number(x) for x in r) for r in rows):
-        return f"must hold lists of numbers {', '.join(_TRIAL_ROWS)}"
+    if not all(isinstance(r, list) and r and all(finite(x) and x >= 0 for x in r) for r in rows):
+        return f"must hold lists of numbers {', '.join(_TRIAL_ROWS)}, got {short(v)}"
     if len({len(r) for r in rows}) > 1 or not all(rows[_TRIAL_ROWS.index("overlapped")]):
-        return "must hold lists of one length, the overlapped times > 0"
+        return f"must hold lists of one length, the overlapped times > 0, got {short(v)}"
     return None
 
 
-_CHECKS = {       # name -> check(value): None, or what the value must be
-    "text": _is(lambda v: isinstance(v, str), "a string"),
-    "number": _is(_number, "a number >= 0"),
-    "positive": _is(lambda v: _number(v) and v > 0, "a number > 0"),
-    "count": _is(_count, "a whole number >= 0"),
-    "positive count": _is(lambda v: _count(v) and v > 0, "a whole number > 0"),
-    "number or null": _is(lambda v: v is None or _number(v), "a number >= 0 or null"),
-    "scope": _is(lambda v: v in ("node", "net"), "'node' or 'net'"),
-    "mode": _is(lambda v: v in ("eager", "graph"), "'eager' or 'graph'"),
-    "collective": _is(lambda v: v in COLLECTIVES, f"one of {', '.join(COLLECTIVES)}"),
-    "point mode": _is(lambda v: v in ("any", "eager", "graph"), "'any', 'eager' or 'graph'"),
-    "attrs": _is(lambda v: isinstance(v, dict) and all(isinstance(x, str) or _count(x) for x in v.values()),
-                 "an object of whole numbers and strings"),
-    # size (bytes or matrix side) -> rate: the peak is their largest, the efficiency curves divide by it
-    "rates": _is(lambda v: isinstance(v, dict) and v and all(k.isdigit() and _number(x) and x > 0
-                                                             for k, x in v.items()),
-                 "a non-empty object of sizes to rates > 0"),
-    "cores": _is(lambda v: v is None or isinstance(v, list) and all(
-        c is None or isinstance(c, list) and all(_count(i) for i in c) for c in v), "a list of per-rank core lists"),
-    "priced op": _priced_op,
-    "overlap case": _overlap_case,
-    "trials": _trials,
+_RATES = is_(lambda v: isinstance(v, dict) and v and all(k.isdigit() and finite(x) and x > 0 for k, x in v.items()),
+             "a non-empty object of sizes to rates > 0")   # size (bytes or matrix side) -> rate
+_CORES = is_(lambda v: v is None or isinstance(v, list) and all(
+    c is None or isinstance(c, list) and all(finite(i) and i >= 0 and i == int(i) for i in c) for c in v),
+    "a list of per-rank core lists")
+_ATTRS = is_(lambda v: isinstance(v, dict) and all(isinstance(x, str) or finite(x) and x >= 0 and x == int(x)
+                                                   for x in v.values()), "an object of whole numbers and strings")
+
+
+def _one_of(*names: str):
+    return is_(lambda v: v in names, " or ".join(repr(n) for n in names))
+
+
+_GROUP_FIELDS = {
+    "device": {"launch_s": "number", "graph_launch_s": "number or null", "matmul_flops": _RATES,
+               "copy_bytes_per_s": _RATES, "device_name": "text", "host": "text",
+               "rank_cores?": _CORES, "device_mem_bytes?": "number or null",
+               "compute_capability?": "number or null", "host_ram_bytes?": "number or null"},
+    "collectives": {"points": ("non-empty list", [{
+        "collective": _one_of(*COLLECTIVES), "group": "positive count", "mode": _one_of("eager", "graph"),
+        "impl": "text", "bytes": "positive count", "time_us": "positive"}])},
+    "arrival": {"scope": _one_of("node", "net"), "ranks": "count", "calls": "count", "lags": "count",
+                "mean_us": "number", "spread_p50_us": "number", "spread_p90_us": "number"},
+    "compute": {"points": ("non-empty list", [({"kind": "text", "attrs": _ATTRS, "dtype": "text", "time_s": "positive",
+                                                "mode?": _one_of("any", "eager", "graph")}, _priced_op)]),
+                "probe_s?": "number"},
+    "overlap": {"trials": "count", "what?": "text",
+                "summary": {"compute_slowdown": "number", "comm_slowdown": "number",
+                            "compute_slowdown_raw?": "number", "comm_slowdown_raw?": "number",
+                            "done_early?": "number", "method?": "text",
+                            "cases?": ("non-empty list", [{"what": "text", "case": _overlap_case,
+                                                           "all_reduces": "count", "per_trial_s": _trials}])}},
 }
 
 
@@ -429,42 +406,16 @@ def check_groups(groups) -> None:
     """ValueError naming the group and the field when a state file's finished groups are not what
     calib/rank.py writes (`_GROUP_FIELDS`)."""
     if not isinstance(groups, dict):
-        raise ValueError(f"'groups' must be an object, got {_short(groups)}")
+        raise ValueError(f"'groups' must be an object, got {short(groups)}")
     for name, g in groups.items():
         if not isinstance(g, dict):
-            raise ValueError(f"group {name!r} must be an object, got {_short(g)}")
+            raise ValueError(f"group {name!r} must be an object, got {short(g)}")
         kind = g.get("kind")
         # plan_groups names a group after its kind: 'device', 'compute/...'
         if not isinstance(kind, str) or kind not in _GROUP_FIELDS or name.split("/")[0] != kind:
-            raise ValueError(f"group {name!r} has kind {_short(kind)}, not one of {', '.join(_GROUP_FIELDS)} "
+            raise ValueError(f"group {name!r} has kind {short(kind)}, not one of {', '.join(_GROUP_FIELDS)} "
                              f"matching its name")
-        _check_spec(g, {"finished_at": "text", **_GROUP_FIELDS[kind]}, f"group {name!r}", "")
-
-
-def _check_spec(v, spec, group: str, path: str) -> None:
-    """ValueError naming the group and the field at `path` unless `v` is as `spec` says (_GROUP_FIELDS)."""
-    where = f"{group}: field {path!r}" if path else group
-    if isinstance(spec, dict):
-        if not isinstance(v, dict):
-            raise ValueError(f"{where} must be an object, got {_short(v)}")
-        for key, sub in spec.items():
-            name = key.rstrip("?")
-            if name in v:
-                _check_spec(v[name], sub, group, f"{path}.{name}" if path else name)
-            elif not key.endswith("?"):
-                raise ValueError(f"{group}: field {(f'{path}.{name}' if path else name)!r} is missing")
-    elif isinstance(spec, tuple):
-        for sub in spec:
-            _check_spec(v, sub, group, path)
-    elif isinstance(spec, list):
-        if not (isinstance(v, list) and v):
-            raise ValueError(f"{where} must be a non-empty list, got {_short(v)}")
-        for i, item in enumerate(v):
-            _check_spec(item, spec[0], group, f"{path}[{i}]")
-    else:
-        problem = _CHECKS[spec](v)
-        if problem:
-            raise ValueError(f"{where} {problem}, got {_short(v)}")
+        check_shape(g, {"finished_at": "text", **_GROUP_FIELDS[kind]}, f"group {name!r}: field", f"group {name!r}")
 
 
 def write_state(path: str, state: dict) -> None:

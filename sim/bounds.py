@@ -56,17 +56,25 @@ BOUNDS: dict[str, Bound] = {
 }
 
 
-def check(name: str, value, what: str | None = None) -> int:
-    """`value` as an int within BOUNDS[name]; ValueError naming `what` (default: the bound's name),
-    the range and the reason otherwise. Booleans and non-integers are refused, not truncated."""
+def problem(name: str, value) -> str | None:
+    """None when `value` is an int within BOUNDS[name], else what it must be ("must be in 1..1024
+    (why), got 2000"): the one wording of check's errors and of a document's field checks
+    (fileio/shape.py). Booleans and non-integers are refused, not truncated."""
     b = BOUNDS[name]
-    label = what or name
     shown = f"{value:.3g}" if isinstance(value, (int, float)) and abs(value) >= 1e15 else repr(value)
     if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        else:
-            raise ValueError(f"{label} must be an integer in {b.lo}..{b.hi}, got {value!r}")
+        if not (isinstance(value, float) and value.is_integer()):
+            return f"must be an integer in {b.lo}..{b.hi}, got {value!r}"
+        value = int(value)
     if not b.lo <= value <= b.hi:
-        raise ValueError(f"{label} must be in {b.lo}..{b.hi} ({b.why}), got {shown}")
-    return value
+        return f"must be in {b.lo}..{b.hi} ({b.why}), got {shown}"
+    return None
+
+
+def check(name: str, value, what: str | None = None) -> int:
+    """`value` as an int within BOUNDS[name]; ValueError naming `what` (default: the bound's name),
+    the range and the reason otherwise (`problem`)."""
+    bad = problem(name, value)
+    if bad:
+        raise ValueError(f"{what or name} {bad}")
+    return int(value)

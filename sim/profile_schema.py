@@ -11,6 +11,7 @@ from .errors import UserError
 from .coschedule import GpuSpec
 from .l2_traffic import L2Spec
 from ..fileio.policy import MAX_JSON_DEPTH, MAX_PROFILE_BYTES
+from ..fileio.shape import finite, short
 from .topology import TopologySpec
 
 FORMAT, VERSION = "tpsim-profile", 1
@@ -171,12 +172,6 @@ def _has_source(obj: dict) -> bool:
     return isinstance(src, str) and bool(src.strip())
 
 
-def _finite(v) -> bool:
-    """A JSON number that is a real, finite number (true/false are not numbers here)."""
-    return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
-
-
-def _short(v) -> str:
-    """A value for an error message, cut to one short line."""
-    text = repr(v)
-    return text if len(text) <= 60 else text[:57] + "..."
+# a JSON number that is real and finite, a value cut to one line for a message: fileio/shape.py's
+# (one definition); sim's modules import them from here
+_finite, _short = finite, short
