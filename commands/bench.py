@@ -166,6 +166,10 @@ def _model_and_checkpoint(kind: str, model: str | None, checkpoint: str | None) 
     if not checkpoint:
         return model or "tiny", None
     path = os.path.abspath(checkpoint)
+    if not os.path.isfile(os.path.join(path, "config.json")):      # else get_model's hint: 'give a preset name'
+        what = "has no config.json" if os.path.isdir(path) else "is no folder"
+        raise ValueError(f"--checkpoint {checkpoint} {what}: give a Hugging Face snapshot folder "
+                         f"(config.json + *.safetensors)")
     if model and not (model.startswith("[:") or model.rstrip("/") in (checkpoint.rstrip("/"), path)):
         raise ValueError(f"--checkpoint {checkpoint} runs its own config; drop --model {model} (use --layers K "
                          f"for the first K layers)")
@@ -238,12 +242,10 @@ def bench_cmd(deadline_s, compile_, trace_path=None, stack_name=None, **kw):
     if stack_name:
         preset = load_stack(stack_name)
         device = kw["device"] if kw["device"] != "auto" else ("cuda" if _cuda_available("bench") else "cpu")
-        opts, notes = harness("tpsim.hw.bench", "bench").stack_harness_options(preset.values, device)
+        opts, notes = harness("tpsim.hw.bench", "bench").stack_harness_options(
+            _preset_under_flags(preset.values, kw, compile_), device)
         preset_compile = opts.pop("compile")
         compile_ = preset_compile if compile_ is None else compile_
-        if compile_ and opts.get("collective") == "symm-mem":      # --compile given: symm-mem runs eager only
-            del opts["collective"], opts["dtype"]
-            notes.append("collective: --compile runs NCCL (the harness runs symmetric-memory all-reduce eager only)")
         for k, v in opts.items():
             if kw.get(k) is None:
                 kw[k] = v
@@ -262,6 +264,20 @@ def bench_cmd(deadline_s, compile_, trace_path=None, stack_name=None, **kw):
     if trace_path:
         write_json_atomic(trace_path, bench_trace(result))
         click.echo(f"wrote {trace_path}: open it in ui.perfetto.dev or chrome://tracing", err=cfg.json)
+
+
+# bench's flags that name a preset value of the same name and meaning (RunConfig's names)
+_PRESET_FLAGS = ("attention", "kv", "expand_gqa", "prefill_logits", "head", "embed", "decode_graphs", "collective")
+
+
+def _preset_under_flags(values: dict, kw: dict, compile_: bool | None) -> dict:
+    """A --stack preset's values with each flag the user gave in its place, before the preset is mapped
+    onto the harness (hw.bench.stack_harness_options): the flags win either way, and mapped this way
+    the notes describe what runs (`--stack trtllm --attention math` said the harness ran flash)."""
+    given = {k: kw[k] for k in _PRESET_FLAGS if kw.get(k) is not None}
+    if compile_ is not None:                   # the harness compiles both passes or neither
+        given |= {"compile_prefill": compile_, "compile_decode": compile_}
+    return values | given
 
 
 @click.command("check")

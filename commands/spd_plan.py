@@ -114,8 +114,6 @@ def _prepare(checkpoint, text_path, tp, backend, device, dtype, layers, max_ppl_
         raise ValueError("--checkpoint DIR is required: the Hugging Face snapshot to plan for")
     if not text_path:
         raise ValueError("--text FILE is required: the text perplexity is measured on")
-    if not os.path.isfile(text_path):
-        raise ValueError(f"--text {text_path}: no such file")
     if not 2 <= tp <= 1024:
         raise ValueError(f"--tp must be in 2..1024 (at TP 1 there is no all-reduce to drop), got {tp}")
     check_sizes(batch=batch, prompt_len=prompt_len, gen_len=gen_len)

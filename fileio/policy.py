@@ -39,6 +39,7 @@ MAX_CONFIG_BYTES = 16 << 20           # a Hugging Face config.json is a few KiB 
 MAX_LOG_BYTES = 64 << 20              # an nccl-tests log: ~10 KiB per run; a measured-run JSON: ~1 MiB;
                                       # an engine benchmark's JSON (vllm bench latency, bench_one_batch): ~1 KiB
 MAX_CHECKPOINT_BYTES = 1 << 30        # a sweep checkpoint: ~2 KiB per point, 10^5 points is 200 MiB
+MAX_TEXT_BYTES = 64 << 20             # spd-plan's --text: WikiText-2 (the SPD paper's) is 1.3 MB (test) to 11 MB
 
 
 def _kind(mode: int) -> str:

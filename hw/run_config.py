@@ -54,6 +54,18 @@ def check_backend_device(backend: str, device: str) -> None:
         raise ValueError("--backend nccl needs --device cuda (use gloo on CPU)")
 
 
+def check_static_kv(kv: str, compile: bool, decode_graphs: bool) -> None:
+    """A compiled pass and a captured decode graph take the start position as a device tensor (one
+    graph for every decode step), which filled-KV attention cannot slice the cache by (hw.kernels
+    KernelCtx): refused here, before any rank starts, instead of as a Dynamo error inside every rank."""
+    if kv == "static":
+        return
+    for on, option in ((compile, "--compile"), (decode_graphs, "--graphs")):
+        if on:
+            raise ValueError(f"{option} needs --kv static (one compiled graph serves every decode position), got "
+                             f"--kv {kv}: give --kv static, or --no-{option[2:]}")
+
+
 def check_timeout(v: float, name: str) -> None:
     """A finite, positive number of seconds up to a day (nan/inf would disable the watchdogs)."""
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0 < v <= MAX_TIMEOUT_S:
@@ -119,6 +131,7 @@ class RunConfig:
         check_backend_device(self.backend, self.device)
         if self.decode_graphs and self.device != "cuda":
             raise ValueError("CUDA graphs need --device cuda")
+        check_static_kv(self.kv, self.compile, self.decode_graphs)
         if self.emulate_tp is not None and (self.emulate_tp < 1 or self.tp != 1):
             raise ValueError(f"--emulate-tp {self.emulate_tp} runs one process (--tp 1) as rank 0 of a TP "
                              f"job of that degree; got --tp {self.tp}")

@@ -19,6 +19,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from tpsim.fileio.policy import MAX_TEXT_BYTES, read_input_bytes
+
 TOKENIZER = "tokenizer.json"
 
 
@@ -39,10 +41,8 @@ class Tokens:
 def tokenize(text_path: str, checkpoint: str, vocab: int) -> tuple[list[int], str]:
     """All ids of `text_path` and how they were made (module doc: tokenizer.json, token ids,
     bytes mod vocab). ValueError (one line) when the file cannot be read."""
-    try:
-        data = Path(text_path).read_bytes()
-    except OSError as e:
-        raise ValueError(f"--text {text_path}: {e.strerror}") from None
+    # the input policy: a directory, FIFO or device is named as such (a FIFO would block), a huge file refused
+    data = read_input_bytes(text_path, "--text", MAX_TEXT_BYTES)
     tok = Path(checkpoint) / TOKENIZER
     if tok.is_file():
         try:

@@ -25,10 +25,11 @@ def show_model(m: ModelSpec, up_to: int = 64) -> str:
               ("rms_norm_eps", f"{m.norm_eps:g}"),
               ("features", ", ".join(feats) or "none (plain Llama block)"),
               ("valid TP", ", ".join(map(str, valid_tp(m, up_to))))]
-    # a value wraps at its spaces under itself: every line at most WIDTH columns (a long rope description)
-    lines = [f"{m.name}: {m.description}" if m.description else m.name]
-    lines += [textwrap.fill(str(v), WIDTH, initial_indent=f"  {k:<16}", subsequent_indent=" " * 18,
-                            break_long_words=False, break_on_hyphens=False) for k, v in fields]
+    # every line at most WIDTH columns: the title (a config's features and path) wraps at its spaces
+    # under the model's name, a value (a long rope description) under itself
+    title = f"{m.name}: {m.description}" if m.description else m.name
+    lines = [_fill(title, "", "    ")]
+    lines += [_fill(str(v), f"  {k:<16}", " " * 18) for k, v in fields]
     lines += ["  per rank, at each valid TP ([n, k]: each gemm's shape):",
               # 80 columns for the widest shards (Llama 3.1 405B at TP 1)
               "   TP  q heads  kv heads    ffn  qkv [n, k]      out [n, k]      up [n, k]"]
@@ -37,3 +38,10 @@ def show_model(m: ModelSpec, up_to: int = 64) -> str:
         lines.append(f"  {tp:3d}  {s.heads:7d}  {s.kv_heads:8d} {s.ffn:6d}  " + f"[{s.qkv_dim}, {s.hidden}]".ljust(16)
                      + f"[{s.hidden}, {s.q_dim}]".ljust(16) + f"[{2 * s.ffn}, {s.hidden}]")
     return "\n".join(lines)
+
+
+def _fill(text: str, first: str, rest: str) -> str:
+    """`text` wrapped at its spaces to WIDTH columns after `first`, later lines indented by `rest`; a
+    word (a path) is never cut."""
+    return textwrap.fill(text, WIDTH, initial_indent=first, subsequent_indent=rest, break_long_words=False,
+                         break_on_hyphens=False)

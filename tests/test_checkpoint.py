@@ -224,6 +224,16 @@ def test_refusals_are_one_line_exit_2(ckpts, tmp_path, how, src, why):
     assert r.exit_code == 2 and why in r.output and len(r.output.strip().splitlines()) == 1, r.output
 
 
+@pytest.mark.parametrize("cmd", [bench_cmd, check_cmd], ids=["bench", "check"])
+def test_a_checkpoint_that_is_no_snapshot_folder_says_so(tmp_path, cmd):
+    """--checkpoint names a folder: a missing one, or one without config.json, is said as such (it was
+    'model config not found ... give a preset name', which --checkpoint does not take)."""
+    for path, what in ((tmp_path / "nope", "is no folder"), (tmp_path, "has no config.json")):
+        r = CliRunner().invoke(cmd, ["--checkpoint", str(path), "--device", "cpu"])
+        assert r.exit_code == 2 and r.output.strip().splitlines() == [
+            f"Error: --checkpoint {path} {what}: give a Hugging Face snapshot folder (config.json + *.safetensors)"]
+
+
 def test_too_big_for_the_ranks_is_refused_before_any_process(ckpts):
     r = CliRunner().invoke(bench_cmd, ["--checkpoint", str(ckpts["llama-v5"][0]), "--nproc", "2", "--gpu-mem-gib",
                                        "0.1", "--device", "cpu"])

@@ -181,6 +181,26 @@ def test_no_example_documents_a_missing_file():
     assert not missing, missing
 
 
+# a `python -c "..."` one-liner in a doc's prose (not run: it reads the reader's own files) and its imports
+PYTHON_C = re.compile(r'python -c "([^"]+)"')
+TPSIM_IMPORT = re.compile(r"from (tpsim[\w.]*) import ([\w, ]+)")
+
+
+def test_prose_one_liners_import_what_exists():
+    """Every `python -c "..."` in the docs is Python and every name it imports from tpsim exists:
+    traces.md's imported write_json_atomic from tpsim.sim.trace, which has none (ImportError)."""
+    import importlib
+    snippets = [(doc.name, code) for doc in DOCS for code in PYTHON_C.findall(doc.read_text())]
+    assert snippets
+    missing = []
+    for doc, code in snippets:
+        compile(code, doc, "exec")
+        for module, names in TPSIM_IMPORT.findall(code):
+            m = importlib.import_module(module)
+            missing += [f"{doc}: {module}.{n.strip()}" for n in names.split(",") if not hasattr(m, n.strip())]
+    assert not missing, missing
+
+
 def test_every_example_is_found_and_torch_ones_are_marked():
     assert len(ALL) >= 8, [str(p) for p in DOCS]
     for e in ALL:

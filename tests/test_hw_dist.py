@@ -47,6 +47,16 @@ def test_check_tp2_all_schedules():
 
 
 @pytest.mark.slow          # starts real gloo ranks: 5-20 s
+def test_check_without_a_decode_step_measures_no_decode_error():
+    """--gen 1 is the prefill alone: the decode error is null and printed '-', not a measured 0."""
+    out = _json_of(check_cmd, "--tp", "2", "--schedule", "standard", "--gen", "1")
+    row = out["schedules"][0]
+    assert row["decode_steps"] == 0 and row["decode_err"] is None and row["prefill_err"] < 1e-4 and out["ok"]
+    from tpsim.hw.check import format_check
+    assert format_check(out).splitlines()[2].split()[1:5] == [f"{row['prefill_err']:.2e}", "-", "0", "ok"]
+
+
+@pytest.mark.slow          # starts real gloo ranks: 5-20 s
 def test_check_tp4_all_schedules():
     _check(4, "--batch", "2")
 

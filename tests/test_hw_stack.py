@@ -43,6 +43,22 @@ def test_presets_map_onto_harness_options():
     assert refgpu["decode_graphs"] is True                        # static KV on a GPU: graphs as the preset says
 
 
+def test_a_flag_given_beside_a_preset_maps_in_its_place():
+    """bench --stack: what the user gave replaces the preset's value before the mapping, so the notes
+    describe what runs: --attention math under trtllm (flash) leaves no flash note, --kv static lets
+    vllm's compile run (no 'filled KV runs eager' note), --collective auto keeps gloo/NCCL's own."""
+    from tpsim.commands.bench import _preset_under_flags
+    flags = {"attention": "math", "kv": "static", "collective": "auto", "head": None}
+    values = _preset_under_flags(PRESETS["vllm"].values, flags, None)
+    assert (values["attention"], values["kv"], values["collective"]) == ("math", "static", "auto")
+    assert values["head"] == PRESETS["vllm"].values["head"]                 # not given: the preset's
+    opts, notes = stack_harness_options(values, "cuda")
+    assert opts["attention"] == "math" and opts["compile"] is True and "collective" not in opts
+    assert not any(n.startswith(("attention", "compile:", "collective")) for n in notes), notes
+    off = _preset_under_flags(PRESETS["reference"].values, {}, False)
+    assert stack_harness_options(off, "cpu")[0]["compile"] is False
+
+
 def test_one_definition_of_the_reference_inductor_flags():
     """The harness and both kernel-table derivations read the same dict; the derivations' own
     settings only turn caching off, never a flag that changes what Inductor generates."""
@@ -87,6 +103,24 @@ def test_run_config_carries_mm_decompose_m1_to_the_ranks():
         RunConfig(mm_decompose_m1="yes")
 
 
+def test_compiled_or_graphed_passes_need_the_static_kv_cache():
+    """--compile or --graphs over --kv filled (given, or from a --stack preset) is refused before any
+    rank starts, naming the option; it was a Dynamo error in every rank (the compiled pass's position
+    is a device tensor, which filled-KV attention cannot slice the cache by)."""
+    from tpsim.commands.bench import check_cmd
+    from tpsim.hw.run_config import RunConfig
+    with pytest.raises(ValueError, match="--compile needs --kv static"):
+        RunConfig(compile=True, kv="filled")
+    with pytest.raises(ValueError, match="--graphs needs --kv static"):
+        RunConfig(device="cuda", backend="nccl", decode_graphs=True, kv="filled")
+    for cmd, args in ((bench_cmd, ["--stack", "vllm", "--compile"]), (check_cmd, ["--compile", "--kv", "filled"])):
+        res = CliRunner().invoke(cmd, [*args, "--device", "cpu", "--schedule", "standard"])
+        assert res.exit_code == 2, res.output
+        assert res.output.strip().splitlines()[-1] == ("Error: --compile needs --kv static (one compiled graph serves "
+                                                       "every decode position), got --kv filled: give --kv static, "
+                                                       "or --no-compile")
+
+
 @pytest.mark.hw
 @pytest.mark.slow          # starts real gloo ranks: 5-20 s
 def test_bench_stack_vllm_on_gloo():
@@ -99,6 +133,7 @@ def test_bench_stack_vllm_on_gloo():
     st = d["stack"]
     assert (st["kv"], st["expand_gqa"], st["head"], st["prefill_logits"]) == ("filled", False, "vocab-parallel", "last")
     assert st["attention"] == "math" and st["compile"] is False        # the explicit flag won; compile: the note
+    assert not any(n.startswith("attention") for n in st["notes"])      # and no note says fa3 or flash ran
     assert any(n.startswith("compile: the harness compiles a pass over a static KV cache only") for n in st["notes"])
     # the preset's mm_decompose_m1 reached the ranks' RunConfig; eager: no Inductor flags recorded
     assert st["mm_decompose_m1"] is False and d["env"]["inductor_flags"] is None

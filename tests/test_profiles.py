@@ -24,6 +24,20 @@ def test_builtin_is_listed_loads_and_validates(name):
     assert p.coschedule is not None or (p.compute_slowdown > 1.0 and p.comm_slowdown > 1.0)
 
 
+def test_profile_format_doc_names_every_builtin_and_the_coscheduled_ones():
+    """docs/profile-format.md's table has a row naming every built-in profile, and its sentence on
+    `overlap.gpu` names exactly the profiles that have one (it named h100-sxm, h200-sxm and
+    h100-sxm-p2p-off, which keep the flat factors; the -coschedule twins were not in the table)."""
+    import re
+    from pathlib import Path
+    text = (Path(__file__).resolve().parent.parent / "docs" / "profile-format.md").read_text()
+    rows = {name for line in text.splitlines() if line.startswith("| `")
+            for name in re.findall(r"`([\w.-]+)`", line.split(" | ")[0])}
+    assert set(builtin_names()) <= rows, set(builtin_names()) - rows
+    sentence = re.search(r"except on (.*?), whose\s+`overlap\.gpu`", text, re.S).group(1)
+    assert set(re.findall(r"`([\w.-]+)`", sentence)) == {n for n in builtin_names() if load_profile(n).coschedule}
+
+
 def _unsourced_numbers(node, path="", sourced=False):
     """Numbers with no 'source' on them or on any object above them."""
     out = []

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -85,6 +86,17 @@ def test_a_pipe_with_no_terminal_anywhere_gets_80_columns():
     assert "bloom-176b-llama" in r.stdout and "14,16" in r.stdout           # the folded TP list's tail
 
 
+def test_models_show_wraps_its_title_at_80_columns(tmp_path, monkeypatch):
+    """`models --show CONFIG`: the title (the config's architecture, features and path) wraps at its
+    spaces as the fields under it do; it was one line of 103 columns here."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(FIX / "hf" / "tiny-llama3-v5", "tiny-llama3-v5")
+    lines = run(["models", "--show", "tiny-llama3-v5"], "80").splitlines()
+    assert lines[:2] == ["tiny-llama3-v5: LlamaForCausalLM, rope llama3 (tables only, not priced); from",
+                         "    tiny-llama3-v5/config.json"]
+    assert max(len(ln) for ln in lines) <= 80, widest(lines)
+
+
 @pytest.mark.hw              # hw.bench imports torch
 def test_bench_result_table_fits_80_columns():
     """`tpsim bench`'s table (hw/bench.format_result, plain text) on a real bench --json output."""
@@ -96,6 +108,25 @@ def test_bench_result_table_fits_80_columns():
     assert max(len(ln) for ln in lines[1:]) <= 80, lines          # lines[0]: the caption
     ladder = next(ln for ln in lines if ln.startswith("ladder"))
     assert ladder.split()[3:5] == ["103.9", "1.80x"]
+
+
+@pytest.mark.hw              # hw.check imports torch
+def test_check_result_table_fits_80_columns():
+    """`tpsim check`'s table (hw/check.format_check): a schedule's note (upper-bound's 'run only', a
+    token-split fallback) goes on its own line under the table, not beside its row past 80 columns."""
+    from tpsim.hw.check import format_check
+    rows = [{"schedule": "token-split", "prefill_err": 4.87e-07, "decode_err": 3.69e-07, "decode_steps": 8, "ok": True,
+             "note": "decode of 1 sequence cannot be split along batch: runs standard"},
+            {"schedule": "upper-bound", "prefill_err": None, "decode_err": None, "decode_steps": 8, "ok": True,
+             "note": "run only (outputs meaningless by design)"}]
+    result = {"model": "tiny", "tp": 2, "dtype": "fp32", "backend": "gloo", "device": "cpu", "batch": 1,
+              "prompt_len": 16, "gen_len": 9, "ok": True, "schedules": rows}
+    lines = format_check(result).splitlines()
+    assert [ln.split() for ln in lines[2:4]] == [["token-split", "4.87e-07", "3.69e-07", "8", "ok"],
+                                                 ["upper-bound", "-", "-", "8", "ok"]]
+    assert lines[4:] == ["token-split: decode of 1 sequence cannot be split along batch: runs standard",
+                         "upper-bound: run only (outputs meaningless by design)", "all schedules match their references"]
+    assert max(len(ln) for ln in lines[:4]) <= 80, lines
 
 
 def test_show_marks_the_collectives_awaited_late_and_says_what_the_mark_means():
