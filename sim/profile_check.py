@@ -3,6 +3,7 @@ the file and the field, with real lower bounds (no denormal rates, no negative e
 from the one bounds table (sim/bounds.py). The file-level read is sim/profile_read.py."""
 from __future__ import annotations
 
+import difflib
 import math
 
 from .bounds import BOUNDS
@@ -23,7 +24,20 @@ RATE_FLOOR = 1e-6
 EFFICIENCY_FLOOR = 1e-6      # achieved/peak: a launch-bound tiny kernel on a CPU still reaches ~1e-4
 
 
+# the top-level fields a profile may hold (its `extends` chain merged in): one misspelt ("gpu_per_node")
+# would otherwise load without a word and leave the profile's own value in force
+TOP_LEVEL = ("format", "version", "name", "description", "extends", "device", "gpus_per_node", "memory_gib",
+             "compute_capability", "compute", "collectives", "topology", "jitter", "overlap", "stack_defaults",
+             "raw")
+
+
 def parse(data: dict, where: str = "<profile>") -> Profile:
+    unknown = sorted(set(data) - set(TOP_LEVEL))
+    if unknown:
+        near = difflib.get_close_matches(unknown[0], TOP_LEVEL, n=1)
+        raise ProfileError(f"profile {where}: unknown field {unknown[0]!r}"
+                           + (f" (did you mean {near[0]!r}?)" if near else "")
+                           + f"; a profile's fields are: {', '.join(TOP_LEVEL)}")
     g = _Getter(data, where)
     name = g.str_("name")
     peak = {dt: g.num(f"compute.matmul_tflops.{dt}", positive=True) * 1e12 for dt in g.obj("compute.matmul_tflops")}

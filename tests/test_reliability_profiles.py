@@ -170,3 +170,13 @@ def test_list_valued_attrs_and_huge_ints_name_their_field(tmp_path):
     f = _write(tmp_path, "huge", tree)
     with pytest.raises(ProfileError, match="out of range"):
         load_profile(str(f))
+
+
+def test_a_misspelt_top_level_field_is_refused_with_the_near_name(tmp_path):
+    """`gpu_per_node` once loaded without a word, leaving the base's gpus_per_node in force."""
+    p = tmp_path / "typo.json"
+    p.write_text(json.dumps({"format": "tpsim-profile", "version": 1, "extends": "h100-sxm", "gpu_per_node": 4}))
+    with pytest.raises(ProfileError, match=r"unknown field 'gpu_per_node' \(did you mean 'gpus_per_node'\?\)"):
+        load_profile(str(p))
+    for name in ("h100-sxm", "a100-sxm", "l40s-pcie", "h200-sxm-coschedule"):
+        load_profile(name)                                  # the built-ins hold only known fields
