@@ -2,7 +2,7 @@
 in a stack file (sim/stacks: `tpsim predict --stack my-vllm.json`).
 
 Input: `vllm bench latency --output-json` files (or their .pytorch.json sibling) or SGLang
-`bench_one_batch --result-filename` lines (calib.imports.parse_engine_bench), at two or more TP
+`bench_one_batch --result-filename` lines (calib.engine_bench_read.parse_engine_bench), at two or more TP
 degrees, of one model on one profile. For each run tpsim predicts the GPU side alone (the preset's
 stack with its host lane off, the standard schedule); what the run measured beyond it, per engine
 step, is the deployment's exposed host time:
@@ -35,7 +35,7 @@ from tpsim.sim.stack import make_stack
 from tpsim.sim.stacks import PRESETS, STACK_FORMAT
 from tpsim.fileio.policy import MAX_LOG_BYTES, read_input_text
 
-from tpsim.calib.imports import RUN_KEYS, EngineRun, check_run_value, parse_engine_bench
+from tpsim.calib.engine_bench_read import RUN_KEYS, EngineRun, check_run_value, parse_engine_bench
 
 
 def parse_file_spec(spec: str) -> tuple[str, dict]:

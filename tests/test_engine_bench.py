@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from tpsim.calib.engine_bench import parse_file_spec
-from tpsim.calib.imports import parse_engine_bench
+from tpsim.calib.engine_bench_read import parse_engine_bench
 from tpsim.cli import main
 from tpsim.sim.stacks import load_stack
 
