@@ -44,7 +44,7 @@ def _load_profile(name: str, digest: str = ""):
     return load_profile(name)
 
 COLUMNS = ["model", "tp", "batch", "prompt_len", "gen_len", "profile", "bw_scale", "lat_scale", "schedule",
-           "prefill_s", "decode_s", "tokens_per_s", "speedup", "exposed_comm_s", "error"]
+           "prefill_s", "decode_s", "tokens_per_s", "speedup", "exposed_comm_s", "model_change", "stack", "error"]
 
 
 def run_point(point: Point, schedules: tuple[str, ...], given: dict | None = None, digest: str = "",
@@ -65,7 +65,9 @@ def run_point(point: Point, schedules: tuple[str, ...], given: dict | None = Non
     except ValueError as e:
         # one line per row: a multi-line message (the memory gate's table) keeps its headline
         return [base | {"schedule": "", "error": str(e).splitlines()[0].rstrip(":")}]
-    return [base | p.to_dict() | {"error": ""} for p in preds]
+    # each row says what it priced: the stack (predict's `stack:` line, which names a --stack preset)
+    # beside what the schedule asks of the model (model_change)
+    return [base | p.to_dict() | {"stack": stack.describe(), "error": ""} for p in preds]
 
 
 def point_key(point: Point, schedules: tuple[str, ...], given: dict | None = None, inputs: str = "",

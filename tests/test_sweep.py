@@ -99,3 +99,14 @@ def test_sweep_cli_refuses_early_and_fails_when_nothing_ran(tmp_path):
                                  "--tp", "2", "--out", "-", "--plot", str(tmp_path / "p.png")])
     assert r.exit_code == 0 and r.stdout.splitlines()[0].startswith("model,tp,batch")
     assert "wrote" not in r.stdout and f"wrote {tmp_path / 'p.png'}" in r.stderr
+
+
+def test_rows_say_what_they_priced():
+    """Each row carries the stack it priced (predict's `stack:` line) and the schedule's model_change,
+    in the CSV too: two sweeps of different stacks stay told apart after the fact."""
+    pts = grid(["llama-3.2-1b"], [2], [1], ["h100-sxm"], 64, 8)
+    rows = sw.sweep(pts, ("standard", "ladder"), given={"compile": False})
+    assert {r["model_change"] for r in rows} == {"none", "retrain"}
+    assert all(r["stack"].startswith("prefill eager, decode eager") for r in rows)
+    header, first = sw.to_csv(rows).splitlines()[:2]
+    assert header.endswith(",model_change,stack,error") and ",none,\"prefill eager" in first
