@@ -28,7 +28,7 @@ from safetensors import safe_open
 
 from tpsim.fileio.policy import MAX_CONFIG_BYTES, parse_json, read_input_text
 from tpsim.sim.hf_config import load_hf_config
-from tpsim.sim.hf_check import _short
+from tpsim.fileio.shape import short as _short
 from tpsim.sim.memory import Placement
 from tpsim.sim.model import ModelSpec
 
