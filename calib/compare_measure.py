@@ -40,19 +40,28 @@ def saved_run(point: Point, schedules: tuple[str, ...], out_dir: Path, backend: 
         return None
     try:
         old = json.loads(path.read_text())
-        check_measured(old)            # a damaged saved run is not the same work: measured again
-    except (json.JSONDecodeError, CompareError):
+    except json.JSONDecodeError:
         return None
-    env, stack = old.get("env", {}), old.get("stack", {})
+    if not isinstance(old, dict):
+        return None
+    # a damaged field is not the same work: measured again, not a traceback
+    env, stack = _object_or_empty(old, "env"), _object_or_empty(old, "stack")
+    rows = old.get("schedules") if isinstance(old.get("schedules"), list) else []
+    ran = {r.get("schedule") for r in rows if isinstance(r, dict)}
     # reuse only a run of the same work: every asked schedule, same backend, device and repeats,
     # the backend's own all-reduce (what this runs); compiled: with the Inductor flags this harness
     # sets (an older run may lack them)
-    if (set(schedules) <= {r["schedule"] for r in old["schedules"]} and env.get("backend") == backend
-            and env.get("device") == device and stack.get("collective", "auto") == "auto"
+    if (set(schedules) <= ran and env.get("backend") == backend and env.get("device") == device
+            and stack.get("collective", "auto") == "auto"
             and old.get("repeats") == repeats and bool(stack.get("compile")) == compile
             and (not compile or env.get("inductor_flags") == harness_inductor_flags())):
         return old
     return None
+
+
+def _object_or_empty(d: dict, key: str) -> dict:
+    v = d.get(key)
+    return v if isinstance(v, dict) else {}
 
 
 def measure(point: Point, schedules: tuple[str, ...], out_dir: Path, backend: str = "gloo", device: str = "cpu",
