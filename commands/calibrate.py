@@ -27,6 +27,7 @@ from tpsim.calib.plan import CalibConfig, CalibrationInterrupted, CalibrationSto
 from tpsim.commands.bench import check_cuda, check_out_path
 from tpsim.commands.bounds import check_bounds
 from tpsim.commands.errors import user_errors
+from tpsim.commands.options import not_empty
 
 
 @click.command("calibrate")
@@ -34,7 +35,8 @@ from tpsim.commands.errors import user_errors
               help="gloo: CPU ranks; nccl: one GPU per rank")
 @click.option("--nproc", type=int, default=2, show_default=True,
               help="local rank processes to launch (ignored under torchrun: the world size counts)")
-@click.option("--models", "--model", "models", multiple=True, help="model preset whose op shapes to time; repeatable")
+@click.option("--models", "--model", "models", multiple=True, callback=not_empty,
+              help="model preset whose op shapes to time; repeatable")
 @click.option("--tp", "tps", type=int, multiple=True, help="TP degrees [default: every valid one up to the ranks]")
 @click.option("--batch", "batches", type=int, multiple=True, help="batch sizes; repeatable [default: 1]")
 @click.option("--prompt", "prompts", type=int, multiple=True, help="prompt lengths; repeatable [default: 1024]")
@@ -49,13 +51,15 @@ from tpsim.commands.errors import user_errors
               multiple=True, help="collectives to sweep [default: all_reduce with --quick, else all three]")
 @click.option("--parts", "parts", type=click.Choice(["device", "collectives", "compute", "overlap"]), multiple=True,
               help="what to measure [default: all]; a subset needs --extends")
-@click.option("--nccl-env", "envs", multiple=True, metavar="K=V[,K=V]",
+@click.option("--nccl-env", "envs", multiple=True, metavar="K=V[,K=V]", callback=not_empty,
               help="also sweep collectives under this NCCL setting (own launch, own table tag); repeatable")
-@click.option("--impl", default=None, help="table tag of the collectives measured [default: the backend name]")
+@click.option("--impl", default=None, callback=not_empty,
+              help="table tag of the collectives measured [default: the backend name]")
 @click.option("--quick", is_flag=True, help="fewer sizes and trials (a few minutes on a CPU box)")
-@click.option("--out", required=True, type=click.Path(dir_okay=False), help="profile JSON to write")
-@click.option("--extends", default=None, help="base profile completing a partial calibration (e.g. h100-sxm)")
-@click.option("--name", default=None, help="profile name [default: the --out file's stem]")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), callback=not_empty, help="profile JSON to write")
+@click.option("--extends", default=None, callback=not_empty,
+              help="base profile completing a partial calibration (e.g. h100-sxm)")
+@click.option("--name", default=None, callback=not_empty, help="profile name [default: the --out file's stem]")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--timeout-s", type=float, default=None,
               help="a collective (or rank start-up) that waits longer ends the run [default: 120 s, or more "

@@ -20,24 +20,26 @@ from tpsim.calib.imports import read_nccl_tests
 
 from tpsim.commands.console import compact_table, rich_escape, terminal_console
 from tpsim.commands.errors import user_errors
+from tpsim.commands.options import not_empty
 
 
 @click.command("collective")
-@click.option("--profile", "profile_name", default="h100-sxm", show_default=True, help="Built-in name or JSON path.")
+@click.option("--profile", "profile_name", default="h100-sxm", show_default=True, callback=not_empty,
+              help="Built-in name or JSON path.")
 @click.option("--op", "collective", type=click.Choice(COLLECTIVES), default="all_reduce", show_default=True)
 @click.option("--group", type=int, required=True, help="Ranks in the collective (TP degree).")
 @click.option("--mode", type=click.Choice(MODES), default="graph", show_default=True,
               help="graph / eager: as a compiled CUDA-graph step / an eager call pays it; "
                    "nccl: the bare NCCL kernel, as nccl-tests times it.")
-@click.option("--bytes", "sizes", multiple=True, metavar="B",
+@click.option("--bytes", "sizes", multiple=True, metavar="B", callback=not_empty,
               help="Message size (4096, 16K, 1M ...); repeatable. Default: the --compare file's sizes, "
                    "else 1K..256M doubling.")
 @click.option("--gpus-per-node", type=int, default=None, help="Ranks placed on each node (default: the profile's gpus_per_node); the node stays the "
                    "profile's hardware (its NICs, NVLink).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
-@click.option("--compare", "compare_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--compare", "compare_path", type=click.Path(dir_okay=False), default=None, callback=not_empty,
               help="An nccl-tests output (text or -J JSON): adds the measured time and the error per size.")
-@click.option("--impl", default="auto", show_default=True,
+@click.option("--impl", default="auto", show_default=True, callback=not_empty,
               help="Implementation: auto (the profile's default), a table tag of the profile (nccl, custom, ...) "
                    f"or an engine all-reduce ({', '.join(ENGINE_COLLECTIVES)}).")
 @click.option("--hidden", type=int, default=None,
@@ -66,7 +68,7 @@ def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, c
     prof = load_profile(profile_name)
     check_collective_impl(prof, impl, "--impl")
     measured = None
-    if compare_path:
+    if compare_path is not None:
         imp = read_nccl_tests(compare_path, collective=collective)
         if imp.group != group:
             raise ValueError(f"{compare_path} was measured over {imp.group} ranks, but --group is {group}")

@@ -23,6 +23,7 @@ from tpsim.calib.compare_report import drift_note
 from tpsim.commands.bounds import check_bounds
 from tpsim.commands.console import compact_table, rich_escape, terminal_console
 from tpsim.commands.errors import UserError, user_errors
+from tpsim.commands.options import not_empty
 
 
 @click.command("compare")
@@ -31,25 +32,27 @@ from tpsim.commands.errors import UserError, user_errors
 @click.option("--nproc", type=int, default=2, show_default=True, help="Ranks to launch (= TP unless --tp).")
 @click.option("--quick", is_flag=True, help=f"Small grid ({', '.join(QUICK_MODELS)}; prompt 32, gen 16) "
                                             "and a quick calibration: a few minutes on a 2-core box.")
-@click.option("--profile", "profile_arg", default=None,
+@click.option("--profile", "profile_arg", default=None, callback=not_empty,
               help="Profile to predict with (built-in or JSON). Default: calibrate this machine first.")
-@click.option("--model", "models", multiple=True, help="Repeatable.")
+@click.option("--model", "models", multiple=True, callback=not_empty, help="Repeatable.")
 @click.option("--tp", "tps", type=int, multiple=True, help="Repeatable; default --nproc.")
 @click.option("--batch", "batches", type=int, multiple=True, default=(1,), show_default=True)
 @click.option("--prompt", "prompt_len", type=int, default=None, help="Default 32 with --quick, else 128.")
 @click.option("--gen", "gen_len", type=int, default=None, help="Default 16 with --quick, else 64.")
-@click.option("--schedule", "schedules", multiple=True, help=f"Repeatable. Default: {' '.join(DEFAULT_SCHEDULES)}.")
+@click.option("--schedule", "schedules", multiple=True, callback=not_empty,
+              help=f"Repeatable. Default: {' '.join(DEFAULT_SCHEDULES)}.")
 @click.option("--repeats", type=int, default=None,
               help="Measured generations per schedule (default 9: the sign test then gives a 96% interval for the "
                    "median speedup that leaves out both extremes).")
-@click.option("--measured", "measured_files", multiple=True, type=click.Path(dir_okay=False),
+@click.option("--measured", "measured_files", multiple=True, type=click.Path(dir_okay=False), callback=not_empty,
               help="Compare existing `tpsim bench --json` outputs (e.g. from a GPU cluster) instead of running.")
 @click.option("--out-dir", default="compare-out", show_default=True, type=click.Path(file_okay=False),
+              callback=not_empty,
               help="compare.json, report.md, plots, measured/*.json (reused on rerun), profile.json.")
 @click.option("--timeout-s", type=float, default=120.0, show_default=True, help="Per collective / rank timeout.")
 @click.option("--compile/--no-compile", "compile_", default=False, show_default=True,
               help="Bench whole compiled passes (`tpsim bench --compile`) and predict the compiled stack.")
-@click.option("--checkpoint", type=click.Path(file_okay=False), default=None,
+@click.option("--checkpoint", type=click.Path(file_okay=False), default=None, callback=not_empty,
               help="Bench a Hugging Face snapshot's weights (`tpsim bench --checkpoint`); its config is the model.")
 @user_errors
 def compare_cmd(backend, device, nproc, quick, profile_arg, models, tps, batches, prompt_len, gen_len, schedules,
@@ -58,7 +61,7 @@ def compare_cmd(backend, device, nproc, quick, profile_arg, models, tps, batches
     if not measured_files:                  # the harness runs here (and calibration, without --profile)
         require_torch("compare")
     device = device or ("cpu" if backend == "gloo" else "cuda")
-    if checkpoint:
+    if checkpoint is not None:
         if models:
             raise UserError(f"--checkpoint {checkpoint} runs its own config; drop --model")
         checkpoint = os.path.abspath(checkpoint)
@@ -77,7 +80,7 @@ def compare_cmd(backend, device, nproc, quick, profile_arg, models, tps, batches
         get_model(m)
     tps, batches = tuple(dict.fromkeys(tps or (nproc,))), tuple(dict.fromkeys(batches))
     points = [Point(m, tp, b, prompt_len, gen_len) for m in models for tp in tps for b in batches]
-    if profile_arg:
+    if profile_arg is not None:
         profile = load_profile(profile_arg)
         if not measured_files:             # say so now, not after benchmarking the whole grid
             check_covers(profile, backend, max(p.tp for p in points) if points else 1)

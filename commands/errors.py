@@ -3,9 +3,11 @@
 Every layer raises the one user-error type, `UserError` (sim/errors.py: a ValueError, so sim/ needs
 no click), or a ValueError of its own (ProfileError, CompareError, OutputBusy are UserErrors or
 ValueErrors). Every command is wrapped in `user_errors`, the one place that turns them (and an
-OSError on a path the user gave) into click's one-line `Error: ...`, exit 2. Failures that are not
-the user's (a rank that died: hw.dist.WorkerFailed; a stopped calibration) stay click errors with
-exit 1, raised by the commands themselves."""
+OSError on a path the user gave) into click's one-line `Error: ...`, exit 2; a value refused while
+click parses, before the command runs (an empty `--stack ""`: commands.options.not_empty), leaves
+the same way through `bad_value`. Failures that are not the user's (a rank that died:
+hw.dist.WorkerFailed; a stopped calibration) stay click errors with exit 1, raised by the commands
+themselves."""
 from __future__ import annotations
 
 import functools
@@ -16,11 +18,11 @@ import click
 
 from tpsim.sim.errors import UserError
 
-__all__ = ["UserError", "user_errors"]
+__all__ = ["UserError", "bad_value", "user_errors"]
 
 
 class _Refused(click.ClickException):
-    """What `user_errors` raises: click prints `Error: <message>` and exits 2."""
+    """What `user_errors` and `bad_value` raise: click prints `Error: <message>` and exits 2."""
 
     exit_code = 2
 
@@ -43,6 +45,13 @@ def user_errors(fn):
             raise _Refused(f"cannot use {e.filename}: {e.strerror}" if e.filename else str(e)) from None
     wrapper.user_errors = True                # tests/test_cli.py: every command has it
     return wrapper
+
+
+def bad_value(ctx: click.Context, param: click.Parameter, why: str) -> click.ClickException:
+    """The one-line user error (exit 2) for a value a parameter callback refuses, worded as click
+    words its own ("Invalid value for '--stack': why"). A callback runs while click parses, before
+    the body that `user_errors` wraps; click's BadParameter would print the usage lines above it."""
+    return _Refused(f"Invalid value for {param.get_error_hint(ctx)}: {why}")
 
 
 def _reader_gone() -> None:

@@ -13,6 +13,7 @@ from tpsim.calib.imports import COLLECTIVES, check_impl_tag
 from tpsim.calib.nccl_import import build_profile, default_base, read_files, refuse_overwriting_inputs
 
 from tpsim.commands.errors import UserError, user_errors
+from tpsim.commands.options import not_empty
 
 
 def _fmt_bytes(n: int) -> str:
@@ -23,9 +24,9 @@ def _fmt_bytes(n: int) -> str:
 
 
 @click.command("import-nccl-tests")
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option("--out", required=True, type=click.Path(dir_okay=False), help="profile JSON to write")
-@click.option("--extends", default=None,
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False), callback=not_empty)
+@click.option("--out", required=True, type=click.Path(dir_okay=False), callback=not_empty, help="profile JSON to write")
+@click.option("--extends", default=None, callback=not_empty,
               help="base profile for compute and topology [default: the built-in profile of the GPU "
                    "named in the files' rank lines]")
 @click.option("--group", type=int, default=None, help="ranks of the runs [default: each file's rank lines]")
@@ -33,9 +34,9 @@ def _fmt_bytes(n: int) -> str:
               help="[default: each file's header: graph: 1 (-G 1) is graph, else eager]")
 @click.option("--collective", type=click.Choice(COLLECTIVES), default=None,
               help="[default: the nccl-tests binary in the file name (all_gather_perf...), else all_reduce]")
-@click.option("--impl", default="nccl", show_default=True,
+@click.option("--impl", default="nccl", show_default=True, callback=not_empty,
               help="table tag (`--collective` of predict chooses it), e.g. nccl, nccl-p2p-off")
-@click.option("--name", default=None, help="profile name [default: the --out file's stem]")
+@click.option("--name", default=None, callback=not_empty, help="profile name [default: the --out file's stem]")
 @user_errors
 def import_nccl_tests_cmd(files, out, extends, group, mode, collective, impl, name):
     """Import nccl-tests outputs (all_reduce_perf etc.; text or -J JSON) as measured collective
@@ -45,10 +46,10 @@ def import_nccl_tests_cmd(files, out, extends, group, mode, collective, impl, na
     check_impl_tag(impl)                   # calibrate's rule: the tag predict's --collective picks
     check_writable(out)                    # the output-path policy: a regular file or a new name
     tables, gpus, spans = read_files(files, group=group, mode=mode, collective=collective)
-    base = extends or default_base(gpus)
+    base = extends if extends is not None else default_base(gpus)
     per_node = load_profile(base).gpus_per_node
     refuse_overwriting_inputs(out, files, base)
-    prof = build_profile(tables, extends=base, name=name or Path(out).stem, impl=impl)
+    prof = build_profile(tables, extends=base, name=name if name is not None else Path(out).stem, impl=impl)
     write_profile(out, prof)
     click.echo(f"wrote {out}: {len(tables)} table(s), extends {base}")
     for t in sorted(tables, key=lambda t: (t.collective, t.group, t.mode)):

@@ -8,17 +8,18 @@ from tpsim.sim.model_show import show_model
 
 from tpsim.commands.console import compact_table, terminal_console
 from tpsim.commands.errors import user_errors
+from tpsim.commands.options import not_empty
 
 
 @click.command("models")
-@click.option("--show", "show_", metavar="NAME|PATH", default=None,
+@click.option("--show", "show_", metavar="NAME|PATH", default=None, callback=not_empty,
               help="One model (a preset, or a Hugging Face config.json or its folder): shapes, "
                    "variant features and the per-rank shard at every valid TP degree.")
 @user_errors
 def models(show_):
     """Model presets with their shapes and valid TP degrees (any Llama-family config.json works
     wherever a model name is accepted)."""
-    if show_:
+    if show_ is not None:
         click.echo(show_model(get_model(show_)))
         return
     # 10 columns in 80: one space between columns, a two-line header, the TP list folded at a comma

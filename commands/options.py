@@ -1,5 +1,6 @@
 """The flags shared by the commands, declared once (workload, compile, serving stack, --stack
-preset), and the one place a `Workload` and its `Stack` are built from them (make_workload)."""
+preset, --profile), the one check every free-text option runs (not_empty), and the one place a
+`Workload` and its `Stack` are built from them (make_workload)."""
 from __future__ import annotations
 
 from dataclasses import asdict
@@ -14,18 +15,39 @@ from tpsim.sim.stack import ATTENTION_IMPLS, DECODE_KV, DTYPE_BYTES, EMBEDS, HEA
 from tpsim.sim.stacks import PRESETS, load_stack
 
 from tpsim.commands.bounds import check_sizes
+from tpsim.commands.errors import bad_value
+
+
+def not_empty(ctx: click.Context, param: click.Parameter, value):
+    """The click callback of every free-text option and argument (names, paths, specs): an explicitly
+    given empty value (`--stack ""`, often an unset shell variable) is refused, naming the option, as
+    "Invalid value for '--stack': must not be empty". Without it the commands' `if value:` read ""
+    as "not given" and silently ran the default, or carried it to a lookup's "stack file . is a
+    directory". A repeatable option's value is a tuple: each item is checked. None (not given) passes."""
+    if ctx.resilient_parsing:        # shell completion parses a half-typed line: refuse nothing
+        return value
+    for v in (value if isinstance(value, tuple) else (value,)):
+        if isinstance(v, str) and v == "":
+            raise bad_value(ctx, param, "must not be empty")     # one line, exit 2, as every user error
+    return value
+
+
+def profile_option(fn):
+    """--profile NAME|FILE, declared once (predict, trace, show): one profile, whose stack_defaults
+    fill the stack flags not given."""
+    return click.option("--profile", default="h100-sxm", show_default=True, callback=not_empty,
+                        help="Built-in profile name or path to a profile JSON (see `tpsim profiles list`); "
+                             "its stack_defaults set the stack flags not given.")(fn)
 
 
 def workload_options(fn):
-    """Options shared by predict, trace and sweep: the model, cluster and serving stack."""
+    """Options shared by predict and trace: the model, cluster and serving stack."""
     opts = [
-        click.option("--model", required=True, help=f"Model preset, or a Hugging Face config.json (or its "
-                                                     f"folder); NAME[:K] (brackets included, e.g. llama-3.1-405b[:8]) "
-                                                     f"for its first K layers. "
-                                                     f"Presets: {', '.join(MODELS)}"),
+        click.option("--model", required=True, callback=not_empty,
+                     help=f"Model preset, or a Hugging Face config.json (or its folder); NAME[:K] (brackets "
+                          f"included, e.g. llama-3.1-405b[:8]) for its first K layers. Presets: {', '.join(MODELS)}"),
         click.option("--tp", type=int, required=True, help="Tensor-parallel degree (GPUs per model replica)."),
-        click.option("--profile", default="h100-sxm", show_default=True,
-                     help="Built-in profile name or path to a profile JSON (see `tpsim profiles list`)."),
+        profile_option,
         click.option("--batch", type=int, default=1, show_default=True, help="Sequences per batch."),
         click.option("--prompt", "prompt_len", type=int, default=1024, show_default=True, help="Prompt tokens."),
         click.option("--gen", "gen_len", type=int, default=512, show_default=True, help="Generated tokens."),
@@ -39,7 +61,7 @@ def workload_options(fn):
         click.option("--memory-check/--no-memory-check", default=True, show_default=True,
                      help="Refuse a workload whose per-rank weights + KV cache + activations exceed the "
                           "profile's GPU memory."),
-        click.option("--collective", default="auto", show_default=True,
+        click.option("--collective", default="auto", show_default=True, callback=not_empty,
                      help="Collective implementation: a table key of the profile (nccl, custom, gloo), or a "
                           f"serving engine's all-reduce ({', '.join(ENGINE_COLLECTIVES)}; sim/impls.py); "
                           "auto: the profile's default_impl."),
@@ -52,7 +74,7 @@ def workload_options(fn):
 def preset_option(fn):
     """--stack NAME|FILE, declared once (predict, trace, bench): a serving engine's preset or a stack file."""
     return click.option(
-        "--stack", "stack_name", default=None, metavar="NAME|FILE",
+        "--stack", "stack_name", default=None, metavar="NAME|FILE", callback=not_empty,
         help=f"Serving-stack preset ({', '.join(PRESETS)}) or a stack file (JSON, e.g. from `tpsim profiles "
              f"import-engine-bench`): its choices and host lane, each with its source (docs/serving-engines.md). "
              f"An explicit flag overrides it. Default: reference (the profile's stack_defaults, else Stack's).")(fn)
@@ -124,7 +146,7 @@ def make_workload(model, tp, profile, batch, prompt_len, gen_len, gpus_per_node,
                   comm_group=None, compile_=None, compile_prefill=None, compile_decode=None, stack_name=None,
                   embed=None):
     check_sizes(tp, batch, prompt_len, gen_len, gpus_per_node, comm_group)
-    preset = load_stack(stack_name) if stack_name else None
+    preset = load_stack(stack_name) if stack_name is not None else None
     prof = load_profile(profile)
     given = dict(dtype=dtype, head=head, embed=embed, attention=attention, kv=kv, prefill_logits=prefill_logits,
                  expand_gqa=expand_gqa, prefill_graphs=prefill_graphs, decode_graphs=decode_graphs,
@@ -145,7 +167,7 @@ def stack_dict(stack: Stack, stack_name: str | None = None) -> dict:
     preset ("preset_info": its engine, file, and the source of each value it set that no flag
     overrode)."""
     out = asdict(stack)
-    if stack_name:
+    if stack_name is not None:
         p = load_stack(stack_name)
         info = p.to_dict()
         host = p.values.get("host", {})

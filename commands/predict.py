@@ -12,7 +12,7 @@ from tpsim.sim.stacks import load_stack
 
 from tpsim.commands.console import compact_table, progress_bar, rich_escape, stderr_console, terminal_console
 from tpsim.commands.errors import user_errors
-from tpsim.commands.options import make_workload, stack_dict, workload_options
+from tpsim.commands.options import make_workload, not_empty, stack_dict, workload_options
 
 
 MODEL_CHANGE_HELP = ("model change: none = same model and outputs as standard; retrain = a different "
@@ -30,7 +30,7 @@ def note_lines(preds) -> list[str]:
 
 @click.command("predict")
 @workload_options
-@click.option("--schedule", "schedules", multiple=True, metavar="SPEC",
+@click.option("--schedule", "schedules", multiple=True, metavar="SPEC", callback=not_empty,
               help=f"Repeatable. {SCHEDULE_HELP}. Default: {' '.join(DEFAULT_SCHEDULES)}.")
 @click.option("--exact", is_flag=True, help="Simulate every rank with the profile's arrival jitter on sampled steps "
               "and layers: the mean with a 95% confidence interval (seconds, not minutes).")
@@ -44,7 +44,8 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
     Each schedule also says what it asks of the model (model_change): none (standard, token-split,
     seq-parallel: the same model and outputs), retrain (ladder, parallel: a different architecture
     that must be trained), drops syncs (spd: the trained model with all-reduces skipped, some
-    accuracy lost), n/a (upper-bound: no communication, a speed ceiling only)."""
+    accuracy lost; spd:0, which drops none, is none), n/a (upper-bound: no communication, a speed
+    ceiling only)."""
     if exact and exhaustive:
         raise ValueError("--exact and --exhaustive are two ways to simulate the jitter (sampled or brute force); "
                          "choose one")
@@ -63,7 +64,7 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
            # where the ranks sit and what the collectives span (--gpus-per-node, --comm-group)
            "gpus_per_node": w.gpus_per_node or w.profile.gpus_per_node, "nodes": w.nodes,
            "comm_group": w.comm_group or w.tp,
-           "stack": stack_dict(w.stack, kw.get("stack_name")),
+           "stack": stack_dict(w.stack, kw["stack_name"]),
            "schedules": [p.to_dict() for p in preds]}
     jitter_note, no_jitter = None, True
     if exact or exhaustive:
@@ -98,7 +99,7 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
                f"{p.tokens_per_s:.1f}", f"{p.speedup:.3f}x", f"{p.exposed_comm_s * 1e3:.1f}", p.model_change]
         t.add_row(*row)
     console = terminal_console()
-    src = f" (values and sources: {load_stack(kw['stack_name']).path})" if kw.get("stack_name") else ""
+    src = f" (values and sources: {load_stack(kw['stack_name']).path})" if kw["stack_name"] is not None else ""
     console.print(f"stack: {w.stack.describe()}{src}", style="dim", soft_wrap=True)   # one line: greppable
     console.print(t)
     for line in note_lines(preds):

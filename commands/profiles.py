@@ -8,6 +8,7 @@ from tpsim.sim.profile import builtin_names, describe, load_profile, read_raw
 from tpsim.commands.console import compact_table, rich_escape, terminal_console
 from tpsim.commands.errors import user_errors
 from tpsim.commands.lazy import LazyGroup
+from tpsim.commands.options import not_empty
 
 # the import commands read measurement files (calib.imports): loaded when one runs
 IMPORTS = {
@@ -41,7 +42,7 @@ def profiles_list():
 
 
 @profiles.command("show")
-@click.argument("name")
+@click.argument("name", callback=not_empty)
 @user_errors
 def profiles_show(name):
     """Every value of profile NAME (or a JSON path) with where it came from."""

@@ -4,32 +4,38 @@ from __future__ import annotations
 import click
 
 from tpsim.sim.model import get_model
+from tpsim.sim.profile import load_profile
 from tpsim.sim.schedule import COMM, SCHEDULE_HELP, build
 from tpsim.sim.stack import Step, make_stack
 
 from tpsim.commands.bounds import check_sizes
 from tpsim.commands.console import compact_table, rich_escape, terminal_console
 from tpsim.commands.errors import user_errors
-from tpsim.commands.options import compile_options, stack_given, stack_options
+from tpsim.commands.options import compile_options, not_empty, profile_option, stack_given, stack_options
 
 
 @click.command("show")
-@click.option("--model", required=True, help="Model preset (e.g. tiny, llama-3.1-70b) or a config.json.")
-@click.option("--schedule", "spec", default="standard", show_default=True, help=SCHEDULE_HELP)
+@click.option("--model", required=True, callback=not_empty,
+              help="Model preset (e.g. tiny, llama-3.1-70b) or a config.json.")
+@click.option("--schedule", "spec", default="standard", show_default=True, callback=not_empty, help=SCHEDULE_HELP)
 @click.option("--tp", type=int, default=2, show_default=True)
 @click.option("--layer", type=int, default=None, help="Layer to show (default: layer 1, or the 2nd ladder layer).")
 @click.option("--phase", type=click.Choice(["decode", "prefill"]), default="decode", show_default=True)
 @click.option("--batch", type=int, default=1, show_default=True)
 @click.option("--prompt", "prompt_len", type=int, default=1024, show_default=True)
 @click.option("--gen", "gen_len", type=int, default=512, show_default=True)
+@profile_option
 @compile_options
 @stack_options
 @user_errors
-def show(model, spec, tp, layer, phase, batch, prompt_len, gen_len, **stack_flags):
+def show(model, spec, tp, layer, phase, batch, prompt_len, gen_len, profile, **stack_flags):
     """Print one layer's ops in issue order with what each waits for, to check a schedule by eye."""
     check_sizes(tp, batch, prompt_len, gen_len)
     m = get_model(model)
-    stack = make_stack(stack_given(**stack_flags))       # no profile: Stack's defaults under the flags
+    # the flags, then the profile's stack_defaults (a calibrated CPU profile's fp32, no graphs), then
+    # Stack's, as predict assembles it: the ops shown are the ones predict prices for the same flags
+    # and profile (their kv_len, dtype, attention kernel)
+    stack = make_stack(stack_given(**stack_flags), load_profile(profile).stack_defaults)
     if phase == "decode" and gen_len < 2:
         raise ValueError("a decode step needs --gen >= 2 (the prefill makes token 1); or --phase prefill")
     step = (Step.prefill(batch, prompt_len, gen_len, stack) if phase == "prefill"

@@ -21,17 +21,18 @@ from tpsim.sim.stacks import load_stack
 from tpsim.commands.bounds import check_bounds
 from tpsim.commands.console import progress_bar
 from tpsim.commands.errors import user_errors
-from tpsim.commands.options import compile_options, preset_option, stack_given, stack_options
+from tpsim.commands.options import compile_options, not_empty, preset_option, stack_given, stack_options
 
 
 @click.command("sweep")
-@click.option("--model", "models", multiple=True, required=True,
+@click.option("--model", "models", multiple=True, required=True, callback=not_empty,
               help="Model preset or Hugging Face config.json (or its folder); repeatable.")
 @click.option("--tp", "tps", type=int, multiple=True, required=True, help="TP degree; repeatable.")
 @click.option("--batch", "batches", type=int, multiple=True, default=(1,), show_default=True, help="Repeatable.")
 @click.option("--profile", "profiles_", multiple=True, default=("h100-sxm",), show_default=True,
+              callback=not_empty,
               help="Profile name or JSON path; repeatable.")
-@click.option("--schedule", "schedules", multiple=True, metavar="SPEC",
+@click.option("--schedule", "schedules", multiple=True, metavar="SPEC", callback=not_empty,
               help=f"Repeatable (standard is always included). Default: {' '.join(DEFAULT_SCHEDULES[1:])}.")
 @click.option("--bw-scale", "bw_scales", type=float, multiple=True, default=(1.0,), show_default=True,
               help="What-if: interconnect bandwidth times this; repeatable.")
@@ -41,10 +42,11 @@ from tpsim.commands.options import compile_options, preset_option, stack_given, 
 @click.option("--gen", "gen_len", type=int, default=512, show_default=True)
 @click.option("--jobs", type=int, default=1, show_default=True, help="Worker processes.")
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False, allow_dash=True),
+              callback=not_empty,
               help="CSV to write (a .json beside it holds the same rows). A sweep killed midway "
                    "resumes from OUT.partial.jsonl when rerun with the same --out. - prints the CSV "
                    "(no .json twin, no checkpoint).")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, callback=not_empty,
               help="PNG of speedups: heatmaps over TP (or lines over --bw-scale when swept).")
 @click.option("--plot-view", type=click.Choice(["speedup", "no-retraining"]), default="speedup", show_default=True,
               help="no-retraining: per batch size, the best schedule that keeps the model (standard, "
@@ -68,7 +70,7 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
     if Path(out_path).suffix.lower() == ".json":
         raise ValueError(f"--out names the CSV (its .json twin is written beside it): give {Path(out_path).with_suffix('.csv')} "
                          f"for {out_path}")
-    if plot_path:
+    if plot_path is not None:
         check_writable(plot_path, "--plot")
         check_figure_path(plot_path)
     for p in profiles_:
@@ -77,7 +79,7 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
         get_model(m)
     # each point's profile fills the stack fields the flags and the --stack preset leave unset
     # (sim.sweep.run_point: flag > preset > profile stack_defaults > Stack's, as predict)
-    preset = load_stack(stack_name).values if stack_name else None
+    preset = load_stack(stack_name).values if stack_name is not None else None
     given = stack_given(**stack_flags)
     make_stack(dict(given), preset=preset)    # a bad flag combination fails before any work
     scheds = tuple(dict.fromkeys(("standard",) + (schedules or DEFAULT_SCHEDULES[1:])))
@@ -108,6 +110,6 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
                err=to_stdout)
     if len(failed) == len(points):            # one error row per failed point: nothing ran
         raise ValueError(f"no grid point could run (the error column says why for each), e.g. {failed[0]}")
-    if plot_path:
+    if plot_path is not None:
         sw.plot(rows, plot_path, plot_view)
         click.echo(f"wrote {plot_path}", err=to_stdout)   # stdout holds the CSV

@@ -10,14 +10,15 @@ from tpsim.sim.schedule import SCHEDULE_HELP
 from tpsim.sim.trace import chrome_trace, host_records
 
 from tpsim.commands.errors import user_errors
-from tpsim.commands.options import make_workload, workload_options
+from tpsim.commands.options import make_workload, not_empty, workload_options
 
 
 @click.command("trace")
 @workload_options
-@click.option("--schedule", "spec", default="ladder", show_default=True, help=SCHEDULE_HELP)
+@click.option("--schedule", "spec", default="ladder", show_default=True, callback=not_empty, help=SCHEDULE_HELP)
 @click.option("--ranks", type=int, default=None, help="Ranks to simulate and show (default: all TP ranks).")
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False, allow_dash=True),
+              callback=not_empty,
               help="Trace JSON to write (- for stdout).")
 @user_errors
 def trace(spec, ranks, out_path, **kw):

@@ -120,7 +120,7 @@ class Prediction:
     batch: int
     gen_len: int
     speedup: float = 1.0
-    model_change: str = "none"          # what the schedule asks of the model (its ScheduleDef.model_change)
+    model_change: str = "none"          # what the schedule asks of the model (schedule.model_change)
     notes: tuple[str, ...] = ()         # what the schedule builder chose (a fallback, padding and its cost)
     prefill: StepResult | None = field(default=None, repr=False)        # timeline of the prefill
     decode: StepResult | None = field(default=None, repr=False)         # timeline of decode step 1
@@ -395,7 +395,7 @@ class Simulator:
             d, e = self.step_time(spec, w.decode_step(1))
             decode_s, decode_exposed = d * len(steps), e * len(steps)
         p = Prediction(spec, pre_s, decode_s, pre_exp + decode_exposed, w.batch, w.gen_len, mode=self.mode,
-                       model_change=model_change(spec), notes=self.notes(spec))
+                       model_change=model_change(spec, w.model.layers), notes=self.notes(spec))
         if self.mode == "sampled":
             self._add_jitter(spec, p, pre_s, steps)
         if self.record:          # full timelines of the prefill and of decode step 1, for traces and joins

@@ -22,9 +22,17 @@ DEFAULT_SCHEDULES = ("standard", "ladder", "parallel", "spd:0.7", "upper-bound")
 SCHEDULE_HELP = schedule_help()     # the built-in schedules' grammar, for click's help texts
 
 
-def model_change(spec: str) -> str:
-    """none | retrain | drops syncs | n/a for schedule `spec` (its ScheduleDef.model_change)."""
-    return _def(spec.partition(":")[0], spec).model_change
+def model_change(spec: str, n_layers: int | None = None) -> str:
+    """none | retrain | drops syncs | n/a for schedule `spec`: its ScheduleDef.model_change, except that
+    a spec whose plan is standard on every layer (spd:0, spd:0.0: no block dropped) builds standard
+    TP's pass, so it asks nothing of the model: none. `n_layers` is the model's depth (a plan depends
+    on it); without one the spec is planned at any depth, which gives the same answer for every spec
+    valid at the model's depth (an SPD fraction that rounds to no block is refused, not planned)."""
+    d = _def(spec.partition(":")[0], spec)
+    if d.model_change != "none" and not d.comm_free and \
+            set(plan_of(spec, ANY_DEPTH if n_layers is None else n_layers)) == {"standard"}:
+        return "none"
+    return d.model_change
 
 
 def no_retraining() -> tuple[str, ...]:

@@ -74,6 +74,22 @@ def test_predict_json_shape():
     assert [s["model_change"] for s in out["schedules"]] == ["none", "retrain", "retrain", "n/a", "drops syncs"]
 
 
+def test_predict_spd_that_drops_no_block_is_standard_and_says_none():
+    """spd:0 (and spd:0.0) drops no all-reduce: the same pass, model and outputs as standard, so its model
+    change is none, in --json and in the table's column; spd:0.5 still drops syncs."""
+    specs = ["--schedule", "standard", "--schedule", "spd:0", "--schedule", "spd:0.0", "--schedule", "spd:0.5"]
+    r = run("predict", "--model", "llama-3.1-8b", "--tp", "2", "--gen", "16", *specs, "--json")
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.output)["schedules"]
+    assert [s["model_change"] for s in rows] == ["none", "none", "none", "drops syncs"]
+    assert rows[1]["tokens_per_s"] == rows[2]["tokens_per_s"] == rows[0]["tokens_per_s"]
+    t = run("predict", "--model", "llama-3.1-8b", "--tp", "2", "--gen", "16", *specs)
+    assert t.exit_code == 0, t.output
+    change = {line.split()[0]: line.split()[-1] for line in t.output.splitlines()
+              if line.split()[:1] in (["spd:0"], ["spd:0.0"], ["spd:0.5"])}
+    assert change == {"spd:0": "none", "spd:0.0": "none", "spd:0.5": "syncs"}    # "drops syncs": its last word
+
+
 def test_predict_no_retraining_schedules_say_so():
     """token-split and seq-parallel keep the model (model_change none); at batch 1 decode cannot be
     split, which the output says, and seq-parallel's padding to TP rows is shown with its cost."""
@@ -116,6 +132,35 @@ def test_user_errors_are_one_line_exit_2(args, msg):
     assert "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
 
 
+EMPTY_VALUES = [
+    (["predict", "--model", "llama-3.1-8b", "--tp", "2", "--stack", ""], "--stack"),    # priced the default stack
+    (["predict", "--model", "tiny", "--tp", "2", "--profile", ""], "--profile"),       # "unknown profile ''"
+    (["predict", "--model", "", "--tp", "2"], "--model"),
+    (["predict", "--model", "tiny", "--tp", "2", "--schedule", "ladder", "--schedule", ""], "--schedule"),
+    (["trace", "--model", "tiny", "--tp", "2", "--collective", "", "--out", "{out}"], "--collective"),
+    (["show", "--model", "tiny", "--profile", ""], "--profile"),
+    (["sweep", "--model", "tiny", "--tp", "2", "--stack", "", "--out", "{out}"], "--stack"),   # ran the default
+    (["sweep", "--model", "tiny", "--tp", "2", "--out", "{out}", "--plot", ""], "--plot"),     # no plot, no word
+    (["sweep", "--model", "tiny", "--tp", "2", "--profile", "h100-sxm", "--profile", "", "--out", "{out}"],
+     "--profile"),
+    (["collective", "--group", "2", "--compare", ""], "--compare"),                    # printed no comparison
+    (["models", "--show", ""], "--show"),                                              # listed every model
+    (["profiles", "show", ""], "NAME"),
+    (["compare", "--measured", "{out}", "--out-dir", ""], "--out-dir"),                # Path("") is "."
+]
+
+
+@pytest.mark.parametrize("args, option", EMPTY_VALUES, ids=[f"{a[0]} {o}" for a, o in EMPTY_VALUES])
+def test_an_empty_option_value_is_refused_naming_the_option(tmp_path, args, option):
+    """An explicitly given empty value (often an unset shell variable) is a mistake, not "not given":
+    one click error naming the option, from the one callback every free-text option runs
+    (commands.options.not_empty), before any work and before a lookup's message about ''."""
+    out = tmp_path / "out.csv"
+    r = run(*[str(out) if a == "{out}" else a for a in args])
+    assert (r.exit_code, r.output) == (2, f"Error: Invalid value for '{option}': must not be empty\n")
+    assert not out.exists()
+
+
 def test_out_of_memory_is_refused_with_the_numbers():
     r = run("predict", "--model", "llama-3.1-405b", "--tp", "8", "--profile", "h100-sxm")
     assert r.exit_code == 2 and "needs" in r.output and "GiB per rank" in r.output and "80.00 GiB" in r.output
@@ -152,6 +197,30 @@ def test_show_ladder_marks_async_waits():
     r = run("show", "--schedule", "ladder", "--model", "tiny")
     assert r.exit_code == 0, r.output
     assert "L1.attn.allreduce" in r.output and "async, awaited here" in r.output
+
+
+def test_show_takes_the_profile_whose_stack_defaults_its_help_names(tmp_path):
+    """show's stack flags say "Default: the profile's stack_defaults, else ...": show takes the shared
+    --profile (commands.options.profile_option), and the profile's stack_defaults set the ops it prints,
+    under the flags, as predict prices them."""
+    prof = tmp_path / "filled.json"
+    prof.write_text(json.dumps({"format": "tpsim-profile", "version": 1, "name": "filled", "extends": "h100-sxm",
+                                "stack_defaults": {"kv": "filled"}}))
+    help_text = run("show", "--help").output
+    assert "--profile" in help_text and "[default: h100-sxm]" in help_text
+    point = ("show", "--model", "tiny", "--tp", "2")
+    plain, mine, flag = run(*point), run(*point, "--profile", str(prof)), run(*point, "--profile", str(prof),
+                                                                            "--kv", "static")
+    for r in (plain, mine, flag):
+        assert r.exit_code == 0, r.output
+    # decode step 1 over the whole static cache (1024 + 512) or its filled part (1024 + 1)
+    assert "kv_len=1536" in plain.output and "kv_len=1025" not in plain.output
+    assert "kv_len=1025" in mine.output and "kv_len=1536" not in mine.output
+    assert "kv_len=1536" in flag.output                                    # a flag wins over the profile
+    p = run("predict", "--model", "tiny", "--tp", "2", "--profile", str(prof), "--schedule", "standard", "--json")
+    assert json.loads(p.output)["stack"]["kv"] == "filled"
+    bad = run(*point, "--profile", "nope")
+    assert bad.exit_code == 2 and "unknown profile 'nope'" in bad.output
 
 
 def test_trace_writes_perfetto_json(tmp_path):

@@ -158,11 +158,20 @@ def _one_error(r) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("impl", ["a b", "auto", "", "x\x1b[2J", "-nccl"])
+@pytest.mark.parametrize("impl", ["a b", "auto", "x\x1b[2J", "-nccl"])
 def test_impl_must_be_a_table_tag_as_calibrate_says(tmp_path, impl):
     """Before: `--impl 'a b'` was written into the profile, while calibrate refused it (one rule now)."""
     line = _one_error(run(fx("ar_v2_13.txt"), "--impl", impl, "--out", str(tmp_path / "p.json")))
     assert "--impl must be a table tag" in line and repr(impl) in line
+    assert not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.parametrize("option", ["--impl", "--extends", "--name"])
+def test_an_empty_value_is_refused_as_every_command_refuses_it(tmp_path, option):
+    """`--extends ""` and `--name ""` read as "not given" (the GPU's base profile, the file's stem);
+    an empty value is refused by the callback every free-text option runs (commands.options.not_empty)."""
+    line = _one_error(run(fx("ar_v2_13.txt"), option, "", "--out", str(tmp_path / "p.json")))
+    assert line == f"Error: Invalid value for '{option}': must not be empty"
     assert not (tmp_path / "p.json").exists()
 
 

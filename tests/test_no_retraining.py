@@ -143,6 +143,11 @@ def test_model_change():
     assert [model_change(x) for x in ("standard", "token-split:4", "seq-parallel", "ladder:3", "parallel",
                                       "spd:0.5", "upper-bound")] == \
         ["none", "none", "none", "retrain", "retrain", "drops syncs", "n/a"]
+    # SPD that drops no block runs standard's pass: none, at any depth or the model's; one block: drops syncs
+    assert [model_change(x) for x in ("spd:0", "spd:0.0", "spd:[0]", "spd:1")] == \
+        ["none", "none", "drops syncs", "drops syncs"]
+    assert [model_change(x, M.layers) for x in ("spd:0", "spd:0.0", "spd:0.5", f"spd:[{M.layers - 1}]")] == \
+        ["none", "none", "drops syncs", "drops syncs"]
 
 
 # ---------------------------------------------------------------- timelines on toy costs

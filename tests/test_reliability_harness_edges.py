@@ -74,7 +74,8 @@ BENCH = ["bench", "--model", "tiny", "--device", "cpu"]
     ([*BENCH, "--trace", "/nonexistent-dir/t.json"], "directory /nonexistent-dir does not exist"),  # was: after the run
     ([*BENCH, "--out", ""], "--out needs a file path"),
     ([*BENCH, "--seed", str(10 ** 20)], "--seed must be in 0..4294967295"),      # crashed the ranks
-    (["calibrate", "--models", "tiny", "--out", "p.json", "--impl", ""], "--impl must be a table tag"),
+    (["calibrate", "--models", "tiny", "--out", "p.json", "--impl", ""],
+     "Invalid value for '--impl': must not be empty"),                          # commands.options.not_empty
     (["calibrate", "--models", "tiny", "--out", "p.json", "--impl", "auto"], "--impl must be a table tag"),
     (["calibrate", "--models", "tiny", "--out", "p.json", "--seed", "-1"], "--seed must be in"),
     (["compare", "--profile", "h100-sxm", "--repeats", "0"], "--repeats must be in 1.."),   # was: 9

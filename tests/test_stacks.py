@@ -56,12 +56,17 @@ def test_stack_file_extends_a_preset_and_keeps_sources(tmp_path):
     for doc, msg in (({"format": "x"}, "not a stack file"),
                      ({"format": "tpsim-stack", "host": {"schedule_s": -1}}, "host.schedule_s"),
                      ({"format": "tpsim-stack", "stack": {"atention": "flash"}}, "unknown stack field"),
-                     ({"format": "tpsim-stack", "extends": "nope"}, "extends")):
+                     ({"format": "tpsim-stack", "extends": "nope"}, "extends"),
+                     # "" is no file: not read as the file's own folder ("... is a directory")
+                     ({"format": "tpsim-stack", "extends": ""},
+                      "'extends' must be a preset name or a stack file path, got ''$")):
         bad.write_text(json.dumps(doc))
         with pytest.raises(ValueError, match=msg):
             load_stack(str(bad))
     with pytest.raises(ValueError, match="unknown stack 'vlm'"):
         load_stack("vlm")
+    with pytest.raises(ValueError, match=r"^no stack named \(an empty name\); choose a preset \(reference, "):
+        load_stack("")                  # not Path("") = ".", the working directory
 
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))

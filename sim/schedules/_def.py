@@ -11,6 +11,8 @@ from ..builder import Builder
 #   retrain      a different architecture: the model must be trained (or fine-tuned) for it
 #   drops syncs  the trained model with some all-reduces skipped: outputs change, some accuracy is lost
 #   n/a          not a way to run the model (upper-bound: no communication, a speed ceiling only)
+# A spec whose plan keeps every layer standard (spd:0: no block dropped) is none whatever its
+# schedule's (sim/schedule.py model_change): it runs standard TP's pass.
 MODEL_CHANGES = ("none", "retrain", "drops syncs", "n/a")
 
 RunBuilder = Callable[..., str]     # (builder, first layer, end layer, input residual[, count]) -> output residual

@@ -67,6 +67,9 @@ def load_stack(name_or_path: str) -> Preset:
     """A built-in preset by name, or a stack file (JSON) by path. ValueError (one line) otherwise."""
     if name_or_path in PRESETS:
         return PRESETS[name_or_path]
+    if not name_or_path:            # Path("") is ".": it would be read as the working directory
+        raise ValueError(f"no stack named (an empty name); choose a preset ({', '.join(PRESETS)}) "
+                         f"or a stack file (.json)")
     p = Path(name_or_path)
     if p.suffix.lower() != ".json" and not p.exists():
         raise ValueError(f"unknown stack {name_or_path!r}; choose a preset ({', '.join(PRESETS)}) "
@@ -89,7 +92,7 @@ def parse_stack(doc, path: str = "<stack>", _depth: int = 0) -> Preset:
         raise ValueError(f"{path}: 'extends' nests more than 8 stack files deep")
     if base_name in PRESETS:
         base = PRESETS[base_name]
-    elif isinstance(base_name, str):
+    elif isinstance(base_name, str) and base_name:      # "" would resolve to the file's own folder
         bp = Path(base_name) if Path(base_name).is_absolute() else Path(path).parent / base_name
         try:
             doc_base = _read(bp)
@@ -98,7 +101,7 @@ def parse_stack(doc, path: str = "<stack>", _depth: int = 0) -> Preset:
                              f"nor a readable stack file ({e})") from None
         base = parse_stack(doc_base, str(bp), _depth + 1)
     else:
-        raise ValueError(f"{path}: 'extends' must be a preset name or a stack file path")
+        raise ValueError(f"{path}: 'extends' must be a preset name or a stack file path, got {base_name!r}")
     stack, host, sources = doc.get("stack", {}), doc.get("host", {}), doc.get("sources", {})
     for key, v in (("stack", stack), ("host", host), ("sources", sources)):
         if not isinstance(v, dict):
