@@ -148,7 +148,8 @@ _RUN = {
 }
 _ROW = {
     "schedule": "text",
-    **{k: "number" for k in ("prefill_s", "decode_s", "tokens_per_s", "speedup", "exposed_comm_s")},
+    **{k: "number" for k in ("prefill_s", "decode_s", "tokens_per_s", "speedup")},
+    "exposed_comm_s": "number or null",             # null: not measured (a compiled run, hw.bench)
     "spread?": {"speedup?": Depends(lambda sp: {
         **{f"{k}?": "number" for k in ("ci_lo", "p25", "p75")},
         # a paired interval (ci_lo) comes with its median, upper end and coverage: compare reads all four

@@ -52,7 +52,7 @@ class MeasuredSide:
     prefill_s: float
     decode_s: float
     tokens_per_s: float
-    exposed_comm_s: float
+    exposed_comm_s: float | None   # None: not measured (a compiled run waits inside its graph: hw.bench)
     speedup: float              # the median per-repeat paired ratio over standard when the run has
                                 # them (what the interval is about), else speedup_of_medians
     speedup_of_medians: float   # tokens/s over standard's tokens/s

@@ -152,8 +152,9 @@ def _kept(cfg: CalibConfig, names: set) -> str:
 
 def _interrupted_logs(run_id: str) -> str | None:
     """The rank-log folder (/tmp/tpsim-run-*) an interrupted launch of this calibration left: hw.dist.launch
-    keeps it unless every rank succeeded, and does not say where; its config.json carries our run_id.
-    Removed, and None, when no rank wrote a line (a Ctrl-C usually kills them silently)."""
+    keeps it after an interrupt only where a rank reported something ([tpsim] lines), and says where in the
+    launch thread's exception, not this one's; its config.json carries our run_id. Removed, and None, when
+    no rank wrote a line (a Ctrl-C usually kills them silently)."""
     for d in Path(tempfile.gettempdir()).glob("tpsim-run-*"):
         try:
             ours = json.loads((d / "config.json").read_text()).get("run_id") == run_id

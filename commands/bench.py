@@ -16,8 +16,11 @@ Each command runs in one of two modes:
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import sys
 import tempfile
 from dataclasses import replace
 
@@ -119,7 +122,7 @@ def _common(f):
     ]
     for o in reversed(opts):
         f = o(f)
-    return stack_options(f)
+    return stack_options(preset_option(f))     # --stack: mapped onto the harness by _stack_preset
 
 
 def _config(kind: str, **kw):
@@ -209,6 +212,18 @@ def _run(target: str, cfg, deadline_s: float | None, command: str, extra: dict |
             os.unlink(tmp)
 
 
+@contextlib.contextmanager
+def _ctrl_c_exits_130():
+    """Ctrl-C during a launch: one line saying what is left, exit 130, as calibrate's (before: click's bare
+    "Aborted!", exit 1, and the /tmp/tpsim-run-* folder left behind). hw.dist.launch has stopped every rank
+    and removed the run folder by then; its Interrupted says so (a plain KeyboardInterrupt says nothing)."""
+    try:
+        yield
+    except KeyboardInterrupt as e:
+        click.echo(f"Aborted! {e}".rstrip(), err=True)
+        sys.exit(128 + signal.SIGINT)            # as a shell reports a process SIGINT ended (SIGTERM: 143)
+
+
 def _memory_gate(cfg, command: str) -> None:
     """Refuse before starting processes when the run cannot fit (hw.run_config.memory_gate, one line;
     check's ranks also hold its whole-model reference)."""
@@ -217,7 +232,6 @@ def _memory_gate(cfg, command: str) -> None:
 
 @click.command("bench")
 @_common
-@preset_option
 @click.option("--repeats", type=int, default=5, show_default=True, help="measured generations per schedule")
 @click.option("--warmup", type=int, default=1, show_default=True, help="unmeasured generations per schedule")
 @click.option("--graphs/--no-graphs", "decode_graphs", default=None,
@@ -238,32 +252,48 @@ def bench_cmd(deadline_s, compile_, trace_path=None, stack_name=None, **kw):
     flag wins, and what PyTorch cannot run is listed in the result's stack.notes."""
     require_torch("bench")
     check_out_path(trace_path, "--trace")
-    notes = []
-    if stack_name:
-        preset = load_stack(stack_name)
-        device = kw["device"] if kw["device"] != "auto" else ("cuda" if _cuda_available("bench") else "cpu")
-        opts, notes = harness("tpsim.hw.bench", "bench").stack_harness_options(
-            _preset_under_flags(preset.values, kw, compile_), device)
-        preset_compile = opts.pop("compile")
-        compile_ = preset_compile if compile_ is None else compile_
-        for k, v in opts.items():
-            if kw.get(k) is None:
-                kw[k] = v
-    cfg = _config("bench", compile=bool(compile_), deadline_s=deadline_s, **kw)
+    compile_, notes = _stack_preset("bench", stack_name, kw, compile_)
+    cfg = _config("bench", compile=compile_, deadline_s=deadline_s, **kw)
     _memory_gate(cfg, "bench")
-    result = _run("tpsim.hw.bench:worker", cfg, deadline_s, "bench")
+    with _ctrl_c_exits_130():
+        result = _run("tpsim.hw.bench:worker", cfg, deadline_s, "bench")
     if result is None:
         return
     if stack_name:
         result["stack"] |= {"preset": stack_name, "notes": notes}
     click.echo(json.dumps(result, indent=1) if cfg.json else harness("tpsim.hw.bench", "bench").format_result(result))
-    if notes and not cfg.json:
-        click.echo("\n".join(f"stack {stack_name}: {n}" for n in notes))
+    _echo_stack_notes(stack_name, notes, cfg)
     if cfg.out and not cfg.json:
         click.echo(f"wrote {cfg.out}")
     if trace_path:
         write_json_atomic(trace_path, bench_trace(result))
         click.echo(f"wrote {trace_path}: open it in ui.perfetto.dev or chrome://tracing", err=cfg.json)
+
+
+def _stack_preset(command: str, stack_name: str | None, kw: dict, compile_: bool | None) -> tuple[bool, list[str]]:
+    """--stack NAME|FILE for bench and check alike: the preset mapped onto what this harness can run
+    (hw.bench.stack_harness_options) under the flags given, each option the user did not give set in
+    `kw`; an explicit flag wins. Returns (compile, a note for each preset value that runs otherwise)."""
+    if not stack_name:
+        return bool(compile_), []
+    preset = load_stack(stack_name)
+    device = kw["device"] if kw["device"] != "auto" else ("cuda" if _cuda_available(command) else "cpu")
+    opts, notes = harness("tpsim.hw.bench", command).stack_harness_options(
+        _preset_under_flags(preset.values, kw, compile_), device)
+    preset_compile = opts.pop("compile")
+    if command == "check" and opts.pop("decode_graphs"):
+        # check has no --graphs: it compares each pass run without graphs (bench replays them)
+        notes.append("decode CUDA graphs: check compares passes run without graphs; bench replays them")
+    for k, v in opts.items():
+        if kw.get(k) is None:
+            kw[k] = v
+    return bool(preset_compile if compile_ is None else compile_), notes
+
+
+def _echo_stack_notes(stack_name: str | None, notes: list[str], cfg) -> None:
+    """The --stack preset's notes under the table, one a line (in JSON: the result's stack.notes)."""
+    if notes and not cfg.json:
+        click.echo("\n".join(f"stack {stack_name}: {n}" for n in notes))
 
 
 # bench's flags that name a preset value of the same name and meaning (RunConfig's names)
@@ -282,18 +312,27 @@ def _preset_under_flags(values: dict, kw: dict, compile_: bool | None) -> dict:
 
 @click.command("check")
 @_common
-@click.option("--compile/--no-compile", "compile_", default=False, show_default=True,
-              help="check the whole compiled passes (as `bench --compile`) instead of the eager runner")
+@click.option("--compile/--no-compile", "compile_", default=None,
+              help="check the whole compiled passes (as `bench --compile`) instead of the eager runner "
+                   "[default: off, or as the --stack preset compiles]")
 @user_errors
-def check_cmd(deadline_s, compile_, **kw):
-    """Numerics: each schedule's TP output vs its single-process reference (nonzero exit on failure)."""
+def check_cmd(deadline_s, compile_, stack_name=None, **kw):
+    """Numerics: each schedule's TP output vs its single-process reference (nonzero exit on failure).
+
+    --stack maps a preset onto what this harness can run, as bench's (an explicit flag wins); what runs
+    otherwise is listed under the table (in JSON: stack.notes)."""
     require_torch("check")
+    compile_, notes = _stack_preset("check", stack_name, kw, compile_)
     cfg = _config("check", deadline_s=deadline_s, compile=compile_, **kw)
     _memory_gate(cfg, "check")
-    result = _run("tpsim.hw.check:worker", cfg, deadline_s, "check")
+    with _ctrl_c_exits_130():
+        result = _run("tpsim.hw.check:worker", cfg, deadline_s, "check")
     if result is None:
         return
+    if stack_name:
+        result["stack"] |= {"preset": stack_name, "notes": notes}
     click.echo(json.dumps(result, indent=1) if cfg.json else harness("tpsim.hw.check", "check").format_check(result))
+    _echo_stack_notes(stack_name, notes, cfg)
     if not result["ok"]:
         raise SystemExit(1)
 

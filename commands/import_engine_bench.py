@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from tpsim.sim.model import get_model
+from tpsim.sim.hf_config import config_path
+from tpsim.sim.model import MODELS, get_model, is_config_path
 from tpsim.sim.profile import load_profile
 from tpsim.sim.stacks import PRESETS, load_stack
 from tpsim.fileio.lock import check_writable
@@ -41,7 +42,8 @@ def import_engine_bench_cmd(files, out, model, profile, preset, tp, batch, input
     base = load_stack(preset)
     # --out naming a benchmark, the --stack file (which the output would then extend: itself), the
     # model's config or a profile of --profile's chain would overwrite what the fit reads
-    refuse_overwriting_inputs(out, [*{r.path for r in runs}, *base.files, model], profile, "the --profile")
+    refuse_overwriting_inputs(out, [*{r.path for r in runs}, *base.files, *_model_config(model)], profile,
+                              "the --profile")
     result = fit(runs, get_model(model), load_profile(profile), base)
     doc = build_stack(result, runs, preset=preset, name=name or Path(out).stem, model=model, profile=profile)
     load_stack_doc_check(doc, out)
@@ -57,3 +59,16 @@ def import_engine_bench_cmd(files, out, model, profile, preset, tp, batch, input
     for p in result["negative"]:
         click.echo(f"  note: {p} ran faster than tpsim's GPU-only prediction: the GPU model is slow there, "
                    f"not the host (host terms are kept >= 0)", err=True)
+
+
+def _model_config(model: str) -> list[str]:
+    """The config.json the --model argument reads ([] for a preset): a folder's config.json, NAME[:K]'s
+    NAME. The argument as given was the only one checked, so `--model DIR --out DIR/config.json` (or
+    `--model CONFIG[:4] --out CONFIG`) overwrote the model's config with the stack file."""
+    base = model.rpartition("[:")[0] if model.endswith("]") and "[:" in model else model
+    if base in MODELS or not is_config_path(base):
+        return []
+    try:
+        return [str(config_path(base))]
+    except ValueError:                 # no config there: get_model says so, naming it
+        return []

@@ -11,6 +11,8 @@ paired ratios is reported in the spread as well).
 exposed_comm_s is communication the compute stream could not hide: on CPU the time ranks spent
 blocked in work.wait() (mean over ranks, median over repeats); on CUDA the compute stream's
 blocked time from CUDA events of one recorded prefill + one decode step, decode scaled by gen-1.
+With --compile it is null (printed "-"): a compiled pass waits for its collectives inside the graph,
+where the harness cannot time the waits, and the recorded passes are eager ones, another program.
 
 Run as `tpsim bench --nproc N`, or under torchrun as `torchrun --nproc-per-node N --no-python tpsim bench ...`.
 """
@@ -76,14 +78,14 @@ def run_bench(cfg: RunConfig, ctx: hwrank.DistContext) -> dict:
         for s in specs:                                     # every rank captures the same spec together,
             graphs[s] = DecodeGraph(runner, plans[s][1])    # before warm-up and timing
 
-    def generation(spec: str) -> tuple[float, float, float]:
+    def generation(spec: str) -> tuple[float, float, float | None]:
         pre, dec = plans[spec]
         dist.barrier(group=cpu)
         _sync(cfg)
         hwrank.fault_point(ctx.rank, "prefill")
         t0 = time.perf_counter()
         if compiled:
-            # whole compiled passes: waits happen inside the graph, so no exposed time is measured here
+            # whole compiled passes: waits happen inside the graph, so no exposed time is measured (None)
             nxt = compiled[spec][0](pre, prompt, compiled["pos0"])[1]
             _sync(cfg)
             t1 = time.perf_counter()
@@ -93,7 +95,7 @@ def run_bench(cfg: RunConfig, ctx: hwrank.DistContext) -> dict:
                 pos_t.fill_(cfg.prompt_len + j - 1)
                 nxt = compiled[spec][1](dec, nxt.view(-1, 1), pos_t)[1]
             _sync(cfg)
-            return t1 - t0, time.perf_counter() - t1, 0.0
+            return t1 - t0, time.perf_counter() - t1, None
         res = runner.forward(pre, prompt, 0)
         _sync(cfg)
         t1 = time.perf_counter()
@@ -246,21 +248,24 @@ def assemble(cfg: RunConfig, model_name: str, specs: list[str], per_rank: list[d
     for s in specs:
         pre = [max(r["samples"][s][i][0] for r in per_rank) for i in range(reps)]
         dec = [max(r["samples"][s][i][1] for r in per_rank) for i in range(reps)]
-        wait = [statistics.fmean(r["samples"][s][i][2] for r in per_rank) for i in range(reps)]
         skew = [max(sum(r["samples"][s][i][:2]) for r in per_rank) - min(sum(r["samples"][s][i][:2])
                 for r in per_rank) for i in range(reps)]
         tps = [tokens / (p + d) for p, d in zip(pre, dec)]
         if s == "standard":
             base_tps = tps
         recs = [rec for r in per_rank for rec in r["records"][s]]
-        if cfg.device == "cuda":                     # GPU-side blocked time from the recorded passes
+        if cfg.compile:
+            # not measured: the waits happen inside the compiled graph, and the recorded passes are eager
+            # ones (another program); before, a false 0 on CPU and the eager passes' time on CUDA
+            exposed = None
+        elif cfg.device == "cuda":                   # GPU-side blocked time from the recorded passes
             def w(ph: str) -> float:        # blocked time of one pass of phase ph, mean over ranks and passes
                 passes = 1 + max((x.get("pass", 0) for x in recs if x["phase"] == ph), default=0)
                 return sum(x["end_s"] - x["start_s"] for x in recs
                            if x["stream"] == "wait" and x["phase"] == ph) / (len(per_rank) * passes)
             exposed = w("prefill") + (cfg.gen_len - 1) * w("decode")
         else:
-            exposed = _median(wait)
+            exposed = _median([statistics.fmean(r["samples"][s][i][2] for r in per_rank) for i in range(reps)])
         p_s, d_s = _median(pre), _median(dec)
         rows.append({"schedule": s, "prefill_s": p_s, "decode_s": d_s, "tokens_per_s": tokens / (p_s + d_s),
                      "speedup": None, "exposed_comm_s": exposed,
@@ -313,19 +318,43 @@ def _env(cfg: RunConfig, per_rank: list[dict]) -> dict:
             "probe_s": [statistics.median(r["env"]["probe_s"][i] for r in per_rank) for i in (0, 1)]}
 
 
+WIDTH = 80         # a terminal's columns when nothing says otherwise: every line of the table fits it
+SCHEDULE_COLUMN = 14
+
+
+def caption(fields: list[str]) -> list[str]:
+    """A table's caption: `fields` joined by two spaces, wrapped between fields to WIDTH columns (later
+    lines indented by 4); a field is never cut (a config.json path as the model may stand alone)."""
+    lines = [fields[0]]
+    for f in fields[1:]:
+        if len(lines[-1]) + 2 + len(f) <= WIDTH:
+            lines[-1] += "  " + f
+        else:
+            lines.append("    " + f)
+    return lines
+
+
 def format_result(result: dict) -> str:
-    head = (f"{result['model']}  TP {result['tp']}  batch {result['batch']}  prompt {result['prompt_len']}  "
-            f"gen {result['gen_len']}  {result['dtype']}  {result['env']['backend']}/{result['env']['device']}  "
-            f"(median of {result['repeats']}, interleaved)")
-    # 80 columns: a terminal's width when nothing says otherwise
-    lines = [head, f"{'schedule':<14}{'prefill ms':>11}{'decode ms':>11}{'tok/s':>10}{'speedup':>9}"
-             f"{'spread':>13}{'exposed ms':>12}"]
+    # the caption was one line, 81 columns for tiny at --prompt 16 --gen 5 (85 at bench's defaults)
+    lines = caption([result["model"], f"TP {result['tp']}", f"batch {result['batch']}",
+                     f"prompt {result['prompt_len']}", f"gen {result['gen_len']}", result["dtype"],
+                     f"{result['env']['backend']}/{result['env']['device']}",
+                     f"(median of {result['repeats']}, interleaved)"])
+    lines.append(f"{'schedule':<{SCHEDULE_COLUMN}}{'prefill ms':>11}{'decode ms':>11}{'tok/s':>10}{'speedup':>9}"
+                 f"{'spread':>13}{'exposed ms':>12}")
     for r in result["schedules"]:
         sp = r["spread"]["speedup"]
-        lines.append(f"{r['schedule']:<14}{r['prefill_s'] * 1e3:>11.2f}{r['decode_s'] * 1e3:>11.2f}"
+        name = r["schedule"]
+        if len(name) >= SCHEDULE_COLUMN:         # a long layer list (spd:3,5,9-12,...): its own line, whole
+            lines.append(name)
+            name = ""
+        exposed = "-" if r["exposed_comm_s"] is None else f"{r['exposed_comm_s'] * 1e3:.2f}"
+        lines.append(f"{name:<{SCHEDULE_COLUMN}}{r['prefill_s'] * 1e3:>11.2f}{r['decode_s'] * 1e3:>11.2f}"
                      f"{r['tokens_per_s']:>10.1f}{r['speedup']:>8.2f}x"
                      f"{' ' + format(sp.get('min', 0), '.2f') + '-' + format(sp.get('max', 0), '.2f') + 'x':>13}"
-                     f"{r['exposed_comm_s'] * 1e3:>12.2f}")
+                     f"{exposed:>12}")
+    if any(r["exposed_comm_s"] is None for r in result["schedules"]):
+        lines.append("exposed ms -: not measured (--compile): the waits are inside the compiled graph")
     lines += [f"{r['schedule']}: {n}" for r in result["schedules"] for n in r.get("notes", ())]
     lines += list(result["stack"].get("collective_notes", ()))        # each says "symm-mem: ..." (hw.symm_mem)
     return "\n".join(lines)

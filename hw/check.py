@@ -32,6 +32,7 @@ from tpsim.sim.model import ModelSpec
 from tpsim.sim.schedule import build, kind_base, plan_of, runs
 from tpsim.hw import rank as hwrank
 from tpsim.hw.run_config import RunConfig
+from tpsim.hw.bench import caption
 from tpsim.hw.checkpoint import full_weights as checkpoint_full_weights, open_for
 from tpsim.hw.inductor_flags import compile_functional_pass, current_inductor_flags
 from tpsim.hw.model import build_rank_model, full_weights, rope_inv_freq
@@ -284,6 +285,9 @@ def _checked(cfg: RunConfig, ctx) -> dict:
     return {"model": cfg.model_spec().name, "tp": ctx.world, "dtype": cfg.dtype, "backend": cfg.backend,
             "device": cfg.device, "batch": cfg.batch, "prompt_len": cfg.prompt_len, "gen_len": cfg.gen_len,
             "ok": all(r["ok"] for r in merged), "schedules": merged,
+            # what ran (check runs no CUDA graphs): a --stack preset's mapping shows here, as in bench's result
+            "stack": {k: getattr(cfg, k) for k in ("head", "embed", "attention", "kv", "prefill_logits", "expand_gqa",
+                                                   "compile", "mm_decompose_m1", "collective")},
             # torch._inductor.config after compiling (hw.inductor_flags); None: eager run
             "inductor_flags": current_inductor_flags() if cfg.compile else None}
 
@@ -302,9 +306,11 @@ def _merge(per_rank: list[list[dict]]) -> list[dict]:
 
 
 def format_check(result: dict) -> str:
-    lines = [f"check {result['model']}  TP {result['tp']}  {result['dtype']}  {result['backend']}/{result['device']}  "
-             f"batch {result['batch']}  prompt {result['prompt_len']}  gen {result['gen_len']}",
-             f"{'schedule':<14}{'prefill err':>13}{'decode err':>13}{'steps':>7}  result"]
+    # the caption wraps between its fields at 80 columns, as bench's (a long model name or config path)
+    lines = caption([f"check {result['model']}", f"TP {result['tp']}", result["dtype"],
+                     f"{result['backend']}/{result['device']}", f"batch {result['batch']}",
+                     f"prompt {result['prompt_len']}", f"gen {result['gen_len']}"])
+    lines.append(f"{'schedule':<14}{'prefill err':>13}{'decode err':>13}{'steps':>7}  result")
     for r in result["schedules"]:
         fmt = lambda e: "-" if e is None else f"{e:.2e}"  # noqa: E731
         lines.append(f"{r['schedule']:<14}{fmt(r['prefill_err']):>13}{fmt(r['decode_err']):>13}"

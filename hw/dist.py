@@ -39,6 +39,7 @@ Ranks never outlive the launcher and never run code from the working directory (
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -110,21 +111,18 @@ def launch(target: str, config: dict, nproc: int, *, timeout_s: float, deadline_
     The first rank to exit nonzero ends the run: the others are terminated and WorkerFailed
     carries its exit code (or, when a collective timed out, the rank that stopped making
     progress) and the tail of its log. `deadline_s` bounds the whole run. Setting `cancel` (from
-    another thread) kills the ranks and raises KeyboardInterrupt. SIGTERM/SIGHUP of the launcher
-    (when this runs in the main thread) kill the ranks and exit 128+signal; SIGINT raises
-    KeyboardInterrupt after killing them. `keep_fds` are passed on to every rank (an output lock
-    they then hold too).
+    another thread) kills the ranks and raises Interrupted (a KeyboardInterrupt). SIGTERM/SIGHUP of the
+    launcher (when this runs in the main thread) kill the ranks and exit 128+signal; SIGINT raises
+    Interrupted after killing them. The run folder (config, rank logs, heartbeats) is kept only where
+    a rank failed (WorkerFailed names it) or, when the run was interrupted, a rank had reported
+    something ([tpsim] lines; Interrupted.logs names it); else it is removed. `keep_fds` are passed
+    on to every rank (an output lock they then hold too).
     """
     if nproc < 1:
         raise ValueError(f"--nproc must be >= 1, got {nproc}")
     check_timeout(timeout_s, "--timeout-s")
     if deadline_s is not None:
         check_timeout(deadline_s, "--deadline-s")
-    tmp = tempfile.mkdtemp(prefix="tpsim-run-")
-    cfg_path = os.path.join(tmp, "config.json")
-    with open(cfg_path, "w") as f:
-        json.dump(config, f)
-    port = free_port()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     threads = max(1, cores // nproc)          # as pin_cores splits them (a container's cpuset, not the host's)
     procs, logs, beats = [], [], []
@@ -132,7 +130,14 @@ def launch(target: str, config: dict, nproc: int, *, timeout_s: float, deadline_
     # the tie: ranks get the pipe's read end (pass_fds); its write end stays here only
     tie = ParentTie()
     old = _install_signal_handlers()
+    tmp = None
     try:
+        # made inside the try: a Ctrl-C right after it still removes it (the bug: /tmp/tpsim-run-* left behind)
+        tmp = tempfile.mkdtemp(prefix="tpsim-run-")
+        cfg_path = os.path.join(tmp, "config.json")
+        with open(cfg_path, "w") as f:
+            json.dump(config, f)
+        port = free_port()
         for r in range(nproc):
             log = os.path.join(tmp, f"rank{r}.log")
             logs.append(log)
@@ -177,14 +182,61 @@ def launch(target: str, config: dict, nproc: int, *, timeout_s: float, deadline_
                                    f"killed all {nproc} ranks.\n" + (stalled + "\n" if stalled else "")
                                    + _tails(logs))
             if cancel is not None and cancel.is_set():
-                raise KeyboardInterrupt
+                raise KeyboardInterrupt        # -> Interrupted below, after the ranks are stopped
             time.sleep(poll_s)
-    except BaseException:
-        _kill_all(procs)
+    except WorkerFailed:
+        raise                              # the ranks are stopped; its message names the kept logs
+    except BaseException as e:             # Ctrl-C, cancel, SIGTERM/SIGHUP, or a launch that failed
+        with _sigint_ignored():            # a second Ctrl-C must not cut the cleanup short
+            _kill_all(procs)
+            kept = _keep_if_reported(tmp, logs)
+        if isinstance(e, KeyboardInterrupt):
+            raise Interrupted(kept) from None
         raise
     finally:
         tie.cut()                          # any rank still alive sees EOF and ends itself
         _restore_signal_handlers(old)
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (or `cancel`) ended a launch: every rank is stopped. `logs` is the run folder when a
+    rank had reported something there (kept for its [tpsim] lines), else None (the folder is gone).
+    str(): one line saying so, for the command's `Aborted! ...`."""
+
+    def __init__(self, logs: str | None):
+        super().__init__(f"all ranks stopped; rank logs: {logs}/rank*.log" if logs
+                         else "all ranks stopped; nothing was kept")
+        self.logs = logs
+
+
+def _keep_if_reported(tmp: str | None, logs: list[str]) -> str | None:
+    """After an interrupt: `tmp` (the run folder) when a rank's log holds one of its own reports
+    ([tpsim] lines: a failure under way, the launcher gone), else remove it and return None. A rank
+    stopped by the interrupt says nothing (SIGTERM), so the usual Ctrl-C leaves no folder behind."""
+    if tmp is None:
+        return None
+    for log in logs:
+        try:
+            with open(log) as f:
+                if any(line.startswith(LOG_TAG) for line in f):
+                    return tmp
+        except OSError:
+            continue
+    shutil.rmtree(tmp, ignore_errors=True)
+    return None
+
+
+@contextlib.contextmanager
+def _sigint_ignored():
+    """SIGINT ignored inside, then as before (main thread only: Python sets handlers there alone)."""
+    old = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
+    if old is not None:                    # None: a handler not set from Python, left alone
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGINT, old)
 
 
 class _Terminated(SystemExit):

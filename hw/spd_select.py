@@ -69,8 +69,9 @@ def parse_budget(max_ppl_increase: str | None, blocks: int | None, layers: int) 
     if max_ppl_increase is not None and blocks is not None:
         raise ValueError("give one budget: --max-ppl-increase X or --blocks K, not both")
     if blocks is not None:
-        if not 0 <= blocks <= layers:
-            raise ValueError(f"--blocks must be in 0..{layers} (the model's blocks), got {blocks}")
+        # at least 1: 0 chose nothing and printed a 1.000x plan (standard priced against itself)
+        if not 1 <= blocks <= layers:
+            raise ValueError(f"--blocks must be in 1..{layers} (the model's blocks), got {blocks}")
         return Budget(blocks=blocks)
     text = (max_ppl_increase or DEFAULT_INCREASE).strip()
     rel = text.endswith("%")

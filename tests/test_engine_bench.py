@@ -206,6 +206,26 @@ def test_out_naming_an_input_is_refused_and_the_input_kept(tmp_path):
     assert stack.read_text() == before
 
 
+def test_out_naming_the_model_config_is_refused_however_model_names_it(tmp_path):
+    """--out naming the config.json --model reads is refused and the config kept, whether --model names
+    the file, its folder or either with [:K]. Before: only the argument as given was checked, so
+    `--model DIR --out DIR/config.json` overwrote the model's config with the stack file."""
+    specs = _two_tps(tmp_path)
+    folder = tmp_path / "llama"
+    folder.mkdir()
+    config = folder / "config.json"
+    before = (FIX.parent / "hf" / "llama-3.1-8b" / "config.json").read_text()
+    config.write_text(before)
+    for model in (config, folder, f"{folder}/", f"{folder}[:2]", f"{config}[:4]"):
+        line = _one_error(_bench(*specs, "--model", model, "--out", config))
+        assert line == (f"Error: --out {config} is an input ({config}): the import would overwrite what it reads; "
+                        f"choose another --out"), (model, line)
+        assert config.read_text() == before, model
+    # another --out beside the config is written
+    assert _bench(*specs, "--model", folder, "--out", folder / "stack.json").exit_code == 0
+    assert config.read_text() == before
+
+
 def test_out_is_checked_before_any_work_like_every_writer(tmp_path):
     """Before: a missing directory was created, and `--out -` printed the stack between the summary lines."""
     specs = _two_tps(tmp_path)

@@ -1,12 +1,15 @@
 """Real multi-process runs on gloo (spawned rank processes, real process groups)."""
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 
 import pytest
 from click.testing import CliRunner
+
+import procs
 
 pytest.importorskip("torch")
 
@@ -143,6 +146,36 @@ def test_rank_death_ends_run_quickly():
 def test_hung_rank_times_out():
     out = _faulted_bench("4", "1:prefill:hang")
     assert "timed out" in out and "rank 1: injected fault, hanging" in out
+
+
+def test_ctrl_c_stops_the_ranks_removes_the_run_folder_and_exits_130(tmp_path):
+    """Ctrl-C (SIGINT) of a real `tpsim bench` launcher once its ranks are started: every rank is
+    stopped, the run folder removed, one line said, exit 130 (as calibrate). Before: click's bare
+    "Aborted!", exit 1, and /tmp/tpsim-run-* (config, rank logs, heartbeats) left behind."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    # long enough that the ranks are still at work when the launcher is signalled
+    p = subprocess.Popen([sys.executable, "-m", "tpsim", "bench", *SMALL, "--tp", "2", "--gen", "400", "--repeats",
+                          "200", "--warmup", "0", "--schedule", "standard", "--timeout-s", "120"],
+                         cwd=tmp_path, env=dict(os.environ, TMPDIR=str(tmp)), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    try:
+        end = time.monotonic() + 90                 # generous: the launcher imports torch first
+        ranks: list[int] = []
+        while p.poll() is None and time.monotonic() < end and not (
+                list(tmp.glob("tpsim-run-*")) and len(ranks := procs.children(p.pid, "_worker_main")) == 2):
+            time.sleep(0.05)
+        assert p.poll() is None and len(ranks) == 2, f"no run folder with 2 ranks: {ranks}, {p.poll()}"
+        os.kill(p.pid, signal.SIGINT)               # what Ctrl-C sends
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    procs.assert_gone(ranks, 5.0, "ranks")
+    assert p.returncode == 130, err
+    assert err.strip() == "Aborted! all ranks stopped; nothing was kept" and out == ""
+    assert list(tmp.glob("tpsim-run-*")) == []
 
 
 def test_user_errors_exit_2():

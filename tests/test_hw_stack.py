@@ -1,6 +1,8 @@
 """`tpsim bench --stack NAME`: a preset mapped onto the harness options PyTorch can run, with a note
 for each it cannot; one real 2-rank gloo run checks the plumbing (explicit flags win)."""
 import json
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -175,3 +177,112 @@ def test_compare_reuses_a_compiled_run_only_with_the_same_inductor_flags(tmp_pat
     saved.write_text(json.dumps(old | {"env": old["env"] | {"inductor_flags": None}}))
     with pytest.raises(WorkerFailed, match="deadline"):
         measure(point, ("standard",), tmp_path, repeats=1, compile=True, deadline_s=0.5)
+
+
+FIX = Path(__file__).resolve().parent / "fixtures" / "compare"
+
+
+def _gathered(wait_s) -> list[dict]:
+    """What each of 2 ranks gathers for hw.bench.assemble: standard's (prefill, decode, wait) per repeat,
+    as `generation` returns them (wait None: a compiled pass, whose waits are not timed)."""
+    env = {"hostname": "h", "device": "cpu", "cores": None, "probe_s": [1.0, 1.0], "inductor_flags": None,
+           "collective_notes": [], "collective_kernels": {}}
+    return [{"samples": {"standard": [(0.01, 0.02, wait_s), (0.011, 0.021, wait_s)]}, "records": {"standard": []},
+             "env": env | {"rank": r}} for r in range(2)]
+
+
+@pytest.mark.hw              # hw.bench imports torch
+def test_a_compiled_run_reports_its_exposed_communication_as_not_measured():
+    """--compile: the waits happen inside the compiled graph, so exposed_comm_s is null and printed '-'
+    with a line saying why; it was a false 0 (CPU), or the eager recorded passes' figure (CUDA)."""
+    from tpsim.hw.bench import assemble, format_result
+    from tpsim.hw.run_config import RunConfig
+    cfg = RunConfig(model="tiny", tp=2, prompt_len=8, gen_len=2, repeats=2, schedules=("standard",), compile=True)
+    result = assemble(cfg, "tiny", ["standard"], _gathered(None), {})
+    assert result["schedules"][0]["exposed_comm_s"] is None and result["stack"]["compile"] is True
+    assert json.loads(json.dumps(result))["schedules"][0]["exposed_comm_s"] is None        # JSON: null
+    lines = format_result(result).splitlines()
+    assert lines[2].split()[0] == "standard" and lines[2].split()[-1] == "-"
+    assert lines[3] == "exposed ms -: not measured (--compile): the waits are inside the compiled graph"
+    assert max(map(len, lines)) <= 80, lines
+    # eager: the ranks' blocked time, as before (mean over ranks, median over repeats)
+    eager = assemble(replace(cfg, compile=False), "tiny", ["standard"], _gathered(0.004), {})
+    assert eager["schedules"][0]["exposed_comm_s"] == pytest.approx(0.004)
+    assert format_result(eager).splitlines()[2].split()[-1] == "4.00"
+    assert not any(ln.startswith("exposed ms -") for ln in format_result(eager).splitlines())
+
+
+def test_compare_reads_a_saved_compiled_run_with_exposed_communication_null(tmp_path, monkeypatch):
+    """`tpsim compare --measured` on a compiled run (exposed_comm_s null): compared, the null kept in
+    compare.json; it was refused ('must be a finite number >= 0, got None')."""
+    from tpsim.cli import main
+    run = json.loads((FIX / "measured-tiny-tp2.json").read_text())
+    run["stack"]["compile"] = True
+    for row in run["schedules"]:
+        row["exposed_comm_s"] = None
+    (tmp_path / "m.json").write_text(json.dumps(run))
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, ["compare", "--measured", "m.json", "--profile", str(FIX / "profile.json"),
+                                    "--out-dir", "cmp"])
+    assert res.exit_code == 0, res.output
+    (pt,) = json.loads((tmp_path / "cmp" / "compare.json").read_text())["points"]
+    assert [s["measured"]["exposed_comm_s"] for s in pt["schedules"]] == [None, None]
+
+
+@pytest.mark.hw
+@pytest.mark.slow          # compiles standard's 2 passes on 2 gloo ranks: 20-40 s
+def test_bench_compile_prints_exposed_not_measured_and_compare_reads_it(tmp_path, monkeypatch):
+    """The real thing: `bench --compile` on 2 gloo ranks prints '-' and saves null; compare reads the file."""
+    out = tmp_path / "m.json"
+    res = CliRunner().invoke(bench_cmd, ["--model", "tiny", "--tp", "2", "--prompt", "8", "--gen", "2", "--repeats",
+                                         "1", "--warmup", "0", "--schedule", "standard", "--device", "cpu",
+                                         "--backend", "gloo", "--compile", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    row = next(ln for ln in lines if ln.startswith("standard"))
+    assert row.split()[-1] == "-" and "exposed ms -: not measured (--compile): the waits are inside" in res.output
+    assert json.loads(out.read_text())["schedules"][0]["exposed_comm_s"] is None
+    from tpsim.cli import main
+    monkeypatch.chdir(tmp_path)
+    cmp = CliRunner().invoke(main, ["compare", "--measured", str(out), "--profile", str(FIX / "profile.json"),
+                                    "--out-dir", "cmp"])
+    assert cmp.exit_code == 0, cmp.output
+
+
+def test_check_takes_the_stack_option_bench_takes():
+    """`check --stack NAME|FILE`: the one --stack definition (commands.options.preset_option), mapped
+    onto the harness as bench's; refused before any rank starts as bench's. check had no --stack."""
+    from tpsim.commands.bench import check_cmd
+    opt = {cmd.name: next(p for p in cmd.params if p.name == "stack_name") for cmd in (bench_cmd, check_cmd)}
+    assert opt["check"].opts == opt["bench"].opts == ["--stack"] and opt["check"].help == opt["bench"].help
+    for cmd in (bench_cmd, check_cmd):
+        # the preset's filled KV reached the options: a compiled pass needs the static cache
+        res = CliRunner().invoke(cmd, ["--stack", "vllm", "--compile", "--device", "cpu", "--schedule", "standard"])
+        assert res.exit_code == 2 and res.output.strip().splitlines()[-1].startswith(
+            "Error: --compile needs --kv static"), (cmd.name, res.output)
+        bad = CliRunner().invoke(cmd, ["--stack", "nope", "--device", "cpu"])
+        assert bad.exit_code == 2 and "unknown stack 'nope'" in bad.output, (cmd.name, bad.output)
+
+
+@pytest.mark.hw
+@pytest.mark.slow          # starts real gloo ranks: 5-20 s
+def test_check_stack_vllm_on_gloo():
+    """check runs the vllm preset's stack as bench does (filled KV, vocab-parallel head and embedding,
+    last-position prefill logits, eager), every schedule within tolerance, the notes beside it."""
+    from tpsim.commands.bench import check_cmd
+    res = CliRunner().invoke(check_cmd, ["--stack", "vllm", "--attention", "math", "--model", "tiny", "--tp", "2",
+                                         "--prompt", "8", "--gen", "3", "--device", "cpu", "--backend", "gloo",
+                                         "--schedule", "standard", "--schedule", "ladder", "--json"])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    assert d["ok"] and [r["schedule"] for r in d["schedules"]] == ["standard", "ladder"]
+    st = d["stack"]
+    assert (st["kv"], st["expand_gqa"], st["head"], st["embed"], st["prefill_logits"]) == \
+        ("filled", False, "vocab-parallel", "vocab-parallel", "last")
+    assert st["attention"] == "math" and st["compile"] is False and st["mm_decompose_m1"] is False
+    assert st["preset"] == "vllm" and not any(n.startswith("attention") for n in st["notes"])
+    assert any(n.startswith("compile: the harness compiles a pass over a static KV cache only") for n in st["notes"])
+    text = CliRunner().invoke(check_cmd, ["--stack", "vllm", "--model", "tiny", "--tp", "2", "--prompt", "8", "--gen",
+                                          "3", "--device", "cpu", "--schedule", "standard"])
+    assert text.exit_code == 0, text.output
+    assert "all schedules match their references\nstack vllm: attention fa3: " in text.output

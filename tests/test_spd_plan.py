@@ -228,7 +228,10 @@ def test_the_documented_price_is_the_simulators(tmp_path):
     (["--text", "DIR"], "Error: --text DIR is a directory, not a regular file"),        # was 'no such file'
     (["--text", "SHORT"], "Error: --text SHORT gives 5 tokens (bytes mod 256); 2 window(s) of --seq-len 32 need at "
                           "least 64: give a longer text or a smaller --seq-len"),
-    (["--text", "TEXT", "--blocks", "5"], "Error: --blocks must be in 0..4 (the model's blocks), got 5"),
+    (["--text", "TEXT", "--blocks", "5"], "Error: --blocks must be in 1..4 (the model's blocks), got 5"),
+    # 0 chose no block and printed a 1.000x plan after measuring every block on the ranks
+    (["--text", "TEXT", "--blocks", "0"], "Error: --blocks must be in 1..4 (the model's blocks), got 0"),
+    (["--text", "TEXT", "--blocks", "-1"], "Error: --blocks must be in 1..4 (the model's blocks), got -1"),
     (["--text", "TEXT", "--blocks", "1", "--max-ppl-increase", "1%"],
      "Error: give one budget: --max-ppl-increase X or --blocks K, not both"),
     (["--text", "TEXT", "--max-ppl-increase", "lots"],

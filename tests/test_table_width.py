@@ -103,11 +103,42 @@ def test_bench_result_table_fits_80_columns():
     from tpsim.hw.bench import format_result
     result = json.loads((FIX / "compare" / "measured-tiny-tp2.json").read_text())
     lines = format_result(result).splitlines()
-    assert lines[1].split() == ["schedule", "prefill", "ms", "decode", "ms", "tok/s", "speedup", "spread",
+    # the caption too: it was one line of 81 columns here (tiny, prompt 16, gen 3, median of 3); it wraps
+    assert lines[:2] == ["tiny  TP 2  batch 1  prompt 16  gen 3  fp32  gloo/cpu", "    (median of 3, interleaved)"]
+    assert lines[2].split() == ["schedule", "prefill", "ms", "decode", "ms", "tok/s", "speedup", "spread",
                                 "exposed", "ms"]
-    assert max(len(ln) for ln in lines[1:]) <= 80, lines          # lines[0]: the caption
+    assert max(len(ln) for ln in lines) <= 80, max(lines, key=len)
     ladder = next(ln for ln in lines if ln.startswith("ladder"))
     assert ladder.split()[3:5] == ["103.9", "1.80x"]
+
+
+@pytest.mark.hw              # hw.bench imports torch
+def test_bench_caption_and_a_long_schedule_name_wrap_at_80_columns():
+    """bench's caption wraps between its fields (at the defaults it was 85 columns), a schedule name
+    longer than its column goes whole on a line of its own above its numbers; nothing is cut."""
+    from tpsim.hw.bench import format_result
+    result = json.loads((FIX / "compare" / "measured-tiny-tp2.json").read_text())
+    long_name = "spd:1,3,5,7,9-12"
+    result |= {"model": "llama-3.1-405b[:8]", "prompt_len": 1024, "gen_len": 512, "repeats": 5}
+    result["env"] |= {"backend": "nccl", "device": "cuda"}
+    result["schedules"][1]["schedule"] = long_name
+    lines = format_result(result).splitlines()
+    assert max(len(ln) for ln in lines) <= 80, max(lines, key=len)
+    assert lines[:2] == ["llama-3.1-405b[:8]  TP 2  batch 1  prompt 1024  gen 512  fp32  nccl/cuda",
+                         "    (median of 5, interleaved)"]
+    i = lines.index(long_name)
+    assert lines[i + 1].startswith(" " * 14) and lines[i + 1].split()[2:4] == ["103.9", "1.80x"]
+
+
+@pytest.mark.hw              # hw.check imports torch
+def test_check_caption_wraps_at_80_columns():
+    from tpsim.hw.check import format_check
+    model = "/home/someone/models/Meta-Llama-3.1-8B-Instruct/config.json"
+    result = {"model": model, "tp": 2, "dtype": "fp32", "backend": "gloo", "device": "cpu", "batch": 1,
+              "prompt_len": 16, "gen_len": 9, "ok": True, "schedules": []}
+    lines = format_check(result).splitlines()
+    assert lines[:2] == [f"check {model}  TP 2  fp32", "    gloo/cpu  batch 1  prompt 16  gen 9"]
+    assert max(len(ln) for ln in lines) <= 80, max(lines, key=len)
 
 
 @pytest.mark.hw              # hw.check imports torch
