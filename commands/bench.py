@@ -16,11 +16,8 @@ Each command runs in one of two modes:
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
-import sys
 import tempfile
 from dataclasses import replace
 
@@ -37,8 +34,8 @@ from tpsim.hw import harness, require_torch
 from tpsim.hw.run_config import HARNESS_COLLECTIVES, RunConfig, check_timeout, default_timeout_s
 
 from tpsim.commands.bounds import check_bounds
-from tpsim.commands.errors import UserError, user_errors
-from tpsim.commands.options import HARNESS_STACK, preset_option, stack_options
+from tpsim.commands.errors import UserError, ctrl_c_exits_130, user_errors
+from tpsim.commands.options import HARNESS_STACK, not_empty, preset_option, stack_options
 
 
 def check_cuda(n: int = 1, command: str = "bench") -> None:
@@ -87,10 +84,10 @@ def _under_torchrun() -> bool:
 def _common(f):
     """Options shared by bench and check (applied bottom-up)."""
     opts = [
-        click.option("--model", default=None,
+        click.option("--model", default=None, callback=not_empty,
                      help="preset name or a Hugging Face config.json (or its folder); NAME[:K] = first K layers "
                           "[default: tiny, or the --checkpoint's config]"),
-        click.option("--checkpoint", type=click.Path(file_okay=False), default=None,
+        click.option("--checkpoint", type=click.Path(file_okay=False), default=None, callback=not_empty,
                      help="a Hugging Face snapshot folder (config.json + *.safetensors, one file or sharded): run "
                           "its weights, each rank reading only its slices [default: random weights]"),
         click.option("--layers", type=int, default=None, help="run only the first K layers of the model"),
@@ -99,7 +96,7 @@ def _common(f):
         click.option("--batch", type=int, default=1, show_default=True),
         click.option("--prompt", "prompt_len", type=int, default=None, help="prompt tokens [default: bench 1024, check 16]"),
         click.option("--gen", "gen_len", type=int, default=None, help="generated tokens, prefill makes the 1st [default: bench 512, check 9]"),
-        click.option("--schedule", "schedules", multiple=True, help=SCHEDULE_HELP),
+        click.option("--schedule", "schedules", multiple=True, callback=not_empty, help=SCHEDULE_HELP),
         click.option("--backend", type=click.Choice(["gloo", "nccl"]), default=None,
                      help="collective backend [default: nccl on cuda, gloo on cpu]"),
         click.option("--device", type=click.Choice(["cpu", "cuda", "auto"]), default="auto", show_default=True),
@@ -114,11 +111,12 @@ def _common(f):
                           "[default: 30 s + 20x a pessimistic estimate of the longest pass]"),
         click.option("--deadline-s", type=float, default=None, help="bound on the whole run (launcher kills all)"),
         click.option("--json", "as_json", is_flag=True, help="print the result as JSON"),
-        click.option("--out", type=click.Path(dir_okay=False), default=None, help="write the result JSON here"),
+        click.option("--out", type=click.Path(dir_okay=False), default=None, callback=not_empty,
+                     help="write the result JSON here"),
         click.option("--emulate-tp", type=int, default=None,
                      help="with --tp 1: run rank 0 of a TP-N job on one device (its shard shapes; collectives "
                           "over the 1-process group), e.g. one rank of llama-3.1-70b at TP 8 on a single GPU"),
-        click.option("--fault", default=None, hidden=True, help="test hook RANK:PHASE:exit|hang"),
+        click.option("--fault", default=None, hidden=True, callback=not_empty, help="test hook RANK:PHASE:exit|hang"),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -212,18 +210,6 @@ def _run(target: str, cfg, deadline_s: float | None, command: str, extra: dict |
             os.unlink(tmp)
 
 
-@contextlib.contextmanager
-def _ctrl_c_exits_130():
-    """Ctrl-C during a launch: one line saying what is left, exit 130, as calibrate's (before: click's bare
-    "Aborted!", exit 1, and the /tmp/tpsim-run-* folder left behind). hw.dist.launch has stopped every rank
-    and removed the run folder by then; its Interrupted says so (a plain KeyboardInterrupt says nothing)."""
-    try:
-        yield
-    except KeyboardInterrupt as e:
-        click.echo(f"Aborted! {e}".rstrip(), err=True)
-        sys.exit(128 + signal.SIGINT)            # as a shell reports a process SIGINT ended (SIGTERM: 143)
-
-
 def _memory_gate(cfg, command: str) -> None:
     """Refuse before starting processes when the run cannot fit (hw.run_config.memory_gate, one line;
     check's ranks also hold its whole-model reference)."""
@@ -241,7 +227,7 @@ def _memory_gate(cfg, command: str) -> None:
                    "CUDA; functional collectives), as the reference harness; compiled code is cached "
                    "[default: off, or as the --stack preset compiles]")
 @click.option("--gpu-mem-gib", type=float, default=None, help="per-rank memory to plan against [default: the device's]")
-@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, callback=not_empty,
               help="also write a Chrome/Perfetto trace of one measured prefill and decode step per schedule "
                    "(a track per rank and stream; open in ui.perfetto.dev)")
 @user_errors
@@ -255,7 +241,7 @@ def bench_cmd(deadline_s, compile_, trace_path=None, stack_name=None, **kw):
     compile_, notes = _stack_preset("bench", stack_name, kw, compile_)
     cfg = _config("bench", compile=compile_, deadline_s=deadline_s, **kw)
     _memory_gate(cfg, "bench")
-    with _ctrl_c_exits_130():
+    with ctrl_c_exits_130():
         result = _run("tpsim.hw.bench:worker", cfg, deadline_s, "bench")
     if result is None:
         return
@@ -325,7 +311,7 @@ def check_cmd(deadline_s, compile_, stack_name=None, **kw):
     compile_, notes = _stack_preset("check", stack_name, kw, compile_)
     cfg = _config("check", deadline_s=deadline_s, compile=compile_, **kw)
     _memory_gate(cfg, "check")
-    with _ctrl_c_exits_130():
+    with ctrl_c_exits_130():
         result = _run("tpsim.hw.check:worker", cfg, deadline_s, "check")
     if result is None:
         return

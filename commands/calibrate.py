@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import sys
 
 import click
 
@@ -22,11 +20,11 @@ from tpsim.hw import harness, require_torch
 from tpsim.hw.run_config import check_timeout, default_timeout_s
 
 from tpsim.calib.imports import check_impl_tag
-from tpsim.calib.plan import CalibConfig, CalibrationInterrupted, CalibrationStopped
+from tpsim.calib.plan import CalibConfig, CalibrationStopped
 
 from tpsim.commands.bench import check_cuda, check_out_path
 from tpsim.commands.bounds import check_bounds
-from tpsim.commands.errors import user_errors
+from tpsim.commands.errors import ctrl_c_exits_130, user_errors
 from tpsim.commands.options import not_empty
 
 
@@ -86,22 +84,22 @@ def calibrate_cmd(backend, nproc, models, tps, batches, prompts, gens, quick, ou
             opts[dst] = tuple(opts.pop(src_))
     common = dict(models=models, tps=tps, batches=batches or (1,), prompt_len=prompts or (1024,),
                   gen_len=gens or (512,), quick=quick, out=out, extends=extends)
-    try:
-        if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-            dev = "cuda" if backend == "nccl" else "cpu"
-            opts.setdefault("dtype", "fp16" if dev == "cuda" else "fp32")
-            cfg = CalibConfig(out=os.path.abspath(out), backend=backend, device=dev, models=tuple(models),
-                              tps=tuple(tps), batches=tuple(common["batches"]),
-                              prompt_lens=tuple(common["prompt_len"]), gen_lens=tuple(common["gen_len"]),
-                              quick=quick, extends=extends, **opts)
-            path = calib_run.run_here(cfg)
-        else:
-            path = _with_progress(lambda cb: calib_run.calibrate(backend, nproc, progress=cb, **common, **opts))
-    except (CalibrationStopped, dist.WorkerFailed) as e:      # not the user's mistake: exit 1
-        raise click.ClickException(str(e)) from None
-    except CalibrationInterrupted as e:        # Ctrl-C: click's "Aborted!", then what a rerun continues from
-        click.echo(f"Aborted!\n{e}", err=True)
-        sys.exit(128 + signal.SIGINT)            # as a shell reports a process SIGINT ended (SIGTERM: 143)
+    # Ctrl-C: `Aborted! N finished group(s) are kept in OUT.state.json: rerun ...`, exit 130 (calib.run's
+    # CalibrationInterrupted says what a rerun continues from, once the ranks are gone)
+    with ctrl_c_exits_130():
+        try:
+            if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+                dev = "cuda" if backend == "nccl" else "cpu"
+                opts.setdefault("dtype", "fp16" if dev == "cuda" else "fp32")
+                cfg = CalibConfig(out=os.path.abspath(out), backend=backend, device=dev, models=tuple(models),
+                                  tps=tuple(tps), batches=tuple(common["batches"]),
+                                  prompt_lens=tuple(common["prompt_len"]), gen_lens=tuple(common["gen_len"]),
+                                  quick=quick, extends=extends, **opts)
+                path = calib_run.run_here(cfg)
+            else:
+                path = _with_progress(lambda cb: calib_run.calibrate(backend, nproc, progress=cb, **common, **opts))
+        except (CalibrationStopped, dist.WorkerFailed) as e:      # not the user's mistake: exit 1
+            raise click.ClickException(str(e)) from None
     if path is not None:
         _summary(str(path))
 

@@ -22,7 +22,7 @@ from tpsim.calib.compare_report import drift_note
 
 from tpsim.commands.bounds import check_bounds
 from tpsim.commands.console import compact_table, rich_escape, terminal_console
-from tpsim.commands.errors import UserError, user_errors
+from tpsim.commands.errors import UserError, ctrl_c_exits_130, user_errors
 from tpsim.commands.options import not_empty
 
 
@@ -84,9 +84,11 @@ def compare_cmd(backend, device, nproc, quick, profile_arg, models, tps, batches
         profile = load_profile(profile_arg)
         if not measured_files:             # say so now, not after benchmarking the whole grid
             check_covers(profile, backend, max(p.tp for p in points) if points else 1)
-    result = run_compare(points, schedules, Path(out_dir), profile_arg, backend, device, nproc, quick, repeats,
-                         tuple(measured_files), timeout_s, echo=click.echo, compile=compile_,
-                         checkpoint=checkpoint)
+    # Ctrl-C while ranks run (calibration or a point's bench): they are stopped, exit 130 with what is left
+    with ctrl_c_exits_130():
+        result = run_compare(points, schedules, Path(out_dir), profile_arg, backend, device, nproc, quick, repeats,
+                             tuple(measured_files), timeout_s, echo=click.echo, compile=compile_,
+                             checkpoint=checkpoint)
     _print_summary(result, Path(out_dir))
     if not result["points"]:             # every point failed: a report of nothing is not a success
         raise click.ClickException(f"nothing could be compared: all {len(result['failed'])} point(s) failed "

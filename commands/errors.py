@@ -7,18 +7,22 @@ OSError on a path the user gave) into click's one-line `Error: ...`, exit 2; a v
 click parses, before the command runs (an empty `--stack ""`: commands.options.not_empty), leaves
 the same way through `bad_value`. Failures that are not the user's (a rank that died:
 hw.dist.WorkerFailed; a stopped calibration) stay click errors with exit 1, raised by the commands
-themselves."""
+themselves. A Ctrl-C of a command that runs ranks leaves through `ctrl_c_exits_130`: one `Aborted! ...`
+saying what is left, exit 130."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import signal
 import sys
+from typing import Callable
 
 import click
 
 from tpsim.sim.errors import UserError
 
-__all__ = ["UserError", "bad_value", "user_errors"]
+__all__ = ["UserError", "bad_value", "ctrl_c_exits_130", "user_errors"]
 
 
 class _Refused(click.ClickException):
@@ -52,6 +56,24 @@ def bad_value(ctx: click.Context, param: click.Parameter, why: str) -> click.Cli
     words its own ("Invalid value for '--stack': why"). A callback runs while click parses, before
     the body that `user_errors` wraps; click's BadParameter would print the usage lines above it."""
     return _Refused(f"Invalid value for {param.get_error_hint(ctx)}: {why}")
+
+
+@contextlib.contextmanager
+def ctrl_c_exits_130(then: Callable[[], str | None] | None = None):
+    """Ctrl-C (KeyboardInterrupt) inside: `Aborted! <what the interrupt says>` on stderr and exit 130,
+    as a shell reports a process SIGINT ended (SIGTERM: 143); click's own handling is a bare "Aborted!"
+    and exit 1. One helper for every command that runs ranks (bench, check, spd-plan, compare,
+    calibrate): the interrupts say what is left, hw.dist.Interrupted (the ranks are stopped; their run
+    folder removed, or named where a rank had reported something) and calib.plan.CalibrationInterrupted
+    (what the state file keeps); a plain KeyboardInterrupt says nothing. `then()`, called once the
+    interrupt has unwound, may add a line of the command's own (spd-plan: the partial file a rerun
+    resumes from)."""
+    try:
+        yield
+    except KeyboardInterrupt as e:
+        lines = [f"Aborted! {e}".rstrip(), then() if then else None]
+        click.echo("\n".join(line for line in lines if line), err=True)
+        sys.exit(128 + signal.SIGINT)
 
 
 def _reader_gone() -> None:

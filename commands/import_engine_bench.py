@@ -17,21 +17,25 @@ from tpsim.calib.engine_bench import build_stack, fit, load_stack_doc_check, rea
 from tpsim.calib.nccl_import import refuse_overwriting_inputs
 
 from tpsim.commands.errors import user_errors
+from tpsim.commands.options import not_empty
 
 
 @click.command("import-engine-bench")
-@click.argument("files", nargs=-1, required=True)
-@click.option("--out", required=True, type=click.Path(dir_okay=False), help="stack file (JSON) to write")
-@click.option("--model", required=True, help="the model the runs served (a preset or a Hugging Face config.json)")
-@click.option("--profile", default="h100-sxm", show_default=True, help="the profile of the runs' GPUs")
-@click.option("--stack", "preset", default=None,
+@click.argument("files", nargs=-1, required=True, callback=not_empty)
+@click.option("--out", required=True, type=click.Path(dir_okay=False), callback=not_empty,
+              help="stack file (JSON) to write")
+@click.option("--model", required=True, callback=not_empty,
+              help="the model the runs served (a preset or a Hugging Face config.json)")
+@click.option("--profile", default="h100-sxm", show_default=True, callback=not_empty,
+              help="the profile of the runs' GPUs")
+@click.option("--stack", "preset", default=None, callback=not_empty,
               help=f"the preset the engine's choices come from [default: the engine of the files: vllm or sglang]; "
                    f"one of {', '.join(PRESETS)} or a stack file")
 @click.option("--tp", type=int, default=None, help="TP of every file that does not say (else FILE:tp=N)")
 @click.option("--batch", type=int, default=None, help="batch of every file that does not say [vLLM default: 8]")
 @click.option("--input-len", type=int, default=None, help="prompt tokens [vLLM default: 32]")
 @click.option("--output-len", type=int, default=None, help="generated tokens [vLLM default: 128]")
-@click.option("--name", default=None, help="stack name [default: the --out file's stem]")
+@click.option("--name", default=None, callback=not_empty, help="stack name [default: the --out file's stem]")
 @user_errors
 def import_engine_bench_cmd(files, out, model, profile, preset, tp, batch, input_len, output_len, name):
     """Fit a deployment's host step terms from its engine benchmarks (`vllm bench latency --output-json`,

@@ -10,8 +10,10 @@ starts (one line, exit 2): the checkpoint's headers, the text's length, the budg
 Resume: finished passes go to `<--out>.partial.jsonl` as they complete; a rerun with the same
 inputs (hw.spd_text.plan_digest) reads them back and measures only the rest. The file is removed
 once the result is written (launcher mode; under torchrun it is kept, and a rerun reprints at
-once). Without --out nothing is kept. The launcher locks --out (sim.lock.output_lock) while a plan
-runs; under torchrun no process holds that lock.
+once). Without --out nothing is kept: the partial file made for the run is removed however it ends.
+Ctrl-C stops the ranks and exits 130 (commands.errors.ctrl_c_exits_130), saying how many finished
+passes --out's partial file keeps for a rerun. The launcher locks --out (sim.lock.output_lock) while
+a plan runs; under torchrun no process holds that lock.
 """
 from __future__ import annotations
 
@@ -38,16 +40,16 @@ from tpsim.hw.spd_text import load_tokens, plan_digest
 
 from tpsim.commands.bench import _cuda_available, _memory_gate, _model_and_checkpoint, _run, _under_torchrun, check_cuda
 from tpsim.commands.bounds import check_sizes
-from tpsim.commands.errors import UserError, user_errors
-from tpsim.commands.options import HARNESS_STACK
+from tpsim.commands.errors import UserError, ctrl_c_exits_130, user_errors
+from tpsim.commands.options import HARNESS_STACK, not_empty
 
 TARGET = "tpsim.hw.spd_plan:worker"
 
 
 @click.command("spd-plan")
-@click.option("--checkpoint", type=click.Path(file_okay=False), default=None,
+@click.option("--checkpoint", type=click.Path(file_okay=False), default=None, callback=not_empty,
               help="a Hugging Face snapshot folder (config.json + *.safetensors): the trained model to plan for")
-@click.option("--text", "text_path", default=None,
+@click.option("--text", "text_path", default=None, callback=not_empty,
               help="the text perplexity is measured on (tokenized by the checkpoint's tokenizer.json, else read "
                    "as whitespace-separated token ids, else bytes mod vocab; the output says which)")
 @click.option("--tp", "--nproc", "tp", type=int, default=2, show_default=True,
@@ -58,26 +60,27 @@ TARGET = "tpsim.hw.spd_plan:worker"
 @click.option("--dtype", type=click.Choice(list(DTYPE_BYTES)), default=None,
               help="the harness's dtype [default: fp16 on cuda, fp32 on cpu]")
 @click.option("--layers", type=int, default=None, help="plan only the first K layers of the model")
-@click.option("--max-ppl-increase", default=None, metavar="X%|X",
+@click.option("--max-ppl-increase", default=None, metavar="X%|X", callback=not_empty,
               help="budget: X% = perplexity at most X percent over the baseline; X = at most X perplexity points "
                    "over it [default: 1%]")
 @click.option("--blocks", type=int, default=None, help="budget: the K least sensitive blocks (instead of a ppl budget)")
 @click.option("--seq-len", type=int, default=256, show_default=True, help="tokens per window (one prefill each)")
 @click.option("--windows", type=int, default=None, help="windows measured [default: as many as the text holds]")
-@click.option("--profile", default="h100-sxm", show_default=True, help="the profile the chosen list is priced on")
+@click.option("--profile", default="h100-sxm", show_default=True, callback=not_empty,
+              help="the profile the chosen list is priced on")
 @click.option("--batch", type=int, default=1, show_default=True, help="priced workload: sequences per batch")
 @click.option("--prompt", "prompt_len", type=int, default=1024, show_default=True,
               help="priced workload: prompt tokens")
 @click.option("--gen", "gen_len", type=int, default=512, show_default=True, help="priced workload: generated tokens")
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
-@click.option("--out", type=click.Path(dir_okay=False), default=None,
+@click.option("--out", type=click.Path(dir_okay=False), default=None, callback=not_empty,
               help="write the result JSON here (and resume from <out>.partial.jsonl)")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, callback=not_empty,
               help="PNG of the sensitivity by layer")
 @click.option("--timeout-s", type=float, default=None,
               help="a collective that waits longer ends the run [default: 30 s + 20x a pessimistic pass estimate]")
 @click.option("--deadline-s", type=float, default=None, help="bound on the whole run (launcher kills all)")
-@click.option("--fault", default=None, hidden=True, help="test hook RANK:passN:exit|hang")
+@click.option("--fault", default=None, hidden=True, callback=not_empty, help="test hook RANK:passN:exit|hang")
 @user_errors
 def spd_plan_cmd(checkpoint, text_path, tp, backend, device, dtype, layers, max_ppl_increase, blocks, seq_len,
                  windows, profile, batch, prompt_len, gen_len, as_json, out, plot_path, timeout_s, deadline_s, fault):
@@ -94,12 +97,21 @@ def spd_plan_cmd(checkpoint, text_path, tp, backend, device, dtype, layers, max_
                              timeout_s, deadline_s, fault)
     except ValueError as e:               # a tokenizer's or checkpoint's message may span lines: one here
         raise UserError(" ".join(str(e).split())) from None
-    _memory_gate(cfg, "spd-plan")
-    if _under_torchrun():
-        _run(TARGET, cfg, deadline_s, "spd-plan", {"spd_plan": opts | {"bar": True}})
-        return
-    with output_lock(out, "spd-plan") if out else contextlib.nullcontext():      # OutputBusy: exit 2
-        result = _launch(cfg, opts, deadline_s)
+    # a partial file made for this run (no --out) is nobody's resumable state: gone however the run ends
+    # (before: a Ctrl-C, a failed rank or a refused memory gate left /tmp/tpsim-spd-plan-*.partial.jsonl)
+    own = opts["partial"] if not out else None
+    try:
+        _memory_gate(cfg, "spd-plan")
+        # Ctrl-C: the ranks are stopped; with --out, what its partial file keeps for a rerun is said
+        with ctrl_c_exits_130(then=lambda: _resumable(opts) if out else None):
+            if _under_torchrun():
+                _run(TARGET, cfg, deadline_s, "spd-plan", {"spd_plan": opts | {"bar": True}})
+                return
+            with output_lock(out, "spd-plan") if out else contextlib.nullcontext():      # OutputBusy: exit 2
+                result = _launch(cfg, opts, deadline_s)
+    finally:
+        if own:
+            Path(own).unlink(missing_ok=True)
     Path(opts["partial"]).unlink(missing_ok=True)        # the result is written: nothing left to resume
     click.echo(json.dumps(result, indent=1) if as_json else format_plan(result))
     for what, path in (("result", out), ("plot", plot_path)):
@@ -161,6 +173,13 @@ def _prepare(checkpoint, text_path, tp, backend, device, dtype, layers, max_ppl_
             "price": {"profile": profile, "batch": batch, "prompt_len": prompt_len, "gen_len": gen_len},
             "layers": m.layers}
     return cfg, opts
+
+
+def _resumable(opts: dict) -> str | None:
+    """After a Ctrl-C with --out: what its partial file keeps (the user's resumable state, left in
+    place), as calibrate says what its state file keeps; None when no pass had finished."""
+    n = len(read_partial(opts["partial"], opts["digest"]))
+    return f"{n} finished pass(es) are kept in {opts['partial']}: rerun the same command to continue" if n else None
 
 
 def _launch(cfg: RunConfig, opts: dict, deadline_s: float | None) -> dict:

@@ -201,11 +201,12 @@ def launch(target: str, config: dict, nproc: int, *, timeout_s: float, deadline_
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C (or `cancel`) ended a launch: every rank is stopped. `logs` is the run folder when a
     rank had reported something there (kept for its [tpsim] lines), else None (the folder is gone).
-    str(): one line saying so, for the command's `Aborted! ...`."""
+    str(): one line saying so, for the command's `Aborted! ...` (about the rank logs only: a command
+    that keeps a resumable file, spd-plan --out, says so on a line of its own)."""
 
     def __init__(self, logs: str | None):
         super().__init__(f"all ranks stopped; rank logs: {logs}/rank*.log" if logs
-                         else "all ranks stopped; nothing was kept")
+                         else "all ranks stopped; no rank logs kept")
         self.logs = logs
 
 

@@ -6,6 +6,7 @@ mode): so `tpsim` here is a link to this checkout, first on sys.path and on PYTH
 tests and for every Python process they start (the launcher's ranks load their tpsim by path).
 """
 import atexit
+import getpass
 import json
 import os
 import sys
@@ -22,6 +23,33 @@ sys.path.insert(0, _LINKS)
 os.environ["PYTHONPATH"] = os.pathsep.join([_LINKS, *filter(None, [os.environ.get("PYTHONPATH")])])
 assert "tpsim" not in sys.modules or Path(sys.modules["tpsim"].__file__).resolve().parent == ROOT, (
     f"another tpsim was imported before the tests: {sys.modules['tpsim'].__file__}")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _temporary_files_under_pytests_basetemp(tmp_path_factory):
+    """Every temporary file the tests and the processes they start make goes under pytest's own
+    temporary directory (this worker's basetemp/tmp), not /tmp: hw.dist.launch keeps a run folder
+    (/tmp/tpsim-run-*) where a rank failed, so its logs can be read, and many tests make ranks fail on
+    purpose (the suite left ~300 behind per run). pytest keeps its last 3 basetemps and removes older
+    ones. tempfile.tempdir is this process's (tempfile.gettempdir()); TMPDIR is every child's. Session
+    scope: the module fixtures that start ranks run under it too. A test may still point TMPDIR
+    elsewhere for its own child (tests/test_hw_dist.py's Ctrl-C test).
+
+    Inductor's compile cache is no temporary file: it stays where it was (torch's default,
+    cache_dir_utils.default_cache_dir: <tmp>/torchinductor_<user>), else every session would compile
+    cold (tests/test_compiled.py: 34 s warm, 113 s cold on the 2-core box). The package link made at
+    import (_LINKS, above) is made before this runs, in the real temporary directory, as before."""
+    here = str(tmp_path_factory.mktemp("tmp", numbered=False))
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):           # no passwd entry (a container): torch's own fallback
+        user = f"uid_{os.getuid()}"
+    inductor = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(tempfile.gettempdir(), f"torchinductor_{user}")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TORCHINDUCTOR_CACHE_DIR", inductor)
+        mp.setattr(tempfile, "tempdir", here)
+        mp.setenv("TMPDIR", here)
+        yield here
 
 
 @pytest.hookimpl(optionalhook=True)

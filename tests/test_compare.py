@@ -1,6 +1,12 @@
 """tpsim compare end to end on CPU: calibrate (quick) -> bench -> predict -> report, on real gloo
 process groups; and bad inputs that fail one point while the rest of the grid completes."""
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -9,6 +15,8 @@ from tpsim.cli import main
 from tpsim.sim.schedule import build
 from tpsim.sim.model import get_model
 from tpsim.sim.stack import Stack, Step
+
+import procs
 
 pytestmark = pytest.mark.hw
 
@@ -108,3 +116,35 @@ def test_bad_measured_inputs_fail_alone(run_dir, tmp_path):
                                   "--out-dir", str(tmp_path / "out3")])
     res = json.loads((tmp_path / "out3" / "compare.json").read_text())
     assert not res["points"] and "no collective tables for 'gloo'" in res["failed"][0]["error"]
+
+
+def test_ctrl_c_while_a_point_benches_exits_130_and_leaves_no_run_folder(tmp_path):
+    """Ctrl-C (SIGINT) of a real `tpsim compare` while its ranks bench a point: as bench, every rank is
+    stopped, the run folder removed, `Aborted! ...` and exit 130, through the one helper
+    (commands.errors.ctrl_c_exits_130). Before: click's bare "Aborted!" and exit 1."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    profile = Path(__file__).resolve().parent / "fixtures" / "compare" / "profile.json"    # prices gloo: no calibration
+    # long enough that the ranks are still at work when the launcher is signalled
+    p = subprocess.Popen([sys.executable, "-m", "tpsim", "compare", "--profile", str(profile), "--model", "tiny",
+                          "--nproc", "2", "--prompt", "16", "--gen", "400", "--repeats", "200",
+                          "--schedule", "standard", "--out-dir", str(tmp_path / "out"), "--timeout-s", "120"],
+                         cwd=tmp_path, env=dict(os.environ, TMPDIR=str(tmp)), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    try:
+        end = time.monotonic() + 90                 # generous: the launcher imports torch first
+        ranks: list[int] = []
+        while p.poll() is None and time.monotonic() < end and not (
+                list(tmp.glob("tpsim-run-*")) and len(ranks := procs.children(p.pid, "_worker_main")) == 2):
+            time.sleep(0.05)
+        assert p.poll() is None and len(ranks) == 2, f"no run folder with 2 ranks: {ranks}, {p.poll()}"
+        os.kill(p.pid, signal.SIGINT)               # what Ctrl-C sends
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    procs.assert_gone(ranks, 5.0, "ranks")
+    assert p.returncode == 130, err
+    assert err.strip() == "Aborted! all ranks stopped; no rank logs kept", err
+    assert out.startswith("[1/1] bench tiny") and list(tmp.glob("tpsim-run-*")) == []

@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -142,6 +143,21 @@ def test_rank_death_ends_run_quickly():
     assert "rank 1 of 2 exited with code 17" in out and "stopped the other ranks" in out
 
 
+def test_a_failed_runs_kept_folder_lands_under_pytests_basetemp(tmp_path_factory):
+    """hw.dist.launch keeps a failed run's folder (its rank logs, named in the error); tests/conftest.py
+    points tempfile and TMPDIR (for child processes) at pytest's basetemp for the session, so the many
+    rank failures the suite makes on purpose leave nothing in /tmp. Before: ~300 /tmp/tpsim-run-* per
+    suite run."""
+    base = tmp_path_factory.getbasetemp().resolve()
+    out = _faulted_bench("60", "1:decode:exit")
+    (logs,) = [line.removeprefix("rank logs: ") for line in out.splitlines() if line.startswith("rank logs: ")]
+    run = Path(logs).parent
+    assert run.name.startswith("tpsim-run-") and run.resolve().is_relative_to(base) and (run / "rank1.log").exists()
+    child = subprocess.run([sys.executable, "-c", "import tempfile; print(tempfile.gettempdir())"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert Path(child).resolve() == run.parent.resolve()          # the same folder, for the ranks too
+
+
 @pytest.mark.slow          # starts real gloo ranks: 5-20 s
 def test_hung_rank_times_out():
     out = _faulted_bench("4", "1:prefill:hang")
@@ -174,7 +190,7 @@ def test_ctrl_c_stops_the_ranks_removes_the_run_folder_and_exits_130(tmp_path):
             p.wait()
     procs.assert_gone(ranks, 5.0, "ranks")
     assert p.returncode == 130, err
-    assert err.strip() == "Aborted! all ranks stopped; nothing was kept" and out == ""
+    assert err.strip() == "Aborted! all ranks stopped; no rank logs kept" and out == ""
     assert list(tmp.glob("tpsim-run-*")) == []
 
 

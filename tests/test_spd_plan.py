@@ -28,6 +28,7 @@ from tpsim.sim.schedules.spd import blocks as spd_blocks  # noqa: E402
 from tpsim.hw.spd_text import load_tokens  # noqa: E402
 
 import hf_models  # noqa: E402
+import procs  # noqa: E402
 
 pytestmark = [pytest.mark.hw]
 ROOT = Path(__file__).resolve().parent.parent
@@ -165,6 +166,50 @@ def test_resume_after_kill(fixture, tmp_path):
     assert res["baseline_ppl"] == before["standard"]
     assert [b["ppl"] for b in res["blocks"][:2]] == [before["spd:[0]"], before["spd:[1]"]]
     assert not os.path.exists(part) and json.loads(out.read_text())["schedule"] == res["schedule"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("given_out", [False, True], ids=["no --out", "--out"])
+def test_ctrl_c_exits_130_and_keeps_only_the_users_partial_file(fixture, tmp_path, given_out):
+    """Ctrl-C (SIGINT) of a real spd-plan launcher with 3 passes done (rank 1 hangs at its 4th, a test
+    hook, so the ranks are surely at work): every rank is stopped, `Aborted! ...` and exit 130, as bench.
+    The partial file it made for itself (no --out) is removed; the one --out names stays (the user's
+    resumable state), and the message says so. Before: click's bare "Aborted!", exit 1, and
+    /tmp/tpsim-spd-plan-*.partial.jsonl left behind."""
+    d, _, text = fixture
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    out = tmp_path / "plan.json"
+    args = [sys.executable, str(ROOT / "cli.py"), "spd-plan", "--checkpoint", str(d / "plain"), "--text", str(text),
+            *RUN, "--blocks", "1", "--timeout-s", "120", "--fault", "1:pass3:hang", *(["--out", str(out)] * given_out)]
+    p = subprocess.Popen(args, cwd=tmp_path, env=dict(os.environ, TMPDIR=str(tmp)), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    part = Path(partial_path(str(out))) if given_out else None
+    try:
+        end = time.monotonic() + 240
+        while p.poll() is None and time.monotonic() < end:
+            part = part or next(tmp.glob("tpsim-spd-plan-*.partial.jsonl"), None)
+            if part and part.exists() and len(part.read_text().splitlines()) >= 3:
+                break
+            time.sleep(0.2)
+        ranks = procs.children(p.pid, "_worker_main")
+        assert p.poll() is None and len(ranks) == 2, f"no 3 passes with 2 ranks at work: {ranks}, {p.poll()}"
+        os.kill(p.pid, signal.SIGINT)                       # what Ctrl-C sends
+        stdout, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    procs.assert_gone(ranks, 5.0, "ranks")
+    assert p.returncode == 130, err
+    (run,) = tmp.glob("tpsim-run-*")              # kept and named: rank 1 said it was hanging ([tpsim] line)
+    said = [f"Aborted! all ranks stopped; rank logs: {run}/rank*.log"]
+    if given_out:
+        said.append(f"3 finished pass(es) are kept in {part}: rerun the same command to continue")
+        assert len(part.read_text().splitlines()) == 3 and not out.exists()
+    else:
+        assert list(tmp.glob("tpsim-spd-plan-*")) == []
+    assert err.strip().splitlines() == said and stdout == ""
 
 
 @pytest.mark.parametrize("layers, spec", [((), "standard"), ((7,), "spd:[7]"), ((2, 3), "spd:2-3"),
