@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -46,3 +48,26 @@ def assert_gone(pids: list[int], within_s: float, what: str = "processes") -> No
     for p in alive:
         os.kill(p, signal.SIGKILL)
     assert not alive, f"{what} {alive} outlived their parent by {within_s} s"
+
+
+def ctrl_c_when(args: list[str], cwd: Path, tmp: Path, ready, within_s: float = 90) -> tuple[int, str, str, list[int]]:
+    """Run `python -m tpsim ARGS` in `cwd` with TMPDIR=`tmp`, send it SIGINT (what Ctrl-C sends) once
+    ready(ranks) is true (ranks: its live rank processes), and return (exit status, stdout, stderr,
+    ranks). Fails if it is not ready within `within_s` (generous: the launcher imports torch first);
+    the launcher never outlives the call, and the ranks are asserted gone 5 s after it ends."""
+    p = subprocess.Popen([sys.executable, "-m", "tpsim", *args], cwd=cwd, env=dict(os.environ, TMPDIR=str(tmp)),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    ranks: list[int] = []
+    try:
+        end = time.monotonic() + within_s
+        while p.poll() is None and time.monotonic() < end and not ready(ranks := children(p.pid, "_worker_main")):
+            time.sleep(0.05)
+        assert p.poll() is None and ready(ranks), f"not ready to interrupt: ranks {ranks}, exit {p.poll()}"
+        os.kill(p.pid, signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert_gone(ranks, 5.0, "ranks")
+    return p.returncode, out, err, ranks

@@ -1,11 +1,6 @@
 """tpsim compare end to end on CPU: calibrate (quick) -> bench -> predict -> report, on real gloo
 process groups; and bad inputs that fail one point while the rest of the grid completes."""
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -126,25 +121,10 @@ def test_ctrl_c_while_a_point_benches_exits_130_and_leaves_no_run_folder(tmp_pat
     tmp.mkdir()
     profile = Path(__file__).resolve().parent / "fixtures" / "compare" / "profile.json"    # prices gloo: no calibration
     # long enough that the ranks are still at work when the launcher is signalled
-    p = subprocess.Popen([sys.executable, "-m", "tpsim", "compare", "--profile", str(profile), "--model", "tiny",
-                          "--nproc", "2", "--prompt", "16", "--gen", "400", "--repeats", "200",
-                          "--schedule", "standard", "--out-dir", str(tmp_path / "out"), "--timeout-s", "120"],
-                         cwd=tmp_path, env=dict(os.environ, TMPDIR=str(tmp)), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
-    try:
-        end = time.monotonic() + 90                 # generous: the launcher imports torch first
-        ranks: list[int] = []
-        while p.poll() is None and time.monotonic() < end and not (
-                list(tmp.glob("tpsim-run-*")) and len(ranks := procs.children(p.pid, "_worker_main")) == 2):
-            time.sleep(0.05)
-        assert p.poll() is None and len(ranks) == 2, f"no run folder with 2 ranks: {ranks}, {p.poll()}"
-        os.kill(p.pid, signal.SIGINT)               # what Ctrl-C sends
-        out, err = p.communicate(timeout=60)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    procs.assert_gone(ranks, 5.0, "ranks")
-    assert p.returncode == 130, err
+    rc, out, err, _ = procs.ctrl_c_when(
+        ["compare", "--profile", str(profile), "--model", "tiny", "--nproc", "2", "--prompt", "16", "--gen", "400",
+         "--repeats", "200", "--schedule", "standard", "--out-dir", str(tmp_path / "out"), "--timeout-s", "120"],
+        tmp_path, tmp, lambda ranks: bool(list(tmp.glob("tpsim-run-*"))) and len(ranks) == 2)
+    assert rc == 130, err
     assert err.strip() == "Aborted! all ranks stopped; no rank logs kept", err
     assert out.startswith("[1/1] bench tiny") and list(tmp.glob("tpsim-run-*")) == []

@@ -1,7 +1,6 @@
 """Real multi-process runs on gloo (spawned rank processes, real process groups)."""
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -171,25 +170,11 @@ def test_ctrl_c_stops_the_ranks_removes_the_run_folder_and_exits_130(tmp_path):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     # long enough that the ranks are still at work when the launcher is signalled
-    p = subprocess.Popen([sys.executable, "-m", "tpsim", "bench", *SMALL, "--tp", "2", "--gen", "400", "--repeats",
-                          "200", "--warmup", "0", "--schedule", "standard", "--timeout-s", "120"],
-                         cwd=tmp_path, env=dict(os.environ, TMPDIR=str(tmp)), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
-    try:
-        end = time.monotonic() + 90                 # generous: the launcher imports torch first
-        ranks: list[int] = []
-        while p.poll() is None and time.monotonic() < end and not (
-                list(tmp.glob("tpsim-run-*")) and len(ranks := procs.children(p.pid, "_worker_main")) == 2):
-            time.sleep(0.05)
-        assert p.poll() is None and len(ranks) == 2, f"no run folder with 2 ranks: {ranks}, {p.poll()}"
-        os.kill(p.pid, signal.SIGINT)               # what Ctrl-C sends
-        out, err = p.communicate(timeout=60)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    procs.assert_gone(ranks, 5.0, "ranks")
-    assert p.returncode == 130, err
+    rc, out, err, _ = procs.ctrl_c_when(
+        ["bench", *SMALL, "--tp", "2", "--gen", "400", "--repeats", "200", "--warmup", "0", "--schedule", "standard",
+         "--timeout-s", "120"],
+        tmp_path, tmp, lambda ranks: bool(list(tmp.glob("tpsim-run-*"))) and len(ranks) == 2)
+    assert rc == 130, err
     assert err.strip() == "Aborted! all ranks stopped; no rank logs kept" and out == ""
     assert list(tmp.glob("tpsim-run-*")) == []
 

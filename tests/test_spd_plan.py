@@ -180,28 +180,18 @@ def test_ctrl_c_exits_130_and_keeps_only_the_users_partial_file(fixture, tmp_pat
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     out = tmp_path / "plan.json"
-    args = [sys.executable, str(ROOT / "cli.py"), "spd-plan", "--checkpoint", str(d / "plain"), "--text", str(text),
-            *RUN, "--blocks", "1", "--timeout-s", "120", "--fault", "1:pass3:hang", *(["--out", str(out)] * given_out)]
-    p = subprocess.Popen(args, cwd=tmp_path, env=dict(os.environ, TMPDIR=str(tmp)), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
-    part = Path(partial_path(str(out))) if given_out else None
-    try:
-        end = time.monotonic() + 240
-        while p.poll() is None and time.monotonic() < end:
-            part = part or next(tmp.glob("tpsim-spd-plan-*.partial.jsonl"), None)
-            if part and part.exists() and len(part.read_text().splitlines()) >= 3:
-                break
-            time.sleep(0.2)
-        ranks = procs.children(p.pid, "_worker_main")
-        assert p.poll() is None and len(ranks) == 2, f"no 3 passes with 2 ranks at work: {ranks}, {p.poll()}"
-        os.kill(p.pid, signal.SIGINT)                       # what Ctrl-C sends
-        stdout, err = p.communicate(timeout=60)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    procs.assert_gone(ranks, 5.0, "ranks")
-    assert p.returncode == 130, err
+    args = ["spd-plan", "--checkpoint", str(d / "plain"), "--text", str(text), *RUN, "--blocks", "1",
+            "--timeout-s", "120", "--fault", "1:pass3:hang", *(["--out", str(out)] * given_out)]
+    found = {"part": Path(partial_path(str(out))) if given_out else None}
+
+    def three_passes_done(ranks: list[int]) -> bool:
+        found["part"] = found["part"] or next(tmp.glob("tpsim-spd-plan-*.partial.jsonl"), None)
+        part = found["part"]
+        return len(ranks) == 2 and bool(part) and part.exists() and len(part.read_text().splitlines()) >= 3
+
+    rc, stdout, err, _ = procs.ctrl_c_when(args, tmp_path, tmp, three_passes_done, within_s=240)
+    part = found["part"]
+    assert rc == 130, err
     (run,) = tmp.glob("tpsim-run-*")              # kept and named: rank 1 said it was hanging ([tpsim] line)
     said = [f"Aborted! all ranks stopped; rank logs: {run}/rank*.log"]
     if given_out:
