@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from tpsim.sim.hf_config import config_path
-from tpsim.sim.model import MODELS, get_model, is_config_path
+from tpsim.sim.model import MODELS, get_model, is_config_path, split_layers
 from tpsim.sim.profile import load_profile
 from tpsim.sim.stacks import PRESETS, load_stack
 from tpsim.fileio.lock import check_writable
@@ -69,10 +69,8 @@ def _model_config(model: str) -> list[str]:
     """The config.json the --model argument reads ([] for a preset): a folder's config.json, NAME[:K]'s
     NAME. The argument as given was the only one checked, so `--model DIR --out DIR/config.json` (or
     `--model CONFIG[:4] --out CONFIG`) overwrote the model's config with the stack file."""
-    base = model.rpartition("[:")[0] if model.endswith("]") and "[:" in model else model
-    if base in MODELS or not is_config_path(base):
-        return []
     try:
-        return [str(config_path(base))]
-    except ValueError:                 # no config there: get_model says so, naming it
+        base = split_layers(model)[0]
+        return [] if base in MODELS or not is_config_path(base) else [str(config_path(base))]
+    except ValueError:                 # a bad K, or no config there: get_model says so, naming it
         return []

@@ -281,9 +281,7 @@ def assemble(cfg: RunConfig, model_name: str, specs: list[str], per_rank: list[d
     return emulated | {"model": model_name, "model_spec": dataclasses.asdict(cfg.model_spec()),
             "tp": cfg.model_tp, "profile": "measured", "batch": cfg.batch,
             "prompt_len": cfg.prompt_len, "gen_len": cfg.gen_len, "dtype": cfg.dtype,
-            "stack": {k: getattr(cfg, k) for k in ("head", "embed", "attention", "kv", "prefill_logits",
-                                                    "expand_gqa", "decode_graphs", "compile",
-                                                    "mm_decompose_m1", "collective")}
+            "stack": cfg.ran()
                      | {"collective_notes": per_rank[0]["env"].get("collective_notes", []),
                         # message bytes -> the kernel rank 0's last all-reduce of that size ran
                         "collective_kernels": per_rank[0]["env"].get("collective_kernels", {})},

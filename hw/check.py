@@ -286,8 +286,7 @@ def _checked(cfg: RunConfig, ctx) -> dict:
             "device": cfg.device, "batch": cfg.batch, "prompt_len": cfg.prompt_len, "gen_len": cfg.gen_len,
             "ok": all(r["ok"] for r in merged), "schedules": merged,
             # what ran (check runs no CUDA graphs): a --stack preset's mapping shows here, as in bench's result
-            "stack": {k: getattr(cfg, k) for k in ("head", "embed", "attention", "kv", "prefill_logits", "expand_gqa",
-                                                   "compile", "mm_decompose_m1", "collective")},
+            "stack": cfg.ran(graphs=False),
             # torch._inductor.config after compiling (hw.inductor_flags); None: eager run
             "inductor_flags": current_inductor_flags() if cfg.compile else None}
 

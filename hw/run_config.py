@@ -150,6 +150,13 @@ class RunConfig:
                                compile=self.compile,
                                mm_decompose_m1=self.mm_decompose_m1))
 
+    def ran(self, graphs: bool = True) -> dict:
+        """The stack choices as this run ran them, a result's "stack" (bench's and check's alike);
+        `graphs=False` leaves out decode_graphs for a command that runs none (check)."""
+        keys = ("head", "embed", "attention", "kv", "prefill_logits", "expand_gqa",
+                *(("decode_graphs",) if graphs else ()), "compile", "mm_decompose_m1", "collective")
+        return {k: getattr(self, k) for k in keys}
+
     def steps(self) -> tuple[Step, Step | None]:
         """The prefill step and the decode step every decode pass reuses (None when gen_len == 1)."""
         st = self.stack()

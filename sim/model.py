@@ -70,13 +70,7 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in [
 def get_model(name: str) -> ModelSpec:
     """Preset by name, or a Hugging Face config.json (or a folder holding one); `NAME[:K]` takes
     the first K layers (e.g. `llama-3.1-405b[:8]`, `path/to/config.json[:4]`)."""
-    base, layers = name, None
-    if name.endswith("]") and "[:" in name:
-        base, _, rest = name.rpartition("[:")
-        try:
-            layers = int(rest[:-1])
-        except ValueError:
-            raise ValueError(f"bad layer count in model name {name!r}; use NAME[:K]") from None
+    base, layers = split_layers(name)
     if base not in MODELS:
         if is_config_path(base):
             spec = load_hf_config(base)
@@ -87,6 +81,17 @@ def get_model(name: str) -> ModelSpec:
                          f"or a Hugging Face config.json (or its folder)")
     spec = MODELS[base]
     return spec.truncated(layers) if layers is not None else spec
+
+
+def split_layers(name: str) -> tuple[str, int | None]:
+    """`NAME[:K]` -> (NAME, K); a name without the suffix -> (name, None). ValueError for a bad K."""
+    if not (name.endswith("]") and "[:" in name):
+        return name, None
+    base, _, rest = name.rpartition("[:")
+    try:
+        return base, int(rest[:-1])
+    except ValueError:
+        raise ValueError(f"bad layer count in model name {name!r}; use NAME[:K]") from None
 
 
 def is_config_path(name: str) -> bool:
