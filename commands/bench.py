@@ -238,15 +238,9 @@ def bench_cmd(deadline_s, compile_, trace_path=None, stack_name=None, **kw):
     flag wins, and what PyTorch cannot run is listed in the result's stack.notes."""
     require_torch("bench")
     check_out_path(trace_path, "--trace")
-    compile_, notes = _stack_preset("bench", stack_name, kw, compile_)
-    cfg = _config("bench", compile=compile_, deadline_s=deadline_s, **kw)
-    _memory_gate(cfg, "bench")
-    with ctrl_c_exits_130():
-        result = _run("tpsim.hw.bench:worker", cfg, deadline_s, "bench")
+    result, cfg, notes = _run_stacked("bench", stack_name, kw, compile_, deadline_s)
     if result is None:
         return
-    if stack_name:
-        result["stack"] |= {"preset": stack_name, "notes": notes}
     click.echo(json.dumps(result, indent=1) if cfg.json else harness("tpsim.hw.bench", "bench").format_result(result))
     _echo_stack_notes(stack_name, notes, cfg)
     if cfg.out and not cfg.json:
@@ -254,6 +248,22 @@ def bench_cmd(deadline_s, compile_, trace_path=None, stack_name=None, **kw):
     if trace_path:
         write_json_atomic(trace_path, bench_trace(result))
         click.echo(f"wrote {trace_path}: open it in ui.perfetto.dev or chrome://tracing", err=cfg.json)
+
+
+def _run_stacked(command: str, stack_name: str | None, kw: dict, compile_: bool | None,
+                 deadline_s: float | None) -> tuple[dict | None, RunConfig, list[str]]:
+    """bench's and check's run: the --stack preset under the flags given (_stack_preset), the validated
+    config, the memory gate, the ranks (tpsim.hw.<command>:worker; Ctrl-C exits 130), and the preset
+    named in the result's stack. Returns (rank 0's result, or None in rank mode; the config; the
+    preset's notes)."""
+    compile_, notes = _stack_preset(command, stack_name, kw, compile_)
+    cfg = _config(command, compile=compile_, deadline_s=deadline_s, **kw)
+    _memory_gate(cfg, command)
+    with ctrl_c_exits_130():
+        result = _run(f"tpsim.hw.{command}:worker", cfg, deadline_s, command)
+    if result is not None and stack_name:
+        result["stack"] |= {"preset": stack_name, "notes": notes}
+    return result, cfg, notes
 
 
 def _stack_preset(command: str, stack_name: str | None, kw: dict, compile_: bool | None) -> tuple[bool, list[str]]:
@@ -308,15 +318,9 @@ def check_cmd(deadline_s, compile_, stack_name=None, **kw):
     --stack maps a preset onto what this harness can run, as bench's (an explicit flag wins); what runs
     otherwise is listed under the table (in JSON: stack.notes)."""
     require_torch("check")
-    compile_, notes = _stack_preset("check", stack_name, kw, compile_)
-    cfg = _config("check", deadline_s=deadline_s, compile=compile_, **kw)
-    _memory_gate(cfg, "check")
-    with ctrl_c_exits_130():
-        result = _run("tpsim.hw.check:worker", cfg, deadline_s, "check")
+    result, cfg, notes = _run_stacked("check", stack_name, kw, compile_, deadline_s)
     if result is None:
         return
-    if stack_name:
-        result["stack"] |= {"preset": stack_name, "notes": notes}
     click.echo(json.dumps(result, indent=1) if cfg.json else harness("tpsim.hw.check", "check").format_check(result))
     _echo_stack_notes(stack_name, notes, cfg)
     if not result["ok"]:
