@@ -4,10 +4,10 @@ import-engine-bench` (calib/engine_bench.py fits them). Pure Python: no torch ne
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 
 from tpsim.sim.bounds import check
+from tpsim.fileio.shape import finite
 
 # `vllm bench latency`'s defaults (vllm/benchmarks/latency.py add_cli_args): --batch-size 8,
 # --input-len 32, --output-len 128; its --output-json holds no run parameters, so a file's TP must be
@@ -99,7 +99,7 @@ def _spec_with(path: str, given: dict, key: str) -> str:
 
 
 def _seconds(v, name: str, what: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v > 0):
+    if not finite(v) or v <= 0:
         raise ValueError(f"{name}: {what} must be a positive number of seconds, got {v!r}")
     return float(v)
 

@@ -2,11 +2,11 @@
 launcher can hand it to workers, validated before any process starts."""
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import asdict, dataclass, fields
 
 from tpsim.sim.memory import GIB, DoesNotFit, MemoryEstimate, estimate
+from tpsim.fileio.shape import finite
 
 from tpsim.sim.model import ModelSpec, get_model
 from tpsim.sim.schedule import build
@@ -68,7 +68,7 @@ def check_static_kv(kv: str, compile: bool, decode_graphs: bool) -> None:
 
 def check_timeout(v: float, name: str) -> None:
     """A finite, positive number of seconds up to a day (nan/inf would disable the watchdogs)."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0 < v <= MAX_TIMEOUT_S:
+    if not finite(v) or not 0 < v <= MAX_TIMEOUT_S:
         raise ValueError(f"{name} must be a number of seconds in (0, {MAX_TIMEOUT_S:.0f}], got {v}")
 
 

@@ -8,11 +8,11 @@ took 8 GB before anything was priced. Errors are one line naming the file and th
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from .bounds import check as check_bound
 from ..fileio.policy import MAX_CONFIG_BYTES, parse_json, read_input_text
+from ..fileio.shape import finite, short as _short
 
 # config key -> bounds-table entry
 COUNTS = {"num_hidden_layers": "layers", "hidden_size": "hidden", "num_attention_heads": "heads",
@@ -52,10 +52,6 @@ def check_config(cfg: dict, where: str) -> None:
         v = cfg.get(key)
         if v is None:
             continue
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi:
+        if not finite(v) or not lo <= v <= hi:
             raise ValueError(f"{where}: {key!r} must be a number in [{lo:g}, {hi:g}], got {_short(v)}")
 
-
-def _short(v) -> str:
-    r = repr(v)
-    return r if len(r) <= 60 else r[:57] + "..."

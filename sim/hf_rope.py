@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 
 from .model_spec import ROPE_TYPES, RopeSpec
+from ..fileio.shape import finite
 
 DEFAULT_THETA = 10_000.0        # transformers PreTrainedConfig.default_theta
 _LAYOUT_KEYS = ("rope_type", "type", "rope_theta")
@@ -69,7 +70,7 @@ def rope_of(cfg: dict, where: str) -> RopeSpec:
     if kind == "default" and src.get("factor", 0) in (None, 1, 1.0):
         del src["factor"]                                    # a no-op factor some configs spell out
     for k, v in src.items():
-        if k != "truncate" and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)):
+        if k != "truncate" and not finite(v):
             raise ValueError(f"{where}: rope parameter {k} must be a number, got {v!r}")
     if "factor" in src and src["factor"] < 1:
         raise ValueError(f"{where}: rope factor must be >= 1, got {src['factor']}")

@@ -4,7 +4,6 @@ from the one bounds table (sim/bounds.py). The file-level read is sim/profile_re
 from __future__ import annotations
 
 import difflib
-import math
 
 from .bounds import BOUNDS
 from .profile_schema import (ArrivalJitter, COLLECTIVES, CollectiveTable, ComputePoint, Curve, JITTER_DISTS,
@@ -141,7 +140,7 @@ class _Getter:
             if not _has_source(v):
                 self.fail(path, "has no 'source' (every number states where it came from)")
             v = v["value"]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        if not _finite(v):
             self.fail(path, f"must be a number, got {_short(v)}")
         if positive and v <= 0:
             self.fail(path, f"must be positive, got {v}")
@@ -250,7 +249,7 @@ class _Getter:
                 latency_offset_us=self.num(f"{t}.latency_offset_us", default=0.0,
                                            min_=-min(lat.base_us[k] for k in ("ring_ll", "ring_ll128", "ring_simple"))),
                 shm_hop_us={k: self.num(f"{t}.shm_hop_us.{k}", min_=0.0)
-                            for k in (self.obj(f"{t}.shm_hop_us") if f"shm_hop_us" in self.obj(t) else {})},
+                            for k in (self.obj(f"{t}.shm_hop_us") if "shm_hop_us" in self.obj(t) else {})},
                 shm_gbps=self.num(f"{t}.shm_gbps", default=0.0, min_=0.0, floor=RATE_FLOOR),
                 nccl_cpu_link_gbps=self.num(f"{t}.nccl_cpu_link_gbps", default=0.0, min_=0.0, floor=RATE_FLOOR),
                 nccl_cpu_nodes=int(self.num(f"{t}.nccl_cpu_nodes", default=0.0, min_=0.0)),

@@ -21,11 +21,11 @@ an explicit flag > the preset or file > the profile's stack_defaults > Stack's d
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 from ...fileio.policy import MAX_CONFIG_BYTES, parse_json, read_input_text
+from ...fileio.shape import finite
 from ..host_lane import HostStep
 from ..stack import Stack
 from . import eager, reference, sglang, trtllm, vllm
@@ -113,8 +113,7 @@ def parse_stack(doc, path: str = "<stack>", _depth: int = 0) -> Preset:
         if bad:
             raise ValueError(f"{path}: unknown {where} field {bad[0]!r}; known: {', '.join(sorted(names))}")
     for k, v in host.items():
-        if k != "overlap" and not (isinstance(v, (int, float)) and not isinstance(v, bool)
-                                   and math.isfinite(v) and v >= 0):
+        if k != "overlap" and not (finite(v) and v >= 0):
             raise ValueError(f"{path}: host.{k} must be a finite number of seconds >= 0, got {v!r}")
     name = doc.get("name") or Path(path).stem
     values = {k: v for k, v in base.values.items() if k != "host"} | stack | {"preset": name}
