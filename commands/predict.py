@@ -8,6 +8,7 @@ import click
 from tpsim.fileio.policy import json_text
 from tpsim.sim.predict import predict as run
 from tpsim.sim.schedule import DEFAULT_SCHEDULES, SCHEDULE_HELP
+from tpsim.sim.sensitivity import check as sensitivity
 from tpsim.sim.stacks import load_stack
 
 from tpsim.commands.console import compact_table, progress_bar, rich_escape, stderr_console, terminal_console
@@ -41,6 +42,10 @@ def note_lines(preds) -> list[str]:
 def predict(schedules, exact, exhaustive, as_json, **kw):
     """Predict prefill time, decode time, tokens/s and speedup over standard TP per schedule.
 
+    Where the profile gives a number only as its source's range (a "range" beside its value), the
+    schedules are rerun at the range's ends; an order of two schedules that reverses there is noted
+    under the table ("order not settled by the sources") and listed in --json under sensitivity.
+
     Each schedule also says what it asks of the model (model_change): none (standard, token-split,
     seq-parallel: the same model and outputs), retrain (ladder, parallel: a different architecture
     that must be trained), drops syncs (spd: the trained model with all-reduces skipped, some
@@ -66,6 +71,9 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
            "comm_group": w.comm_group or w.tp,
            "stack": stack_dict(w.stack, kw["stack_name"]),
            "schedules": [p.to_dict() for p in preds]}
+    # the profile's numbers whose sources give a range, at each end: does the order of the schedules hold?
+    sens = sensitivity(w, schedules, preds)
+    out["sensitivity"] = sens.to_dict()
     jitter_note, no_jitter = None, True
     if exact or exhaustive:
         out["mode"] = "sampled" if exact else "brute"
@@ -102,7 +110,7 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
     src = f" (values and sources: {load_stack(kw['stack_name']).path})" if kw["stack_name"] is not None else ""
     console.print(f"stack: {w.stack.describe()}{src}", style="dim", soft_wrap=True)   # one line: greppable
     console.print(t)
-    for line in note_lines(preds):
+    for line in note_lines(preds) + sens.notes():
         console.print(rich_escape(line), soft_wrap=True)
     if jitter_note:
         if sampled:     # the intervals on a line of their own: a table column would not fit 80 columns

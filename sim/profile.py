@@ -178,7 +178,9 @@ def sources(data: dict, prefix: str = "") -> list[tuple[str, str, str]]:
         if k == "replace":
             continue
         if isinstance(v, dict) and "value" in v:
-            out.append((path, str(v["value"]), str(v.get("source", ""))))
+            span = v.get("range")
+            shown = str(v["value"]) + (f" (source's range {span[0]:g}-{span[1]:g})" if isinstance(span, list) else "")
+            out.append((path, shown, str(v.get("source", ""))))
         elif isinstance(v, dict) and "source" in v:
             keys = [kk for kk in v if kk not in ("source",)]
             out.append((path, f"table ({', '.join(keys)})", str(v["source"])))

@@ -93,6 +93,7 @@ def parse(data: dict, where: str = "<profile>") -> Profile:
         raw=data,
         topology=topology,
         coschedule=g.coschedule(),
+        ranges=g.ranges,
     )
 
 
@@ -101,6 +102,7 @@ class _Getter:
 
     def __init__(self, data: dict, where: str):
         self.data, self.where = data, where
+        self.ranges: dict[str, tuple[float, float]] = {}     # path -> its source's (lo, hi), as num read them
 
     def fail(self, path: str, msg: str):
         raise ProfileError(f"profile {self.where}: field '{path}' {msg}")
@@ -134,12 +136,31 @@ class _Getter:
         `floor`: a nonzero value must be at least this; `positive` numbers (rates, sizes, counts)
         default to RATE_FLOOR: 1e-320 TFLOP/s gave NaN outputs, 1e-300 gave 10^302 s."""
         v = self.get(path, default)
-        if isinstance(v, dict):           # {"value": x, "source": "..."}
+        span = None
+        if isinstance(v, dict):           # {"value": x, "source": "..."}, optionally "range": [lo, hi]
             if "value" not in v:
                 self.fail(path, "is an object without 'value'")
             if not _has_source(v):
                 self.fail(path, "has no 'source' (every number states where it came from)")
+            span = v.get("range")
             v = v["value"]
+        v = self._in_bounds(path, v, positive, min_, max_, floor)
+        if span is not None:
+            self._range(path, span, v, positive, min_, max_, floor)
+        return v
+
+    def _range(self, path: str, span, v: float, positive, min_, max_, floor) -> None:
+        """A number's "range": [lo, hi], the interval its source supports (sim/sensitivity.py varies
+        the value over it): two numbers lo < hi around the value, each as valid as the value itself."""
+        if not (isinstance(span, list) and len(span) == 2):
+            self.fail(f"{path}.range", f"must be [lo, hi], two numbers around 'value', got {_short(span)}")
+        lo, hi = (self._in_bounds(f"{path}.range", x, positive, min_, max_, floor) for x in span)
+        if not lo <= v <= hi or lo == hi:
+            self.fail(f"{path}.range", f"must hold 'value' ({v:g}) with lo < hi, got [{lo:g}, {hi:g}]")
+        self.ranges[path] = (lo, hi)
+
+    def _in_bounds(self, path: str, v, positive, min_, max_, floor) -> float:
+        """v as a float when it is a finite number within num's bounds, else the failure naming `path`."""
         if not _finite(v):
             self.fail(path, f"must be a number, got {_short(v)}")
         if positive and v <= 0:
@@ -159,6 +180,8 @@ class _Getter:
         b = BOUNDS[bound]
         top = min(b.hi, hi if hi is not None else b.hi)
         v = self.num(path, default=default)
+        if path in self.ranges:
+            self.fail(f"{path}.range", "is for a measured or derived number; a count has none")
         if v != int(v) or not b.lo <= v <= top:
             self.fail(path, f"must be a whole number in {b.lo}..{top} ({b.why if top == b.hi else 'at most gpus_per_node'}), "
                             f"got {v:g}")
@@ -172,6 +195,8 @@ class _Getter:
                 self.fail(path, "is an object without 'value'")
             if not _has_source(v):
                 self.fail(path, "has no 'source' (every number states where it came from)")
+            if "range" in v:
+                self.fail(f"{path}.range", "is for a number; this field is a choice, not a measurement")
             v = v["value"]
         if not isinstance(v, types):
             self.fail(path, f"must be {' or '.join(t.__name__ for t in types)}, got {_short(v)}")

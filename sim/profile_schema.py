@@ -164,6 +164,9 @@ class Profile:
     gemm_tables: tuple[GemmTable, ...] = ()      # compute.gemm_tables (after compute_points: those win)
     l2: L2Spec | None = None                     # compute.l2: L2 rate and sweep curve (None: DRAM term only)
     compute_capability: float | None = None      # CUDA compute capability (9.0 Hopper); None: not stated
+    # field path -> (lo, hi): the interval a number's source supports ("range" beside its "value");
+    # sim/sensitivity.py reruns a prediction at each end
+    ranges: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 def _has_source(obj: dict) -> bool:

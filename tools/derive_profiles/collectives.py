@@ -16,7 +16,7 @@ from tpsim.sim.topology_price import TopologyModel
 from tpsim.sim import custom_allreduce as car
 from tpsim.sim.custom_allreduce_fit import fit_group
 from tpsim.sim.impls import ENGINE_COLLECTIVES
-from common import AIC, DATA, GPU_SMS, INPUTS, OUT, sv
+from common import AIC, DATA, GPU_SMS, INPUTS, OUT, sv, svr
 from shm import shm_flow_gbps
 
 # ---------------------------------------------------------------- collectives
@@ -202,11 +202,11 @@ def latency_offset(prof: dict, tables: list, where: str):
 
 
 OVERLAP = {
-    "compute_slowdown": sv(1.21, "docs/sources.md §7: Concerto measured an 18-24% slowdown of work overlapped with "
+    "compute_slowdown": svr(1.21, 1.18, 1.24, "docs/sources.md §7: Concerto measured an 18-24% slowdown of work overlapped with "
                                  "communication (A800); midpoint 21% taken (measured on A800, applied to this GPU). "
                                  "Worst case not modelled: a 132-block GEMM with a concurrent 24-block NCCL kernel "
                                  "nearly doubled on H100 (second wave)"),
-    "comm_slowdown": sv(1.21, "docs/sources.md §7: Concerto's 18-24% slowdown of overlapped work (A800), midpoint 21%, "
+    "comm_slowdown": svr(1.21, 1.18, 1.24, "docs/sources.md §7: Concerto's 18-24% slowdown of overlapped work (A800), midpoint 21%, "
                               "applied to the collective too (it loses SMs and HBM bandwidth to the GEMM)"),
 }
 # Per-kernel co-scheduling (sim/coschedule.py, sim/occupancy.py) for GPUs whose SM count and NCCL
@@ -252,7 +252,7 @@ def overlap_gpu(system: str, coll_channels: tuple | None = None) -> dict:
             "nvls_channels": sv(16, "NCCL 2.21 src/transport/nvls.cc NCCL_PARAM(NvlsChannels, \"NVLS_NCHANNELS\", 16); "
                                     "enqueue.cc getChannnelThreadInfo: NVLS/NVLSTree run nc = comm->nvlsChannels "
                                     "('16 nvls channels' in the p5.48xlarge log)"),
-            "hbm_per_bus_byte": sv(3.0, "NVIDIA/nccl#1428 (sjeaugey): a collective's link bandwidth 'needs to be "
+            "hbm_per_bus_byte": svr(3.0, 2.0, 3.0, "NVIDIA/nccl#1428 (sjeaugey): a collective's link bandwidth 'needs to be "
                                         "multiplied by at least 2x for memory bandwidth, as we need to store to memory, "
                                         "then read back from it. If you add reading from or writing to user data, it "
                                         "can be 3x' -- 3x taken (the reference's all-reduce reads and writes user "

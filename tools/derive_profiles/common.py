@@ -19,6 +19,11 @@ def sv(value, source):
     return {"value": value, "source": source}
 
 
+def svr(value, lo, hi, source):
+    """A value its source gives only as the interval [lo, hi] (sim/sensitivity.py varies it there)."""
+    return {"value": value, "range": [lo, hi], "source": source}
+
+
 # SMs per GPU (the datasheets): where the memory curve's rows fill the GPU (compute.py) and the
 # co-scheduling section's SM count (collectives.py overlap_gpu)
 GPU_SMS = {

@@ -1,0 +1,145 @@
+"""Whether the order of the schedules rests on a number its source gives only as a range.
+
+A profile number may carry `"range": [lo, hi]` beside its `"value"` and `"source"`: the interval the
+source supports when the profile had to pick one value in it (Concerto measured an 18-24% slowdown
+of overlapped work; the built-in profiles take the midpoint, 1.21). Each such number is set to each
+end of its range in turn, the others kept (one at a time), and the prediction rerun on the fast path.
+Two schedules whose order by tokens/s at the profile's own values is reversed at an end form a
+`Flip`: their order is a call the sources cannot make, and `tpsim predict` says so under its table.
+
+The schedules ordered are standard (the speedups' baseline, always) and those asked for that are a
+way to run the model (upper-bound, model change "n/a", is a ceiling, not a contender). Nothing here changes a prediction: the table keeps the profile's values.
+"""
+from __future__ import annotations
+
+import copy
+import itertools
+from dataclasses import dataclass, replace
+
+from .predict import Prediction, Workload, predict
+from .profile_check import parse
+from .profile_schema import Profile
+
+
+@dataclass(frozen=True)
+class Ranged:
+    """One ranged number of a profile: its field path, the value used, and its source's interval."""
+
+    path: str
+    value: float
+    lo: float
+    hi: float
+    source: str
+
+
+@dataclass(frozen=True)
+class Flip:
+    """`ahead` has more tokens/s than `behind` at the profile's values, fewer at `setting`."""
+
+    setting: tuple[tuple[str, float], ...]     # (path, value) of every ranged number at this corner
+    ahead: str
+    behind: str
+    tokens_per_s: tuple[float, float]          # (ahead, behind) at `setting`
+
+    def margin(self) -> float:
+        return self.tokens_per_s[1] / self.tokens_per_s[0] - 1
+
+
+@dataclass(frozen=True)
+class Sensitivity:
+    ranged: tuple[Ranged, ...]
+    base: dict                                 # schedule -> tokens/s at the profile's values
+    ends: dict                                 # setting -> {schedule: tokens/s}
+    flips: tuple[Flip, ...]
+
+    def to_dict(self) -> dict:
+        return {"fields": {r.path: {"value": r.value, "range": [r.lo, r.hi]} for r in self.ranged},
+                "settings": [{"setting": dict(k), "tokens_per_s": v} for k, v in self.ends.items()],
+                "flips": [{"ahead": f.ahead, "behind": f.behind, "setting": dict(f.setting),
+                           "tokens_per_s": {f.ahead: f.tokens_per_s[0], f.behind: f.tokens_per_s[1]}}
+                          for f in self.flips]}
+
+    def notes(self) -> list[str]:
+        """One line per reversed pair: at how many settings, and the one that reverses it most."""
+        by_pair: dict[tuple[str, str], list[Flip]] = {}
+        for f in self.flips:
+            by_pair.setdefault((f.ahead, f.behind), []).append(f)
+        changed = lambda f: ", ".join(f"{path} {v:g}" for path, v in f.setting    # noqa: E731
+                                      if v != next(r.value for r in self.ranged if r.path == path))
+        ranges = ", ".join(f"{r.path} {r.value:g} in {r.lo:g}-{r.hi:g}" for r in self.ranged)
+        out = []
+        for (a, b), fs in by_pair.items():
+            most = max(fs, key=Flip.margin)
+            out.append(f"order not settled by the sources: {a} leads {b} ({self.base[a]:.1f} vs {self.base[b]:.1f} "
+                       f"tokens/s) at the profile's values, but {b} leads at {len(fs)} of {len(self.ends)} settings "
+                       f"within the ranges their sources give ({ranges}); most with {changed(most)}: "
+                       f"{b} {most.tokens_per_s[1]:.1f} vs {a} {most.tokens_per_s[0]:.1f} (--json: sensitivity)")
+        return out
+
+
+def ranged_values(profile: Profile) -> tuple[Ranged, ...]:
+    """The profile's ranged numbers, in the order the parser read them."""
+    out = []
+    for path, (lo, hi) in profile.ranges.items():
+        leaf = _leaf(profile.raw, path)
+        out.append(Ranged(path, float(leaf["value"]), lo, hi, str(leaf.get("source", ""))))
+    return tuple(out)
+
+
+def with_value(profile: Profile, path: str, value: float) -> Profile:
+    """The profile with the number at `path` set to `value` (parsed again: every check still holds)."""
+    data = copy.deepcopy(profile.raw)
+    _leaf(data, path)["value"] = value
+    return parse(data, profile.source_path)
+
+
+def _leaf(data: dict, path: str) -> dict:
+    cur = data
+    for part in path.split("."):
+        cur = cur[part]
+    return cur
+
+
+def order_flips(base: dict[str, float], at_end: dict[str, float]) -> list[tuple[str, str]]:
+    """(a, b) for each pair with a strictly ahead of b by tokens/s in `base` and b strictly ahead in
+    `at_end`; in the order of `base`'s keys."""
+    names = list(base)
+    return [(a, b) if base[a] > base[b] else (b, a)
+            for i, a in enumerate(names) for b in names[i + 1:]
+            if (base[a] - base[b]) * (at_end[a] - at_end[b]) < 0]
+
+
+# every corner of the ranged numbers up to this many of them (2^4 = 16 reruns); beyond, each alone
+MAX_JOINT = 4
+
+
+def settings(ranged: tuple[Ranged, ...]) -> list[tuple[tuple[str, float], ...]]:
+    """The settings to rerun: every corner of the ranges (each number at lo or hi) for up to MAX_JOINT
+    numbers -- numbers from one source move together, as the two Concerto factors do -- else each
+    number alone at lo and at hi, the others at their values."""
+    if len(ranged) <= MAX_JOINT:
+        return [tuple((r.path, v) for r, v in zip(ranged, corner))
+                for corner in itertools.product(*((r.lo, r.hi) for r in ranged))] if ranged else []
+    return [tuple((q.path, v if q is r else q.value) for q in ranged) for r in ranged for v in (r.lo, r.hi)]
+
+
+def check(workload: Workload, schedules: list[str], base: list[Prediction] | None = None) -> Sensitivity:
+    """Rerun `schedules` at each setting of the ranged numbers of the workload's profile (the module
+    doc, `settings`). `base`: the fast-path predictions at the profile's values, when already made."""
+    ranged = ranged_values(workload.profile)
+    asked = list(dict.fromkeys(["standard", *schedules]))     # the speedups' baseline is always a contender
+    if ranged and (base is None or any(p.mode != "fast" for p in base) or [p.schedule for p in base] != asked):
+        base = predict(workload, asked, record=False, mode="fast")
+    contenders = [p.schedule for p in base or [] if p.model_change != "n/a"]
+    at_base = {p.schedule: p.tokens_per_s for p in base or [] if p.schedule in contenders}
+    if len(contenders) < 2:
+        return Sensitivity(ranged, at_base, {}, ())
+    ends, flips = {}, []
+    for setting in settings(ranged):
+        profile = workload.profile
+        for path, v in setting:
+            profile = with_value(profile, path, v)
+        tps = ends[setting] = {p.schedule: p.tokens_per_s for p in
+                               predict(replace(workload, profile=profile), contenders, record=False, mode="fast")}
+        flips += [Flip(setting, a, b, (tps[a], tps[b])) for a, b in order_flips(at_base, tps)]
+    return Sensitivity(ranged, at_base, ends, tuple(flips))

@@ -1,0 +1,163 @@
+"""A profile number given as its source's range, and whether the schedules' order holds over it
+(sim/sensitivity.py): the parse of "range", the settings rerun, the order comparison on toy
+numbers, and `tpsim predict`'s note and JSON on a real profile extending h100-sxm."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from tpsim.cli import main
+from tpsim.sim.profile import load_profile
+from tpsim.sim.profile_check import parse
+from tpsim.sim.profile_schema import ProfileError
+from tpsim.sim.sensitivity import Flip, Ranged, Sensitivity, order_flips, settings
+
+
+# ---------------------------------------------------------------- the order, on toy tokens/s
+
+def test_order_flips_names_each_reversed_pair_with_the_leader_at_the_profiles_values_first():
+    base = {"standard": 100.0, "ladder": 130.0, "parallel": 128.0}
+    # parallel overtakes ladder; both stay ahead of standard
+    assert order_flips(base, {"standard": 100.0, "ladder": 126.0, "parallel": 128.0}) == [("ladder", "parallel")]
+    # standard overtakes parallel only
+    assert order_flips(base, {"standard": 129.0, "ladder": 131.0, "parallel": 128.0}) == [("parallel", "standard")]
+    # a tie at the end is no reversal (strictly ahead on both sides)
+    assert order_flips(base, {"standard": 100.0, "ladder": 128.0, "parallel": 128.0}) == []
+
+
+def test_settings_are_every_corner_for_few_numbers_and_each_alone_beyond():
+    two = (Ranged("a", 1.0, 0.5, 2.0, "s"), Ranged("b", 10.0, 9.0, 11.0, "s"))
+    assert settings(two) == [(("a", 0.5), ("b", 9.0)), (("a", 0.5), ("b", 11.0)),
+                             (("a", 2.0), ("b", 9.0)), (("a", 2.0), ("b", 11.0))]
+    five = tuple(Ranged(f"x{i}", 1.0, 0.0, 2.0, "s") for i in range(5))
+    alone = settings(five)
+    assert len(alone) == 10                                   # 5 numbers x (lo, hi), not 2^5 = 32 corners
+    assert alone[0] == (("x0", 0.0),) + tuple((f"x{i}", 1.0) for i in range(1, 5))
+    assert settings(()) == []
+
+
+def test_the_note_names_the_pair_the_count_and_the_setting_that_reverses_it_most():
+    ranged = (Ranged("overlap.compute_slowdown", 1.21, 1.18, 1.24, "s"),)
+    lo, hi = (("overlap.compute_slowdown", 1.18),), (("overlap.compute_slowdown", 1.24),)
+    sens = Sensitivity(ranged, {"ladder": 110.0, "parallel": 108.0},
+                       {lo: {"ladder": 111.0, "parallel": 108.0}, hi: {"ladder": 107.0, "parallel": 108.0}},
+                       (Flip(hi, "ladder", "parallel", (107.0, 108.0)),))
+    (note,) = sens.notes()
+    assert note.startswith("order not settled by the sources: ladder leads parallel (110.0 vs 108.0 tokens/s)")
+    assert "parallel leads at 1 of 2 settings" in note
+    assert "overlap.compute_slowdown 1.21 in 1.18-1.24" in note
+    assert "most with overlap.compute_slowdown 1.24: parallel 108.0 vs ladder 107.0" in note
+    assert sens.to_dict()["flips"] == [{"ahead": "ladder", "behind": "parallel",
+                                        "setting": {"overlap.compute_slowdown": 1.24},
+                                        "tokens_per_s": {"ladder": 107.0, "parallel": 108.0}}]
+
+
+# ---------------------------------------------------------------- "range" in a profile
+
+def test_builtin_profiles_carry_the_ranges_their_sources_state_and_an_override_drops_them():
+    assert load_profile("h100-sxm").ranges == {"overlap.compute_slowdown": (1.18, 1.24),
+                                               "overlap.comm_slowdown": (1.18, 1.24)}
+    assert load_profile("h100-sxm-p2p-off").ranges == load_profile("h100-sxm").ranges      # via extends
+    # the co-scheduling twin replaces the flat factors by 1.0 (its leaf has no range) and ranges NCCL's
+    # 2x-3x HBM bytes per link byte instead
+    assert load_profile("h100-sxm-coschedule").ranges == {"overlap.gpu.hbm_per_bus_byte": (2.0, 3.0)}
+
+
+def _with(path: str, leaf) -> dict:
+    data = json.loads(json.dumps(load_profile("h100-sxm").raw))
+    cur = data
+    *up, last = path.split(".")
+    for part in up:
+        cur = cur[part]
+    cur[last] = leaf
+    return data
+
+
+@pytest.mark.parametrize("path, leaf, message", [
+    ("overlap.compute_slowdown", {"value": 1.21, "range": 1.2, "source": "s"},
+     "field 'overlap.compute_slowdown.range' must be [lo, hi], two numbers around 'value', got 1.2"),
+    ("overlap.compute_slowdown", {"value": 1.21, "range": [1.1, 1.2, 1.3], "source": "s"},
+     "field 'overlap.compute_slowdown.range' must be [lo, hi]"),
+    ("overlap.compute_slowdown", {"value": 1.21, "range": [1.22, 1.3], "source": "s"},
+     "field 'overlap.compute_slowdown.range' must hold 'value' (1.21) with lo < hi, got [1.22, 1.3]"),
+    ("overlap.compute_slowdown", {"value": 1.21, "range": [1.21, 1.21], "source": "s"},
+     "must hold 'value' (1.21) with lo < hi, got [1.21, 1.21]"),
+    # each end as valid as the value: the slowdown is a factor >= 1
+    ("overlap.compute_slowdown", {"value": 1.21, "range": [0.5, 1.3], "source": "s"},
+     "field 'overlap.compute_slowdown.range' must be >= 1.0, got 0.5"),
+    ("overlap.compute_slowdown", {"value": 1.21, "range": [1.1, "2"], "source": "s"},
+     "field 'overlap.compute_slowdown.range' must be a number, got '2'"),
+    ("gpus_per_node", {"value": 8, "range": [4, 8], "source": "s"},
+     "field 'gpus_per_node.range' is for a measured or derived number; a count has none"),
+])
+def test_a_malformed_range_is_refused_naming_the_field(path, leaf, message):
+    with pytest.raises(ProfileError, match="profile mine") as e:
+        parse(_with(path, leaf), "mine")
+    assert message in str(e.value)
+
+
+def test_a_range_on_a_choice_is_refused():
+    data = json.loads(json.dumps(load_profile("h100-sxm-coschedule").raw))
+    data["overlap"]["gpu"]["nccl_high_priority"] = {"value": False, "range": [0, 1], "source": "s"}
+    with pytest.raises(ProfileError, match="'overlap.gpu.nccl_high_priority.range' is for a number"):
+        parse(data, "mine")
+
+
+# ---------------------------------------------------------------- tpsim predict
+
+WIDE = {"format": "tpsim-profile", "version": 1, "name": "wide", "extends": "h100-sxm",
+        "overlap": {"compute_slowdown": {"value": 1.21, "range": [1.0, 3.0], "source": "test: a wide range"},
+                    "comm_slowdown": {"value": 1.21, "source": "test: no range"}}}
+ARGS = ["predict", "--model", "llama-3.1-70b", "--tp", "8", "--schedule", "ladder", "--schedule", "parallel"]
+
+
+def _profile(tmp_path, overlap: dict, name: str = "p") -> str:
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(WIDE | {"overlap": overlap}))
+    return str(path)
+
+
+def test_predict_notes_an_order_that_reverses_within_a_range_and_keeps_the_profiles_values(tmp_path):
+    """70B TP8 batch 1: ladder hides its all-reduces behind compute, parallel exposes one per layer.
+    A compute slowdown of 3.0 while a collective runs beside it costs ladder more than its hiding
+    saves, so parallel leads at that end; at 1.0 ladder leads further."""
+    wide = _profile(tmp_path, WIDE["overlap"])
+    res = CliRunner().invoke(main, ARGS + ["--profile", wide, "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    sens = out["sensitivity"]
+    assert sens["fields"] == {"overlap.compute_slowdown": {"value": 1.21, "range": [1.0, 3.0]}}
+    assert [s["setting"] for s in sens["settings"]] == [{"overlap.compute_slowdown": 1.0},
+                                                        {"overlap.compute_slowdown": 3.0}]
+    lo, hi = (s["tokens_per_s"] for s in sens["settings"])
+    assert lo["ladder"] > lo["parallel"] and hi["ladder"] < hi["parallel"]
+    assert lo["standard"] == hi["standard"]                 # standard overlaps nothing: no slowdown applies
+    assert [(f["ahead"], f["behind"], f["setting"]) for f in sens["flips"]] == [
+        ("ladder", "parallel", {"overlap.compute_slowdown": 3.0})]
+    # the table keeps the profile's own values: the same numbers as the same profile without a range
+    plain = _profile(tmp_path, WIDE["overlap"] | {"compute_slowdown": {"value": 1.21, "source": "s"}}, "plain")
+    res2 = CliRunner().invoke(main, ARGS + ["--profile", plain, "--json"])
+    assert [s["tokens_per_s"] for s in json.loads(res2.output)["schedules"]] == \
+        [s["tokens_per_s"] for s in out["schedules"]]
+    assert json.loads(res2.output)["sensitivity"] == {"fields": {}, "settings": [], "flips": []}
+    text = CliRunner().invoke(main, ARGS + ["--profile", wide]).output
+    assert "order not settled by the sources: ladder leads parallel" in text
+    assert "most with overlap.compute_slowdown 3:" in text
+
+
+def test_predict_says_nothing_when_the_order_holds_over_the_range(tmp_path):
+    narrow = _profile(tmp_path, WIDE["overlap"] | {
+        "compute_slowdown": {"value": 1.21, "range": [1.2, 1.22], "source": "test: a narrow range"}})
+    res = CliRunner().invoke(main, ARGS + ["--profile", narrow])
+    assert res.exit_code == 0, res.output
+    assert "order not settled" not in res.output
+    sens = json.loads(CliRunner().invoke(main, ARGS + ["--profile", narrow, "--json"]).output)["sensitivity"]
+    assert len(sens["settings"]) == 2 and sens["flips"] == []
+
+
+def test_profiles_show_prints_a_range_beside_its_value():
+    res = CliRunner().invoke(main, ["profiles", "show", "h100-sxm"], terminal_width=200)
+    assert res.exit_code == 0, res.output
+    assert "1.21 (source's range 1.18-1.24)" in res.output
