@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 from .predict import Prediction, Workload, predict
 from .profile_check import parse
-from .profile_schema import Profile
+from .profile_schema import Profile, ProfileError
 
 
 @dataclass(frozen=True)
@@ -137,9 +137,14 @@ def check(workload: Workload, schedules: list[str], base: list[Prediction] | Non
     ends, flips = {}, []
     for setting in settings(ranged):
         profile = workload.profile
-        for path, v in setting:
-            profile = with_value(profile, path, v)
-        tps = ends[setting] = {p.schedule: p.tokens_per_s for p in
-                               predict(replace(workload, profile=profile), contenders, record=False, mode="fast")}
+        try:
+            for path, v in setting:
+                profile = with_value(profile, path, v)
+        except ProfileError as e:     # an end another field's check does not allow (gpc_sms must sum to sms)
+            raise ProfileError(f"{e}; with {', '.join(f'{k} = {v:g}' for k, v in setting)}, ends of the ranges "
+                               f"its sources give (sim/sensitivity.py): narrow those ranges") from None
+        # the same run at another speed: whether it fits was the workload's own check
+        w = replace(workload, profile=profile, memory_check=False)
+        tps = ends[setting] = {p.schedule: p.tokens_per_s for p in predict(w, contenders, record=False, mode="fast")}
         flips += [Flip(setting, a, b, (tps[a], tps[b])) for a, b in order_flips(at_base, tps)]
     return Sensitivity(ranged, at_base, ends, tuple(flips))

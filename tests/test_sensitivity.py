@@ -161,3 +161,29 @@ def test_profiles_show_prints_a_range_beside_its_value():
     res = CliRunner().invoke(main, ["profiles", "show", "h100-sxm"], terminal_width=200)
     assert res.exit_code == 0, res.output
     assert "1.21 (source's range 1.18-1.24)" in res.output
+
+
+def test_an_end_that_would_not_fit_in_memory_is_still_priced(tmp_path):
+    """memory_gib 10-80: at 10 GiB a 70B TP8 rank (about 19 GiB) would not fit, but whether it fits is
+    the workload's own check at the profile's value (80), not a speed question: the setting runs."""
+    path = _profile(tmp_path, WIDE["overlap"] | {"compute_slowdown": {"value": 1.21, "source": "s"}})
+    data = json.loads(open(path).read()) | {"memory_gib": {"value": 80, "range": [10, 80], "source": "test"}}
+    open(path, "w").write(json.dumps(data))
+    res = CliRunner().invoke(main, ARGS + ["--profile", path, "--json"])
+    assert res.exit_code == 0, res.output
+    sens = json.loads(res.output)["sensitivity"]
+    assert [s["setting"] for s in sens["settings"]] == [{"memory_gib": 10}, {"memory_gib": 80}]
+    assert sens["flips"] == []
+
+
+def test_an_end_the_profiles_other_fields_do_not_allow_is_a_clear_error(tmp_path):
+    """overlap.gpu.sms 120-132 on a profile whose GPCs sum to 132: the end 120 is no valid profile."""
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"format": "tpsim-profile", "version": 1, "name": "bad",
+                                "extends": "h100-sxm-coschedule",
+                                "overlap": {"gpu": {"sms": {"value": 132, "range": [120, 132], "source": "t"}}}}))
+    res = CliRunner().invoke(main, ARGS + ["--profile", str(path)])
+    assert res.exit_code == 2
+    assert "field 'overlap.gpu.gpc_sms' must list positive whole SM counts summing to overlap.gpu.sms" in res.output
+    assert "with overlap.gpu.sms = 120, overlap.gpu.hbm_per_bus_byte = 2, ends of the ranges" in res.output
+    assert "Traceback" not in res.output
