@@ -15,7 +15,7 @@ from .profile_schema import MAX_TABLE_POINTS, _finite, _has_source
 
 L2 = "compute.l2"
 MAX_GBPS = 1e6           # 1 PB/s: two orders above any GPU's L2 (H200: ~10 TB/s); more is a typo
-RATE_FLOOR_GBPS = 1e-6    # as profile_check.RATE_FLOOR: 1 kB/s, below any device
+RATE_FLOOR_GBPS = 1e-6    # as profile_fields.RATE_FLOOR: 1 kB/s, below any device
 MAX_KB = 1e9             # 1 TB of data set: no GPU has that much memory, let alone L2
 
 
