@@ -2,13 +2,15 @@
 
 A profile number may carry `"range": [lo, hi]` beside its `"value"` and `"source"`: the interval the
 source supports when the profile had to pick one value in it (Concerto measured an 18-24% slowdown
-of overlapped work; the built-in profiles take the midpoint, 1.21). Each such number is set to each
-end of its range in turn, the others kept (one at a time), and the prediction rerun on the fast path.
-Two schedules whose order by tokens/s at the profile's own values is reversed at an end form a
-`Flip`: their order is a call the sources cannot make, and `tpsim predict` says so under its table.
+of overlapped work; the built-in profiles take the midpoint, 1.21). The prediction is rerun on the
+fast path at every corner of those ranges (each number at its lo or hi; for more than MAX_JOINT
+numbers, each alone at its ends). Two schedules whose order by tokens/s at the profile's own values
+is reversed at a setting form a `Flip`: their order is a call the sources cannot make, and
+`tpsim predict` says so under its table.
 
 The schedules ordered are standard (the speedups' baseline, always) and those asked for that are a
-way to run the model (upper-bound, model change "n/a", is a ceiling, not a contender). Nothing here changes a prediction: the table keeps the profile's values.
+way to run the model (upper-bound, model change "n/a", is a ceiling, not a contender). Nothing here
+changes a prediction: the table keeps the profile's values.
 """
 from __future__ import annotations
 
@@ -29,7 +31,6 @@ class Ranged:
     value: float
     lo: float
     hi: float
-    source: str
 
 
 @dataclass(frozen=True)
@@ -79,17 +80,15 @@ class Sensitivity:
 
 def ranged_values(profile: Profile) -> tuple[Ranged, ...]:
     """The profile's ranged numbers, in the order the parser read them."""
-    out = []
-    for path, (lo, hi) in profile.ranges.items():
-        leaf = _leaf(profile.raw, path)
-        out.append(Ranged(path, float(leaf["value"]), lo, hi, str(leaf.get("source", ""))))
-    return tuple(out)
+    return tuple(Ranged(path, float(_leaf(profile.raw, path)["value"]), lo, hi)
+                 for path, (lo, hi) in profile.ranges.items())
 
 
-def with_value(profile: Profile, path: str, value: float) -> Profile:
-    """The profile with the number at `path` set to `value` (parsed again: every check still holds)."""
+def with_values(profile: Profile, setting: tuple[tuple[str, float], ...]) -> Profile:
+    """The profile with each (path, value) of `setting` in place (parsed again: every check holds)."""
     data = copy.deepcopy(profile.raw)
-    _leaf(data, path)["value"] = value
+    for path, value in setting:
+        _leaf(data, path)["value"] = value
     return parse(data, profile.source_path)
 
 
@@ -136,10 +135,8 @@ def check(workload: Workload, schedules: list[str], base: list[Prediction] | Non
         return Sensitivity(ranged, at_base, {}, ())
     ends, flips = {}, []
     for setting in settings(ranged):
-        profile = workload.profile
         try:
-            for path, v in setting:
-                profile = with_value(profile, path, v)
+            profile = with_values(workload.profile, setting)
         except ProfileError as e:     # an end another field's check does not allow (gpc_sms must sum to sms)
             raise ProfileError(f"{e}; with {', '.join(f'{k} = {v:g}' for k, v in setting)}, ends of the ranges "
                                f"its sources give (sim/sensitivity.py): narrow those ranges") from None

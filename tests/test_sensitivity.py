@@ -28,10 +28,10 @@ def test_order_flips_names_each_reversed_pair_with_the_leader_at_the_profiles_va
 
 
 def test_settings_are_every_corner_for_few_numbers_and_each_alone_beyond():
-    two = (Ranged("a", 1.0, 0.5, 2.0, "s"), Ranged("b", 10.0, 9.0, 11.0, "s"))
+    two = (Ranged("a", 1.0, 0.5, 2.0), Ranged("b", 10.0, 9.0, 11.0))
     assert settings(two) == [(("a", 0.5), ("b", 9.0)), (("a", 0.5), ("b", 11.0)),
                              (("a", 2.0), ("b", 9.0)), (("a", 2.0), ("b", 11.0))]
-    five = tuple(Ranged(f"x{i}", 1.0, 0.0, 2.0, "s") for i in range(5))
+    five = tuple(Ranged(f"x{i}", 1.0, 0.0, 2.0) for i in range(5))
     alone = settings(five)
     assert len(alone) == 10                                   # 5 numbers x (lo, hi), not 2^5 = 32 corners
     assert alone[0] == (("x0", 0.0),) + tuple((f"x{i}", 1.0) for i in range(1, 5))
@@ -39,7 +39,7 @@ def test_settings_are_every_corner_for_few_numbers_and_each_alone_beyond():
 
 
 def test_the_note_names_the_pair_the_count_and_the_setting_that_reverses_it_most():
-    ranged = (Ranged("overlap.compute_slowdown", 1.21, 1.18, 1.24, "s"),)
+    ranged = (Ranged("overlap.compute_slowdown", 1.21, 1.18, 1.24),)
     lo, hi = (("overlap.compute_slowdown", 1.18),), (("overlap.compute_slowdown", 1.24),)
     sens = Sensitivity(ranged, {"ladder": 110.0, "parallel": 108.0},
                        {lo: {"ladder": 111.0, "parallel": 108.0}, hi: {"ladder": 107.0, "parallel": 108.0}},
