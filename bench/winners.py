@@ -40,10 +40,11 @@ def main() -> None:
           f"{'comm-free decode ms':>19} {'ladder exposed us/layer':>23}  settled by the sources' ranges")
     for model, tp, prof, batch in GRID:
         w = Workload(get_model(model), tp, load_profile(prof + args.suffix), batch=batch)
-        got = {p.schedule: p for p in predict(w, ["ladder", "parallel", "upper-bound"], record=False)}
+        preds = predict(w, ["standard", "ladder", "parallel", "upper-bound"], record=False)
+        got = {p.schedule: p for p in preds}
         lad, par = got["ladder"].speedup, got["parallel"].speedup
         ub = got["upper-bound"]
-        flips = [f for f in check(w, ["ladder", "parallel"]).flips if {f.ahead, f.behind} == {"ladder", "parallel"}]
+        flips = [f for f in check(w, ["ladder", "parallel"], preds).flips if {f.ahead, f.behind} == {"ladder", "parallel"}]
         settled = "yes" if not flips else "no: " + ", ".join(f"{k} {v:g}" for k, v in flips[0].setting)
         print(f"{model:15} {tp:>2} {prof + args.suffix:28} {batch:>5} {lad:>6.3f}x {par:>7.3f}x "
               f"{'ladder' if lad > par else 'parallel':>8} {ub.decode_s / (w.gen_len - 1) * 1e3:>19.3f} "

@@ -65,8 +65,8 @@ class Sensitivity:
         by_pair: dict[tuple[str, str], list[Flip]] = {}
         for f in self.flips:
             by_pair.setdefault((f.ahead, f.behind), []).append(f)
-        changed = lambda f: ", ".join(f"{path} {v:g}" for path, v in f.setting    # noqa: E731
-                                      if v != next(r.value for r in self.ranged if r.path == path))
+        values = {r.path: r.value for r in self.ranged}
+        changed = lambda f: ", ".join(f"{path} {v:g}" for path, v in f.setting if v != values[path])  # noqa: E731
         ranges = ", ".join(f"{r.path} {r.value:g} in {r.lo:g}-{r.hi:g}" for r in self.ranged)
         out = []
         for (a, b), fs in by_pair.items():
@@ -126,9 +126,9 @@ def check(workload: Workload, schedules: list[str], base: list[Prediction] | Non
     """Rerun `schedules` at each setting of the ranged numbers of the workload's profile (the module
     doc, `settings`). `base`: the fast-path predictions at the profile's values, when already made."""
     ranged = ranged_values(workload.profile)
-    asked = list(dict.fromkeys(["standard", *schedules]))     # the speedups' baseline is always a contender
-    if ranged and (base is None or any(p.mode != "fast" for p in base) or [p.schedule for p in base] != asked):
-        base = predict(workload, asked, record=False, mode="fast")
+    # the speedups' baseline is always a contender: the given predictions serve when they hold it
+    if ranged and (base is None or any(p.mode != "fast" for p in base) or "standard" not in {p.schedule for p in base}):
+        base = predict(workload, list(dict.fromkeys(["standard", *schedules])), record=False, mode="fast")
     contenders = [p.schedule for p in base or [] if p.model_change != "n/a"]
     at_base = {p.schedule: p.tokens_per_s for p in base or [] if p.schedule in contenders}
     if len(contenders) < 2:
