@@ -14,9 +14,43 @@ MAX_WIDTH = 100          # on a wide terminal too: a table a reader takes in at 
 
 def terminal_console(**kw):
     """A rich Console as wide as the terminal, at most MAX_WIDTH (80 when the output is not a
-    terminal), for a table laid out to fit it (`predict`'s)."""
+    terminal), for a table laid out to fit it (`predict`'s). rich pads every line of a table to the
+    console's width; the padding is cut (TrimmedLines), so a line ends with its last character."""
     from rich.console import Console      # lazy: rich (see rich_console)
-    return Console(width=min(MAX_WIDTH, Console().width), **kw)
+    import sys
+    stream = sys.stderr if kw.pop("stderr", False) else sys.stdout
+    return Console(width=min(MAX_WIDTH, Console().width), file=TrimmedLines(stream), **kw)
+
+
+class TrimmedLines:
+    """A text stream that writes each line to `stream` without its trailing spaces (a line is kept
+    until its newline, or until flush). Whether it is a terminal is the stream's answer, so rich's
+    colours and width follow the real output."""
+
+    def __init__(self, stream):
+        self.stream, self.pending = stream, ""
+
+    def write(self, text: str) -> int:
+        *lines, self.pending = (self.pending + text).split("\n")
+        if lines:
+            self.stream.write("".join(line.rstrip(" ") + "\n" for line in lines))
+        return len(text)
+
+    def flush(self) -> None:
+        if self.pending:
+            self.stream.write(self.pending.rstrip(" "))
+            self.pending = ""
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    @property
+    def encoding(self) -> str:
+        return getattr(self.stream, "encoding", "utf-8")
 
 
 def compact_table(**kw):

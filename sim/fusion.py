@@ -109,10 +109,13 @@ def numel(expr: str, sym: dict[str, float]) -> float:
 
 @functools.cache
 def _document(path: str) -> dict:
-    """The table file as JSON, read once ({} when absent)."""
+    """The table file as JSON, read once. A missing table is an error, never an empty table: pricing
+    without it silently takes the analytic fused model, other numbers than the derived kernels give
+    (an install whose wheel lacked compiled_kernels_gpu.json printed other predictions than the README)."""
     p = Path(path)
     if not p.exists():
-        return {}
+        raise FileNotFoundError(f"tpsim's kernel table {p} is missing: this install of tpsim is incomplete "
+                                "(reinstall it: pip install --force-reinstall tpsim)")
     with open(p) as f:
         return json.load(f)
 
@@ -125,10 +128,9 @@ def _kernel(k: dict) -> Kernel:
 
 @functools.cache
 def table(path: str = str(TABLE_PATH), gpu_path: str | None = str(GPU_TABLE_PATH)) -> Mapping:
-    """The derived tables ({} when absent: every compiled phase then prices the analytic fused
-    model) by (kind, variant). The CPU-derived table's cuda-target decode variants carry the GPU
-    path's mechanisms (gpu_overlay, from the GPU table when there is one); the GPU table itself is
-    also there, by (kind, "gpu:" + variant), as derived. Each entry is built when first read."""
+    """The derived tables by (kind, variant) (gpu_path None: without the GPU table). The CPU-derived
+    table's cuda-target decode variants carry the GPU path's mechanisms (gpu_overlay, from the GPU
+    table when there is one); the GPU table itself is also there, by (kind, "gpu:" + variant), as derived. Each entry is built when first read."""
     gpu = _document(gpu_path).get("layers", {}) if gpu_path else {}
     splits = _document(gpu_path).get("splits") if gpu_path else None
     out: dict = {}
