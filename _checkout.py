@@ -1,7 +1,7 @@
 """Load a source checkout (or an installed copy) as the package `tpsim`, by its path, not by name.
 
 Used where the code to run is known by its location: `python cli.py` in a checkout, the scripts
-under bench/ and sim/profiles/, the test suite, and every rank the launcher starts (hw/dist.py:
+under bench/ and sim/hardware/profiles/, the test suite, and every rank the launcher starts (hw/dist.py:
 `python -I`, then this file from the launcher's own package directory). Importing `tpsim` by name
 there could find another copy first (an install of another version, a `tpsim/` in the working
 directory); loading `ROOT/__init__.py` under the name `tpsim` with `ROOT` as its only search

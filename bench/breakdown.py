@@ -5,11 +5,11 @@
                               [--stack FIELD=VALUE ...]
 
 For each (phase, batch): the time of every op of one rank's forward pass from
-sim.cost.CostModel (compute) and sim.predict.Simulator.comm_s (collectives), summed per IR op
+sim.price.cost.CostModel (compute) and sim.predict.Simulator.comm_s (collectives), summed per IR op
 kind over the whole pass and listed per named op of one layer (layer 0, whose ops every layer
 repeats), each with its share of the summed op time; plus the simulated step time
 (Simulator.step_time: what `tpsim predict` uses, with overlap). For a compiled decode step, each
-layer op's kernels from sim.fusion's table (on a GPU profile the Triton-path table,
+layer op's kernels from sim.price.fusion's table (on a GPU profile the Triton-path table,
 sim/compiled_kernels_gpu.json) with their DRAM bytes, L2 re-read bytes and time. Torch-free.
 
 The `sim` package is imported from the current directory when it has one (so
@@ -28,17 +28,17 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-_here = Path.cwd() if (Path.cwd() / "sim" / "cost.py").is_file() else Path(__file__).resolve().parent.parent
+_here = Path.cwd() if (Path.cwd() / "sim" / "price" / "cost.py").is_file() else Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(_here))
 import _checkout  # noqa: E402  (this checkout as the package tpsim, whatever is installed)
 _checkout.load(str(_here))
 
 from tpsim import sim  # noqa: E402
-from tpsim.sim import fusion  # noqa: E402
-from tpsim.sim.model import get_model  # noqa: E402
+from tpsim.sim.price import fusion  # noqa: E402
+from tpsim.sim.model.presets import get_model  # noqa: E402
 from tpsim.sim.predict import Simulator, Workload  # noqa: E402
-from tpsim.sim.profile import load_profile  # noqa: E402
-from tpsim.sim.stack import Stack, make_stack  # noqa: E402
+from tpsim.sim.hardware.profile import load_profile  # noqa: E402
+from tpsim.sim.stack.spec import Stack, make_stack  # noqa: E402
 
 
 def _stack(prof, overrides: list[str]) -> Stack:
@@ -73,8 +73,8 @@ def _shape(op) -> str:
 
 
 def _kernels(simr, sched, op, phase: str) -> list[dict]:
-    """The compiled kernels charged to `op` (sim.fusion's table), each with its DRAM bytes, L2
-    bytes (re-reads, sim/l2_traffic.py) and time; [] for an op priced without the table."""
+    """The compiled kernels charged to `op` (sim.price.fusion's table), each with its DRAM bytes, L2
+    bytes (re-reads, sim/price/l2_traffic.py) and time; [] for an op priced without the table."""
     if op.is_comm or not simr.cost.stack.compiled(phase):
         return []
     hit = fusion.lookup(sched, op, simr.cost.profile.device)
@@ -123,7 +123,7 @@ def breakdown(w: Workload, spec: str, phase: str) -> dict:
 
 
 def coschedule_terms(simr: Simulator, sched) -> dict | None:
-    """The per-kernel co-scheduling terms of one full pass (sim/coschedule.py), None where the profile
+    """The per-kernel co-scheduling terms of one full pass (sim/price/coschedule.py), None where the profile
     keeps flat interference factors: per collective of layer 0 its NCCL CTAs, HBM demand and the start
     delay it waited for SMs (summed over the pass, per role), and every (compute op, collective) pair
     that ran together in layer 0 with its slowdown factors."""
@@ -230,12 +230,12 @@ def show(out: dict) -> None:
             t.add_row(name, k["name"][:48], k["kind"], f"{k['dram_bytes'] / 1e6:.2f}",
                       f"{k['l2_bytes'] / 1e6:.2f}" if k["l2_bytes"] else "-", f"{k['us']:.1f}")
         console.print(t)
-    console.print("kernels: Inductor's kernels per op (sim/fusion.py); DRAM MB: Inductor's byte estimate (each "
+    console.print("kernels: Inductor's kernels per op (sim/price/fusion.py); DRAM MB: Inductor's byte estimate (each "
                   "buffer once); L2 MB: the loads it repeats through L2 (GQA: G x K/V; wo's expanded weight: "
                   "b x W in b sweeps, each after the first added, from L2 while W fits), at the profile's "
-                  "sourced L2 rate (sim/l2_traffic.py)", style="dim")
+                  "sourced L2 rate (sim/price/l2_traffic.py)", style="dim")
     if any(c.get("coschedule") for c in cases):
-        t = Table(title="co-scheduling (sim/coschedule.py): per collective of L0, NCCL CTAs / HBM demand GB/s / "
+        t = Table(title="co-scheduling (sim/price/coschedule.py): per collective of L0, NCCL CTAs / HBM demand GB/s / "
                         "start delay waiting for SMs, µs per pass (waits); pairs: compute x collective slowdowns",
                   title_justify="left")
         t.add_column("collective or pair")

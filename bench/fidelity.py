@@ -26,7 +26,7 @@ import _checkout  # noqa: E402  (this checkout as the package tpsim, whatever is
 _checkout.load()
 
 from tpsim.calib.compare import QUICK_MODELS, Point, run_compare  # noqa: E402
-from tpsim.sim.schedule import DEFAULT_SCHEDULES  # noqa: E402
+from tpsim.sim.schedule.language import DEFAULT_SCHEDULES  # noqa: E402
 
 REPEATS = 9
 

@@ -7,7 +7,7 @@ is exactly one `dist.broadcast` of an int64 tensor of shape [1] (8 bytes, value 
 broadcast (gloo/broadcast.cc, which ProcessGroupGloo's broadcast calls) is a binomial tree over
 log2ceil(N) rounds: rank r receives in round bit_length(r) from r less its highest set bit, and since a
 sender posts its sends without waiting, the data reaches rank r after popcount(r) sequential hops
-(sim.host_lane.tree_hops; the last rank of N = 2^k is k hops from rank 0).
+(sim.stack.host_lane.tree_hops; the last rank of N = 2^k is k hops from rank 0).
 
 What this measures, on real gloo process groups over loopback TCP: per iteration all ranks meet at a
 barrier, sleep 0.5 ms (so every receiver is already waiting in its recv, as SGLang's schedulers wait in

@@ -1,5 +1,5 @@
 """`python bench/gpu_kernels.py cosched`: a Triton probe kernel on a second stream beside decode-shaped
-compute (see that module's docstring), what only a GPU settles for sim/coschedule.py: the start delay of a
+compute (see that module's docstring), what only a GPU settles for sim/price/coschedule.py: the start delay of a
 collective-sized kernel, its SMs (%smid), 4-CTA clusters' placement, and the compute kernels' slowdown."""
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ if triton is not None:
         tl.store(out_ptr + cta * 3 + 1, t)
         tl.store(out_ptr + cta * 3 + 2, sm.to(tl.int64))
 
-# name -> (CTAs, warps per CTA, CTAs per cluster). 24 CTAs: what sim/coschedule.py gives the 70B TP8 batch-64
+# name -> (CTAs, warps per CTA, CTAs per cluster). 24 CTAs: what sim/price/coschedule.py gives the 70B TP8 batch-64
 # all-reduce (docs/design.md "Overlap the GPU allows"), 16 a mid-sized one; clusters of 4 as NCCL launches on
 # sm90 (cgaClusterSize 4); 16 warps (512 threads, NCCL's usual block) for a CTA that needs more of an SM
 PROBES = {"16x1w": (16, 1, 1), "24x1w": (24, 1, 1), "16x1w-cluster4": (16, 1, 4), "24x1w-cluster4": (24, 1, 4),

@@ -11,7 +11,7 @@ linear  -> DIR/linear.json: fp16 F.linear at the per-rank decode shapes of llama
   copies of (a, w) in turn, validate_gemm_tables.py check 4: warm where they fit in L2 together), over
   rotating weight copies (> 2.5 x L2: cold, as each layer's own weight is), and N eager calls; the kernels cuBLAS ran (name, grid, block: torch.profiler); tpsim's price
   (the GEMM table; at m 1 also the compiled step's generated GEMV) and the ratio.
-decode  -> DIR/decode.json + DIR/decode-code-*.py: the reference decode step (hw/reference_model.py,
+decode  -> DIR/decode.json + DIR/decode-code-*.py: the reference decode step (hw/derive/reference_model.py,
   comm-free: no all-reduce, no process group), random fp16 weights, static KV cache 1536 (prompt
   1024 + gen 512, step at position 1024), torch.compile(mode="reduce-overhead", fullgraph=True)
   under the reference's Inductor flags, at `--layers` layers and at 0 layers (embedding, norm, head,
@@ -68,14 +68,14 @@ from torch.profiler import ProfilerActivity, profile, record_function
 if not hasattr(_fx_tb, "annotate"):         # an older torch: the IR-name annotations are only labels here
     _fx_tb.annotate = contextlib.contextmanager(lambda d: (yield))
 
-from tpsim.hw import reference_model as R  # noqa: E402
+from tpsim.hw.derive import reference_model as R  # noqa: E402
 from tpsim.hw.inductor_flags import (REFERENCE_INDUCTOR_FLAGS, apply_inductor_flags,  # noqa: E402
                                      probe_vec_isa_in_default_cache)
-from tpsim.sim.cost import CostModel  # noqa: E402
-from tpsim.sim.model import get_model  # noqa: E402
-from tpsim.sim.profile import load_profile  # noqa: E402
-from tpsim.sim.schedule import Op  # noqa: E402
-from tpsim.sim.stack import make_stack  # noqa: E402
+from tpsim.sim.price.cost import CostModel  # noqa: E402
+from tpsim.sim.model.presets import get_model  # noqa: E402
+from tpsim.sim.hardware.profile import load_profile  # noqa: E402
+from tpsim.sim.schedule.language import Op  # noqa: E402
+from tpsim.sim.stack.spec import make_stack  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE_MODELS = ("toy-512:1",)
@@ -250,7 +250,7 @@ def sim_decode(model: str, tp: int, batches: list[int]) -> dict[int, dict]:
 
 def table_roles(batch: int) -> dict[str, str]:
     """Base kernel name -> role in sim/compiled_kernels_gpu.json (upper-bound; decode-m1 at batch 1)."""
-    tab = json.loads((ROOT / "sim" / "compiled_kernels_gpu.json").read_text())["layers"]["upper-bound"]
+    tab = json.loads((ROOT / "sim" / "price" / "compiled_kernels_gpu.json").read_text())["layers"]["upper-bound"]
     return {re.sub(r"_\d+$", "", k["kernel"]): k["role"] for k in tab["decode-m1" if batch == 1 else "decode"]}
 
 

@@ -24,7 +24,7 @@ except ImportError:                         # pragma: no cover - a torch build w
     triton = None
 
 from tpsim.fileio.policy import write_json_atomic  # noqa: E402
-from tpsim.sim.model import get_model  # noqa: E402
+from tpsim.sim.model.presets import get_model  # noqa: E402
 
 PROFILE = "h200-sxm"                        # tpsim's prices beside every measurement
 MODELS = ("llama-3.1-70b:8", "llama-3.1-8b:1")          # MODEL:TP, one rank's shapes

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import _checkout  # noqa: E402  (this checkout as the package tpsim, whatever is installed)
 _checkout.load()
 
-from tpsim.sim.profile import load_profile  # noqa: E402
+from tpsim.sim.hardware.profile import load_profile  # noqa: E402
 
 SMALLEST = 5                    # the layer's smallest kernels shown (the tiny-kernel floor)
 EXTERN = "extern (cuBLAS and other library kernels)"   # one row: the library names its kernels its own way

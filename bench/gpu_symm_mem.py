@@ -15,7 +15,7 @@ kernel at 1 rank (vLLM has no size for it), so every kernel here is forced.
 Items (bf16; sizes 4 KiB .. 64 MiB): per size, µs per call of one_shot (one_shot_all_reduce_out),
 two_shot (two_shot_all_reduce_), multimem (multimem_all_reduce_, with multicast) and the harness's call
 (copy-in + two_shot + copy-out), each graph-replayed (20 calls in one graph, median of 5 replays) and
-eager, beside sim_*: tpsim's graph price on h200-sxm (sim.custom_allreduce.kernel_s, family symm-mem)
+eager, beside sim_*: tpsim's graph price on h200-sxm (sim.price.comm.custom_allreduce.kernel_s, family symm-mem)
 at 2/4/8 ranks and its copy-in/out part. --smoke (CPU): the prices and the JSON, no kernels (skipped).
 """
 from __future__ import annotations
@@ -33,8 +33,8 @@ import torch
 import torch.distributed as dist
 
 from tpsim.hw.symm_mem import SymmMemAllReduce  # noqa: E402
-from tpsim.sim import custom_allreduce as car  # noqa: E402
-from tpsim.sim.profile import load_profile  # noqa: E402
+from tpsim.sim.price.comm import custom_allreduce as car  # noqa: E402
+from tpsim.sim.hardware.profile import load_profile  # noqa: E402
 
 KiB, MiB = 1 << 10, 1 << 20
 SIZES = (4 * KiB, 64 * KiB, 256 * KiB, MiB, 4 * MiB, 16 * MiB, 64 * MiB)

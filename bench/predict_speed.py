@@ -32,11 +32,11 @@ sys.path.insert(0, str(ROOT))
 import _checkout  # noqa: E402  (this checkout as the package tpsim, whatever is installed)
 _checkout.load()
 
-from tpsim.sim.model import get_model  # noqa: E402
+from tpsim.sim.model.presets import get_model  # noqa: E402
 from tpsim.sim.predict import Workload, predict  # noqa: E402
-from tpsim.sim.profile import load_profile  # noqa: E402
-from tpsim.sim.schedule import DEFAULT_SCHEDULES  # noqa: E402
-from tpsim.sim.stack import Stack  # noqa: E402
+from tpsim.sim.hardware.profile import load_profile  # noqa: E402
+from tpsim.sim.schedule.language import DEFAULT_SCHEDULES  # noqa: E402
+from tpsim.sim.stack.spec import Stack  # noqa: E402
 
 ALL = list(DEFAULT_SCHEDULES)
 CONFIGS = [

@@ -16,11 +16,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import _checkout  # noqa: E402
 
 _checkout.load()
-from tpsim.sim.model import get_model  # noqa: E402
+from tpsim.sim.model.presets import get_model  # noqa: E402
 from tpsim.sim.predict import Workload, predict  # noqa: E402
-from tpsim.sim.profile import load_profile  # noqa: E402
-from tpsim.sim.stack import make_stack  # noqa: E402
-from tpsim.sim.stacks import PRESETS  # noqa: E402
+from tpsim.sim.hardware.profile import load_profile  # noqa: E402
+from tpsim.sim.stack.spec import make_stack  # noqa: E402
+from tpsim.sim.stack.presets import PRESETS  # noqa: E402
 
 MODEL, TP, PROFILE, PROMPT, GEN = "llama-3.1-70b", 8, "h100-sxm", 1024, 512
 BATCHES = (1, 4, 16, 64)

@@ -27,13 +27,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import _checkout  # noqa: E402  (this checkout as the package tpsim, whatever is installed)
 _checkout.load()
 
-from tpsim.sim import sweep as sw  # noqa: E402
+from tpsim.commands import sweep_grid as sw  # noqa: E402
 from tpsim.sim.grid import Point, grid  # noqa: E402
-from tpsim.sim.engine_ranks import compile_schedule, simulate_ranks  # noqa: E402
-from tpsim.sim.model import get_model  # noqa: E402
+from tpsim.sim.engine.heap_engine import compile_schedule, simulate_ranks  # noqa: E402
+from tpsim.sim.model.presets import get_model  # noqa: E402
 from tpsim.sim.predict import Simulator, Workload, predict  # noqa: E402
-from tpsim.sim.profile import ArrivalJitter, load_profile  # noqa: E402
-from tpsim.sim.schedule import DEFAULT_SCHEDULES  # noqa: E402
+from tpsim.sim.hardware.profile import ArrivalJitter, load_profile  # noqa: E402
+from tpsim.sim.schedule.language import DEFAULT_SCHEDULES  # noqa: E402
 
 ALL = list(DEFAULT_SCHEDULES)
 

@@ -17,10 +17,10 @@ sys.path.insert(0, str(ROOT))
 import _checkout  # noqa: E402  (this checkout as the package tpsim)
 
 _checkout.load()
-from tpsim.sim.model import get_model  # noqa: E402
+from tpsim.sim.model.presets import get_model  # noqa: E402
 from tpsim.sim.predict import Workload, predict  # noqa: E402
-from tpsim.sim.profile import load_profile  # noqa: E402
-from tpsim.sim.stack import make_stack  # noqa: E402
+from tpsim.sim.hardware.profile import load_profile  # noqa: E402
+from tpsim.sim.stack.spec import make_stack  # noqa: E402
 
 SPECS = ["standard", "ladder", "parallel", "spd:0.7", "upper-bound"]
 JITTER_US = [(0, 0), (1, 2), (2, 4), (5, 10), (10, 20)]     # node / net mean per rank

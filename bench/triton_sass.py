@@ -2,7 +2,7 @@
 
     python bench/triton_sass.py --at llama-3.1-70b:8:64 --kernel bmm [--kernel softmax] [--clock-ghz 1.98]
 
-Lowers the reference's comm-free decode step at the per-rank shapes of --at (hw.inductor_gpu.compile_decode
+Lowers the reference's comm-free decode step at the per-rank shapes of --at (hw.derive.inductor_gpu.compile_decode
 on the installed torch: run it with the torch 2.5.1 venv of docs/compiled-stack.md for the reference's own
 kernels) and, for each generated Triton kernel whose name contains a --kernel string, builds it the way
 Inductor's autotuner does (the kernel's own decorator: its starting configs; CachingAutotuner.
@@ -38,7 +38,7 @@ import tempfile
 from pathlib import Path
 from unittest import mock
 
-_here = Path.cwd() if (Path.cwd() / "sim" / "cost.py").is_file() else Path(__file__).resolve().parent.parent
+_here = Path.cwd() if (Path.cwd() / "sim" / "price" / "cost.py").is_file() else Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(_here))
 import _checkout  # noqa: E402  (this checkout as the package tpsim, whatever is installed)
 _checkout.load(str(_here))
@@ -47,8 +47,8 @@ import triton  # noqa: E402
 import torch._inductor.config as icfg  # noqa: E402
 from torch._inductor.runtime import triton_helpers  # noqa: E402
 
-from tpsim.hw import inductor_gpu as G  # noqa: E402
-from tpsim.hw.fake_cuda import H100, fake_h100  # noqa: E402
+from tpsim.hw.derive import inductor_gpu as G  # noqa: E402
+from tpsim.hw.derive.fake_cuda import H100, fake_h100  # noqa: E402
 
 BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 _INS = re.compile(r"^\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", re.M)

@@ -2,7 +2,7 @@
 
 Each file under bench/data/ is one public measurement (URL, system, the profile that describes it,
 collective, ranks, mode, implementation, points [bytes, us]); this prices every point with
-`sim.collective_table.collective_rows` -- the same code `tpsim collective` runs -- and prints
+`commands.collective_table.collective_rows` -- the same code `tpsim collective` runs -- and prints
 one row per point and the median |error|, overall and per coverage class (one node / two nodes,
 P2P on / off, small <= 64 KiB / large). The sources the built-in profiles were built from are
 listed apart in docs/collectives.md; none of them is in bench/data/.
@@ -22,7 +22,7 @@ Optional fields:
   thread then launches every rank's kernel in turn each iteration, so small sizes time the host's
   launch loop. Absent: 1 (one process per GPU, as the reference stack runs). Its own class.
 - "timing": how the source's loop timed each call ({"kind", "gpus_per_thread", "calls_per_graph",
-  "source": where the loop was read}); `sim.collective_timing.loop_time` turns the priced device
+  "source": where the loop was read}); `sim.price.comm.timing.loop_time` turns the priced device
   time (mode nccl) into what that loop measures. A point whose loop has no sourced price (one
   thread launching N GPUs below the device-bound limit, one graph replay per call) is printed
   apart with the reason, never in a median -- a rule over the whole class, not a cut by error.
@@ -49,10 +49,10 @@ import _checkout  # noqa: E402  (this checkout as the package tpsim, whatever is
 _checkout.load()
 
 from tpsim.calib.imports import parse_nccl_tests  # noqa: E402
-from tpsim.sim.collective_table import Row, busbw_factor, collective_rows  # noqa: E402
-from tpsim.sim.collective_timing import HostCosts, Timing, loop_time  # noqa: E402
-from tpsim.sim.profile import load_profile  # noqa: E402
-from tpsim.sim.topology_price import TopologyModel  # noqa: E402
+from tpsim.commands.collective_table import Row, busbw_factor, collective_rows  # noqa: E402
+from tpsim.sim.price.comm.timing import HostCosts, Timing, loop_time  # noqa: E402
+from tpsim.sim.hardware.profile import load_profile  # noqa: E402
+from tpsim.sim.price.comm.topology import TopologyModel  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data"
 RAW = DATA / "raw"

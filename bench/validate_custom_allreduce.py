@@ -1,8 +1,8 @@
-"""The engines' all-reduce mechanism (sim/custom_allreduce.py) against measurements no constant came from.
+"""The engines' all-reduce mechanism (sim/price/comm/custom_allreduce.py) against measurements no constant came from.
 
 Held apart, each a class with its own median |error|:
 - "odd sizes": the odd-log2 sizes of the very tables the constants were fitted on (the fit used the
-  even ones, sim/custom_allreduce_fit.py), where the engine ran its own kernel;
+  even ones, calib/custom_allreduce_fit.py), where the engine ran its own kernel;
 - "symm-mem in vLLM": the sizes of vLLM's table at 4 / 8 ranks on an NVLS box above vLLM's custom
   all-reduce max size, where vLLM's dispatch runs torch symmetric memory (never fitted: priced from
   the vLLM kernel's floor, the NVLS bus rate and two copy kernels);
@@ -28,12 +28,12 @@ _checkout.load()
 
 import pandas as pd  # noqa: E402
 
-from tpsim.sim import custom_allreduce as car  # noqa: E402
-from tpsim.sim.cost import CostModel  # noqa: E402
-from tpsim.sim.custom_allreduce_fit import is_fit_size  # noqa: E402
-from tpsim.sim.impls import ENGINE_COLLECTIVES  # noqa: E402
-from tpsim.sim.profile import load_profile  # noqa: E402
-from tpsim.sim.stack import Stack  # noqa: E402
+from tpsim.sim.price.comm import custom_allreduce as car  # noqa: E402
+from tpsim.sim.price.cost import CostModel  # noqa: E402
+from tpsim.calib.custom_allreduce_fit import is_fit_size  # noqa: E402
+from tpsim.sim.stack.impls import ENGINE_COLLECTIVES  # noqa: E402
+from tpsim.sim.hardware.profile import load_profile  # noqa: E402
+from tpsim.sim.stack.spec import Stack  # noqa: E402
 # the derivation's own release choices, family -> impl names and table reader (one definition)
 from collectives import CUSTOM_AR_RELEASES as FIT, _FAMILY_IMPL as IMPL, engine_ar_points  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""The flash decode curve (sim/flash_decode.py) against the public points held apart from it.
+"""The flash decode curve (sim/price/flash_decode.py) against the public points held apart from it.
 
 Each held-apart point is priced with the curve built from the other points of its kernel, at the
 point's own GPU's HBM peak: printed with the error, and the median |error| per kernel. (FlashAttention-3
@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import _checkout  # noqa: E402  (this checkout as the package tpsim, whatever is installed)
 _checkout.load()
 
-from tpsim.sim import flash_decode as fd  # noqa: E402
+from tpsim.sim.price import flash_decode as fd  # noqa: E402
 
 
 def main() -> None:

@@ -29,7 +29,7 @@ Three checks, each a table (source, shape, m, public us, priced us, ratio public
    gpu-l2-cache, l2_hit_fraction).
    In a decode step every layer's weight is read once, after the rest of the model: cold. Rows with a
    hit share above 0 price those linears as they ran warm. A bound from the table itself: the rows
-   run by the same cuBLAS grid (sim/occupancy_grids.py cublas-sm90, ceil(n / 64) CTAs at m <= 64)
+   run by the same cuBLAS grid (sim/hardware/gemm_grids.py cublas-sm90, ceil(n / 64) CTAs at m <= 64)
    that rotated cold (share <= curves.COLD_SHARE, the memory curve's rule) give a line t = a + W / rate through their (weight bytes, time);
    a warm row under that line ran that much faster than a cold one of its grid would (a line, not a
    measurement: how the time bends toward small weights is unsourced). bench/gpu_kernels.py linear's
@@ -53,13 +53,13 @@ _checkout.load()
 import aic_collector  # noqa: E402  (how the GEMM table's rows were timed: one definition)
 from curves import COLD_SHARE  # noqa: E402  (what "ran cold" means, as the memory curve reads it)
 
-from tpsim.sim.cost import CostModel  # noqa: E402
-from tpsim.sim.l2_traffic import l2_hit_fraction  # noqa: E402
-from tpsim.sim.model import get_model  # noqa: E402
-from tpsim.sim.occupancy_grids import gemm_tile  # noqa: E402
-from tpsim.sim.profile import load_profile  # noqa: E402
-from tpsim.sim.schedule import Op  # noqa: E402
-from tpsim.sim.stack import Stack  # noqa: E402
+from tpsim.sim.price.cost import CostModel  # noqa: E402
+from tpsim.sim.price.l2_traffic import l2_hit_fraction  # noqa: E402
+from tpsim.sim.model.presets import get_model  # noqa: E402
+from tpsim.sim.hardware.gemm_grids import gemm_tile  # noqa: E402
+from tpsim.sim.hardware.profile import load_profile  # noqa: E402
+from tpsim.sim.schedule.language import Op  # noqa: E402
+from tpsim.sim.stack.spec import Stack  # noqa: E402
 
 # (source, n, k, {m: TFLOPS}) -- check 1 (module doc)
 HUMMING = [
@@ -67,7 +67,7 @@ HUMMING = [
     ("humming#2 / vllm#34556", 8192, 8192, {1: 2.68, 2: 5.32, 4: 10.63, 8: 21.23, 16: 42.09}),
 ]
 
-# check 2: the decode linears of the two reference shapes, (n, k) per rank (sim/model.py shard)
+# check 2: the decode linears of the two reference shapes, (n, k) per rank (sim/model/presets.py shard)
 DECODE_SHAPES = {"70B TP8": {"qkv": (1280, 8192), "wo": (8192, 1024), "w13": (7168, 8192), "w2": (8192, 3584)},
                  "8B TP1": {"qkv": (6144, 4096), "wo": (4096, 4096), "w13": (28672, 4096), "w2": (4096, 14336)}}
 AIC_OTHERS = [("sglang/0.5.6.post2", "sglang"), ("trtllm/1.3.0rc20", "torch_flow"),
@@ -129,7 +129,7 @@ def triton_rows(profile) -> list[tuple]:
     return out
 
 
-# check 4: the decode linears of these (model, TP), one rank's weight [n, k] (sim/model.py shard)
+# check 4: the decode linears of these (model, TP), one rank's weight [n, k] (sim/model/presets.py shard)
 WARM_CASES = [("llama-3.1-8b", 1), ("llama-3.1-8b", 8), ("llama-3.1-70b", 8), ("llama-3.2-1b", 8),
               ("llama-3.2-3b", 8), ("qwen2.5-7b", 4)]
 

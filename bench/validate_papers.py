@@ -18,9 +18,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import _checkout  # noqa: E402  (this checkout as the package tpsim, whatever is installed)
 _checkout.load()
 
-from tpsim.sim.model import get_model  # noqa: E402
+from tpsim.sim.model.presets import get_model  # noqa: E402
 from tpsim.sim.predict import Workload, predict  # noqa: E402
-from tpsim.sim.profile import builtin_names, load_profile  # noqa: E402
+from tpsim.sim.hardware.profile import builtin_names, load_profile  # noqa: E402
 
 ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 ap.add_argument("--suffix", default="", help="appended to each profile name with such a twin, e.g. -coschedule")

@@ -26,9 +26,9 @@ sys.path.insert(0, args.checkout)
 import _checkout  # noqa: E402  (the chosen checkout as the package tpsim)
 _checkout.load(args.checkout)
 
-from tpsim.sim.model import get_model  # noqa: E402
+from tpsim.sim.model.presets import get_model  # noqa: E402
 from tpsim.sim.predict import Workload, predict  # noqa: E402
-from tpsim.sim.profile import load_profile  # noqa: E402
+from tpsim.sim.hardware.profile import load_profile  # noqa: E402
 from tpsim.sim.sensitivity import check  # noqa: E402
 
 GRID = [(m, 8, p, b) for m in ("llama-3.1-8b", "llama-3.1-70b") for p in ("h100-sxm", "h100-sxm-p2p-off")

@@ -1,7 +1,7 @@
 """Collective latency sweeps: all-reduce / all-gather / reduce-scatter vs message size, per group size.
 
 Sizes follow nccl-tests (docs/sources.md §5): all-reduce and reduce-scatter `bytes` is the full input
-buffer, all-gather `bytes` the gathered output -- the convention sim.cost prices with.
+buffer, all-gather `bytes` the gathered output -- the convention sim.price.cost prices with.
 
 Timing. Every trial starts after a barrier of the whole world (ranks outside a sub-group wait at
 it). GPU eager: CUDA events around `inner` back-to-back calls on the current stream, divided by
@@ -28,7 +28,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from tpsim.sim.sampled import exponential_mean_from_spread
+from tpsim.sim.engine.sampled import exponential_mean_from_spread
 
 from tpsim.hw import collective_api
 from tpsim.hw.model import torch_dtype
@@ -263,7 +263,7 @@ def arrival_offsets(per_rank: list[list[float]]) -> list[list[float]]:
 
 
 def arrival_summary(per_rank: list[list[float]]) -> dict:
-    """The exponential per-rank delay the spread implies (sim.sampled.exponential_mean_from_spread),
+    """The exponential per-rank delay the spread implies (sim.engine.sampled.exponential_mean_from_spread),
     with the spread's quantiles for the record."""
     offsets = arrival_offsets(per_rank)
     mean_s, lags = exponential_mean_from_spread(offsets)

@@ -23,10 +23,10 @@ import dataclasses
 from pathlib import Path
 
 from tpsim.fileio.policy import MAX_LOG_BYTES, parse_json, read_input_text
-from tpsim.sim.model import get_model
-from tpsim.sim.profile import ProfileError, load_profile
-from tpsim.sim.schedule import KINDS, build
-from tpsim.sim.stack import Stack, Step
+from tpsim.sim.model.presets import get_model
+from tpsim.sim.hardware.profile import ProfileError, load_profile
+from tpsim.sim.schedule.language import KINDS, build
+from tpsim.sim.stack.spec import Stack, Step
 
 from tpsim.hw import harness
 

@@ -6,13 +6,13 @@ import json
 from pathlib import Path
 
 from tpsim.sim.bounds import problem
-from tpsim.sim.collective_cost import message_bytes
+from tpsim.sim.price.comm.collective import message_bytes
 from tpsim.sim.errors import UserError
-from tpsim.sim.impls import ENGINE_COLLECTIVES, engine_collective
-from tpsim.sim.model import ModelSpec, get_model
+from tpsim.sim.stack.impls import ENGINE_COLLECTIVES, engine_collective
+from tpsim.sim.model.presets import ModelSpec, get_model
 from tpsim.sim.predict import Simulator, Workload
 from tpsim.fileio.shape import Depends, ShapeError, check_shape
-from tpsim.sim.stack import make_stack
+from tpsim.sim.stack.spec import make_stack
 from tpsim.sim.grid import Shape
 
 from tpsim.hw import harness

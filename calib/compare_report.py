@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tpsim.sim.measured_trace import side_by_side_trace
+from tpsim.calib.measured_trace import side_by_side_trace
 from tpsim.sim.predict import Simulator
 from tpsim.fileio.policy import save_figure, write_json_atomic, write_text_atomic
 

@@ -8,7 +8,7 @@ lookups hit measured points exactly. Points keep every attr of the op (cost.py m
 
 Inputs. Each signature is timed on the very tensors it sees in a real pass: a one-layer copy of the
 model (every layer has the same shapes) runs each schedule without communication
-(sim.transform.local: collectives replaced by local stand-ins of their shape) through hw.runner,
+(sim.schedule.transform.local: collectives replaced by local stand-ins of their shape) through hw.runner,
 and the first input of each signature is kept. Timing calls the same kernel on them again.
 
 Timing. CPU: inside whole passes (`time_in_passes`): the model's prefill and decode passes of
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 import torch
 
 from tpsim.sim.memory import GIB, estimate
-from tpsim.sim.schedule import Op
-from tpsim.sim.transform import local
+from tpsim.sim.schedule.language import Op
+from tpsim.sim.schedule.transform import local
 
 from tpsim.hw.kernels import KERNELS
 from tpsim.hw.model import build_rank_model, torch_dtype

@@ -1,5 +1,5 @@
 """`tpsim profiles import-engine-bench`: a deployment's own engine benchmarks -> its host step terms,
-in a stack file (sim/stacks: `tpsim predict --stack my-vllm.json`).
+in a stack file (sim/stack/presets: `tpsim predict --stack my-vllm.json`).
 
 Input: `vllm bench latency --output-json` files (or their .pytorch.json sibling) or SGLang
 `bench_one_batch --result-filename` lines (calib.engine_bench_read.parse_engine_bench), at two or more TP
@@ -12,7 +12,7 @@ step, is the deployment's exposed host time:
             model runner without the scheduler: the runner's own host time per step)
 
 fitted by non-negative least squares to  schedule_s + handoff_per_rank_s * (tp - 1)  (+
-schedule_per_seq_s * batch when the runs span two or more batch sizes): sim.host_lane's in-series lane,
+schedule_per_seq_s * batch when the runs span two or more batch sizes): sim.stack.host_lane's in-series lane,
 whose hand-off term grows with the ranks waiting at the first collective. The stack file extends the
 preset with those terms (overlap off: what the runs show is the host time left exposed), every other
 host term 0, each value sourced to the files it came from, and the fit's per-run table beside it.
@@ -28,11 +28,11 @@ from pathlib import Path
 
 import numpy as np
 
-from tpsim.sim.host_lane import HostStep
-from tpsim.sim.stacks import parse_stack
+from tpsim.sim.stack.host_lane import HostStep
+from tpsim.sim.stack.presets import parse_stack
 from tpsim.sim.predict import Simulator, Workload
-from tpsim.sim.stack import make_stack
-from tpsim.sim.stacks import PRESETS, STACK_FORMAT
+from tpsim.sim.stack.spec import make_stack
+from tpsim.sim.stack.presets import PRESETS, STACK_FORMAT
 from tpsim.fileio.policy import MAX_LOG_BYTES, read_input_text
 
 from tpsim.calib.engine_bench_read import RUN_KEYS, EngineRun, check_run_value, parse_engine_bench

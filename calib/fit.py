@@ -20,9 +20,9 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from tpsim.sim.work import op_work
-from tpsim.sim.profile import new_profile, read_raw, sourced
-from tpsim.sim.schedule import Op
+from tpsim.sim.price.work import op_work
+from tpsim.sim.hardware.profile import new_profile, read_raw, sourced
+from tpsim.sim.schedule.language import Op
 
 from tpsim.calib.fit_collectives import model_section, tables
 from tpsim.calib.nccl_import import default_base
@@ -188,7 +188,7 @@ def _compute_section(cfg, dev: dict | None, groups: dict, pv: Provenance) -> dic
                                                     "median per half-decade of flops")}
         compute["memory_efficiency"] = {"bytes": mcx, "efficiency": mcy,
                                         "source": src(f"achieved / peak bytes/s of the copy sweep and of {len(cmx)} "
-                                                      "memory-bound measured ops (bytes as sim.work.op_work counts "
+                                                      "memory-bound measured ops (bytes as sim.price.work.op_work counts "
                                                       "them, time minus per-op overhead), median per half-decade")}
     if cpoints:
         cases = ", ".join(sorted({g_name.split('/', 1)[1] for g_name, g in groups.items() if g['kind'] == 'compute'}))
@@ -202,7 +202,7 @@ def _compute_section(cfg, dev: dict | None, groups: dict, pv: Provenance) -> dic
 
 
 def _builtin_l2(cfg, dev: dict | None) -> dict | None:
-    """compute.l2 (L2 rate and sweep curve, sim/l2_traffic.py) of the built-in profile of the GPU
+    """compute.l2 (L2 rate and sweep curve, sim/price/l2_traffic.py) of the built-in profile of the GPU
     measured (calib.nccl_import.default_base on its device name, e.g. "NVIDIA H100 80GB HBM3" ->
     h100-sxm), every source saying so: tpsim calibrate does not measure L2. None on a CPU, with
     `extends` (the base's section is inherited), or for a GPU whose built-in has none (or no built-in)."""

@@ -10,7 +10,7 @@ from scipy.optimize import least_squares
 
 
 def ring_terms(collective: str, n: int) -> tuple[int, float]:
-    """(steps, algbw/busbw) of a ring over n ranks, as sim.collective_cost.ring_s prices it."""
+    """(steps, algbw/busbw) of a ring over n ranks, as sim.price.comm.collective.ring_s prices it."""
     if n <= 1:
         return 0, 1.0
     if collective == "all_reduce":

@@ -17,7 +17,8 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from tpsim.sim.profile import MAX_EXTENDS, builtin_names, load_profile, new_profile, read_json, resolve
+from tpsim.sim.hardware.profile import (MAX_EXTENDS, builtin_names, load_profile, new_profile, read_json,
+                                        resolve)
 
 from tpsim.calib.imports import COLLECTIVES, ImportedTable, parse_nccl_tests, read_log
 

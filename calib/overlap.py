@@ -37,9 +37,9 @@ import time
 import torch
 import torch.distributed as dist
 
-from tpsim.sim.schedule import build
-from tpsim.sim.stack import Step
-from tpsim.sim.transform import blocking, local, overlapped
+from tpsim.sim.schedule.language import build
+from tpsim.sim.stack.spec import Step
+from tpsim.sim.schedule.transform import blocking, local, overlapped
 
 from tpsim.hw.model import torch_dtype
 
@@ -186,7 +186,7 @@ def _both(compute, reps: int, buf, pg, cuda: bool, stream, barrier) -> tuple[flo
 def measure_in_passes(case, device: str, dtype: str, *, trials: int, warmup: int = 2, seed: int = 0,
                       pg=None, barrier=None) -> dict:
     """This rank's per-trial seconds of the case's standard decode pass run three ways, interleaved
-    (the sim.transform patterns of that schedule, run by hw.runner as any schedule is):
+    (the sim.schedule.transform patterns of that schedule, run by hw.runner as any schedule is):
 
       alone        `local`: collectives replaced by local stand-ins (no communication);
       blocking     `blocking`: each all-reduce issued and awaited at once;

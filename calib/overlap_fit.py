@@ -32,13 +32,13 @@ from typing import Callable
 import numpy as np
 from scipy.optimize import minimize
 
-from tpsim.sim import transform
-from tpsim.sim.cost import CostModel
-from tpsim.sim.engine import Interference
-from tpsim.sim.engine_ranks import compile_schedule, simulate_ranks
-from tpsim.sim.model import get_model
-from tpsim.sim.schedule import Op, Schedule, build
-from tpsim.sim.stack import Step, make_stack
+from tpsim.sim.schedule import transform
+from tpsim.sim.price.cost import CostModel
+from tpsim.sim.engine.simpy_engine import Interference
+from tpsim.sim.engine.heap_engine import compile_schedule, simulate_ranks
+from tpsim.sim.model.presets import get_model
+from tpsim.sim.schedule.language import Op, Schedule, build
+from tpsim.sim.stack.spec import Step, make_stack
 
 from tpsim.calib.overlap_summary import FACTOR_CAP, redraw_trials
 
@@ -59,7 +59,7 @@ def decode_schedule(desc: dict) -> Schedule:
 
 @dataclass(frozen=True)
 class Patterns:
-    """A case's two calibration patterns (sim.transform.blocking and .overlapped of its standard
+    """A case's two calibration patterns (sim.schedule.transform.blocking and .overlapped of its standard
     pass), built and priced once: a fit evaluates them hundreds of times with only the
     Interference varying, so each evaluation is two runs of the rank engine and nothing more."""
 

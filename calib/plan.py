@@ -20,9 +20,9 @@ from pathlib import Path
 
 from tpsim.fileio.policy import MAX_CHECKPOINT_BYTES, read_input_text
 from tpsim.fileio.shape import check_shape, finite, is_, short
-from tpsim.sim.model import get_model, valid_tp
-from tpsim.sim.stack import DTYPE_BYTES, Stack, make_stack
-from tpsim.sim.work import op_work
+from tpsim.sim.model.presets import get_model, valid_tp
+from tpsim.sim.stack.spec import DTYPE_BYTES, Stack, make_stack
+from tpsim.sim.price.work import op_work
 from tpsim.fileio.policy import write_json_atomic
 
 from tpsim.hw.run_config import check_backend_device
@@ -191,8 +191,8 @@ def code_version() -> str:
             return "none"
     h = hashlib.sha256()
     here = Path(__file__).resolve().parent
-    for f in sorted([*here.glob("*.py"), *(here.parent / "hw").glob("*.py")]):
-        h.update(f.name.encode() + f.read_bytes())
+    for f in sorted([*here.rglob("*.py"), *(here.parent / "hw").rglob("*.py")]):
+        h.update(f.relative_to(here.parent).as_posix().encode() + f.read_bytes())
     return f"torch {ver('torch')}, code {h.hexdigest()[:16]}"
 
 
@@ -335,7 +335,7 @@ _TRIAL_ROWS = ("alone", "first", "blocking", "overlapped", "overlapped_wait")   
 
 
 def _priced_op(p: dict) -> str | None:
-    """A measured compute point is an op the fit can price: calib.fit.point_op's work (sim.work.op_work)
+    """A measured compute point is an op the fit can price: calib.fit.point_op's work (sim.price.work.op_work)
     in numbers of flops and bytes (a string where a count goes would repeat, not multiply)."""
     from tpsim.calib.fit import point_op         # lazy: the fit's scipy loads only where a state file is read
     try:

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from tpsim.sim.stack import DTYPE_BYTES
+from tpsim.sim.stack.spec import DTYPE_BYTES
 
 from tpsim.hw import rank as hwrank
 from tpsim.hw.model import torch_dtype

@@ -4,7 +4,7 @@
 (NCCL reads its environment at communicator init); under torchrun the process is one rank itself
 (`run_here`). The ranks run calib/rank.py over the plan of calib/plan.py. When every group is
 done the points are fitted (calib.fit) and the profile is written to `--out` through
-sim.profile.write_profile (validated first), and the state file deleted.
+sim.hardware.profile.write_profile (validated first), and the state file deleted.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from typing import Callable
 import torch.distributed as dist
 
 from tpsim.fileio.lock import acquire, check_writable, output_lock, release
-from tpsim.sim.profile import ProfileError, load_document, load_profile, write_profile
+from tpsim.sim.hardware.profile import ProfileError, load_document, load_profile, write_profile
 
 from tpsim.hw import rank as hwrank
 from tpsim.hw.dist import WorkerFailed, _install_signal_handlers, _restore_signal_handlers, launch

@@ -4,10 +4,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-from tpsim.sim.model import ModelSpec
+from tpsim.sim.model.presets import ModelSpec
 from tpsim.sim.predict import decode_positions
-from tpsim.sim.schedule import Schedule, build_plan, layer_kinds
-from tpsim.sim.stack import Stack, Step
+from tpsim.sim.schedule.language import Schedule, build_plan, layer_kinds
+from tpsim.sim.stack.spec import Stack, Step
 
 
 @dataclass(frozen=True)

@@ -24,10 +24,10 @@ from dataclasses import replace
 import click
 
 from tpsim.fileio.lock import check_writable
-from tpsim.sim.measured_trace import bench_trace
-from tpsim.sim.model import get_model
-from tpsim.sim.schedule import DEFAULT_SCHEDULES, SCHEDULE_HELP
-from tpsim.sim.stacks import load_stack
+from tpsim.calib.measured_trace import bench_trace
+from tpsim.sim.model.presets import get_model
+from tpsim.sim.schedule.language import DEFAULT_SCHEDULES, SCHEDULE_HELP
+from tpsim.sim.stack.presets import load_stack
 from tpsim.fileio.policy import write_json_atomic
 
 from tpsim.hw import harness, require_torch

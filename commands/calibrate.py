@@ -13,8 +13,8 @@ import os
 import click
 
 from tpsim.sim.memory import DoesNotFit, check_fits, estimate
-from tpsim.sim.model import get_model
-from tpsim.sim.stack import ATTENTION_IMPLS, DECODE_KV, DTYPE_BYTES, HEADS, PREFILL_LOGITS, Stack
+from tpsim.sim.model.presets import get_model
+from tpsim.sim.stack.spec import ATTENTION_IMPLS, DECODE_KV, DTYPE_BYTES, HEADS, PREFILL_LOGITS, Stack
 
 from tpsim.hw import harness, require_torch
 from tpsim.hw.run_config import check_timeout, default_timeout_s

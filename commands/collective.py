@@ -9,12 +9,12 @@ import statistics
 import click
 
 from tpsim.sim.bounds import check as check_bound
-from tpsim.sim.collective_table import COLLECTIVES, MODES, Row, collective_rows, parse_size, to_json
-from tpsim.sim.collective_timing import HostCosts, Timing, loop_time
-from tpsim.sim.impls import ENGINE_COLLECTIVES, check_collective_impl
-from tpsim.sim.profile import load_profile
-from tpsim.sim.topology import nccl_nodes
-from tpsim.sim.topology_price import TopologyModel
+from tpsim.commands.collective_table import COLLECTIVES, MODES, Row, collective_rows, parse_size, to_json
+from tpsim.sim.price.comm.timing import HostCosts, Timing, loop_time
+from tpsim.sim.stack.impls import ENGINE_COLLECTIVES, check_collective_impl
+from tpsim.sim.hardware.profile import load_profile
+from tpsim.sim.hardware.topology import nccl_nodes
+from tpsim.sim.price.comm.topology import TopologyModel
 
 from tpsim.calib.imports import read_nccl_tests
 
@@ -80,7 +80,7 @@ def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, c
     if measured is not None and (imp.gpus_per_thread > 1 or imp.mode == "graph"):
         # one nccl-tests thread launched every GPU's kernel each iteration (-g N): mark the sizes
         # whose time its host launch loop can set; a -G file's captured calls each pay NCCL's
-        # graph-mixing record node (sim/collective_timing.py)
+        # graph-mixing record node (sim/price/comm/timing.py)
         kind = "graph_replay_batched" if imp.mode == "graph" else "single_thread_n_gpus"
         timing = Timing(kind, imp.gpus_per_thread, graph_launches=max(1, imp.graph_launches))
         host = HostCosts.from_profile(prof)
@@ -164,7 +164,7 @@ def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, c
 
 def _nccl_nodes(prof, group: int, gpus_per_node: int | None, rows) -> dict | None:
     """For a P2P-off profile with a topology: how NCCL 2.21 splits the group into nodes
-    (sim/topology.py nccl_domains) and the algorithm/protocol picks in the rows; None otherwise."""
+    (sim/hardware/topology.py nccl_domains) and the algorithm/protocol picks in the rows; None otherwise."""
     spec = prof.topology
     if spec is None or spec.p2p or group <= 1:
         return None

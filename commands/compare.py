@@ -7,9 +7,9 @@ from pathlib import Path
 
 import click
 
-from tpsim.sim.model import get_model
-from tpsim.sim.profile import load_profile
-from tpsim.sim.schedule import DEFAULT_SCHEDULES
+from tpsim.sim.model.presets import get_model
+from tpsim.sim.hardware.profile import load_profile
+from tpsim.sim.schedule.language import DEFAULT_SCHEDULES
 
 from tpsim.hw import harness, require_torch
 from tpsim.hw.run_config import check_timeout

@@ -2,6 +2,8 @@
 `--help`, `--json` and the commands that print no table do not pay at every start."""
 from __future__ import annotations
 
+import sys
+
 
 def rich_console(**kw):
     """A rich Console (kw: width, stderr, ...)."""
@@ -17,7 +19,6 @@ def terminal_console(**kw):
     terminal), for a table laid out to fit it (`predict`'s). rich pads every line of a table to the
     console's width; the padding is cut (TrimmedLines), so a line ends with its last character."""
     from rich.console import Console      # lazy: rich (see rich_console)
-    import sys
     stream = sys.stderr if kw.pop("stderr", False) else sys.stdout
     return Console(width=min(MAX_WIDTH, Console().width), file=TrimmedLines(stream), **kw)
 

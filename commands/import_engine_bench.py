@@ -6,10 +6,10 @@ from pathlib import Path
 
 import click
 
-from tpsim.sim.hf_config import config_path
-from tpsim.sim.model import MODELS, get_model, is_config_path, split_layers
-from tpsim.sim.profile import load_profile
-from tpsim.sim.stacks import PRESETS, load_stack
+from tpsim.sim.model.hf.config import config_path
+from tpsim.sim.model.presets import MODELS, get_model, is_config_path, split_layers
+from tpsim.sim.hardware.profile import load_profile
+from tpsim.sim.stack.presets import PRESETS, load_stack
 from tpsim.fileio.lock import check_writable
 from tpsim.fileio.policy import write_json_atomic
 

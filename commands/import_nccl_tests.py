@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from tpsim.fileio.lock import check_writable
-from tpsim.sim.profile import load_profile, write_profile
+from tpsim.sim.hardware.profile import load_profile, write_profile
 
 from tpsim.calib.imports import COLLECTIVES, check_impl_tag
 from tpsim.calib.nccl_import import build_profile, default_base, read_files, refuse_overwriting_inputs

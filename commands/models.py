@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import click
 
-from tpsim.sim.model import MODELS, get_model, valid_tp
-from tpsim.sim.model_show import show_model
+from tpsim.sim.model.presets import MODELS, get_model, valid_tp
+from tpsim.commands.model_show import show_model
 
 from tpsim.commands.console import compact_table, terminal_console
 from tpsim.commands.errors import user_errors

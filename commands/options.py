@@ -7,12 +7,13 @@ from dataclasses import asdict
 
 import click
 
-from tpsim.sim.impls import ENGINE_COLLECTIVES, check_collective_impl
-from tpsim.sim.model import MODELS, get_model
+from tpsim.sim.stack.impls import ENGINE_COLLECTIVES, check_collective_impl
+from tpsim.sim.model.presets import MODELS, get_model
 from tpsim.sim.predict import Workload
-from tpsim.sim.profile import load_profile
-from tpsim.sim.stack import ATTENTION_IMPLS, DECODE_KV, DTYPE_BYTES, EMBEDS, HEADS, PREFILL_LOGITS, Stack, make_stack
-from tpsim.sim.stacks import PRESETS, load_stack
+from tpsim.sim.hardware.profile import load_profile
+from tpsim.sim.stack.spec import (ATTENTION_IMPLS, DECODE_KV, DTYPE_BYTES, EMBEDS, HEADS, PREFILL_LOGITS,
+                                  Stack, make_stack)
+from tpsim.sim.stack.presets import PRESETS, load_stack
 
 from tpsim.commands.bounds import check_sizes
 from tpsim.commands.errors import bad_value
@@ -63,7 +64,7 @@ def workload_options(fn):
                           "profile's GPU memory."),
         click.option("--collective", default="auto", show_default=True, callback=not_empty,
                      help="Collective implementation: a table key of the profile (nccl, custom, gloo), or a "
-                          f"serving engine's all-reduce ({', '.join(ENGINE_COLLECTIVES)}; sim/impls.py); "
+                          f"serving engine's all-reduce ({', '.join(ENGINE_COLLECTIVES)}; sim/stack/impls.py); "
                           "auto: the profile's default_impl."),
     ]
     for o in reversed(opts):
@@ -155,7 +156,7 @@ def make_workload(model, tp, profile, batch, prompt_len, gen_len, gpus_per_node,
     # what the user said wins; then the --stack preset; then what the profile's cluster runs by default;
     # then Stack's defaults
     # (an engine's all-reduce that its engine would refuse here is priced as its fallback, with a note:
-    # sim/custom_allreduce.py)
+    # sim/price/comm/custom_allreduce.py)
     stack = make_stack(given, prof.stack_defaults, preset=preset.values if preset else None)
     check_collective_impl(prof, stack.collective)
     return Workload(get_model(model), tp, prof, batch, prompt_len, gen_len, stack, gpus_per_node,

@@ -7,9 +7,9 @@ import click
 
 from tpsim.fileio.policy import json_text
 from tpsim.sim.predict import predict as run
-from tpsim.sim.schedule import DEFAULT_SCHEDULES, SCHEDULE_HELP
+from tpsim.sim.schedule.language import DEFAULT_SCHEDULES, SCHEDULE_HELP
 from tpsim.sim.sensitivity import check as sensitivity
-from tpsim.sim.stacks import load_stack
+from tpsim.sim.stack.presets import load_stack
 
 from tpsim.commands.console import compact_table, progress_bar, rich_escape, stderr_console, terminal_console
 from tpsim.commands.errors import user_errors

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from tpsim.sim.profile import builtin_names, describe, load_profile, read_raw
+from tpsim.sim.hardware.profile import builtin_names, describe, load_profile, read_raw
 
 from tpsim.commands.console import compact_table, rich_escape, terminal_console
 from tpsim.commands.errors import user_errors

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import click
 
-from tpsim.sim.model import get_model
-from tpsim.sim.profile import load_profile
-from tpsim.sim.schedule import COMM, SCHEDULE_HELP, build
-from tpsim.sim.stack import Step, make_stack
+from tpsim.sim.model.presets import get_model
+from tpsim.sim.hardware.profile import load_profile
+from tpsim.sim.schedule.language import COMM, SCHEDULE_HELP, build
+from tpsim.sim.stack.spec import Step, make_stack
 
 from tpsim.commands.bounds import check_sizes
 from tpsim.commands.console import compact_table, rich_escape, terminal_console

@@ -2,13 +2,13 @@
 the choice with the simulator (docs/spd-plan.md): the click command.
 
 Like commands/bench.py (whose launcher and rank-mode switch it reuses, `_run`), it imports no torch:
-the ranks run hw/spd_plan.py:worker, started with --nproc local processes (hw.dist.launch), or
+the ranks run hw/spd/plan.py:worker, started with --nproc local processes (hw.dist.launch), or
 this very command under torchrun (`torchrun --nproc-per-node 8 --no-python tpsim spd-plan ...`:
 then each process is one rank). Everything the user can get wrong is checked here before any rank
 starts (one line, exit 2): the checkpoint's headers, the text's length, the budget, the profile.
 
 Resume: finished passes go to `<--out>.partial.jsonl` as they complete; a rerun with the same
-inputs (hw.spd_text.plan_digest) reads them back and measures only the rest. The file is removed
+inputs (hw.spd.text.plan_digest) reads them back and measures only the rest. The file is removed
 once the result is written (launcher mode; under torchrun it is kept, and a rerun reprints at
 once). Without --out nothing is kept: the partial file made for the run is removed however it ends.
 Ctrl-C stops the ranks and exits 130 (commands.errors.ctrl_c_exits_130), saying how many finished
@@ -29,21 +29,21 @@ import click
 from tpsim.fileio.policy import check_figure_path
 
 from tpsim.fileio.lock import check_writable, output_lock
-from tpsim.sim.model import get_model
-from tpsim.sim.stack import DTYPE_BYTES
+from tpsim.sim.model.presets import get_model
+from tpsim.sim.stack.spec import DTYPE_BYTES
 
 from tpsim.hw import require_torch
 from tpsim.hw.run_config import RunConfig, check_timeout, default_timeout_s
-from tpsim.hw.spd_select import (Budget, format_plan, make_progress, parse_budget, partial_path, price, read_partial,
-                                 show_progress)
-from tpsim.hw.spd_text import load_tokens, plan_digest
+from tpsim.hw.spd.select import (Budget, format_plan, make_progress, parse_budget, partial_path, price,
+                                 read_partial, show_progress)
+from tpsim.hw.spd.text import load_tokens, plan_digest
 
 from tpsim.commands.bench import _cuda_available, _memory_gate, _model_and_checkpoint, _run, _under_torchrun, check_cuda
 from tpsim.commands.bounds import check_sizes
 from tpsim.commands.errors import UserError, ctrl_c_exits_130, user_errors
 from tpsim.commands.options import HARNESS_STACK, not_empty
 
-TARGET = "tpsim.hw.spd_plan:worker"
+TARGET = "tpsim.hw.spd.plan:worker"
 
 
 @click.command("spd-plan")

@@ -1,4 +1,4 @@
-"""`tpsim sweep`: a what-if grid from the simulator alone, over processes, resumable (sim/sweep.py)."""
+"""`tpsim sweep`: a what-if grid from the simulator alone, over processes, resumable (commands/sweep_grid.py)."""
 from __future__ import annotations
 
 import contextlib
@@ -8,15 +8,15 @@ from pathlib import Path
 
 import click
 
-from tpsim.sim import sweep as sw
+from tpsim.commands import sweep_grid as sw
 from tpsim.fileio.policy import STDOUT, check_figure_path, write_json_atomic, write_text_atomic
 from tpsim.sim.grid import grid
 from tpsim.fileio.lock import check_writable, output_lock
-from tpsim.sim.model import get_model
-from tpsim.sim.profile import load_profile
-from tpsim.sim.schedule import DEFAULT_SCHEDULES, ScheduleSpec
-from tpsim.sim.stack import make_stack
-from tpsim.sim.stacks import load_stack
+from tpsim.sim.model.presets import get_model
+from tpsim.sim.hardware.profile import load_profile
+from tpsim.sim.schedule.language import DEFAULT_SCHEDULES, ScheduleSpec
+from tpsim.sim.stack.spec import make_stack
+from tpsim.sim.stack.presets import load_stack
 
 from tpsim.commands.bounds import check_bounds
 from tpsim.commands.console import progress_bar
@@ -78,7 +78,7 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
     for m in models:
         get_model(m)
     # each point's profile fills the stack fields the flags and the --stack preset leave unset
-    # (sim.sweep.run_point: flag > preset > profile stack_defaults > Stack's, as predict)
+    # (commands.sweep_grid.run_point: flag > preset > profile stack_defaults > Stack's, as predict)
     preset = load_stack(stack_name).values if stack_name is not None else None
     given = stack_given(**stack_flags)
     make_stack(dict(given), preset=preset)    # a bad flag combination fails before any work

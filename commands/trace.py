@@ -6,8 +6,8 @@ import click
 from tpsim.fileio.policy import STDOUT, write_json_atomic
 from tpsim.fileio.lock import check_writable
 from tpsim.sim.predict import Simulator
-from tpsim.sim.schedule import SCHEDULE_HELP
-from tpsim.sim.trace import chrome_trace, host_records
+from tpsim.sim.schedule.language import SCHEDULE_HELP
+from tpsim.sim.engine.record import chrome_trace, host_records
 
 from tpsim.commands.errors import user_errors
 from tpsim.commands.options import make_workload, not_empty, workload_options

@@ -15,7 +15,7 @@ import contextlib
 import os
 from typing import Iterator
 
-from .policy import check_output, open_side_file
+from tpsim.fileio.policy import check_output, open_side_file
 
 
 def check_writable(out: str | os.PathLike, option: str = "--out", *, stdout_ok: bool = False) -> None:

@@ -30,8 +30,8 @@ import time
 import torch
 import torch.distributed as dist
 
-from tpsim.sim.sampler import REFERENCE as REFERENCE_SAMPLER
-from tpsim.sim.schedule import build, notes_of
+from tpsim.sim.stack.sampler import REFERENCE as REFERENCE_SAMPLER
+from tpsim.sim.schedule.language import build, notes_of
 from tpsim.hw import rank as hwrank
 from tpsim.hw.run_config import RunConfig, memory_gate
 from tpsim.hw.inductor_flags import compile_functional_pass, current_inductor_flags
@@ -359,7 +359,7 @@ def format_result(result: dict) -> str:
 
 
 def stack_harness_options(values: dict, device: str) -> tuple[dict, list[str]]:
-    """A --stack preset's values (sim.stacks.Preset.values) as `tpsim bench` options where PyTorch can
+    """A --stack preset's values (sim.stack.presets.Preset.values) as `tpsim bench` options where PyTorch can
     run them, and a note for each that it cannot (or runs differently). Options: attention, kv,
     expand_gqa, prefill_logits, head, embed, compile, decode_graphs, mm_decompose_m1 (RunConfig's names;
     the last sets coordinate_descent_tuning when compiled: hw.inductor_flags), and collective
@@ -408,7 +408,7 @@ def stack_harness_options(values: dict, device: str) -> tuple[dict, list[str]]:
                      "whole step through sampling (hw.runner.DecodeGraph)")
     coll = values.get("collective", "auto")
     if coll not in ("auto", "nccl", "gloo"):
-        # an engine's own all-reduce (sim/impls.py): PyTorch's nearest is symmetric memory, which the
+        # an engine's own all-reduce (sim/stack/impls.py): PyTorch's nearest is symmetric memory, which the
         # harness runs on GPUs (hw.symm_mem) by the simulator's kernel rule, eager passes only
         what = (f"collective {coll}: the engines' custom all-reduce kernels are not part of PyTorch; "
                 if coll != "symm-mem" else "collective symm-mem: ")
@@ -429,7 +429,7 @@ def stack_harness_options(values: dict, device: str) -> tuple[dict, list[str]]:
         notes.append("host lane: the engine's scheduler and hand-off to workers are not reproduced; the harness's "
                      "own loop runs each step (tpsim profiles import-engine-bench fits them from engine runs)")
     if values.get("sampler", REFERENCE_SAMPLER) != REFERENCE_SAMPLER:
-        notes.append(f"sampler {values['sampler']}: the engine's sampler kernels (sim/sampler.py) are priced by the "
+        notes.append(f"sampler {values['sampler']}: the engine's sampler kernels (sim/stack/sampler.py) are priced by the "
                      "simulator only; the harness samples with one argmax over the logits (hw/kernels.py _sample)")
     if values.get("engine_kernels") or values.get("attention_prep_kernels"):
         notes.append("engine kernels: the engine's fused CUDA ops (fused_add_rmsnorm, silu_and_mul, its RoPE and "

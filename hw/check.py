@@ -4,7 +4,7 @@ The reference is a plain-torch Llama forward on the *full* weights (hw.model.ful
 same tensors every TP degree shards), written independently of hw.runner and of the schedule
 IR: its own attention (einsum over all heads, reads only the filled cache), its own MLP, and each
 *layer kind*'s dataflow straight from docs/design.md ("The schedules"). A schedule is checked
-layer by layer as its plan (sim.schedule.plan_of) says, so a hybrid plan (ladder above, SPD
+layer by layer as its plan (sim.schedule.language.plan_of) says, so a hybrid plan (ladder above, SPD
 below) is checked with no code of its own; a layer kind without a reference here is only run:
 
   standard  h = x + attn(norm(x));  x' = h + mlp(norm(h))                 (== TP standard)
@@ -28,8 +28,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from tpsim.sim.model import ModelSpec
-from tpsim.sim.schedule import build, kind_base, plan_of, runs
+from tpsim.sim.model.presets import ModelSpec
+from tpsim.sim.schedule.language import build, kind_base, plan_of, runs
 from tpsim.hw import rank as hwrank
 from tpsim.hw.run_config import RunConfig
 from tpsim.hw.bench import caption
@@ -49,7 +49,7 @@ class Reference:
                  max_seq: int):
         self.m, self.w, self.tp = model, w, tp
         if isinstance(plan, str):
-            raise TypeError(f"plan must be one layer kind per layer (sim.schedule.plan_of), got the string {plan!r}")
+            raise TypeError(f"plan must be one layer kind per layer (sim.schedule.language.plan_of), got the string {plan!r}")
         missing = sorted({kind_base(k) for k in plan} - set(REFERENCES))
         if missing:
             raise ValueError(f"no reference for layer kind(s) {', '.join(missing)}")
@@ -173,7 +173,7 @@ def _each(layer):
     return run
 
 
-# Layer kind (sim/schedules: LayerKind.name) -> reference of a run of such layers; every kind has
+# Layer kind (sim/schedule/schedules: LayerKind.name) -> reference of a run of such layers; every kind has
 # one here or a reason in UNCHECKED (tests/test_schedule_registry.py walks the registry).
 REFERENCES = {
     "standard": _each(Reference._standard),

@@ -27,10 +27,10 @@ import torch
 from safetensors import safe_open
 
 from tpsim.fileio.policy import MAX_CONFIG_BYTES, parse_json, read_input_text
-from tpsim.sim.hf_config import load_hf_config
+from tpsim.sim.model.hf.config import load_hf_config
 from tpsim.fileio.shape import short as _short
 from tpsim.sim.memory import Placement
-from tpsim.sim.model import ModelSpec
+from tpsim.sim.model.presets import ModelSpec
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"

@@ -23,7 +23,7 @@ exclude 1 where the schedules really differ. Pinning is skipped when there are m
 Ranks never outlive the launcher and never run code from the working directory (docs/reliability.md):
   * each rank leads its own session (process group), so one killpg ends it and whatever it started;
   * the first thing a rank does, before it imports torch, is tie itself to the launcher
-    (sim.proc_tie, shared with the sweep's pool workers): PR_SET_PDEATHSIG on Linux, and a
+    (fileio.proc_tie, shared with the sweep's pool workers): PR_SET_PDEATHSIG on Linux, and a
     watchdog thread on the read end of a pipe whose write end only the launcher has, which kills
     the rank's session when it reads EOF (the launcher is gone, SIGKILL included). SIGINT/SIGTERM
     of the launcher kill every rank before it exits;
@@ -54,7 +54,7 @@ import tpsim
 from tpsim.hw.beat import BEAT_ENV, heartbeat_interval_s, read_beat
 from tpsim.hw.rank import PATH_ENV, free_port
 from tpsim.hw.run_config import check_timeout
-from tpsim.sim.proc_tie import LAUNCHER_PID_ENV, LOG_TAG, WATCH_FD_ENV, ParentTie
+from tpsim.fileio.proc_tie import LAUNCHER_PID_ENV, LOG_TAG, WATCH_FD_ENV, ParentTie
 
 
 class WorkerFailed(RuntimeError):
@@ -81,12 +81,12 @@ def package_root() -> str:
 # is installed or a ./tpsim lies in the working directory. ROOT leaves sys.path again: its
 # directories (sim/, hw/, ...) are not top-level names. The launcher's other import paths
 # (PATH_ENV: a user site, PYTHONPATH) are appended before hw.rank is imported, since hw.rank
-# imports torch, which may live on one of them. The tie to the launcher (sim.proc_tie: standard
+# imports torch, which may live on one of them. The tie to the launcher (fileio.proc_tie: standard
 # library only) comes first, before torch: importing torch takes seconds, and a rank must not
 # outlive a launcher killed meanwhile.
 _BOOT = ("import json, os, sys; sys.path.insert(0, sys.argv[1]); import _checkout; _checkout.load(sys.argv[1]); "
          "del sys.path[0], sys.modules['_checkout']; "
-         "from tpsim.sim.proc_tie import tie_rank_from_env; tie_rank_from_env(); "
+         "from tpsim.fileio.proc_tie import tie_rank_from_env; tie_rank_from_env(); "
          f"sys.path += [p for p in json.loads(os.environ.get({PATH_ENV!r}) or '[]') if p not in sys.path]; "
          "from tpsim.hw.rank import _worker_main; _worker_main(sys.argv[2:])")
 

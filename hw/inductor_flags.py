@@ -8,8 +8,8 @@ Keys are torch._inductor.config's own names; a nested one is dotted ("triton.uni
 which setattr/getattr on the config module and icfg.patch({...}) all take as they stand.
 
 Users: compile_functional_pass, the compiled harness's one torch.compile (hw.bench.compile_passes,
-hw.check --compile: in each rank process), and hw.inductor_kernels / hw.inductor_gpu (the derivation
-of sim/compiled_kernels*.json, which add their own derivation-only settings on top). Importing this
+hw.check --compile: in each rank process), and hw.derive.inductor_kernels / hw.derive.inductor_gpu (the derivation
+of sim/price/compiled_kernels*.json, which add their own derivation-only settings on top). Importing this
 module imports no torch (calib.compare_measure reads the flags to reuse only a run compiled alike).
 """
 from __future__ import annotations
@@ -30,9 +30,9 @@ REFERENCE_INDUCTOR_FLAGS: dict[str, bool] = {
     # benchmark.py:30, generate.py:28: compiled graphs cached across runs (TORCHINDUCTOR_CACHE_DIR)
     "fx_graph_cache": True,
     # benchmark.py:32 ("allows overlap"): on PyTorch 2.5 it runs the default passes reorder_compute_for_overlap,
-    # sink_waits, raise_comms, which leave each wait before its first reader (hw/inductor_overlap.py derives the
+    # sink_waits, raise_comms, which leave each wait before its first reader (hw/derive/inductor_overlap.py derives the
     # ladder's windows). torch 2.13 defaults that pass list to []; its FX locality pass sinks the ladder's waits
-    # to their readers all the same (python -m tpsim.hw.inductor_overlap --locality-installed --no-passes)
+    # to their readers all the same (python -m tpsim.hw.derive.inductor_overlap --locality-installed --no-passes)
     "reorder_for_compute_comm_overlap": True,
 }
 
@@ -40,7 +40,7 @@ REFERENCE_INDUCTOR_FLAGS: dict[str, bool] = {
 def harness_inductor_flags(mm_decompose_m1: bool = True) -> dict[str, bool]:
     """The flags a compiled harness run sets: the reference's, with coordinate_descent_tuning
     following the run's stack (Stack.mm_decompose_m1: the reference and SGLang set it, vLLM's
-    default build, TRT-LLM and eager do not; sim/stacks/*.py source each)."""
+    default build, TRT-LLM and eager do not; sim/stack/presets/*.py source each)."""
     return REFERENCE_INDUCTOR_FLAGS | {"coordinate_descent_tuning": bool(mm_decompose_m1)}
 
 

@@ -1,4 +1,4 @@
-"""The kernels of the harness: one torch function per IR compute kind (sim/ir.py KINDS), called by
+"""The kernels of the harness: one torch function per IR compute kind (sim/schedule/ir.py KINDS), called by
 hw.runner.Runner as KERNELS[op.kind](ctx, op, *inputs). Activations are 2-D
 [rows = batch * q_len, width], as the IR's attrs say.
 """
@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Callable
 import torch
 import torch.nn.functional as F
 
-from tpsim.sim.impls import is_flash
-from tpsim.sim.ir import Op, Schedule
+from tpsim.sim.stack.impls import is_flash
+from tpsim.sim.schedule.ir import Op, Schedule
 
 if TYPE_CHECKING:
     from tpsim.hw.runner import Runner

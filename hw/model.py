@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tpsim.sim.model import ModelSpec, RopeSpec
+from tpsim.sim.model.presets import ModelSpec, RopeSpec
 from tpsim.hw.checkpoint import open_for, rank_weights
 from tpsim.sim.memory import Placement, kv_cache_shape, local_param_shapes
 

@@ -1,7 +1,7 @@
 """The rank side of a multi-process run: join the process group (from torchrun's or our launcher's
 environment), pin CPU ranks to their cores, mark progress and start the heartbeat (hw/beat.py),
 honour test faults. `_worker_main` is what each launched rank runs (hw/dist.py starts it, after its
-boot code has tied the rank to the launcher: sim/proc_tie.py, before torch is imported); `run_rank`
+boot code has tied the rank to the launcher: fileio/proc_tie.py, before torch is imported); `run_rank`
 is one rank of `bench` or `check`. Like every module of hw/ but commands.py, run_config.py and
 beat.py, it imports torch at its top: the CLI reaches it only through `hw.harness` (hw/__init__.py).
 """
@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from tpsim.hw.beat import heartbeat_interval_s, mark, start_heartbeat, stop_heartbeat
-from tpsim.sim.proc_tie import LOG_TAG, tie_rank_from_env
+from tpsim.fileio.proc_tie import LOG_TAG, tie_rank_from_env
 from tpsim.fileio.policy import write_json_atomic
 
 from tpsim.hw.run_config import RunConfig

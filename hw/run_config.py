@@ -8,22 +8,22 @@ from dataclasses import asdict, dataclass, fields
 from tpsim.sim.memory import GIB, DoesNotFit, MemoryEstimate, estimate
 from tpsim.fileio.shape import finite
 
-from tpsim.sim.model import ModelSpec, get_model
-from tpsim.sim.schedule import build
-from tpsim.sim.stack import Stack, Step, make_stack
+from tpsim.sim.model.presets import ModelSpec, get_model
+from tpsim.sim.schedule.language import build
+from tpsim.sim.stack.spec import Stack, Step, make_stack
 
 MAX_TIMEOUT_S = 86400.0
 
 # bench's --collective: "auto" = the process group's own all-reduce (NCCL on cuda, gloo on cpu);
 # "symm-mem" = PyTorch symmetric memory as vLLM runs it (hw.symm_mem; the simulator's collective of
-# that name, sim/impls.py)
+# that name, sim/stack/impls.py)
 HARNESS_COLLECTIVES = ("auto", "symm-mem")
 
 
 def stack_collective(collective: str, backend: str) -> str:
     """The simulator's Stack.collective for what a run's all-reduces ran: --collective `collective`
     over process-group `backend`. "auto" is the group's own (the backend's tables: nccl, gloo); any
-    other is the simulator's implementation of that name (sim/impls.py ENGINE_COLLECTIVES: symm-mem).
+    other is the simulator's implementation of that name (sim/stack/impls.py ENGINE_COLLECTIVES: symm-mem).
     RunConfig.stack and compare (calib.compare_measure.workload_of, from the run's JSON) both ask it."""
     return backend if collective == "auto" else collective
 

@@ -20,12 +20,12 @@ Token-split and seq-parallel need nothing special: a micro-batch's attention rea
 sequences of the KV cache (attr b0) at its own positions; slice/concat/pad/shard move rows; a
 reduce-scatter is torch.distributed's (hw/collective_api.py; gloo has it in torch 2.13, async).
 
-The kernels (one per IR compute kind) are hw/kernels.py. Stand-ins and waits (sim.transform) run too: a `standin` computes a collective's output locally
+The kernels (one per IR compute kind) are hw/kernels.py. Stand-ins and waits (sim.schedule.transform) run too: a `standin` computes a collective's output locally
 (its input, or tiled to the gathered width), spinning for its cost_ns on CPU when it has one; a
 `wait` only marks where a collective is awaited. So calibration runs its patterns (no
 communication, blocking, overlapped) as schedules through this same loop.
 
-Timing (`timing=True`) emits one sim.trace.Record per op, times in seconds from the pass start:
+Timing (`timing=True`) emits one sim.engine.record.Record per op, times in seconds from the pass start:
   CPU   compute: perf_counter around the kernel call.
         comm:    start = issue; end = when the collective completed (a future callback on
                  gloo's thread; the wait's return when no callback fired first).
@@ -44,8 +44,8 @@ import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 
-from tpsim.sim.schedule import TOKENS, Op, Schedule
-from tpsim.sim.trace import Record
+from tpsim.sim.schedule.language import TOKENS, Op, Schedule
+from tpsim.sim.engine.record import Record
 from tpsim.hw import collective_api
 from tpsim.hw.kernels import COMPILABLE_KINDS, COMPILED_KERNELS, KERNELS, KernelCtx
 from tpsim.hw.model import RankModel
@@ -205,7 +205,7 @@ class Runner:
         `all_gather_into_tensor` / `reduce_scatter_tensor` + `wait_tensor`), so Inductor fuses
         across op boundaries and sinks each wait to the first reader -- the IR's dataflow, not
         this loop, decides the overlap. Every op's nodes carry its IR name
-        (node.meta["custom"]["tpsim_op"]) for hw.inductor_kernels. Returns
+        (node.meta["custom"]["tpsim_op"]) for hw.derive.inductor_kernels. Returns
         (logits [rows, vocab(+pad)], next tokens [batch])."""
         ctx = KernelCtx(self, sched, start_pos)
         vals: dict[str, torch.Tensor] = {TOKENS: tokens}

@@ -1,17 +1,17 @@
 """The all-reduce implementations hw.runner.Runner issues an IR all_reduce op through: the process
 group's own (`GroupAllReduce`: dist.all_reduce, NCCL on GPUs, gloo on CPUs) and PyTorch symmetric
 memory as vLLM's SymmMemCommunicator runs it (`SymmMemAllReduce`, `tpsim bench --collective symm-mem`,
-the simulator's collective of the same name: sim/impls.py).
+the simulator's collective of the same name: sim/stack/impls.py).
 
 SymmMemAllReduce, as vllm/distributed/device_communicators/symm_mem.py does it:
   setup   one symmetric buffer per group, allocated once (torch.distributed._symmetric_memory.empty)
           and rendezvoused (`rendezvous(buf, group)`: every rank maps its peers' buffers and the
           multicast object; a collective); sized to the run's largest all-reduce that goes through it
-          (sim.custom_allreduce.symm_mem_buffer_bytes), none when no message would.
+          (sim.price.comm.custom_allreduce.symm_mem_buffer_bytes), none when no message would.
   a call  copy the input into buf[:numel] -> the symm_mem op in place on that view -> copy the sum back
           into the input (in place, as dist.all_reduce), all on the caller's stream (the runner's comm
           stream); `StreamWork.wait()` makes the current stream wait on an event after the copy-out.
-  kernel  sim.custom_allreduce.symm_mem_pick, the simulator's rule (one definition): multimem at 4/6/8
+  kernel  sim.price.comm.custom_allreduce.symm_mem_pick, the simulator's rule (one definition): multimem at 4/6/8
           ranks (torch.ops.symm_mem.multimem_all_reduce_), two-shot otherwise (two_shot_all_reduce_),
           NCCL above the max size, at world sizes vLLM has no size for, or without NVLS multicast on SM90
           (vLLM disables its communicator then). torch's own limits come first (`dispatch`): its kernels
@@ -32,9 +32,10 @@ import os
 import torch
 import torch.distributed as dist
 
-from tpsim.sim.collective_cost import message_bytes
-from tpsim.sim.custom_allreduce import (SYMM_MEM_DTYPES as TORCH_DTYPES, Pick, symm_mem_buffer_bytes,
-                                        symm_mem_dtype_refusal, symm_mem_pick)
+from tpsim.sim.price.comm.collective import message_bytes
+from tpsim.sim.price.comm.custom_allreduce import (SYMM_MEM_DTYPES as TORCH_DTYPES, Pick,
+                                                   symm_mem_buffer_bytes, symm_mem_dtype_refusal,
+                                                   symm_mem_pick)
 from tpsim.hw.model import torch_dtype
 
 # the kernel symm_mem_pick names -> the torch.ops.symm_mem op that runs it in place:

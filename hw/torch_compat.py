@@ -1,7 +1,7 @@
 """What the kernel-table derivations need from torch, on the torch that is installed and on the one the
 reference harness ran (torch 2.5.1 + triton 3.1.0: docs/sources.md §10, NCCL 2.21.5 in its logs).
 
-The derivations (hw/inductor_gpu.py, hw/inductor_kernels.py) trace the reference's graph and stop
+The derivations (hw/derive/inductor_gpu.py, hw/derive/inductor_kernels.py) trace the reference's graph and stop
 inside Inductor. A few of the hooks they use moved between those releases; each is bridged here,
 in one place, by feature (never by version number):
 

@@ -1,8 +1,18 @@
-"""tpsim simulator: schedule IR, cost model, SimPy engine, predictions.
+"""tpsim simulator: schedule IR, cost model, SimPy engine, predictions. `ls sim/` shows the architecture:
 
-Pure Python (numpy, scipy, simpy, networkx); never imports torch, so
-``pip install .`` and ``tpsim predict`` work on a laptop. Simulation only: no click, no rich
-(the command line is tpsim.commands).
+    model/      the model's shape, presets, Hugging Face configs            (the shared base)
+    stack/      the software stack, engine presets, the host lane           (the shared base)
+    schedule/   the IR, the builder, the schedule language, one module per schedule
+    hardware/   profiles and what they describe (topology, GPU geometry), the built-in profiles
+    price/      op and collective -> seconds (comm/: collectives)
+    engine/     the SimPy and heap engines, `--exact` sampling, per-op records
+    predict.py, memory.py, sensitivity.py, grid.py     on top: a workload in, predictions out
+    bounds.py, errors.py                               leaves every folder may import
+
+Each folder's __init__ says what it owns and what it may import; tests/test_layers.py holds the arrows.
+Pure Python (numpy, scipy, simpy, networkx); never imports torch, so ``pip install .`` and
+``tpsim predict`` work on a laptop. Simulation only: no click, no rich (the command line is
+tpsim.commands).
 """
 import os as _os
 

@@ -1,6 +1,6 @@
 """A grid point: the workload's size (`Shape`: model, TP, batch, prompt and gen lengths), and a
 what-if point over it (`Point`: a shape on a profile, the interconnect scaled), with `grid`, every
-combination of the axes. `tpsim sweep` runs Points (sim/sweep.py); `tpsim compare` measures and
+combination of the axes. `tpsim sweep` runs Points (commands/sweep_grid.py); `tpsim compare` measures and
 predicts Shapes (calib/compare_measure.py)."""
 from __future__ import annotations
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .model import ModelSpec
-from .stack import Stack
+from tpsim.sim.model.presets import ModelSpec
+from tpsim.sim.stack.spec import Stack
 
 GIB = 1024 ** 3
 

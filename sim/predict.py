@@ -10,7 +10,7 @@ difference being the run's steady per-layer period (layers repeat, so the timeli
 and, when decode attention reads only the filled cache, decode steps simulated at sampled
 positions and integrated over the growing KV length (a step's time is piecewise linear in it).
 Sampled mode (`--exact`): the fast path plus the mean cost of the profile's per-rank arrival
-jitter, every rank simulated on samples of steps (sim/sampled.py), with a 95% confidence interval.
+jitter, every rank simulated on samples of steps (sim/engine/sampled.py), with a 95% confidence interval.
 Brute-force mode (`--exhaustive`, tests): every rank, every layer and every decode step, with the
 profile's jitter drawn once per rank and collective.
 """
@@ -20,16 +20,16 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from . import occupancy
-from .cost import CostModel
-from .engine import Interference, StepResult, simulate
-from . import host_lane
-from .memory import GIB, check_fits, estimate
-from .model import ModelSpec
-from .profile import Profile
-from .estimate import REL_TOL, Estimate
-from .schedule import Schedule, build, build_plan, model_change, plan_of, runs
-from .stack import Stack, Step
+from tpsim.sim.price import occupancy
+from tpsim.sim.price.cost import CostModel
+from tpsim.sim.engine.simpy_engine import Interference, StepResult, simulate
+from tpsim.sim.stack import host_lane
+from tpsim.sim.memory import GIB, check_fits, estimate
+from tpsim.sim.model.presets import ModelSpec
+from tpsim.sim.hardware.profile import Profile
+from tpsim.sim.engine.estimate import REL_TOL, Estimate
+from tpsim.sim.schedule.language import Schedule, build, build_plan, model_change, plan_of, runs
+from tpsim.sim.stack.spec import Stack, Step
 
 MODES = ("fast", "sampled", "brute")
 DECODE_SAMPLES = 17       # sampled decode positions on the fast path (when steps differ)
@@ -172,12 +172,12 @@ class Simulator:
         self.progress = progress            # called once per simulated forward pass (brute force is slow)
         p = workload.profile
         self.cost = CostModel(p, workload.stack, workload.gpus_per_node)
-        # a GPU profile's overlap.gpu: co-scheduling per kernel (sim/coschedule.py) instead of flat factors
+        # a GPU profile's overlap.gpu: co-scheduling per kernel (sim/price/coschedule.py) instead of flat factors
         cosched = occupancy.coschedule(self.cost, p.coschedule, self.comm_s) if p.coschedule else None
         self.interference = Interference(p.compute_slowdown, p.comm_slowdown, p.wake_s, cosched)
         self.sampler = None
         if self.mode == "sampled":
-            from .sampled import Sampler    # lazy: the sampler and numpy, only in sampled mode
+            from tpsim.sim.engine.sampled import Sampler    # lazy: the sampler and numpy, only in sampled mode
             self.sampler = Sampler(workload.model, workload.tp, workload.stack, self._op_time, self.interference,
                                    p.arrival_jitter, self._scope, self.w.comm_group or workload.tp, WARM_LAYERS,
                                    seed, rel_tol, host_time=self._host_time, start_s=self._offsets(),
@@ -226,20 +226,20 @@ class Simulator:
         return host_lane.lane(h, self.w.tp, self.w.batch).offsets_s if h.active else ()
 
     def lane(self, step: Step) -> host_lane.Lane | None:
-        """The stack's host lane for `step` (sim.host_lane), or None when the stack has none."""
+        """The stack's host lane for `step` (sim.stack.host_lane), or None when the stack has none."""
         h = self.w.stack.host
         return host_lane.lane(h, self.w.tp, step.batch) if h.active else None
 
     def step_time(self, spec: str, step: Step) -> tuple[float, float]:
         """(duration_s, exposed_comm_s) of one engine step: the forward pass (compressed over repeated
         layers on the fast path, the full timeline in exact mode) inside the stack's host lane
-        (sim.host_lane.step_s: in series or overlapped; the ranks' staggered starts, simulated per rank
+        (sim.stack.host_lane.step_s: in series or overlapped; the ranks' staggered starts, simulated per rank
         in brute-force mode, the last rank's offset added on the fast path)."""
         dur, exp = self._pass_time(spec, step)
         return self.in_lane(step, dur, self.exact), exp
 
     def in_lane(self, step: Step, pass_s: float, staggered: bool) -> float:
-        """The engine step that holds a forward pass of `pass_s` (sim.host_lane.step_s), or the pass
+        """The engine step that holds a forward pass of `pass_s` (sim.stack.host_lane.step_s), or the pass
         alone without a host lane. `staggered`: the pass was simulated with the lane's per-rank starts
         on this simulator's ranks (exact mode, `step`), so it holds their stagger already; the ranks
         not simulated add the rest of it (symmetric ranks: the last one decides)."""
@@ -342,7 +342,7 @@ class Simulator:
         self._passes += 1       # each pass draws its own jitter (steps are independent draws)
         host, issue = self._host_time, self._issue_time
         ln = self.lane(sched.step) if self.ranks > 1 else None    # the host lane's per-rank starts
-        # the launch chain restarts with every pass (sim/engine.py): the step's sync on its sampled
+        # the launch chain restarts with every pass (sim/engine/simpy_engine.py): the step's sync on its sampled
         # tokens ended the last one; a host lane's lead (schedule, prepare) comes before it (step_s)
         return simulate(sched, op_time, ranks=self.ranks, interference=self.interference, arrival_mean_s=mean,
                         record=record, seed=self.seed * 1_000_003 + self._passes,
@@ -406,7 +406,7 @@ class Simulator:
     def _add_jitter(self, spec: str, p: Prediction, pre_s: float, steps: list[int]) -> None:
         """Sampled mode: add the jitter's mean cost to the fast path's times (exposed comm stays
         the jitter-free one)."""
-        from .sampled import MIN_SAMPLES_PREFILL    # lazy: (the sampler, as in __init__)
+        from tpsim.sim.engine.sampled import MIN_SAMPLES_PREFILL    # lazy: (the sampler, as in __init__)
         w, s = self.w, self.sampler
         p.jitter_prefill = s.estimate(spec, lambda i: w.prefill_step(), lambda st: pre_s, MIN_SAMPLES_PREFILL)
         p.prefill_s += p.jitter_prefill.delta_s

@@ -18,9 +18,9 @@ import copy
 import itertools
 from dataclasses import dataclass, replace
 
-from .predict import Prediction, Workload, predict
-from .profile_check import parse
-from .profile_schema import Profile, ProfileError
+from tpsim.sim.predict import Prediction, Workload, predict
+from tpsim.sim.hardware.check import parse
+from tpsim.sim.hardware.schema import Profile, ProfileError
 
 
 @dataclass(frozen=True)

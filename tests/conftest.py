@@ -63,7 +63,7 @@ def pytest_xdist_auto_num_workers(config) -> int:
 @pytest.fixture
 def no_nic_profile(tmp_path) -> str:
     """Path of h100-sxm with the topology's NICs removed: one box that cannot span nodes."""
-    from tpsim.sim.profile import read_raw
+    from tpsim.sim.hardware.profile import read_raw
     data, _ = read_raw("h100-sxm")
     for k in ("nic_gbps", "nics_per_node"):
         data["topology"].pop(k)

@@ -91,8 +91,8 @@ def tokens(seed: int = 1) -> torch.Tensor:
 def run_passes(runner, model, spec: str, toks: torch.Tensor, tp: int = 1, stack_kw: dict | None = None):
     """Prefill + teacher-forced decode of schedule `spec` -> every position's logits [B*S, vocab(+pad)],
     as the HF model computes them in one call."""
-    from tpsim.sim.schedule import build
-    from tpsim.sim.stack import Stack, Step
+    from tpsim.sim.schedule.language import build
+    from tpsim.sim.stack.spec import Stack, Step
     st = Stack(dtype="fp32", **(stack_kw or {}))
     pre = build(spec, model, tp, Step.prefill(BATCH, PROMPT, GEN, st), st)
     dec = build(spec, model, tp, Step.decode(BATCH, PROMPT, GEN, 1, st), st)
@@ -112,7 +112,7 @@ def gloo_rank(rank: int, port: int, paths: tuple[str, ...], out: str, schedules:
     import torch.distributed as dist
     from tpsim.hw.model import build_rank_model
     from tpsim.hw.runner import Runner
-    from tpsim.sim.model import get_model
+    from tpsim.sim.model.presets import get_model
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     res: dict[str, dict] = {}
     for path in paths:

@@ -5,8 +5,8 @@ import pytest
 
 from tpsim.calib.fit import efficiency_curve
 from tpsim.calib.fit_collectives import Protocol, fit_protocols, model_section, tables
-from tpsim.sim.collective_cost import ring_s
-from tpsim.sim.profile import LinkModel
+from tpsim.sim.price.comm.collective import ring_s
+from tpsim.sim.hardware.profile import LinkModel
 
 SMALL = Protocol("small", 6.6, 0.6, 40.0)       # LL-like: low latency, low bandwidth
 LARGE = Protocol("large", 14.0, 3.4, 360.0)     # Simple-like
@@ -49,7 +49,7 @@ def test_single_group_puts_latency_in_base():
 
 
 def test_fitted_section_prices_like_the_simulator():
-    """The fit's model and sim.collective_cost.ring_s agree on every point (same steps / busbw convention)."""
+    """The fit's model and sim.price.comm.collective.ring_s agree on every point (same steps / busbw convention)."""
     pts = synth((2, 4, 8))
     tabs = tables([{"collective": "all_reduce", "group": n, "mode": "eager", "impl": "gloo", "bytes": b,
                     "time_us": t} for n, b, t in pts], "synthetic")

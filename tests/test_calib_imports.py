@@ -4,7 +4,7 @@ import os
 import pytest
 
 from tpsim.calib.imports import parse_nccl_tests, read_nccl_tests
-from tpsim.sim.profile import parse
+from tpsim.sim.hardware.profile import parse
 
 FIX = os.path.join(os.path.dirname(__file__), "fixtures", "nccl_tests")
 

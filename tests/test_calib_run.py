@@ -13,10 +13,10 @@ pytest.importorskip("torch")
 from tpsim.commands.calibrate import calibrate_cmd  # noqa: E402
 from tpsim.calib.plan import CalibConfig, CalibrationStopped, env_tag, plan_groups, read_state, state_path, write_state  # noqa: E402
 from tpsim.calib.run import calibrate  # noqa: E402
-from tpsim.sim.model import get_model  # noqa: E402
+from tpsim.sim.model.presets import get_model  # noqa: E402
 from tpsim.sim.predict import Workload, predict  # noqa: E402
-from tpsim.sim.profile import load_profile  # noqa: E402
-from tpsim.sim.stack import Stack  # noqa: E402
+from tpsim.sim.hardware.profile import load_profile  # noqa: E402
+from tpsim.sim.stack.spec import Stack  # noqa: E402
 
 pytestmark = pytest.mark.hw
 SHAPES = dict(models=("tiny",), tps=(2,), batches=(1,), prompt_len=(8,), gen_len=(4,), quick=True)
@@ -79,7 +79,7 @@ def test_interrupted_calibration_resumes_without_remeasuring(tmp_path):
     w = Workload(get_model("tiny"), 2, p, 1, 8, 4, stack)
     (pred,) = predict(w, ["standard"], record=False)
     assert pred.prefill_s > 0 and pred.decode_s > 0
-    from tpsim.sim.cost import CostModel
+    from tpsim.sim.price.cost import CostModel
     cm = CostModel(p, stack)
     from tpsim.calib.shapes import ShapeCase
     case = ShapeCase(get_model("tiny"), 2, 1, 8, 4, stack)

@@ -23,9 +23,9 @@ from tpsim.commands.bench import bench_cmd, check_cmd  # noqa: E402
 from tpsim.hw.model import build_rank_model  # noqa: E402
 from tpsim.hw.runner import Runner  # noqa: E402
 from tpsim.sim.memory import Placement  # noqa: E402
-from tpsim.sim.model import get_model  # noqa: E402
-from tpsim.sim.schedule import build, plan_of  # noqa: E402
-from tpsim.sim.stack import Stack, Step  # noqa: E402
+from tpsim.sim.model.presets import get_model  # noqa: E402
+from tpsim.sim.schedule.language import build, plan_of  # noqa: E402
+from tpsim.sim.stack.spec import Stack, Step  # noqa: E402
 
 pytestmark = pytest.mark.hw
 EXACT = ("standard", "token-split", "seq-parallel")     # same maths as the HF forward

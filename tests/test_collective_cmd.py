@@ -8,8 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from tpsim.cli import main
-from tpsim.sim.collective_table import busbw_factor, collective_rows, parse_size
-from tpsim.sim.profile import load_profile
+from tpsim.commands.collective_table import busbw_factor, collective_rows, parse_size
+from tpsim.sim.hardware.profile import load_profile
 
 FIX = Path(__file__).parent / "fixtures" / "nccl_tests"
 

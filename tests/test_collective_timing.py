@@ -1,4 +1,4 @@
-"""sim/collective_timing.py: what a benchmark loop measures, on hand-computed values; the importer's
+"""sim/price/comm/timing.py: what a benchmark loop measures, on hand-computed values; the importer's
 'nGpus' reading; `tpsim collective --compare` on a real one-thread-four-GPU nccl-tests output."""
 import json
 from pathlib import Path
@@ -8,8 +8,8 @@ from click.testing import CliRunner
 
 from tpsim.calib.imports import read_nccl_tests
 from tpsim.cli import main
-from tpsim.sim.collective_timing import KINDS, HostCosts, LoopTime, Timing, loop_time
-from tpsim.sim.profile import load_profile
+from tpsim.sim.price.comm.timing import KINDS, HostCosts, LoopTime, Timing, loop_time
+from tpsim.sim.hardware.profile import load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests" / "fixtures" / "nccl_tests"

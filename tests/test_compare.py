@@ -7,9 +7,9 @@ import pytest
 from click.testing import CliRunner
 
 from tpsim.cli import main
-from tpsim.sim.schedule import build
-from tpsim.sim.model import get_model
-from tpsim.sim.stack import Stack, Step
+from tpsim.sim.schedule.language import build
+from tpsim.sim.model.presets import get_model
+from tpsim.sim.stack.spec import Stack, Step
 
 import procs
 

@@ -14,10 +14,10 @@ from click.testing import CliRunner
 
 pytest.importorskip("torch")          # hw.symm_mem imports it: skipped in the torch-free venv (-m "not hw")
 
-from tpsim.sim import custom_allreduce as car
-from tpsim.sim.profile import load_profile, read_raw
-from tpsim.sim.schedule import build
-from tpsim.sim.stacks import load_stack
+from tpsim.sim.price.comm import custom_allreduce as car
+from tpsim.sim.hardware.profile import load_profile, read_raw
+from tpsim.sim.schedule.language import build
+from tpsim.sim.stack.presets import load_stack
 
 from tpsim.hw import symm_mem as hs
 from tpsim.hw.bench import assemble, stack_harness_options

@@ -1,4 +1,4 @@
-"""The compiled stack: stack flags, Inductor's kernel table (sim/compiled_kernels.json) and its pricing."""
+"""The compiled stack: stack flags, Inductor's kernel table (sim/price/compiled_kernels.json) and its pricing."""
 from __future__ import annotations
 
 import json
@@ -6,12 +6,12 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from tpsim.sim import fusion
-from tpsim.sim.cost import CostModel
-from tpsim.sim.model import get_model
-from tpsim.sim.profile import load_profile
-from tpsim.sim.schedule import build
-from tpsim.sim.stack import Stack, Step
+from tpsim.sim.price import fusion
+from tpsim.sim.price.cost import CostModel
+from tpsim.sim.model.presets import get_model
+from tpsim.sim.hardware.profile import load_profile
+from tpsim.sim.schedule.language import build
+from tpsim.sim.stack.spec import Stack, Step
 
 H100 = load_profile("h100-sxm")
 
@@ -39,7 +39,7 @@ def test_table_covers_every_schedule_kind_and_variant():
                  "seq-parallel"):
         for variant in ("prefill", "decode", "decode-m1", "decode-cpu"):
             assert (kind, variant) in t, (kind, variant)
-    assert fusion.meta()["command"] == "python -m tpsim.hw.inductor_kernels"
+    assert fusion.meta()["command"] == "python -m tpsim.hw.derive.inductor_kernels"
 
 
 def test_fused_ops_cost_nothing_and_the_add_rides_on_the_next_norm():
@@ -194,8 +194,8 @@ def test_predict_states_the_priced_stack():
                                           ("token-split:2", "prefill"), ("seq-parallel", "decode")])
 def test_shipped_table_is_what_inductor_emits_here(kind, variant):
     """Recompile one layer on this machine's torch and compare kernel for kernel with the shipped
-    table: a torch whose fusion differs fails here (regenerate: python -m tpsim.hw.inductor_kernels)."""
-    from tpsim.hw.inductor_kernels import compile_kernels
+    table: a torch whose fusion differs fails here (regenerate: python -m tpsim.hw.derive.inductor_kernels)."""
+    from tpsim.hw.derive.inductor_kernels import compile_kernels
 
     def canon(ks):
         return sorted((k["role"], k["kind"], tuple(sorted((b["mode"], b["dtype"], b["numel"]) for b in k["buffers"])))
@@ -206,8 +206,8 @@ def test_shipped_table_is_what_inductor_emits_here(kind, variant):
     got = compile_kernels(kind, variant)
     assert canon(got) == canon(shipped["layers"][kind][variant]), (
         f"Inductor (torch {__import__('torch').__version__}) now emits other kernels for {kind}:{variant} "
-        f"than sim/compiled_kernels.json (derived with torch {shipped['torch']}): regenerate it with "
-        f"`python -m tpsim.hw.inductor_kernels` and review the prediction changes")
+        f"than sim/price/compiled_kernels.json (derived with torch {shipped['torch']}): regenerate it with "
+        f"`python -m tpsim.hw.derive.inductor_kernels` and review the prediction changes")
 
 
 @pytest.mark.hw
@@ -215,7 +215,7 @@ def test_functional_pass_computes_what_the_runner_computes():
     """The compiled harness's pass (functional collectives, math SDPA op) run eagerly on one rank
     gives the eager runner's logits: same ops, same numbers."""
     import torch
-    from tpsim.hw.inductor_kernels import _one_rank_group
+    from tpsim.hw.derive.inductor_kernels import _one_rank_group
     from tpsim.hw.model import build_rank_model
     from tpsim.hw.runner import Runner
     m, st = get_model("tiny"), Stack(dtype="fp32")

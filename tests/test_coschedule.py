@@ -1,19 +1,19 @@
-"""Co-scheduling a collective beside compute kernels (sim/coschedule.py), pinned on toy integer
-timelines in both engines; the channel and grid rules of sim/occupancy.py; the profiles' section."""
+"""Co-scheduling a collective beside compute kernels (sim/price/coschedule.py), pinned on toy integer
+timelines in both engines; the channel and grid rules of sim/price/occupancy.py; the profiles' section."""
 import json
 
 import pytest
 
-from tpsim.sim.coschedule import (Comm, CoSchedule, GpuSpec, Kernel, memory_waves_s, pair_factors,
-                                  start_delay_s)
-from tpsim.sim.cost import CostModel
-from tpsim.sim.engine import Interference
-from tpsim.sim.model import get_model
-from tpsim.sim.occupancy import nccl_channels, op_kernels
-from tpsim.sim.occupancy_grids import RULE, GemmTile, gemm_tile
+from tpsim.sim.price.coschedule import Comm, CoSchedule, Kernel, memory_waves_s, pair_factors, start_delay_s
+from tpsim.sim.hardware.schema import GpuSpec
+from tpsim.sim.price.cost import CostModel
+from tpsim.sim.engine.simpy_engine import Interference
+from tpsim.sim.model.presets import get_model
+from tpsim.sim.price.occupancy import nccl_channels, op_kernels
+from tpsim.sim.hardware.gemm_grids import RULE, GemmTile, gemm_tile
 from tpsim.sim.predict import Simulator, Workload
-from tpsim.sim.profile import ProfileError, load_profile
-from tpsim.sim.stack import Stack
+from tpsim.sim.hardware.profile import ProfileError, load_profile
+from tpsim.sim.stack.spec import Stack
 from toy import AT_1, COSCHED_COST as COST, COSCHED_PASS as PASS, ONE_LAYER, both, span, toy_schedule, toy_time
 
 
@@ -143,8 +143,8 @@ def test_nccl_channels_follow_enqueue_cc():
 
 def test_occupancy_on_h100_uses_the_sourced_cublas_grids():
     # 70B TP8 decode at batch 64: the down projection [64 x 3584] x [3584 x 8192] is an extern cuBLAS
-    # GEMM (wo at batch > 1 is a generated reduction on the GPU path, sim/l2_traffic.py). Under the
-    # "cublas-sm90" table (sim/occupancy_grids.py) its 64-feature tiles give 8192 / 64 = 128 CTAs, where
+    # GEMM (wo at batch > 1 is a generated reduction on the GPU path, sim/price/l2_traffic.py). Under the
+    # "cublas-sm90" table (sim/hardware/gemm_grids.py) its 64-feature tiles give 8192 / 64 = 128 CTAs, where
     # the 128 x 128 rule gives 8192 / 128 = 64; the fused gate/up (n 7168) 112 CTAs, qkv (n 1280) 20
     w = Workload(get_model("llama-3.1-70b"), 8, load_profile("h100-sxm-coschedule"), batch=64)
     assert w.profile.coschedule.gemm_grids == "cublas-sm90"

@@ -1,14 +1,15 @@
-"""NCCL's thread-block clusters beside a compute kernel, counted per GPC (sim/gpc.py through
-sim/coschedule.py's start rule), pinned on hand-computed toy GPUs in both engines; the built-in
+"""NCCL's thread-block clusters beside a compute kernel, counted per GPC (sim/hardware/gpc.py through
+sim/price/coschedule.py's start rule), pinned on hand-computed toy GPUs in both engines; the built-in
 profiles' GPC section and its checks."""
 import json
 
 import pytest
 
-from tpsim.sim.coschedule import Comm, CoSchedule, GpuSpec, Kernel, start_delay_s
-from tpsim.sim.engine import Interference
-from tpsim.sim.gpc import cluster_size, clusters_free, fits, spread_idle
-from tpsim.sim.profile import ProfileError, load_profile
+from tpsim.sim.price.coschedule import Comm, CoSchedule, Kernel, start_delay_s
+from tpsim.sim.hardware.schema import GpuSpec
+from tpsim.sim.engine.simpy_engine import Interference
+from tpsim.sim.hardware.gpc import cluster_size, clusters_free, fits, spread_idle
+from tpsim.sim.hardware.profile import ProfileError, load_profile
 from toy import AT_1, COSCHED_COST as COST, COSCHED_PASS as PASS, both, span
 
 # a toy GPU: 4 GPCs x 4 SMs; NCCL kernels in clusters of 2 CTAs

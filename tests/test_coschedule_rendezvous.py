@@ -1,4 +1,4 @@
-"""A collective is a rendezvous of its ranks' kernels (sim/coschedule.py): it starts when its kernel
+"""A collective is a rendezvous of its ranks' kernels (sim/price/coschedule.py): it starts when its kernel
 holds its SMs on every rank, and a rank whose kernel got them earlier spins on them, slowing the
 compute beside it. Toy integer timelines, both engines where both can run them."""
 import dataclasses
@@ -6,14 +6,15 @@ import dataclasses
 import numpy as np
 import pytest
 
-from tpsim.sim.coschedule import Bound, Comm, CoSchedule, GpuSpec, Kernel
-from tpsim.sim.engine import Interference, simulate
-from tpsim.sim.engine_ranks import compile_schedule, simulate_ranks
-from tpsim.sim.model import get_model
+from tpsim.sim.price.coschedule import Bound, Comm, CoSchedule, Kernel
+from tpsim.sim.hardware.schema import GpuSpec
+from tpsim.sim.engine.simpy_engine import Interference, simulate
+from tpsim.sim.engine.heap_engine import compile_schedule, simulate_ranks
+from tpsim.sim.model.presets import get_model
 from tpsim.sim.predict import Simulator, Workload
-from tpsim.sim.profile import load_profile
-from tpsim.sim.schedule import Schedule, build_plan, plan_of
-from tpsim.sim.stack import Step
+from tpsim.sim.hardware.profile import load_profile
+from tpsim.sim.schedule.language import Schedule, build_plan, plan_of
+from tpsim.sim.stack.spec import Step
 from toy import ONE_LAYER, STACK, toy_op, toy_schedule, toy_time
 
 # 2 SMs, every collective 1 CTA. z: 1 memory-bound CTA, leaves an SM free (a collective beside it

@@ -5,12 +5,12 @@ import math
 
 import pytest
 
-from tpsim.sim.cost import CostModel
-from tpsim.sim.work import op_work, roofline_s
-from tpsim.sim.model import get_model
-from tpsim.sim.profile import CollectiveTable, ComputePoint, load_profile
-from tpsim.sim.schedule import build
-from tpsim.sim.stack import Stack, Step
+from tpsim.sim.price.cost import CostModel
+from tpsim.sim.price.work import op_work, roofline_s
+from tpsim.sim.model.presets import get_model
+from tpsim.sim.hardware.profile import CollectiveTable, ComputePoint, load_profile
+from tpsim.sim.schedule.language import build
+from tpsim.sim.stack.spec import Stack, Step
 
 H100 = load_profile("h100-sxm")
 M = get_model("llama-3.1-8b")
@@ -82,7 +82,7 @@ def test_an_engines_own_eager_kernels_price_a_decode_layer_as_it_launches():
     """Stack.engine_kernels: in an eager phase an engine runs fused_add_rmsnorm (one kernel, the residual
     add inside it) and silu_and_mul (one), not PyTorch's six fp32 norm passes, two SwiGLU kernels and a
     separate add. 8B TP2 decode at batch 8: a norm reads and writes [8, 4096] fp16 = 2 x 2 x 32768 B."""
-    from tpsim.sim.work import Work
+    from tpsim.sim.price.work import Work
     step = Step.decode(8, 64, 8, 1, Stack())
     norm, act, add = (op_named(n, step) for n in ("L0.mlp.norm", "L0.mlp.act", "L0.attn.add"))
     el = 8 * 4096
@@ -106,8 +106,8 @@ def test_an_engines_qk_norm_is_one_kernel_per_tensor():
     """Qwen3's q/k RMSNorm: 12 PyTorch eager kernels, fused into RoPE when compiled (no kernel of its
     own), and an engine's RMSNorm kernel on q and on k (2) in an eager phase. q [8, 1, 16, 128] and
     k [8, 1, 8, 128] per rank at TP2 hold 8 x (16 + 8) x 128 = 24576 elements."""
-    from tpsim.sim.work import Work, separable_work
-    from tpsim.sim.ir import Op
+    from tpsim.sim.price.work import Work, separable_work
+    from tpsim.sim.schedule.ir import Op
     attrs = dict(batch=8, q_len=1, kv_len=64, start_pos=63, heads=16, kv_heads=8, head_dim=128, expand_gqa=0,
                  impl="fa3", qk_norm=1)
     op = Op("L0.attn.sdpa", "attention", (), (), tuple(sorted(attrs.items())), "bf16")

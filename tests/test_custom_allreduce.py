@@ -1,4 +1,4 @@
-"""Engine all-reduce kernels (sim/custom_allreduce.py): each engine's kernel choice, its refusals and
+"""Engine all-reduce kernels (sim/price/comm/custom_allreduce.py): each engine's kernel choice, its refusals and
 NCCL fallbacks, and hand-computed toy prices of the mechanism floor + remote bytes / rate."""
 import dataclasses
 import json
@@ -9,12 +9,12 @@ from click.testing import CliRunner
 
 from tpsim.cli import main
 from tpsim.commands.predict import note_lines
-from tpsim.sim import custom_allreduce as car
-from tpsim.sim.cost import CostModel
-from tpsim.sim.custom_allreduce_fit import fit_group
-from tpsim.sim.impls import ATTENTION_IMPLS, ENGINE_COLLECTIVES as E
-from tpsim.sim.profile import load_profile
-from tpsim.sim.stack import Stack
+from tpsim.sim.price.comm import custom_allreduce as car
+from tpsim.sim.price.cost import CostModel
+from tpsim.calib.custom_allreduce_fit import fit_group
+from tpsim.sim.stack.impls import ATTENTION_IMPLS, ENGINE_COLLECTIVES as E
+from tpsim.sim.hardware.profile import load_profile
+from tpsim.sim.stack.spec import Stack
 
 # toy constants: integer floors (us) and rates (GB/s) so every price below is exact arithmetic
 TOY = {"vllm": {"groups": {

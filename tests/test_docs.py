@@ -188,7 +188,7 @@ TPSIM_IMPORT = re.compile(r"from (tpsim[\w.]*) import ([\w, ]+)")
 
 def test_prose_one_liners_import_what_exists():
     """Every `python -c "..."` in the docs is Python and every name it imports from tpsim exists:
-    traces.md's imported write_json_atomic from tpsim.sim.trace, which has none (ImportError)."""
+    traces.md's imported write_json_atomic from tpsim.sim.engine.record, which has none (ImportError)."""
     import importlib
     snippets = [(doc.name, code) for doc in DOCS for code in PYTHON_C.findall(doc.read_text())]
     assert snippets

@@ -1,4 +1,4 @@
-"""Two per-step mechanisms of the serving engines (sim/stack.py): the vocab-parallel input embedding
+"""Two per-step mechanisms of the serving engines (sim/stack/spec.py): the vocab-parallel input embedding
 (masked lookup of the rank's vocab shard + one all-reduce of [tokens, hidden]) and what a decode CUDA
 graph covers (graph_scope: the ops left outside it pay eager launches). Op lists and toy timelines
 pinned by hand."""
@@ -9,14 +9,14 @@ import pytest
 from click.testing import CliRunner
 
 from tpsim.cli import main
-from tpsim.sim.cost import CostModel
-from tpsim.sim.engine import simulate
-from tpsim.sim.model import get_model
+from tpsim.sim.price.cost import CostModel
+from tpsim.sim.engine.simpy_engine import simulate
+from tpsim.sim.model.presets import get_model
 from tpsim.sim.predict import Workload, predict
-from tpsim.sim.profile import load_profile
-from tpsim.sim.schedule import build
-from tpsim.sim.stack import Stack, Step, make_stack
-from tpsim.sim.stacks import PRESETS
+from tpsim.sim.hardware.profile import load_profile
+from tpsim.sim.schedule.language import build
+from tpsim.sim.stack.spec import Stack, Step, make_stack
+from tpsim.sim.stack.presets import PRESETS
 from toy import ONE_LAYER, toy_time
 
 VP = Stack(embed="vocab-parallel")

@@ -14,9 +14,9 @@ import tpsim.hw.model as hm  # noqa: E402
 from tpsim.hw.kernels import KERNELS, KernelCtx  # noqa: E402
 from tpsim.hw.runner import Runner  # noqa: E402
 from tpsim.sim.memory import Placement, local_param_shapes  # noqa: E402
-from tpsim.sim.model import get_model  # noqa: E402
-from tpsim.sim.schedule import build  # noqa: E402
-from tpsim.sim.stack import Stack, Step  # noqa: E402
+from tpsim.sim.model.presets import get_model  # noqa: E402
+from tpsim.sim.schedule.language import build  # noqa: E402
+from tpsim.sim.stack.spec import Stack, Step  # noqa: E402
 
 pytestmark = pytest.mark.hw
 TINY = get_model("tiny")                                  # vocab 256: shards [0, 128), [128, 256) at TP 2

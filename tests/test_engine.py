@@ -1,7 +1,7 @@
 """Timelines pinned on toy integer costs (tests/toy.py): attention 2, MLP 3, collective C."""
 import pytest
 
-from tpsim.sim.engine import Interference, simulate
+from tpsim.sim.engine.simpy_engine import Interference, simulate
 from toy import ONE_LAYER, toy_schedule, toy_time
 
 

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from tpsim.calib.engine_bench import parse_file_spec
 from tpsim.calib.engine_bench_read import parse_engine_bench
 from tpsim.cli import main
-from tpsim.sim.stacks import load_stack
+from tpsim.sim.stack.presets import load_stack
 
 FIX = Path(__file__).parent / "fixtures" / "engine_bench"
 

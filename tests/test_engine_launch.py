@@ -1,23 +1,23 @@
-"""The CPU launch chain of an eager step (sim/engine.py `issue_s`): one Python thread per rank launches
+"""The CPU launch chain of an eager step (sim/engine/simpy_engine.py `issue_s`): one Python thread per rank launches
 the pass's ops in order, asynchronously (CUDA C++ Programming Guide, "Asynchronous Concurrent
 Execution"), and an op starts on the GPU no earlier than its launch. Timelines pinned by hand on
-integer toy costs, both engines held to the same numbers; then the pricing side (sim.cost: an eager
+integer toy costs, both engines held to the same numbers; then the pricing side (sim.price.cost: an eager
 op's GPU time has no launch floor, its launches are issue_s; graph phases and CPU devices unchanged)."""
 import dataclasses
 
 import pytest
 
-from tpsim.sim.cost import CostModel
-from tpsim.sim.work import op_work, roofline_s
-from tpsim.sim.engine import Interference, simulate
-from tpsim.sim.engine_ranks import compile_schedule, simulate_ranks
-from tpsim.sim.ir import COMM, COMPUTE
-from tpsim.sim.model import get_model
+from tpsim.sim.price.cost import CostModel
+from tpsim.sim.price.work import op_work, roofline_s
+from tpsim.sim.engine.simpy_engine import Interference, simulate
+from tpsim.sim.engine.heap_engine import compile_schedule, simulate_ranks
+from tpsim.sim.schedule.ir import COMM, COMPUTE
+from tpsim.sim.model.presets import get_model
 from tpsim.sim.predict import Simulator, Workload, predict
-from tpsim.sim.profile import load_profile
-from tpsim.sim.schedule import Schedule
-from tpsim.sim.stack import Stack, Step, make_stack
-from tpsim.sim.stacks import PRESETS
+from tpsim.sim.hardware.profile import load_profile
+from tpsim.sim.schedule.language import Schedule
+from tpsim.sim.stack.spec import Stack, Step, make_stack
+from tpsim.sim.stack.presets import PRESETS
 from toy import ONE_LAYER, STACK, toy_op
 
 STEP = Step.decode(1, 8, 4, 1, STACK)

@@ -1,4 +1,4 @@
-"""hw/fake_views.py: the derivations trace views as torch.compile sees them. On this torch a plain
+"""hw/derive/fake_views.py: the derivations trace views as torch.compile sees them. On this torch a plain
 make_fx under FakeTensorMode makes gpt-fast's wo a bmm over the expanded weight; torch.compile folds it
 into one mm; eager_view_strides() gives the make_fx trace torch.compile's answer."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from torch._dynamo.backends.common import aot_autograd  # noqa: E402
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
 
-from tpsim.hw.fake_views import eager_view_strides  # noqa: E402
+from tpsim.hw.derive.fake_views import eager_view_strides  # noqa: E402
 
 pytestmark = pytest.mark.hw
 

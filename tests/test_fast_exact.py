@@ -7,10 +7,10 @@ import itertools
 
 import pytest
 
-from tpsim.sim.model import get_model
+from tpsim.sim.model.presets import get_model
 from tpsim.sim.predict import Workload, predict
-from tpsim.sim.profile import load_profile
-from tpsim.sim.stack import Stack
+from tpsim.sim.hardware.profile import load_profile
+from tpsim.sim.stack.spec import Stack
 
 H100 = load_profile("h100-sxm")
 INTERFERING = dataclasses.replace(H100, compute_slowdown=1.3, comm_slowdown=1.2)

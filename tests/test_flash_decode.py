@@ -1,14 +1,14 @@
-"""Flash / paged decode attention (sim/flash_decode.py): the achieved-bandwidth curve and its hook."""
+"""Flash / paged decode attention (sim/price/flash_decode.py): the achieved-bandwidth curve and its hook."""
 import math
 
 import pytest
 
-from tpsim.sim import flash_decode as fd
-from tpsim.sim.cost import CostModel
-from tpsim.sim.work import op_work, roofline_s
-from tpsim.sim.ir import Op
-from tpsim.sim.profile import load_profile
-from tpsim.sim.stack import Stack
+from tpsim.sim.price import flash_decode as fd
+from tpsim.sim.price.cost import CostModel
+from tpsim.sim.price.work import op_work, roofline_s
+from tpsim.sim.schedule.ir import Op
+from tpsim.sim.hardware.profile import load_profile
+from tpsim.sim.stack.spec import Stack
 
 H100_BW = 3.35e12
 
@@ -86,7 +86,7 @@ def test_an_engines_prep_kernels_replace_pytorchs_rope_and_cache_copies():
     PyTorch's ops (eager RoPE 8 kernels, compiled 1; 2 cache copies); 1 (TensorRT-LLM) one kernel
     doing both; 3 (SGLang) RoPE in one, the cache write in two. Same bytes in every case:
     RoPE 2 x 2 B x 8 x (16 + 2) x 128 = 73728 B read and written, cache 4 x 2 B x 8 x 2 x 128 = 16384 B."""
-    from tpsim.sim.work import Work
+    from tpsim.sim.price.work import Work
 
     def prep(n):
         op = _attn("fa3")
@@ -110,9 +110,9 @@ def test_an_engines_prep_kernels_replace_pytorchs_rope_and_cache_copies():
 
 
 def test_prep_kernels_are_an_attr_only_when_a_stack_sets_them():
-    from tpsim.sim.model import get_model
-    from tpsim.sim.schedule import build
-    from tpsim.sim.stack import Step
+    from tpsim.sim.model.presets import get_model
+    from tpsim.sim.schedule.language import build
+    from tpsim.sim.stack.spec import Step
     m = get_model("llama-3.1-8b")
     for n, has in ((0, False), (2, True)):
         st = Stack(attention="fa3", kv="filled", attention_prep_kernels=n)

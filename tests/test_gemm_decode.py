@@ -3,7 +3,7 @@
 At batch 1 every linear of a compiled decode step has M == 1, and Inductor (coordinate descent
 tuning on, a GPU device: torch/_inductor/decomposition.py `mm`) rewrites it into a generated
 mul + sum reduction; tpsim prices that kernel by its DRAM bytes at the profile's memory curve
-(sim/cost.py kernel_terms), never from the cuBLAS table. At batch >= 2 the mm stays extern
+(sim/price/cost.py kernel_terms), never from the cuBLAS table. At batch >= 2 the mm stays extern
 cuBLAS: the table's row prices it. Toy curves below so the two paths cannot be confused.
 """
 from __future__ import annotations
@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from tpsim.sim import fusion, l2_traffic
-from tpsim.sim.cost import CostModel
-from tpsim.sim.model import get_model
-from tpsim.sim.profile import load_profile
-from tpsim.sim.profile_schema import Curve
-from tpsim.sim.schedule import build
-from tpsim.sim.stack import Stack, Step
+from tpsim.sim.price import fusion, l2_traffic
+from tpsim.sim.price.cost import CostModel
+from tpsim.sim.model.presets import get_model
+from tpsim.sim.hardware.profile import load_profile
+from tpsim.sim.hardware.schema import Curve
+from tpsim.sim.schedule.language import build
+from tpsim.sim.stack.spec import Stack, Step
 
 _SPEC = importlib.util.spec_from_file_location(
     "validate_gemm_tables", Path(__file__).resolve().parent.parent / "bench" / "validate_gemm_tables.py")
@@ -207,7 +207,7 @@ def test_the_l2_hit_fraction_follows_the_sourced_sweep_curve():
 
 def test_70b_tp2_batch_4_weight_sweeps_come_from_dram():
     """A weight read once per batch row (passes b: what a plain make_fx trace made of the reference's
-    wo, hw/fake_views.py), at 70B TP2 batch 4: the wo-shaped weight [8192, 4096] fp16 is 67,108,864 B,
+    wo, hw/derive/fake_views.py), at 70B TP2 batch 4: the wo-shaped weight [8192, 4096] fp16 is 67,108,864 B,
     past the sweep curve's L2 range (hit fraction 0.182), so its 3 further sweeps are mostly DRAM
     traffic: such a kernel costs about 4x the batch-1 GEMV, where the reference's extern mm (the GEMM
     table) costs about 1x."""

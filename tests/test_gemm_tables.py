@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from tpsim.sim.cost import CostModel
-from tpsim.sim.work import op_work, roofline_s
-from tpsim.sim.model import MODELS, get_model, valid_tp
-from tpsim.sim.profile import ProfileError, builtin_dir, builtin_names, load_profile, parse, read_raw
-from tpsim.sim.schedule import Op, build
-from tpsim.sim.stack import Stack, Step
+from tpsim.sim.price.cost import CostModel
+from tpsim.sim.price.work import op_work, roofline_s
+from tpsim.sim.model.presets import MODELS, get_model, valid_tp
+from tpsim.sim.hardware.profile import ProfileError, builtin_dir, builtin_names, load_profile, parse, read_raw
+from tpsim.sim.schedule.language import Op, build
+from tpsim.sim.stack.spec import Stack, Step
 
 AIC_DATA = Path("/work/aic/core/aiconfigurator_core/systems/data")
 

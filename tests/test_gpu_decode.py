@@ -1,5 +1,5 @@
 """The GPU decode table (sim/compiled_kernels_gpu.json, Inductor's Triton path on a fake H100), how
-GPU profiles use it (sim/fusion.py gpu_overlay) and its L2 re-read pricing (sim/l2_traffic.py)."""
+GPU profiles use it (sim/price/fusion.py gpu_overlay) and its L2 re-read pricing (sim/price/l2_traffic.py)."""
 from __future__ import annotations
 
 import importlib.util
@@ -10,13 +10,13 @@ import sys
 
 import pytest
 
-from tpsim.sim import fusion, l2_traffic
-from tpsim.sim.cost import CostModel
-from tpsim.sim.work import Work, roofline_s
-from tpsim.sim.model import get_model
-from tpsim.sim.profile import load_profile
-from tpsim.sim.schedule import build
-from tpsim.sim.stack import Stack, Step
+from tpsim.sim.price import fusion, l2_traffic
+from tpsim.sim.price.cost import CostModel
+from tpsim.sim.price.work import Work, roofline_s
+from tpsim.sim.model.presets import get_model
+from tpsim.sim.hardware.profile import load_profile
+from tpsim.sim.schedule.language import build
+from tpsim.sim.stack.spec import Stack, Step
 
 H100 = load_profile("h100-sxm")
 
@@ -83,12 +83,12 @@ def test_gpu_profiles_price_every_kind_with_the_triton_paths_attention_and_wo():
     assert gpu_attn and all(n.startswith("triton_") for n in gpu_attn)
     # the C++ backend's own decode table is untouched: no re-reads, wo extern
     assert all(b.passes == "1" for ks in t[("standard", "decode-cpu")].values() for k in ks for b in k.buffers)
-    assert fusion.meta(str(fusion.GPU_TABLE_PATH))["command"] == "python -m tpsim.hw.inductor_gpu"
+    assert fusion.meta(str(fusion.GPU_TABLE_PATH))["command"] == "python -m tpsim.hw.derive.inductor_gpu"
 
 
 def test_the_triton_table_rereads_kv_per_query_head_and_keeps_wo_extern():
     """What Inductor's CUDA path emits for the reference decode graph, traced as
-    torch.compile sees it (eager view strides, hw.fake_views): q@k^T and p@v are
+    torch.compile sees it (eager view strides, hw.derive.fake_views): q@k^T and p@v are
     generated reductions whose cache reads repeat per query head (passes G); at batch > 1 every
     linear is extern cuBLAS, wo included (F.linear folds [b, 1, H*D] into one mm), so p@v's last
     kernel casts its output to fp16 for it; at batch 1 every linear is a generated reduction (mm with
@@ -109,7 +109,7 @@ def test_the_triton_table_rereads_kv_per_query_head_and_keeps_wo_extern():
 def test_the_table_is_the_references_torch_and_its_attention_kernels():
     """Derived with the torch the reference ran (2.5.1), the decode attention at batch > 1 is five
     Triton kernels, as the reference's GPU code runs it: K and V rows written by one scatter (the rows
-    only, b*kvh*D each, not the [b, kvh, S, D] caches: hw.inductor_kernels.kernel_buffer_bytes); q's RoPE
+    only, b*kvh*D each, not the [b, kvh, S, D] caches: hw.derive.inductor_kernels.kernel_buffer_bytes); q's RoPE
     and scale its own pointwise kernel writing fp32 q; q@k^T reading fp32 q and each K row once per
     query head; a softmax that reads the fp32 scores and writes the normalised fp32 probabilities; p@v
     reading them and each V row once per query head. (torch 2.13 inlines q's RoPE into q@k^T and
@@ -148,7 +148,7 @@ def test_the_references_wo_at_batch_64_is_the_gemm_tables_mm():
 
 def test_a_weight_read_once_per_batch_row_is_priced_by_its_l2_sweeps():
     """A generated reduction that reads a weight once per batch row (passes b; what a plain make_fx
-    trace made of the reference's wo, hw/fake_views.py), priced at 70B TP8 upper-bound decode, batch
+    trace made of the reference's wo, hw/derive/fake_views.py), priced at 70B TP8 upper-bound decode, batch
     64, by hand (fp16; hidden 8192, H*D = 1024): the residual x [64, 8192] 1,048,576 B + the attention
     output [64, 1024] 131,072 B + the weight [8192, 1024] 16,777,216 B once per batch row
     (x 64 = 1,073,741,824 B) + its write 1,048,576 B = 1,075,970,048 B through L2. The grid is
@@ -179,7 +179,7 @@ def test_a_weight_read_once_per_batch_row_is_priced_by_its_l2_sweeps():
 
 def test_a_split_pv_launches_its_combine_where_the_table_derived_a_split():
     """Inductor splits p@v's reduction over the cache where few outputs meet a long reduction (the GPU
-    table's `splits`, derived at the real shapes: hw.inductor_splits). 70B TP8 (8 query heads,
+    table's `splits`, derived at the real shapes: hw.derive.inductor_splits). 70B TP8 (8 query heads,
     1 KV head, D 128 per rank), cache 1536: at batch 4 p@v runs in 12 parts, so the attention launches a
     sixth kernel, the combine: it reads 12 fp32 partials of each of the 4*8*128 = 4,096 outputs
     (4096 * 12 * 4 = 196,608 B) and writes them in fp16 (4096 * 2 = 8,192 B): 204,800 B at the
@@ -303,12 +303,12 @@ def _triton_missing() -> bool:
     return importlib.util.find_spec("triton") is None or importlib.util.find_spec("torch") is None
 
 
-_DERIVE = ("import json; from tpsim.hw.inductor_gpu import derive; "
+_DERIVE = ("import json; from tpsim.hw.derive.inductor_gpu import derive; "
            "print(json.dumps(derive(progress=lambda s: None)))")
 
 
 def _derive_in(python: str) -> dict:
-    """The GPU table's layers as `python -m tpsim.hw.inductor_gpu` derives them in interpreter `python`
+    """The GPU table's layers as `python -m tpsim.hw.derive.inductor_gpu` derives them in interpreter `python`
     (a fresh one: the fake device patches Inductor's device queries, and an earlier test's compiled
     state in this process -- Inductor caches whether Triton works -- must not decide it)."""
     out = subprocess.run([python, "-c", _DERIVE], capture_output=True, text=True, timeout=600)
@@ -332,7 +332,7 @@ def _reference_python() -> str | None:
 @pytest.mark.slow
 @pytest.mark.skipif(_triton_missing(), reason="needs torch and triton (pip install triton) to generate Triton code")
 def test_shipped_gpu_table_is_what_inductor_emits_on_the_references_torch():
-    """The committed GPU table is what `python -m tpsim.hw.inductor_gpu` derives with the torch / triton
+    """The committed GPU table is what `python -m tpsim.hw.derive.inductor_gpu` derives with the torch / triton
     it records (the reference harness's 2.5.1 / 3.1.0; about 20 s): a derivation change, or a table
     edited by hand, fails here. Runs where such an interpreter is at hand."""
     python = _reference_python()
@@ -342,7 +342,7 @@ def test_shipped_gpu_table_is_what_inductor_emits_on_the_references_torch():
     with open(fusion.GPU_TABLE_PATH) as f:
         shipped = json.load(f)["layers"]
     assert _derive_in(python) == shipped, \
-        "Inductor's Triton path no longer emits the committed table: rerun `python -m tpsim.hw.inductor_gpu`"
+        "Inductor's Triton path no longer emits the committed table: rerun `python -m tpsim.hw.derive.inductor_gpu`"
 
 
 @pytest.mark.hw
@@ -366,8 +366,8 @@ def test_the_derivation_runs_on_the_installed_torch_and_marks_the_rereads():
 @pytest.mark.slow
 @pytest.mark.skipif(_triton_missing(), reason="needs torch and triton (pip install triton) to generate Triton code")
 def test_the_derivation_folds_wo_and_a_plain_make_fx_would_not():
-    """Inductor itself on a toy decode step (hw.inductor_gpu, batch 4, 8 heads of 128 over 1 KV head,
-    hidden 512, 3 layers): traced as torch.compile sees views (hw.fake_views.eager_view_strides, the
+    """Inductor itself on a toy decode step (hw.derive.inductor_gpu, batch 4, 8 heads of 128 over 1 KV head,
+    hidden 512, 3 layers): traced as torch.compile sees views (hw.derive.fake_views.eager_view_strides, the
     derivation's own) wo is `extern_kernels.mm`; a plain make_fx trace on this torch makes it a bmm over
     the expanded weight, decomposed into a generated reduction (`bmm` and `expand_t_transpose` in its
     name) with no extern call for it. Each trace in a fresh interpreter (the fake device's patches)."""
@@ -390,12 +390,12 @@ def test_the_derivation_folds_wo_and_a_plain_make_fx_would_not():
 
 
 def test_pv_splits_reads_a_split_and_its_combine_from_the_launches():
-    """hw.inductor_gpu.pv_splits on launch lists written by hand (kernel, numel arguments): layer 1's
+    """hw.derive.inductor_gpu.pv_splits on launch lists written by hand (kernel, numel arguments): layer 1's
     p@v is the launch after its softmax (the second one). 4,096 outputs: p@v over 4096 is one kernel;
     over 49,152 = 4096 x 12 then a combine over (4096, 12) is a split in 12; anything else is an error,
     not a guess."""
     pytest.importorskip("torch")
-    from tpsim.hw.inductor_splits import launch_numels, pv_splits
+    from tpsim.hw.derive.inductor_splits import launch_numels, pv_splits
     layer = [("triton_red_fused_bmm_3", (49152, 128)), ("triton_red_fused__safe_softmax_4", (32, 1536))]
     one = layer + [("triton_red_fused_bmm_5", (4096, 1536)), ("triton_poi_x", (512,))]
     split = layer + [("triton_red_fused_bmm_5", (49152, 128)), ("triton_per_fused__to_copy_bmm_6", (4096, 12))]
@@ -422,7 +422,7 @@ _SPLITS_AT = ("import json, dataclasses; from tpsim.hw import inductor_splits as
 def test_shipped_splits_are_what_inductor_emits_on_the_references_torch():
     """Three rows of the shipped `splits` (70B TP8 batch 4 and 16, 8B TP1 batch 1: 12, 1 and 12 parts)
     re-derived with the torch the table records (about 15 s; the whole grid is
-    `python -m tpsim.hw.inductor_splits`, about 15 min), and the combine kernel as shipped."""
+    `python -m tpsim.hw.derive.inductor_splits`, about 15 min), and the combine kernel as shipped."""
     python = _reference_python()
     if python is None:
         pytest.skip("set TPSIM_REFERENCE_TORCH_PYTHON to a python with the table's torch (docs/compiled-stack.md)")

@@ -65,7 +65,7 @@ def test_decode_compiles_the_toy_and_keeps_its_code(kernels):
     for f in it["step"]["output_code"]:
         assert "def call(" in (kernels / f).read_text()
     assert it["step"]["output_code"]
-    # torch.compile folds wo's [b, 1, H*D] input into one mm (hw/fake_views.py): the 1-layer step calls
+    # torch.compile folds wo's [b, 1, H*D] input into one mm (hw/derive/fake_views.py): the 1-layer step calls
     # 5 extern mm's (qkv, wo, w13, w2, the head) and no bmm over an expanded weight
     code = (kernels / it["step"]["output_code"][0]).read_text()
     assert (code.count("extern_kernels.mm("), code.count("extern_kernels.bmm(")) == (5, 0)

@@ -1,20 +1,20 @@
 """NCCL's per-collective host node in a captured CUDA graph, for collectives that cross the network
 (enqueue.cc hostStreamPlanCallback; NVIDIA/nccl#1805): one chain per rank on NCCL's host stream from the
 graph's launch, and collective k's kernel waits for the k-th node. Timelines pinned by hand on the toy
-pass (sim.engine and sim.engine_ranks must agree), and the pricing gate (graph mode, spanning nodes,
+pass (sim.engine.simpy_engine and sim.engine.heap_engine must agree), and the pricing gate (graph mode, spanning nodes,
 profile field set)."""
 import dataclasses
 
 import pytest
 
-from tpsim.sim.cost import CostModel
-from tpsim.sim.engine import Interference, simulate
-from tpsim.sim.ir import COMM
-from tpsim.sim.engine_ranks import compile_schedule, simulate_ranks
-from tpsim.sim.model import get_model
+from tpsim.sim.price.cost import CostModel
+from tpsim.sim.engine.simpy_engine import Interference, simulate
+from tpsim.sim.schedule.ir import COMM
+from tpsim.sim.engine.heap_engine import compile_schedule, simulate_ranks
+from tpsim.sim.model.presets import get_model
 from tpsim.sim.predict import Simulator, Workload
-from tpsim.sim.profile import load_profile
-from tpsim.sim.stack import Stack
+from tpsim.sim.hardware.profile import load_profile
+from tpsim.sim.stack.spec import Stack
 from toy import TWO_AR_COST, TWO_AR_PASS, toy_op
 
 

@@ -1,8 +1,8 @@
 """collectives.graph_nccl_node_us: NCCL's graph-mixing record node per captured NCCL collective.
 
-Its value comes from a public NCCL_GRAPH_MIXING_SUPPORT=1 vs 0 ablation (sim/profiles/_data/
+Its value comes from a public NCCL_GRAPH_MIXING_SUPPORT=1 vs 0 ablation (sim/hardware/profiles/_data/
 nccl-graph-mixing-ablation-jacobi.csv); it is priced on every NCCL collective of a compiled CUDA-graph
-step (sim/collective_cost.py) and on every call of an nccl-tests -G loop (sim/collective_timing.py).
+step (sim/price/comm/collective.py) and on every call of an nccl-tests -G loop (sim/price/comm/timing.py).
 """
 import csv
 import dataclasses
@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from tpsim.sim.collective_timing import HostCosts, LoopTime, Timing, loop_time
-from tpsim.sim.cost import CostModel
-from tpsim.sim.profile import load_profile
-from tpsim.sim.stack import Stack
+from tpsim.sim.price.comm.timing import HostCosts, LoopTime, Timing, loop_time
+from tpsim.sim.price.cost import CostModel
+from tpsim.sim.hardware.profile import load_profile
+from tpsim.sim.stack.spec import Stack
 
-DATA = Path(__file__).resolve().parent.parent / "sim" / "profiles" / "_data" / "nccl-graph-mixing-ablation-jacobi.csv"
+DATA = Path(__file__).resolve().parent.parent / "sim" / "hardware" / "profiles" / "_data" / "nccl-graph-mixing-ablation-jacobi.csv"
 
 
 def _fastest(gpu: str, nx: int, n: int, mixing: int) -> float:
@@ -83,7 +83,7 @@ def test_nccl_tests_graph_loop_pays_it_every_call():
 
 def test_nccl_mode_table_strips_both_graph_additions():
     """`tpsim collective --mode nccl` prices the bare kernel: graph price minus copy (0) minus node."""
-    from tpsim.sim.collective_table import collective_rows
+    from tpsim.commands.collective_table import collective_rows
     prof = load_profile("h100-sxm")
     (bare,) = collective_rows(prof, "all_reduce", 8, "nccl", (16384,))
     (graph,) = collective_rows(prof, "all_reduce", 8, "graph", (16384,))

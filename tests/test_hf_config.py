@@ -8,13 +8,13 @@ import pytest
 from click.testing import CliRunner
 
 from tpsim.cli import main
-from tpsim.sim.cost import CostModel
-from tpsim.sim.work import roofline_s, separable_work
-from tpsim.sim.hf_config import spec_from_hf
-from tpsim.sim.model import MODELS, get_model, valid_tp
-from tpsim.sim.profile import load_profile
-from tpsim.sim.schedule import build
-from tpsim.sim.stack import Stack, Step
+from tpsim.sim.price.cost import CostModel
+from tpsim.sim.price.work import roofline_s, separable_work
+from tpsim.sim.model.hf.config import spec_from_hf
+from tpsim.sim.model.presets import MODELS, get_model, valid_tp
+from tpsim.sim.hardware.profile import load_profile
+from tpsim.sim.schedule.language import build
+from tpsim.sim.stack.spec import Stack, Step
 
 HF = os.path.join(os.path.dirname(__file__), "fixtures", "hf")
 

@@ -1,21 +1,21 @@
-"""The serving engine's host lane (sim/host_lane.py): a step's CPU work in series with the pass or
+"""The serving engine's host lane (sim/stack/host_lane.py): a step's CPU work in series with the pass or
 overlapped with it, and TP ranks handed their inputs at different times. Timelines pinned by hand on
-the toy pass (seg0 2 -> ar0 4 -> seg1 3 -> ar1 4 -> seg2 1 = 14); sim.engine and sim.engine_ranks
+the toy pass (seg0 2 -> ar0 4 -> seg1 3 -> ar1 4 -> seg2 1 = 14); sim.engine.simpy_engine and sim.engine.heap_engine
 must agree on the staggered starts."""
 import math
 from dataclasses import replace
 
 import pytest
 
-from tpsim.sim.engine import Interference, simulate
-from tpsim.sim.engine_ranks import compile_schedule, simulate_ranks
-from tpsim.sim.host_lane import HostStep, lane, step_s, tree_hops
-from tpsim.sim.ir import COMM
-from tpsim.sim.model import get_model
+from tpsim.sim.engine.simpy_engine import Interference, simulate
+from tpsim.sim.engine.heap_engine import compile_schedule, simulate_ranks
+from tpsim.sim.stack.host_lane import HostStep, lane, step_s, tree_hops
+from tpsim.sim.schedule.ir import COMM
+from tpsim.sim.model.presets import get_model
 from tpsim.sim.predict import Simulator, Workload
-from tpsim.sim.profile import load_profile
-from tpsim.sim.stack import Stack
-from tpsim.sim.stacks import PRESETS
+from tpsim.sim.hardware.profile import load_profile
+from tpsim.sim.stack.spec import Stack
+from tpsim.sim.stack.presets import PRESETS
 from toy import TWO_AR_COST, TWO_AR_PASS
 
 

@@ -14,9 +14,9 @@ import procs
 pytest.importorskip("torch")
 
 from tpsim.commands.bench import bench_cmd, check_cmd  # noqa: E402
-from tpsim.sim.model import get_model  # noqa: E402
-from tpsim.sim.schedule import build  # noqa: E402
-from tpsim.sim.stack import Stack, Step  # noqa: E402
+from tpsim.sim.model.presets import get_model  # noqa: E402
+from tpsim.sim.schedule.language import build  # noqa: E402
+from tpsim.sim.stack.spec import Stack, Step  # noqa: E402
 
 pytestmark = pytest.mark.hw
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

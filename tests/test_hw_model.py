@@ -7,10 +7,10 @@ import tpsim.hw.model as hm  # noqa: E402
 from tpsim.hw.check import Reference  # noqa: E402
 from tpsim.sim.memory import Placement  # noqa: E402
 from tpsim.hw.runner import Runner, make_plan  # noqa: E402
-from tpsim.sim.model import get_model  # noqa: E402
-from tpsim.sim.schedule import build, plan_of  # noqa: E402
-from tpsim.sim.stack import Stack, Step  # noqa: E402
-from tpsim.sim.transform import local  # noqa: E402
+from tpsim.sim.model.presets import get_model  # noqa: E402
+from tpsim.sim.schedule.language import build, plan_of  # noqa: E402
+from tpsim.sim.stack.spec import Stack, Step  # noqa: E402
+from tpsim.sim.schedule.transform import local  # noqa: E402
 
 pytestmark = pytest.mark.hw
 TINY = get_model("tiny")
@@ -76,7 +76,7 @@ def test_runner_kernels_match_reference(stack):
 
 
 def test_runner_runs_stand_ins_and_waits():
-    # standard without its collectives (sim.transform.local) is upper-bound, op for op
+    # standard without its collectives (sim.schedule.transform.local) is upper-bound, op for op
     st = Stack(dtype="fp32")
     local_outs, _ = _run_single("standard", st, transform=local)
     ub_outs, _ = _run_single("upper-bound", st)

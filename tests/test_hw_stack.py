@@ -11,7 +11,7 @@ pytest.importorskip("torch")
 
 from tpsim.hw.bench import stack_harness_options  # noqa: E402
 from tpsim.commands.bench import bench_cmd  # noqa: E402
-from tpsim.sim.stacks import PRESETS  # noqa: E402
+from tpsim.sim.stack.presets import PRESETS  # noqa: E402
 
 
 def test_presets_map_onto_harness_options():
@@ -64,7 +64,8 @@ def test_a_flag_given_beside_a_preset_maps_in_its_place():
 def test_one_definition_of_the_reference_inductor_flags():
     """The harness and both kernel-table derivations read the same dict; the derivations' own
     settings only turn caching off, never a flag that changes what Inductor generates."""
-    from tpsim.hw import inductor_flags as F, inductor_gpu, inductor_kernels
+    from tpsim.hw import inductor_flags as F
+    from tpsim.hw.derive import inductor_gpu, inductor_kernels
     assert F.REFERENCE_INDUCTOR_FLAGS == {"coordinate_descent_tuning": True, "triton.unique_kernel_names": True,
                                           "fx_graph_cache": True,
                                           "reorder_for_compute_comm_overlap": True}
@@ -148,7 +149,7 @@ def test_bench_stack_vllm_on_gloo():
     assert d["memory"]["embed_head_bytes"] == 2 * 128 * 64 * 4 + 64 * 4      # tiny: two 128-row shards + norm
     # compare prices the run's stack: the simulator's schedule has the op the records join on
     from tpsim.calib.compare_measure import workload_of
-    from tpsim.sim.profile import load_profile
+    from tpsim.sim.hardware.profile import load_profile
     w = workload_of(d, load_profile("h100-sxm"))
     assert w.stack.embed == "vocab-parallel"
     assert "embed.allreduce" in {op.name for op in w.schedule("standard", w.decode_step(1)).collectives}
@@ -164,7 +165,7 @@ def test_compare_reuses_a_compiled_run_only_with_the_same_inductor_flags(tmp_pat
     from tpsim.calib.compare_measure import Point, measure, workload_of
     from tpsim.hw.inductor_flags import harness_inductor_flags
     from tpsim.hw.dist import WorkerFailed
-    from tpsim.sim.profile import load_profile
+    from tpsim.sim.hardware.profile import load_profile
     point = Point("tiny", 2, 1, 8, 2)
     saved = tmp_path / "measured" / f"{point.key}.json"
     saved.parent.mkdir()

@@ -131,7 +131,7 @@ def test_no_import_cycles():
     assert {"tpsim.cli", "tpsim.sim.predict", "tpsim.commands.bench", "tpsim.calib.run"} <= set(g)
     # the graph is real: edges by absolute and by relative import, and to a package's __init__
     assert g.has_edge("tpsim.calib.run", "tpsim.hw.dist") and g.has_edge("tpsim.commands.bench", "tpsim.hw")
-    assert g.has_edge("tpsim.cli", "tpsim.commands.lazy") and g.has_edge("tpsim.sim.predict", "tpsim.sim.engine")
+    assert g.has_edge("tpsim.cli", "tpsim.commands.lazy") and g.has_edge("tpsim.sim.predict", "tpsim.sim.engine.simpy_engine")
     assert g.has_edge("tpsim.commands.predict", "tpsim.sim.predict")
     cycles = list(nx.simple_cycles(g))
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c + [c[0]]) for c in cycles[:10])
@@ -184,7 +184,7 @@ def test_import_cli_loads_only_the_command_table():
             "from click.testing import CliRunner\n"
             "r = CliRunner().invoke(tpsim.cli.main, ['predict', '--model', 'tiny', '--tp', '2', '--gen', '4', "
             "'--prompt', '16', '--json'])\nassert r.exit_code == 0, r.output\n"
-            "print(sorted(m for m in sys.modules if m.startswith(('tpsim.sim.sweep', 'tpsim.sim.grid', 'tpsim.hw', "
+            "print(sorted(m for m in sys.modules if m.startswith(('tpsim.commands.sweep_grid', 'tpsim.sim.grid', 'tpsim.hw', "
             "'tpsim.calib', 'tpsim.commands.sweep', 'tpsim.commands.bench', 'matplotlib'))))\n")
     assert _printed(code) == ["[]", "[]"]
 

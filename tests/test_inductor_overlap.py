@@ -1,7 +1,7 @@
 """Where Inductor (PyTorch 2.5's comm-reordering passes) leaves the reference ladder's all-reduce
-waits, against tpsim's ladder plan (hw/inductor_overlap.py; docs/compiled-stack.md).
+waits, against tpsim's ladder plan (hw/derive/inductor_overlap.py; docs/compiled-stack.md).
 
-The derivation lowers the transcribed GPTLadder / GPTParallel decode step (hw/reference_ladder.py,
+The derivation lowers the transcribed GPTLadder / GPTParallel decode step (hw/derive/reference_ladder.py,
 the residual add a user-defined Triton kernel) for the fake H100, three layers at the probe's
 prime shapes, in a fresh interpreter (the fake device patches Inductor's device queries)."""
 from __future__ import annotations
@@ -54,7 +54,7 @@ def derived() -> dict:
 
 
 def test_ladder_windows_are_tpsims_plan_but_the_last_add(derived):
-    from tpsim.hw import inductor_overlap as O
+    from tpsim.hw.derive import inductor_overlap as O
     w = derived["ladder"]
     # layer 1, in full: AR(attn_1) overlaps the previous layer's MLP add and layer 1's MLP; AR(mlp_1)
     # overlaps layer 1's attention add and layer 2's attention (tpsim's ladder.py plan)
@@ -76,7 +76,7 @@ def test_each_wait_comes_before_the_next_issue(derived):
     its wait mutates) then makes the next all-reduce depend on the previous wait: one all-reduce in
     flight at a time. torch 2.5.1 itself issues AR(mlp_i) before it waits for AR(attn_i), tpsim's plan
     order, with the same compute in every window (docs/compiled-stack.md); on a stream that runs
-    collectives in order (sim/engine.py's comm stream) both are the same timeline."""
+    collectives in order (sim/engine/simpy_engine.py's comm stream) both are the same timeline."""
     for ar, w in derived["ladder"].items():
         assert not [o for o in w if o.startswith("issue:")], (ar, w)
 
@@ -96,7 +96,7 @@ def test_the_windows_do_not_depend_on_runtime_estimates(derived):
 
 
 def test_parallel_all_reduce_overlaps_nothing_as_in_tpsim(derived):
-    from tpsim.hw import inductor_overlap as O
+    from tpsim.hw.derive import inductor_overlap as O
     assert set(derived["parallel"]) == {"L0.allreduce", "L1.allreduce", "L2.allreduce"}
     assert all(O.compute_only(w) == [] for w in derived["parallel"].values())
     assert O.compare("parallel", derived["parallel"]) == {}

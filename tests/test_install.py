@@ -125,7 +125,7 @@ def test_a_wheel_holds_only_tpsim(wheel):
     assert {n.split("/")[0] for n in names} == {"tpsim", wheel.name.split("-py")[0] + ".dist-info"}
     missing = sorted(set(package_files()) - set(names))
     assert not missing, f"in the package folders but not in the wheel (pyproject's package-data): {missing}"
-    for f in ("tpsim/sim/compiled_kernels_gpu.json", "tpsim/sim/profiles/h100-sxm.json", "tpsim/cli.py"):
+    for f in ("tpsim/sim/price/compiled_kernels_gpu.json", "tpsim/sim/hardware/profiles/h100-sxm.json", "tpsim/cli.py"):
         assert f in names
     assert not any(n.startswith(("tpsim/tests/", "tpsim/bench/", "tpsim/docs/", "tpsim/tools/")) for n in names)
     assert not any("_derive" in n for n in names)              # the profile derivation lives in tools/

@@ -1,4 +1,4 @@
-"""compute.l2 in the profile (sim/profile_l2.py, sim/l2_traffic.py): the L2 rate and sweep curve are a
+"""compute.l2 in the profile (sim/hardware/l2_section.py, sim/price/l2_traffic.py): the L2 rate and sweep curve are a
 property of the GPU, read from the profile, not looked up by the profile's name. Before, a profile
 named anything but a built-in prefix ("my-cluster" extending h100-sxm, a calibration on an H100)
 silently lost the L2 terms: its 70B TP8 batch-64 upper-bound decode step cost 12,171.1 us against
@@ -14,15 +14,16 @@ from click.testing import CliRunner
 
 from tpsim import cli
 from tpsim.calib.fit import build_profile
-from tpsim.sim import fusion
-from tpsim.sim.cost import CostModel
-from tpsim.sim.work import Work, roofline_s
-from tpsim.sim.l2_traffic import L2Spec, l2_hit_fraction
-from tpsim.sim.model import get_model
+from tpsim.sim.price import fusion
+from tpsim.sim.price.cost import CostModel
+from tpsim.sim.price.work import Work, roofline_s
+from tpsim.sim.hardware.schema import L2Spec
+from tpsim.sim.price.l2_traffic import l2_hit_fraction
+from tpsim.sim.model.presets import get_model
 from tpsim.sim.predict import Simulator, Workload
-from tpsim.sim.profile import load_document, load_profile, read_raw
+from tpsim.sim.hardware.profile import load_document, load_profile, read_raw
 
-# The constants sim/l2_traffic.py held before they moved into the profiles (L2_BYTES_PER_S,
+# The constants sim/price/l2_traffic.py held before they moved into the profiles (L2_BYTES_PER_S,
 # SWEEP_CURVES): te42kyfo/gpu-benches gpu-l2-cache h200.txt and a100_80.txt, commit 1c36d509.
 _H200 = ((40448, 9666.0), (44032, 9105.3), (48128, 7542.5), (52736, 6467.1), (57856, 5053.8),
          (63488, 4463.9), (69632, 4201.3), (76288, 4017.5), (83456, 3946.8), (91648, 3916.1))

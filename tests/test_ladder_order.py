@@ -1,5 +1,5 @@
 """The ladder's launch order as PyTorch 2.5's Inductor emits it for the reference harness
-(hw/inductor_overlap.py, tests/test_inductor_overlap.py) runs the same timeline as tpsim's plan.
+(hw/derive/inductor_overlap.py, tests/test_inductor_overlap.py) runs the same timeline as tpsim's plan.
 
 Inductor (2.5 passes): ... mlp_i, wait(a_i), issue m_i, attn.add, attn_{i+1}, wait(m_i), issue a_{i+1} ...
 tpsim's plan:           ... mlp_i, issue m_i, attn.add (waits a_i), attn_{i+1}, issue a_{i+1}, mlp.add (waits m_i) ...
@@ -8,9 +8,9 @@ differs, and a comm stream that runs collectives in issue order starts each one 
 either way. Toy costs (tests/toy.py): attention 2, MLP 3, collective C."""
 import pytest
 
-from tpsim.sim.engine import Interference
-from tpsim.sim.schedule import Schedule
-from tpsim.sim.transform import wait
+from tpsim.sim.engine.simpy_engine import Interference
+from tpsim.sim.schedule.language import Schedule
+from tpsim.sim.schedule.transform import wait
 from toy import both, span, toy_schedule, toy_time
 
 

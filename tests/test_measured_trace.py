@@ -6,8 +6,8 @@ import pytest
 from click.testing import CliRunner
 
 from tpsim.cli import main
-from tpsim.sim.measured_trace import combine
-from tpsim.sim.trace import Record
+from tpsim.calib.measured_trace import combine
+from tpsim.sim.engine.record import Record
 
 
 def _check_chrome(trace: dict) -> list[dict]:

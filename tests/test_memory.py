@@ -3,8 +3,8 @@ import pytest
 from click.testing import CliRunner
 
 from tpsim.sim.memory import GIB, DoesNotFit, Placement, check_fits, estimate, local_param_shapes
-from tpsim.sim.model import get_model
-from tpsim.sim.stack import Stack
+from tpsim.sim.model.presets import get_model
+from tpsim.sim.stack.spec import Stack
 
 H100 = 80 * GIB
 
@@ -65,8 +65,8 @@ def test_a_vocab_parallel_embedding_holds_its_shard_only():
     """Under the engines' VocabParallelEmbedding (Stack.embed) a rank holds ceil(vocab / tp) embedding rows:
     70B TP8, vocab 128256 x hidden 8192 fp16: 2004 MiB replicated -> 250.5 MiB sharded (16032 rows)."""
     from tpsim.sim.memory import estimate
-    from tpsim.sim.model import get_model
-    from tpsim.sim.stack import Stack
+    from tpsim.sim.model.presets import get_model
+    from tpsim.sim.stack.spec import Stack
     m = get_model("llama-3.1-70b")
     rep, par = (estimate(m, 8, 8, 32, 128, Stack(embed=e)).embed_head_bytes for e in ("replicated", "vocab-parallel"))
     assert rep - par == (128256 - 16032) * 8192 * 2

@@ -14,7 +14,7 @@ sys.path.insert(0, str(ROOT / "tools" / "derive_profiles"))      # the derivatio
 
 import curves  # noqa: E402
 
-from tpsim.sim.profile import load_profile  # noqa: E402
+from tpsim.sim.hardware.profile import load_profile  # noqa: E402
 
 
 def test_a_bin_takes_its_preferred_rows_only_when_it_has_five():

@@ -13,8 +13,8 @@ import json
 
 import pytest
 
-from tpsim.sim.profile import load_profile, read_raw
-from tpsim.sim.topology_price import RING_PLATEAU, TREE_CORRECTION, TopologyModel, nvls_tree_chunk_bytes
+from tpsim.sim.hardware.profile import load_profile, read_raw
+from tpsim.sim.price.comm.topology import RING_PLATEAU, TREE_CORRECTION, TopologyModel, nvls_tree_chunk_bytes
 
 OFFSET_US = -1.18
 

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from tpsim.cli import main
-from tpsim.sim.profile import load_profile
+from tpsim.sim.hardware.profile import load_profile
 
 FIX = os.path.join(os.path.dirname(__file__), "fixtures", "nccl_tests")
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,8 +57,8 @@ def test_json_needs_a_base_and_the_table_prices_the_collective(tmp_path):
     assert r.exit_code == 0, r.output
     p = load_profile(str(out))
     assert p.name == "lab"
-    from tpsim.sim.cost import CostModel
-    from tpsim.sim.stack import Stack
+    from tpsim.sim.price.cost import CostModel
+    from tpsim.sim.stack.spec import Stack
     cm = CostModel(p, Stack(collective="mine"))
     # an exact measured size: the table's out-of-place time (262144 B -> 24.80 us)
     assert cm.collective_s("all_reduce", 262144, 8, "eager") == pytest.approx(24.80e-6)
@@ -131,8 +131,8 @@ def test_real_log_of_two_runs_one_node_then_two(tmp_path):
     assert (t16["group"], t16["scope"], len(t16["bytes"])) == (16, "net", 28)    # 2 nodes of 8
     assert (t8["time_us"][0], t8["time_us"][-1], t16["time_us"][0], t16["time_us"][-1]) == (32.01, 63929, 38.75, 225083)
     assert "run at line 50" in t16["source"]
-    from tpsim.sim.cost import CostModel
-    from tpsim.sim.stack import Stack
+    from tpsim.sim.price.cost import CostModel
+    from tpsim.sim.stack.spec import Stack
     cm = CostModel(load_profile(str(out)), Stack())
     # TP16 on an 8-GPU-per-node profile is a 'net' group: the 16-rank run prices it
     assert cm.collective_s("all_reduce", 1048576, 16, "eager") == pytest.approx(136.1e-6)

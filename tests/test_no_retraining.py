@@ -5,12 +5,12 @@ qkv 2, out 2, up 4, down 2 at 2 rows, so a 1-row micro-batch pays 1, 1, 2, 1; ev
 op 0; collectives a fixed time (latency-bound)."""
 import pytest
 
-from tpsim.sim.cost import CostModel
-from tpsim.sim.engine import Interference, simulate
-from tpsim.sim.model import ModelSpec, get_model
-from tpsim.sim.profile import load_profile
-from tpsim.sim.schedule import build, model_change, parse_schedule
-from tpsim.sim.stack import Stack, Step
+from tpsim.sim.price.cost import CostModel
+from tpsim.sim.engine.simpy_engine import Interference, simulate
+from tpsim.sim.model.presets import ModelSpec, get_model
+from tpsim.sim.hardware.profile import load_profile
+from tpsim.sim.schedule.language import build, model_change, parse_schedule
+from tpsim.sim.stack.spec import Stack, Step
 
 ST = Stack()
 ONE_LAYER = ModelSpec("toy-1l", 64, 1, 4, 2, 16, 128, 256)
@@ -225,7 +225,7 @@ def _row(schedule, batch, prefill_s, decode_s):
 
 
 def test_best_no_retraining_picks_the_fastest_schedule_per_phase(tmp_path):
-    from tpsim.sim import sweep as sw
+    from tpsim.commands import sweep_grid as sw
     rows = [_row("standard", 1, 1.0, 9.0), _row("token-split", 1, 1.2, 9.0), _row("seq-parallel", 1, 0.9, 9.5),
             _row("ladder", 1, 0.5, 5.0), _row("spd:0.5", 1, 0.4, 4.0),
             _row("standard", 8, 4.0, 6.0), _row("token-split", 8, 3.0, 5.0), _row("seq-parallel", 8, 3.5, 5.5),

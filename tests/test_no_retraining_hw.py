@@ -8,9 +8,9 @@ from click.testing import CliRunner
 pytest.importorskip("torch")
 
 from tpsim.commands.bench import bench_cmd, check_cmd  # noqa: E402
-from tpsim.sim.model import get_model  # noqa: E402
-from tpsim.sim.schedule import build  # noqa: E402
-from tpsim.sim.stack import Stack, Step  # noqa: E402
+from tpsim.sim.model.presets import get_model  # noqa: E402
+from tpsim.sim.schedule.language import build  # noqa: E402
+from tpsim.sim.stack.spec import Stack, Step  # noqa: E402
 
 pytestmark = pytest.mark.hw
 SMALL = ["--model", "tiny", "--prompt", "15", "--gen", "9", "--device", "cpu", "--backend", "gloo"]

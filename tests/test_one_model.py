@@ -11,9 +11,9 @@ torch = pytest.importorskip("torch")
 from tpsim.hw import model as hm  # noqa: E402
 from tpsim.hw.check import Reference  # noqa: E402
 from tpsim.hw.runner import Runner  # noqa: E402
-from tpsim.sim.model import get_model  # noqa: E402
-from tpsim.sim.schedule import build, plan_of  # noqa: E402
-from tpsim.sim.stack import Stack, Step  # noqa: E402
+from tpsim.sim.model.presets import get_model  # noqa: E402
+from tpsim.sim.schedule.language import build, plan_of  # noqa: E402
+from tpsim.sim.stack.spec import Stack, Step  # noqa: E402
 
 pytestmark = pytest.mark.hw
 HF = os.path.join(os.path.dirname(__file__), "fixtures", "hf")

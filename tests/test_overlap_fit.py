@@ -3,9 +3,9 @@ pinned on hand-computed timelines, and the engine's wake-up of a rank blocked on
 import pytest
 
 from tpsim.calib.overlap_fit import fit, pass_ratios
-from tpsim.sim.engine import Interference
-from tpsim.sim.schedule import Schedule
-from tpsim.sim.stack import Step
+from tpsim.sim.engine.simpy_engine import Interference
+from tpsim.sim.schedule.language import Schedule
+from tpsim.sim.stack.spec import Step
 from toy import ONE_LAYER, STACK, TWO_AR_COST, TWO_AR_PASS, toy_op, toy_schedule, toy_time
 
 
@@ -29,7 +29,7 @@ def test_pass_ratios_on_the_hand_timeline():
 
 
 def test_wake_up_leaves_blocking_schedules_unchanged_and_helps_overlap():
-    from tpsim.sim.engine import simulate
+    from tpsim.sim.engine.simpy_engine import simulate
     for spec in ("standard", "parallel", "spd:1"):
         base = simulate(toy_schedule(spec), toy_time(4), interference=Interference(1.5, 2.0)).duration_s
         woke = simulate(toy_schedule(spec), toy_time(4), interference=Interference(1.5, 2.0, wake_s=1.0)).duration_s
@@ -62,7 +62,7 @@ def test_a_collective_blocked_on_a_collective_pays_the_wake_too():
     chain = Schedule("chain", ONE_LAYER, 2, Step.decode(1, 8, 4, 1, STACK), STACK, (
         toy_op("seg0", "gemm", ["tokens"]), toy_op("ar0", "all_reduce", ["seg0"]), toy_op("ar1", "all_reduce", ["ar0"]),
         toy_op("seg2", "gemm", ["ar1"])))
-    from tpsim.sim.engine import simulate
+    from tpsim.sim.engine.simpy_engine import simulate
     costs = {"seg0": 2.0, "ar0": 4.0, "ar1": 4.0, "seg2": 1.0}
     for w in (0.0, 1.0, 3.0):
         assert simulate(chain, lambda op: costs[op.name], interference=Interference(wake_s=w)).duration_s == \

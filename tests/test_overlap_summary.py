@@ -3,10 +3,10 @@ the simulator's engine reproduces the measured passes, pinned on hand-computed t
 import pytest
 
 from tpsim.calib.overlap_summary import summarize_passes
-from tpsim.sim.engine import Interference, simulate
-from tpsim.sim.schedule import Op, Schedule
+from tpsim.sim.engine.simpy_engine import Interference, simulate
+from tpsim.sim.schedule.language import Op, Schedule
 from toy import ONE_LAYER, STACK
-from tpsim.sim.stack import Step
+from tpsim.sim.stack.spec import Step
 
 # A pass with two all-reduces: compute c0 = 2 before the first, 3 between them, 1 after the second
 # (C = 6 alone). A blocking all-reduce costs b = 4 here: Tb = 6 + 2 * 4 = 14.

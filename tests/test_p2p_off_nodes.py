@@ -1,4 +1,4 @@
-"""NCCL 2.21's node split with P2P off (sim/topology.py nccl_net_pair / nccl_domains).
+"""NCCL 2.21's node split with P2P off (sim/hardware/topology.py nccl_net_pair / nccl_domains).
 
 With NCCL_P2P_DISABLE=1 every GPU pair is routed through the CPU (paths.cc ncclTopoComputePaths);
 shm.cc shmCanConnect asks ncclTopoCheckNet first, which sends a pair over NET/IB when both GPUs reach
@@ -11,11 +11,11 @@ import dataclasses
 
 import pytest
 
-from tpsim.sim.cost import CostModel
-from tpsim.sim.profile import load_profile
-from tpsim.sim.stack import Stack
-from tpsim.sim.topology import nccl_domains, nccl_net_pair
-from tpsim.sim.topology_price import TopologyModel
+from tpsim.sim.price.cost import CostModel
+from tpsim.sim.hardware.profile import load_profile
+from tpsim.sim.stack.spec import Stack
+from tpsim.sim.hardware.topology import nccl_domains, nccl_net_pair
+from tpsim.sim.price.comm.topology import TopologyModel
 from toy import toy_op
 
 OFF = "h100-sxm-p2p-off"

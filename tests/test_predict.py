@@ -3,10 +3,10 @@ import itertools
 
 import pytest
 
-from tpsim.sim.model import get_model
+from tpsim.sim.model.presets import get_model
 from tpsim.sim.predict import Workload, predict
-from tpsim.sim.profile import load_profile
-from tpsim.sim.stack import Stack
+from tpsim.sim.hardware.profile import load_profile
+from tpsim.sim.stack.spec import Stack
 
 H100 = load_profile("h100-sxm")
 SCHEDS = ["standard", "ladder", "ladder:4", "spd:0.5", "spd:1", "parallel", "upper-bound"]
@@ -57,7 +57,7 @@ def test_tp1_speedups_are_one(model):
             assert 0.95 < p.speedup <= 1.0, p.schedule
         elif p.schedule.startswith("ladder"):
             # the same kernels, but ladder issues each residual add one module later: the eager prefill's
-            # CPU launch chain (sim/engine.py issue_s) overlaps the GPU a little differently
+            # CPU launch chain (sim/engine/simpy_engine.py issue_s) overlaps the GPU a little differently
             assert p.speedup == pytest.approx(1.0, abs=1e-3), p.schedule
         elif p.schedule != "parallel":
             assert p.speedup == pytest.approx(1.0, abs=1e-12), p.schedule
@@ -113,7 +113,7 @@ def test_dtype_needs_a_peak_in_the_profile():
 def test_comm_group_one_prices_emulated_rank():
     # one rank of a TP8 job on one GPU: no peer to wait for; a measured group-1 table is used when present
     import dataclasses
-    from tpsim.sim.profile import CollectiveTable
+    from tpsim.sim.hardware.profile import CollectiveTable
     m = get_model("llama-3.1-8b")
     eager = Stack(compile_prefill=False, compile_decode=False)    # same kernels in every schedule
     emu = by_name(predict(Workload(m, 8, H100, prompt_len=64, gen_len=4, comm_group=1, stack=eager),
@@ -131,7 +131,7 @@ def test_comm_group_one_prices_emulated_rank():
 def test_make_stack_precedence():
     """Given (not None) beats the profile's stack_defaults beats the base; compile covers both phases;
     decode graphs follow compile_decode unless set; collective auto means not given."""
-    from tpsim.sim.stack import Stack, make_stack
+    from tpsim.sim.stack.spec import Stack, make_stack
     s = make_stack({"compile": False, "attention": None, "collective": "auto"},
                    {"attention": "flash", "kv": "filled", "collective": "custom"}, Stack(dtype="bf16"))
     assert s == Stack(dtype="bf16", compile_prefill=False, compile_decode=False, decode_graphs=False,

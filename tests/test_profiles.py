@@ -3,9 +3,9 @@ import json
 
 import pytest
 
-from tpsim.sim.cost import CostModel
-from tpsim.sim.profile import ProfileError, builtin_names, describe, load_profile, read_raw
-from tpsim.sim.stack import Stack
+from tpsim.sim.price.cost import CostModel
+from tpsim.sim.hardware.profile import ProfileError, builtin_names, describe, load_profile, read_raw
+from tpsim.sim.stack.spec import Stack
 
 REQUIRED = {"h100-sxm", "h100-sxm-p2p-off", "h200-sxm", "a100-sxm", "a100-sxm-p2p-off", "l40s-pcie"}
 
@@ -20,7 +20,7 @@ def test_builtin_is_listed_loads_and_validates(name):
     assert p.peak_flops["fp16"] > 0 and p.mem_bytes_per_s > 0
     assert p.launch_s["eager"] > p.launch_s["graph"] > 0
     # overlap interference comes from measurements (docs/sources.md §7) or, on a GPU with sourced SM and
-    # NCCL channel counts, from co-scheduling each kernel (overlap.gpu, sim/coschedule.py); never a silent 1.0
+    # NCCL channel counts, from co-scheduling each kernel (overlap.gpu, sim/price/coschedule.py); never a silent 1.0
     assert p.coschedule is not None or (p.compute_slowdown > 1.0 and p.comm_slowdown > 1.0)
 
 

@@ -61,7 +61,7 @@ def test_pinning_can_be_turned_off():
 def test_compute_points_take_the_slowest_ranks_median():
     pytest.importorskip("torch")
     from tpsim.calib.compute import _Sample, points
-    from tpsim.sim.schedule import Op
+    from tpsim.sim.schedule.language import Op
     op = Op("L0.attn.norm", "rmsnorm", ("x",), ("y",), (("rows", 1), ("width", 8)), "fp32")
     samples = {op.signature: _Sample(op, None, ())}
     # rank 1 is ~10% slower; one outlier on rank 0 does not matter

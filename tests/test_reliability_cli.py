@@ -13,9 +13,9 @@ import pytest
 from click.testing import CliRunner
 
 from tpsim import cli
-from tpsim.sim import sweep as sw
+from tpsim.commands import sweep_grid as sw
 from tpsim.sim.grid import grid
-from tpsim.sim.profile import builtin_dir
+from tpsim.sim.hardware.profile import builtin_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests" / "fixtures" / "nccl_tests"

@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E
 from click.testing import CliRunner  # noqa: E402
 
 from tpsim import cli  # noqa: E402
-from tpsim.sim.hf_check import BOOLS, COUNTS, FLOATS, STRINGS  # noqa: E402
-from tpsim.sim.profile import builtin_dir  # noqa: E402
+from tpsim.sim.model.hf.check import BOOLS, COUNTS, FLOATS, STRINGS  # noqa: E402
+from tpsim.sim.hardware.profile import builtin_dir  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SETTINGS = settings(max_examples=100, deadline=None, derandomize=True, database=None,

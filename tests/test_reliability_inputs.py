@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 from tpsim import cli
 from tpsim.calib.imports import read_nccl_tests
-from tpsim.sim.hf_config import load_hf_config
-from tpsim.sim.profile import load_profile
+from tpsim.sim.model.hf.config import load_hf_config
+from tpsim.sim.hardware.profile import load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests" / "fixtures"

@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from tpsim import cli
-from tpsim.sim.profile import ProfileError, builtin_dir, load_profile
+from tpsim.sim.hardware.profile import ProfileError, builtin_dir, load_profile
 
 DEEP = "__DEEP__"
 HUGE = "__HUGE__"

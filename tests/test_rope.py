@@ -7,8 +7,8 @@ import pytest
 from click.testing import CliRunner
 
 from tpsim.cli import main
-from tpsim.sim.hf_config import spec_from_hf
-from tpsim.sim.model import MODELS, get_model, rope
+from tpsim.sim.model.hf.config import spec_from_hf
+from tpsim.sim.model.presets import MODELS, get_model, rope
 
 HF = os.path.join(os.path.dirname(__file__), "fixtures", "hf")
 LLAMA31 = dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,

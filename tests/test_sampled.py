@@ -6,14 +6,15 @@ import json
 import numpy as np
 import pytest
 
-from tpsim.sim.coschedule import Comm, CoSchedule, GpuSpec, Kernel
-from tpsim.sim.engine import Interference, simulate
-from tpsim.sim.engine_ranks import compile_schedule, simulate_ranks
-from tpsim.sim.model import get_model
+from tpsim.sim.price.coschedule import Comm, CoSchedule, Kernel
+from tpsim.sim.hardware.schema import GpuSpec
+from tpsim.sim.engine.simpy_engine import Interference, simulate
+from tpsim.sim.engine.heap_engine import compile_schedule, simulate_ranks
+from tpsim.sim.model.presets import get_model
 from tpsim.sim.predict import Simulator, Workload, predict
-from tpsim.sim.profile import ArrivalJitter, ProfileError, load_profile, parse
-from tpsim.sim.sampled import control_variate_mean, exponential_mean_from_spread
-from tpsim.sim.schedule import build_plan, plan_of
+from tpsim.sim.hardware.profile import ArrivalJitter, ProfileError, load_profile, parse
+from tpsim.sim.engine.sampled import control_variate_mean, exponential_mean_from_spread
+from tpsim.sim.schedule.language import build_plan, plan_of
 from toy import toy_schedule, toy_time
 
 H100 = load_profile("h100-sxm")
@@ -26,7 +27,7 @@ def jittered(profile, node_us, net_us):
         "net": ArrivalJitter("exponential", net_us * 1e-6, "test")})
 
 
-# co-scheduling per kernel (sim/coschedule.py): every compute op a free-SM kernel then a tile-bound one
+# co-scheduling per kernel (sim/price/coschedule.py): every compute op a free-SM kernel then a tile-bound one
 # holding both of 2 SMs for 3 waves; collectives want 1 SM and share HBM
 TOY_COSCHED = CoSchedule(GpuSpec(2), lambda s, op: (Kernel(0.25, 1, 1, False, 1.0, 2.0),
                                                      Kernel(0.75, 5, 1, True, 1.5, 2.0)),
@@ -196,7 +197,7 @@ def test_profile_arrival_jitter_per_scope_with_source():
 
 
 def test_builtin_profiles_state_their_jitter_source():
-    from tpsim.sim.profile import builtin_names
+    from tpsim.sim.hardware.profile import builtin_names
     for name in builtin_names():
         p = load_profile(name)
         for scope, j in p.arrival_jitter.items():

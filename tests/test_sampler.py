@@ -1,19 +1,19 @@
-"""The serving engines' samplers (sim/sampler.py, Stack.sampler): the kernels each engine launches per
+"""The serving engines' samplers (sim/stack/sampler.py, Stack.sampler): the kernels each engine launches per
 step over the logits [batch, vocab] on its latency benchmark's path, their bytes, their launches and
 where they fall in a toy timeline, pinned by hand. The reference harness keeps its one argmax."""
 from dataclasses import replace
 
 import pytest
 
-from tpsim.sim import sampler
-from tpsim.sim.cost import CostModel
-from tpsim.sim.engine import simulate
-from tpsim.sim.profile import load_profile
-from tpsim.sim.profile_schema import Curve
-from tpsim.sim.schedule import build
-from tpsim.sim.stack import Stack, Step, make_stack
-from tpsim.sim.stacks import PRESETS
-from tpsim.sim.work import Work, op_work
+from tpsim.sim.stack import sampler
+from tpsim.sim.price.cost import CostModel
+from tpsim.sim.engine.simpy_engine import simulate
+from tpsim.sim.hardware.profile import load_profile
+from tpsim.sim.hardware.schema import Curve
+from tpsim.sim.schedule.language import build
+from tpsim.sim.stack.spec import Stack, Step, make_stack
+from tpsim.sim.stack.presets import PRESETS
+from tpsim.sim.price.work import Work, op_work
 from toy import ONE_LAYER
 
 # toy: batch 2 over the toy model's vocab 256 (TP 2, vocab-parallel head + all-gather: every rank samples

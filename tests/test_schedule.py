@@ -1,9 +1,9 @@
 """The IR's dataflow for each schedule (docs/design.md, "The schedules"), checked op by op."""
 import pytest
 
-from tpsim.sim.model import get_model
-from tpsim.sim.schedule import build, parse_schedule
-from tpsim.sim.stack import Stack, Step
+from tpsim.sim.model.presets import get_model
+from tpsim.sim.schedule.language import build, parse_schedule
+from tpsim.sim.stack.spec import Stack, Step
 
 M = get_model("toy-512")          # 8 layers
 ST = Stack()
@@ -146,8 +146,8 @@ def test_kv_head_replication_and_tp_errors():
 
 
 def test_a_new_layer_kind_is_one_registry_entry():
-    """A schedule whose layers are attention only: one ScheduleDef registered (sim.schedules.register)."""
-    from tpsim.sim.schedules.registry import LayerKind, ScheduleDef, each, register, unregister
+    """A schedule whose layers are attention only: one ScheduleDef registered (sim.schedule.schedules.register)."""
+    from tpsim.sim.schedule.schedules.registry import LayerKind, ScheduleDef, each, register, unregister
 
     def attn_only(b, i, x):
         p = b.all_reduce(f"L{i}.attn.allreduce", b.attn(i, x), i)
@@ -164,7 +164,7 @@ def test_a_new_layer_kind_is_one_registry_entry():
 
 def test_schedule_spec_is_parsed_once_at_the_edge():
     """A ScheduleSpec checks the syntax without a model, plans per depth, and prints as written."""
-    from tpsim.sim.schedule import ScheduleSpec, plan_of
+    from tpsim.sim.schedule.language import ScheduleSpec, plan_of
     s = ScheduleSpec.parse("spd:0.5")
     assert (s.base, s.arg, str(s)) == ("spd", "0.5", "spd:0.5") and ScheduleSpec.parse(s) is s
     assert s.plan(5) == ("standard", "standard", "spd", "spd", "spd")      # round half up: 3 of 5

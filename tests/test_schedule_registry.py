@@ -1,4 +1,4 @@
-"""One definition per schedule (sim/schedules): every consumer reads the registry, and a schedule
+"""One definition per schedule (sim/schedule/schedules): every consumer reads the registry, and a schedule
 registered through the public function is at once parsed, planned, predicted, shown, given
 calibration shapes and looked up by `tpsim check` (issue #28)."""
 import json
@@ -8,18 +8,18 @@ import pytest
 from click.testing import CliRunner
 
 from tpsim.cli import main
-from tpsim.hw import inductor_probe
-from tpsim.sim.model import get_model
+from tpsim.hw.derive import inductor_probe
+from tpsim.sim.model.presets import get_model
 from tpsim.sim.predict import Workload, predict
-from tpsim.sim.profile import load_profile
-from tpsim.sim.schedule import SCHEDULE_HELP, model_change, no_retraining, plan_of
-from tpsim.sim.schedules.registry import (MODEL_CHANGES, REGISTRY, LayerKind, ScheduleDef, each, layer_kinds,
-                                          register, schedule_help, unregister)
+from tpsim.sim.hardware.profile import load_profile
+from tpsim.sim.schedule.language import SCHEDULE_HELP, model_change, no_retraining, plan_of
+from tpsim.sim.schedule.schedules.registry import (MODEL_CHANGES, REGISTRY, LayerKind, ScheduleDef, each,
+                                                   layer_kinds, register, schedule_help, unregister)
 from tpsim.calib.shapes import ShapeCase
-from tpsim.sim.stack import Stack
+from tpsim.sim.stack.spec import Stack
 
 ROOT = Path(__file__).resolve().parent.parent
-TABLE = json.loads((ROOT / "sim" / "compiled_kernels.json").read_text())
+TABLE = json.loads((ROOT / "sim" / "price" / "compiled_kernels.json").read_text())
 
 
 def _attn_only(b, i, x):

@@ -9,9 +9,9 @@ import pytest
 from click.testing import CliRunner
 
 from tpsim.cli import main
-from tpsim.sim.profile import load_profile
-from tpsim.sim.profile_check import parse
-from tpsim.sim.profile_schema import ProfileError
+from tpsim.sim.hardware.profile import load_profile
+from tpsim.sim.hardware.check import parse
+from tpsim.sim.hardware.schema import ProfileError
 from tpsim.sim.sensitivity import Flip, Ranged, Sensitivity, order_flips, settings
 
 

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from tpsim.sim.profile import load_profile
-from tpsim.sim.topology import build_graph, ring_busbw_gbps
-from tpsim.sim.topology_price import TopologyModel
+from tpsim.sim.hardware.profile import load_profile
+from tpsim.sim.hardware.topology import build_graph, ring_busbw_gbps
+from tpsim.sim.price.comm.topology import TopologyModel
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "sim" / "profiles" / "_data"
+DATA = ROOT / "sim" / "hardware" / "profiles" / "_data"
 sys.path.insert(0, str(ROOT / "tools" / "derive_profiles"))      # the derivation's parts, beside its script
 from shm import nvbandwidth_row, shm_flow_gbps  # noqa: E402
 

@@ -22,10 +22,10 @@ transformers = pytest.importorskip("transformers")
 import torch  # noqa: E402
 
 from tpsim.cli import main  # noqa: E402
-from tpsim.hw.spd_select import (Budget, choose, distill, parse_budget, partial_path, read_partial,  # noqa: E402
-                                  spd_spec)
-from tpsim.sim.schedules.spd import blocks as spd_blocks  # noqa: E402
-from tpsim.hw.spd_text import load_tokens  # noqa: E402
+from tpsim.hw.spd.select import (Budget, choose, distill, parse_budget, partial_path,  # noqa: E402
+                                 read_partial, spd_spec)
+from tpsim.sim.schedule.schedules.spd import blocks as spd_blocks  # noqa: E402
+from tpsim.hw.spd.text import load_tokens  # noqa: E402
 
 import hf_models  # noqa: E402
 import procs  # noqa: E402
@@ -244,8 +244,8 @@ def test_the_documented_price_is_the_simulators(tmp_path):
     numbers (to test_docs' 2%; they had drifted 15% when the cost model moved)."""
     import ast
     import re
-    from tpsim.hw.spd_select import price
-    from tpsim.sim.model import get_model
+    from tpsim.hw.spd.select import price
+    from tpsim.sim.model.presets import get_model
     text = (ROOT / "docs" / "spd-plan.md").read_text()
     call = ast.parse(re.search(r"transformers\.(LlamaConfig\(.*?\))\n", text, re.S).group(1)).body[0].value
     # the config the doc's snippet builds: its keyword arguments, read as literals

@@ -9,9 +9,9 @@ pytestmark = pytest.mark.hw
 from tpsim.calib.compare_intervals import speedup_interval, speedup_undetermined  # noqa: E402
 from tpsim.calib.compare_join import speedup_sign  # noqa: E402
 from tpsim.calib.overlap_summary import factor_samples, summarize_passes  # noqa: E402
-from tpsim.sim.model import get_model  # noqa: E402
+from tpsim.sim.model.presets import get_model  # noqa: E402
 from tpsim.sim.predict import Simulator, Workload  # noqa: E402
-from tpsim.sim.profile import load_profile  # noqa: E402
+from tpsim.sim.hardware.profile import load_profile  # noqa: E402
 from tpsim.hw.bench import _spread, median_ci  # noqa: E402
 
 

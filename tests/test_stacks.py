@@ -1,4 +1,4 @@
-"""`--stack NAME|FILE` (sim/stacks/): every preset value names its source, the precedence flag >
+"""`--stack NAME|FILE` (sim/stack/presets/): every preset value names its source, the precedence flag >
 preset > profile defaults > Stack's, stack files, and predict's `stack:` line and --json."""
 import json
 import os
@@ -8,11 +8,11 @@ import pytest
 from click.testing import CliRunner
 
 from tpsim.cli import main
-from tpsim.sim.host_lane import HostStep
-from tpsim.sim.model import get_model
-from tpsim.sim.schedule import build
-from tpsim.sim.stack import Stack, Step, make_stack
-from tpsim.sim.stacks import PRESETS, load_stack
+from tpsim.sim.stack.host_lane import HostStep
+from tpsim.sim.model.presets import get_model
+from tpsim.sim.schedule.language import build
+from tpsim.sim.stack.spec import Stack, Step, make_stack
+from tpsim.sim.stack.presets import PRESETS, load_stack
 
 WORKLOAD = ["--model", "llama-3.1-70b", "--tp", "4", "--batch", "8", "--prompt", "32", "--gen", "128",
             "--profile", "h100-sxm"]
@@ -75,7 +75,7 @@ def test_predict_every_preset_runs_and_reports_it(preset):
     assert r.exit_code == 0, r.output
     out = json.loads(r.output)
     assert out["stack"]["preset"] == preset
-    assert out["stack"]["preset_info"]["from"] == f"sim/stacks/{preset}.py"
+    assert out["stack"]["preset_info"]["from"] == f"sim/stack/presets/{preset}.py"
     assert set(out["stack"]["host"]) >= {"schedule_s", "overlap"}
     assert {s["schedule"] for s in out["schedules"]} == {"ladder"}
 
@@ -111,7 +111,7 @@ def test_the_vllm_host_lane_slows_a_decode_step_in_series(tmp_path):
 
 def test_preset_custom_all_reduce_falls_back_where_the_profile_has_none():
     """On a p2p-off profile `--stack vllm` prices NCCL and says so: vLLM disables its custom all-reduce
-    without GPU peer access (sim/custom_allreduce.py's rule); an explicit --collective custom (a profile
+    without GPU peer access (sim/price/comm/custom_allreduce.py's rule); an explicit --collective custom (a profile
     table's impl) is still refused."""
     args = ["--model", "llama-3.1-8b", "--tp", "4", "--batch", "8", "--prompt", "32", "--gen", "16",
             "--profile", "h100-sxm-p2p-off", "--schedule", "standard", "--json"]
@@ -141,7 +141,7 @@ def test_sweep_takes_the_stack_as_predict_does(tmp_path):
     assert std["decode_s"] == pytest.approx(json.loads(p.output)["schedules"][0]["decode_s"], rel=1e-12)
     plain = CliRunner().invoke(main, ["predict", *point, "--schedule", "standard", "--json"])
     assert std["decode_s"] != pytest.approx(json.loads(plain.output)["schedules"][0]["decode_s"], rel=1e-6)
-    from tpsim.sim import sweep as sw
+    from tpsim.commands import sweep_grid as sw
     from tpsim.sim.grid import grid
     key = json.loads(sw.point_key(grid(["llama-3.1-8b"], [2], [4], ["h100-sxm"], 32, 16, [1.0], [1.0])[0],
                                   ("standard",), {"kv": "static", "head": None}, preset=PRESETS["vllm"].values))
@@ -210,7 +210,7 @@ def test_a_stack_file_is_read_by_the_input_policy_and_knows_its_chain(tmp_path):
     """A --stack file is read as every input is (a FIFO or a duplicate key refused in one line, not a
     hang or a silent overwrite), and the Preset lists the files of its `extends` chain (what
     import-engine-bench must not overwrite)."""
-    from tpsim.sim.stacks import load_stack
+    from tpsim.sim.stack.presets import load_stack
     base = tmp_path / "base.json"
     base.write_text(json.dumps({"format": "tpsim-stack", "extends": "vllm", "host": {"prepare_s": 1e-4}}))
     top = tmp_path / "top.json"

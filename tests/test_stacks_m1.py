@@ -15,14 +15,14 @@ import pytest
 from click.testing import CliRunner
 
 from tpsim.cli import main
-from tpsim.sim import fusion
-from tpsim.sim.cost import CostModel
-from tpsim.sim.model import get_model
-from tpsim.sim.profile import load_profile
-from tpsim.sim.profile_schema import Curve, GemmTable
-from tpsim.sim.schedule import build
-from tpsim.sim.stack import Stack, Step, make_stack
-from tpsim.sim.stacks import PRESETS, load_stack
+from tpsim.sim.price import fusion
+from tpsim.sim.price.cost import CostModel
+from tpsim.sim.model.presets import get_model
+from tpsim.sim.hardware.profile import load_profile
+from tpsim.sim.hardware.schema import Curve, GemmTable
+from tpsim.sim.schedule.language import build
+from tpsim.sim.stack.spec import Stack, Step, make_stack
+from tpsim.sim.stack.presets import PRESETS, load_stack
 
 H100 = load_profile("h100-sxm")
 # 70B TP8 per rank: hidden 8192, ffn 3584 (mlp.up fuses w1 and w3: n = 7168), vocab 128256
@@ -113,7 +113,7 @@ def test_the_batch_1_lm_head_by_bytes_or_by_the_table_row():
 
 def test_batch_2_linears_and_the_cpu_backend():
     """M = 2: mlp.up stays extern either way (the toy m = 2 row, 120 us), and so does wo (torch.compile
-    folds its [b, 1, H*D] input into one mm: hw/fake_views.py). A CPU device prices its C++ backend's
+    folds its [b, 1, H*D] input into one mm: hw/derive/fake_views.py). A CPU device prices its C++ backend's
     table (decode-cpu) either way."""
     for stack, wo_kind in ((DECOMPOSES, "matmul"), (EXTERN, "matmul")):
         s, op = _op(stack, batch=2)

@@ -4,7 +4,7 @@ import json
 from click.testing import CliRunner
 
 from tpsim.cli import main
-from tpsim.sim import sweep as sw
+from tpsim.commands import sweep_grid as sw
 from tpsim.sim.grid import grid
 
 

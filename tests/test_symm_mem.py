@@ -1,6 +1,6 @@
 """`tpsim bench --collective symm-mem` (hw/symm_mem.py): the option, its refusals before any process
 starts, the --stack presets mapped onto it, the per-call kernel rule (the simulator's own function,
-sim.custom_allreduce.symm_mem_pick, behind torch's dtype / alignment / buffer limits), the buffer
+sim.price.comm.custom_allreduce.symm_mem_pick, behind torch's dtype / alignment / buffer limits), the buffer
 sizing, and one real 2-rank gloo run of the plumbing (the kernel each all-reduce ran, in its record).
 The symmetric-memory kernels themselves need a GPU: bench/gpu_checks.sh STEPS=symm."""
 import json
@@ -14,9 +14,9 @@ from tpsim.commands.bench import bench_cmd, check_cmd  # noqa: E402
 from tpsim.hw import symm_mem as hs  # noqa: E402
 from tpsim.hw.bench import stack_harness_options  # noqa: E402
 from tpsim.hw.run_config import RunConfig, check_collective  # noqa: E402
-from tpsim.sim import custom_allreduce as car  # noqa: E402
-from tpsim.sim.impls import ENGINE_COLLECTIVES  # noqa: E402
-from tpsim.sim.stacks import PRESETS  # noqa: E402
+from tpsim.sim.price.comm import custom_allreduce as car  # noqa: E402
+from tpsim.sim.stack.impls import ENGINE_COLLECTIVES  # noqa: E402
+from tpsim.sim.stack.presets import PRESETS  # noqa: E402
 
 MiB = 1 << 20
 pytestmark = pytest.mark.hw
@@ -173,7 +173,7 @@ def test_vllm_hands_a_message_to_symmetric_memory_only_in_bf16():
     """vLLM's dispatch above custom AR's SM90 max (256 KiB at 8 ranks): SymmMemCommunicator (multimem)
     for bf16, NCCL for fp16 (its self.dtype is bfloat16), saying why; the symm-mem family itself takes
     torch's bf16/fp32; at exactly the max size symmetric memory is refused (inp_size < max_size)."""
-    from tpsim.sim.impls import engine_collective
+    from tpsim.sim.stack.impls import engine_collective
     hw8 = car.Hardware(full_nvlink=True, p2p=True, multicast=True, single_node=True)
     vllm = engine_collective("vllm-custom")
     assert car.pick(vllm, 1 * MiB, 8, hw8, dtype="bf16").kernel == "multimem"
@@ -190,7 +190,7 @@ def test_multicast_needs_a_hopper_profile_where_it_says():
     """h100-sxm (9.0, NVSwitch with NVLS) has multicast; the same box stating compute capability 8.0
     has not (symmetric memory then falls back to NCCL, as vLLM's communicator disables itself)."""
     import dataclasses
-    from tpsim.sim.profile import load_profile
+    from tpsim.sim.hardware.profile import load_profile
     h100 = load_profile("h100-sxm")
     assert car.hardware(h100, 8, 8).multicast
     not_hopper = dataclasses.replace(h100, compute_capability=8.0)

@@ -14,11 +14,11 @@ import math
 
 import pytest
 
-from tpsim.sim.cost import CostModel
-from tpsim.sim.profile import load_profile
-from tpsim.sim.stack import Stack
-from tpsim.sim.topology import build_graph, ring_busbw_gbps, route
-from tpsim.sim.topology_price import TopologyModel
+from tpsim.sim.price.cost import CostModel
+from tpsim.sim.hardware.profile import load_profile
+from tpsim.sim.stack.spec import Stack
+from tpsim.sim.hardware.topology import build_graph, ring_busbw_gbps, route
+from tpsim.sim.price.comm.topology import TopologyModel
 
 NVSWITCH = ("h100-sxm", "h200-sxm", "a100-sxm")
 

@@ -1,12 +1,12 @@
-"""The calibration's patterns as transforms of a schedule (sim.transform): op order and dataflow,
+"""The calibration's patterns as transforms of a schedule (sim.schedule.transform): op order and dataflow,
 and the timelines the engine gives them on hand-written costs."""
 import pytest
 
-from tpsim.sim.engine import Interference, simulate
-from tpsim.sim.model import get_model
-from tpsim.sim.schedule import build
-from tpsim.sim.stack import Stack, Step
-from tpsim.sim.transform import blocking, local, overlapped
+from tpsim.sim.engine.simpy_engine import Interference, simulate
+from tpsim.sim.model.presets import get_model
+from tpsim.sim.schedule.language import build
+from tpsim.sim.stack.spec import Stack, Step
+from tpsim.sim.schedule.transform import blocking, local, overlapped
 from toy import TWO_AR_COST, TWO_AR_PASS
 
 
@@ -62,10 +62,10 @@ def test_an_all_gather_stands_in_at_its_gathered_width():
 
 def test_standins_of_seq_parallel_collectives_have_their_output_shapes():
     """A row all-gather's stand-in has group x the rows, a reduce-scatter's 1/group of them."""
-    from tpsim.sim.model import get_model
-    from tpsim.sim.schedule import build
-    from tpsim.sim.stack import Stack, Step
-    from tpsim.sim.transform import local
+    from tpsim.sim.model.presets import get_model
+    from tpsim.sim.schedule.language import build
+    from tpsim.sim.stack.spec import Stack, Step
+    from tpsim.sim.schedule.transform import local
     s = local(build("seq-parallel", get_model("toy-512"), 4, Step.decode(2, 8, 4, 1, Stack()), Stack()))
     by = {o.name: dict(o.attrs) for o in s.ops}
     assert by["L0.attn.allgather.standin"] == {"rows": 4, "width": 512, "cost_ns": 0, "dim": 0}

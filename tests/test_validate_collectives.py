@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tpsim.sim.collective_table import COLLECTIVES, MODES, collective_rows
-from tpsim.sim.profile import load_profile
+from tpsim.commands.collective_table import COLLECTIVES, MODES, collective_rows
+from tpsim.sim.hardware.profile import load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "bench" / "data"
@@ -122,9 +122,9 @@ def test_summary_medians_are_per_class():
     assert s["P2P off"] == {"points": 1, "median_abs_error_pct": 5.0}
 
 
-# ------------------------------------------------------------------ timing loops (sim/collective_timing.py)
+# ------------------------------------------------------------------ timing loops (sim/price/comm/timing.py)
 
-from tpsim.sim.collective_timing import KINDS, Timing  # noqa: E402
+from tpsim.sim.price.comm.timing import KINDS, Timing  # noqa: E402
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.name)

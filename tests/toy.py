@@ -4,11 +4,11 @@ Per layer: attention = qkv 1 + out 1 = 2, MLP = up 2 + down 1 = 3; every other c
 every collective C (set per test)."""
 import pytest
 
-from tpsim.sim.engine import simulate
-from tpsim.sim.engine_ranks import compile_schedule, simulate_ranks
-from tpsim.sim.model import ModelSpec
-from tpsim.sim.schedule import Op, Schedule, build
-from tpsim.sim.stack import Stack, Step
+from tpsim.sim.engine.simpy_engine import simulate
+from tpsim.sim.engine.heap_engine import compile_schedule, simulate_ranks
+from tpsim.sim.model.presets import ModelSpec
+from tpsim.sim.schedule.language import Op, Schedule, build
+from tpsim.sim.stack.spec import Stack, Step
 
 STACK = Stack()
 ONE_LAYER = ModelSpec("toy-1l", 64, 1, 4, 2, 16, 128, 256)

@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tpsim.sim.profile import parse
-from tpsim.sim.topology_price import TopologyModel
-from tpsim.sim import custom_allreduce as car
-from tpsim.sim.custom_allreduce_fit import fit_group
-from tpsim.sim.impls import ENGINE_COLLECTIVES
+from tpsim.sim.hardware.profile import parse
+from tpsim.sim.price.comm.topology import TopologyModel
+from tpsim.sim.price.comm import custom_allreduce as car
+from tpsim.calib.custom_allreduce_fit import fit_group
+from tpsim.sim.stack.impls import ENGINE_COLLECTIVES
 from common import AIC, DATA, GPU_SMS, INPUTS, OUT, sv, svr
 from shm import shm_flow_gbps
 
@@ -90,7 +90,7 @@ def _matrix(text: str, title: str) -> list[float]:
 def shm_constants(nccl: dict):
     """Per-step latency (us) of NCCL's SHM transport (NCCL_P2P_DISABLE=1) on 8xH100 from public
     p2pBandwidthLatencyTest matrices, and the per-GPU SHM flow rate per GPU generation
-    (shm_flow_gbps, nvbandwidth; sim/profiles/_data/, URLs inside).
+    (shm_flow_gbps, nvbandwidth; sim/hardware/profiles/_data/, URLs inside).
 
     A P2P=Disabled copy is staged GPU -> pinned host memory -> GPU; its GPU time over a P2P=Enabled
     copy is what the two PCIe crossings through host memory add. NCCL's SHM LL step is the sender's
@@ -105,7 +105,7 @@ def shm_constants(nccl: dict):
     pci = nccl["hop_us"]["pci"]
     simple = round(ll + pci["simple"] - pci["ll"], 2)
     src = (f"derived (assumption stated): 8xH100 p2pBandwidthLatencyTest, mean off-diagonal GPU latency "
-           f"P2P=Disabled {off:.2f} us vs P2P=Enabled {on:.2f} us (sim/profiles/_data/"
+           f"P2P=Disabled {off:.2f} us vs P2P=Enabled {on:.2f} us (sim/hardware/profiles/_data/"
            f"p2pBandwidthLatencyTest-8xH100.txt); the staged copy's extra {off - on:.2f} us is 4 one-way "
            f"GPU<->host-memory traversals; an SHM LL step (shm.cc: sender writes LL lines into host memory "
            f"the receiver polls) pays one: {ll} us")
@@ -122,7 +122,7 @@ def graph_extra(floor_us: float, system: str):
         "derived: no copy kernel. Under torch.compile the reference stack's all-reduce is the functional "
         "_c10d_functional.all_reduce, which Inductor lowers as clone(input) + in-place all_reduce_ + wait_tensor "
         "(torch/_inductor/comm_lowering.py _all_reduce: 'in most cases, this clone is eliminated via in-place "
-        "reuse'). Inductor's output code for the reference's compiled decode steps (hw/inductor_overlap.py "
+        "reuse'). Inductor's output code for the reference's compiled decode steps (hw/derive/inductor_overlap.py "
         "all_reduce_producers: the dense model at batch 7 and 1 and the other two reference models; torch "
         "2.5.1 + triton 3.1.0, the reference's, and torch 2.13) launches each all_reduce_ right after the kernel "
         "that writes its buffer: the wo / w2 extern mm (out=buf), the batch-1 GEMV reduction or the sum of the "
@@ -138,7 +138,7 @@ _MIXING_GPU = {"h100_sxm": "H100", "h200_sxm": "H200"}
 
 def graph_nccl_node(system: str):
     """What NCCL's graph-mixing nodes cost one captured collective inside a CUDA graph, from the public
-    NCCL_GRAPH_MIXING_SUPPORT=1 vs 0 ablation of NVIDIA's nccl_graphs/jacobi (sim/profiles/_data/
+    NCCL_GRAPH_MIXING_SUPPORT=1 vs 0 ablation of NVIDIA's nccl_graphs/jacobi (sim/hardware/profiles/_data/
     nccl-graph-mixing-ablation-jacobi.csv, URL inside); 0 (not set) for a GPU it did not measure.
 
     Mechanism (NCCL 2.21 src/misc/strongstream.cc + src/enqueue.cc; the same in 2.29/2.30): with mixing
@@ -166,7 +166,7 @@ def graph_nccl_node(system: str):
         f"derived: NCCL_GRAPH_MIXING_SUPPORT=1 (default) minus =0 per graph-captured NCCL launch, {gpu}, median of "
         f"[{shown}] (fastest of 5 reps per arm, /5000 iterations, nx=128 where the NCCL branch is the graph's critical "
         f"path) from the public nccl_graphs/jacobi ablation in C-TC/multi-gpu-programming-models "
-        f"repro/nccl_graph_ablation (sim/profiles/_data/nccl-graph-mixing-ablation-jacobi.csv; the author calls it "
+        f"repro/nccl_graph_ablation (sim/hardware/profiles/_data/nccl-graph-mixing-ablation-jacobi.csv; the author calls it "
         f"'~1 us' on H100, 'sub-us' on H200, near the noise floor). Mechanism, NCCL 2.21 strongstream.cc/enqueue.cc: "
         f"with mixing on every captured NCCL kernel is followed by an event-record node on the comm's serialEvent "
         f"that the comm's next captured NCCL kernel depends on (plus one external event-wait node per graph); "
@@ -179,7 +179,7 @@ GRAPH_NET_HOST = sv(0.0, (
     "not set (0 = not charged): NCCL adds one host node per collective that crosses the network to a captured "
     "CUDA graph (src/enqueue.cc: a plan with proxy ops launches hostStreamPlanCallback on its host stream and the "
     "kernel waits for it; skipped inside a node, NVIDIA/nccl#1805); the nodes chain per rank from the graph's "
-    "launch (the simulator's host lane, sim/engine.py host_s). No public H100 measurement of one chained graph "
+    "launch (the simulator's host lane, sim/engine/simpy_engine.py host_s). No public H100 measurement of one chained graph "
     "host node was found (meta-pytorch/torchcomms#3646 measures the inline placement on GB200: 52-85 us more per "
     "replay than NCCL's chained one), so none is assumed; set it from your own measurement"))
 
@@ -209,7 +209,7 @@ OVERLAP = {
     "comm_slowdown": svr(1.21, 1.18, 1.24, "docs/sources.md §7: Concerto's 18-24% slowdown of overlapped work (A800), midpoint 21%, "
                               "applied to the collective too (it loses SMs and HBM bandwidth to the GEMM)"),
 }
-# Per-kernel co-scheduling (sim/coschedule.py, sim/occupancy.py) for GPUs whose SM count and NCCL
+# Per-kernel co-scheduling (sim/price/coschedule.py, sim/price/occupancy.py) for GPUs whose SM count and NCCL
 # channel counts are sourced; the flat factors above stay for the others (A100, L40S: no public
 # NCCL channel log found) and for CPU/gloo profiles (measured by `tpsim calibrate`).
 _P5_LOG = ("public NCCL INFO log of an 8x H100 SXM p5.48xlarge, one node (an AWS 'NCCL Tests on EKS' README): "
@@ -219,11 +219,11 @@ _GPCS = ([16] * 6 + [18] * 2,
          "'8 GPCs, 66 TPCs (uneven TPC for GPCs?), 132 SMs'); at most 9 TPCs = 18 SMs per GPC (full GH100; CUTLASS "
          "tile_scheduler_params.h 'max_sm_per_gpc = 18'). Which TPCs are fused off varies by die and is not published "
          "(one H100's driver SM->GPC table shows a 16-SM GPC, accel-sim/gpu-app-collection#87): 6 x 16 + 2 x 18 is the "
-         "most even split into whole TPCs, an assumption within those totals (sim/gpc.py)")
+         "most even split into whole TPCs, an assumption within those totals (sim/hardware/gpc.py)")
 _CLUSTERS = (4, "NCCL 2.21 src/init.cc line 1737 NCCL_CONFIG_DEFAULT(cgaClusterSize, ..., 4); src/enqueue.cc "
                 "ncclLaunchKernel lines 1365-1386: on compCap 90 the kernel is launched in clusters of cgaClusterSize "
-                "CTAs (1 when the channel count does not divide by it), a cluster on SMs of one GPC (sim/gpc.py)")
-_PLACEMENT = ("packed", "NOT SOURCED, a named option (sim/gpc.py): CUDA documents no CTA -> SM order, so where a "
+                "CTAs (1 when the channel count does not divide by it), a cluster on SMs of one GPC (sim/hardware/gpc.py)")
+_PLACEMENT = ("packed", "NOT SOURCED, a named option (sim/hardware/gpc.py): CUDA documents no CTA -> SM order, so where a "
                         "compute wave leaves its idle SMs is unknown; 'packed' (idle SMs counted per GPU, the best case "
                         "and the rule before GPCs were modelled) keeps the timelines unchanged; 'spread' (busy SMs dealt "
                         "round-robin over the GPCs) is the alternative a profile extending this one can name")
@@ -242,7 +242,7 @@ def overlap_gpu(system: str, coll_channels: tuple | None = None) -> dict:
     g = _GPU[system]
     cc = coll_channels or g["coll_channels"]
     why = ("1.0 because overlap.gpu replaces the flat factor: a collective beside compute is co-scheduled per "
-           "kernel (sim/coschedule.py: SMs it waits for, wave quantization of tile-bound kernels on the SMs left, "
+           "kernel (sim/price/coschedule.py: SMs it waits for, wave quantization of tile-bound kernels on the SMs left, "
            "HBM shared by demand); Concerto's 18-24% (A800, docs/sources.md §7) is no longer applied on top")
     return {
         "compute_slowdown": sv(1.0, why), "comm_slowdown": sv(1.0, why),
@@ -260,7 +260,7 @@ def overlap_gpu(system: str, coll_channels: tuple | None = None) -> dict:
             "nccl_high_priority": sv(False, "PyTorch default: ProcessGroupNCCL::Options is_high_priority_stream = false "
                                             "unless TORCH_NCCL_HIGH_PRIORITY=1; the reference harness does not set it "
                                             "(calib/collectives.py records it when set)"),
-            "gemm_grids": sv("cublas-sm90", "sim/occupancy_grids.py: F.linear's cuBLAS grids at decode m <= 64 "
+            "gemm_grids": sv("cublas-sm90", "sim/hardware/gemm_grids.py: F.linear's cuBLAS grids at decode m <= 64 "
                                             "from public Hopper fp16/bf16 traces (sm90_xmma tilesize64x128x64 / "
                                             "64x64x64 segment_k_off: ceil(n / 64) CTAs, no split-K); larger m "
                                             "keeps the 128 x 128 rule"),
@@ -328,7 +328,7 @@ def engine_ar_points(system: str, rel: str, data: Path | None = None) -> dict:
 
 def custom_allreduce_section(system: str) -> dict:
     """collectives.custom_allreduce: per engine family and group size, the mechanism's constants
-    (sim/custom_allreduce.py) fitted on half of the sizes (sim/custom_allreduce_fit.py) of that
+    (sim/price/comm/custom_allreduce.py) fitted on half of the sizes (calib/custom_allreduce_fit.py) of that
     engine's aiconfigurator table, at the points where the engine's own rule ran its own kernel."""
     hw = car.Hardware(*CUSTOM_AR_HW[system])
     out = {}
@@ -348,7 +348,7 @@ def custom_allreduce_section(system: str) -> dict:
         why = (f"; no constants for {', '.join(map(str, skipped))} GPUs: the engine runs NCCL there on this box "
                f"(its own enable rule), so the table is NCCL's" if skipped else "")
         out[family] = {"groups": groups, "source": (
-            f"derived: sim/custom_allreduce_fit.py on the even-log2 sizes of {AIC} database: systems/data/{system}/"
+            f"derived: calib/custom_allreduce_fit.py on the even-log2 sizes of {AIC} database: systems/data/{system}/"
             f"comm/{rel}/custom_allreduce_perf.parquet (bf16; graph = CUDA-graph replay of 5 calls, eager = Python "
             f"calls with a clone each, aiconfigurator collector/network/collect_all_reduce.py; TensorRT-LLM with "
             f"AllReduceStrategy.AUTO and the autotuner off, shape (size/4096, 4096)). floor_us: fastest time <= 4 KiB "

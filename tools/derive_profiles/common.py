@@ -1,5 +1,5 @@
 """What every part of the built-in profiles' derivation shares: the database path (argv[1]), the
-output folder (argv[2]), the measured inputs shipped with the profiles (sim/profiles/_data), the
+output folder (argv[2]), the measured inputs shipped with the profiles (sim/hardware/profiles/_data), the
 database's name, and the {value, source} leaf. See derive_builtin.py (run that)."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ _ARGS = sys.argv[1:3] if len(sys.argv) > 2 else [None, None]
 DATA = Path(_ARGS[0]) if _ARGS[0] else None
 OUT = Path(_ARGS[1]) if _ARGS[1] else None
 # the public measurements the derivation reads beside the database (their URLs inside each file)
-INPUTS = Path(__file__).resolve().parents[2] / "sim" / "profiles" / "_data"
+INPUTS = Path(__file__).resolve().parents[2] / "sim" / "hardware" / "profiles" / "_data"
 
 
 def sv(value, source):

@@ -12,10 +12,10 @@ from common import AIC, DATA, GPU_SMS
 from curves import COLD_SHARE, MIN_ROWS, binned, streams_like_generated
 from l2 import l2_section
 
-from tpsim.sim.l2_traffic import L2Spec
-from tpsim.sim.model import MODELS, valid_tp
+from tpsim.sim.hardware.schema import L2Spec
+from tpsim.sim.model.presets import MODELS, valid_tp
 
-# The sourced cuBLAS grid table of a GPU's decode GEMMs (sim/occupancy_grids.py): Hopper's 64-feature
+# The sourced cuBLAS grid table of a GPU's decode GEMMs (sim/hardware/gemm_grids.py): Hopper's 64-feature
 # tiles at m <= 64. A GPU without one (A100, L40S: the 128 x 128 rule is not a source) keeps every row
 # in its memory curve
 GEMM_GRID = {"h100_sxm": "cublas-sm90", "h200_sxm": "cublas-sm90"}
@@ -63,7 +63,7 @@ def gemm_curves(system, rel, kernel, peak_tflops, bw_gbps, memory_gib):
             "source": f"derived: {src}; {int(mem.sum())} memory-bound shapes (m <= 16), median achieved "
                       f"bytes/s / datasheet HBM bandwidth per half-decade of bytes (bytes = 2(mk+kn+mn))"
                       + (f"; in a bin holding {MIN_ROWS}+ of them, only the shapes ({int((prefer & mem).sum())} in "
-                         f"all) whose cuBLAS grid fills the GPU (sim/occupancy_grids.py "
+                         f"all) whose cuBLAS grid fills the GPU (sim/hardware/gemm_grids.py "
                          f"'{grid}' CTAs >= {sms} SMs: {sms_src}) and whose collector rotation ran cold (L2 hit share "
                          f"<= {COLD_SHARE} in compute.l2.sweep; aiconfigurator collect_gemm.py rotates min(6, ...) "
                          f"copies), as a generated GEMV reads a weight in a decode step; below, every shape"
@@ -86,7 +86,7 @@ GEMM_COLLECTOR = ("ai-dynamo/aiconfigurator collector/sglang/collect_gemm.py: bf
 
 
 def ir_gemm_shapes() -> list[tuple[int, int]]:
-    """Every (n, k) the IR (sim/schedule.py) emits for a built-in model preset (sim/model.py) at
+    """Every (n, k) the IR (sim/schedule/language.py) emits for a built-in model preset (sim/model/presets.py) at
     each valid TP up to 16: qkv [m, hidden] -> [m, qkv_dim/tp]; attn out [m, q_dim/tp] ->
     [m, hidden]; mlp up (w1 and w3 fused) -> [m, 2 ffn/tp]; down [m, ffn/tp] -> [m, hidden];
     LM head replicated -> [m, vocab] and vocab-parallel -> [m, ceil(vocab/tp)]."""

@@ -9,8 +9,9 @@ import numpy as np
 
 import aic_collector
 
-from tpsim.sim.l2_traffic import L2Spec, l2_hit_fraction
-from tpsim.sim.occupancy_grids import gemm_tile
+from tpsim.sim.hardware.schema import L2Spec
+from tpsim.sim.price.l2_traffic import l2_hit_fraction
+from tpsim.sim.hardware.gemm_grids import gemm_tile
 
 MIN_ROWS = 5                  # rows a bin needs (else it is left out, or falls back to every row: binned)
 COLD_SHARE = 0.1              # a row "ran cold": its collector rotation's L2 hit share is at most this
@@ -34,7 +35,7 @@ def binned(x, y, lo: float, hi: float, prefer=None) -> tuple[list[float], list[f
 
 def streams_like_generated(m, n, k, sms: int, grid: str | None, l2: L2Spec | None, memory_gib: float):
     """Mask of the rows timed as a generated streaming kernel of a decode step runs: their cuBLAS grid
-    (sim/occupancy_grids.py `grid`) fills the GPU's `sms`, and the collector's rotation of their copies
+    (sim/hardware/gemm_grids.py `grid`) fills the GPU's `sms`, and the collector's rotation of their copies
     (aic_collector) ran cold in L2 (`l2`'s sweep: hit share <= COLD_SHARE). All False without a
     sourced grid or sweep: nothing says which rows those are."""
     if grid is None or l2 is None:

@@ -1,12 +1,12 @@
 """Regenerate tpsim's built-in profiles from the aiconfigurator 0.12.0 measured database + the sources in docs/sources.md.
 
 Not part of tpsim at run time (the profiles are data files); kept so every derived number in
-sim/profiles/*.json can be regenerated and checked. Needs pandas + pyarrow and the unpacked
+sim/hardware/profiles/*.json can be regenerated and checked. Needs pandas + pyarrow and the unpacked
 aiconfigurator-core 0.12.0 wheel (the measured tables ship inside it):
     pip download aiconfigurator-core==0.12.0 --no-deps -d /tmp/aic
     unzip -q /tmp/aic/aiconfigurator_core-0.12.0-*.whl -d /tmp/aic/core
-    python tools/derive_profiles/derive_builtin.py /tmp/aic/core/aiconfigurator_core/systems/data sim/profiles
-Runs from anywhere: it imports this checkout as tpsim (tpsim.sim.profile / tpsim.sim.topology derive the latency
+    python tools/derive_profiles/derive_builtin.py /tmp/aic/core/aiconfigurator_core/systems/data sim/hardware/profiles
+Runs from anywhere: it imports this checkout as tpsim (tpsim.sim.hardware.profile / tpsim.sim.hardware.topology derive the latency
 offset), as the bench scripts do; its parts (common, compute, collectives, shm) sit beside it. Not in the wheel.
 """
 from __future__ import annotations
@@ -42,7 +42,7 @@ FP32_TFLOPS = {
     "l40s": (91.6, "NVIDIA L40S datasheet: FP32 91.6 TFLOPS" + _FP32_NOTE),
 }
 
-# what the engines' per-architecture choices read (vLLM's FlashAttention version: sim/flash_decode.py)
+# what the engines' per-architecture choices read (vLLM's FlashAttention version: sim/price/flash_decode.py)
 _CC = "NVIDIA CUDA GPUs compute capability table (developer.nvidia.com/cuda-gpus)"
 COMPUTE_CAPABILITY = {
     "h100_sxm": (9.0, f"{_CC}: H100 9.0 (Hopper)"),
@@ -283,7 +283,7 @@ def main():
         }
         write(f"{base}-p2p-off", twin)
 
-    # Per-kernel co-scheduling of a collective beside compute (sim/coschedule.py), opt in: the same boxes
+    # Per-kernel co-scheduling of a collective beside compute (sim/price/coschedule.py), opt in: the same boxes
     # with overlap.gpu in place of the flat factors. Not the default because the grid of a skinny decode
     # GEMM (cuBLAS split-K) is not sourced: the stated 128x128-tile rule leaves SMs free for NCCL's CTAs
     # and prices overlap as nearly free (docs/design.md, "Overlap the GPU allows").

@@ -1,6 +1,6 @@
 """compute.l2 of the built-in profiles: the GPU's L2 -> SM bandwidth and the measured transition of a
-repeated sweep from the L2 plateau to the DRAM plateau (sim/l2_traffic.py prices with them; the
-format: sim/profile_l2.py). Imported by derive_builtin.py (run that).
+repeated sweep from the L2 plateau to the DRAM plateau (sim/price/l2_traffic.py prices with them; the
+format: sim/hardware/l2_section.py). Imported by derive_builtin.py (run that).
 
 All from te42kyfo/gpu-benches `gpu-l2-cache` (commit 1c36d509, result files gpu-l2-cache/*.txt):
 every block sweeps a data set repeatedly; the L2 rate is the mean "Eff. bw" over the 4-30 MB data

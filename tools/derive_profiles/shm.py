@@ -38,7 +38,7 @@ def shm_flow_gbps(h800_text: str, a100_text: str) -> dict:
     single_bidir_h2d, gpus_per_uplink = 11.0, 2
     amp = round(single_bidir_h2d / gpus_per_uplink, 2)
     src_h = (f"derived: mean per-GPU host_to_all_bidirectional_memcpy_sm of a public 8x H800 nvbandwidth run "
-             f"(HGX H100 host side, PCIe Gen5; sim/profiles/_data/nvbandwidth-8xH800-host.txt, URL inside): "
+             f"(HGX H100 host side, PCIe Gen5; sim/hardware/profiles/_data/nvbandwidth-8xH800-host.txt, URL inside): "
              f"{[round(x, 2) for x in h2d]} -> {hop} GB/s (GPU->host direction of the same test: mean "
              f"{statistics.mean(d2h):.1f}). An NCCL SHM step is SM-driven (shm.cc NCCL_SHM_USE_CUDA_MEMCPY=0): "
              f"the sender's threads store into host memory while the receiver's threads load from it, every GPU "
@@ -48,7 +48,7 @@ def shm_flow_gbps(h800_text: str, a100_text: str) -> dict:
              f"pairs) / {gpus_per_uplink} GPUs sharing each PCIe switch uplink = {amp} GB/s per GPU when all are "
              f"busy, as in an SHM ring; agrees with NVIDIA/nvbandwidth#11's A100 host_to_all_bidirectional_memcpy_ce "
              f"'about 5-6GB/s' (copy engines; on the H800 run SM copies reach {ce_ratio:.2f}x of CE in that test, so the "
-             f"SM rate may be lower still). sim/profiles/_data/nvbandwidth-A100-host-bidirectional.txt. Per-flow cap")
+             f"SM rate may be lower still). sim/hardware/profiles/_data/nvbandwidth-A100-host-bidirectional.txt. Per-flow cap")
     return {"hopper": sv(hop, src_h), "ampere": sv(amp, src_a)}
 
 
@@ -67,7 +67,7 @@ NCCL_INTER_CPU = {
 def nccl_cpu_link(cpu: str) -> dict:
     """NCCL's own rating of the inter-CPU link for this host CPU ({value, source}). Not a hardware
     bandwidth (the profile's cpu_link_gbps is that): the number NCCL compares against the NIC path
-    to decide SHM or NET for a P2P-off pair (sim/topology.py nccl_net_pair)."""
+    to decide SHM or NET for a P2P-off pair (sim/hardware/topology.py nccl_net_pair)."""
     gbps, why = NCCL_INTER_CPU[cpu]
     return sv(gbps, f"NCCL 2.21 src/graph/topo.h/topo.cc ncclTopoGetInterCpuBw: {why}. Used only with P2P "
                     f"off: paths.cc ncclTopoComputePaths routes every GPU pair through the CPU, and shm.cc "

@@ -1,0 +1,152 @@
+"""What one compute op does on its own, as kernels of FLOPs and bytes (Work), and the roofline time
+of a list of them on a profile.
+
+op_work is the unfused picture: eager PyTorch's elementwise kernels, a compiled phase's one fused
+kernel per op, or an engine's own fused CUDA ops (Stack.engine_kernels). Ops inside a layer of a
+compiled phase are priced from Inductor's own kernels instead (sim/price/fusion.py); sim/price/cost.py decides
+which applies, adds measured points and the launch rules.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tpsim.sim.stack import sampler
+from tpsim.sim.schedule.ir import Op
+from tpsim.sim.hardware.profile import Profile
+from tpsim.sim.stack.spec import DTYPE_BYTES
+
+
+@dataclass(frozen=True)
+class Work:
+    """One kernel's worth of work: FLOPs, bytes moved, kernels launched."""
+
+    flops: float
+    bytes: float
+    kernels: int
+    matmul: bool = False      # limited by matrix throughput (gemm efficiency) vs memory
+
+
+def op_work(op: Op, fused: bool = False, engine: bool = False) -> list[Work]:
+    """What one compute op does on its own. Eager PyTorch runs unfused elementwise kernels; a
+    compiled (`fused`) phase one fused kernel per op (ops inside a layer of a compiled phase are
+    priced from Inductor's own kernels instead, sim/price/fusion.py); an `engine` (Stack.engine_kernels)
+    runs its own fused CUDA ops in eager phases: one kernel per norm, with the residual add before it
+    inside (fused_add_rmsnorm), one per SwiGLU (silu_and_mul)."""
+    e = DTYPE_BYTES[op.dtype]
+    a = dict(op.attrs)
+    k = op.kind
+    if k == "gemm":
+        m, n, kk = a["m"], a["n"], a["k"]
+        return [Work(2.0 * m * n * kk, e * (m * kk + kk * n + m * n), 1, matmul=True)] + separable_work(op, fused)
+    if k == "attention":
+        return _attention_work(a, e, fused) + separable_work(op, fused, engine)
+    if k == "rmsnorm":
+        # eager: x.float(), pow, mean, rsqrt, mul, mul(weight), .to(dtype): fp32 passes over [rows, width]
+        el = a["rows"] * a["width"]
+        return [Work(4.0 * el, 2 * e * el, 1)] if fused or engine else [Work(4.0 * el, 7 * 4 * el, 6)]
+    if k == "swiglu":
+        el = a["rows"] * a["width"]
+        return [Work(4.0 * el, 3 * e * el, 1)] if fused or engine else [Work(4.0 * el, 5 * e * el, 2)]
+    if k == "add":
+        el = a["rows"] * a["width"]
+        # an engine's residual add rides in the next norm's kernel (fused_add_rmsnorm): no launch of its own
+        return [Work(float(el), 3 * e * el, 0 if engine and not fused else 1)]
+    if k == "embed":
+        el = a["rows"] * a["width"]
+        if not a.get("masked"):
+            return [Work(0.0, 2 * e * el, 1)]
+        # vocab-parallel shard lookup (vllm/model_executor/layers/vocab_parallel_embedding.py forward):
+        # compiled, one kernel gathers the shard's rows and zeroes the ids outside it; eager, the mask
+        # of the ids (get_masked_input_and_mask: one jit-fused kernel over [rows] int ids, bytes
+        # negligible), F.embedding, then masked_fill_ re-reads and writes [rows, width]
+        return [Work(0.0, 2 * e * el, 1)] if fused else [Work(0.0, 4 * e * el, 3)]
+    if k in ("slice", "shard", "pad"):
+        # row bookkeeping of token-split / seq-parallel: a view (no kernel) unless it must copy
+        el = a["rows"] * a["width"]
+        return [Work(0.0, 2 * e * el, 1)] if a.get("copy") or a.get("pad") else []
+    if k == "concat":
+        el = a["rows"] * a["width"]
+        return [Work(0.0, 2 * e * el, 1)]           # torch.cat of the micro-batches: one copy kernel
+    if k == "sample":
+        b, v = a["batch"], a["vocab"]
+        engine_sampler = sampler.get(a.get("sampler", sampler.REFERENCE))
+        if engine_sampler is None:
+            # the reference: argmax over the last position's logits per sequence: [batch, vocab]
+            return [Work(float(b * v), e * b * v, 2)]
+        # an engine's sampler (Stack.sampler): its kernels over [batch, vocab], one Work each (sim/stack/sampler.py)
+        return [Work(float(kn.elements(b, v)), float(kn.bytes(b, v, e)), 1) for kn in engine_sampler.kernels]
+    raise ValueError(f"no compute cost for op kind {k!r} ({op.name})")
+
+
+# Attrs that add a separable piece to an op (sim.schedule.language sets them only when a model has them):
+# tables measured without them (a database's plain GEMMs, a Llama calibration) still price the
+# op, plus the roofline of the piece (separable_work).
+SEPARABLE_ATTRS = {"gemm": ("bias",), "attention": ("qk_norm",)}
+
+
+def separable_work(op: Op, fused: bool, engine: bool = False) -> list[Work]:
+    """The work that `bias` (gemm) and `qk_norm` (attention) add to an op (`engine`: op_work's)."""
+    e = DTYPE_BYTES[op.dtype]
+    a = dict(op.attrs)
+    out = []
+    if op.kind == "gemm" and a.get("bias"):
+        # Qwen2's qkv bias [n]: cuBLASLt's bias epilogue (eager addmm) or a fused pointwise under
+        # torch.compile -- one more add per output element, the bias read once, no extra kernel
+        out.append(Work(float(a["m"] * a["n"]), e * a["n"], 0))
+    if op.kind == "attention" and a.get("qk_norm"):
+        # Qwen3's RMSNorm over head_dim on q [b, q, H, d] and k [b, q, Hk, d] before RoPE: eager runs
+        # the same six fp32 passes as the layer norms (op_work "rmsnorm"), per tensor; compiled,
+        # it fuses into the RoPE kernel (one more read and write of q and k); an engine's eager phase
+        # runs its RMSNorm kernel once per tensor (vLLM / SGLang Qwen3Attention q_norm, k_norm: 2 kernels)
+        el = a["batch"] * a["q_len"] * (a["heads"] + a["kv_heads"]) * a["head_dim"]
+        if fused:
+            out.append(Work(4.0 * el, 2 * e * el, 0))
+        elif engine:
+            out.append(Work(4.0 * el, 2 * e * el, 2))
+        else:
+            out.append(Work(4.0 * el, 7 * 4 * el, 12))
+    return out
+
+
+def _attention_work(a: dict, e: int, fused: bool) -> list[Work]:
+    """RoPE + KV-cache write (+ GQA expand) + SDPA over kv_len keys. Per rank:
+    q [b, q, H, d], cache [b, kv, Hk, d]; math SDPA materializes scores [b, H, q, kv]. An engine's
+    own prep kernels (attr "prep", Stack.attention_prep_kernels) do the RoPE and the cache write
+    in that many kernels, compiled or not."""
+    b, q, kv = a["batch"], a["q_len"], a["kv_len"]
+    h, hk, d = a["heads"], a["kv_heads"], a["head_dim"]
+    rope = Work(6.0 * b * q * (h + hk) * d, 2 * e * b * q * (h + hk) * d, 1 if fused else 8)    # RoPE on q, k
+    cache = Work(0.0, 4 * e * b * q * hk * d, 2)                                                 # cache write k, v
+    n = a.get("prep", 0)
+    if n == 1:                  # one kernel rotates q, k and writes the cache (TensorRT-LLM)
+        out = [Work(rope.flops, rope.bytes + cache.bytes, 1)]
+    elif n:                     # RoPE in one kernel, the cache write in the others
+        out = [Work(rope.flops, rope.bytes, 1), Work(0.0, cache.bytes, n - 1)]
+    else:
+        out = [rope, cache]
+    hkv = hk
+    if a["expand_gqa"] and hk < h:
+        out.append(Work(0.0, 2 * e * b * kv * d * (hk + h), 2))        # repeat_interleave K, V
+        hkv = h
+    flops = 4.0 * b * h * q * kv * d                                    # QK^T and PV
+    qo_kv = e * (2 * b * h * q * d + 2 * b * hkv * kv * d)
+    if a["impl"] == "math":
+        scores = b * h * q * kv
+        # bmm -> scale/mask -> softmax (fp32) -> cast -> bmm: ~6 passes over the score matrix
+        out.append(Work(flops, qo_kv + 6 * e * scores, 1 if fused else 6, matmul=True))
+    else:
+        out.append(Work(flops, qo_kv, 1, matmul=True))
+    return out
+
+
+def roofline_s(profile: Profile, works: list[Work], dtype: str) -> float:
+    peak = profile.peak_flops.get(dtype) or max(profile.peak_flops.values())
+    t = 0.0
+    for w in works:
+        if not w.kernels:       # rides in another kernel (a GEMM's bias epilogue): no small-kernel efficiency
+            t += max(w.flops / peak if w.matmul else 0.0, w.bytes / profile.mem_bytes_per_s)
+            continue
+        t_flops = w.flops / (peak * profile.gemm_efficiency(max(w.flops, 1.0))) if w.matmul else 0.0
+        t_bytes = w.bytes / (profile.mem_bytes_per_s * profile.memory_efficiency(max(w.bytes, 1.0)))
+        t += max(t_flops, t_bytes)
+    return t

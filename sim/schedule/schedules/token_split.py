@@ -1,0 +1,89 @@
+"""token-split:N (NanoFlow, TokenWeave): standard math on N micro-batches (batch rows in decode,
+prompt tokens in prefill), each micro-batch's all-reduce overlapping the others' compute. Keeps the
+model: the outputs are standard's."""
+from __future__ import annotations
+
+from tpsim.sim.bounds import check as check_bound
+from tpsim.sim.schedule.builder import Builder, micro_batches
+from tpsim.sim.schedule.schedules._def import LayerKind, Probe, ScheduleDef, each
+from tpsim.sim.schedule.schedules.standard import layer as standard_layer
+
+
+def layers(b: Builder, first: int, end: int, x: str, splits: int = 2) -> str:
+    """Token-split overlap (NanoFlow, TokenWeave) on layers first..end-1: standard math per micro-batch.
+
+    The step is cut into micro-batches along the batch (decode) or the prompt tokens (prefill);
+    each sublayer (attention, then MLP) is issued for micro-batch 0, 1, ..., and a micro-batch's
+    all-reduce is awaited only by its own residual add, issued just before its next sublayer. So
+    micro-batch j's all-reduce overlaps the compute of micro-batches j+1.. (and, for the last,
+    the next sublayer of micro-batch 0). Costs the split adds are the IR's own: GEMMs at m/N,
+    N x the kernels, the slice/concat copies, and compute slowed while a collective runs
+    (the engine's Interference). Where the step cannot be split (decode at batch 1, a 1-token
+    prefill) the layers are standard and the schedule says so in its notes."""
+    st = b.step
+    along = "batch" if st.phase == "decode" else "tokens"
+    units = st.batch if along == "batch" else st.q_len
+    k = min(splits, units)
+    if k < 2:
+        b.note(f"{st.phase} of {units} {'sequence' if along == 'batch' else 'token'}{'s' * (units != 1)} "
+                  f"cannot be split along {along}: runs standard")
+        return each(standard_layer)(b, first, end, x)
+    if k < splits:
+        b.note(f"{st.phase} splits into {k}, not {splits} (only {units} along {along})")
+    mbs = micro_batches(st, k)
+    xs = []
+    for mb in mbs:      # a view along the batch; a strided copy along the tokens of several sequences
+        copy = int(along == "tokens" and st.batch > 1)
+        xs.append(b.add_op(f"L{first}.mb{mb.index}.split", "slice", [x], [f"L{first}.mb{mb.index}.x_in"],
+                              [("rows", mb.rows), ("width", b.model.hidden), ("batch", st.batch),
+                               ("q_len", st.q_len), ("b0", mb.b0), ("nb", mb.nb), ("q0", mb.q0),
+                               ("nq", mb.nq), ("copy", copy)], first))
+    pending: list[tuple | None] = [None] * k     # per micro-batch: (add name, output, layer, all-reduce value)
+    for i in range(first, end):
+        for half in ("attn", "mlp"):
+            for j, mb in enumerate(mbs):
+                b.mb = mb
+                if pending[j]:
+                    name, out, layer, ar = pending[j]
+                    xs[j] = b.add(name, xs[j], ar, out, layer)
+                part = b.attn(i, xs[j]) if half == "attn" else b.mlp(i, xs[j])
+                t = b.tag(i)
+                ar = b.all_reduce(f"{t}.{half}.allreduce", part, i)       # async; awaited by the add
+                pending[j] = ((f"{t}.attn.add", f"{t}.h", i, ar) if half == "attn"
+                              else (f"{t}.mlp.add", f"{t}.x", i, ar))
+                b.mb = None
+    for j, mb in enumerate(mbs):
+        name, out, layer, ar = pending[j]
+        b.mb = mb
+        xs[j] = b.add(name, xs[j], ar, out, layer)
+        b.mb = None
+    return b.add_op(f"L{end - 1}.merge", "concat", xs, [f"L{end - 1}.x"],
+                       [("rows", st.tokens), ("width", b.model.hidden), ("batch", st.batch),
+                        ("q_len", st.q_len), ("axis", along)], end - 1)
+
+
+
+def plan(n: int, splits: int = 2) -> tuple[str, ...]:
+    """Every layer split into `splits` micro-batches (batch in decode, tokens in prefill)."""
+    return (f"token-split:{splits}",) * n
+
+
+def parse(spec: str, arg: str, n_layers: int) -> dict:
+    if not arg:
+        return {}
+    try:
+        splits = int(arg)
+    except ValueError:
+        splits = 0
+    if splits < 2:
+        raise ValueError(f"bad token-split spec {spec!r}; use token-split or token-split:N with N >= 2")
+    # each micro-batch is simulated on its own: N buys N times the work (token-split:1000: 11 min)
+    return {"splits": check_bound("micro_batches", splits, "token-split:N's N (micro-batches)")}
+
+
+# 3 layers compiled, so the kept layer 1 has no run boundary (split/merge: once per pass, priced
+# by the analytic fused model); other counts than 2 and 4 fall back to the analytic model too
+KIND = LayerKind("token-split", layers, takes_count=True,
+                 probes=(Probe("token-split:2", "token-split:2", 3, plain_sizes=False),
+                         Probe("token-split:4", "token-split:4", 3, plain_sizes=False)))
+DEF = ScheduleDef("token-split", "token-split | token-split:N (N micro-batches)", "none", plan, (KIND,), parse)

@@ -1,0 +1,160 @@
+"""A serving engine's host lane: the CPU work of one engine step around the GPU's forward pass.
+
+One engine step (a prefill, or one decode step of the whole batch) on TP ranks 0..N-1:
+
+    scheduler   schedule_s + schedule_per_seq_s * batch          (the engine's scheduler process)
+    hand-off    handoff_s, only when N > 1 (N worker processes)  (vLLM: SchedulerOutput through the
+                shared-memory MessageQueue, vllm/distributed/device_communicators/shm_broadcast.py)
+                rank r reads it r * handoff_per_rank_s after rank 0 (polling/wake-up order), and
+                tree_hops(r) * handoff_tree_hop_s after it when the hand-off is a binomial-tree host
+                broadcast (gloo's; SGLang's broadcast_pyobj over the TP CPU group each scheduler
+                step): see tree_hops
+    spread      rank_spread_s: the spread (standard deviation) of each rank's own host time per step
+                (wake-up, input preparation, launch); the pass starts when the last of N ranks is
+                ready, expected E[max of N] * rank_spread_s after the mean rank (_normal_order_stats)
+    worker      prepare_s + prepare_per_seq_s * batch + launch_s  (each rank, in parallel: build
+                the input tensors, then launch the kernels or replay the CUDA graph; the kernels'
+                own launches stay in the pass: sim.price.cost's graph floor, or the eager launch chain
+                sim.engine.simpy_engine runs from each rank's start, so the lane and the chain never both count one)
+    GPU         the pass (sim.engine.simpy_engine); rank r starts it at lead_s + offsets_s[r]
+    output      output_s + output_per_seq_s * batch              (sample / update the requests)
+
+All three place the ranks at different starts, so they reach the pass's first collective at different
+times and the last one sets the pace: the stagger grows with N (linearly for the polling order, as
+floor(log2 N) hops for a tree broadcast, as E[max of N standard normals] ~ sqrt(2 ln N) for the
+spread).
+
+In series (`overlap` False: vLLM's default scheduler) a step lasts
+    lead_s + gpu_s + post_s,
+gpu_s being the pass with the ranks' staggered starts (a late rank delays everyone at the first
+collective). Overlapped (vLLM V1 async scheduling, SGLang's overlap scheduler, TensorRT-LLM's overlap
+scheduler) the host prepares step j+1 while the GPU runs step j, so inputs are ready before the GPU is
+free and the stagger is hidden unless the host is the bottleneck:
+    max(gpu_s_without_stagger, lead_s + max(offsets_s) + post_s).
+
+The engine sim knows nothing of this: the offsets reach it as per-rank start delays (sim.engine.simpy_engine's
+`rank_delay_s`, sim.engine.heap_engine' `start_s`; NCCL's graph host-node chain starts from them too), and
+`step_s` composes the lane with the pass's time. Every constant comes from a stack preset
+(sim/stack/presets/*) with its source, or from `tpsim profiles import-engine-bench`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from functools import lru_cache
+
+
+@dataclass(frozen=True)
+class HostStep:
+    """The host work of one engine step (seconds); all zero = no host lane (the reference harness:
+    one Python process per rank, whose launches sim.price.cost already prices)."""
+
+    schedule_s: float = 0.0           # scheduler, per step
+    schedule_per_seq_s: float = 0.0   # scheduler, per running sequence
+    handoff_s: float = 0.0            # step inputs to the N worker processes (N > 1 only)
+    handoff_per_rank_s: float = 0.0   # rank r receives them r * this after rank 0
+    handoff_tree_hop_s: float = 0.0   # binomial-tree broadcast: rank r receives tree_hops(r) hops after rank 0
+    rank_spread_s: float = 0.0        # std dev of each rank's host time per step (N > 1: the last rank sets the pace)
+    prepare_s: float = 0.0            # each worker builds its input tensors, per step
+    prepare_per_seq_s: float = 0.0    # ... per sequence
+    launch_s: float = 0.0             # each worker's launch call / graph replay, beyond the kernels' floor
+    output_s: float = 0.0             # sampling + request update after the pass, per step
+    output_per_seq_s: float = 0.0     # ... per sequence
+    overlap: bool = False             # the host prepares the next step while the GPU runs this one
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name != "overlap" and not (isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0):
+                raise ValueError(f"host.{f.name} must be a number of seconds >= 0, got {v!r}")
+        if not isinstance(self.overlap, bool):
+            raise ValueError(f"host.overlap must be true or false, got {self.overlap!r}")
+
+    @property
+    def active(self) -> bool:
+        return any(getattr(self, f.name) for f in fields(self) if f.name != "overlap")
+
+
+@dataclass(frozen=True)
+class Lane:
+    """One step's host lane on N ranks: when each rank can start the pass, and the work after it."""
+
+    lead_s: float                     # step start -> rank 0 starts the pass
+    offsets_s: tuple[float, ...]      # per rank: its start after rank 0's (rank 0: 0)
+    post_s: float                     # after the pass's end
+
+    @property
+    def stagger_s(self) -> float:
+        return max(self.offsets_s)
+
+    @property
+    def host_s(self) -> float:
+        """The lane's own length per step (what bounds an overlapped step)."""
+        return self.lead_s + self.stagger_s + self.post_s
+
+
+@lru_cache(maxsize=64)
+def _normal_order_stats(n: int) -> tuple[float, ...]:
+    """E[Z_(k:n)], k = 1..n: the expected k-th smallest of n independent standard normals, by the
+    trapezoid rule over [-10, 10] (step 1e-3) of x * n!/((k-1)!(n-k)!) * F^(k-1) (1-F)^(n-k) f.
+    n = 2: -+1/sqrt(pi) = -+0.5642; n = 4: -+1.0294, -+0.2970; n = 8: max 1.4236 (the published
+    tables of normal order statistics, e.g. Harter 1961)."""
+    xs = [i * 1e-3 - 10.0 for i in range(20001)]
+    out = []
+    for k in range(1, n + 1):
+        c = math.comb(n - 1, k - 1) * n
+        tot = 0.0
+        for j, x in enumerate(xs):
+            F = 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+            f = math.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+            w = 0.5 if j in (0, len(xs) - 1) else 1.0
+            tot += w * x * c * F ** (k - 1) * (1.0 - F) ** (n - k) * f
+        out.append(tot * 1e-3)
+    return tuple(out)
+
+
+def tree_hops(rank: int) -> int:
+    """Sequential hops from rank 0 to `rank` in gloo's binomial-tree broadcast (gloo/broadcast.cc,
+    root 0): in round i (i = 0 .. log2ceil(N)-1) every rank below 2^i that holds the data sends it to
+    rank + 2^i, so rank r receives in round (highest set bit of r) from its parent, r less that bit.
+    A sender posts its sends without waiting for them ("Send operations can complete asynchronously";
+    only recvs block before the next round), so the root's sends to 1, 2, 4, ... leave back to back
+    and the data crosses one hop per set bit of r: popcount(r) hops (rank 3: 0->1->3, 2; rank 4:
+    0->4, 1; rank 7: 0->1->3->7, 3). The last of N = 2^k ranks is k hops late; N = 6 ranks: 2."""
+    return bin(rank).count("1")
+
+
+def spread_offsets(n: int, spread_s: float) -> tuple[float, ...]:
+    """Per-rank start delays from the ranks' host-time spread: rank r (of n) is placed at the
+    expected r+1-th order statistic above the mean, spread_s * max(0, E[Z_(r+1:n)]) (a rank readier
+    than the mean waits at the mean: the lead terms are each rank's mean host time). The last rank
+    comes E[max of n] * spread_s late, which is what a step waits for at its first collective."""
+    if n < 2 or spread_s == 0.0:
+        return (0.0,) * n
+    return tuple(spread_s * max(0.0, e) for e in _normal_order_stats(n))
+
+
+def lane(h: HostStep, tp: int, batch: int) -> Lane:
+    """The lane of one step of `batch` sequences on `tp` ranks (one process, no hand-off, at tp 1).
+    A rank's offset sums its hand-off order (polling and tree) and its place in the spread: the
+    last rank is the latest in each (an upper bound on E[max] of the sum; exact when only one of
+    them is non-zero)."""
+    handoff = h.handoff_s if tp > 1 else 0.0
+    lead = (h.schedule_s + h.schedule_per_seq_s * batch + handoff
+            + h.prepare_s + h.prepare_per_seq_s * batch + h.launch_s)
+    if tp < 2:
+        return Lane(lead, (0.0,), h.output_s + h.output_per_seq_s * batch)
+    spread = spread_offsets(tp, h.rank_spread_s)
+    offsets = tuple(r * h.handoff_per_rank_s + tree_hops(r) * h.handoff_tree_hop_s + spread[r]
+                    for r in range(tp))
+    return Lane(lead, offsets, h.output_s + h.output_per_seq_s * batch)
+
+
+def step_s(h: HostStep, ln: Lane, gpu_s: float, gpu_staggered_s: float | None = None) -> float:
+    """One engine step's time. gpu_s: the pass with every rank starting together; gpu_staggered_s:
+    the pass with the lane's per-rank offsets (None: gpu_s + the stagger, which is exact for
+    symmetric ranks: after the first collective, which waits for the last rank, they run in step)."""
+    staggered = gpu_s + ln.stagger_s if gpu_staggered_s is None else gpu_staggered_s
+    if not h.overlap:
+        return ln.lead_s + staggered + ln.post_s
+    return max(gpu_s, ln.host_s)
