@@ -77,7 +77,7 @@ class _Call:
 CPU_GAP_S = 0.5e-3      # compute between two collectives on CPU, like a module between all-reduces
 
 
-def _busy(s: float, a: torch.Tensor, w: torch.Tensor) -> None:
+def busy(s: float, a: torch.Tensor, w: torch.Tensor) -> None:
     """Compute (a small GEMM in a loop) for about `s` seconds on this rank's thread."""
     t = time.perf_counter()
     while time.perf_counter() - t < s:
@@ -121,7 +121,7 @@ def sweep(collective: str, sizes: list[int], group_size: int, *, mode: str, dtyp
             if not cuda:
                 per = []
                 for _ in range(reps):
-                    _busy(gap_s, a, w)
+                    busy(gap_s, a, w)
                     s = time.perf_counter()
                     calls[b].run()
                     per.append(time.perf_counter() - s)
@@ -246,7 +246,7 @@ def arrival_waits(group_size: int, *, dtype: str, device: str, calls: int = ARRI
             e1.synchronize()
             waits.append(e0.elapsed_time(e1) / 1e3)
         else:
-            _busy(gap_s, a, w)
+            busy(gap_s, a, w)
             s = time.perf_counter()
             call.run()
             waits.append(time.perf_counter() - s)

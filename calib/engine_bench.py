@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import fields, replace
-from pathlib import Path
 
 import numpy as np
 

@@ -43,7 +43,7 @@ from tpsim.sim.schedule.transform import blocking, local, overlapped
 
 from tpsim.hw.model import torch_dtype
 
-from tpsim.calib.collectives import CPU_GAP_S, _busy
+from tpsim.calib.collectives import CPU_GAP_S, busy
 from tpsim.calib.compute import pass_model, random_tokens
 from tpsim.calib.overlap_fit import case_descriptor
 from tpsim.calib.overlap_summary import EARLY_S
@@ -98,7 +98,7 @@ def _warm_gap() -> None:
     Right after a barrier (itself a collective) the collective's threads are awake and finish the
     next one at once; after compute they sleep, and on a host whose cores the ranks' compute fills
     they wait for a core. Collectives in a model are issued after compute, so measure them so."""
-    _busy(CPU_GAP_S, _GAP_A, _GAP_W)
+    busy(CPU_GAP_S, _GAP_A, _GAP_W)
 
 
 _GAP_A, _GAP_W = torch.randn(4, 256), torch.randn(256, 256)

@@ -24,7 +24,7 @@ from tpsim.fileio.lock import acquire, check_writable, output_lock, release
 from tpsim.sim.hardware.profile import ProfileError, load_document, load_profile, write_profile
 
 from tpsim.hw import rank as hwrank
-from tpsim.hw.dist import WorkerFailed, _install_signal_handlers, _restore_signal_handlers, launch
+from tpsim.hw.dist import WorkerFailed, install_signal_handlers, restore_signal_handlers, launch
 
 from tpsim.calib.fit import build_profile, refit_overlap
 from tpsim.calib.plan import (STOPPED, CalibConfig, CalibrationInterrupted, CalibrationStopped, done_names, plan_groups,
@@ -109,7 +109,7 @@ def _launch_watched(launch, cfg: CalibConfig, nproc: int, total: int, names: set
         except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
             err.append(e)
     th = threading.Thread(target=target, daemon=True)
-    handlers = _install_signal_handlers()        # SIGTERM/SIGHUP unwind through the except below
+    handlers = install_signal_handlers()        # SIGTERM/SIGHUP unwind through the except below
     th.start()
     seen = -1
     try:
@@ -127,7 +127,7 @@ def _launch_watched(launch, cfg: CalibConfig, nproc: int, total: int, names: set
         th.join(10.0)
         raise
     finally:
-        _restore_signal_handlers(handlers)
+        restore_signal_handlers(handlers)
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)

@@ -1,5 +1,5 @@
 """`tpsim bench` and `tpsim check`: their click commands, the options they share, and the
-launcher/rank-mode switch (`_run`) that spd-plan reuses.
+launcher/rank-mode switch (`run_ranks`) that spd-plan reuses.
 
 This module imports no torch (it runs without the [hw] extra until the body needs it): the command bodies
 reach the torch side (torch, hw.dist, hw.bench, hw.check) through `hw.harness` only.
@@ -17,13 +17,9 @@ Each command runs in one of two modes:
 from __future__ import annotations
 
 import json
-import os
-import tempfile
-from dataclasses import replace
 
 import click
 
-from tpsim.fileio.lock import check_writable
 from tpsim.calib.measured_trace import bench_trace
 from tpsim.sim.model.presets import get_model
 from tpsim.sim.schedule.language import DEFAULT_SCHEDULES, SCHEDULE_HELP
@@ -34,18 +30,10 @@ from tpsim.hw import harness, require_torch
 from tpsim.hw.run_config import HARNESS_COLLECTIVES, RunConfig, check_timeout, default_timeout_s
 
 from tpsim.commands.bounds import check_bounds
+from tpsim.commands.harness import (check_cuda, check_out_path, cuda_available, memory_gate, model_and_checkpoint,
+                                    run_ranks, under_torchrun)
 from tpsim.commands.errors import UserError, ctrl_c_exits_130, user_errors
 from tpsim.commands.options import HARNESS_STACK, not_empty, preset_option, stack_options
-
-
-def check_cuda(n: int = 1, command: str = "bench") -> None:
-    """`--device cuda` needs torch to see `n` GPUs: one clear line instead of an assertion deep in torch."""
-    if not _cuda_available(command):
-        raise ValueError("--device cuda: torch sees no GPU here (torch.cuda.is_available() is False); "
-                         "use --device cpu --backend gloo")
-    torch = harness("torch", command)
-    if torch.cuda.device_count() < n:
-        raise ValueError(f"{n} ranks need {n} GPUs; torch sees {torch.cuda.device_count()}")
 
 
 # bench/check keyword -> its option (checked against sim/bounds.py through commands.bounds.OPTION_BOUNDS)
@@ -64,21 +52,6 @@ def _check_ranges(kw: dict) -> None:
     if g is not None and not (0 < g < 1 << 20):
         raise ValueError(f"--gpu-mem-gib must be a positive number of GiB, got {g}")
     check_out_path(kw.get("out"), "--out")
-
-
-def check_out_path(path: str | None, option: str) -> None:
-    """An output path given (None: not given) names a file that can be written, checked before any
-    work: a long run never fails at its last step, and '' (which would write nothing, or the
-    directory) is refused."""
-    if path is None:
-        return
-    if not path.strip():
-        raise ValueError(f"{option} needs a file path, got {path!r}")
-    check_writable(path, option)
-
-
-def _under_torchrun() -> bool:
-    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
 def _common(f):
@@ -127,10 +100,10 @@ def _config(kind: str, **kw):
     """Options -> validated RunConfig (ValueError on user mistakes: exit 2 through user_errors)."""
     device = kw.pop("device")
     if device == "auto":
-        device = "cuda" if _cuda_available(kind) else "cpu"
+        device = "cuda" if cuda_available(kind) else "cpu"
     _check_ranges(kw)
     if device == "cuda":
-        check_cuda(1 if _under_torchrun() else kw["tp"], kind)
+        check_cuda(1 if under_torchrun() else kw["tp"], kind)
     backend = kw.pop("backend") or ("nccl" if device == "cuda" else "gloo")
     kw["collective"] = kw.get("collective") or "auto"
     dtype = kw.pop("dtype") or ("fp16" if device == "cuda" else "fp32")
@@ -143,7 +116,7 @@ def _config(kind: str, **kw):
     if kw.get("decode_graphs", False) is None:
         kw["decode_graphs"] = device == "cuda" and kw["kv"] == "static"
     as_json = kw.pop("as_json")
-    kw["model"], kw["checkpoint"] = _model_and_checkpoint(kind, kw.get("model"), kw.get("checkpoint"))
+    kw["model"], kw["checkpoint"] = model_and_checkpoint(kind, kw.get("model"), kw.get("checkpoint"))
     if kind == "check" and kw.get("emulate_tp"):
         raise UserError("--emulate-tp is for bench: a lone rank's output is a partial sum, so there is "
                         "nothing to check against the reference")
@@ -158,62 +131,6 @@ def _config(kind: str, **kw):
                     json=as_json, **kw)
     cfg.validate()
     return cfg
-
-
-def _model_and_checkpoint(kind: str, model: str | None, checkpoint: str | None) -> tuple[str, str | None]:
-    """--model and --checkpoint -> (model, checkpoint path): the checkpoint's config is the model (a
-    --model beside it may only take its first K layers, NAME[:K]); its headers are checked here, before
-    any process starts (hw.checkpoint.open_for: names, shapes, dtypes, shards against the config)."""
-    if not checkpoint:
-        return model or "tiny", None
-    path = os.path.abspath(checkpoint)
-    if not os.path.isfile(os.path.join(path, "config.json")):      # else get_model's hint: 'give a preset name'
-        what = "has no config.json" if os.path.isdir(path) else "is no folder"
-        raise ValueError(f"--checkpoint {checkpoint} {what}: give a Hugging Face snapshot folder "
-                         f"(config.json + *.safetensors)")
-    if model and not (model.startswith("[:") or model.rstrip("/") in (checkpoint.rstrip("/"), path)):
-        raise ValueError(f"--checkpoint {checkpoint} runs its own config; drop --model {model} (use --layers K "
-                         f"for the first K layers)")
-    name = path + (model if model and model.startswith("[:") else "")
-    harness("tpsim.hw.checkpoint", kind).open_for(path, get_model(path))
-    return name, path
-
-
-def _cuda_available(command: str) -> bool:
-    return harness("torch", command).cuda.is_available()
-
-
-def _run(target: str, cfg, deadline_s: float | None, command: str, extra: dict | None = None) -> dict | None:
-    """Launcher or rank mode; returns rank 0's result dict (launcher mode) or None (rank mode).
-    `extra` joins the RunConfig's fields in the config every rank gets (a command's own options)."""
-    mod, _, fn = target.partition(":")
-    if _under_torchrun():
-        rc = getattr(harness(mod, command), fn)(replace(cfg, print_result=True).to_dict() | (extra or {}))
-        raise SystemExit(rc)
-    out = cfg.out
-    tmp = None
-    if out is None:
-        fd, tmp = tempfile.mkstemp(prefix="tpsim-", suffix=".json")
-        os.close(fd)
-        os.unlink(tmp)
-        out = tmp
-    dist = harness("tpsim.hw.dist", command)
-    try:
-        dist.launch(target, replace(cfg, out=os.path.abspath(out)).to_dict() | (extra or {}), cfg.tp,
-                    timeout_s=cfg.timeout_s, deadline_s=deadline_s)
-        with open(out) as f:
-            return json.load(f)
-    except dist.WorkerFailed as e:
-        raise click.ClickException(str(e)) from None
-    finally:
-        if tmp and os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def _memory_gate(cfg, command: str) -> None:
-    """Refuse before starting processes when the run cannot fit (hw.run_config.memory_gate, one line;
-    check's ranks also hold its whole-model reference)."""
-    harness("tpsim.hw.run_config", command).memory_gate(cfg, reference=command == "check")
 
 
 @click.command("bench")
@@ -258,9 +175,9 @@ def _run_stacked(command: str, stack_name: str | None, kw: dict, compile_: bool 
     preset's notes)."""
     compile_, notes = _stack_preset(command, stack_name, kw, compile_)
     cfg = _config(command, compile=compile_, deadline_s=deadline_s, **kw)
-    _memory_gate(cfg, command)
+    memory_gate(cfg, command)
     with ctrl_c_exits_130():
-        result = _run(f"tpsim.hw.{command}:worker", cfg, deadline_s, command)
+        result = run_ranks(f"tpsim.hw.{command}:worker", cfg, deadline_s, command)
     if result is not None and stack_name:
         result["stack"] |= {"preset": stack_name, "notes": notes}
     return result, cfg, notes
@@ -273,7 +190,7 @@ def _stack_preset(command: str, stack_name: str | None, kw: dict, compile_: bool
     if not stack_name:
         return bool(compile_), []
     preset = load_stack(stack_name)
-    device = kw["device"] if kw["device"] != "auto" else ("cuda" if _cuda_available(command) else "cpu")
+    device = kw["device"] if kw["device"] != "auto" else ("cuda" if cuda_available(command) else "cpu")
     opts, notes = harness("tpsim.hw.bench", command).stack_harness_options(
         _preset_under_flags(preset.values, kw, compile_), device)
     preset_compile = opts.pop("compile")

@@ -22,7 +22,7 @@ from tpsim.hw.run_config import check_timeout, default_timeout_s
 from tpsim.calib.imports import check_impl_tag
 from tpsim.calib.plan import CalibConfig, CalibrationStopped
 
-from tpsim.commands.bench import check_cuda, check_out_path
+from tpsim.commands.harness import check_cuda, check_out_path
 from tpsim.commands.bounds import check_bounds
 from tpsim.commands.errors import ctrl_c_exits_130, user_errors
 from tpsim.commands.options import not_empty

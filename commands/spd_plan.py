@@ -1,7 +1,7 @@
 """`tpsim spd-plan`: choose SPD blocks as the SPD paper does, on a checkpoint and a text, and price
 the choice with the simulator (docs/spd-plan.md): the click command.
 
-Like commands/bench.py (whose launcher and rank-mode switch it reuses, `_run`), it imports no torch:
+Like commands/bench.py (whose launcher and rank-mode switch it reuses, `run_ranks`), it imports no torch:
 the ranks run hw/spd/plan.py:worker, started with --nproc local processes (hw.dist.launch), or
 this very command under torchrun (`torchrun --nproc-per-node 8 --no-python tpsim spd-plan ...`:
 then each process is one rank). Everything the user can get wrong is checked here before any rank
@@ -38,7 +38,7 @@ from tpsim.hw.spd.select import (Budget, format_plan, make_progress, parse_budge
                                  read_partial, show_progress)
 from tpsim.hw.spd.text import load_tokens, plan_digest
 
-from tpsim.commands.bench import _cuda_available, _memory_gate, _model_and_checkpoint, _run, _under_torchrun, check_cuda
+from tpsim.commands.harness import check_cuda, cuda_available, memory_gate, model_and_checkpoint, run_ranks, under_torchrun
 from tpsim.commands.bounds import check_sizes
 from tpsim.commands.errors import UserError, ctrl_c_exits_130, user_errors
 from tpsim.commands.options import HARNESS_STACK, not_empty
@@ -101,11 +101,11 @@ def spd_plan_cmd(checkpoint, text_path, tp, backend, device, dtype, layers, max_
     # (before: a Ctrl-C, a failed rank or a refused memory gate left /tmp/tpsim-spd-plan-*.partial.jsonl)
     own = opts["partial"] if not out else None
     try:
-        _memory_gate(cfg, "spd-plan")
+        memory_gate(cfg, "spd-plan")
         # Ctrl-C: the ranks are stopped; with --out, what its partial file keeps for a rerun is said
         with ctrl_c_exits_130(then=lambda: _resumable(opts) if out else None):
-            if _under_torchrun():
-                _run(TARGET, cfg, deadline_s, "spd-plan", {"spd_plan": opts | {"bar": True}})
+            if under_torchrun():
+                run_ranks(TARGET, cfg, deadline_s, "spd-plan", {"spd_plan": opts | {"bar": True}})
                 return
             with output_lock(out, "spd-plan") if out else contextlib.nullcontext():      # OutputBusy: exit 2
                 result = _launch(cfg, opts, deadline_s)
@@ -140,10 +140,10 @@ def _prepare(checkpoint, text_path, tp, backend, device, dtype, layers, max_ppl_
     if plot_path:
         check_figure_path(plot_path)
     if device == "auto":
-        device = "cuda" if _cuda_available("spd-plan") else "cpu"
+        device = "cuda" if cuda_available("spd-plan") else "cpu"
     if device == "cuda":
-        check_cuda(1 if _under_torchrun() else tp, "spd-plan")
-    name, path = _model_and_checkpoint("spd-plan", None, checkpoint)
+        check_cuda(1 if under_torchrun() else tp, "spd-plan")
+    name, path = model_and_checkpoint("spd-plan", None, checkpoint)
     m = get_model(name)
     if layers is not None and not 1 <= layers <= m.layers:
         raise ValueError(f"--layers must be in 1..{m.layers}, got {layers}")
@@ -163,7 +163,7 @@ def _prepare(checkpoint, text_path, tp, backend, device, dtype, layers, max_ppl_
     digest = plan_digest(tokens, path, tp, dtype, device, layers)
     if out:
         part = partial_path(os.path.abspath(out))
-    elif _under_torchrun():
+    elif under_torchrun():
         part = None                       # no --out: nothing kept to resume from
     else:
         fd, part = tempfile.mkstemp(prefix="tpsim-spd-plan-", suffix=".partial.jsonl")
@@ -195,7 +195,7 @@ def _launch(cfg: RunConfig, opts: dict, deadline_s: float | None) -> dict:
     t = threading.Thread(target=watch, name="tpsim-spd-plan-progress", daemon=True)
     t.start()
     try:
-        return _run(TARGET, cfg, deadline_s, "spd-plan", {"spd_plan": opts})
+        return run_ranks(TARGET, cfg, deadline_s, "spd-plan", {"spd_plan": opts})
     finally:
         stop.set()
         t.join(timeout=2.0)

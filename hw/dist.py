@@ -129,7 +129,7 @@ def launch(target: str, config: dict, nproc: int, *, timeout_s: float, deadline_
     start = time.monotonic()
     # the tie: ranks get the pipe's read end (pass_fds); its write end stays here only
     tie = ParentTie()
-    old = _install_signal_handlers()
+    old = install_signal_handlers()
     tmp = None
     try:
         # made inside the try: a Ctrl-C right after it still removes it (the bug: /tmp/tpsim-run-* left behind)
@@ -195,7 +195,7 @@ def launch(target: str, config: dict, nproc: int, *, timeout_s: float, deadline_
         raise
     finally:
         tie.cut()                          # any rank still alive sees EOF and ends itself
-        _restore_signal_handlers(old)
+        restore_signal_handlers(old)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -248,7 +248,7 @@ def _on_signal(signum, _frame):
     raise _Terminated(128 + signum)
 
 
-def _install_signal_handlers() -> dict | None:
+def install_signal_handlers() -> dict | None:
     """SIGTERM/SIGHUP -> _Terminated in the main thread (Python only lets it set handlers), so
     `launch`'s cleanup runs; SIGINT already raises KeyboardInterrupt. Off the main thread the
     pipe watchdog alone ends the ranks when the process dies."""
@@ -261,7 +261,7 @@ def _install_signal_handlers() -> dict | None:
     return old
 
 
-def _restore_signal_handlers(old: dict | None) -> None:
+def restore_signal_handlers(old: dict | None) -> None:
     for sig, h in (old or {}).items():
         signal.signal(sig, h)
 

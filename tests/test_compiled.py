@@ -215,12 +215,12 @@ def test_functional_pass_computes_what_the_runner_computes():
     """The compiled harness's pass (functional collectives, math SDPA op) run eagerly on one rank
     gives the eager runner's logits: same ops, same numbers."""
     import torch
-    from tpsim.hw.derive.inductor_kernels import _one_rank_group
+    from tpsim.hw.derive.inductor_kernels import one_rank_group
     from tpsim.hw.model import build_rank_model
     from tpsim.hw.runner import Runner
     m, st = get_model("tiny"), Stack(dtype="fp32")
     rm = build_rank_model(m, 1, 0, batch=2, max_seq=11, dtype="fp32")
-    r = Runner(rm, _one_rank_group())
+    r = Runner(rm, one_rank_group())
     tok = torch.randint(0, m.vocab, (2, 8), generator=torch.Generator().manual_seed(0))
     for spec in ("standard", "ladder", "parallel", "token-split", "seq-parallel"):
         pre = build(spec, m, 1, Step.prefill(2, 8, 3, st), st)

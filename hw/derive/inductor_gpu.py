@@ -62,7 +62,7 @@ from tpsim.hw.derive import reference_model as R
 from tpsim.hw.derive.fake_cuda import H100, fake_h100
 from tpsim.hw.derive.fake_views import eager_view_strides
 from tpsim.hw.inductor_flags import REFERENCE_INDUCTOR_FLAGS
-from tpsim.hw.derive.inductor_kernels import _describe, _one_rank_group, attribute
+from tpsim.hw.derive.inductor_kernels import describe, one_rank_group, attribute
 from tpsim.hw.derive.inductor_probe import DTYPE, PROBE, probe_model
 from tpsim.hw.torch_compat import scheduler_nodes
 
@@ -104,7 +104,7 @@ class _Capture:
             out = orig_sched(sched, *args)
             for n in scheduler_nodes(sched, args):
                 if not isinstance(n, S.NopKernelSchedulerNode):
-                    cap.nodes.append((n, _describe(n, cap.probe) if cap.probe else None))
+                    cap.nodes.append((n, describe(n, cap.probe) if cap.probe else None))
             return out
 
         def codegen(graph, *a, **k):
@@ -130,7 +130,7 @@ def compile_decode(shapes: R.Shapes, comm: bool, probe: dict | None = None, mode
     cap = _Capture(probe)
     # a 1-rank group also without collectives: torch 2.5's reorder_for_compute_comm_overlap passes ask
     # dist.get_rank() whatever the graph holds
-    group = _one_rank_group()
+    group = one_rank_group()
     with fake_h100(), icfg.patch(FLAGS | (flags or {})), torch.no_grad(), eager_view_strides():
         torch._dynamo.reset()
         fm = FakeTensorMode()

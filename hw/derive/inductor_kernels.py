@@ -54,7 +54,7 @@ from tpsim.sim.stack.spec import Stack, Step
 from tpsim.fileio.policy import write_json_atomic
 
 from tpsim.hw.inductor_flags import REFERENCE_INDUCTOR_FLAGS, probe_vec_isa_in_default_cache
-from tpsim.hw.derive.inductor_probe import (_PLAIN, DTYPE, DTYPE_TORCH, KEEP_LAYER, KINDS, PROBE, VARIANTS,
+from tpsim.hw.derive.inductor_probe import (PLAIN, DTYPE, DTYPE_TORCH, KEEP_LAYER, KINDS, PROBE, VARIANTS,
                                             factor, monomial, probe_model, probe_of)
 from tpsim.hw.model import build_rank_model
 from tpsim.hw.runner import Runner
@@ -123,7 +123,7 @@ class _Recorder:
 
         def codegen(sched):
             for n in sched.nodes:
-                k = _describe(n, rec.probe)
+                k = describe(n, rec.probe)
                 if k is not None:
                     rec.kernels.append(k)
             rec.done = True
@@ -189,7 +189,7 @@ def _mutation_names(name: str) -> list[str]:
         return []
 
 
-def _describe(node, probe: dict) -> dict | None:
+def describe(node, probe: dict) -> dict | None:
     if isinstance(node, S.NopKernelSchedulerNode):
         return None
     ops = set(node_ops(node))
@@ -218,7 +218,7 @@ def _describe(node, probe: dict) -> dict | None:
     return {"kind": kind, "kernel": str(kernel), "ops": sorted(ops), "buffers": bufs}
 
 
-def _one_rank_group():
+def one_rank_group():
     return _group(1)
 
 
@@ -405,7 +405,7 @@ def _write(path: str, layers: dict) -> None:
            "probes": {f"{kind}:{variant}": {"tp": p.tp, "batch": p.batch, "prompt": p.prompt, "gen": p.gen,
                                             "symbols": {k: v for k, v in p.symbols.items() if k not in PROBE
                                                         or v != PROBE[k]}}
-                      for kind in KINDS if kind not in _PLAIN for variant in VARIANTS
+                      for kind in KINDS if kind not in PLAIN for variant in VARIANTS
                       for p in [probe_of(kind, variant)]},
            "note": "see docs/compiled-stack.md: derived on the CPU C++ backend; target cuda takes Inductor's "
                    "CUDA mm/bmm M == 1 decompositions. token-split:N roles carry the micro-batch (mb0.attn.norm), "

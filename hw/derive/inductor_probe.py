@@ -17,7 +17,7 @@ SYMBOL_ORDER = ("b", "q", "L", "kvh", "G", "G2", "hidden", "ffn", "dh", "vocab",
 # table kind (a plan's layer kind) -> (schedule spec with every layer of that kind, layers compiled):
 # every registered layer kind's probes (sim/schedule/schedules: LayerKind.probes)
 KINDS = {p.key: (p.spec, p.layers) for kind in layer_kinds().values() for p in kind.probes}
-_PLAIN = tuple(p.key for kind in layer_kinds().values() for p in kind.probes if p.plain_sizes)  # at the plain PROBE
+PLAIN = tuple(p.key for kind in layer_kinds().values() for p in kind.probes if p.plain_sizes)  # at the plain PROBE
 KEEP_LAYER = 1          # the layer whose kernels the table keeps (it has a neighbour on each side)
 
 # Probes of the new kinds, where the plain probe's sizes cannot tell the symbols apart.

@@ -8,7 +8,7 @@ import difflib
 from tpsim.sim.bounds import BOUNDS
 from tpsim.sim.hardware.schema import (ArrivalJitter, COLLECTIVES, CollectiveTable, ComputePoint, Curve,
                                        JITTER_DISTS, LinkModel, MAX_TABLE_POINTS, MIN_TIME_S, MODES, Profile,
-                                       ProfileError, SCOPES, _finite, _has_source, _short)
+                                       ProfileError, SCOPES, finite, has_source, short)
 from tpsim.sim.hardware.schema import GpuSpec
 from tpsim.sim.hardware.gpc import PLACEMENTS
 from tpsim.sim.hardware.gemm_grids import GEMM_GRIDS
@@ -57,7 +57,7 @@ def parse(data: dict, where: str = "<profile>") -> Profile:
                            f"(or give a 'topology' section to derive collective costs from)")
     device = g.str_("device", default="cuda")
     if device not in ("cuda", "cpu"):
-        raise ProfileError(f"profile {where}: field 'device' must be cuda or cpu, got {_short(device)}")
+        raise ProfileError(f"profile {where}: field 'device' must be cuda or cpu, got {short(device)}")
     return Profile(
         name=name,
         description=g.str_("description", default=""),
@@ -118,9 +118,9 @@ class _Getter(Fields):
         sms = self.sourced(f"{g}.gpc_sms", (list,), default=[])
         place = self.sourced(f"{g}.idle_sm_placement", (str,), default="packed")
         if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in sms) or (sms and sum(sms) != self.num(f"{g}.sms")):
-            self.fail(f"{g}.gpc_sms", f"must list positive whole SM counts summing to {g}.sms, got {_short(sms)}")
+            self.fail(f"{g}.gpc_sms", f"must list positive whole SM counts summing to {g}.sms, got {short(sms)}")
         if place not in PLACEMENTS:
-            self.fail(f"{g}.idle_sm_placement", f"must be one of {PLACEMENTS}, got {_short(place)}")
+            self.fail(f"{g}.idle_sm_placement", f"must be one of {PLACEMENTS}, got {short(place)}")
         if (cga := self.num(f"{g}.nccl_cluster_size", default=1, min_=1, max_=8)) != int(cga):
             self.fail(f"{g}.nccl_cluster_size", f"must be a whole number in 1..8, got {cga:g}")
         return {"gpc_sms": tuple(sms), "idle_sm_placement": place, "nccl_cluster_size": int(cga)}
@@ -128,7 +128,7 @@ class _Getter(Fields):
     def _gemm_grids(self, path: str) -> str:
         name = self.sourced(path, (str,), default="rule")
         if name not in GEMM_GRIDS:
-            self.fail(path, f"must be one of {sorted(GEMM_GRIDS)}, got {_short(name)}")
+            self.fail(path, f"must be one of {sorted(GEMM_GRIDS)}, got {short(name)}")
         return name
 
     def topology(self, gpus_per_node: int) -> TopologySpec:
@@ -136,7 +136,7 @@ class _Getter(Fields):
         self.obj(t)
         intra = self.sourced(f"{t}.intra", (str,))
         if intra not in INTRA_KINDS:
-            self.fail(f"{t}.intra", f"must be one of {INTRA_KINDS}, got {_short(intra)}")
+            self.fail(f"{t}.intra", f"must be one of {INTRA_KINDS}, got {short(intra)}")
         nv = self.num(f"{t}.nvlink_gbps", positive=True) if intra == "nvswitch" else \
             self.num(f"{t}.nvlink_gbps", default=0.0, min_=0.0, floor=RATE_FLOOR)
         sockets = self.count(f"{t}.sockets", "sockets")
@@ -184,7 +184,7 @@ class _Getter(Fields):
     def _nccl(self, path: str) -> NcclLatency:
         """NCCL's latency constants: base_us per (algorithm_protocol), hop_us per link class."""
         n = self.obj(path)
-        if not _has_source(n):
+        if not has_source(n):
             self.fail(path, "has no 'source'")
         base = self.obj(f"{path}.base_us")
         for key in ("ring_ll", "ring_ll128", "ring_simple", "nvls"):
@@ -238,7 +238,7 @@ class _Getter(Fields):
             kind = type(Stack.__dataclass_fields__[k].default)
             if type(v) is not kind:
                 self.fail(f"stack_defaults.{k}", f"must be {'true or false' if kind is bool else 'a string'}, "
-                                                 f"got {_short(v)}")
+                                                 f"got {short(v)}")
         try:
             Stack(**d)
         except (TypeError, ValueError) as e:
@@ -247,26 +247,26 @@ class _Getter(Fields):
 
     def protocol(self, path: str, name: str) -> LinkModel:
         p = self.obj(path)
-        if not _has_source(p):
+        if not has_source(p):
             self.fail(path, "has no 'source'")
         hop = p.get("hop", "per_step")
         if hop not in ("per_step", "once"):
-            self.fail(f"{path}.hop", f"must be per_step or once, got {_short(hop)}")
+            self.fail(f"{path}.hop", f"must be per_step or once, got {short(hop)}")
         return LinkModel(name, self.num(f"{path}.base_us", min_=0.0) * 1e-6, self.num(f"{path}.hop_us", min_=0.0) * 1e-6,
                          self.num(f"{path}.busbw_gbps", positive=True), hop == "per_step")
 
     def curve(self, path: str, xkey: str) -> Curve:
         c = self.obj(path)
-        if not _has_source(c):
+        if not has_source(c):
             self.fail(path, "has no 'source'")
         xs, ys = c.get(xkey), c.get("efficiency")
         if not isinstance(xs, list) or not isinstance(ys, list) or len(xs) != len(ys) or not xs:
             self.fail(path, f"needs equal-length non-empty lists '{xkey}' and 'efficiency'")
         if len(xs) > MAX_TABLE_POINTS:
             self.fail(path, f"has {len(xs)} points; at most {MAX_TABLE_POINTS}")
-        if any(not _finite(v) or not 0 < v <= 1e30 for v in xs) or list(xs) != sorted(xs):
+        if any(not finite(v) or not 0 < v <= 1e30 for v in xs) or list(xs) != sorted(xs):
             self.fail(f"{path}.{xkey}", "must be positive finite numbers (<= 1e30), increasing")
-        if any(not _finite(v) or not EFFICIENCY_FLOOR <= v <= 1 for v in ys):
+        if any(not finite(v) or not EFFICIENCY_FLOOR <= v <= 1 for v in ys):
             self.fail(f"{path}.efficiency", f"values must be numbers in [{EFFICIENCY_FLOOR:g}, 1]")
         return Curve(tuple(map(float, xs)), tuple(map(float, ys)))
 
@@ -274,7 +274,7 @@ class _Getter(Fields):
         out = []
         for ti, t in enumerate(self.get("compute.tables", [])):
             p = f"compute.tables[{ti}]"
-            if not isinstance(t, dict) or not _has_source(t) or not isinstance(t.get("points"), list):
+            if not isinstance(t, dict) or not has_source(t) or not isinstance(t.get("points"), list):
                 self.fail(p, "must be an object with 'source' and a list 'points'")
             if len(out) + len(t["points"]) > BOUNDS["compute_points"].hi:
                 self.fail(f"{p}.points", f"brings the profile to {len(out) + len(t['points'])} compute points; at most "
@@ -287,21 +287,21 @@ class _Getter(Fields):
                     if key not in pt:
                         self.fail(f"{q}.{key}", "is missing")
                 if not isinstance(pt["kind"], str):
-                    self.fail(f"{q}.kind", f"must be a string, got {_short(pt['kind'])}")
+                    self.fail(f"{q}.kind", f"must be a string, got {short(pt['kind'])}")
                 if not isinstance(pt["attrs"], dict):
-                    self.fail(f"{q}.attrs", f"must be an object of integers and strings, got {_short(pt['attrs'])}")
+                    self.fail(f"{q}.attrs", f"must be an object of integers and strings, got {short(pt['attrs'])}")
                 for k, v in pt["attrs"].items():
                     if isinstance(v, bool) or not isinstance(v, (int, str)):
-                        self.fail(f"{q}.attrs.{k}", f"must be an integer or a string, got {_short(v)}")
+                        self.fail(f"{q}.attrs.{k}", f"must be an integer or a string, got {short(v)}")
                 time_s = pt["time_s"]
-                if not _finite(time_s) or not MIN_TIME_S <= time_s <= 1e6:
+                if not finite(time_s) or not MIN_TIME_S <= time_s <= 1e6:
                     self.fail(f"{q}.time_s", f"must be a number of seconds in [{MIN_TIME_S:g}, 1e6] (no kernel is "
-                                             f"shorter than a nanosecond), got {_short(time_s)}")
+                                             f"shorter than a nanosecond), got {short(time_s)}")
                 mode, dtype = pt.get("mode", "any"), pt.get("dtype", "fp16")
                 if mode not in ("any",) + MODES:
-                    self.fail(f"{q}.mode", f"must be any, eager or graph, got {_short(mode)}")
+                    self.fail(f"{q}.mode", f"must be any, eager or graph, got {short(mode)}")
                 if not isinstance(dtype, str):
-                    self.fail(f"{q}.dtype", f"must be a string, got {_short(dtype)}")
+                    self.fail(f"{q}.dtype", f"must be a string, got {short(dtype)}")
                 attrs = tuple(sorted((str(k), v) for k, v in pt["attrs"].items()))
                 out.append(ComputePoint(pt["kind"], attrs, dtype, float(time_s), mode))
         return tuple(out)
@@ -321,9 +321,9 @@ class _Getter(Fields):
                 if key not in t:
                     self.fail(f"{p}.{key}", "is missing")
             if t["collective"] not in COLLECTIVES:
-                self.fail(f"{p}.collective", f"must be one of {COLLECTIVES}, got {_short(t['collective'])}")
+                self.fail(f"{p}.collective", f"must be one of {COLLECTIVES}, got {short(t['collective'])}")
             if isinstance(t["group"], bool) or not isinstance(t["group"], int) or t["group"] < 1:
-                self.fail(f"{p}.group", f"must be a positive integer (ranks in the group), got {_short(t['group'])}")
+                self.fail(f"{p}.group", f"must be a positive integer (ranks in the group), got {short(t['group'])}")
             if t["scope"] not in SCOPES:
                 self.fail(f"{p}.scope", f"must be one of {SCOPES}")
             if t["mode"] not in MODES:
@@ -333,7 +333,7 @@ class _Getter(Fields):
                                         f"({BOUNDS['collective_group'].why}), got {t['group']}")
             for key in ("impl", "source"):
                 if key in t and (not isinstance(t[key], str) or (key == "source" and not t[key].strip())):
-                    self.fail(f"{p}.{key}", f"must be a string, got {_short(t[key])}")
+                    self.fail(f"{p}.{key}", f"must be a string, got {short(t[key])}")
             b, us = t["bytes"], t["time_us"]
             if not isinstance(b, list) or not isinstance(us, list) or len(b) != len(us) or not b:
                 self.fail(p, "needs equal-length non-empty lists 'bytes' and 'time_us'")
@@ -342,8 +342,8 @@ class _Getter(Fields):
             for key, vs, lo, hi in (("bytes", b, 1, float(BOUNDS["message_bytes"].hi)),
                                     ("time_us", us, MIN_TIME_S * 1e6, 1e12)):
                 for i, v in enumerate(vs):
-                    if not _finite(v) or not lo <= v <= hi:
-                        self.fail(f"{p}.{key}[{i}]", f"must be a finite number in [{lo:g}, {hi:g}], got {_short(v)}")
+                    if not finite(v) or not lo <= v <= hi:
+                        self.fail(f"{p}.{key}[{i}]", f"must be a finite number in [{lo:g}, {hi:g}], got {short(v)}")
             if list(b) != sorted(b):
                 self.fail(f"{p}.bytes", "must be increasing")
             out.append(CollectiveTable(str(t["collective"]), int(t["group"]), t["scope"], t["mode"],

@@ -4,7 +4,7 @@ file and the field. sim/hardware/check.py reads a profile's sections with it."""
 from __future__ import annotations
 
 from tpsim.sim.bounds import BOUNDS
-from tpsim.sim.hardware.schema import ProfileError, _finite, _has_source, _short
+from tpsim.sim.hardware.schema import ProfileError, finite, has_source, short
 
 # TFLOP/s, GB/s, GiB: 1e-6 is 1 MFLOP/s, 1 kB/s, 1 KiB -- below any device, and the smallest nonzero value a
 # calibration writes (rates rounded to 6 decimals; a fitted small-message protocol's busbw can be ~3e-6)
@@ -42,7 +42,7 @@ class Fields:
     def str_(self, path: str, default=...) -> str:
         v = self.get(path, default)
         if not isinstance(v, str):
-            self.fail(path, f"must be a string, got {_short(v)}")
+            self.fail(path, f"must be a string, got {short(v)}")
         return v
 
     def num(self, path: str, default=..., positive: bool = False, min_: float | None = None,
@@ -56,7 +56,7 @@ class Fields:
         if isinstance(v, dict):           # {"value": x, "source": "..."}, optionally "range": [lo, hi]
             if "value" not in v:
                 self.fail(path, "is an object without 'value'")
-            if not _has_source(v):
+            if not has_source(v):
                 self.fail(path, "has no 'source' (every number states where it came from)")
             span = v.get("range")
             v = v["value"]
@@ -69,7 +69,7 @@ class Fields:
         """A number's "range": [lo, hi], the interval its source supports (sim/sensitivity.py varies
         the value over it): two numbers lo < hi around the value, each as valid as the value itself."""
         if not (isinstance(span, list) and len(span) == 2):
-            self.fail(f"{path}.range", f"must be [lo, hi], two numbers around 'value', got {_short(span)}")
+            self.fail(f"{path}.range", f"must be [lo, hi], two numbers around 'value', got {short(span)}")
         lo, hi = (self._in_bounds(f"{path}.range", x, positive, min_, max_, floor) for x in span)
         if not lo <= v <= hi or lo == hi:
             self.fail(f"{path}.range", f"must hold 'value' ({v:g}) with lo < hi, got [{lo:g}, {hi:g}]")
@@ -77,8 +77,8 @@ class Fields:
 
     def _in_bounds(self, path: str, v, positive, min_, max_, floor) -> float:
         """v as a float when it is a finite number within num's bounds, else the failure naming `path`."""
-        if not _finite(v):
-            self.fail(path, f"must be a number, got {_short(v)}")
+        if not finite(v):
+            self.fail(path, f"must be a number, got {short(v)}")
         if positive and v <= 0:
             self.fail(path, f"must be positive, got {v}")
         if min_ is not None and v < min_:
@@ -109,11 +109,11 @@ class Fields:
         if isinstance(v, dict):
             if "value" not in v:
                 self.fail(path, "is an object without 'value'")
-            if not _has_source(v):
+            if not has_source(v):
                 self.fail(path, "has no 'source' (every number states where it came from)")
             if "range" in v:
                 self.fail(f"{path}.range", "is for a number; this field is a choice, not a measurement")
             v = v["value"]
         if not isinstance(v, types):
-            self.fail(path, f"must be {' or '.join(t.__name__ for t in types)}, got {_short(v)}")
+            self.fail(path, f"must be {' or '.join(t.__name__ for t in types)}, got {short(v)}")
         return v

@@ -3,7 +3,7 @@ them after the listed points). Kept beside sim/hardware/check.py, which calls `p
 from __future__ import annotations
 
 from tpsim.sim.bounds import BOUNDS
-from tpsim.sim.hardware.schema import MIN_TIME_S, GemmTable, _finite
+from tpsim.sim.hardware.schema import MIN_TIME_S, GemmTable, finite
 
 
 def parse_gemm_tables(g, already: int = 0) -> tuple[GemmTable, ...]:
@@ -32,7 +32,7 @@ def parse_gemm_tables(g, already: int = 0) -> tuple[GemmTable, ...]:
             n, k, us = (r.get("n"), r.get("k"), r.get("time_us")) if isinstance(r, dict) else (None,) * 3
             if (any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in (n, k))
                     or not isinstance(us, list) or len(us) != len(ms)
-                    or any(isinstance(v, bool) or not isinstance(v, (int, float)) or not _finite(v)
+                    or any(isinstance(v, bool) or not isinstance(v, (int, float)) or not finite(v)
                            or not MIN_TIME_S * 1e6 <= v <= 1e12 for v in us)):
                 g.fail(f"{p}.rows[{ri}]", f"needs positive integers 'n', 'k' and 'time_us': {len(ms)} "
                                              f"times in [{MIN_TIME_S * 1e6:g}, 1e12] us, one per m")

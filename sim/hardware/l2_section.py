@@ -11,7 +11,7 @@ Absent (or null, which drops a base's section under `extends`): no L2 term (DRAM
 from __future__ import annotations
 
 from tpsim.sim.hardware.schema import L2Spec
-from tpsim.sim.hardware.schema import MAX_TABLE_POINTS, _finite, _has_source
+from tpsim.sim.hardware.schema import MAX_TABLE_POINTS, finite, has_source
 
 L2 = "compute.l2"
 MAX_GBPS = 1e6           # 1 PB/s: two orders above any GPU's L2 (H200: ~10 TB/s); more is a typo
@@ -29,16 +29,16 @@ def parse_l2(g) -> L2Spec | None:
         return L2Spec(l2_gbps * 1e9)
     path = f"{L2}.sweep"
     s = g.obj(path)
-    if not _has_source(s):
+    if not has_source(s):
         g.fail(path, "has no 'source'")
     kb, gbps = s.get("kb"), s.get("gbps")
     if not isinstance(kb, list) or not isinstance(gbps, list) or len(kb) != len(gbps) or not kb:
         g.fail(path, "needs equal-length non-empty lists 'kb' and 'gbps'")
     if len(kb) > MAX_TABLE_POINTS:
         g.fail(path, f"has {len(kb)} points; at most {MAX_TABLE_POINTS}")
-    if any(not _finite(v) or not 0 < v <= MAX_KB for v in kb) or any(b <= a for a, b in zip(kb, kb[1:])):
+    if any(not finite(v) or not 0 < v <= MAX_KB for v in kb) or any(b <= a for a, b in zip(kb, kb[1:])):
         g.fail(f"{path}.kb", f"must be positive numbers (<= {MAX_KB:g}), strictly increasing")
-    if any(not _finite(v) or not RATE_FLOOR_GBPS <= v <= MAX_GBPS for v in gbps):
+    if any(not finite(v) or not RATE_FLOOR_GBPS <= v <= MAX_GBPS for v in gbps):
         g.fail(f"{path}.gbps", f"values must be GB/s in [{RATE_FLOOR_GBPS:g}, {MAX_GBPS:g}]")
     dram = g.num(f"{path}.dram_gbps", positive=True, max_=MAX_GBPS)
     if dram >= l2_gbps:

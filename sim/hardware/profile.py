@@ -27,7 +27,7 @@ from tpsim.sim.hardware.read import first_bad_value, read_json
 from tpsim.sim.hardware.schema import (COLLECTIVES, FORMAT, JITTER_DISTS, MODES, SCOPES,  # noqa: F401
                                        VERSION, ArrivalJitter, CollectiveTable, GemmTable,
                                        ComputePoint, Curve, LinkModel, Profile, ProfileError,
-                                       _short)
+                                       short)
 from tpsim.fileio.policy import write_json_atomic
 
 
@@ -69,9 +69,9 @@ def resolve(name_or_path: str, relative_to: Path | None = None) -> Path:
 
 def _check_head(data: dict, where) -> None:
     if data.get("format") != FORMAT:
-        raise ProfileError(f"profile {where}: field 'format' must be {FORMAT!r}, got {_short(data.get('format'))}")
+        raise ProfileError(f"profile {where}: field 'format' must be {FORMAT!r}, got {short(data.get('format'))}")
     if data.get("version") != VERSION:
-        raise ProfileError(f"profile {where}: field 'version' must be {VERSION}, got {_short(data.get('version'))}")
+        raise ProfileError(f"profile {where}: field 'version' must be {VERSION}, got {short(data.get('version'))}")
 
 
 def _base_of(data: dict, path, folder: Path | None, seen: tuple) -> dict | None:
@@ -81,7 +81,7 @@ def _base_of(data: dict, path, folder: Path | None, seen: tuple) -> dict | None:
         return None
     base = data["extends"]
     if not isinstance(base, str) or not base:           # present but null/empty: a broken reference
-        raise ProfileError(f"profile {path}: field 'extends' must name a profile, got {_short(base)}")
+        raise ProfileError(f"profile {path}: field 'extends' must name a profile, got {short(base)}")
     if len(seen) >= MAX_EXTENDS:
         raise ProfileError(f"profile {path}: field 'extends': the chain is over {MAX_EXTENDS} profiles long")
     try:

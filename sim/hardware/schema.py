@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from tpsim.sim.bounds import BOUNDS
 from tpsim.sim.errors import UserError
 from tpsim.fileio.policy import MAX_JSON_DEPTH, MAX_PROFILE_BYTES
-from tpsim.fileio.shape import finite, short
+from tpsim.fileio.shape import finite, short  # noqa: F401  (the profile modules read them from here)
 from tpsim.sim.hardware.gpc import PLACEMENTS, fits
 from tpsim.sim.hardware.topology import TopologySpec
 
@@ -209,7 +209,7 @@ class Profile:
     ranges: dict = field(default_factory=dict, compare=False, repr=False)
 
 
-def _has_source(obj: dict) -> bool:
+def has_source(obj: dict) -> bool:
     """A non-empty string says where the number came from (a list or a number says nothing)."""
     src = obj.get("source")
     return isinstance(src, str) and bool(src.strip())
@@ -217,4 +217,3 @@ def _has_source(obj: dict) -> bool:
 
 # a JSON number that is real and finite, a value cut to one line for a message: fileio/shape.py's
 # (one definition); sim's modules import them from here
-_finite, _short = finite, short

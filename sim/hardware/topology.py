@@ -112,7 +112,7 @@ def gpu(k: int, i: int) -> str:
     return f"n{k}.gpu{i}"
 
 
-def _switch_of(spec: TopologySpec, i: int) -> int:
+def switch_of(spec: TopologySpec, i: int) -> int:
     return i // spec.gpus_per_pcie_switch
 
 
@@ -121,7 +121,7 @@ def _socket_of_switch(spec: TopologySpec, s: int) -> int:
     return min(spec.sockets - 1, s * spec.sockets // switches)
 
 
-def _nic_of(spec: TopologySpec, i: int) -> int:
+def nic_of(spec: TopologySpec, i: int) -> int:
     """NIC used by local GPU i: the rail it sits on (NICs spread evenly over the GPUs)."""
     return i * spec.nics_per_node // spec.gpus_per_node
 
@@ -145,7 +145,7 @@ def _nccl_cpu_of(spec: TopologySpec, i: int) -> int:
     domains`); every pair of CPU nodes gets the same SYS link (ncclTopoConnectCpus)."""
     n = spec.nccl_cpu_nodes or spec.sockets
     switches = math.ceil(spec.gpus_per_node / spec.gpus_per_pcie_switch)
-    return min(n - 1, _switch_of(spec, i) * n // switches)
+    return min(n - 1, switch_of(spec, i) * n // switches)
 
 
 def _nccl_net_gbps(spec: TopologySpec, i: int) -> float:
@@ -154,9 +154,9 @@ def _nccl_net_gbps(spec: TopologySpec, i: int) -> float:
     NET link = port speed / 8000, topo.cc ncclTopoAddNet l. 356-358); 0 without such a NIC."""
     if not spec.multi_node:
         return 0.0
-    own = _switch_of(spec, i)
-    nic_switches = {_switch_of(spec, min(k for k in range(spec.gpus_per_node) if _nic_of(spec, k) == j))
-                    for j in {_nic_of(spec, k) for k in range(spec.gpus_per_node)}}
+    own = switch_of(spec, i)
+    nic_switches = {switch_of(spec, min(k for k in range(spec.gpus_per_node) if nic_of(spec, k) == j))
+                    for j in {nic_of(spec, k) for k in range(spec.gpus_per_node)}}
     return min(spec.pcie_gbps, spec.nic_gbps) if own in nic_switches else 0.0
 
 
@@ -229,15 +229,15 @@ def build_graph(spec: TopologySpec, nodes: int = 1) -> nx.DiGraph:
             link(f"n{k}.pcisw{s}", f"n{k}.cpu{_socket_of_switch(spec, s)}", spec.pcie_gbps, "pci")
         for i in range(n):
             g.add_node(gpu(k, i), kind="gpu", node=k, local=i)
-            link(gpu(k, i), f"n{k}.pcisw{_switch_of(spec, i)}", spec.pcie_gbps, "pci")
+            link(gpu(k, i), f"n{k}.pcisw{switch_of(spec, i)}", spec.pcie_gbps, "pci")
             if spec.intra == "nvswitch":
                 link(gpu(k, i), f"n{k}.nvswitch", spec.nvlink_gbps, "nvlink")
         if spec.multi_node:
             for j in range(spec.nics_per_node):
                 nic = f"n{k}.nic{j}"
-                owner = min(i for i in range(n) if _nic_of(spec, i) == j) if any(
-                    _nic_of(spec, i) == j for i in range(n)) else 0
-                link(nic, f"n{k}.pcisw{_switch_of(spec, owner)}", spec.pcie_gbps, "pci")
+                owner = min(i for i in range(n) if nic_of(spec, i) == j) if any(
+                    nic_of(spec, i) == j for i in range(n)) else 0
+                link(nic, f"n{k}.pcisw{switch_of(spec, owner)}", spec.pcie_gbps, "pci")
                 link(nic, "fabric", spec.nic_gbps, "net")
     return g
 
@@ -248,11 +248,11 @@ def route(g: nx.DiGraph, spec: TopologySpec, a: tuple[int, int], b: tuple[int, i
     src, dst = gpu(ka, ia), gpu(kb, ib)
     if not _same_nccl_node(spec, a, b):     # another box, or a P2P-off pair NCCL sends over NET
         # GPUDirect RDMA: GPU -> its PCIe switch -> its rail's NIC -> fabric -> NIC -> GPU
-        na, nb = f"n{ka}.nic{_nic_of(spec, ia)}", f"n{kb}.nic{_nic_of(spec, ib)}"
+        na, nb = f"n{ka}.nic{nic_of(spec, ia)}", f"n{kb}.nic{nic_of(spec, ib)}"
         return (_pci_path(g, src, na) + ["fabric"] + _pci_path(g, nb, dst))
     if not spec.p2p:
         # SHM transport: through a buffer in host memory (on the receiver's socket)
-        mem = f"n{kb}.mem{_socket_of_switch(spec, _switch_of(spec, ib))}"
+        mem = f"n{kb}.mem{_socket_of_switch(spec, switch_of(spec, ib))}"
         cpu = mem.replace("mem", "cpu")
         return _pci_path(g, src, cpu) + [mem] + _pci_path(g, cpu, dst)
     if spec.intra == "nvswitch":
@@ -303,7 +303,7 @@ def _ring_edges(spec: TopologySpec, ranks: list[tuple[int, int]], channel: int) 
     return list(zip(order, order[1:] + order[:1]))
 
 
-def _hop_class(g: nx.DiGraph, spec: TopologySpec, a, b) -> str:
+def hop_class(g: nx.DiGraph, spec: TopologySpec, a, b) -> str:
     path = route(g, spec, a, b)
     classes = {g.edges[u, v]["cls"] for u, v in zip(path, path[1:])}
     return "net" if "net" in classes else "nvlink" if classes == {"nvlink"} else "pci"

@@ -13,8 +13,8 @@ from tpsim.sim.bounds import BOUNDS
 from tpsim.sim.schedule.builder import Builder, kind_base, runs  # noqa: F401  (re-exported: public names)
 from tpsim.sim.schedule.ir import COMM, COMPUTE, GIVEN_COST, KINDS, TOKENS, Op, Schedule  # noqa: F401  (re-exported)
 from tpsim.sim.model.presets import ModelSpec
-from tpsim.sim.schedule.schedules.registry import (REGISTRY, layer_builder, layer_kinds, schedule_def,
-                                                   schedule_help)
+from tpsim.sim.schedule.schedules.registry import (REGISTRY, layer_builder, layer_kinds,  # noqa: F401  (re-exported)
+                                                   schedule_def, schedule_help)
 from tpsim.sim.stack.spec import Stack, Step
 
 # What every command runs when given no --schedule: the five schedules, SPD on the SPD paper's 70% of blocks.

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import networkx as nx
 
-from tpsim.sim.hardware.topology import (TopologySpec, _hop_class, _nic_of, _switch_of, build_graph,
+from tpsim.sim.hardware.topology import (TopologySpec, hop_class, nic_of, switch_of, build_graph,
                                          nccl_nodes, ring_busbw_gbps)
 
 
@@ -93,7 +93,7 @@ class TopologyModel:
         nodes = len(groups)
         g = self.graph(len({k for k, _ in ranks}))
         local = groups[0]
-        intra_cls = _hop_class(g, spec, local[0], local[1]) if len(local) > 1 else "net"
+        intra_cls = hop_class(g, spec, local[0], local[1]) if len(local) > 1 else "net"
         ar = collective == "all_reduce"
         steps = 2 * (n - 1) if ar else n - 1
         to_alg = n / (2 * (n - 1)) if ar else n / (n - 1)     # busbw -> algbw
@@ -144,7 +144,7 @@ class TopologyModel:
             return spec.nics_per_node
         if len(nccl_nodes(spec, [(0, i) for i in range(spec.gpus_per_node)])) == 1:
             return spec.nics_per_node                 # a partly filled box, not a split one: as before
-        return len({_nic_of(spec, i) for _, i in local})
+        return len({nic_of(spec, i) for _, i in local})
 
     def nccl_nnodes(self, group: int, gpus_per_node: int | None = None) -> int:
         """NCCL's nNodes for this group (init.cc: one per trimmed domain), as `tpsim collective` shows it."""
@@ -167,7 +167,7 @@ class TopologyModel:
             return Term("nvls", t_lat, t_lat, algbw)
         # NVLSTree has its own hwLat columns (tuning.cc 2.19+: NVLink 25 like NVLS, but NET 14, not NVLS's 18)
         t_lat = lat.base_us["nvls"] + lat.hop_us["nvlink"].get("nvls_tree", lat.hop_us["nvlink"]["nvls"])
-        nics = len({_nic_of(spec, i) for i in range(gl)})       # the rail NICs of the GPUs in use
+        nics = len({nic_of(spec, i) for i in range(gl)})       # the rail NICs of the GPUs in use
         net = min(spec.nic_gbps, spec.pcie_gbps) * nics / (1 if nodes == 2 else 2)
         hop = lat.hop_us["net"].get("nvls_tree", lat.hop_us["net"].get("nvls", lat.hop_us["net"]["simple"]))
         depth = math.ceil(math.log2(nodes))
@@ -194,9 +194,9 @@ class TopologyModel:
         spec = self.spec
         if not spec.multi_node:
             return False
-        owner = {j: min(i for i in range(spec.gpus_per_node) if _nic_of(spec, i) == j)
-                 for j in {_nic_of(spec, i) for i in range(spec.gpus_per_node)}}
-        return all(_switch_of(spec, i) == _switch_of(spec, owner[_nic_of(spec, i)])
+        owner = {j: min(i for i in range(spec.gpus_per_node) if nic_of(spec, i) == j)
+                 for j in {nic_of(spec, i) for i in range(spec.gpus_per_node)}}
+        return all(switch_of(spec, i) == switch_of(spec, owner[nic_of(spec, i)])
                    for i in range(spec.gpus_per_node))
 
     def _tree_terms(self, g, ranks, local, nodes, intra_cls, protos) -> list["Term"]:
