@@ -228,7 +228,7 @@ class Simulator:
     def lane(self, step: Step) -> host_lane.Lane | None:
         """The stack's host lane for `step` (sim.stack.host_lane), or None when the stack has none."""
         h = self.w.stack.host
-        return host_lane.lane(h, self.w.tp, step.batch) if h.active else None
+        return host_lane.lane(h, self.w.tp, step.seqs) if h.active else None
 
     def step_time(self, spec: str, step: Step) -> tuple[float, float]:
         """(duration_s, exposed_comm_s) of one engine step: the forward pass (compressed over repeated

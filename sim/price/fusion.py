@@ -338,6 +338,8 @@ def lookup(sched: Schedule, op: Op, device: str) -> tuple[str, str, str] | None:
     if op.layer is None or not sched.plan:
         return None
     role = role_of(op)
+    if op.kind == "attention" and sched.step.mix:
+        return None             # a mixed step's attention parts (Step.mix): the tables hold uniform batches only
     if role.endswith("attn.sdpa") and (sched.stack.attention != "math" or not sched.stack.expand_gqa):
         return None
     kind = sched.plan[op.layer]

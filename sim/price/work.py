@@ -124,6 +124,10 @@ def _attention_work(a: dict, e: int, fused: bool) -> list[Work]:
         out = [Work(rope.flops, rope.bytes, 1), Work(0.0, cache.bytes, n - 1)]
     else:
         out = [rope, cache]
+    if a.get("prep_shared"):
+        # a mixed step's later attention part (sim.schedule.builder.Builder._mix_parts): its RoPE and
+        # cache write run inside the first part's kernels, over every token of the step at once
+        out = [Work(w.flops, w.bytes, 0) for w in out]
     hkv = hk
     if a["expand_gqa"] and hk < h:
         out.append(Work(0.0, 2 * e * b * kv * d * (hk + h), 2))        # repeat_interleave K, V

@@ -38,7 +38,8 @@ class Builder:
     def __init__(self, model: ModelSpec, tp: int, step: Step, stack: Stack, comm: bool = True):
         self.model, self.tp, self.step, self.stack, self.comm = model, tp, step, stack, comm
         self.shard: Shard = model.shard(tp)
-        if model.sliding_window and step.kv_len > model.sliding_window:      # Mistral v0.1
+        kv_max = max(kv for _, _, kv in step.mix) if step.mix else step.kv_len     # a packed mix: its longest
+        if model.sliding_window and kv_max > model.sliding_window:      # Mistral v0.1
             raise ValueError(f"{model.name.split('[:')[0]} attends to its last {model.sliding_window} positions "
                              f"(sliding window); prompt + gen beyond that is not priced (tpsim prices full attention)")
         self.ops: list[Op] = []
@@ -92,6 +93,39 @@ class Builder:
             attrs.append(("prep", self.stack.attention_prep_kernels))
         return attrs
 
+    def _mix_parts(self) -> list[list[tuple[str, int | str]]]:
+        """A mixed step's attention (Step.mix), or the current micro-batch's share of its packed tokens,
+        as uniform attention ops: every decode sequence in one op at their mean KV length (a decode's
+        attention reads its KV once: FLOPs and bytes are linear in the total KV, which the mean keeps
+        up to rounding to a whole token), then one op per prefill chunk (its tokens written at kv_len -
+        q_len.., attending to kv_len keys). Each op after the first carries `prep_shared`: its RoPE and
+        cache-write work rides in the first op's kernels (one kernel over every token: sim/price/work.py).
+        Decode and prefill parts are separate attention kernels, as FlashInfer's decode and prefill
+        wrappers and TensorRT-LLM's context and generation kernels run them; vLLM's FA3 runs the
+        whole batch in one varlen launch, one launch floor per extra part fewer than priced here."""
+        st, mb = self.step, self.mb
+        lo, n = (mb.b0 + mb.q0, mb.rows) if mb else (0, st.tokens)       # this op's range of packed tokens
+        dec_n = dec_kv = 0
+        chunks: list[tuple[int, int]] = []          # (q_len, kv_len) of each prefill piece in the range
+        at = 0
+        for count, q, kv in st.mix:
+            for _ in range(count if q > 1 else 1):
+                size = q if q > 1 else count            # a decode group: its sequences, a token each
+                a, b = max(lo, at), min(lo + n, at + size)
+                if a < b:
+                    if q == 1:
+                        dec_n, dec_kv = dec_n + b - a, dec_kv + (b - a) * kv
+                    else:                               # tokens a-at..b-at of the chunk: causal up to its last
+                        chunks.append((b - a, kv - q + b - at))
+                at += size
+        parts = ([(dec_n, 1, round(dec_kv / dec_n))] if dec_n else []) + [(1, q, kv) for q, kv in chunks]
+        base = [("heads", self.shard.heads), ("kv_heads", self.shard.kv_heads), ("head_dim", self.shard.head_dim),
+                ("expand_gqa", int(self.stack.expand_gqa)), ("impl", self.attention_impl())]
+        if self.stack.attention_prep_kernels:
+            base.append(("prep", self.stack.attention_prep_kernels))
+        return [[("batch", c), ("q_len", q), ("start_pos", kv - q), ("kv_len", kv)] + base
+                + ([("prep_shared", 1)] if j else []) for j, (c, q, kv) in enumerate(parts)]
+
     def attention_impl(self) -> str:
         """The attention kernel the stack runs for this model: Stack.attention, or its attention_fallback
         for an architecture outside the engine's attention_archs (noted)."""
@@ -117,8 +151,15 @@ class Builder:
             # causal prefill chunk: it attends to the earlier chunks' K/V, written by their attention
             ins.append(self._chunk_sdpa[i])
         qk_norm = [("qk_norm", 1)] if self.model.qk_norm else []
-        o = self.add_op(f"{p}.sdpa", "attention", ins, [f"{p}.sdpa_out"], self._attention_attrs() + qk_norm, i,
-                        f"L{i}.kv")
+        if self.step.mix:               # a serving iteration: each part's attention, in packed order
+            o = ins[-1] if len(ins) > 1 else None
+            for j, attrs in enumerate(self._mix_parts()):
+                o = self.add_op(f"{p}.sdpa" + (f".part{j}" if j else ""), "attention",
+                                ins[:1] + ([o] if o else []), [f"{p}.sdpa_out" + (f".part{j}" if j else "")],
+                                attrs + qk_norm, i, f"L{i}.kv")
+        else:
+            o = self.add_op(f"{p}.sdpa", "attention", ins, [f"{p}.sdpa_out"], self._attention_attrs() + qk_norm, i,
+                            f"L{i}.kv")
         if self.mb:
             self._chunk_sdpa[i] = o
         return self.add_op(f"{p}.out", "gemm", [o], [f"{p}.partial"],
@@ -164,7 +205,7 @@ class Builder:
         # an engine's sampler kernels (sim/stack/sampler.py) are named in the op; the reference's argmax is not
         engine = [("sampler", self.stack.sampler)] if self.stack.sampler != REFERENCE_SAMPLER else []
         return self.add_op("sample", "sample", [logits], ["next_tokens"],
-                           [("batch", st.batch), ("rows", rows), ("vocab", sampled)] + engine)
+                           [("batch", st.seqs), ("rows", rows), ("vocab", sampled)] + engine)
 
     def note(self, text: str) -> None:
         if text not in self.notes:

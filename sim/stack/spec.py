@@ -191,6 +191,12 @@ class Step:
     prefill: q_len = prompt, start_pos = 0.  decode step j (j = 1..gen-1): q_len = 1,
     start_pos = prompt + j - 1. kv_len is what attention reads: the whole static cache
     (prompt + gen) or only the filled part (start_pos + q_len).
+
+    A serving engine's iteration holds a mixed batch (`mix`, built by Step.mixed): sequences at their
+    own query and KV lengths, packed into one token dimension as vLLM's model runner packs them
+    (input_ids [num_tokens]; decodes first). Every op but attention sees the packed tokens: a
+    decode-only mix is `batch` sequences of one token, any prefill chunk makes it one row of
+    `q_len` = all the tokens; attention does each group's own work (sim.schedule.builder).
     """
 
     phase: str          # "prefill" | "decode"
@@ -199,6 +205,8 @@ class Step:
     start_pos: int
     kv_len: int
     logits_len: int     # positions per sequence whose logits the head computes
+    # a mixed batch: (sequences, q_len, kv_len) groups, decodes (q_len 1) first; () = the uniform batch above
+    mix: tuple[tuple[int, int, int], ...] = ()
 
     def __post_init__(self) -> None:
         if self.phase not in ("prefill", "decode"):
@@ -207,10 +215,41 @@ class Step:
             raise ValueError(f"bad step shape {self}")
         if self.kv_len < self.start_pos + self.q_len:
             raise ValueError(f"kv_len {self.kv_len} < start_pos + q_len ({self.start_pos + self.q_len})")
+        if self.mix:
+            for g in self.mix:
+                if len(g) != 3 or not all(isinstance(v, int) for v in g) or g[0] < 1 or g[1] < 1 or g[2] < g[1]:
+                    raise ValueError(f"a mixed step's group must be (sequences >= 1, q_len >= 1, kv_len >= q_len), "
+                                     f"got {g!r}")
+            if sum(c * q for c, q, _ in self.mix) != self.tokens or \
+                    (self.phase == "decode") != all(q == 1 for _, q, _ in self.mix):
+                raise ValueError(f"mixed step {self.mix} does not match its packed shape {self}")
 
     @property
     def tokens(self) -> int:
         return self.batch * self.q_len
+
+    @property
+    def seqs(self) -> int:
+        """Sequences in the step (the sampler's batch, the host lane's per-sequence work)."""
+        return sum(c for c, _, _ in self.mix) if self.mix else self.batch
+
+    @staticmethod
+    def mixed(groups, stack: Stack) -> "Step":
+        """One serving iteration: `groups` of (sequences, q_len, kv_len) -- decodes (q_len 1, kv_len
+        = context + 1) and prefill chunks (q_len tokens written at kv_len - q_len.., attending to
+        kv_len keys: the chunk and everything before it). Only decodes: a decode step of `batch`
+        sequences. With a chunk: a prefill-phase step of one packed row of every token, its logits
+        at each sequence's last token (prefill_logits last) or at every token (all)."""
+        mix = tuple(sorted(((int(c), int(q), int(kv)) for c, q, kv in groups), key=lambda g: g[1] > 1))
+        if not mix:
+            raise ValueError("a mixed step needs at least one group")
+        seqs = sum(c for c, _, _ in mix)
+        tokens = sum(c * q for c, q, _ in mix)
+        kv_max = max(kv for _, _, kv in mix)
+        if all(q == 1 for _, q, _ in mix):
+            return Step("decode", seqs, 1, kv_max - 1, kv_max, 1, mix)
+        logits = seqs if stack.prefill_logits == "last" else tokens
+        return Step("prefill", 1, tokens, 0, max(kv_max, tokens), logits, mix)
 
     @staticmethod
     def prefill(batch: int, prompt_len: int, gen_len: int, stack: Stack) -> "Step":
