@@ -26,18 +26,26 @@ _LLAMA31 = rope(5e5, "llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor
 _LLAMA32 = rope(5e5, "llama3", factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0,
                 original_max_position_embeddings=8192)
 _LLAMA2, _CODELLAMA, _QWEN = rope(1e4), rope(1e6), rope(1e6)
+# max_position_embeddings of the same config.json files (ModelSpec.max_context): Llama 3.1 and 3.2 131072
+# (tests/fixtures/hf/llama-3.1-8b; meta-llama/Llama-3.2-1B states the same), Llama 2 4096
+# (meta-llama/Llama-2-7b-hf), CodeLlama 16384 (codellama/CodeLlama-34b-hf); the Qwen and Mistral presets'
+# from their fixtures below. The Ladder paper's shapes and the toys state none (0).
+_CTX = {"llama-3.1": 131072, "llama-2": 4096, "codellama": 16384}
 
 # Preset registry: name -> spec. Also feeds the CLI's choices.
 MODELS: dict[str, ModelSpec] = {m.name: m for m in [
-    _m("llama-3.2-1b", 2048, 16, 32, 8, 64, 8192, 128256, True, "Llama 3.2 1B (tied embeddings)", rope=_LLAMA32),
-    _m("llama-3.2-3b", 3072, 28, 24, 8, 128, 8192, 128256, True, "Llama 3.2 3B (tied embeddings)", rope=_LLAMA32),
-    _m("llama-3.1-8b", 4096, 32, 32, 8, 128, 14336, 128256, desc="Llama 3.1 8B", rope=_LLAMA31),
-    _m("llama-3.1-70b", 8192, 80, 64, 8, 128, 28672, 128256, desc="Llama 3.1 70B", rope=_LLAMA31),
-    _m("llama-3.1-405b", 16384, 126, 128, 8, 128, 53248, 128256, desc="Llama 3.1 405B", rope=_LLAMA31),
-    _m("llama-2-7b", 4096, 32, 32, 32, 128, 11008, 32000, desc="Llama 2 7B (MHA)", rope=_LLAMA2),
-    _m("llama-2-13b", 5120, 40, 40, 40, 128, 13824, 32000, desc="Llama 2 13B (MHA)", rope=_LLAMA2),
-    _m("llama-2-70b", 8192, 80, 64, 8, 128, 28672, 32000, desc="Llama 2 70B", rope=_LLAMA2),
-    _m("codellama-34b", 8192, 48, 64, 8, 128, 22016, 32000, desc="CodeLlama 34B", rope=_CODELLAMA),
+    _m("llama-3.2-1b", 2048, 16, 32, 8, 64, 8192, 128256, True, "Llama 3.2 1B (tied embeddings)", rope=_LLAMA32,
+       max_context=_CTX["llama-3.1"]),
+    _m("llama-3.2-3b", 3072, 28, 24, 8, 128, 8192, 128256, True, "Llama 3.2 3B (tied embeddings)", rope=_LLAMA32,
+       max_context=_CTX["llama-3.1"]),
+    _m("llama-3.1-8b", 4096, 32, 32, 8, 128, 14336, 128256, desc="Llama 3.1 8B", rope=_LLAMA31, max_context=_CTX["llama-3.1"]),
+    _m("llama-3.1-70b", 8192, 80, 64, 8, 128, 28672, 128256, desc="Llama 3.1 70B", rope=_LLAMA31, max_context=_CTX["llama-3.1"]),
+    _m("llama-3.1-405b", 16384, 126, 128, 8, 128, 53248, 128256, desc="Llama 3.1 405B", rope=_LLAMA31, max_context=_CTX["llama-3.1"]),
+    _m("llama-2-7b", 4096, 32, 32, 32, 128, 11008, 32000, desc="Llama 2 7B (MHA)", rope=_LLAMA2, max_context=_CTX["llama-2"]),
+    _m("llama-2-13b", 5120, 40, 40, 40, 128, 13824, 32000, desc="Llama 2 13B (MHA)", rope=_LLAMA2, max_context=_CTX["llama-2"]),
+    _m("llama-2-70b", 8192, 80, 64, 8, 128, 28672, 32000, desc="Llama 2 70B", rope=_LLAMA2, max_context=_CTX["llama-2"]),
+    _m("codellama-34b", 8192, 48, 64, 8, 128, 22016, 32000, desc="CodeLlama 34B", rope=_CODELLAMA,
+       max_context=_CTX["codellama"]),
     # The Ladder Residual paper's own configurations (docs/sources.md §3).
     _m("ladder-1b", 1536, 40, 24, 24, 64, 4096, 49152, desc="Ladder paper '1B' (MHA)"),
     _m("ladder-3b", 2304, 40, 32, 32, 72, 9216, 49152, desc="Ladder paper '3B' (MHA)"),
@@ -47,16 +55,16 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in [
     # Widely served Llama-family models, from their Hugging Face config.json (copies in
     # tests/fixtures/hf/, which a test reads back through sim.model.hf.config to hold these equal).
     _m("qwen2.5-7b", 3584, 28, 28, 4, 128, 18944, 152064, qkv_bias=True, rope=_QWEN, norm_eps=1e-6,
-       architecture="Qwen2ForCausalLM",
+       architecture="Qwen2ForCausalLM", max_context=131072,
        desc="Qwen2.5 7B (qkv bias; huggingface.co/Qwen/Qwen2.5-7B config.json)"),
     _m("qwen2.5-72b", 8192, 80, 64, 8, 128, 29568, 152064, qkv_bias=True, rope=_QWEN, norm_eps=1e-5,
-       architecture="Qwen2ForCausalLM",
+       architecture="Qwen2ForCausalLM", max_context=131072,
        desc="Qwen2.5 72B (qkv bias; huggingface.co/Qwen/Qwen2.5-72B config.json)"),
     _m("qwen3-8b", 4096, 36, 32, 8, 128, 12288, 151936, qk_norm=True, rope=_QWEN, norm_eps=1e-6,
-       architecture="Qwen3ForCausalLM",
+       architecture="Qwen3ForCausalLM", max_context=40960,
        desc="Qwen3 8B (q/k norm; huggingface.co/Qwen/Qwen3-8B config.json)"),
     _m("mistral-7b-v0.3", 4096, 32, 32, 8, 128, 14336, 32768, rope=rope(1e6),
-       architecture="MistralForCausalLM",
+       architecture="MistralForCausalLM", max_context=32768,
        desc="Mistral 7B v0.3 (huggingface.co/mistralai/Mistral-7B-v0.3 config.json)"),
     # Tiny models for tests and CPU runs. toy-* follow docs/sources.md §8: an 8-layer stack whose hidden
     # size moves a 2-rank gloo group from communication-bound (512) to balanced (1024-2048).

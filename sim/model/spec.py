@@ -103,6 +103,9 @@ class ModelSpec(HeadDims):
     # the Hugging Face class of the checkpoint (config.json architectures[0]): what an engine dispatches
     # on, e.g. SGLang's attention auto-select (Stack.attention_archs); the Llama-block presets say Llama's
     architecture: str = "LlamaForCausalLM"
+    # the longest sequence (prompt + output) the model serves: config.json max_position_embeddings, what
+    # vLLM's max_model_len defaults to (sim/serve refuses a request longer); 0 = not stated
+    max_context: int = 0
 
     def __post_init__(self) -> None:
         if isinstance(self.rope, dict):          # read back from JSON (hw.bench's "model_spec")
@@ -114,6 +117,8 @@ class ModelSpec(HeadDims):
                 raise ValueError(f"model {self.name!r}: {field} must be positive, got {getattr(self, field)}")
         if self.sliding_window < 0:
             raise ValueError(f"model {self.name!r}: sliding_window must be >= 0, got {self.sliding_window}")
+        if self.max_context < 0:
+            raise ValueError(f"model {self.name!r}: max_context must be >= 0, got {self.max_context}")
         if self.heads % self.kv_heads:
             raise ValueError(
                 f"model {self.name!r}: heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")

@@ -17,7 +17,7 @@ from tpsim.fileio.shape import finite, short as _short
 # config key -> bounds-table entry
 COUNTS = {"num_hidden_layers": "layers", "hidden_size": "hidden", "num_attention_heads": "heads",
           "num_key_value_heads": "heads", "head_dim": "head_dim", "intermediate_size": "ffn",
-          "vocab_size": "vocab", "sliding_window": "sliding_window"}
+          "vocab_size": "vocab", "sliding_window": "sliding_window", "max_position_embeddings": "tokens"}
 BOOLS = ("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window")
 STRINGS = ("model_type", "hidden_act", "hidden_activation")
 # key -> (lowest, highest) of a real config: RMSNorm eps 1e-6..1e-5. The RoPE keys (rope_theta,

@@ -105,6 +105,7 @@ def spec_from_hf(cfg: dict, name: str, where: str = "config.json") -> ModelSpec:
     if window is not None:
         window = num("sliding_window")
     eps = num("rms_norm_eps", 1e-6, kind_=float)
+    context = num("max_position_embeddings") if cfg.get("max_position_embeddings") is not None else 0
     notes = [arch]
     if kind == "qwen2":
         notes.append("qkv bias")
@@ -119,7 +120,8 @@ def spec_from_hf(cfg: dict, name: str, where: str = "config.json") -> ModelSpec:
                          num("vocab_size"), bool(cfg.get("tie_word_embeddings", False)),
                          f"{', '.join(notes)}; from {where}",
                          qkv_bias=(kind == "qwen2"), qk_norm=(kind == "qwen3"), rope=rope,
-                         norm_eps=float(eps), sliding_window=int(window or 0), architecture=arch)
+                         norm_eps=float(eps), sliding_window=int(window or 0), architecture=arch,
+                         max_context=int(context))
     except ValueError as e:
         raise ValueError(f"{where}: {e}") from None
 
