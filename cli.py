@@ -29,6 +29,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
              "Print one layer's ops in issue order with what each waits for, to check a schedule by eye."),
     "trace": ("tpsim.commands.trace:trace",
               "Write a Chrome/Perfetto trace of one prefill and one decode step (a track per rank and stream)."),
+    "serve": ("tpsim.commands.serve:serve",
+              "Serve request traffic with each schedule: TTFT/TPOT/E2E percentiles, goodput, highest rate under an SLO."),
     "sweep": ("tpsim.commands.sweep:sweep",
               "What-if grid from the simulator alone: models x TP x batch x profile x link scaling -> CSV (+ plot)."),
     "models": ("tpsim.commands.models:models",

@@ -42,6 +42,10 @@ COMMANDS = {
     "collective --compare": ["collective", "--group", "4", "--mode", "nccl", "--compare",
                              str(ROOT / "bench" / "data" / "raw" / "ncb-4xh100-all_reduce.txt")],
     "predict": ["predict", "--model", "llama-3.1-70b", "--tp", "8"],
+    "serve": ["serve", "--model", "llama-3.2-1b", "--tp", "1", "--requests", "40", "--rate", "10", "--rate", "20",
+              "--slo", "ttft=300ms"],
+    "serve --sweep": ["serve", "--model", "llama-3.2-1b", "--tp", "1", "--requests", "40", "--sweep",
+                      "--slo", "ttft=300ms", "--slo", "e2e=4s", "--schedule", "ladder", "--sweep-tol", "0.1"],
     "compare --measured": ["compare", "--measured", str(FIX / "compare" / "measured-tiny-tp2.json"),
                            "--profile", str(FIX / "compare" / "profile.json"), "--out-dir", "cmp"],
 }
