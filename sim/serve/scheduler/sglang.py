@@ -7,7 +7,8 @@ PrefillAdder, schedule_batch.py retract_decode; v0.5.9), one iteration:
     rem_total = free KV slots - sum over decoding requests of min(max_new - generated, 4096) x r
                 (the new_token_ratio r reserves future decode KV: CLIP_MAX_NEW_TOKENS_ESTIMATION 4096)
     rem_input = max_prefill_tokens (16384), rem_chunk = chunked_prefill_size
-    the chunked request first: its next min(rest, rem_chunk) tokens (add_chunked_req);
+    the chunked request first: its next min(rest, rem_chunk, rem_total) tokens (add_chunked_req; all
+    of rem_chunk when rem_total <= 0);
     then the queue in order (fcfs): stop when the running count would pass max_running_requests or
     when prompt + min(max_new, 4096) >= rem_total (NO_TOKEN: the batch is full until a request
     leaves); a prompt that fits rem_chunk goes whole (reserving its output), a longer one is cut to
@@ -79,16 +80,20 @@ class SGLang:
         rem_input, rem_chunk = self.max_prefill, self.chunk
         r = self.chunked
         if r is not None:
-            n = min(r.tokens - r.computed, rem_chunk)
-            b.add(r, n, r.computed)
-            e.free -= n
-            r.computed += n
-            rem_input -= n
-            rem_chunk -= n
-            rem_total -= n
-            if r.computed == r.tokens:
-                self.chunked = None
-                rem_total -= min(r.output - r.generated, CLIP)
+            # add_chunked_req: min(rem_chunk, rem_total), or rem_chunk when that is <= 0 (the chunked
+            # request must go on); capped here by the free slots, where SGLang's allocator would fail
+            rem = min(rem_chunk, int(rem_total))
+            n = min(r.tokens - r.computed, rem if rem > 0 else rem_chunk, e.free)
+            if n > 0:
+                b.add(r, n, r.computed)
+                e.free -= n
+                r.computed += n
+                rem_input -= n
+                rem_chunk -= n
+                rem_total -= n
+                if r.computed == r.tokens:      # its last chunk: now its output is reserved
+                    self.chunked = None
+                    rem_total -= min(r.output - r.generated, CLIP)
         while e.waiting and rem_input > 0 and rem_chunk > 0 and self.chunked is None:
             if len(e.running) >= self.max_running:
                 self.full = True
