@@ -94,7 +94,7 @@ class Request:
     A decoding request's two are kept by its engine's clock (engine.py) rather than each iteration."""
 
     __slots__ = ("rid", "arrival_s", "prompt", "output", "computed", "generated", "first_s", "last_s",
-                 "done_s", "preemptions", "base", "ver", "key", "slots", "events", "alone", "order", "state")
+                 "done_s", "preemptions", "base", "ver", "key", "events", "alone", "order", "state")
 
     def __init__(self, rid: int, arrival_s: float, prompt: int, output: int):
         self.rid, self.arrival_s, self.prompt, self.output = rid, arrival_s, prompt, output
@@ -107,7 +107,6 @@ class Request:
         self.base = 0                # a decoding request: generated = base + its engine's clock
         self.ver = 0                 # bumps when its finish entry in the engine's heap goes stale
         self.key = 0                 # a decoding request: (computed - clock) mod block size
-        self.slots = 0               # KV blocks (or token slots) it holds
         self.events: list | None = None   # (time_s, phase) when the run records lifetimes
         self.alone = 1               # its last token was not its engine's cohort's (1; 2: skipped this iteration)
         self.order = 0               # admission order in its engine
