@@ -19,6 +19,7 @@ import itertools
 from dataclasses import dataclass, replace
 
 from tpsim.sim.predict import Prediction, Workload, predict
+from tpsim.sim.price import decode_grid
 from tpsim.sim.hardware.check import parse
 from tpsim.sim.hardware.schema import Profile, ProfileError
 
@@ -125,7 +126,9 @@ def settings(ranged: tuple[Ranged, ...]) -> list[tuple[tuple[str, float], ...]]:
 def check(workload: Workload, schedules: list[str], base: list[Prediction] | None = None) -> Sensitivity:
     """Rerun `schedules` at each setting of the ranged numbers of the workload's profile (the module
     doc, `settings`). `base`: the fast-path predictions at the profile's values, when already made."""
-    ranged = ranged_values(workload.profile)
+    # a number the workload's pricing never reads is no setting to rerun (the per-CTA rate of a decode
+    # attention grid under math SDPA: sim/price/decode_grid.py reads)
+    ranged = tuple(r for r in ranged_values(workload.profile) if decode_grid.reads(r.path, workload.stack))
     # the speedups' baseline is always a contender: the given predictions serve when they hold it
     if ranged and (base is None or any(p.mode != "fast" for p in base) or "standard" not in {p.schedule for p in base}):
         base = predict(workload, list(dict.fromkeys(["standard", *schedules])), record=False, mode="fast")
