@@ -1,15 +1,18 @@
 """Decode attention's grid (sim/price/decode_grid.py): each kernel's split rule on toy numbers written out by
-hand, the price's two limits, and the cost model's hook."""
+hand, the price's two limits, and per engine preset how its decode step grows with the context."""
 import dataclasses
+import json
 
 import pytest
 
 from tpsim.sim.hardware.profile import load_profile
 from tpsim.sim.model.presets import get_model
+from tpsim.sim.predict import Simulator, Workload
 from tpsim.sim.price import decode_grid as dg
 from tpsim.sim.price.cost import CostModel
 from tpsim.sim.schedule.language import build
-from tpsim.sim.stack.spec import Stack, Step
+from tpsim.sim.stack.presets import PRESETS, load_stack
+from tpsim.sim.stack.spec import Stack, Step, make_stack
 
 # Llama-3.1-70B at TP4: 16 query / 2 KV heads of 128 per rank, bf16 (2 x 128 x 2 = 512 B per KV token and head)
 TP4 = dict(heads=16, kv_heads=2, head_dim=128, dtype_bytes=2)
@@ -166,7 +169,7 @@ def test_the_rate_is_a_sensitivity_setting_only_where_a_grid_is_priced():
     assert dg.reads("overlap.comm_slowdown", Stack(attention="math"))
 
 
-# -- on a profile: the cost model's hook
+# -- on a profile: the hook and each preset's decode step against the context
 
 def _attn_op(stack, kv_len, model="llama-3.1-70b", tp=4, batch=1):
     step = Step("decode", batch, 1, kv_len - 1, kv_len, 1)
@@ -196,3 +199,49 @@ def test_the_cost_model_prices_the_larger_limit_and_counts_the_extra_kernels():
     # a profile without the section prices the bytes alone and says so once
     a100 = CostModel(load_profile("a100-sxm"), XQA_STACK)
     assert a100.decode_attention(op, False) is None and any("compute.decode_attention" in n for n in a100.notes)
+
+
+def test_a_stack_file_overrides_a_presets_knobs_knob_by_knob(tmp_path):
+    f = tmp_path / "old-trt.json"
+    f.write_text(json.dumps({"format": "tpsim-stack", "extends": "trtllm",
+                             "stack": {"attention_knobs": {"xqa": {"multi_block": False}}}}))
+    st = make_stack({}, preset=load_stack(str(f)).values)
+    assert st.knobs("xqa") == {"multi_block": False, "heuristic": "sqrt", "graph_capture_kv_len": 131071}
+    # the preset's value compares equal to the stack's (predict --json lists its source)
+    assert make_stack({}, preset=PRESETS["vllm"].values).attention_knobs == PRESETS["vllm"].values["attention_knobs"]
+
+
+@pytest.mark.parametrize("name", ["vllm", "sglang", "trtllm", "reference", "eager"])
+def test_each_presets_decode_step_grows_with_the_context_as_its_kernel_dictates(name):
+    """70B TP4 batch 1 on h100-sxm, upper-bound (no collectives): a decode step at a 2000- and a 32000-token
+    context differs by the model's 80 layers x the attention op's own difference, nothing else; the op is
+    the grid's price: the engines' split kernels bandwidth-bound, the same stack with one CTA per KV head
+    (FA3 with num_splits 1, XQA multi-block off) CTA-bound and growing at one CTA's rate, 30000 x 512 B /
+    48 GB/s per layer. Math SDPA (reference, eager) has no grid (eager's step: its launch chain hides part)."""
+    prof = load_profile("h100-sxm")
+    stack = make_stack({}, prof.stack_defaults, preset=PRESETS[name].values)
+    steps = {}
+    for prompt in (2000, 32000):
+        w = Workload(get_model("llama-3.1-70b"), 4, prof, 1, prompt, 2, stack, memory_check=False)
+        sim = Simulator(w, record=False)
+        step = w.decode_step(1)
+        sched = w.schedule("upper-bound", step)
+        op = next(op for op in sched.ops if op.kind == "attention")
+        steps[prompt] = (sim.step_time("upper-bound", step)[0], sim.cost.compute_s(op, "decode", sched),
+                         sim.cost.decode_attention(op, stack.graphs("decode", op.name)))
+    (s0, a0, g0), (s1, a1, g1) = steps[2000], steps[32000]
+    if stack.decode_graphs:
+        assert s1 - s0 == pytest.approx(80 * (a1 - a0), rel=1e-6) and a1 > a0
+    else:       # eager: the CPU's launch chain runs ahead of short kernels, and hides part of the growth
+        assert 0 < s1 - s0 <= 80 * (a1 - a0)
+    if stack.attention == "math":
+        assert g0 is None and g1 is None
+        return
+    assert g0[1].bound == g1[1].bound == "bandwidth"
+    kernel = dg.kernel_of(stack.attention, prof.compute_capability, stack.attention_fallback)[0]
+    one = {"xqa": ("xqa.multi_block", False), "fa3": ("fa3.graph_num_splits", 1)}[kernel]
+    single = dataclasses.replace(stack, attention_knobs=stack.attention_knobs + (one,))
+    cost = CostModel(prof, single)
+    t = [cost.decode_attention(_attn_op(single, kv), True)[1] for kv in (2001, 32001)]
+    assert t[0].bound == t[1].bound == "CTAs"
+    assert t[1].s - t[0].s == pytest.approx(30000 * 512 / 48e9)
