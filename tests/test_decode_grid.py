@@ -4,7 +4,9 @@ import dataclasses
 import json
 
 import pytest
+from click.testing import CliRunner
 
+from tpsim.cli import main
 from tpsim.sim.hardware.profile import load_profile
 from tpsim.sim.model.presets import get_model
 from tpsim.sim.predict import Simulator, Workload
@@ -169,7 +171,7 @@ def test_the_rate_is_a_sensitivity_setting_only_where_a_grid_is_priced():
     assert dg.reads("overlap.comm_slowdown", Stack(attention="math"))
 
 
-# -- on a profile: the hook and each preset's decode step against the context
+# -- on a profile: the hook, show, and each preset's decode step against the context
 
 def _attn_op(stack, kv_len, model="llama-3.1-70b", tp=4, batch=1):
     step = Step("decode", batch, 1, kv_len - 1, kv_len, 1)
@@ -245,3 +247,14 @@ def test_each_presets_decode_step_grows_with_the_context_as_its_kernel_dictates(
     t = [cost.decode_attention(_attn_op(single, kv), True)[1] for kv in (2001, 32001)]
     assert t[0].bound == t[1].bound == "CTAs"
     assert t[1].s - t[0].s == pytest.approx(30000 * 512 / 48e9)
+
+
+def test_show_prints_the_grid_and_split_of_the_decode_attention():
+    res = CliRunner().invoke(main, ["show", "--stack", "vllm", "--model", "llama-3.1-70b", "--tp", "4",
+                                    "--prompt", "7000", "--gen", "100"])
+    assert res.exit_code == 0, res.output
+    assert ("fa3: 56 of 64 CTAs stream KV, 28 splits per (sequence, KV head) (32 launched), <= 256 tokens per CTA"
+            in res.output)
+    assert "bandwidth-bound on 132 SMs (CUDA graph)" in res.output
+    res = CliRunner().invoke(main, ["show", "--model", "llama-3.1-70b", "--tp", "4"])
+    assert "math SDPA, bmm + softmax + bmm over the cache (no split-KV kernel" in res.output
