@@ -258,3 +258,22 @@ def test_show_prints_the_grid_and_split_of_the_decode_attention():
     assert "bandwidth-bound on 132 SMs (CUDA graph)" in res.output
     res = CliRunner().invoke(main, ["show", "--model", "llama-3.1-70b", "--tp", "4"])
     assert "math SDPA, bmm + softmax + bmm over the cache (no split-KV kernel" in res.output
+
+
+def test_the_rate_is_rerun_only_where_a_decode_op_turns_cta_bound_at_its_low_end():
+    """sim/sensitivity.py grid_rate_moves: vLLM's FA3 at 70B TP4 batch 1 and 2000 tokens splits into CTAs of
+    128 tokens (64 KiB: 1.4 us at 48 GB/s, 2.3 at the range's 28, + its combine) far under the curve's 14.8
+    us: the rate cannot move it, no rerun. With num_splits 1 (2 CTAs of 2000+ tokens, 1 MiB each: 21 us at
+    48 GB/s) it binds. Math SDPA reads no grid; every other ranged number is rerun as before."""
+    from tpsim.sim.sensitivity import grid_rate_moves, ranged_values
+    prof = load_profile("h100-sxm")
+    rate, comm = (next(r for r in ranged_values(prof) if r.path == p)
+                  for p in ("compute.decode_attention.cta_gbps", "overlap.comm_slowdown"))
+
+    def w(stack):
+        return Workload(get_model("llama-3.1-70b"), 4, prof, 1, 2000, 64, stack, memory_check=False)
+    vllm = make_stack({}, preset=PRESETS["vllm"].values)
+    one = dataclasses.replace(vllm, attention_knobs=vllm.attention_knobs + (("fa3.graph_num_splits", 1),))
+    ref = make_stack({}, prof.stack_defaults)
+    assert not grid_rate_moves(rate, w(vllm), ["ladder"]) and grid_rate_moves(rate, w(one), ["ladder"])
+    assert not grid_rate_moves(rate, w(ref), ["ladder"]) and grid_rate_moves(comm, w(ref), ["ladder"])

@@ -281,6 +281,17 @@ def reads(path: str, stack) -> bool:
     return not path.startswith(GRID_PATHS) or stack.attention != "math"
 
 
+def rate_binds(cost, ops, graphs_of, slower: float) -> bool:
+    """Whether CTAs `slower` times slower (the per-CTA rate at its range's low end) make any of these
+    decode attention ops CTA-bound on `cost` (a CostModel): its stream term and its combine (taken whole,
+    an upper bound: only XQA's merge read scales) times `slower` reach its bandwidth-bound time."""
+    for op in ops:
+        got = cost.decode_attention(op, graphs_of(op))
+        if got is not None and (got[1].stream_s + got[1].combine_s) * slower >= got[1].bandwidth_s:
+            return True
+    return False
+
+
 RULES = {"fa2": fa2, "fa3": fa3, "flashinfer": flashinfer, "xqa": xqa, "vllm-paged": vllm_paged}
 assert set(RULES) == set(ATTENTION_KNOBS)       # one knob table entry per rule
 
