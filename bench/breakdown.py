@@ -240,7 +240,7 @@ def show(out: dict) -> None:
                   "(with overlap, as `tpsim predict` prices it)", style="dim")
     for h, c in zip(heads, cases):
         for line in (c.get("decode_attention") or {}).get("lines", []):
-            console.print(f"{h} {line.strip()}", style="dim", highlight=False)
+            console.print(f"{h} {line}", style="dim", highlight=False)
     for h, c in zip(heads, cases):
         rows = [(r["name"], k) for r in c["layer_ops"] for k in r.get("kernels", [])]
         if c["phase"] != "decode" or not rows:

@@ -34,8 +34,9 @@ from tpsim.commands.options import (compile_options, not_empty, preset_option, p
 @preset_option
 @user_errors
 def show(model, spec, tp, layer, phase, batch, prompt_len, gen_len, profile, stack_name, **stack_flags):
-    """Print one layer's ops in issue order with what each waits for, to check a schedule by eye; and, for a
-    decode step, the attention kernel's grid and KV split as predict prices them."""
+    """Print one layer's ops in issue order with what each waits for, to check a schedule by eye.
+
+    For a decode step, also the attention kernel's grid and KV split, as predict prices them."""
     check_sizes(tp, batch, prompt_len, gen_len)
     m = get_model(model)
     # the flags, then the --stack preset, then the profile's stack_defaults (a calibrated CPU profile's fp32,

@@ -361,25 +361,29 @@ def grid_of(op, stack, sms: int, graphs: bool, compute_capability: float | None 
 
 
 def describe(op, cost, graphs: bool) -> list[str]:
-    """Lines for `tpsim show` and bench/breakdown.py: the decode attention's kernel, grid and split, and
-    its priced limits on `cost`'s profile (a CostModel); what is said instead where there is no grid."""
+    """Lines for `tpsim show` and bench/breakdown.py, each starting "decode attention: " (one-line prose,
+    kept whole to be greppable): the decode attention's kernel, grid and split, and its priced limits on
+    `cost`'s profile (a CostModel); what is said instead where there is no grid."""
     a = dict(op.attrs)
     if op.kind != "attention" or a["q_len"] != 1:
         return []
-    head = f"decode attention ({op.name}, kv_len {a['kv_len']}, {a['heads']}/{a['kv_heads']} heads per rank)"
+    head = f"{PREFIX}{op.name}, kv_len {a['kv_len']}, {a['heads']}/{a['kv_heads']} heads per rank:"
     if a["impl"] == "math":
-        return [f"{head}: math SDPA, bmm + softmax + bmm over the cache (no split-KV kernel; priced by the kernels' "
+        return [f"{head} math SDPA, bmm + softmax + bmm over the cache (no split-KV kernel; priced by the kernels' "
                 f"FLOPs and bytes)"]
     if cost.profile.device != "cuda":
-        return [f"{head}: {a['impl']} on a CPU device: no GPU grid"]
+        return [f"{head} {a['impl']} on a CPU device: no GPU grid"]
     got = cost.decode_attention(op, graphs)
     if got is None:
-        return [f"{head}: {a['impl']}; profile {cost.profile.name} has no compute.decode_attention (SM count, "
+        return [f"{head} {a['impl']}; profile {cost.profile.name} has no compute.decode_attention (SM count, "
                 f"per-CTA rate): priced by its bytes alone"]
     grid, t = got
     spec = cost.profile.decode_attention
     per_cta = grid.tokens * shape_of(op).token_bytes
-    return [f"{head}: {grid.describe()}",
-            f"  priced {t.s * 1e6:.1f} us = max(bandwidth {t.bandwidth_s * 1e6:.1f} us, one CTA's {per_cta / 1024:.0f} "
-            f"KiB at {spec.cta_bytes_per_s / 1e9:g} GB/s {t.stream_s * 1e6:.1f} us + combine {t.combine_s * 1e6:.1f} "
-            f"us): {t.bound}-bound on {spec.sms} SMs" + (" (CUDA graph)" if graphs else "")]
+    return [f"{head} {grid.describe()}",
+            f"{PREFIX}priced {t.s * 1e6:.1f} us = max(bandwidth {t.bandwidth_s * 1e6:.1f} us, one CTA's "
+            f"{per_cta / 1024:.0f} KiB at {spec.cta_bytes_per_s / 1e9:g} GB/s {t.stream_s * 1e6:.1f} us + combine "
+            f"{t.combine_s * 1e6:.1f} us): {t.bound}-bound on {spec.sms} SMs" + (" (CUDA graph)" if graphs else "")]
+
+
+PREFIX = "decode attention: "
