@@ -137,7 +137,7 @@ def grid_rate_moves(r: Ranged, workload: Workload, schedules: list[str]) -> bool
     ops = [op for spec in dict.fromkeys(["standard", *schedules]) for st in steps
            for op in workload.schedule(spec, st).ops if op.kind == "attention"]
     return decode_grid.rate_binds(CostModel(workload.profile, workload.stack), ops,
-                                  lambda op: workload.stack.graphs("decode", op.name), r.value / r.lo)
+                                  lambda op: workload.stack.graphs("decode", op.name), r.lo * 1e9)
 
 
 def check(workload: Workload, schedules: list[str], base: list[Prediction] | None = None) -> Sensitivity:

@@ -281,13 +281,19 @@ def reads(path: str, stack) -> bool:
     return not path.startswith(GRID_PATHS) or stack.attention != "math"
 
 
-def rate_binds(cost, ops, graphs_of, slower: float) -> bool:
-    """Whether CTAs `slower` times slower (the per-CTA rate at its range's low end) make any of these
-    decode attention ops CTA-bound on `cost` (a CostModel): its stream term and its combine (taken whole,
-    an upper bound: only XQA's merge read scales) times `slower` reach its bandwidth-bound time."""
+def rate_binds(cost, ops, graphs_of, rate_lo: float) -> bool:
+    """Whether the per-CTA rate at its range's low end `rate_lo` (B/s) makes any of these decode attention
+    ops CTA-bound on `cost` (a CostModel): its stream term and combine repriced at that rate (XQA's merge
+    read is; a roofline's bandwidth term holds the same combine) reach its bandwidth-bound time."""
     for op in ops:
         got = cost.decode_attention(op, graphs_of(op))
-        if got is not None and (got[1].stream_s + got[1].combine_s) * slower >= got[1].bandwidth_s:
+        if got is None:
+            continue
+        grid, t = got
+        stream = t.stream_s * cost.profile.decode_attention.cta_bytes_per_s / rate_lo
+        comb = combine_s(grid, cost.profile, rate_lo)
+        bw = t.bandwidth_s + (comb - t.combine_s if t.combine_in_bandwidth else 0.0)
+        if stream + comb >= bw:
             return True
     return False
 
@@ -304,6 +310,7 @@ class Terms:
     stream_s: float          # the most bytes one CTA reads, at the per-CTA rate
     combine_s: float
     s: float                 # max(bandwidth_s, stream_s + combine_s)
+    combine_in_bandwidth: bool = False      # bandwidth_s is a roofline with combine_s added
 
     @property
     def bound(self) -> str:
@@ -317,7 +324,7 @@ def price(grid: Grid, shape: Shape, bandwidth_s: float, cta_bytes_per_s: float, 
     or its roofline over the KV bytes (the combine is added to it)."""
     bw = bandwidth_s + (0.0 if curve_holds_combine else combine_s)
     stream = grid.tokens * shape.token_bytes / cta_bytes_per_s
-    return Terms(bw, stream, combine_s, max(bw, stream + combine_s))
+    return Terms(bw, stream, combine_s, max(bw, stream + combine_s), not curve_holds_combine)
 
 
 def combine_s(grid: Grid, profile, cta_bytes_per_s: float) -> float:
