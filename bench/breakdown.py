@@ -34,7 +34,7 @@ import _checkout  # noqa: E402  (this checkout as the package tpsim, whatever is
 _checkout.load(str(_here))
 
 from tpsim import sim  # noqa: E402
-from tpsim.sim.price import fusion  # noqa: E402
+from tpsim.sim.price import decode_grid, fusion  # noqa: E402
 from tpsim.sim.model.presets import get_model  # noqa: E402
 from tpsim.sim.predict import Simulator, Workload  # noqa: E402
 from tpsim.sim.hardware.profile import load_profile  # noqa: E402
@@ -119,7 +119,27 @@ def breakdown(w: Workload, spec: str, phase: str) -> dict:
             "graphs": w.stack.graphs(phase), "sum_compute_us": compute_us, "sum_comm_us": comm_us,
             "sum_us": total, "step_us": step_s * 1e6, "exposed_comm_us": exposed_s * 1e6,
             "by_kind": kinds, "layer_ops": layer, "layer_us": layer_total,
+            "decode_attention": decode_attention_terms(simr, sched, phase),
             "coschedule": coschedule_terms(simr, sched)}
+
+
+def decode_attention_terms(simr: Simulator, sched, phase: str) -> dict | None:
+    """Layer 0's decode attention kernel (sim/price/decode_grid.py): its grid and split as the stack's
+    kernel rule picks them, and the priced limits (bandwidth-bound, one CTA's share at the per-CTA rate,
+    the combine), µs; None in prefill or without a grid (math SDPA, a profile without
+    compute.decode_attention: `lines` says which)."""
+    op = next((op for op in sched.layer_ops(0) if op.kind == "attention"), None)
+    if op is None or phase != "decode":
+        return None
+    graphs = simr.cost.stack.graphs(phase, op.name)
+    out = {"lines": decode_grid.describe(op, simr.cost, graphs)}
+    got = simr.cost.decode_attention(op, graphs)
+    if got is not None:
+        grid, t = got
+        out |= {"grid": {k: v for k, v in dataclasses.asdict(grid).items()},
+                "bandwidth_us": t.bandwidth_s * 1e6, "stream_us": t.stream_s * 1e6, "combine_us": t.combine_s * 1e6,
+                "us": t.s * 1e6, "bound": t.bound}
+    return out
 
 
 def coschedule_terms(simr: Simulator, sched) -> dict | None:
@@ -218,6 +238,9 @@ def show(out: dict) -> None:
                                                   if r["kind"] in ("gemm", "attention")), style="dim")
     console.print("gemm shapes are m x n x k; sum of ops: serial sum; simulated step: Simulator.step_time "
                   "(with overlap, as `tpsim predict` prices it)", style="dim")
+    for h, c in zip(heads, cases):
+        for line in (c.get("decode_attention") or {}).get("lines", []):
+            console.print(f"{h} {line}", style="dim", highlight=False)
     for h, c in zip(heads, cases):
         rows = [(r["name"], k) for r in c["layer_ops"] for k in r.get("kernels", [])]
         if c["phase"] != "decode" or not rows:

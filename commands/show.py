@@ -5,13 +5,17 @@ import click
 
 from tpsim.sim.model.presets import get_model
 from tpsim.sim.hardware.profile import load_profile
+from tpsim.sim.price import decode_grid
+from tpsim.sim.price.cost import CostModel
 from tpsim.sim.schedule.language import COMM, SCHEDULE_HELP, build
+from tpsim.sim.stack.presets import load_stack
 from tpsim.sim.stack.spec import Step, make_stack
 
 from tpsim.commands.bounds import check_sizes
 from tpsim.commands.console import compact_table, rich_escape, terminal_console
 from tpsim.commands.errors import user_errors
-from tpsim.commands.options import compile_options, not_empty, profile_option, stack_given, stack_options
+from tpsim.commands.options import (compile_options, not_empty, preset_option, profile_option, stack_given,
+                                    stack_options)
 
 
 @click.command("show")
@@ -27,15 +31,20 @@ from tpsim.commands.options import compile_options, not_empty, profile_option, s
 @profile_option
 @compile_options
 @stack_options
+@preset_option
 @user_errors
-def show(model, spec, tp, layer, phase, batch, prompt_len, gen_len, profile, **stack_flags):
-    """Print one layer's ops in issue order with what each waits for, to check a schedule by eye."""
+def show(model, spec, tp, layer, phase, batch, prompt_len, gen_len, profile, stack_name, **stack_flags):
+    """Print one layer's ops in issue order with what each waits for, to check a schedule by eye.
+
+    For a decode step, also the attention kernel's grid and KV split, as predict prices them."""
     check_sizes(tp, batch, prompt_len, gen_len)
     m = get_model(model)
-    # the flags, then the profile's stack_defaults (a calibrated CPU profile's fp32, no graphs), then
-    # Stack's, as predict assembles it: the ops shown are the ones predict prices for the same flags
-    # and profile (their kv_len, dtype, attention kernel)
-    stack = make_stack(stack_given(**stack_flags), load_profile(profile).stack_defaults)
+    # the flags, then the --stack preset, then the profile's stack_defaults (a calibrated CPU profile's fp32,
+    # no graphs), then Stack's, as predict assembles it: the ops shown are the ones predict prices for the
+    # same flags and profile (their kv_len, dtype, attention kernel)
+    prof = load_profile(profile)
+    preset = load_stack(stack_name) if stack_name is not None else None
+    stack = make_stack(stack_given(**stack_flags), prof.stack_defaults, preset=preset.values if preset else None)
     if phase == "decode" and gen_len < 2:
         raise ValueError("a decode step needs --gen >= 2 (the prefill makes token 1); or --phase prefill")
     step = (Step.prefill(batch, prompt_len, gen_len, stack) if phase == "prefill"
@@ -71,6 +80,10 @@ def show(model, spec, tp, layer, phase, batch, prompt_len, gen_len, profile, **s
                + (f"; SPD blocks {_ranges(s.spd_layers)}" if s.spd_layers else ""))
     for note in s.notes:                    # e.g. token-split falling back, seq-parallel padding
         click.echo(f"note: {note}")
+    cost = CostModel(prof, stack)           # the decode attention kernel's grid, as predict prices it
+    for op in (s.ops[i] for i in range(lo, hi)):
+        for line in decode_grid.describe(op, cost, stack.graphs(phase, op.name)):
+            click.echo(line)
 
 
 def _ranges(xs) -> str:

@@ -369,8 +369,10 @@ def stack_harness_options(values: dict, device: str) -> tuple[dict, list[str]]:
     opts, notes = {}, []
     att = values.get("attention", "math")
     opts["attention"] = "flash" if att != "math" else "math"
-    if att in ("flashinfer", "fa3"):
-        lib = {"flashinfer": "FlashInfer", "fa3": "FlashAttention-3"}[att]
+    libs = {"flashinfer": "FlashInfer", "fa3": "FlashAttention-3", "xqa": "TensorRT-LLM's XQA",
+            "vllm-paged": "vLLM's paged attention"}
+    if att in libs:
+        lib = libs[att]
         notes.append(f"attention {att}: {lib} is not part of PyTorch; the harness runs "
                      "F.scaled_dot_product_attention (a fused kernel) instead")
     if opts["attention"] == "flash":

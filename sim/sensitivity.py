@@ -19,6 +19,8 @@ import itertools
 from dataclasses import dataclass, replace
 
 from tpsim.sim.predict import Prediction, Workload, predict
+from tpsim.sim.price import decode_grid
+from tpsim.sim.price.cost import CostModel
 from tpsim.sim.hardware.check import parse
 from tpsim.sim.hardware.schema import Profile, ProfileError
 
@@ -122,10 +124,27 @@ def settings(ranged: tuple[Ranged, ...]) -> list[tuple[tuple[str, float], ...]]:
     return [tuple((q.path, v if q is r else q.value) for q in ranged) for r in ranged for v in (r.lo, r.hi)]
 
 
+def grid_rate_moves(r: Ranged, workload: Workload, schedules: list[str]) -> bool:
+    """Whether ranged number `r` can move the workload's prediction: any number but a decode attention
+    grid's (sim/price/decode_grid.py); the per-CTA rate only under a kernel with a grid, and only where
+    some decode attention op turns CTA-bound at the rate's low end (its high end only shortens a term the
+    price does not take): checked at the first and last decode step of every schedule asked for."""
+    if not r.path.startswith(decode_grid.GRID_PATHS):
+        return True
+    if not decode_grid.reads(r.path, workload.stack) or workload.gen_len < 2:
+        return False
+    steps = [workload.decode_step(j) for j in sorted({1, workload.gen_len - 1})]
+    ops = [op for spec in dict.fromkeys(["standard", *schedules]) for st in steps
+           for op in workload.schedule(spec, st).ops if op.kind == "attention"]
+    return decode_grid.rate_binds(CostModel(workload.profile, workload.stack), ops,
+                                  lambda op: workload.stack.graphs("decode", op.name), r.lo * 1e9)
+
+
 def check(workload: Workload, schedules: list[str], base: list[Prediction] | None = None) -> Sensitivity:
     """Rerun `schedules` at each setting of the ranged numbers of the workload's profile (the module
     doc, `settings`). `base`: the fast-path predictions at the profile's values, when already made."""
-    ranged = ranged_values(workload.profile)
+    # a number that cannot move this workload's prediction is no setting to rerun (moves: grid_rate_moves)
+    ranged = tuple(r for r in ranged_values(workload.profile) if grid_rate_moves(r, workload, schedules))
     # the speedups' baseline is always a contender: the given predictions serve when they hold it
     if ranged and (base is None or any(p.mode != "fast" for p in base) or "standard" not in {p.schedule for p in base}):
         base = predict(workload, list(dict.fromkeys(["standard", *schedules])), record=False, mode="fast")

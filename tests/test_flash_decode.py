@@ -78,7 +78,10 @@ def test_fa3_runs_as_fa2_off_hopper_as_vllm_picks_it():
     assert got == pytest.approx(others + fd.kernel_s("fa2", 17203200, a100.mem_bytes_per_s))
     assert got != pytest.approx(others + fd.kernel_s("fa3", 17203200, a100.mem_bytes_per_s))
     assert got == pytest.approx(fa2_stack.compute_s(_attn("fa2"), "decode"))
-    assert fa3_stack.notes == (note,) and fa2_stack.notes == ()
+    # the fallback is said once, for the fa3 stack only (a100-sxm has no compute.decode_attention: both say
+    # that too, sim/price/decode_grid.py)
+    grid_note = [n for n in fa2_stack.notes if "compute.decode_attention" in n]
+    assert fa3_stack.notes == (*grid_note, note) and fa2_stack.notes == tuple(grid_note) and len(grid_note) == 1
 
 
 def test_an_engines_prep_kernels_replace_pytorchs_rope_and_cache_copies():
@@ -99,14 +102,15 @@ def test_an_engines_prep_kernels_replace_pytorchs_rope_and_cache_copies():
         assert op_work(prep(1), fused)[:1] == [Work(rope_flops, 73728 + 16384, 1)]
         assert op_work(prep(3), fused)[:2] == [Work(rope_flops, 73728, 1), Work(0.0, 16384, 2)]
     # eager decode under CUDA graphs (SGLang): the op's floor is its kernels x launch.graph, 11 with
-    # PyTorch's ops, 4 with SGLang's; the curve's FA3 time is above the 4-kernel floor
+    # PyTorch's ops, 4 with SGLang's, each + FA3's combine kernel (its heuristic splits 17 blocks of 128
+    # over 2 KV heads: sim/price/decode_grid.py); the curve's FA3 time is above the 5-kernel floor
     prof = load_profile("h100-sxm")
     eager = CostModel(prof, Stack(attention="fa3", compile_decode=False))
     floor = prof.launch_s["graph"]
-    assert eager.compute_s(prep(0), "decode") == pytest.approx(11 * floor)
+    assert eager.compute_s(prep(0), "decode") == pytest.approx((11 + 1) * floor)
     want = roofline_s(prof, [w for w in op_work(prep(3), False) if not w.matmul], "fp16") \
         + fd.kernel_s("fa3", 17203200, prof.mem_bytes_per_s)
-    assert eager.compute_s(prep(3), "decode") == pytest.approx(want) and want > 4 * floor
+    assert eager.compute_s(prep(3), "decode") == pytest.approx(want) and want > 5 * floor
 
 
 def test_prep_kernels_are_an_attr_only_when_a_stack_sets_them():

@@ -47,7 +47,7 @@ def test_presets_map_onto_harness_options():
 
 def test_a_flag_given_beside_a_preset_maps_in_its_place():
     """bench --stack: what the user gave replaces the preset's value before the mapping, so the notes
-    describe what runs: --attention math under trtllm (flash) leaves no flash note, --kv static lets
+    describe what runs: --attention math under trtllm (xqa) leaves no flash note, --kv static lets
     vllm's compile run (no 'filled KV runs eager' note), --collective auto keeps gloo/NCCL's own."""
     from tpsim.commands.bench import _preset_under_flags
     flags = {"attention": "math", "kv": "static", "collective": "auto", "head": None}

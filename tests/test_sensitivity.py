@@ -57,12 +57,14 @@ def test_the_note_names_the_pair_the_count_and_the_setting_that_reverses_it_most
 # ---------------------------------------------------------------- "range" in a profile
 
 def test_builtin_profiles_carry_the_ranges_their_sources_state_and_an_override_drops_them():
-    assert load_profile("h100-sxm").ranges == {"overlap.compute_slowdown": (1.18, 1.24),
-                                               "overlap.comm_slowdown": (1.18, 1.24)}
+    # the per-CTA rate of a decode attention grid: the marginals its source lists (sim/price/decode_grid.py)
+    rate = {"compute.decode_attention.cta_gbps": (28.0, 60.0)}
+    assert load_profile("h100-sxm").ranges == rate | {"overlap.compute_slowdown": (1.18, 1.24),
+                                                      "overlap.comm_slowdown": (1.18, 1.24)}
     assert load_profile("h100-sxm-p2p-off").ranges == load_profile("h100-sxm").ranges      # via extends
     # the co-scheduling twin replaces the flat factors by 1.0 (its leaf has no range) and ranges NCCL's
     # 2x-3x HBM bytes per link byte instead
-    assert load_profile("h100-sxm-coschedule").ranges == {"overlap.gpu.hbm_per_bus_byte": (2.0, 3.0)}
+    assert load_profile("h100-sxm-coschedule").ranges == rate | {"overlap.gpu.hbm_per_bus_byte": (2.0, 3.0)}
 
 
 def _with(path: str, leaf) -> dict:

@@ -24,7 +24,7 @@ from tpsim.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests" / "fixtures"
-PROSE = ("stack: ", "note: ", "warning: ", "NCCL nNodes ")
+PROSE = ("stack: ", "note: ", "warning: ", "NCCL nNodes ", "decode attention: ")
 NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 COMMANDS = {

@@ -15,6 +15,7 @@ from tpsim.sim.hardware.gemm_grids import GEMM_GRIDS
 from tpsim.sim.hardware.fields import RATE_FLOOR, Fields
 from tpsim.sim.hardware.gemm_tables import parse_gemm_tables
 from tpsim.sim.hardware.l2_section import parse_l2
+from tpsim.sim.hardware.decode_attention_section import parse_decode_attention
 from tpsim.sim.stack.spec import Stack
 from tpsim.sim.hardware.topology import INTRA_KINDS, LINK_CLASSES, NcclLatency, TopologySpec
 
@@ -72,6 +73,7 @@ def parse(data: dict, where: str = "<profile>") -> Profile:
         compute_points=(pts := g.compute_points()),
         gemm_tables=parse_gemm_tables(g, already=len(pts)),
         l2=parse_l2(g),
+        decode_attention=parse_decode_attention(g),
         compute_capability=(g.num("compute_capability", min_=1.0, max_=99.0) if "compute_capability" in data
                             else None),
         collective_tables=g.collective_tables(),

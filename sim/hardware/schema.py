@@ -76,6 +76,16 @@ class L2Spec:
     sweep_dram_gbps: float | None = None        # the benchmark's DRAM plateau (with `sweep`)
 
 
+@dataclass(frozen=True)
+class DecodeAttentionSpec:
+    """A profile's `compute.decode_attention`: what the grid of a split-KV decode kernel is priced with
+    (sim/price/decode_grid.py): the GPU's SM count (the split heuristics read it) and the rate one decode
+    CTA streams its share of the KV at."""
+
+    sms: int
+    cta_bytes_per_s: float
+
+
 class ProfileError(UserError):
     """A profile that cannot be used; the message names the file and the field."""
 
@@ -204,6 +214,7 @@ class Profile:
     gemm_tables: tuple[GemmTable, ...] = ()      # compute.gemm_tables (after compute_points: those win)
     l2: L2Spec | None = None                     # compute.l2: L2 rate and sweep curve (None: DRAM term only)
     compute_capability: float | None = None      # CUDA compute capability (9.0 Hopper); None: not stated
+    decode_attention: DecodeAttentionSpec | None = None   # compute.decode_attention (None: bytes-only decode)
     # field path -> (lo, hi): the interval a number's source supports ("range" beside its "value");
     # sim/sensitivity.py reruns a prediction at each end
     ranges: dict = field(default_factory=dict, compare=False, repr=False)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import bisect
 
-from tpsim.sim.price import flash_decode, fusion, l2_traffic
+from tpsim.sim.price import decode_grid, flash_decode, fusion, l2_traffic
 from tpsim.sim.stack import sampler
 from tpsim.sim.price.comm.collective import CollectiveCost, loglog
 from tpsim.sim.hardware.profile import Profile
@@ -159,7 +159,9 @@ class CostModel(CollectiveCost):
             return 1
         split = fusion.outside_norm_split(sched, op, self.profile.device) if fused else []
         sym = fusion.symbols(sched, op) if split else {}
-        return sum(w.kernels for w in self.works(op, fused)) + sum(1 for k in split if k.runs(sym))
+        grid = self.decode_attention(op, False) if op.kind == "attention" else None    # its combine etc.
+        return (sum(w.kernels for w in self.works(op, fused)) + sum(1 for k in split if k.runs(sym))
+                + (grid[0].extra_kernels if grid else 0))
 
     def generated_gemv(self, op: Op, fused: bool) -> bool:
         """A GEMM with one row (m == 1) in a compiled phase on a GPU, inside the compiled region
@@ -186,17 +188,49 @@ class CostModel(CollectiveCost):
             return measured
         works = self.works(op, fused)
         # a decode-step attention under a flash stack: its other kernels' roofline (RoPE, cache write, any
-        # GQA expand, qk-norm) plus the measured-curve time of the attention kernel (the op's one matmul Work)
+        # GQA expand, qk-norm) plus the attention kernel (the op's one matmul Work): the larger of its
+        # measured-curve (or roofline) time and what its grid's CTAs need (sim/price/decode_grid.py)
         cc = self.profile.compute_capability if self.profile.device == "cuda" else None
         fallback = self.stack.attention_fallback
         flash = flash_decode.attention_kernel(op, self.profile.mem_bytes_per_s, cc, fallback)
-        if flash is not None:
-            flash_s, note = flash
-            self._note(note)
+        terms = self.decode_attention(op, graphs)
+        if flash is not None or terms is not None:
             others = [w for w in works if not w.matmul]
-            return self._floor(roofline_s(self.profile, others, op.dtype) + flash_s, sum(w.kernels for w in works),
+            if flash is not None:
+                self._note(flash[1])
+            t = terms[1].s if terms is not None else flash[0]
+            extra = terms[0].extra_kernels if terms is not None else 0
+            return self._floor(roofline_s(self.profile, others, op.dtype) + t, sum(w.kernels for w in works) + extra,
                                graphs)
         return self._floor(roofline_s(self.profile, works, op.dtype), sum(w.kernels for w in works), graphs)
+
+    def decode_attention(self, op: Op, graphs: bool) -> tuple | None:
+        """(Grid, Terms) of a decode-step attention's kernel on this profile (sim/price/decode_grid.py):
+        its grid as the stack's kernel rule picks it and the priced limits; None for any other op, math
+        SDPA, a CPU device, or a profile without compute.decode_attention (noted once: its decode is then
+        priced by the bytes alone)."""
+        if self.profile.device != "cuda":
+            return None
+        cc = self.profile.compute_capability
+        spec = self.profile.decode_attention
+        key = ("decode-grid", op.signature, graphs)
+        if key in self._cache:
+            return self._cache[key]
+        grid = decode_grid.grid_of(op, self.stack, spec.sms if spec else 0, graphs, cc) if spec else None
+        if spec is None and decode_grid.grid_of(op, self.stack, 1, graphs, cc) is not None:
+            self._note(f"profile {self.profile.name} has no compute.decode_attention (SM count, per-CTA rate): "
+                       f"decode attention is priced by its bytes alone, not by the CTAs its kernel launches")
+        out = None
+        if grid is not None:
+            shape = decode_grid.shape_of(op)
+            curve = flash_decode.attention_kernel(op, self.profile.mem_bytes_per_s, cc, self.stack.attention_fallback)
+            main = [w for w in self.works(op, False) if w.matmul]
+            bw = curve[0] if curve is not None else roofline_s(self.profile, main, op.dtype)
+            rate = spec.cta_bytes_per_s
+            out = (grid, decode_grid.price(grid, shape, bw, rate, decode_grid.combine_s(grid, self.profile, rate),
+                                           curve is not None))
+        self._cache[key] = out
+        return out
 
     def _kernels_s(self, op: Op, kernels: list, sched: Schedule, graphs: bool) -> float:
         """The kernels Inductor charges to `op` (none: its work is fused into another op's kernel),

@@ -9,7 +9,8 @@ serving engines' own all-reduce implementations below, each priced from its kern
 Attention: Stack.attention names the prefill/decode attention kernel. "math" is the materialized
 SDPA of the reference harness; "flash" is a fused kernel priced at the roofline of its bytes and
 FLOPs; the named flash kernels price decode from their measured achieved bandwidth over the filled
-KV (sim/price/flash_decode.py).
+KV (sim/price/flash_decode.py). A decode kernel's grid (how many CTAs stream the KV, and how much
+each) comes from its split rule (sim/price/decode_grid.py) with the knobs a stack sets (ATTENTION_KNOBS).
 """
 from __future__ import annotations
 
@@ -50,10 +51,89 @@ ENGINE_COLLECTIVES: dict[str, CollectiveImpl] = {c.name: c for c in (
                    "vllm/distributed/device_communicators/symm_mem.py"),
 )}
 
-ATTENTION_IMPLS = ("math", "flash", "fa2", "fa3", "flashinfer")
+ATTENTION_IMPLS = ("math", "flash", "fa2", "fa3", "flashinfer", "xqa", "vllm-paged")
 # the attention kernels whose decode is priced from measured achieved bandwidth (sim/price/flash_decode.py);
 # "flash" alone keeps the roofline of its bytes
 FLASH_DECODE_KERNELS = ("fa2", "fa3", "flashinfer")
+
+# The decode kernels whose grid (CTAs per sequence, KV head and KV split) sim/price/decode_grid.py reads
+# from the kernel's code, and the knobs through which an engine or a version line calls each one:
+# kernel -> knob -> (default, type or the allowed strings, what it is). A stack names its kernel
+# (Stack.attention: "flash" is PyTorch SDPA's FA2) and sets the knobs that differ from the defaults
+# (Stack.attention_knobs, each sourced in its preset). "graph_*" knobs act only in a CUDA-graph phase:
+# where the engine fixes the split at capture or passes a bound only under graphs.
+ATTENTION_KNOBS: dict[str, dict[str, tuple]] = {
+    "fa2": {
+        "sm_factor": (2, int, "num_splits_heuristic runs on multiProcessorCount x this (2 from FlashAttention "
+                              "v2.5.7: '128 threads per block'; 1 in v2.2.0-v2.5.6)"),
+        "graph_table_kv_len": (0, int, "under CUDA graphs the heuristic reads the block table's width in tokens, "
+                                       "not the sequence's length (vLLM V0: max_seq_len_to_capture); 0: the step's"),
+    },
+    "fa3": {
+        "graph_num_splits": (0, int, "the num_splits the engine passes under CUDA graphs, a static bound the "
+                                     "per-sequence dynamic split stays under; 0: the heuristic picks it"),
+        "graph_table_kv_len": (0, int, "under CUDA graphs the static heuristic reads the page table's width in "
+                                       "tokens (SGLang: the model's context length); 0: the step's own length"),
+        "block_m": (128, int, "packed query rows per tile at head_dim 128 (128 upstream; 64 in vLLM's fork for "
+                              "decode, use_one_mma_wg)"),
+        "prepare_per_call": (False, bool, "the split-scheduling kernel runs inside every call (the engine passes "
+                                          "no precomputed scheduler_metadata)"),
+    },
+    "flashinfer": {
+        "page_size": (1, int, "KV tokens per page (the 128-token chunk floor is max(128 // page_size, 1) pages)"),
+        "ctas_per_sm": (2, int, "the split plan's grid bound, CTAs per SM"),
+    },
+    "xqa": {
+        "multi_block": (True, bool, "multi-block mode: several CTAs per (sequence, KV head), merged in-kernel"),
+        "heuristic": ("sqrt", ("sqrt", "cap8"), "computeMultiBlockCount: 'sqrt' (128 tokens per CTA, at most "
+                                                "round(sqrt(8 M)) CTAs) or the older runners' 'cap8' (512 tokens "
+                                                "per CTA, at most 8)"),
+        "graph_capture_kv_len": (0, int, "under CUDA graphs the CTA count is computed once, at capture, from this "
+                                         "past length in tokens; 0: from the step's own"),
+    },
+    "vllm-paged": {},
+}
+
+
+def normalize_knobs(value) -> tuple[tuple[str, object], ...]:
+    """A stack's attention_knobs as sorted ("kernel.knob", value) pairs, from a {kernel: {knob: value}}
+    object (a preset, a stack file), flat {"kernel.knob": value} or the pairs themselves; ValueError
+    naming the first unknown kernel or knob or a value of the wrong type."""
+    if isinstance(value, dict):
+        flat = {}
+        for k, v in value.items():
+            if isinstance(v, dict):
+                flat |= {f"{k}.{n}": x for n, x in v.items()}
+            else:
+                flat[k] = v
+        pairs = list(flat.items())
+    elif isinstance(value, (tuple, list)) and all(isinstance(p, (tuple, list)) and len(p) == 2 for p in value):
+        pairs = list(dict(tuple(p) for p in value).items())        # a knob given twice: the later one
+    else:
+        raise ValueError(f"attention_knobs must be an object {{kernel: {{knob: value}}}}, got {value!r}")
+    for key, v in pairs:
+        kernel, _, knob = str(key).partition(".")
+        if kernel not in ATTENTION_KNOBS:
+            raise ValueError(f"attention_knobs: unknown kernel {kernel!r}; choose from: {', '.join(ATTENTION_KNOBS)}")
+        if knob not in ATTENTION_KNOBS[kernel]:
+            raise ValueError(f"attention_knobs: {kernel} has no knob {knob!r}; its knobs: "
+                             f"{', '.join(ATTENTION_KNOBS[kernel]) or 'none'}")
+        _, kind, _ = ATTENTION_KNOBS[kernel][knob]
+        ok = (v in kind if isinstance(kind, tuple) else
+              isinstance(v, bool) if kind is bool else
+              isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 1 << 24)
+        if not ok:
+            want = f"one of {', '.join(kind)}" if isinstance(kind, tuple) else \
+                "true or false" if kind is bool else "a whole number 0..16777216"
+            raise ValueError(f"attention_knobs: {key} must be {want}, got {v!r}")
+    return tuple(sorted((str(k), v) for k, v in pairs))
+
+
+def knobs_of(pairs: tuple[tuple[str, object], ...], kernel: str) -> dict:
+    """Every knob of `kernel`: its default, or the value the stack's normalized pairs give."""
+    out = {knob: default for knob, (default, _, _) in ATTENTION_KNOBS.get(kernel, {}).items()}
+    out |= {k.partition(".")[2]: v for k, v in pairs if k.partition(".")[0] == kernel}
+    return out
 
 
 def is_flash(attention: str) -> bool:

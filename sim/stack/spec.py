@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 from tpsim.sim.stack.host_lane import HostStep
 
 from tpsim.sim.stack.impls import ATTENTION_IMPLS, FLASH_DECODE_KERNELS  # noqa: F401  (the one registry of implementation names)
+from tpsim.sim.stack.impls import knobs_of, normalize_knobs
 from tpsim.sim.stack.sampler import REFERENCE as REFERENCE_SAMPLER, SAMPLER_NAMES
 
 FALLBACK_KERNELS = tuple(k for k in FLASH_DECODE_KERNELS if k != "fa3")    # what runs off Hopper
@@ -47,6 +48,10 @@ class Stack:
     # runs `attention_fallback` (SGLang: FA3 for its is_fa3_default_architecture list only, FlashInfer for
     # the rest, e.g. Mistral); () = every architecture (sim.schedule.builder.Builder.attention_impl)
     attention_archs: tuple[str, ...] = ()
+    # how the engine calls its decode attention kernel: ("kernel.knob", value) pairs over the defaults of
+    # sim/stack/impls.py ATTENTION_KNOBS (a split bound under CUDA graphs, the width the split rule reads,
+    # a mode); a preset or stack file gives them as {kernel: {knob: value}} (sim/price/decode_grid.py)
+    attention_knobs: tuple[tuple[str, object], ...] = ()
     # kernels an engine's attention layer launches around the attention kernel to rotate q, k and write
     # the new K/V into the cache (vLLM: rotary_embedding + reshape_and_cache_flash = 2); 0: PyTorch ops
     # as the reference harness runs them (eager RoPE 8 kernels or 1 compiled, then 2 cache copies)
@@ -81,6 +86,7 @@ class Stack:
         if isinstance(self.attention_archs, str) or not all(isinstance(a, str) for a in self.attention_archs):
             raise ValueError(f"attention_archs must be a list of architecture names, got {self.attention_archs!r}")
         object.__setattr__(self, "attention_archs", tuple(self.attention_archs))   # a stack file's JSON list
+        object.__setattr__(self, "attention_knobs", normalize_knobs(self.attention_knobs))
         _check("dtype", self.dtype, tuple(DTYPE_BYTES))
         _check("head", self.head, HEADS)
         _check("embed", self.embed, EMBEDS)
@@ -96,6 +102,10 @@ class Stack:
         for flag in ("engine_kernels", "mm_decompose_m1"):
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"{flag} must be true or false, got {getattr(self, flag)!r}")
+
+    def knobs(self, kernel: str) -> dict:
+        """The knobs this stack calls decode `kernel` with (its defaults where the stack sets none)."""
+        return knobs_of(self.attention_knobs, kernel)
 
     @property
     def dtype_bytes(self) -> int:

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))      # the checkout
 import _checkout  # noqa: E402  (this checkout as the package tpsim, whatever is installed)
 _checkout.load()
 
-from common import sv  # noqa: E402
+from common import sv, svr  # noqa: E402
 from compute import eager_launch, gemm_curves, gemm_table  # noqa: E402
 from l2 import l2_section  # noqa: E402
 from collectives import (GRAPH_NET_HOST, JITTER, OVERLAP, P2P_OFF_CHANNELS, custom_allreduce_section,  # noqa: E402
@@ -52,6 +52,41 @@ COMPUTE_CAPABILITY = {
 }
 
 
+# compute.decode_attention (sim/price/decode_grid.py): the SMs the decode kernels' split rules read, and the
+# rate one split-KV decode CTA streams its KV share at. The rate is kernel-level: marginal times of whole
+# per-layer decode attention ops (CUDA graphs, the engines' own attention modules) in the aiconfigurator
+# tables below, at a fixed grid (the CTAs and each one's tokens from the kernel's split rule), not end to end.
+_AIC = "aiconfigurator 0.12.0 (PyPI aiconfigurator-core 0.12.0, NVIDIA) systems/data"
+_FA3_GRID = ("FA3 under vLLM's full graphs, num_splits 32, dynamic split: 8 q / 1 KV heads at batch 1 = 32 CTAs, "
+             "16/2, 8/2 or 8/1 at batch 2 = 64 CTAs; 1024 -> 2048 -> 4096 tokens per CTA from past length 32767 -> "
+             "65535 -> 131071")
+DECODE_ATTENTION = {
+    "h100_sxm": {
+        "sms": sv(132, "NVIDIA H100 SXM5 datasheet / Hopper whitepaper: 132 SMs"),
+        "cta_gbps": svr(48, 28, 60, (
+            f"kernel-level: marginal per-CTA rates from {_AIC}/h100_sxm/attention/vllm/0.24.0/"
+            f"generation_attention_perf.parquet (bf16 KV, head_dim 128; {_FA3_GRID}). Value: the three "
+            "marginals whose both ends are beyond L2 (KV 67 -> 134 MB, 64 CTAs, +1 MB per CTA): 48.0 (16/2), "
+            "45.8 (8/2), 47.7 (8/1 batch 2) GB/s, median 48. High end: 32 CTAs (8/1 batch 1) 34 -> 67 MB, "
+            "55.3 GB/s, and the same FA3 on H200 (h200-sxm: 47-65). Low end: TensorRT-LLM 1.3.0rc20 XQA "
+            "(trtllm/1.3.0rc20, 8/1 batch 1, 32767 -> 65535: 45 -> 64 CTAs of 768 -> 1024 tokens, +4.7 us: 28 "
+            "GB/s, the grid changing between the points) and FA3's steps from an L2-resident start (34 -> 67 MB: "
+            "29.5-32.6). Marginals with 100+ CTAs (SGLang FA3: 17-27 GB/s each, 1.8-3.0 TB/s together) are the "
+            "aggregate bandwidth's limit, which the bandwidth-bound term prices, not this one")),
+    },
+    "h200_sxm": {
+        "sms": sv(132, "NVIDIA H200 SXM: the GH100 die of H100 SXM5 with 132 SMs enabled (Hopper whitepaper)"),
+        "cta_gbps": svr(54, 28, 65, (
+            f"kernel-level: marginal per-CTA rates from {_AIC}/h200_sxm/attention/vllm/0.24.0/"
+            f"generation_attention_perf.parquet, kernel_source vllm_flash_attn_fa3 (bf16 KV, head_dim 128; "
+            f"{_FA3_GRID}). Value: the marginals whose both ends are beyond L2 (KV 67 -> 134 MB, 64 CTAs, +1 MB "
+            "per CTA): 54.0 (16/2, +19.4 us), 47.5 (8/2, +22.1 us), 64.7 (8/1 batch 2, +16.2 us) GB/s, median 54; "
+            "32 CTAs (8/1 batch 1, 34 -> 67 MB): 51.3. Range: those (47.5-64.7), the low end taken from h100-sxm's "
+            "(TensorRT-LLM XQA's 28 GB/s per CTA, same SM)")),
+    },
+}
+
+
 def nvswitch_box(name, desc, system, nccl_ver, gemm_rel, vllm_rel, mem_gib, mem_src, tflops, tflops_src,
                  hbm, hbm_src, topo, extra_tables=(), eager_extra=None):
     kernel = "sglang_torch_linear" if system != "a100_sxm" else "sglang"
@@ -71,6 +106,7 @@ def nvswitch_box(name, desc, system, nccl_ver, gemm_rel, vllm_rel, mem_gib, mem_
             "launch_us": {"eager": sv(eager_us, eager_src), "graph": sv(floor_us, floor_src)},
             # the GPU's L2 rate and sweep curve (l2.py), where gpu-benches measured that GPU
             **({"l2": l2_section(system)} if l2_section(system) else {}),
+            **({"decode_attention": DECODE_ATTENTION[system]} if system in DECODE_ATTENTION else {}),
             "gemm_tables": [gemm_table(system, gemm_rel, kernel)],
         },
         "collectives": {"eager_extra_us": eager_extra, "graph_extra_us": graph_extra(floor_us, system),

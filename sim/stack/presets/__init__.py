@@ -27,6 +27,7 @@ from pathlib import Path
 from tpsim.fileio.policy import MAX_CONFIG_BYTES, parse_json, read_input_text
 from tpsim.fileio.shape import finite
 from tpsim.sim.stack.host_lane import HostStep
+from tpsim.sim.stack.impls import normalize_knobs
 from tpsim.sim.stack.spec import Stack
 from tpsim.sim.stack.presets import eager, reference, sglang, trtllm, vllm
 
@@ -50,6 +51,8 @@ class Preset:
 
 def _from_module(mod) -> Preset:
     values = {k: v for k, (v, _) in mod.STACK.items()}
+    if "attention_knobs" in values:     # the form Stack holds, so a stack's value compares equal to its preset's
+        values["attention_knobs"] = normalize_knobs(values["attention_knobs"])
     sources = {k: src for k, (_, src) in mod.STACK.items()}
     host = {k: v for k, (v, _) in mod.HOST.items()}
     sources |= {f"host.{k}": src for k, (_, src) in mod.HOST.items()}
@@ -117,6 +120,9 @@ def parse_stack(doc, path: str = "<stack>", _depth: int = 0) -> Preset:
             raise ValueError(f"{path}: host.{k} must be a finite number of seconds >= 0, got {v!r}")
     name = doc.get("name") or Path(path).stem
     values = {k: v for k, v in base.values.items() if k != "host"} | stack | {"preset": name}
+    if "attention_knobs" in stack:      # a file's knobs over those of the stack it extends (kernel.knob by kernel.knob)
+        values["attention_knobs"] = normalize_knobs(dict(base.values.get("attention_knobs", ()))
+                                                    | dict(normalize_knobs(stack["attention_knobs"])))
     merged_host = dict(base.values.get("host", {})) | host
     if merged_host:
         values["host"] = merged_host

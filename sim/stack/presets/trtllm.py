@@ -13,8 +13,23 @@ _ARGS = "tensorrt_llm/llmapi/llm_args.py"
 STACK = {
     "dtype": ("bf16", f"{_ARGS} dtype: str = 'auto': the checkpoint's torch_dtype, bfloat16 for Llama 3.x, Qwen2.5 "
                       "and Qwen3 (give --dtype fp16 for an fp16 checkpoint)"),
-    "attention": ("flash", "tensorrt_llm/_torch/attention_backend/trtllm.py: TRT-LLM's fused (flash-style) "
-                           "context FMHA and XQA decode kernels over the paged KV cache; priced as flash"),
+    "attention": ("xqa", "tensorrt_llm/_torch/attention_backend/trtllm.py TrtllmAttention -> the thop attention op "
+                         "(cpp/tensorrt_llm/thop/attentionOp.cpp) -> AttentionOp::enqueueGeneration: the XQA kernel "
+                         "for generation (mEnableXQA = true, cpp/tensorrt_llm/common/attentionOp.h), its grid from "
+                         "computeMultiBlockCount (sim/price/decode_grid.py xqa); context FMHA for prefill (a fused "
+                         "flash-style kernel, priced at its roofline)"),
+    "attention_knobs": ({"xqa": {"graph_capture_kv_len": 131071}},
+                        "multi_block on: attentionOp.h bool mMultiBlockMode = true, which the PyTorch op never clears "
+                        "(only a runtime_perf_knobs value or forced-deterministic attention would); heuristic 'sqrt': "
+                        "decoderXQAImplCommon.h computeMultiBlockCount (max_past_kv_length, kMinHistoryTokensPerBlock "
+                        "128, round(sqrt(8 M)) cap). graph_capture_kv_len: the CTA count is computed on the host at "
+                        "capture and baked into the graph; tensorrt_llm/_torch/pyexecutor/model_engine.py "
+                        "_create_cuda_graph_warmup_request captures each generation graph with one dummy request of "
+                        "min(available tokens, max_seq_len - 1, max_position_embeddings - draft_len) tokens ('Insert "
+                        "the longest request first to simulate padding'), max_seq_len defaulting to the checkpoint's "
+                        "max_position_embeddings (_infer_max_seq_len_from_config; llama3 rope is not rescaled): "
+                        "131072 - 1 for the Llama 3.1 presets. A server started with --max_seq_len N captures at "
+                        "N - 1: set xqa.graph_capture_kv_len in a stack file"),
     "attention_prep_kernels": (1, "tensorrt_llm/_torch/attention_backend/trtllm.py TrtllmAttention.support_fused_rope() "
                                   "and support_fused_qkv() are True: the attention op takes the fused qkv and its "
                                   "QKV-preprocessing kernel applies RoPE and writes the new K/V into the paged cache "

@@ -24,6 +24,17 @@ STACK = {
                          "prices it as fa2 and says so, sim/price/flash_decode.py kernel_on"),
     "attention_fallback": ("fa2", "vllm/attention/utils/fa_utils.py get_flash_attn_version: 'if hopper default to "
                                   "FA3, otherwise stick to FA2'"),
+    "attention_knobs": ({"fa3": {"graph_num_splits": 32, "block_m": 64}},
+                        "vllm/v1/attention/backends/flash_attn.py@v0.11.0 FlashAttentionMetadataBuilder: with a full "
+                        "cudagraph mode (FULL_AND_PIECEWISE, vllm/config/compilation.py) and FA3 (aot_schedule) "
+                        "max_num_splits = envs.VLLM_FLASH_ATTN_MAX_NUM_SPLITS_FOR_CUDA_GRAPH, default 32 (vllm/envs.py; "
+                        "vllm-project/vllm#25274 made it an env var, #25495 raised it from 16), passed as num_splits "
+                        "to each call and to get_scheduler_metadata once per step ('we only set num_splits when using "
+                        "cuda graphs'); FA3's dynamic split then stays under it (sim/price/decode_grid.py fa3). "
+                        "block_m 64: vLLM's FA3 fork (vllm-project/flash-attention @ee4d25bd, the GIT_TAG of "
+                        "cmake/external_projects/vllm_flash_attn.cmake) runs decode with one MMA warpgroup, kBlockM "
+                        "64 (hopper/heuristics.h use_one_mma_wg, vllm-project/flash-attention#63). The FA2 fallback "
+                        "off Hopper keeps FA2's defaults (varlen_fwd's heuristic on max_seqlen_k)"),
     "attention_prep_kernels": (2, "vllm/model_executor/layers/rotary_embedding.py RotaryEmbedding: one kernel for q "
                                   "and k (ops.rotary_embedding in eager; forward_native, one fused Triton kernel, "
                                   "under Inductor); vllm/v1/attention/backends/flash_attn.py FlashAttentionImpl.forward: "
