@@ -8,7 +8,7 @@ words. Within a folder anything goes; across folders only the arrows below.
     hardware                                      ->  stack                     (never price: parsing imports no pricing)
     price                                         ->  hardware, schedule, stack
     engine                                        ->  schedule, stack            (priced ops come in as numbers)
-    sim top (predict, memory, sensitivity, grid)  ->  everything in sim
+    sim top (workload, predict, memory, ...)     ->  everything in sim
     hw core                                       ->  sim, fileio  (never hw/derive or hw/spd)
     hw/spd                                        ->  hw core, sim, fileio
     hw/derive                                     ->  hw core, sim, fileio  (offline; nothing imports it but itself)

@@ -90,6 +90,9 @@ class StepResult:
     events: int = 0                   # SimPy events scheduled (engine throughput benchmarks)
     last_held_op: int = -1            # index in schedule.ops of the last op the GPU waited on the CPU
                                       # to launch (the launch chain held it back); -1: none
+    apart: bool = False               # flat interference factors (no coschedule hook) applied, and no compute
+                                      # op ran beside a collective: every rate was 1, so the pass is the same
+                                      # at any other flat factors (the same wake_s)
 
 
 class _Draws:
@@ -146,6 +149,7 @@ class _Pass:
                 raise ValueError(f"op {name}: launch time must be >= 0, got {t}")
         self.cs = interference.bind(schedule, self.times)
         self.active = interference.active
+        self.overlapped = False                       # a compute op ran beside a collective (StepResult.apart)
 
     def run(self) -> StepResult:
         env = self.env
@@ -157,7 +161,8 @@ class _Pass:
         if stalled:     # an op waits for a value no op produces in time: a schedule bug, never silent
             raise RuntimeError(f"schedule {self.schedule.name}: simulation stalled on ranks {stalled}")
         return StepResult(max(r.done_s for r in self.ranks), self.ranks[0].exposed_s,
-                          sorted(self.records, key=lambda x: (x.rank, x.start_s, x.stream)), env.n_events, self.held)
+                          sorted(self.records, key=lambda x: (x.rank, x.start_s, x.stream)), env.n_events, self.held,
+                          self.active and self.cs is None and not self.overlapped)
 
     def start_delay_s(self, rank: int) -> float:
         """When `rank` starts, from the step's start: the host lane's per-rank offset (sim.stack.host_lane)."""
@@ -207,6 +212,7 @@ class _Pass:
     def start_collective(self, op: Op, c: _Collective) -> None:
         c.start_s = self.env.now
         for r in self.ranks:
+            self.overlapped = self.overlapped or r.compute_busy
             r.coll, r.spin_on = op.name, None
             r.set_busy(COMM, True) if self.active else None
 
@@ -268,6 +274,7 @@ class _Rank:
                 yield from self.wait_for_inputs(op, pending)
             start = env.now
             self.op = op.name
+            sim.overlapped = sim.overlapped or self.comm_busy
             self.set_busy(COMPUTE, True) if sim.active else None
             yield from sim.run_for(sim.times[op.name], self.compute_slowdown, self.watch, self)
             self.end_compute(op, start)
