@@ -55,13 +55,17 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-@click.group(cls=LazyGroup, lazy_commands=COMMANDS,
+# `tpsim --help` lists every registered schedule (sim/schedule/schedules/registry.py), read when it prints
+SECTIONS = {"Schedules (--schedule; each command's --help gives the arguments)":
+            "tpsim.sim.schedule.schedules.registry:help_rows"}
+
+
+@click.group(cls=LazyGroup, lazy_commands=COMMANDS, lazy_sections=SECTIONS,
              context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="tpsim")
 def main():
     """Predict and measure tensor-parallel LLM inference under different compute/communication
-    schedules: standard (Megatron), ladder (Ladder Residual), spd (Sync-Point Drop), parallel
-    (PaLM-style attention+MLP), upper-bound (no communication)."""
+    schedules, and what each asks of the model."""
 
 
 if __name__ == "__main__":          # `python -m tpsim.cli` (installed); a checkout's `python cli.py` ran above

@@ -1,4 +1,4 @@
-"""Kernel-level GPU checks of issue 25 item 6, each beside tpsim's own price (h200-sxm).
+"""Kernel-level GPU checks (bench/gpu_checks.sh step K), each beside tpsim's own price (h200-sxm).
 
     python bench/gpu_kernels.py linear  --out DIR [--smoke]     # ~50 s on an H200 (estimate)
     python bench/gpu_kernels.py cosched --out DIR [--smoke]     # ~45 s

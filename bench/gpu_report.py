@@ -1,4 +1,4 @@
-"""What a GPU run of bench/gpu_kernels.py says about tpsim's open points (docs/compiled-stack.md, "What
+"""What a GPU run of bench/gpu_kernels.py says about tpsim's open points (docs/compiled-stack-reference.md, "What
 only a GPU can settle"), read from its JSON on any machine, after the device is given back:
 
     python bench/gpu_report.py DIR        # DIR: gpu_kernels.py's --out (linear.json, decode.json)

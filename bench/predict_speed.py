@@ -5,7 +5,7 @@
 Each row: one `predict` call (all listed schedules + the standard baseline), median wall time
 over repeats, in this process (imports and profile loading excluded).
 
-Start-up (issue #28): the CPU time (user + system, resource.getrusage of the finished child) of
+Start-up: the CPU time (user + system, resource.getrusage of the finished child) of
 fresh processes: the interpreter alone, the libraries the simulator needs, `import tpsim.cli`, and
 a whole `cli.py predict --model llama-3.1-70b --tp 8` (the table printed, as a user runs it). With
 --base, the same processes of another checkout (e.g. a worktree of an older commit) run

@@ -2,26 +2,37 @@
 
     python bench/sim_speed.py            # everything (about two minutes on 2 cores)
     python bench/sim_speed.py --quick    # skip the 10,000-point memory sweep
+    python bench/sim_speed.py --engine-base REV   # only the engines, this checkout's against REV's
 
 Prints one table; every number comes from this one run. `--exact` (the sampled mode) simulates
 every rank with the profile's arrival jitter on sampled steps and layers; brute force simulates
 every rank, layer and decode step, and its rows time a stated fraction of the work and scale it.
 Peers: GenZ (pip install genz-llm) answering the same standard-TP question (prefill + decode
 latency of one configuration), and AIConfigurator if it is importable.
+
+`--engine-base REV` times only the engines on a few real steps: the heap engine (sim/engine/heap_engine.py,
+what `--exact` runs thousands of times) on every rank with drawn arrival delays, and the SimPy engine on
+one rank (as the fast path runs it). This checkout's modules and the same files at git revision REV are
+loaded side by side in this process and run interleaved (A B, B A, A B, ...), so both sides see the
+same machine load; it prints each side's median CPU time per call and their ratio.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import gc
+import importlib.util
 import math
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import _checkout  # noqa: E402  (this checkout as the package tpsim, whatever is installed)
@@ -29,11 +40,14 @@ _checkout.load()
 
 from tpsim.commands import sweep_grid as sw  # noqa: E402
 from tpsim.sim.grid import Point, grid  # noqa: E402
+from tpsim.sim.engine import heap_engine, simpy_engine  # noqa: E402
 from tpsim.sim.engine.heap_engine import compile_schedule, simulate_ranks  # noqa: E402
 from tpsim.sim.model.presets import get_model  # noqa: E402
 from tpsim.sim.predict import Simulator, Workload, predict  # noqa: E402
 from tpsim.sim.hardware.profile import ArrivalJitter, load_profile  # noqa: E402
 from tpsim.sim.schedule.language import DEFAULT_SCHEDULES  # noqa: E402
+from tpsim.sim.stack.presets import PRESETS  # noqa: E402
+from tpsim.sim.stack.spec import make_stack  # noqa: E402
 
 ALL = list(DEFAULT_SCHEDULES)
 
@@ -73,11 +87,103 @@ def sweep_points(n: int) -> list[Point]:
     return (pts * (n // len(pts) + 1))[:n]
 
 
+def engine_at(rev: str, path: str):
+    """The module at `path` (an engine) as it was at git revision `rev`, loaded as a module of its own
+    (its imports resolve to this checkout: the engines' inputs, Interference and the schedule, are shared)."""
+    root = Path(__file__).resolve().parent.parent
+    src = subprocess.run(["git", "-C", str(root), "show", f"{rev}:{path}"],
+                         capture_output=True, text=True, check=True).stdout
+    spec = importlib.util.spec_from_loader(f"{Path(path).stem}_at_{rev}", loader=None)
+    mod = sys.modules[spec.name] = importlib.util.module_from_spec(spec)   # (dataclasses look it up)
+    exec(compile(src, f"{rev}:{path}", "exec"), mod.__dict__)
+    return mod
+
+
+def engine_cases():
+    """(label, schedule, op_time, interference, ranks): real steps the sampled mode runs, every rank."""
+    cases = []
+    for label, model, tp, prof, stack, spec, phase in (
+            ("70B TP8 decode ladder", "llama-3.1-70b", 8, "h100-sxm", None, "ladder", "decode"),
+            ("70B TP8 decode spd:0.5, co-scheduled", "llama-3.1-70b", 8, "h100-sxm-coschedule", None, "spd:0.5", "decode"),
+            ("8B TP8 decode standard, eager (launch chain)", "llama-3.1-8b", 8, "h100-sxm", "eager", "standard", "decode"),
+            ("70B TP8 prefill parallel", "llama-3.1-70b", 8, "h100-sxm", None, "parallel", "prefill")):
+        kw = {"stack": make_stack({}, preset=PRESETS[stack].values)} if stack else {}
+        w = Workload(get_model(model), tp, load_profile(prof), batch=4, prompt_len=1024, gen_len=512, **kw)
+        sim = Simulator(w, record=False)
+        step = w.decode_step(1) if phase == "decode" else w.prefill_step()
+        sched = w.schedule(spec, step)
+        times = {op.name: sim._op_time(op, phase, sched) for op in sched.ops}
+        issue = sim._issue_time
+        launch = ({op.name: issue(op, phase, sched) for op in sched.ops}
+                  if issue is not None and not w.stack.graphs(phase) else None)
+        cases.append((label, sched, times, launch, sim.interference, tp))
+    return cases
+
+
+def paired(fns: dict, rounds: int) -> dict[str, float]:
+    """Median CPU seconds per call of each of fns (name -> callable), run interleaved A B, B A, ..."""
+    t_one = timed(next(iter(fns.values())), 1)
+    calls = max(1, int(0.02 / max(t_one, 1e-6)))            # ~20 ms per timing
+    ts: dict[str, list[float]] = {name: [] for name in fns}
+    names = list(fns)
+    for i in range(rounds):
+        for name in names if i % 2 == 0 else names[::-1]:   # ABBA: neither side always first
+            fn = fns[name]
+            t0 = time.process_time()
+            for _ in range(calls):
+                fn()
+            ts[name].append((time.process_time() - t0) / calls)
+    return {name: statistics.median(v) for name, v in ts.items()}
+
+
+def engine_ab(rev: str, rounds: int) -> None:
+    """This checkout's engines against REV's, interleaved round by round (module doc)."""
+    this, this_simpy = heap_engine, simpy_engine
+    base, base_simpy = engine_at(rev, "sim/engine/heap_engine.py"), engine_at(rev, "sim/engine/simpy_engine.py")
+    print(f"engines: this checkout (A) vs {rev} (B), {rounds} interleaved rounds, median CPU ms per call")
+    ratios = []
+    cases = engine_cases()
+    print("  heap engine (simulate_ranks: every rank, drawn arrival delays)")
+    for label, sched, times, launch, inter, ranks in cases:
+        issue = (lambda op: launch[op.name]) if launch is not None else None
+        fns, outs = {}, {}
+        for name, mod in (("A", this), ("B", base)):
+            c = mod.compile_schedule(sched, lambda op: times[op.name], inter, issue_s=issue)
+            delays = np.random.default_rng(0).exponential(5e-6, (len(c.comm_names), ranks))
+            fns[name] = lambda mod=mod, c=c, delays=delays: mod.simulate_ranks(c, ranks, inter, delays)
+            outs[name] = fns[name]()
+        assert outs["A"] == outs["B"], f"{label}: the two engines disagree: {outs}"
+        med = paired(fns, rounds)
+        ratios.append(med["A"] / med["B"])
+        print(f"    {label:46} A {med['A'] * 1e3:7.3f}  B {med['B'] * 1e3:7.3f}  A/B {ratios[-1]:5.3f}  "
+              f"({len(c.time_s)} items, {len(c.comm_names)} collectives, {ranks} ranks)", flush=True)
+    print(f"    geometric mean A/B {math.prod(ratios) ** (1 / len(ratios)):.3f}")
+    print("  SimPy engine (simulate: one rank, as the fast path runs it)")
+    ratios = []
+    for label, sched, times, launch, inter, _ in cases:
+        issue = (lambda op: launch[op.name]) if launch is not None else None
+        fns = {name: lambda mod=mod: mod.simulate(sched, lambda op: times[op.name], 1, inter, record=False,
+                                                  issue_s=issue)
+               for name, mod in (("A", this_simpy), ("B", base_simpy))}
+        a, b = fns["A"](), fns["B"]()
+        assert (a.duration_s, a.exposed_comm_s, a.events) == (b.duration_s, b.exposed_comm_s, b.events), label
+        med = paired(fns, rounds)
+        ratios.append(med["A"] / med["B"])
+        print(f"    {label:46} A {med['A'] * 1e3:7.3f}  B {med['B'] * 1e3:7.3f}  A/B {ratios[-1]:5.3f}  "
+              f"({a.events} events)", flush=True)
+    print(f"    geometric mean A/B {math.prod(ratios) ** (1 / len(ratios)):.3f}")
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="skip the 10,000-point memory sweep")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--engine-base", metavar="REV", help="only the engines, against git revision REV's")
+    ap.add_argument("--rounds", type=int, default=41, help="interleaved rounds of --engine-base")
     args = ap.parse_args()
+    if args.engine_base:
+        engine_ab(args.engine_base, args.rounds)
+        return
     h100 = load_profile("h100-sxm")
     rows = []
 

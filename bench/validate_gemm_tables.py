@@ -1,4 +1,4 @@
-"""The decode GEMM prices of h100-sxm (issue 25 item 3) against public measurements. Validation
+"""The decode GEMM prices of h100-sxm against public measurements. Validation
 only: nothing here sets a constant.
 
 Three checks, each a table (source, shape, m, public us, priced us, ratio public / priced):

@@ -4,7 +4,9 @@ machinery, the calibration or the harness's modules, and `tpsim --help` loads no
 
 Each entry is name -> ("module:attribute", short help). The short help is stored beside the
 path so that `--help` lists every command without importing it; tests/test_cli.py holds each
-stored line equal to the command's own."""
+stored line equal to the command's own. A help section may be lazy too (`lazy_sections`: title ->
+"module:function" returning its (term, text) rows, imported only when the help is printed: the
+schedule registry's list in `tpsim --help`)."""
 from __future__ import annotations
 
 import importlib
@@ -15,9 +17,20 @@ import click
 class LazyGroup(click.Group):
     """click.Group plus `lazy_commands`: {name: ("module:attr", short help)}."""
 
-    def __init__(self, *args, lazy_commands: dict[str, tuple[str, str]] | None = None, **kwargs):
+    def __init__(self, *args, lazy_commands: dict[str, tuple[str, str]] | None = None,
+                 lazy_sections: dict[str, str] | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.lazy_commands = dict(lazy_commands or {})
+        self.lazy_sections = dict(lazy_sections or {})
+
+    def format_help_text(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """As click.Group's, then each lazy section, its rows read now (module doc)."""
+        super().format_help_text(ctx, formatter)
+        for title, path in self.lazy_sections.items():
+            module, _, attr = path.partition(":")
+            rows = getattr(importlib.import_module(module), attr)()
+            with formatter.section(title):
+                formatter.write_dl(rows)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(super().list_commands(ctx)) | set(self.lazy_commands))

@@ -13,7 +13,9 @@ below) is checked with no code of its own; a layer kind without a reference here
   spd       per TP rank r: P_r = attention heads of r through wo's columns of r;
             Z_r = mlp over FFN columns of r applied to norm(x + P_r); x' = x + sum_r (P_r + Z_r)
             (SPD's output depends on the TP degree by definition, so its reference takes tp)
-  token-split, seq-parallel  the standard reference: they reorder and reshape the same math
+  token-split, seq-parallel  the standard reference: they reorder and reshape the same math (the
+               registry says so: a schedule that keeps the model names its numerics_reference, so a
+               new one needs no entry here)
   upper-bound  only checked to run (its outputs are meaningless by design)
 
 Compared: prefill logits and every decode step's logits with the KV cache, teacher-forced (the
@@ -28,8 +30,11 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from collections.abc import Iterator, Mapping
+
 from tpsim.sim.model.presets import ModelSpec
 from tpsim.sim.schedule.language import build, kind_base, plan_of, runs
+from tpsim.sim.schedule.schedules.registry import layer_kinds, numerics_reference
 from tpsim.hw import rank as hwrank
 from tpsim.hw.run_config import RunConfig
 from tpsim.hw.bench import caption
@@ -173,17 +178,32 @@ def _each(layer):
     return run
 
 
-# Layer kind (sim/schedule/schedules: LayerKind.name) -> reference of a run of such layers; every kind has
-# one here or a reason in UNCHECKED (tests/test_schedule_registry.py walks the registry).
-REFERENCES = {
+# The reference of a run of layers of each distinct math, by layer kind (sim/schedule/schedules: LayerKind.name).
+OWN = {
     "standard": _each(Reference._standard),
     "ladder": Reference._ladder,
     "spd": _each(Reference._spd),
     "parallel": _each(Reference._parallel),
-    # same math as standard, only split into micro-batches / token shards: the same outputs
-    "token-split": _each(Reference._standard),
-    "seq-parallel": _each(Reference._standard),
 }
+
+
+class _References(Mapping):
+    """Layer kind -> reference of a run of such layers: its own (OWN), or the one its schedule names
+    (ScheduleDef.numerics_reference: token-split and seq-parallel keep the model, so they name
+    standard), read from the registry as it is when looked up. Every kind has one here or a reason in
+    UNCHECKED (tests/test_schedule_registry.py walks the registry)."""
+
+    def __getitem__(self, kind: str):
+        return OWN[numerics_reference(kind)]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([k for k in dict.fromkeys([*OWN, *layer_kinds()]) if numerics_reference(k) in OWN])
+
+    def __len__(self) -> int:
+        return len(list(iter(self)))
+
+
+REFERENCES = _References()
 UNCHECKED = {"upper-bound": "outputs meaningless by design"}      # why a layer kind has no reference
 
 

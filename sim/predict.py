@@ -24,12 +24,10 @@ from tpsim.sim.price import occupancy
 from tpsim.sim.price.cost import CostModel
 from tpsim.sim.engine.simpy_engine import Interference, StepResult, simulate
 from tpsim.sim.stack import host_lane
-from tpsim.sim.memory import GIB, check_fits, estimate
-from tpsim.sim.model.presets import ModelSpec
-from tpsim.sim.hardware.profile import Profile
+from tpsim.sim.workload import Workload
 from tpsim.sim.engine.estimate import REL_TOL, Estimate
-from tpsim.sim.schedule.language import Schedule, build, build_plan, model_change, plan_of, runs
-from tpsim.sim.stack.spec import Stack, Step
+from tpsim.sim.schedule.language import Schedule, build_plan, model_change, plan_of, runs
+from tpsim.sim.stack.spec import Step
 
 MODES = ("fast", "sampled", "brute")
 DECODE_SAMPLES = 17       # sampled decode positions on the fast path (when steps differ)
@@ -50,67 +48,6 @@ def decode_positions(gen_len: int, kv: str) -> list[int]:
     return sorted({int(j) for j in np.linspace(1, last, min(DECODE_SAMPLES, last)).round()})
 
 
-@dataclass(frozen=True)
-class Workload:
-    model: ModelSpec
-    tp: int
-    profile: Profile
-    batch: int = 1
-    prompt_len: int = 1024
-    gen_len: int = 512
-    stack: Stack = Stack()
-    gpus_per_node: int | None = None      # None: the profile's
-    comm_bw_scale: float = 1.0            # what-if: interconnect bandwidth x this
-    comm_lat_scale: float = 1.0           # what-if: collective latency x this
-    memory_check: bool = True             # refuse a workload whose rank does not fit the profile's memory
-    comm_group: int | None = None         # ranks the collectives really span (1: one rank of a TP job
-                                          # emulated on one GPU, as `tpsim bench --emulate-tp`); None: tp
-
-    def __post_init__(self) -> None:
-        if not (self.comm_bw_scale > 0 and self.comm_lat_scale > 0):
-            raise ValueError("bandwidth and latency scales must be positive")
-        for name, flag in (("batch", "--batch"), ("prompt_len", "--prompt"), ("gen_len", "--gen")):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} ({flag}) must be >= 1, got {getattr(self, name)}")
-        if self.stack.dtype not in self.profile.peak_flops:
-            raise ValueError(f"profile {self.profile.name} has no matrix peak for {self.stack.dtype} "
-                             f"(compute.matmul_tflops has: {', '.join(self.profile.peak_flops)}); choose --dtype "
-                             f"from those or add it to the profile")
-        if (self.gpus_per_node is not None and self.profile.topology is not None
-                and self.gpus_per_node > self.profile.gpus_per_node):
-            raise ValueError(f"profile {self.profile.name} describes nodes of {self.profile.gpus_per_node} GPUs; "
-                             f"--gpus-per-node {self.gpus_per_node} needs a profile of such nodes")
-        if self.comm_group is not None and not 1 <= self.comm_group <= self.tp:
-            raise ValueError(f"comm_group (--comm-group) must be in 1..{self.tp} (the TP degree), got {self.comm_group}")
-        if self.gpus_per_node is not None and self.gpus_per_node < 1:
-            raise ValueError(f"gpus_per_node (--gpus-per-node) must be >= 1, got {self.gpus_per_node}")
-        per = self.gpus_per_node or self.profile.gpus_per_node
-        if self.tp > per and self.tp % per:
-            # the collective models (topology, NCCL's node split) take equal nodes: a 3/3/2 split is no such job
-            raise ValueError(f"TP {self.tp} does not fill nodes of {per} ranks evenly"
-                             f"{'' if self.gpus_per_node else f' (profile {self.profile.name})'}; give a "
-                             f"--gpus-per-node that divides {self.tp}")
-        self.model.shard(self.tp)         # raises a ValueError naming valid TP degrees
-        if self.memory_check:             # a prediction for a run that cannot start is no answer
-            est = estimate(self.model, self.tp, self.batch, self.prompt_len, self.gen_len, self.stack,
-                           self.profile.device)
-            check_fits(est, int(self.profile.memory_gib * GIB), f"one {self.profile.name} GPU")
-
-    @property
-    def nodes(self) -> int:
-        per = self.gpus_per_node or self.profile.gpus_per_node
-        return -(-self.tp // per)
-
-    def schedule(self, spec: str, step: Step) -> Schedule:
-        return build(spec, self.model, self.tp, step, self.stack)
-
-    def prefill_step(self) -> Step:
-        return Step.prefill(self.batch, self.prompt_len, self.gen_len, self.stack)
-
-    def decode_step(self, j: int) -> Step:
-        return Step.decode(self.batch, self.prompt_len, self.gen_len, j, self.stack)
-
-
 @dataclass
 class Prediction:
     schedule: str
@@ -128,6 +65,8 @@ class Prediction:
     jitter_prefill: Estimate | None = None      # sampled mode: the jitter's cost on the prefill
     jitter_decode: Estimate | None = None       # sampled mode: on one decode step (mean over positions)
     speedup_ci: float = 0.0                     # sampled mode: 95% half-width of the speedup
+    # the simulator that made it: sim/sensitivity.py reruns its workload at other numbers no price reads on it
+    simulator: Simulator | None = field(default=None, repr=False, compare=False)
 
     @property
     def tokens_per_s(self) -> float:
@@ -161,17 +100,21 @@ class Simulator:
 
     def __init__(self, workload: Workload, exact: bool = False, record: bool = True,
                  progress: Callable[[], None] | None = None, ranks: int | None = None,
-                 mode: str | None = None, seed: int = 0, rel_tol: float = REL_TOL):
+                 mode: str | None = None, seed: int = 0, rel_tol: float = REL_TOL, like: Simulator | None = None):
         self.mode = mode or ("brute" if exact else "fast")       # exact=True: the brute-force mode
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         self.w, self.exact, self.record = workload, self.mode == "brute", record
         self.seed, self._passes = seed, 0
-        self._short: dict = {}              # (spec, layer counts per run, step) -> the compressed pass built
+        # like: a simulator of this workload on a profile that prices every op alike (sim.price.cost.UNPRICED,
+        # sim/sensitivity.py's settings): its cost model, the passes it built and their prices serve this one too
+        self._short: dict = like._short if like is not None else {}   # (spec, layer counts, step) -> pass built
+        self._priced: dict = like._priced if like is not None else {}  # id(pass) -> (pass, _prices of it)
+        self._apart: dict = like._apart if like is not None else {}    # id(pass) -> (pass, wake_s, timeline)
         self.ranks = ranks or (workload.tp if self.exact else 1)  # simulated ranks (a trace may show fewer)
         self.progress = progress            # called once per simulated forward pass (brute force is slow)
         p = workload.profile
-        self.cost = CostModel(p, workload.stack, workload.gpus_per_node)
+        self.cost = like.cost if like is not None else CostModel(p, workload.stack, workload.gpus_per_node)
         # a GPU profile's overlap.gpu: co-scheduling per kernel (sim/price/coschedule.py) instead of flat factors
         cosched = occupancy.coschedule(self.cost, p.coschedule, self.comm_s) if p.coschedule else None
         self.interference = Interference(p.compute_slowdown, p.comm_slowdown, p.wake_s, cosched)
@@ -260,7 +203,7 @@ class Simulator:
         held: dict[int, int] = {}
 
         def timed(sched: Schedule) -> tuple[float, float]:
-            r = self._simulate(sched, record=False)
+            r = self._timed(sched)
             held[id(sched)] = r.last_held_op
             return r.duration_s, r.exposed_comm_s
 
@@ -306,8 +249,7 @@ class Simulator:
 
     def _issue_sum(self, sched: Schedule) -> float:
         """CPU seconds to launch every op of a pass (the launch chain's length)."""
-        issue = self._issue_time
-        return sum(issue(op, sched.step.phase, sched) for op in sched.ops)
+        return sum(self._prices(sched)[1].values())
 
     def _short_pass(self, spec: str, rs, counts: list[int], step: Step) -> Schedule:
         """The pass whose runs have `counts` layers each, built once per (spec, counts, step)."""
@@ -315,7 +257,8 @@ class Simulator:
         if key not in self._short:
             plan = tuple(k for (k, _, _), n in zip(rs, counts) for _ in range(n))
             model = self.w.model.truncated(len(plan)) if len(plan) < self.w.model.layers else self.w.model
-            self._short[key] = build_plan(spec, plan, model, self.w.tp, step, self.w.stack)
+            built = self._short[key] = build_plan(spec, plan, model, self.w.tp, step, self.w.stack)
+            self._priced[id(built)] = (built, None)     # its prices are kept once made (_prices)
         return self._short[key]
 
     def comm_s(self, op, phase: str) -> float:
@@ -331,24 +274,47 @@ class Simulator:
         t0 = min(self.cost.comm_s(tiny, phase), t)
         return lat * t0 + (t - t0) / bw
 
+    def _prices(self, sched: Schedule) -> tuple[dict, dict | None]:
+        """(op name -> seconds, op name -> CPU launch seconds or None without a launch chain) of `sched`:
+        kept for the compressed passes (`_short_pass`; a simulator `like` this one reads them too)."""
+        hit = self._priced.get(id(sched))
+        if hit is not None and hit[0] is sched and hit[1] is not None:
+            return hit[1]
+        phase, cost, issue = sched.step.phase, self.cost, self._issue_time
+        out = ({op.name: self.comm_s(op, phase) if op.is_comm else cost.compute_s(op, phase, sched)
+                for op in sched.ops},
+               {op.name: issue(op, phase, sched) for op in sched.ops} if issue is not None else None)
+        if hit is not None and hit[0] is sched:
+            self._priced[id(sched)] = (sched, out)
+        return out
+
+    def _timed(self, sched: Schedule) -> StepResult:
+        """A compressed pass's timeline (fast path). One where no compute ran beside a collective
+        (StepResult.apart) is the same at any flat factors with its wake-up: kept, and not simulated
+        again by a simulator `like` this one (sim/sensitivity.py's settings of those factors)."""
+        i, hit = self.interference, self._apart.get(id(sched))
+        if hit is not None and hit[0] is sched and hit[1] == i.wake_s and i.active and i.coschedule is None:
+            return hit[2]
+        r = self._simulate(sched, record=False)
+        if r.apart and id(sched) in self._priced:       # a kept pass (_short_pass)
+            self._apart[id(sched)] = (sched, i.wake_s, r)
+        return r
+
     def _simulate(self, sched: Schedule, record: bool) -> StepResult:
-        phase, cost = sched.step.phase, self.cost
-
-        def op_time(op):
-            return self.comm_s(op, phase) if op.is_comm else cost.compute_s(op, phase, sched)
-
+        phase = sched.step.phase
+        times, launch = self._prices(sched)
         jitter = self.w.profile.arrival_jitter
         mean = (lambda op: jitter[self._scope(op)].mean_s) if self.exact else None
         self._passes += 1       # each pass draws its own jitter (steps are independent draws)
-        host, issue = self._host_time, self._issue_time
+        host = self._host_time
         ln = self.lane(sched.step) if self.ranks > 1 else None    # the host lane's per-rank starts
         # the launch chain restarts with every pass (sim/engine/simpy_engine.py): the step's sync on its sampled
         # tokens ended the last one; a host lane's lead (schedule, prepare) comes before it (step_s)
-        return simulate(sched, op_time, ranks=self.ranks, interference=self.interference, arrival_mean_s=mean,
-                        record=record, seed=self.seed * 1_000_003 + self._passes,
+        return simulate(sched, lambda op: times[op.name], ranks=self.ranks, interference=self.interference,
+                        arrival_mean_s=mean, record=record, seed=self.seed * 1_000_003 + self._passes,
                         host_s=(lambda op: host(op, phase)) if host is not None else None,
                         rank_delay_s=ln.offsets_s if ln is not None else (),
-                        issue_s=(lambda op: issue(op, phase, sched)) if issue is not None else None)
+                        issue_s=(lambda op: launch[op.name]) if launch is not None else None)
 
     def notes(self, spec: str) -> tuple[str, ...]:
         """The builder's notes for the prefill and a decode step, plus what padding costs (seq-parallel:
@@ -395,7 +361,7 @@ class Simulator:
             d, e = self.step_time(spec, w.decode_step(1))
             decode_s, decode_exposed = d * len(steps), e * len(steps)
         p = Prediction(spec, pre_s, decode_s, pre_exp + decode_exposed, w.batch, w.gen_len, mode=self.mode,
-                       model_change=model_change(spec, w.model.layers), notes=self.notes(spec))
+                       model_change=model_change(spec, w.model.layers), notes=self.notes(spec), simulator=self)
         if self.mode == "sampled":
             self._add_jitter(spec, p, pre_s, steps)
         if self.record:          # full timelines of the prefill and of decode step 1, for traces and joins

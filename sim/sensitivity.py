@@ -8,6 +8,11 @@ numbers, each alone at its ends). Two schedules whose order by tokens/s at the p
 is reversed at a setting form a `Flip`: their order is a call the sources cannot make, and
 `tpsim predict` says so under its table.
 
+No work for nothing: a setting is set on the parsed profile where parse reads the number as is (no
+re-parse), and settings of numbers no op's price reads (the interference factors) rerun on the base
+prediction's simulator: its prices, its built passes, and the timelines of passes where no compute ran
+beside a collective, which those factors do not move (sim/predict.py `like`).
+
 The schedules ordered are standard (the speedups' baseline, always) and those asked for that are a
 way to run the model (upper-bound, model change "n/a", is a ceiling, not a contender). Nothing here
 changes a prediction: the table keeps the profile's values.
@@ -18,10 +23,10 @@ import copy
 import itertools
 from dataclasses import dataclass, replace
 
-from tpsim.sim.predict import Prediction, Workload, predict
+from tpsim.sim.predict import Prediction, Simulator, Workload, predict
 from tpsim.sim.price import decode_grid
-from tpsim.sim.price.cost import CostModel
-from tpsim.sim.hardware.check import parse
+from tpsim.sim.price.cost import UNPRICED, CostModel
+from tpsim.sim.hardware.check import parse, set_as_read
 from tpsim.sim.hardware.schema import Profile, ProfileError
 
 
@@ -87,7 +92,11 @@ def ranged_values(profile: Profile) -> tuple[Ranged, ...]:
 
 
 def with_values(profile: Profile, setting: tuple[tuple[str, float], ...]) -> Profile:
-    """The profile with each (path, value) of `setting` in place (parsed again: every check holds)."""
+    """The profile with each (path, value) of `setting` in place: set on the parsed profile where parse
+    reads the number as is (sim.hardware.check.AS_READ), else parsed again (every check holds)."""
+    done = set_as_read(profile, setting)
+    if done is not None:
+        return done
     data = copy.deepcopy(profile.raw)
     for path, value in setting:
         _leaf(data, path)["value"] = value
@@ -153,6 +162,10 @@ def check(workload: Workload, schedules: list[str], base: list[Prediction] | Non
     if len(contenders) < 2:
         return Sensitivity(ranged, at_base, {}, ())
     ends, flips = {}, []
+    # settings that change only numbers no op's price reads (sim.price.cost.UNPRICED) run on the base's
+    # pricing: its cost model, its passes and those of their timelines these numbers do not move
+    alike, made = all(r.path in UNPRICED for r in ranged), base[0].simulator
+    like = made if alike and made is not None and made.w is workload else None
     for setting in settings(ranged):
         try:
             profile = with_values(workload.profile, setting)
@@ -161,6 +174,8 @@ def check(workload: Workload, schedules: list[str], base: list[Prediction] | Non
                                f"its sources give (sim/sensitivity.py): narrow those ranges") from None
         # the same run at another speed: whether it fits was the workload's own check
         w = replace(workload, profile=profile, memory_check=False)
-        tps = ends[setting] = {p.schedule: p.tokens_per_s for p in predict(w, contenders, record=False, mode="fast")}
+        sim = Simulator(w, record=False, mode="fast", like=like)
+        like = like or (sim if alike else None)
+        tps = ends[setting] = {s: sim.predict(s).tokens_per_s for s in contenders}
         flips += [Flip(setting, a, b, (tps[a], tps[b])) for a, b in order_flips(at_base, tps)]
     return Sensitivity(ranged, at_base, ends, tuple(flips))

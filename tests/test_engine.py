@@ -98,6 +98,17 @@ def test_interference_does_not_touch_serialized_standard():
     assert run("standard", 4, interference=inter).duration_s == run("standard", 4).duration_s
 
 
+def test_a_pass_where_no_compute_runs_beside_a_collective_says_so():
+    """StepResult.apart: flat factors applied and no compute op beside a collective, so the pass is
+    the same at any flat factors (sim/sensitivity.py reruns none of it). Standard serializes every
+    all-reduce: apart, 2 x (5 + 2 x 4) = 26 at any factors. The one-layer ladder at C=1 runs its
+    attention all-reduce beside the MLP: not apart. Without factors (nothing applied): not said."""
+    a, b = (run("standard", 4, interference=Interference(*f)) for f in ((2.0, 1.5), (1.3, 1.1, 0.5)))
+    assert a.apart and a.duration_s == 26 and b.apart and b.duration_s == 26
+    assert not run("ladder", 1, model=ONE_LAYER, interference=Interference(2.0, 1.5)).apart
+    assert not run("standard", 4).apart
+
+
 def test_late_rank_delays_the_collective_for_all():
     # rank 1 starts 3 late: every rank's first all-reduce starts at 3 + 2 = 5
     res = run("standard", 1, model=ONE_LAYER, ranks=2, rank_delay_s=(0, 3))

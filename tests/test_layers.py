@@ -8,7 +8,7 @@ words. Within a folder anything goes; across folders only the arrows below.
     hardware                                      ->  stack                     (never price: parsing imports no pricing)
     price                                         ->  hardware, schedule, stack
     engine                                        ->  schedule, stack            (priced ops come in as numbers)
-    sim top (predict, memory, sensitivity, grid)  ->  everything in sim but serve
+    sim top (workload, predict, memory, ...)     ->  everything in sim but serve
     serve                                         ->  the sim top, model, stack, schedule, hardware (nothing
                                                       in sim imports serve)
     hw core                                       ->  sim, fileio  (never hw/derive or hw/spd)

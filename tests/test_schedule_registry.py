@@ -92,3 +92,36 @@ def test_registering_refuses_clashes_and_undeclared_kinds(attn_only):
         LayerKind("bare", each(_attn_only))
     with pytest.raises(ValueError, match="model_change"):
         ScheduleDef("x", "x", "maybe", lambda n: ())
+
+
+def test_tpsim_help_lists_every_registered_schedule(attn_only):
+    """`tpsim --help` reads the registry when it prints (cli.SECTIONS): each built-in schedule and one
+    registered from outside, with what it asks of the model."""
+    out = CliRunner().invoke(main, ["--help"]).output
+    listed = out.split("Schedules")[1].split("Options:")[0]
+    names = [line.split()[0] for line in listed.splitlines()[1:] if line.startswith("  ") and not line.startswith("    ")]
+    assert names == list(REGISTRY) and names[-1] == "attn-only" and len(names) >= 8, out
+    assert "[model change: drops syncs]" in " ".join(listed.split())
+
+
+@pytest.fixture
+def two_halves():
+    """A toy schedule that keeps the model: standard layers built in two runs of its own kind."""
+    from tpsim.sim.schedule.schedules import standard
+    kind = LayerKind("two-halves", each(standard.layer), analytic="a test's kind: no compiled probe")
+    d = register(ScheduleDef("two-halves", "two-halves (a test's)", "none", lambda n: ("two-halves",) * n, (kind,),
+                             numerics_reference="standard"))
+    yield d
+    unregister("two-halves")
+
+
+def test_a_schedule_that_keeps_the_model_is_checked_against_the_reference_it_names(two_halves):
+    """Its ScheduleDef names standard's reference (numerics_reference): `tpsim check` holds it to that
+    reference with no entry of its own in hw/check.py."""
+    pytest.importorskip("torch")
+    from tpsim.hw.check import OWN, REFERENCES, unchecked_reasons
+    assert "two-halves" not in OWN and REFERENCES["two-halves"] is OWN["standard"]
+    assert unchecked_reasons(plan_of("two-halves", 3)) == []
+    assert REFERENCES["token-split"] is REFERENCES["seq-parallel"] is OWN["standard"]
+    unregister("two-halves")
+    assert "two-halves" not in REFERENCES

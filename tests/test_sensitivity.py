@@ -4,15 +4,22 @@ numbers, and `tpsim predict`'s note and JSON on a real profile extending h100-sx
 from __future__ import annotations
 
 import json
+from dataclasses import fields, replace
 
 import pytest
 from click.testing import CliRunner
 
 from tpsim.cli import main
+from tpsim.sim import predict as predict_module
 from tpsim.sim.hardware.profile import load_profile
-from tpsim.sim.hardware.check import parse
+from tpsim.sim.hardware.check import AS_READ, parse
 from tpsim.sim.hardware.schema import ProfileError
-from tpsim.sim.sensitivity import Flip, Ranged, Sensitivity, order_flips, settings
+from tpsim.sim.model.presets import get_model
+from tpsim.sim.predict import Workload, predict
+from tpsim.sim.price.cost import UNPRICED, CostModel
+from tpsim.sim.schedule.language import build
+from tpsim.sim.sensitivity import Flip, Ranged, Sensitivity, check, order_flips, ranged_values, settings, with_values
+from tpsim.sim.stack.spec import Stack
 
 
 # ---------------------------------------------------------------- the order, on toy tokens/s
@@ -189,3 +196,72 @@ def test_an_end_the_profiles_other_fields_do_not_allow_is_a_clear_error(tmp_path
     assert "field 'overlap.gpu.gpc_sms' must list positive whole SM counts summing to overlap.gpu.sms" in res.output
     assert "with overlap.gpu.sms = 120, overlap.gpu.hbm_per_bus_byte = 2, ends of the ranges" in res.output
     assert "Traceback" not in res.output
+
+
+# ---------------------------------------------------------------- the reruns: no work for nothing
+
+RANGED_BUILTINS = ("h100-sxm", "h100-sxm-coschedule", "a100-sxm", "l40s-pcie")
+
+
+@pytest.mark.parametrize("name", RANGED_BUILTINS)
+def test_a_setting_set_on_the_parsed_profile_is_the_profile_a_parse_of_it_gives(name):
+    """with_values sets a number parse reads as is (sim.hardware.check.AS_READ) on the parsed profile:
+    every field, the raw JSON and the ranges equal those of a parse of the edited file."""
+    p = load_profile(name)
+    for setting in settings(ranged_values(p)):
+        data = json.loads(json.dumps(p.raw))
+        for path, v in setting:
+            cur = data
+            for part in path.split("."):
+                cur = cur[part]
+            cur["value"] = v
+        want, got = parse(data, p.source_path), with_values(p, setting)
+        assert got == want and got.raw == want.raw and got.ranges == want.ranges
+        assert [repr(getattr(got, f.name)) for f in fields(got)] == [repr(getattr(want, f.name)) for f in fields(want)]
+
+
+def test_the_numbers_no_price_reads_are_read_by_no_price():
+    """A cost model on a profile whose UNPRICED numbers are None prices every op of 70B TP8 (every
+    schedule, prefill and decode, compiled and eager) as on the profile itself: a price that read
+    one would fail or differ."""
+    assert set(UNPRICED) <= set(AS_READ)
+    p = load_profile("h100-sxm-coschedule")
+    blank = replace(p, compute_slowdown=None, comm_slowdown=None,
+                    coschedule=replace(p.coschedule, hbm_per_bus_byte=None))
+    for stack in (Stack(), Stack(compile_prefill=False, compile_decode=False, decode_graphs=False)):
+        w = Workload(get_model("llama-3.1-70b"), 8, p, stack=stack)
+        a, b = CostModel(p, stack), CostModel(blank, stack)
+        for spec in ("standard", "ladder", "spd:0.5", "parallel", "seq-parallel"):
+            for step in (w.prefill_step(), w.decode_step(1)):
+                s = build(spec, w.model.truncated(3), 8, step, stack)
+                for op in s.ops:
+                    price = (lambda c: c.comm_s(op, step.phase)) if op.is_comm else \
+                        (lambda c: (c.compute_s(op, step.phase, s), c.issue_s(op, step.phase, s)))
+                    assert price(a) == price(b), (spec, step.phase, op.name)
+
+
+@pytest.mark.parametrize("name, reruns", [("h100-sxm", 16), ("h100-sxm-coschedule", 36)])
+def test_the_reruns_price_nothing_again_and_simulate_only_the_passes_the_factors_move(name, reruns, monkeypatch):
+    """70B TP8, default schedules: each setting's tokens/s equal a fresh prediction on the parsed profile
+    at that setting; the reruns share the base prediction's prices and passes. Flat factors (h100-sxm,
+    4 settings x 4 contenders, 18 passes each): only ladder's 4 passes, where compute runs beside its
+    all-reduces, are simulated again, 16 instead of 72. Co-scheduling (2 settings): every pass, 36."""
+    w = Workload(get_model("llama-3.1-70b"), 8, load_profile(name))
+    scheds = ["standard", "ladder", "parallel", "spd:0.7", "upper-bound"]
+    base = predict(w, scheds, record=False)
+    runs = []
+    real = predict_module.simulate
+    monkeypatch.setattr(predict_module, "simulate", lambda *a, **k: runs.append(a[0].name) or real(*a, **k))
+    sens = check(w, scheds, base)
+    assert len(runs) == reruns
+    monkeypatch.undo()
+    for setting, tps in sens.ends.items():
+        data = json.loads(json.dumps(w.profile.raw))
+        for path, v in setting:
+            cur = data
+            for part in path.split("."):
+                cur = cur[part]
+            cur["value"] = v
+        fresh = predict(replace(w, profile=parse(data, w.profile.source_path), memory_check=False), list(tps),
+                        record=False)
+        assert tps == {p.schedule: p.tokens_per_s for p in fresh}

@@ -73,7 +73,7 @@ def test_p2p_off_large_all_reduce_price_path():
 def test_validator_prints_but_never_prices_a_system_without_profile():
     """bench/data files with "profile": null (e.g. the 8x A40 PCIe P2P-off runs) are listed, not priced,
     and stay out of every median; the P2P-off median counts only the A100 SXM points."""
-    sys.path.insert(0, str(DATA.parent.parent.parent / "bench"))
+    sys.path.insert(0, str(ROOT / "bench"))
     import validate_collectives as vc
     srcs = vc.load()
     rows = vc.evaluate(srcs)

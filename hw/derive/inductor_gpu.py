@@ -24,7 +24,7 @@ torch.compile run does.
 
 The shipped table is derived with the torch the reference ran, 2.5.1 (+ triton 3.1.0; a CUDA build
 from PyPI derives without a GPU: hw/derive/fake_cuda.py, hw/torch_compat.py); on another torch the same
-command derives that torch's kernels (2.13 fuses the attention otherwise: docs/compiled-stack.md).
+command derives that torch's kernels (2.13 fuses the attention otherwise: docs/compiled-stack-reference.md).
 
 Run: python -m tpsim.hw.derive.inductor_gpu [--out sim/compiled_kernels_gpu.json]   (about 20 s)
      python -m tpsim.hw.derive.inductor_gpu --at llama-3.1-70b:8:4 ...   (the launches at real shapes)

@@ -24,7 +24,7 @@ M == 1: decode at batch 1, decode attention at any batch) into a generated mul +
 when coordinate_descent_tuning is on (the reference sets it; torch/_inductor/decomposition.py,
 mm and bmm). On CPU that branch is skipped, so for target "cuda" we install the same branch
 (checked against the installed source: a torch that changes it fails loudly). Everything else
-(fusion decisions, realized buffers) is the CPU C++ backend's; docs/compiled-stack.md lists where
+(fusion decisions, realized buffers) is the CPU C++ backend's; docs/compiled-stack-reference.md lists where
 Triton may differ.
 
 Run: python -m tpsim.hw.derive.inductor_kernels [--out sim/price/compiled_kernels.json] [--only KIND:VARIANT ...]

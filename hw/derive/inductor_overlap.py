@@ -33,7 +33,7 @@ PyTorch v2.5.0 (the wheel's torch/_inductor, git 32f585d9):
   reorder_for_peak_memory.
 
 Checked on torch 2.5.1 itself (the reference's; run this module with it and --locality-installed,
-docs/compiled-stack.md): every window holds the same compute as this emulation gives, and only the
+docs/compiled-stack-reference.md): every window holds the same compute as this emulation gives, and only the
 waits sit elsewhere: 2.5.1 issues AR(mlp_i) before it waits for AR(attn_i) (tpsim's plan order), where
 the emulation puts each wait before the next issue; one timeline on a comm stream run in issue order.
 

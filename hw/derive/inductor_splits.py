@@ -9,7 +9,7 @@ compile_decode) at every per-rank decode shape of the built-in models (TP 1-16, 
 cache 1536), reads from each step's launches what splits (`pv_splits`, `norm_splits`: a reduction
 over rows x N then a persistent one over (rows, N), ir.Reduction.num_splits), and counts the
 launches beyond the probe's and the p@v combines (`other_launches`). sim/price/fusion.py prices what it
-finds (Kernel.when; docs/compiled-stack.md); tests/test_gpu_decode.py pins the classes.
+finds (Kernel.when; docs/compiled-stack-reference.md); tests/test_gpu_decode.py pins the classes.
 
 Run: python -m tpsim.hw.derive.inductor_splits [--out sim/compiled_kernels_gpu.json]   (about 15 min on 2
      cores; writes only the `splits` section; with the reference's torch 2.5.1 for the shipped table)

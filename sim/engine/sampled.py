@@ -30,7 +30,8 @@ from typing import Callable
 
 import numpy as np
 
-from tpsim.sim.engine.heap_engine import Compiled, compile_schedule, simulate_ranks
+from tpsim.sim.engine.compiled import Compiled, compile_schedule
+from tpsim.sim.engine.heap_engine import simulate_ranks
 from tpsim.sim.engine.estimate import REL_TOL, Estimate
 from tpsim.sim.schedule.language import Schedule, build_plan, plan_of, runs
 from tpsim.sim.stack.spec import Step

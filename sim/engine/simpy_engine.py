@@ -27,6 +27,11 @@ devices: sim.price.cost.CostModel.issue_s is 0): the timeline of a pass without 
 
 The engine knows nothing of costs: it takes `op_time(op) -> seconds`, so tests can pin
 timelines with hand-written integer costs.
+
+`simulate` sets up a _Pass (what the ranks share: the clock, the priced ops, the collectives, the
+records) and one _Rank per rank, whose methods are its stream processes (compute_stream, comm_stream),
+as in SimPy's machine-shop example; each mechanism is one method, named as in the heap engine (the
+table in sim/engine/__init__.py).
 """
 from __future__ import annotations
 
@@ -85,6 +90,9 @@ class StepResult:
     events: int = 0                   # SimPy events scheduled (engine throughput benchmarks)
     last_held_op: int = -1            # index in schedule.ops of the last op the GPU waited on the CPU
                                       # to launch (the launch chain held it back); -1: none
+    apart: bool = False               # flat interference factors (no coschedule hook) applied, and no compute
+                                      # op ran beside a collective: every rate was 1, so the pass is the same
+                                      # at any other flat factors (the same wake_s)
 
 
 class _Draws:
@@ -113,33 +121,300 @@ class _CountingEnv(simpy.Environment):
         super().schedule(event, priority, delay)
 
 
+class _Pass:
+    """One forward pass on every rank: what the ranks share (the clock, the priced ops, the records) and
+    the mechanisms that span ranks: a collective's rendezvous and its run at its slowest rank's pace."""
+
+    def __init__(self, schedule: Schedule, op_time: Callable[[Op], float], ranks: int, interference: Interference,
+                 rank_delay_s: tuple[float, ...], jitter_s: float, seed: int, record: bool,
+                 arrival_mean_s: Callable[[Op], float] | None, host_s: Callable[[Op], float] | None,
+                 issue_s: Callable[[Op], float] | None):
+        self.env = env = _CountingEnv()
+        self.schedule, self.phase, self.interference = schedule, schedule.step.phase, interference
+        self.rank_delay_s, self.jitter_s = rank_delay_s, jitter_s
+        self.arrival_mean_s, self.host_s = arrival_mean_s, host_s
+        self.ranks = [_Rank(self, env, r) for r in range(ranks)]
+        self.colls: dict[str, _Collective] = {}
+        self.record, self.records = record, []
+        self.rng = _Draws(seed)
+        self.times = {op.name: op_time(op) for op in schedule.ops}
+        for name, t in self.times.items():
+            if not t >= 0:
+                raise ValueError(f"op {name}: time must be >= 0, got {t}")
+        self.launch = {op.name: issue_s(op) for op in schedule.ops} if issue_s is not None else None
+        self.index = {op.name: i for i, op in enumerate(schedule.ops)} if self.launch is not None else {}
+        self.held = -1                                # StepResult.last_held_op
+        for name, t in (self.launch or {}).items():
+            if not t >= 0:
+                raise ValueError(f"op {name}: launch time must be >= 0, got {t}")
+        self.cs = interference.bind(schedule, self.times)
+        self.active = interference.active
+        self.overlapped = False                       # a compute op ran beside a collective (StepResult.apart)
+
+    def run(self) -> StepResult:
+        env = self.env
+        for r in self.ranks:
+            env.process(r.compute_stream())
+            env.process(r.comm_stream())
+        env.run()
+        stalled = [r.rank for r in self.ranks if not r.finished]
+        if stalled:     # an op waits for a value no op produces in time: a schedule bug, never silent
+            raise RuntimeError(f"schedule {self.schedule.name}: simulation stalled on ranks {stalled}")
+        return StepResult(max(r.done_s for r in self.ranks), self.ranks[0].exposed_s,
+                          sorted(self.records, key=lambda x: (x.rank, x.start_s, x.stream)), env.n_events, self.held,
+                          self.active and self.cs is None and not self.overlapped)
+
+    def start_delay_s(self, rank: int) -> float:
+        """When `rank` starts, from the step's start: the host lane's per-rank offset (sim.stack.host_lane)."""
+        return self.rank_delay_s[rank] if rank < len(self.rank_delay_s) else 0.0
+
+    def run_for(self, base_s: float, slowdown: Callable[[], float], watch: Callable[[], list[simpy.Event]],
+                rank: _Rank | None = None):
+        """Advance `base_s` seconds of work at a rate, 1 / slowdown(), that may change whenever `watch`
+        fires (a compute op: its progress kept on `rank`)."""
+        env = self.env
+        remaining = base_s
+        if not self.active:
+            if remaining > 0:
+                yield env.timeout(remaining)
+            return
+        while remaining > _EPS:
+            r, t0 = 1.0 / slowdown(), env.now
+            if rank is not None:
+                rank.work = (base_s, remaining, t0, r)
+            timeout = env.timeout(remaining / r)
+            yield env.any_of([timeout] + watch())
+            if timeout.processed or timeout.triggered and env.now - t0 >= remaining / r - _EPS:
+                return
+            remaining -= (env.now - t0) * r
+
+    def rendezvous(self, rank: _Rank, op: Op):
+        """`rank`'s kernel of collective `op` is there: the last rank's starts it; an earlier one spins
+        (co-scheduling). Done once the collective has ended for all."""
+        c = self.colls.get(op.name)
+        if c is None:
+            c = self.colls[op.name] = _Collective(self.env, len(self.ranks))
+        c.arrived += 1
+        if c.arrived == c.n:
+            self.env.process(self.collective(op, c))
+        elif self.cs is not None:     # its kernel holds its SMs, spinning until the last rank's starts
+            rank.spin(op)
+        yield c.done
+
+    def collective(self, op: Op, c: _Collective):
+        """The process of one collective, from its start to its end on every rank."""
+        self.start_collective(op, c)
+        t = self.times[op.name]      # the waiter's wake-up is not the collective's own time (Interference)
+        yield from self.run_for(t - min(self.interference.wake_s, t), lambda: self.comm_slowdown(op),
+                                lambda: [r.changed for r in self.ranks])
+        self.end_collective(op, c)
+
+    def start_collective(self, op: Op, c: _Collective) -> None:
+        c.start_s = self.env.now
+        for r in self.ranks:
+            self.overlapped = self.overlapped or r.compute_busy
+            r.coll, r.spin_on = op.name, None
+            r.set_busy(COMM, True) if self.active else None
+
+    def end_collective(self, op: Op, c: _Collective) -> None:
+        for r in self.ranks:
+            r.set_busy(COMM, False) if self.active else None
+            if self.record:
+                self.records.append(Record(op.name, r.rank, COMM, c.start_s, self.env.now, self.phase, op.kind))
+        c.done.succeed()
+
+    def comm_slowdown(self, op: Op) -> float:
+        """Interference: the factor on the collective, its slowest rank's beside the compute running there."""
+        cs = self.cs
+        if cs is not None:     # the slowest pairing with the compute running on any rank
+            return max((cs.comm_slowdown(op.name, r.op) for r in self.ranks if r.compute_busy), default=1.0)
+        return self.interference.comm_slowdown if any(r.compute_busy for r in self.ranks) else 1.0
+
+
 class _Rank:
-    def __init__(self, env: simpy.Environment, rank: int):
-        self.rank = rank
+    """One simulated rank: its two stream processes (compute_stream, comm_stream) and the state they share."""
+
+    def __init__(self, sim: _Pass, env: simpy.Environment, rank: int):
+        self.sim, self.env, self.rank = sim, env, rank
+        self.start_s = self.host_ready_s = sim.start_delay_s(rank)
         self.values: dict[str, simpy.Event] = {}
         self.comm_queue = simpy.Store(env)
         self.compute_busy = False
         self.comm_busy = False
         self.op: str | None = None     # the compute op running (coschedule: whose SMs a collective waits for)
         self.coll: str | None = None   # the collective in flight on the rank
-        self.spin: str | None = None   # the collective whose kernel holds SMs here, waiting for the others
+        self.spin_on: str | None = None   # the collective whose kernel holds SMs here, waiting for the others
         self.work = (0.0, 0.0, 0.0, 1.0)   # the running op's (base, remaining, at time, rate)
         self.changed = env.event()    # fires (and is replaced) whenever a stream starts/stops
         self.exposed_s = 0.0
         self.done_s = 0.0
         self.finished = False
 
+    # -- the compute stream ------------------------------------------------------------------------
+
+    def compute_stream(self):
+        """Compute ops in issue order, each once launched and its inputs exist; collectives handed to the
+        comm stream as they are issued."""
+        env, sim = self.env, self.sim
+        if self.start_s > 0:
+            yield env.timeout(self.start_s)
+        issued = 0.0                              # the rank's launch chain, from its start (module doc)
+        chain = sim.launch is not None
+        for op in sim.schedule.ops:
+            if chain:
+                issued = self.launch(op, issued)
+            ready = self.start_s + issued         # launched by then (start + 0.0 == start: no chain)
+            if op.is_comm:
+                self.comm_queue.put((op, ready))  # issue async; the comm stream takes it from here
+                continue
+            if env.now < ready:
+                yield from self.wait_for_launch(op, ready)
+            pending = [v for v in op.inputs if v != TOKENS and not self.value(v).triggered]
+            if pending:
+                yield from self.wait_for_inputs(op, pending)
+            start = env.now
+            self.op = op.name
+            sim.overlapped = sim.overlapped or self.comm_busy
+            self.set_busy(COMPUTE, True) if sim.active else None
+            yield from sim.run_for(sim.times[op.name], self.compute_slowdown, self.watch, self)
+            self.end_compute(op, start)
+        self.done_s = env.now
+        self.finished = True
+
+    def launch(self, op: Op, issued: float) -> float:
+        """The eager launch chain: the rank's Python thread launches `op` after the ops before it;
+        returns when it has (seconds from the rank's start). Recorded as the trace's CPU lane."""
+        sim = self.sim
+        t = sim.launch[op.name]
+        if sim.record and t > 0:
+            sim.records.append(Record(op.name, self.rank, LAUNCH, self.start_s + issued, self.start_s + issued + t,
+                                       sim.phase, op.kind))
+        return issued + t
+
+    def wait_for_launch(self, op: Op, ready: float):
+        """The GPU waits for the CPU to launch `op`: not launched before `ready`, later than now."""
+        self.sim.held = max(self.sim.held, self.sim.index[op.name])
+        yield self.env.timeout(ready - self.env.now)
+
+    def wait_for_inputs(self, op: Op, pending: list[str]):
+        """Block until `op`'s `pending` inputs exist; a rank that blocked on a collective is woken after it
+        ends (Interference.wake_s), and the wait is the rank's exposed communication."""
+        env, sim = self.env, self.sim
+        t0 = env.now
+        yield env.all_of([self.value(v) for v in pending])
+        awaited = sim.schedule.producer[pending[-1]]
+        yield from self.wake(awaited)
+        if env.now > t0:
+            self.exposed_s += env.now - t0
+            if sim.record:       # named after the collective waited for, as the harness names it
+                sim.records.append(Record(awaited.name, self.rank, "wait", t0, env.now, sim.phase, awaited.kind))
+
+    def wake(self, awaited: Op):
+        """The rank blocked on `awaited` (even for 0 s): it resumes once woken (Interference.wake_s)."""
+        wake = self.sim.interference.wake_s
+        if wake > 0:
+            yield self.env.timeout(min(wake, self.sim.times[awaited.name]))
+
+    def end_compute(self, op: Op, start_s: float) -> None:
+        sim = self.sim
+        self.set_busy(COMPUTE, False) if sim.active else None
+        if sim.record:
+            sim.records.append(Record(op.name, self.rank, COMPUTE, start_s, self.env.now, sim.phase, op.kind))
+        for v in op.outputs:
+            self.value(v).succeed()
+
+    def compute_slowdown(self) -> float:
+        """Interference: the factor on the running compute op, beside the collective in flight or beside
+        the kernel of one spinning on its SMs (co-scheduling)."""
+        cs = self.sim.cs
+        if cs is not None:
+            return (cs.compute_slowdown(self.op, self.coll) if self.comm_busy
+                    else cs.spin_slowdown(self.op, self.spin_on) if self.spin_on else 1.0)
+        return self.sim.interference.compute_slowdown if self.comm_busy else 1.0
+
+    # -- the comm stream ---------------------------------------------------------------------------
+
+    def comm_stream(self):
+        """Collectives in issue order: each once launched and its input exists, then the rank's way to the
+        rendezvous (host node, arrival delay, SMs), then the rendezvous."""
+        env, sim = self.env, self.sim
+        while True:
+            op, ready = yield self.comm_queue.get()
+            if env.now < ready:                   # not launched yet (the rank's launch chain)
+                yield from self.wait_for_launch(op, ready)
+            pending = [self.value(v) for v in op.inputs if not self.value(v).triggered]
+            if pending:
+                yield env.all_of(pending)
+            # a collective that reads another's result: the rank waited for that one to issue this one
+            # (the comm stream runs them in order, so it always did), and was woken like a compute wait
+            comm_in = [sim.schedule.producer[v] for v in op.inputs
+                       if v != TOKENS and sim.schedule.producer[v].is_comm]
+            if comm_in and sim.interference.wake_s > 0:
+                yield env.timeout(min(sim.interference.wake_s, max(sim.times[p.name] for p in comm_in)))
+            t = self.host_node_ready_s(op)
+            if env.now < t:
+                yield env.timeout(t - env.now)
+            d = self.arrival_delay_s(op)
+            if d > 0:
+                yield env.timeout(d)
+            d = self.sm_wait_s(op)
+            if d > 0:
+                yield env.timeout(d)
+            yield from sim.rendezvous(self, op)
+            for v in op.outputs:
+                self.value(v).succeed()
+
+    def host_node_ready_s(self, op: Op) -> float:
+        """NCCL's host-node chain (`simulate`'s host_s): when the rank's chain of host nodes, from its start,
+        has run `op`'s; 0.0 for a collective without one."""
+        h = self.sim.host_s(op) if self.sim.host_s is not None else 0.0
+        if h > 0:
+            self.host_ready_s += h
+            return self.host_ready_s
+        return 0.0
+
+    def arrival_delay_s(self, op: Op) -> float:
+        """The rank's delay before it arrives at collective `op`'s rendezvous, once ready there: an
+        exponential draw of the collective's scope's jitter (`simulate`'s arrival_mean_s or jitter_s)."""
+        sim = self.sim
+        mean = sim.arrival_mean_s(op) if sim.arrival_mean_s is not None else sim.jitter_s
+        return sim.rng.exponential(mean) if mean > 0 else 0.0
+
+    def sm_wait_s(self, op: Op) -> float:
+        """Co-scheduling: how long `op`'s kernel waits for the SMs the running compute kernel holds."""
+        cs = self.sim.cs
+        if cs is None or not self.compute_busy:
+            return 0.0
+        return cs.delay_s(op.name, self.op, self.work_done(self.env.now))
+
+    def spin(self, op: Op) -> None:
+        """Co-scheduling: the rank's kernel of `op` holds its SMs before the group's last one starts, spinning."""
+        self.spin_on = op.name
+        self.notify()
+
+    # -- what both streams share -------------------------------------------------------------------
+
+    def value(self, name: str) -> simpy.Event:
+        """The event that fires once value `name` exists on this rank."""
+        ev = self.values.get(name)
+        if ev is None:
+            ev = self.values[name] = self.env.event()
+        return ev
+
     def work_done(self, now: float) -> float:
         base, remaining, t0, rate = self.work
         return base - (remaining - (now - t0) * rate)
 
-    def set_busy(self, env: simpy.Environment, stream: str, busy: bool) -> None:
-        setattr(self, f"{stream}_busy", busy)
-        self.notify(env)
+    def watch(self) -> list[simpy.Event]:
+        return [self.changed]
 
-    def notify(self, env: simpy.Environment) -> None:
+    def set_busy(self, stream: str, busy: bool) -> None:
+        setattr(self, f"{stream}_busy", busy)
+        self.notify()
+
+    def notify(self) -> None:
         """Wake whatever runs at a rate that depends on this rank's streams."""
-        old, self.changed = self.changed, env.event()
+        old, self.changed = self.changed, self.env.event()
         old.succeed()
 
 
@@ -175,163 +450,5 @@ def simulate(schedule: Schedule, op_time: Callable[[Op], float], ranks: int = 1,
 
     `issue_s(op)`, when given: the CPU seconds to launch each op, chained per rank (module docstring).
     """
-    env = _CountingEnv()
-    rs = [_Rank(env, r) for r in range(ranks)]
-    colls: dict[str, _Collective] = {}
-    records: list[Record] = []
-    rng = _Draws(seed)
-    phase = schedule.step.phase
-    times = {op.name: op_time(op) for op in schedule.ops}
-    for name, t in times.items():
-        if not t >= 0:
-            raise ValueError(f"op {name}: time must be >= 0, got {t}")
-    launch = {op.name: issue_s(op) for op in schedule.ops} if issue_s is not None else None
-    index = {op.name: i for i, op in enumerate(schedule.ops)} if launch is not None else {}
-    held = [-1]                                   # StepResult.last_held_op
-    for name, t in (launch or {}).items():
-        if not t >= 0:
-            raise ValueError(f"op {name}: launch time must be >= 0, got {t}")
-    cs = interference.bind(schedule, times)
-    active = interference.active
-
-    def event(rank: _Rank, value: str) -> simpy.Event:
-        ev = rank.values.get(value)
-        if ev is None:
-            ev = rank.values[value] = env.event()
-        return ev
-
-    def run_for(base_s: float, rate: Callable[[], float], watch: Callable[[], list[simpy.Event]],
-                rank: _Rank | None = None):
-        """Advance `base_s` seconds of work at a rate that may change whenever `watch` fires (a
-        compute op: its progress kept on `rank`)."""
-        remaining = base_s
-        if not active:
-            if remaining > 0:
-                yield env.timeout(remaining)
-            return
-        while remaining > _EPS:
-            r, t0 = rate(), env.now
-            if rank is not None:
-                rank.work = (base_s, remaining, t0, r)
-            timeout = env.timeout(remaining / r)
-            yield env.any_of([timeout] + watch())
-            if timeout.processed or timeout.triggered and env.now - t0 >= remaining / r - _EPS:
-                return
-            remaining -= (env.now - t0) * r
-
-    def compute_stream(rank: _Rank):
-        delay = rank_delay_s[rank.rank] if rank.rank < len(rank_delay_s) else 0.0
-        if delay > 0:
-            yield env.timeout(delay)
-        issued = 0.0                              # the rank's launch chain, from its start (docstring)
-        for op in schedule.ops:
-            if launch is not None:
-                if record and launch[op.name] > 0:    # the Python thread launching it: the trace's CPU lane
-                    records.append(Record(op.name, rank.rank, LAUNCH, delay + issued, delay + issued + launch[op.name],
-                                          phase, op.kind))
-                issued += launch[op.name]
-            ready = delay + issued                # launched by then (delay + 0.0 == delay: no chain)
-            if op.is_comm:
-                rank.comm_queue.put((op, ready))  # issue async; the comm stream takes it from here
-                continue
-            if env.now < ready:                   # the GPU waits for the CPU to launch it
-                held[0] = max(held[0], index[op.name])
-                yield env.timeout(ready - env.now)
-            pending = [v for v in op.inputs if v != TOKENS and not event(rank, v).triggered]
-            if pending:
-                t0 = env.now
-                yield env.all_of([event(rank, v) for v in pending])
-                if interference.wake_s > 0:          # it blocked (even for 0 s): it must be woken
-                    yield env.timeout(min(interference.wake_s, times[schedule.producer[pending[-1]].name]))
-                if env.now > t0:
-                    rank.exposed_s += env.now - t0
-                    if record:       # named after the collective waited for, as the harness names it
-                        awaited = schedule.producer[pending[-1]]
-                        records.append(Record(awaited.name, rank.rank, "wait", t0, env.now, phase, awaited.kind))
-            start = env.now
-            rank.op = op.name
-            rank.set_busy(env, COMPUTE, True) if active else None
-            slow = interference.compute_slowdown
-            if cs is not None:      # beside the collective in flight, or beside its kernel spinning
-                rate = lambda: (1.0 / cs.compute_slowdown(rank.op, rank.coll) if rank.comm_busy  # noqa: E731
-                                else 1.0 / cs.spin_slowdown(rank.op, rank.spin) if rank.spin else 1.0)
-            else:
-                rate = lambda: 1.0 / slow if rank.comm_busy else 1.0  # noqa: E731
-            yield from run_for(times[op.name], rate, lambda: [rank.changed], rank)
-            rank.set_busy(env, COMPUTE, False) if active else None
-            if record:
-                records.append(Record(op.name, rank.rank, COMPUTE, start, env.now, phase, op.kind))
-            for v in op.outputs:
-                event(rank, v).succeed()
-        rank.done_s = env.now
-        rank.finished = True
-
-    def comm_stream(rank: _Rank):
-        host_ready = rank_delay_s[rank.rank] if rank.rank < len(rank_delay_s) else 0.0
-        while True:
-            op, ready = yield rank.comm_queue.get()
-            if env.now < ready:                   # not launched yet (the rank's launch chain)
-                held[0] = max(held[0], index[op.name])
-                yield env.timeout(ready - env.now)
-            pending = [event(rank, v) for v in op.inputs if not event(rank, v).triggered]
-            if pending:
-                yield env.all_of(pending)
-            # a collective that reads another's result: the rank waited for that one to issue this one
-            # (the comm stream runs them in order, so it always did), and was woken like a compute wait
-            comm_in = [schedule.producer[v] for v in op.inputs if v != TOKENS and schedule.producer[v].is_comm]
-            if comm_in and interference.wake_s > 0:
-                yield env.timeout(min(interference.wake_s, max(times[p.name] for p in comm_in)))
-            h = host_s(op) if host_s is not None else 0.0
-            if h > 0:                       # the rank's host-node chain (see the docstring)
-                host_ready += h
-                if env.now < host_ready:
-                    yield env.timeout(host_ready - env.now)
-            mean = arrival_mean_s(op) if arrival_mean_s is not None else jitter_s
-            if mean > 0:
-                yield env.timeout(rng.exponential(mean))
-            if cs is not None and rank.compute_busy:     # its kernel waits for the SMs compute holds
-                d = cs.delay_s(op.name, rank.op, rank.work_done(env.now))
-                if d > 0:
-                    yield env.timeout(d)
-            c = colls.get(op.name)
-            if c is None:
-                c = colls[op.name] = _Collective(env, ranks)
-            c.arrived += 1
-            if c.arrived == c.n:
-                env.process(drive(op, c))
-            elif cs is not None:          # its kernel holds its SMs, spinning until the last rank's starts
-                rank.spin = op.name
-                rank.notify(env)
-            yield c.done
-            for v in op.outputs:
-                event(rank, v).succeed()
-
-    def drive(op: Op, c: _Collective):
-        c.start_s = env.now
-        for r in rs:
-            r.coll, r.spin = op.name, None
-            r.set_busy(env, COMM, True) if active else None
-        slow = interference.comm_slowdown
-        if cs is not None:     # the slowest pairing with the compute running on any rank
-            rate = lambda: 1.0 / max((cs.comm_slowdown(op.name, r.op) for r in rs if r.compute_busy),  # noqa: E731
-                                     default=1.0)
-        else:
-            rate = lambda: 1.0 / slow if any(r.compute_busy for r in rs) else 1.0  # noqa: E731
-        # the waiter's wake-up is not the collective's own time (Interference)
-        yield from run_for(times[op.name] - min(interference.wake_s, times[op.name]), rate,
-                           lambda: [r.changed for r in rs])
-        for r in rs:
-            r.set_busy(env, COMM, False) if active else None
-            if record:
-                records.append(Record(op.name, r.rank, COMM, c.start_s, env.now, phase, op.kind))
-        c.done.succeed()
-
-    for r in rs:
-        env.process(compute_stream(r))
-        env.process(comm_stream(r))
-    env.run()
-    stalled = [r.rank for r in rs if not r.finished]
-    if stalled:     # an op waits for a value no op produces in time: a schedule bug, never silent
-        raise RuntimeError(f"schedule {schedule.name}: simulation stalled on ranks {stalled}")
-    return StepResult(max(r.done_s for r in rs), rs[0].exposed_s,
-                      sorted(records, key=lambda x: (x.rank, x.start_s, x.stream)), env.n_events, held[0])
+    return _Pass(schedule, op_time, ranks, interference, rank_delay_s, jitter_s, seed, record,
+                 arrival_mean_s, host_s, issue_s).run()

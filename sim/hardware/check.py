@@ -4,6 +4,7 @@ from the one bounds table (sim/bounds.py). The file-level read is sim/hardware/r
 from __future__ import annotations
 
 import difflib
+from dataclasses import replace
 
 from tpsim.sim.bounds import BOUNDS
 from tpsim.sim.hardware.schema import (ArrivalJitter, COLLECTIVES, CollectiveTable, ComputePoint, Curve,
@@ -95,6 +96,36 @@ def parse(data: dict, where: str = "<profile>") -> Profile:
         coschedule=g.coschedule(),
         ranges=g.ranges,
     )
+
+
+# ranged numbers (sim/sensitivity.py) that parse puts into the Profile as read, with no unit change and
+# no check against another field (both ends of a range pass the value's own checks: Fields._range):
+# path -> (Profile field, its field or None). Another value of one is set in place, with no re-parse.
+AS_READ = {"overlap.compute_slowdown": ("compute_slowdown", None),
+           "overlap.comm_slowdown": ("comm_slowdown", None),
+           "overlap.gpu.hbm_per_bus_byte": ("coschedule", "hbm_per_bus_byte")}
+
+
+def set_as_read(profile: Profile, setting: tuple[tuple[str, float], ...]) -> Profile | None:
+    """The parsed profile with each (path, value) of `setting` in place, as parse would read it (its raw
+    JSON too, copied along the path only); None when a path is not in AS_READ (then parse again)."""
+    if any(path not in AS_READ for path, _ in setting):
+        return None
+    top, raw = {}, profile.raw
+    for path, value in setting:
+        name, sub = AS_READ[path]
+        v = float(value)
+        top[name] = v if sub is None else replace(top.get(name, getattr(profile, name)), **{sub: v})
+        raw = _with_leaf(raw, path.split("."), v)
+    return replace(profile, raw=raw, **top)
+
+
+def _with_leaf(data: dict, parts: list[str], value: float) -> dict:
+    """`data` with the number at `parts` set to `value` (a bare number, or the "value" of its object)."""
+    head, *rest = parts
+    if rest:
+        return {**data, head: _with_leaf(data[head], rest, value)}
+    return {**data, head: {**data[head], "value": value} if isinstance(data[head], dict) else value}
 
 
 class _Getter(Fields):

@@ -57,6 +57,13 @@ SWEEP_ATTR = {"gemm": "m", "attention": "kv_len", "rmsnorm": "rows", "swiglu": "
               "add": "rows", "embed": "rows", "sample": "rows"}
 
 
+# profile numbers no op's price reads (the engines' interference factors; a collective's HBM bytes per bus
+# byte, which co-scheduling reads from the simulator's own profile: sim/price/occupancy.py comm_kernel): a
+# profile that differs from another only in these prices every op alike (sim/sensitivity.py shares one
+# CostModel between such settings; tests/test_sensitivity.py holds it)
+UNPRICED = ("overlap.compute_slowdown", "overlap.comm_slowdown", "overlap.gpu.hbm_per_bus_byte")
+
+
 class CostModel(CollectiveCost):
     """Prices the ops of one workload on one profile; caches by op signature. Compute ops here,
     collectives in CollectiveCost (sim/price/comm/collective.py)."""

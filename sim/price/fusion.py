@@ -21,7 +21,7 @@ tables exist for 2 and 4 micro-batches (another count takes the nearest: first, 
 micro-batches keep their place). A step that cannot split runs standard layers, priced as such.
 
 So a buffer [b, heads, q, L] is "b*q*L*kvh*G"; an fp32 one keeps 4 bytes per element, one in
-the activation dtype takes the stack's. docs/compiled-stack.md explains the derivation and where
+the activation dtype takes the stack's. docs/compiled-stack-reference.md explains the derivation and where
 the CPU backend's fusion may differ from Triton's.
 
 GPU profiles price decode from the CPU-derived table's cuda-target variants with what the GPU

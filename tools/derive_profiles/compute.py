@@ -50,7 +50,7 @@ def gemm_curves(system, rel, kernel, peak_tflops, bw_gbps, memory_gib):
     # warm (aic_collector); so a bin takes the rows whose grid fills the GPU and that ran cold, where it
     # has MIN_ROWS of them (from ~10 MB: the rotation of 6 copies of less fits in a 50 MB L2). Below,
     # where no such row exists, every row, as before: there a GEMM is mostly its fixed cost, and what a
-    # small generated kernel costs is an open point of its own (docs/compiled-stack.md)
+    # small generated kernel costs is an open point of its own (docs/compiled-stack-reference.md)
     sms, sms_src = GPU_SMS[system]
     grid, l2 = GEMM_GRID.get(system), _l2_spec(system)
     prefer = streams_like_generated(m, n, k, sms, grid, l2, memory_gib)

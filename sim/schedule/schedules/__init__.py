@@ -6,10 +6,12 @@ introduces, each with the compiled-kernel probe that derives its Inductor table 
 priced by the analytic fused model; and what running it asks of the model. The schedule language
 (sim/schedule/language.py), the builder, predict and show, calibration's shapes, the compiled-kernel probes
 (hw/derive/inductor_probe.py) and the CLI's help all read this registry; `tpsim check` keys its references
-(hw/check.py) by the same layer-kind names.
+(hw/check.py) by the same layer-kind names, and a schedule that computes another's math names that one
+(`numerics_reference`: the schedules that keep the model name standard).
 
 Adding a schedule: one module here with its `DEF`, listed in registry.BUILTIN (or
-`registry.register(DEF)` from outside), plus its test; and a reference in hw/check.py if its maths
-differs from an existing one. The types are in _def.py, the registry and its lookups in registry.py
-(this file imports nothing, so the schedule modules can import each other without a cycle).
+`registry.register(DEF)` from outside), plus its test; and a reference in hw/check.py only if its maths
+differs from every existing one (else `numerics_reference` names the one it computes). The types
+are in _def.py, the registry and its lookups in registry.py (this file imports nothing, so the
+schedule modules can import each other without a cycle).
 """

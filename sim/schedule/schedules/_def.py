@@ -68,6 +68,11 @@ class ScheduleDef:
     # no collective anywhere in the pass: the builder also leaves out the ones outside the layers
     # (a vocab-parallel embedding's all-reduce, a vocab-parallel head's all-gather)
     comm_free: bool = False
+    summary: str = ""                   # one line for `tpsim --help`: what the schedule does, and whose it is
+    # the layer kind whose single-process reference `tpsim check` holds this schedule's layers to
+    # (hw/check.py): a schedule that computes another's math names it (one that keeps the model:
+    # "standard"); "": its own kinds' references
+    numerics_reference: str = ""
 
     @property
     def example_spec(self) -> str:

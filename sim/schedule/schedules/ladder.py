@@ -44,4 +44,5 @@ def parse(spec: str, arg: str, n_layers: int) -> dict:
 
 
 KIND = LayerKind("ladder", layers, probes=(Probe("ladder", "ladder", 3),))
-DEF = ScheduleDef("ladder", "ladder | ladder:K (upper K layers)", "retrain", plan, (KIND,), parse)
+DEF = ScheduleDef("ladder", "ladder | ladder:K (upper K layers)", "retrain", plan, (KIND,), parse,
+                  summary="Ladder Residual: each module's all-reduce overlaps the next module's compute")

@@ -18,4 +18,5 @@ plan = uniform("parallel")
 
 
 KIND = LayerKind("parallel", each(layer), probes=(Probe("parallel", "parallel", 2),))
-DEF = ScheduleDef("parallel", "parallel", "retrain", plan, (KIND,))
+DEF = ScheduleDef("parallel", "parallel", "retrain", plan, (KIND,),
+                  summary="PaLM / GPT-J: attention and MLP read one norm; one all-reduce a layer")

@@ -52,3 +52,15 @@ def layer_builder(kind: str) -> RunBuilder:
 def schedule_help() -> str:
     """The --schedule help: every registered schedule's grammar."""
     return " | ".join(d.grammar for d in REGISTRY.values())
+
+
+def help_rows() -> list[tuple[str, str]]:
+    """`tpsim --help`'s schedule list: (name, summary and what it asks of the model) per registered schedule."""
+    return [(d.name, f"{d.summary or d.grammar} [model change: {d.model_change}]") for d in REGISTRY.values()]
+
+
+def numerics_reference(kind: str) -> str:
+    """The layer kind whose single-process reference checks a layer of `kind` (hw/check.py): its schedule's
+    numerics_reference, or `kind` itself."""
+    d = next((d for d in REGISTRY.values() if any(k.name == kind for k in d.kinds)), None)
+    return d.numerics_reference if d is not None and d.numerics_reference else kind

@@ -59,4 +59,6 @@ plan = uniform("seq-parallel")
 # 3 layers compiled, so the kept layer 1 has no run boundary (shard/gather: once per pass, priced
 # by the analytic fused model)
 KIND = LayerKind("seq-parallel", layers, probes=(Probe("seq-parallel", "seq-parallel", 3, plain_sizes=False),))
-DEF = ScheduleDef("seq-parallel", "seq-parallel", "none", plan, (KIND,))
+DEF = ScheduleDef("seq-parallel", "seq-parallel", "none", plan, (KIND,),
+                  summary="Megatron-SP: token rows sharded between layers, all-gather + reduce-scatter",
+                  numerics_reference="standard")

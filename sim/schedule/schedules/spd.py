@@ -65,4 +65,5 @@ def blocks(spec: str, arg: str, n_layers: int) -> tuple[int, ...]:
 
 KIND = LayerKind("spd", each(layer), probes=(Probe("spd", "spd:0-2", 3),))
 DEF = ScheduleDef("spd", "spd:F (fraction F of blocks from the top) | spd:3,5,9-12 (layer list; one layer as spd:[7])",
-                  "drops syncs", plan, (KIND,), parse, example="spd:0.5")
+                  "drops syncs", plan, (KIND,), parse, example="spd:0.5",
+                  summary="Sync-Point Drop: the chosen blocks skip their attention all-reduce")

@@ -20,4 +20,5 @@ plan = uniform("standard")
 
 
 KIND = LayerKind("standard", each(layer), probes=(Probe("standard", "standard", 2),))
-DEF = ScheduleDef("standard", "standard", "none", plan, (KIND,))
+DEF = ScheduleDef("standard", "standard", "none", plan, (KIND,),
+                  summary="Megatron TP: a blocking all-reduce after attention and after the MLP")

@@ -86,4 +86,6 @@ def parse(spec: str, arg: str, n_layers: int) -> dict:
 KIND = LayerKind("token-split", layers, takes_count=True,
                  probes=(Probe("token-split:2", "token-split:2", 3, plain_sizes=False),
                          Probe("token-split:4", "token-split:4", 3, plain_sizes=False)))
-DEF = ScheduleDef("token-split", "token-split | token-split:N (N micro-batches)", "none", plan, (KIND,), parse)
+DEF = ScheduleDef("token-split", "token-split | token-split:N (N micro-batches)", "none", plan, (KIND,), parse,
+                  summary="NanoFlow, TokenWeave: micro-batches, each one's all-reduce beside the others' compute",
+                  numerics_reference="standard")

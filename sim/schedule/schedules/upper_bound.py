@@ -15,4 +15,5 @@ plan = uniform("upper-bound")
 
 KIND = LayerKind("upper-bound", each(lambda b, i, x: standard_layer(b, i, x, comm=False)),
                  probes=(Probe("upper-bound", "upper-bound", 2),))
-DEF = ScheduleDef("upper-bound", "upper-bound", "n/a", plan, (KIND,), comm_free=True)
+DEF = ScheduleDef("upper-bound", "upper-bound", "n/a", plan, (KIND,), comm_free=True,
+                  summary="no communication at all: the standard layer's speed ceiling")
