@@ -228,7 +228,16 @@ class Simulator:
     def lane(self, step: Step) -> host_lane.Lane | None:
         """The stack's host lane for `step` (sim.stack.host_lane), or None when the stack has none."""
         h = self.w.stack.host
-        return host_lane.lane(h, self.w.tp, step.batch) if h.active else None
+        return host_lane.lane(h, self.w.tp, step.batch, self._broadcast_s(step.batch)) if h.active else None
+
+    def _broadcast_s(self, batch: int) -> float:
+        """One of the lane's GPU-side input broadcasts (HostStep.step_broadcasts, vLLM V0's) as an eager NCCL
+        all-gather of an int64 per sequence: a ring broadcast takes the same n-1 latency-bound steps at
+        these sizes (NCCL src/graph/tuning.cc), and profiles time no broadcast."""
+        if not self.w.stack.host.step_broadcasts or self.w.tp < 2:
+            return 0.0
+        group = self.w.comm_group or self.w.tp
+        return self.cost.collective_s("all_gather", 8 * batch * group, group, "eager", impl="nccl") if group > 1 else 0.0
 
     def step_time(self, spec: str, step: Step) -> tuple[float, float]:
         """(duration_s, exposed_comm_s) of one engine step: the forward pass (compressed over repeated
