@@ -185,11 +185,13 @@ def test_an_overlapped_tree_shows_once_the_host_is_the_bottleneck():
 def test_the_sglang_preset_hands_off_by_its_gloo_tree():
     """The sglang preset: every TP rank's scheduler receives the step's request broadcast over gloo,
     tree_hops(r) measured hops after rank 0 (bench/gloo_broadcast_hops.py). Its lane's stagger is
-    1 / 2 / 3 hops at TP 2 / 4 / 8, none at TP 1, and it overlaps the pass."""
+    1 / 2 / 3 hops at TP 2 / 4 / 8 plus the last rank's place in the spread (E[max of N] = 0.5642 /
+    1.0294 / 1.4236 spreads), none at TP 1, and it overlaps the pass."""
     h = HostStep(**PRESETS["sglang"].values["host"])
-    hop = h.handoff_tree_hop_s
-    assert h.overlap and hop > 0
-    assert [lane(h, n, 8).stagger_s for n in (1, 2, 4, 8)] == pytest.approx([0.0, hop, 2 * hop, 3 * hop])
+    hop, sd = h.handoff_tree_hop_s, h.rank_spread_s
+    assert h.overlap and hop > 0 and sd > 0
+    assert [lane(h, n, 8).stagger_s for n in (1, 2, 4, 8)] == pytest.approx(
+        [0.0, hop + 0.5642 * sd, 2 * hop + 1.0294 * sd, 3 * hop + 1.4236 * sd], abs=1e-8)
     assert "bench/gloo_broadcast_hops.py" in PRESETS["sglang"].sources["host.handoff_tree_hop_s"]
 
 
@@ -212,6 +214,7 @@ def test_the_ranks_host_spread_makes_the_last_rank_set_the_pace():
     assert lane(one, 8, 1).stagger_s == pytest.approx(1.4236, abs=1e-4)
     # both engines start each rank at its offset (4 ranks, spread 1): the last rank's 1.0294 late start
     assert _pass(4, lane(one, 4, 1).offsets_s) == pytest.approx(14.0 + 1.0294, abs=1e-4)
+
 
 def test_a_hand_off_that_grows_with_the_batch_is_paid_at_tp_above_one_only():
     """handoff 2 + handoff_per_seq 0.5 x batch 4 = 4 at TP 2 (lead 4 + pass 14 = 18); TP 1 runs in one
@@ -271,3 +274,14 @@ def test_predict_prices_each_input_broadcast_as_the_profiles_small_eager_all_gat
     assert one > 0
     assert sim.lane(w.decode_step(1)).lead_s == pytest.approx(9 * one, rel=1e-12)
 
+
+def test_the_vllm_v0_preset_pays_its_broadcasts_and_wake_window_at_tp_above_one_only():
+    """vllm@0.6: 9 NCCL broadcasts and the sleep-polling window (the last of N waits W (N-1)/N) at TP > 1;
+    neither at TP 1. Its output work hides under the pass (async output processing)."""
+    h = HostStep(**PRESETS["vllm@0.6"].values["host"])
+    assert h.step_broadcasts == 9 and h.output_hidden and not h.overlap
+    w = h.handoff_wake_s
+    assert [lane(h, n, 1).offsets_s[-1] - lane(replace(h, handoff_wake_s=0.0), n, 1).offsets_s[-1]
+            for n in (2, 4, 8)] == pytest.approx([w / 2, 3 * w / 4, 7 * w / 8])
+    assert lane(h, 1, 1, broadcast_s=1.0).lead_s == pytest.approx(lane(h, 1, 1, broadcast_s=0.0).lead_s)
+    assert lane(h, 2, 1, broadcast_s=1.0).lead_s == pytest.approx(lane(h, 2, 1, broadcast_s=0.0).lead_s + 9)
