@@ -161,8 +161,11 @@ class Simulator:
 
     def __init__(self, workload: Workload, exact: bool = False, record: bool = True,
                  progress: Callable[[], None] | None = None, ranks: int | None = None,
-                 mode: str | None = None, seed: int = 0, rel_tol: float = REL_TOL):
+                 mode: str | None = None, seed: int = 0, rel_tol: float = REL_TOL, passes: dict | None = None):
         self.mode = mode or ("brute" if exact else "fast")       # exact=True: the brute-force mode
+        # fast-path passes and notes already priced for this profile and stack but its host lane (the
+        # lane does not enter a one-rank pass): sim/sensitivity.py reruns the host terms' ends on them
+        self._passes_of = passes if passes is not None and self.mode == "fast" else {}
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         self.w, self.exact, self.record = workload, self.mode == "brute", record
@@ -266,6 +269,8 @@ class Simulator:
                 self.progress()
             return r.duration_s, r.exposed_comm_s
 
+        if (spec, step) in self._passes_of:
+            return self._passes_of[(spec, step)]
         held: dict[int, int] = {}
 
         def timed(sched: Schedule) -> tuple[float, float]:
@@ -279,6 +284,7 @@ class Simulator:
                           len(sched.ops))
             return held[id(sched)] < second
         dur, exp = self._over_layers(spec, step, timed, settled)
+        self._passes_of[(spec, step)] = dur, exp
         return dur, exp
 
     def _over_layers(self, spec: str, step: Step, measure: Callable[[Schedule], tuple[float, ...]],
@@ -364,6 +370,8 @@ class Simulator:
         each padded all-gather / reduce-scatter priced at its padded size minus at the real tokens').
         Read off the fast path's compressed passes (a builder's notes do not depend on the depth, the
         padding's cost is per layer), not from full passes built for nothing."""
+        if ("notes", spec) in self._passes_of:
+            return self._passes_of[("notes", spec)]
         w = self.w
         steps = [(w.prefill_step(), 1)] + ([(w.decode_step(1), w.gen_len - 1)] if w.gen_len > 1 else [])
         out: dict[str, None] = {}
@@ -384,6 +392,7 @@ class Simulator:
         if pad_s > 1e-12:
             out.append(f"padding costs {pad_s * 1e3:.1f} ms of collective time over the run (prefill + decode)")
         out += [n for n in self.cost.notes if n not in out]      # e.g. an engine refusing its all-reduce kernel
+        self._passes_of[("notes", spec)] = tuple(out)
         return tuple(out)
 
     def predict(self, spec: str) -> Prediction:
@@ -435,14 +444,17 @@ class Simulator:
 
 def predict(workload: Workload, schedules: list[str], exact: bool = False, record: bool = True,
             progress: Callable[[], None] | None = None, mode: str | None = None, seed: int = 0,
-            rel_tol: float = REL_TOL) -> list[Prediction]:
+            rel_tol: float = REL_TOL, passes: dict | None = None) -> list[Prediction]:
     """Predictions for `schedules` (in order), each with its speedup over standard.
 
     mode: "fast" (default), "sampled" (`--exact`: jitter on every rank, with confidence intervals)
     or "brute" (every rank, layer and step; exact=True means this). Standard is always simulated;
     it is listed in the output only if asked for. In brute-force mode `progress` is called after
-    each of the (1 + len(non-standard schedules)) * gen_len passes."""
-    sim = Simulator(workload, exact=exact, record=record, progress=progress, mode=mode, seed=seed, rel_tol=rel_tol)
+    each of the (1 + len(non-standard schedules)) * gen_len passes. `passes`: a dict the fast path
+    keeps its passes in, for another call on the same profile and stack that differs only in the
+    host lane's numbers (Simulator)."""
+    sim = Simulator(workload, exact=exact, record=record, progress=progress, mode=mode, seed=seed, rel_tol=rel_tol,
+                    passes=passes)
     for spec in schedules:                 # fail fast on a bad spec, before any simulation
         plan_of(spec, workload.model.layers)
     base = sim.predict("standard")

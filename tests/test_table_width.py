@@ -24,7 +24,7 @@ from tpsim.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests" / "fixtures"
-PROSE = ("stack: ", "note: ", "warning: ", "NCCL nNodes ")
+PROSE = ("stack: ", "note: ", "warning: ", "NCCL nNodes ", "interval: ", "uncalibrated: ")
 NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 COMMANDS = {
@@ -42,6 +42,10 @@ COMMANDS = {
     "collective --compare": ["collective", "--group", "4", "--mode", "nccl", "--compare",
                              str(ROOT / "bench" / "data" / "raw" / "ncb-4xh100-all_reduce.txt")],
     "predict": ["predict", "--model", "llama-3.1-70b", "--tp", "8"],
+    "predict --stack vllm": ["predict", "--stack", "vllm", "--model", "llama-3.1-70b", "--tp", "8", "--batch", "8",
+                             "--prompt", "32", "--gen", "128"],
+    "stacks": ["stacks"],
+    "stacks --show": ["stacks", "--show", "vllm@0.6"],
     "compare --measured": ["compare", "--measured", str(FIX / "compare" / "measured-tiny-tp2.json"),
                            "--profile", str(FIX / "compare" / "profile.json"), "--out-dir", "cmp"],
 }
