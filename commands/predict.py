@@ -53,11 +53,16 @@ def interval_notes(stack, sens) -> list[str]:
     if stack.host_ranges and "standard" in sens.intervals:
         lo, hi = sens.intervals["standard"]["tokens_per_s"]
         plo, phi = sens.profile_only["standard"]
-        out.append(f"uncalibrated: stack {stack.preset} has {len(stack.host_ranges)} host terms given as ranges "
-                   f"(engine code, measurements of its host path); fitting them to your own engine runs (tpsim "
-                   f"profiles import-engine-bench) replaces them, and standard's {lo:.1f}-{hi:.1f} tokens/s "
-                   f"({(hi - lo) / sens.base['standard'] * 100:.0f}% wide) keeps only the profile's share "
-                   f"({(phi - plo) / sens.base['standard'] * 100:.0f}% here)")
+        base = sens.base["standard"]
+        head = (f"uncalibrated: stack {stack.preset} has {len(stack.host_ranges)} host terms given as ranges "
+                f"(engine code, measurements of its host path); ")
+        if (hi - lo) - (phi - plo) < 1e-3 * base:
+            out.append(head + "here they hide under the pass, so calibrating them (tpsim profiles "
+                              "import-engine-bench) would not narrow this answer")
+        else:
+            out.append(head + f"fitting them to your own engine runs (tpsim profiles import-engine-bench) replaces "
+                              f"them, and standard's {lo:.1f}-{hi:.1f} tokens/s ({(hi - lo) / base * 100:.0f}% wide) "
+                              f"keeps only the profile's share ({(phi - plo) / base * 100:.0f}% here)")
     return out
 
 
