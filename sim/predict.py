@@ -156,6 +156,13 @@ class Prediction:
         return out
 
 
+class _KeepNothing(dict):
+    """A `passes` that keeps nothing (Simulator without the caller's dict)."""
+
+    def __setitem__(self, key, value) -> None:
+        pass
+
+
 class Simulator:
     """Simulates schedules of one workload; shares one cost cache across them."""
 
@@ -163,9 +170,10 @@ class Simulator:
                  progress: Callable[[], None] | None = None, ranks: int | None = None,
                  mode: str | None = None, seed: int = 0, rel_tol: float = REL_TOL, passes: dict | None = None):
         self.mode = mode or ("brute" if exact else "fast")       # exact=True: the brute-force mode
-        # fast-path passes and notes already priced for this profile and stack but its host lane (the
-        # lane does not enter a one-rank pass): sim/sensitivity.py reruns the host terms' ends on them
-        self._passes_of = passes if passes is not None and self.mode == "fast" else {}
+        # fast-path passes and notes priced for this profile and stack but its host lane (no lane enters a
+        # one-rank pass): sim/sensitivity.py reruns the host terms' ends on them. Not given: none kept
+        # (a caller may change the simulator between calls: calib.compare_intervals)
+        self._passes_of = passes if passes is not None and self.mode == "fast" else _KeepNothing()
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         self.w, self.exact, self.record = workload, self.mode == "brute", record
@@ -237,10 +245,9 @@ class Simulator:
         """One of the lane's GPU-side input broadcasts (HostStep.step_broadcasts, vLLM V0's) as an eager NCCL
         all-gather of an int64 per sequence: a ring broadcast takes the same n-1 latency-bound steps at
         these sizes (NCCL src/graph/tuning.cc), and profiles time no broadcast."""
-        if not self.w.stack.host.step_broadcasts or self.w.tp < 2:
-            return 0.0
         group = self.w.comm_group or self.w.tp
-        return self.cost.collective_s("all_gather", 8 * batch * group, group, "eager", impl="nccl") if group > 1 else 0.0
+        return (self.cost.collective_s("all_gather", 8 * batch * group, group, "eager", impl="nccl")
+                if self.w.stack.host.step_broadcasts and self.w.tp > 1 and group > 1 else 0.0)
 
     def step_time(self, spec: str, step: Step) -> tuple[float, float]:
         """(duration_s, exposed_comm_s) of one engine step: the forward pass (compressed over repeated
