@@ -38,6 +38,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
                "wherever a model name is accepted)."),
     "profiles": ("tpsim.commands.profiles:profiles",
                  "List built-in hardware profiles or show one with the source of every number."),
+    "stacks": ("tpsim.commands.stacks:stacks",
+               "Serving-stack presets for --stack: the engine version line each describes (NAME@LINE; NAME "
+               "alone is the current line), its host lane and how many of its host terms are ranges."),
     "collective": ("tpsim.commands.collective:collective_cmd",
                    "Price one collective per message size, with the path each number came from."),
     # the harness's (torch, through hw.harness, when they run)

@@ -45,9 +45,9 @@ def main() -> None:
     ap.add_argument("--out", help="also draw the figure here (docs/img/serving-engines-70b-tp8.png)")
     args = ap.parse_args()
     data = rows()
-    print(f"{'stack':<10}{'batch':>6}{'standard ms/step':>18}" + "".join(f"{s:>10}" for s in SCHEDULES))
+    print(f"{'stack':<11}{'batch':>6}{'standard ms/step':>18}" + "".join(f"{s:>10}" for s in SCHEDULES))
     for r in data:
-        print(f"{r['stack']:<10}{r['batch']:>6}{r['standard_ms_per_step']:>18.2f}"
+        print(f"{r['stack']:<11}{r['batch']:>6}{r['standard_ms_per_step']:>18.2f}"
               + "".join(f"{r[s]:>9.3f}x" for s in SCHEDULES))
     if args.out:
         plot(data, args.out)
@@ -59,7 +59,7 @@ def plot(data: list[dict], out: str) -> None:
     import matplotlib.pyplot as plt  # lazy: see above
     fig, axes = plt.subplots(1, len(SCHEDULES), figsize=(10, 4), sharey=True)
     for ax, s in zip(axes, SCHEDULES):
-        for (name, style, mark) in zip(PRESETS, ("-", "-", "-", "-", "--"), ("o", "s", "^", "D", "x")):
+        for (name, style, mark) in zip(PRESETS, ("-", "-", "-", ":", "-", "--"), ("o", "s", "^", "v", "D", "x")):
             pts = [r for r in data if r["stack"] == name]     # dashed: trtllm can coincide with sglang
             ax.plot([r["batch"] for r in pts], [r[s] for r in pts], marker=mark, ls=style, label=name)
         ax.set_xscale("log", base=2)

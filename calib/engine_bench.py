@@ -27,11 +27,11 @@ from dataclasses import fields, replace
 
 import numpy as np
 
-from tpsim.sim.stack.host_lane import HostStep
+from tpsim.sim.stack.host_lane import COUNTS, FLAGS, HostStep
 from tpsim.sim.stack.presets import parse_stack
 from tpsim.sim.predict import Simulator, Workload
 from tpsim.sim.stack.spec import make_stack
-from tpsim.sim.stack.presets import PRESETS, STACK_FORMAT
+from tpsim.sim.stack.presets import STACK_FORMAT, preset as builtin_preset
 from tpsim.fileio.policy import MAX_LOG_BYTES, read_input_text
 
 from tpsim.calib.engine_bench_read import RUN_KEYS, EngineRun, check_run_value, parse_engine_bench
@@ -73,7 +73,7 @@ def read_runs(specs, **defaults) -> list[EngineRun]:
 
 def gpu_step_s(run: EngineRun, model, profile, preset) -> float:
     """tpsim's GPU-only time per engine step of `run` (the preset's stack, its host lane off)."""
-    stack = replace(make_stack({}, profile.stack_defaults, preset=preset.values), host=HostStep())
+    stack = replace(make_stack({}, profile.stack_defaults, preset=preset.values), host=HostStep(), host_ranges=())
     w = Workload(model, run.tp, profile, run.batch, run.input_len, run.output_len, stack, memory_check=False)
     p = Simulator(w, record=False).predict("standard")
     if run.decode_step_s is not None:
@@ -117,12 +117,15 @@ def build_stack(result: dict, runs: list[EngineRun], *, preset: str, name: str, 
     shape = "; ".join(f"TP {r.tp} batch {r.batch} in {r.input_len} out {r.output_len}" for r in runs)
     src = (f"fitted by tpsim profiles import-engine-bench from {files} ({shape}): measured step time minus "
            f"tpsim's GPU-only prediction ({model}, profile {profile}, stack {preset} without its host lane)")
-    host = {f.name: (False if f.name == "overlap" else 0.0) for f in fields(HostStep)} | result["terms"]
+    # every host field set: a fitted value replaces the preset's value and its range (sim.stack.presets)
+    host = {f.name: (False if f.name in FLAGS else 0 if f.name in COUNTS else 0.0) for f in fields(HostStep)} \
+        | result["terms"]
     sources = {f"host.{k}": (src if k in result["terms"] else
-                             ("the runs show the exposed host time: fitted in series" if k == "overlap" else
+                             ("the runs show the exposed host time: fitted in series" if k in FLAGS else
                               "0: held in the fitted terms")) for k in host}
     return {"format": STACK_FORMAT, "name": name, "extends": preset,
-            "engine": f"{PRESETS[preset].engine if preset in PRESETS else preset}, host terms fitted to a deployment",
+            "engine": f"{builtin_preset(preset).engine if builtin_preset(preset) else preset}, host terms fitted to a "
+                      f"deployment",
             "host": host, "sources": sources,
             "fit": {"model": model, "profile": profile, "runs": result["runs"]}}
 

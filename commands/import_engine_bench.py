@@ -9,7 +9,7 @@ import click
 from tpsim.sim.model.hf.config import config_path
 from tpsim.sim.model.presets import MODELS, get_model, is_config_path, split_layers
 from tpsim.sim.hardware.profile import load_profile
-from tpsim.sim.stack.presets import PRESETS, load_stack
+from tpsim.sim.stack.presets import load_stack, names as preset_names
 from tpsim.fileio.lock import check_writable
 from tpsim.fileio.policy import write_json_atomic
 
@@ -30,7 +30,7 @@ from tpsim.commands.options import not_empty
               help="the profile of the runs' GPUs")
 @click.option("--stack", "preset", default=None, callback=not_empty,
               help=f"the preset the engine's choices come from [default: the engine of the files: vllm or sglang]; "
-                   f"one of {', '.join(PRESETS)} or a stack file")
+                   f"one of {', '.join(preset_names())} or a stack file")
 @click.option("--tp", type=int, default=None, help="TP of every file that does not say (else FILE:tp=N)")
 @click.option("--batch", type=int, default=None, help="batch of every file that does not say [vLLM default: 8]")
 @click.option("--input-len", type=int, default=None, help="prompt tokens [vLLM default: 32]")

@@ -13,7 +13,7 @@ from tpsim.sim.predict import Workload
 from tpsim.sim.hardware.profile import load_profile
 from tpsim.sim.stack.spec import (ATTENTION_IMPLS, DECODE_KV, DTYPE_BYTES, EMBEDS, HEADS, PREFILL_LOGITS,
                                   Stack, make_stack)
-from tpsim.sim.stack.presets import PRESETS, load_stack
+from tpsim.sim.stack.presets import load_stack, names as preset_names
 
 from tpsim.commands.bounds import check_sizes
 from tpsim.commands.errors import bad_value
@@ -76,7 +76,7 @@ def preset_option(fn):
     """--stack NAME|FILE, declared once (predict, trace, bench): a serving engine's preset or a stack file."""
     return click.option(
         "--stack", "stack_name", default=None, metavar="NAME|FILE", callback=not_empty,
-        help=f"Serving-stack preset ({', '.join(PRESETS)}) or a stack file (JSON, e.g. from `tpsim profiles "
+        help=f"Serving-stack preset ({', '.join(preset_names())}; `tpsim stacks`) or a stack file (JSON, e.g. from `tpsim profiles "
              f"import-engine-bench`): its choices and host lane, each with its source (docs/serving-engines.md). "
              f"An explicit flag overrides it. Default: reference (the profile's stack_defaults, else Stack's).")(fn)
 

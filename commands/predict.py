@@ -29,6 +29,43 @@ def note_lines(preds) -> list[str]:
     return out + [f"{p.schedule}: {n}" for p in preds for n in p.notes if n not in shared]
 
 
+def interval_table(preds, sens):
+    """Each schedule's tokens/s and speedup at the ends of the ranges their sources give (a table of
+    its own under predict's: in its columns the intervals would push the table past 80 columns)."""
+    t = compact_table(show_edge=False)       # right under predict's table: no blank line between them
+    for col in ("schedule", "tokens/s interval", "speedup interval"):
+        t.add_column(col, justify="left" if col == "schedule" else "right",
+                     min_width=max(len(p.schedule) for p in preds) if col == "schedule" else None)
+    for p in preds:
+        iv = sens.intervals.get(p.schedule)
+        if iv is None:
+            continue
+        (tlo, thi), (slo, shi) = iv["tokens_per_s"], iv["speedup"]
+        speed = f"{slo:.3f}x" if round(slo, 3) == round(shi, 3) else f"{slo:.3f} - {shi:.3f}x"
+        t.add_row(p.schedule, f"{tlo:.1f} - {thi:.1f}", speed)
+    return t
+
+
+def interval_notes(stack, sens) -> list[str]:
+    """The term that dominates the intervals, and what calibrating the stack would narrow (item 7 of
+    issue 44: a stack whose host terms are ranges is uncalibrated)."""
+    out = [n] if (n := sens.interval_note()) else []
+    if stack.host_ranges and "standard" in sens.intervals:
+        lo, hi = sens.intervals["standard"]["tokens_per_s"]
+        plo, phi = sens.profile_only["standard"]
+        base = sens.base["standard"]
+        head = (f"uncalibrated: stack {stack.preset} has {len(stack.host_ranges)} host terms given as ranges "
+                f"(engine code, measurements of its host path); ")
+        if (hi - lo) - (phi - plo) < 1e-3 * base:
+            out.append(head + "here they hide under the pass, so calibrating them (tpsim profiles "
+                              "import-engine-bench) would not narrow this answer")
+        else:
+            out.append(head + f"fitting them to your own engine runs (tpsim profiles import-engine-bench) replaces "
+                              f"them, and standard's {lo:.1f}-{hi:.1f} tokens/s ({(hi - lo) / base * 100:.0f}% wide) "
+                              f"keeps only the profile's share ({(phi - plo) / base * 100:.0f}% here)")
+    return out
+
+
 @click.command("predict")
 @workload_options
 @click.option("--schedule", "schedules", multiple=True, metavar="SPEC", callback=not_empty,
@@ -71,9 +108,14 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
            "comm_group": w.comm_group or w.tp,
            "stack": stack_dict(w.stack, kw["stack_name"]),
            "schedules": [p.to_dict() for p in preds]}
-    # the profile's numbers whose sources give a range, at each end: does the order of the schedules hold?
+    # the profile's and the stack's numbers whose sources give a range, at their ends: each schedule's
+    # interval, and does the order of the schedules hold?
     sens = sensitivity(w, schedules, preds)
     out["sensitivity"] = sens.to_dict()
+    for d in out["schedules"]:
+        if d["schedule"] in sens.intervals:
+            d["tokens_per_s_range"] = list(sens.intervals[d["schedule"]]["tokens_per_s"])
+            d["speedup_range"] = list(sens.intervals[d["schedule"]]["speedup"])
     jitter_note, no_jitter = None, True
     if exact or exhaustive:
         out["mode"] = "sampled" if exact else "brute"
@@ -110,7 +152,10 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
     src = f" (values and sources: {load_stack(kw['stack_name']).path})" if kw["stack_name"] is not None else ""
     console.print(f"stack: {w.stack.describe()}{src}", style="dim", soft_wrap=True)   # one line: greppable
     console.print(t)
-    for line in note_lines(preds) + sens.notes():
+    if sens.intervals:
+        console.print(interval_table(preds, sens))
+        console.print()
+    for line in note_lines(preds) + sens.notes() + interval_notes(w.stack, sens):
         console.print(rich_escape(line), soft_wrap=True)
     if jitter_note:
         if sampled:     # the intervals on a line of their own: a table column would not fit 80 columns

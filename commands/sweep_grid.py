@@ -37,6 +37,7 @@ from tpsim.sim.predict import Workload, predict
 from tpsim.fileio.proc_tie import ParentTie, set_parent_death_signal, tie_pool_worker
 from tpsim.sim.hardware.profile import load_profile, read_raw
 from tpsim.sim.schedule.language import model_change
+from tpsim.sim.sensitivity import check as sensitivity
 from tpsim.sim.stack.spec import make_stack
 
 # Points of one sweep share a few profiles: parse each once per process (bounded, so memory stays flat).
@@ -46,7 +47,8 @@ def _load_profile(name: str, digest: str = ""):
     return load_profile(name)
 
 COLUMNS = ["model", "tp", "batch", "prompt_len", "gen_len", "profile", "bw_scale", "lat_scale", "schedule",
-           "prefill_s", "decode_s", "tokens_per_s", "speedup", "exposed_comm_s", "model_change", "stack", "error"]
+           "prefill_s", "decode_s", "tokens_per_s", "tokens_per_s_lo", "tokens_per_s_hi", "speedup", "speedup_lo",
+           "speedup_hi", "interval_dominant", "exposed_comm_s", "model_change", "stack", "error"]
 
 
 def run_point(point: Point, schedules: tuple[str, ...], given: dict | None = None, digest: str = "",
@@ -64,12 +66,22 @@ def run_point(point: Point, schedules: tuple[str, ...], given: dict | None = Non
                      point.prompt_len, point.gen_len, stack, comm_bw_scale=point.bw_scale,
                      comm_lat_scale=point.lat_scale)
         preds = predict(w, list(schedules), record=False)
+        # both ends of the interval the profile's and the stack's ranges give (sim/sensitivity.py, as predict)
+        sens = sensitivity(w, list(schedules), preds)
     except ValueError as e:
         # one line per row: a multi-line message (the memory gate's table) keeps its headline
         return [base | {"schedule": "", "error": str(e).splitlines()[0].rstrip(":")}]
     # each row says what it priced: the stack (predict's `stack:` line, which names a --stack preset)
     # beside what the schedule asks of the model (model_change)
-    return [base | p.to_dict() | {"stack": stack.describe(), "error": ""} for p in preds]
+    return [base | p.to_dict() | {"stack": stack.describe(), "error": ""} | _ends(p, sens) for p in preds]
+
+
+def _ends(p, sens) -> dict:
+    """A row's interval: tokens/s and speedup at the ranges' ends (its own values where nothing is ranged)."""
+    iv = sens.intervals.get(p.schedule)
+    (tlo, thi), (slo, shi) = (iv["tokens_per_s"], iv["speedup"]) if iv else ((p.tokens_per_s,) * 2, (p.speedup,) * 2)
+    return {"tokens_per_s_lo": tlo, "tokens_per_s_hi": thi, "speedup_lo": slo, "speedup_hi": shi,
+            "interval_dominant": sens.dominant() or ""}
 
 
 def point_key(point: Point, schedules: tuple[str, ...], given: dict | None = None, inputs: str = "",

@@ -7,6 +7,7 @@
     price/      op and collective -> seconds (comm/: collectives)
     engine/     the SimPy and heap engines, `--exact` sampling, per-op records
     workload.py, predict.py, memory.py, sensitivity.py, grid.py   on top: a workload in, predictions out
+    silent_zeros.py                                    on top: which TP-dependent terms are zero without a code proof
     bounds.py, errors.py                               leaves every folder may import
 
 Each folder's __init__ says what it owns and what it may import; tests/test_layers.py holds the arrows.

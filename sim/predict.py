@@ -95,13 +95,25 @@ class Prediction:
         return out
 
 
+class _KeepNothing(dict):
+    """A `passes` that keeps nothing (Simulator without the caller's dict)."""
+
+    def __setitem__(self, key, value) -> None:
+        pass
+
+
 class Simulator:
     """Simulates schedules of one workload; shares one cost cache across them."""
 
     def __init__(self, workload: Workload, exact: bool = False, record: bool = True,
                  progress: Callable[[], None] | None = None, ranks: int | None = None,
-                 mode: str | None = None, seed: int = 0, rel_tol: float = REL_TOL, like: Simulator | None = None):
+                 mode: str | None = None, seed: int = 0, rel_tol: float = REL_TOL, like: Simulator | None = None,
+                 passes: dict | None = None):
         self.mode = mode or ("brute" if exact else "fast")       # exact=True: the brute-force mode
+        # fast-path passes and notes priced for this profile and stack but its host lane (no lane enters a
+        # one-rank pass): sim/sensitivity.py reruns the host terms' ends on them. Not given: none kept
+        # (a caller may change the simulator between calls: calib.compare_intervals)
+        self._passes_of = passes if passes is not None and self.mode == "fast" else _KeepNothing()
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         self.w, self.exact, self.record = workload, self.mode == "brute", record
@@ -171,7 +183,15 @@ class Simulator:
     def lane(self, step: Step) -> host_lane.Lane | None:
         """The stack's host lane for `step` (sim.stack.host_lane), or None when the stack has none."""
         h = self.w.stack.host
-        return host_lane.lane(h, self.w.tp, step.seqs) if h.active else None
+        return host_lane.lane(h, self.w.tp, step.seqs, self._broadcast_s(step.seqs)) if h.active else None
+
+    def _broadcast_s(self, batch: int) -> float:
+        """One of the lane's GPU-side input broadcasts (HostStep.step_broadcasts, vLLM V0's) as an eager NCCL
+        all-gather of an int64 per sequence: a ring broadcast takes the same n-1 latency-bound steps at
+        these sizes (NCCL src/graph/tuning.cc), and profiles time no broadcast."""
+        group = self.w.comm_group or self.w.tp
+        return (self.cost.collective_s("all_gather", 8 * batch * group, group, "eager", impl="nccl")
+                if self.w.stack.host.step_broadcasts and self.w.tp > 1 and group > 1 else 0.0)
 
     def step_time(self, spec: str, step: Step) -> tuple[float, float]:
         """(duration_s, exposed_comm_s) of one engine step: the forward pass (compressed over repeated
@@ -200,6 +220,8 @@ class Simulator:
                 self.progress()
             return r.duration_s, r.exposed_comm_s
 
+        if (spec, step) in self._passes_of:
+            return self._passes_of[(spec, step)]
         held: dict[int, int] = {}
 
         def timed(sched: Schedule) -> tuple[float, float]:
@@ -213,6 +235,7 @@ class Simulator:
                           len(sched.ops))
             return held[id(sched)] < second
         dur, exp = self._over_layers(spec, step, timed, settled)
+        self._passes_of[(spec, step)] = dur, exp
         return dur, exp
 
     def _over_layers(self, spec: str, step: Step, measure: Callable[[Schedule], tuple[float, ...]],
@@ -321,6 +344,8 @@ class Simulator:
         each padded all-gather / reduce-scatter priced at its padded size minus at the real tokens').
         Read off the fast path's compressed passes (a builder's notes do not depend on the depth, the
         padding's cost is per layer), not from full passes built for nothing."""
+        if ("notes", spec) in self._passes_of:
+            return self._passes_of[("notes", spec)]
         w = self.w
         steps = [(w.prefill_step(), 1)] + ([(w.decode_step(1), w.gen_len - 1)] if w.gen_len > 1 else [])
         out: dict[str, None] = {}
@@ -341,6 +366,7 @@ class Simulator:
         if pad_s > 1e-12:
             out.append(f"padding costs {pad_s * 1e3:.1f} ms of collective time over the run (prefill + decode)")
         out += [n for n in self.cost.notes if n not in out]      # e.g. an engine refusing its all-reduce kernel
+        self._passes_of[("notes", spec)] = tuple(out)
         return tuple(out)
 
     def predict(self, spec: str) -> Prediction:
@@ -392,14 +418,17 @@ class Simulator:
 
 def predict(workload: Workload, schedules: list[str], exact: bool = False, record: bool = True,
             progress: Callable[[], None] | None = None, mode: str | None = None, seed: int = 0,
-            rel_tol: float = REL_TOL) -> list[Prediction]:
+            rel_tol: float = REL_TOL, passes: dict | None = None) -> list[Prediction]:
     """Predictions for `schedules` (in order), each with its speedup over standard.
 
     mode: "fast" (default), "sampled" (`--exact`: jitter on every rank, with confidence intervals)
     or "brute" (every rank, layer and step; exact=True means this). Standard is always simulated;
     it is listed in the output only if asked for. In brute-force mode `progress` is called after
-    each of the (1 + len(non-standard schedules)) * gen_len passes."""
-    sim = Simulator(workload, exact=exact, record=record, progress=progress, mode=mode, seed=seed, rel_tol=rel_tol)
+    each of the (1 + len(non-standard schedules)) * gen_len passes. `passes`: a dict the fast path
+    keeps its passes in, for another call on the same profile and stack that differs only in the
+    host lane's numbers (Simulator)."""
+    sim = Simulator(workload, exact=exact, record=record, progress=progress, mode=mode, seed=seed, rel_tol=rel_tol,
+                    passes=passes)
     for spec in schedules:                 # fail fast on a bad spec, before any simulation
         plan_of(spec, workload.model.layers)
     base = sim.predict("standard")

@@ -1,12 +1,25 @@
-"""Whether the order of the schedules rests on a number its source gives only as a range.
+"""What the numbers their sources give only as a range do to an answer: the interval of each schedule's
+tokens/s and speedup, the term that widens it most, and whether the order of the schedules holds.
 
 A profile number may carry `"range": [lo, hi]` beside its `"value"` and `"source"`: the interval the
 source supports when the profile had to pick one value in it (Concerto measured an 18-24% slowdown
-of overlapped work; the built-in profiles take the midpoint, 1.21). The prediction is rerun on the
-fast path at every corner of those ranges (each number at its lo or hi; for more than MAX_JOINT
-numbers, each alone at its ends). Two schedules whose order by tokens/s at the profile's own values
-is reversed at a setting form a `Flip`: their order is a call the sources cannot make, and
-`tpsim predict` says so under its table.
+of overlapped work; the built-in profiles take the midpoint, 1.21). A stack's host-lane number may
+carry one too (a preset's (value, source, (lo, hi)); Stack.host_ranges, `host.FIELD` here). The
+prediction is rerun on the fast path at settings of those ranges:
+
+- the profile's numbers at every corner of their ranges (each at its lo or hi; for more than MAX_JOINT
+  numbers, each alone at its ends), each with the host numbers at their values and all at lo and all
+  at hi: a host term only adds time to a step (sim.stack.host_lane), so those two are the ends any mix
+  of them reaches;
+- the host numbers, at the profile's values, all at lo, all at hi, and each alone at its ends.
+
+The host settings reuse the passes priced for their profile (sim.predict's `passes`: the lane never
+enters a one-rank pass), so they cost the lane's arithmetic only. Each schedule's interval is the
+least and most it reaches over those settings (speedups over standard at the same setting); the term
+that dominates it is the one whose range alone moves some schedule's tokens/s most (a profile
+number's main effect over the corners where it has one). Two schedules whose order by tokens/s at the
+given values is reversed at a setting form a `Flip`: their order is a call the sources cannot make,
+and `tpsim predict` says so under its table.
 
 No work for nothing: a setting is set on the parsed profile where parse reads the number as is (no
 re-parse), and settings of numbers no op's price reads (the interference factors) rerun on the base
@@ -14,20 +27,21 @@ prediction's simulator: its prices, its built passes, and the timelines of passe
 beside a collective, which those factors do not move (sim/predict.py `like`).
 
 The schedules ordered are standard (the speedups' baseline, always) and those asked for that are a
-way to run the model (upper-bound, model change "n/a", is a ceiling, not a contender). Nothing here
-changes a prediction: the table keeps the profile's values.
+way to run the model (upper-bound, model change "n/a", is a ceiling, not a contender; it gets an
+interval all the same). Nothing here changes a prediction: the table keeps the given values.
 """
 from __future__ import annotations
 
 import copy
 import itertools
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from tpsim.sim.predict import Prediction, Simulator, Workload, predict
 from tpsim.sim.price import decode_grid
 from tpsim.sim.price.cost import UNPRICED, CostModel
 from tpsim.sim.hardware.check import parse, set_as_read
 from tpsim.sim.hardware.schema import Profile, ProfileError
+from tpsim.sim.stack.spec import Stack
 
 
 @dataclass(frozen=True)
@@ -59,13 +73,40 @@ class Sensitivity:
     base: dict                                 # schedule -> tokens/s at the profile's values
     ends: dict                                 # setting -> {schedule: tokens/s}
     flips: tuple[Flip, ...]
+    # schedule -> {"tokens_per_s": (lo, hi), "speedup": (lo, hi)} over the base and every setting run
+    intervals: dict = field(default_factory=dict)
+    effects: dict = field(default_factory=dict)        # path -> (lo, hi) of the tokens/s it alone moves most
+    profile_only: dict = field(default_factory=dict)   # schedule -> tokens/s (lo, hi) with the host at its values
 
     def to_dict(self) -> dict:
-        return {"fields": {r.path: {"value": r.value, "range": [r.lo, r.hi]} for r in self.ranged},
-                "settings": [{"setting": dict(k), "tokens_per_s": v} for k, v in self.ends.items()],
-                "flips": [{"ahead": f.ahead, "behind": f.behind, "setting": dict(f.setting),
-                           "tokens_per_s": {f.ahead: f.tokens_per_s[0], f.behind: f.tokens_per_s[1]}}
-                          for f in self.flips]}
+        out = {"fields": {r.path: {"value": r.value, "range": [r.lo, r.hi]} for r in self.ranged},
+               "settings": [{"setting": dict(k), "tokens_per_s": v} for k, v in self.ends.items()],
+               "flips": [{"ahead": f.ahead, "behind": f.behind, "setting": dict(f.setting),
+                          "tokens_per_s": {f.ahead: f.tokens_per_s[0], f.behind: f.tokens_per_s[1]}}
+                         for f in self.flips]}
+        if self.intervals:
+            out["intervals"] = {s: {k: list(v) for k, v in d.items()} for s, d in self.intervals.items()}
+            out["dominant"] = self.dominant()
+            out["effects"] = {k: {"schedule": s, "tokens_per_s": list(v)} for k, (s, v) in self.effects.items()}
+            out["host_at_its_values"] = {s: list(v) for s, v in self.profile_only.items()}
+        return out
+
+    def dominant(self) -> str | None:
+        """The ranged number whose range alone moves some schedule's tokens/s most."""
+        if not self.effects:
+            return None
+        return max(self.effects, key=lambda k: _rel(self.effects[k][1]))
+
+    def interval_note(self) -> str | None:
+        """One line naming the term that dominates the intervals (None without ranges)."""
+        top = self.dominant()
+        if top is None:
+            return None
+        r = next(x for x in self.ranged if x.path == top)
+        sched, (lo, hi) = self.effects[top]
+        return (f"interval: the ends of {len(self.ranged)} ranged number{'s' * (len(self.ranged) > 1)} (--json: "
+                f"sensitivity); widest from {top} {_show(top, r.value, r.lo, r.hi)}: alone it moves {sched} "
+                f"{lo:.1f}-{hi:.1f} tokens/s")
 
     def notes(self) -> list[str]:
         """One line per reversed pair: at how many settings, and the one that reverses it most."""
@@ -74,7 +115,9 @@ class Sensitivity:
             by_pair.setdefault((f.ahead, f.behind), []).append(f)
         values = {r.path: r.value for r in self.ranged}
         changed = lambda f: ", ".join(f"{path} {v:g}" for path, v in f.setting if v != values[path])  # noqa: E731
-        ranges = ", ".join(f"{r.path} {r.value:g} in {r.lo:g}-{r.hi:g}" for r in self.ranged)
+        host = [r for r in self.ranged if r.path.startswith(HOST)]
+        ranges = ", ".join([f"{r.path} {r.value:g} in {r.lo:g}-{r.hi:g}" for r in self.ranged if r not in host]
+                           + ([f"{len(host)} host terms of the stack"] if host else []))
         out = []
         for (a, b), fs in by_pair.items():
             most = max(fs, key=Flip.margin)
@@ -89,6 +132,32 @@ def ranged_values(profile: Profile) -> tuple[Ranged, ...]:
     """The profile's ranged numbers, in the order the parser read them."""
     return tuple(Ranged(path, float(_leaf(profile.raw, path)["value"]), lo, hi)
                  for path, (lo, hi) in profile.ranges.items())
+
+
+HOST = "host."        # a stack's ranged host numbers: "host.FIELD" (a profile has no "host" section)
+
+
+def stack_ranged(stack: Stack) -> tuple[Ranged, ...]:
+    """The stack's ranged host-lane numbers (Stack.host_ranges), as "host.FIELD"."""
+    return tuple(Ranged(HOST + k, float(getattr(stack.host, k)), lo, hi) for k, lo, hi in stack.host_ranges)
+
+
+def with_stack_values(stack: Stack, setting: tuple[tuple[str, float], ...]) -> Stack:
+    """The stack with each ("host.FIELD", value) of `setting` in its host lane (other paths ignored)."""
+    host = {path[len(HOST):]: v for path, v in setting if path.startswith(HOST)}
+    return replace(stack, host=replace(stack.host, **host)) if host else stack
+
+
+def _rel(span: tuple[float, float]) -> float:
+    lo, hi = span
+    return (hi - lo) / hi if hi > 0 else 0.0
+
+
+def _show(path: str, v: float, lo: float, hi: float) -> str:
+    """A ranged number and its range as the note prints them: host seconds in us, others as given."""
+    if path.startswith(HOST):
+        return f"{v * 1e6:.4g} us (range {lo * 1e6:.4g}-{hi * 1e6:.4g})"
+    return f"{v:g} (range {lo:g}-{hi:g})"
 
 
 def with_values(profile: Profile, setting: tuple[tuple[str, float], ...]) -> Profile:
@@ -150,32 +219,79 @@ def grid_rate_moves(r: Ranged, workload: Workload, schedules: list[str]) -> bool
 
 
 def check(workload: Workload, schedules: list[str], base: list[Prediction] | None = None) -> Sensitivity:
-    """Rerun `schedules` at each setting of the ranged numbers of the workload's profile (the module
-    doc, `settings`). `base`: the fast-path predictions at the profile's values, when already made."""
+    """Rerun `schedules` at each setting of the ranged numbers of the workload's profile and stack (the
+    module doc). `base`: the fast-path predictions at the given values, when already made."""
     # a number that cannot move this workload's prediction is no setting to rerun (moves: grid_rate_moves)
-    ranged = tuple(r for r in ranged_values(workload.profile) if grid_rate_moves(r, workload, schedules))
+    pr = tuple(r for r in ranged_values(workload.profile) if grid_rate_moves(r, workload, schedules))
+    sr = stack_ranged(workload.stack)
+    ranged = pr + sr
     # the speedups' baseline is always a contender: the given predictions serve when they hold it
     if ranged and (base is None or any(p.mode != "fast" for p in base) or "standard" not in {p.schedule for p in base}):
         base = predict(workload, list(dict.fromkeys(["standard", *schedules])), record=False, mode="fast")
     contenders = [p.schedule for p in base or [] if p.model_change != "n/a"]
     at_base = {p.schedule: p.tokens_per_s for p in base or [] if p.schedule in contenders}
-    if len(contenders) < 2:
+    if not ranged:
         return Sensitivity(ranged, at_base, {}, ())
+    shown = [p.schedule for p in base]
+    all_base = {p.schedule: p.tokens_per_s for p in base}
+    values = lambda rs: tuple((r.path, r.value) for r in rs)  # noqa: E731
+    joint = [tuple((r.path, r.lo) for r in sr), tuple((r.path, r.hi) for r in sr)] if sr else []
+    alone = [tuple((q.path, v if q is r else q.value) for q in sr) for r in sr for v in (r.lo, r.hi)]
     ends, flips = {}, []
-    # settings that change only numbers no op's price reads (sim.price.cost.UNPRICED) run on the base's
-    # pricing: its cost model, its passes and those of their timelines these numbers do not move
-    alike, made = all(r.path in UNPRICED for r in ranged), base[0].simulator
+    # settings of profile numbers no op's price reads (sim.price.cost.UNPRICED) run on the base's pricing:
+    # its cost model, its passes and those of their timelines these numbers do not move
+    alike, made = all(r.path in UNPRICED for r in pr), base[0].simulator
     like = made if alike and made is not None and made.w is workload else None
-    for setting in settings(ranged):
+
+    def run(prof: tuple, host: tuple, profile: Profile, passes: dict, like: Simulator | None = None) -> Simulator:
+        # the same run at another speed: whether it fits was the workload's own check
+        w = replace(workload, profile=profile, stack=with_stack_values(workload.stack, host), memory_check=False)
+        sim = Simulator(w, record=False, mode="fast", like=like, passes=passes)
+        tps = ends[prof + host] = {s: sim.predict(s).tokens_per_s for s in shown}
+        flips.extend(Flip(prof + host, a, b, (tps[a], tps[b]))
+                     for a, b in order_flips(at_base, {s: tps[s] for s in contenders}))
+        return sim
+
+    passes: dict = {}
+    for host in joint + alone:                 # the profile at its values (its passes priced once)
+        run(values(pr), host, workload.profile, passes)
+    for setting in settings(pr):
         try:
             profile = with_values(workload.profile, setting)
         except ProfileError as e:     # an end another field's check does not allow (gpc_sms must sum to sms)
             raise ProfileError(f"{e}; with {', '.join(f'{k} = {v:g}' for k, v in setting)}, ends of the ranges "
                                f"its sources give (sim/sensitivity.py): narrow those ranges") from None
-        # the same run at another speed: whether it fits was the workload's own check
-        w = replace(workload, profile=profile, memory_check=False)
-        sim = Simulator(w, record=False, mode="fast", like=like)
-        like = like or (sim if alike else None)
-        tps = ends[setting] = {s: sim.predict(s).tokens_per_s for s in contenders}
-        flips += [Flip(setting, a, b, (tps[a], tps[b])) for a, b in order_flips(at_base, tps)]
-    return Sensitivity(ranged, at_base, ends, tuple(flips))
+        passes = {}
+        for host in [values(sr)] + joint:
+            sim = run(setting, host, profile, passes, like)
+            like = like or (sim if alike else None)
+    return Sensitivity(ranged, at_base, ends, tuple(flips), *_intervals(pr, sr, all_base, ends, contenders))
+
+
+def _intervals(pr: tuple[Ranged, ...], sr: tuple[Ranged, ...], base: dict, ends: dict,
+               contenders: list[str]) -> tuple[dict, dict, dict]:
+    """(intervals, effects, profile_only) of the module doc from the base and the settings run."""
+    runs = [base, *ends.values()]
+    intervals = {s: {"tokens_per_s": (min(r[s] for r in runs), max(r[s] for r in runs)),
+                     "speedup": (min(r[s] / r["standard"] for r in runs), max(r[s] / r["standard"] for r in runs))}
+                 for s in base}
+    host_at_values = tuple((r.path, r.value) for r in sr)
+    prof_runs = [base] + [t for k, t in ends.items() if k[len(pr):] == host_at_values]
+    profile_only = {s: (min(r[s] for r in prof_runs), max(r[s] for r in prof_runs)) for s in base}
+    effects = {}
+    for i, r in enumerate(pr + sr):
+        # the runs where this number sits at an end and every other at its value (host terms alone,
+        # a profile number in one-at-a-time settings), else its mean at lo and at hi over the corners
+        # that hold the host at its values (a profile number's main effect)
+        others = lambda k: all(v == q.value for j, ((_, v), q) in enumerate(zip(k, pr + sr)) if j != i)  # noqa: E731
+        lo = [t for k, t in ends.items() if k[i][1] == r.lo and others(k)]
+        hi = [t for k, t in ends.items() if k[i][1] == r.hi and others(k)]
+        if not (lo and hi) and i < len(pr):
+            lo = [t for k, t in ends.items() if k[i][1] == r.lo and k[len(pr):] == host_at_values]
+            hi = [t for k, t in ends.items() if k[i][1] == r.hi and k[len(pr):] == host_at_values]
+        if not (lo and hi):
+            continue
+        mean = lambda ts, s: sum(t[s] for t in ts) / len(ts)  # noqa: E731
+        moves = {s: tuple(sorted((mean(lo, s), mean(hi, s)))) for s in (contenders or base)}
+        effects[r.path] = max(moves.items(), key=lambda kv: _rel(kv[1]))
+    return intervals, effects, profile_only

@@ -68,8 +68,10 @@ def test_predict_json_shape():
     assert [s["schedule"] for s in out["schedules"]] == ["standard", "ladder", "parallel", "upper-bound", "spd:0.7"]
     for s in out["schedules"]:
         assert set(s) == {"schedule", "prefill_s", "decode_s", "tokens_per_s", "speedup", "exposed_comm_s",
-                          "model_change", "notes"}
+                          "model_change", "notes", "tokens_per_s_range", "speedup_range"}
         assert s["tokens_per_s"] == pytest.approx(4 * 512 / (s["prefill_s"] + s["decode_s"]))
+        # the interval h100-sxm's ranged numbers give (sim/sensitivity.py) holds the value
+        assert s["tokens_per_s_range"][0] <= s["tokens_per_s"] <= s["tokens_per_s_range"][1]
     assert out["schedules"][0]["speedup"] == 1.0
     assert [s["model_change"] for s in out["schedules"]] == ["none", "retrain", "retrain", "n/a", "drops syncs"]
 
@@ -85,7 +87,8 @@ def test_predict_spd_that_drops_no_block_is_standard_and_says_none():
     assert rows[1]["tokens_per_s"] == rows[2]["tokens_per_s"] == rows[0]["tokens_per_s"]
     t = run("predict", "--model", "llama-3.1-8b", "--tp", "2", "--gen", "16", *specs)
     assert t.exit_code == 0, t.output
-    change = {line.split()[0]: line.split()[-1] for line in t.output.splitlines()
+    table = t.output.split("tokens/s interval")[0]                      # the main table, not the intervals'
+    change = {line.split()[0]: line.split()[-1] for line in table.splitlines()
               if line.split()[:1] in (["spd:0"], ["spd:0.0"], ["spd:0.5"])}
     assert change == {"spd:0": "none", "spd:0.0": "none", "spd:0.5": "syncs"}    # "drops syncs": its last word
 

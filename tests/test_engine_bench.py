@@ -100,6 +100,18 @@ def test_round_trip_recovers_known_host_terms_and_predict_uses_them(tmp_path):
     s = json.loads(r.output)["schedules"][0]
     measured = json.loads((tmp_path / "lat4.json").read_text())["avg_latency"]
     assert s["prefill_s"] + s["decode_s"] == pytest.approx(measured, rel=2e-3)
+    # the fit replaces every ranged host term of the preset: the stack carries no range, so predict's
+    # interval is the profile's alone and it no longer calls the stack uncalibrated
+    assert load_stack("vllm").ranges and not st.ranges
+    assert json.loads(r.output)["stack"]["host_ranges"] == []
+    fields = json.loads(r.output)["sensitivity"]["fields"]
+    assert fields and not any(k.startswith("host.") for k in fields)
+    text = CliRunner().invoke(main, ["predict", "--stack", str(out), "--schedule", "ladder", "--model", "llama-3.1-70b",
+                                     "--tp", "8", "--batch", "8", "--prompt", "32", "--gen", "128"]).output
+    vllm = CliRunner().invoke(main, ["predict", "--stack", "vllm", "--schedule", "ladder", "--model", "llama-3.1-70b",
+                                     "--tp", "8", "--batch", "8", "--prompt", "32", "--gen", "128"]).output
+    assert "uncalibrated: stack vllm@0.11 has 11 host terms given as ranges" in vllm
+    assert "uncalibrated" not in text and "host." not in text.split("interval:")[-1]
 
 
 def test_one_tp_degree_or_mixed_engines_are_refused(tmp_path):

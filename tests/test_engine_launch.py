@@ -205,7 +205,7 @@ def test_fast_path_is_exact_with_the_launch_chain(preset, model, tp, batch):
     layer, every rank; the host lane's stagger off: it is added, not simulated, on the fast path)."""
     prof = load_profile("h100-sxm")
     st = make_stack({}, prof.stack_defaults, preset=PRESETS[preset].values)
-    st = dataclasses.replace(st, host=dataclasses.replace(st.host, handoff_per_rank_s=0.0))
+    st = dataclasses.replace(st, host=dataclasses.replace(st.host, handoff_per_rank_s=0.0, rank_spread_s=0.0))
     w = Workload(get_model(model), tp, prof, batch=batch, prompt_len=64, gen_len=4, stack=st)
     scheds = ["standard", "ladder", "spd:0.4"]
     for f, e in zip(predict(w, scheds, record=False), predict(w, scheds, mode="brute", record=False)):

@@ -185,11 +185,13 @@ def test_an_overlapped_tree_shows_once_the_host_is_the_bottleneck():
 def test_the_sglang_preset_hands_off_by_its_gloo_tree():
     """The sglang preset: every TP rank's scheduler receives the step's request broadcast over gloo,
     tree_hops(r) measured hops after rank 0 (bench/gloo_broadcast_hops.py). Its lane's stagger is
-    1 / 2 / 3 hops at TP 2 / 4 / 8, none at TP 1, and it overlaps the pass."""
+    1 / 2 / 3 hops at TP 2 / 4 / 8 plus the last rank's place in the spread (E[max of N] = 0.5642 /
+    1.0294 / 1.4236 spreads), none at TP 1, and it overlaps the pass."""
     h = HostStep(**PRESETS["sglang"].values["host"])
-    hop = h.handoff_tree_hop_s
-    assert h.overlap and hop > 0
-    assert [lane(h, n, 8).stagger_s for n in (1, 2, 4, 8)] == pytest.approx([0.0, hop, 2 * hop, 3 * hop])
+    hop, sd = h.handoff_tree_hop_s, h.rank_spread_s
+    assert h.overlap and hop > 0 and sd > 0
+    assert [lane(h, n, 8).stagger_s for n in (1, 2, 4, 8)] == pytest.approx(
+        [0.0, hop + 0.5642 * sd, 2 * hop + 1.0294 * sd, 3 * hop + 1.4236 * sd], abs=1e-8)
     assert "bench/gloo_broadcast_hops.py" in PRESETS["sglang"].sources["host.handoff_tree_hop_s"]
 
 
@@ -212,3 +214,74 @@ def test_the_ranks_host_spread_makes_the_last_rank_set_the_pace():
     assert lane(one, 8, 1).stagger_s == pytest.approx(1.4236, abs=1e-4)
     # both engines start each rank at its offset (4 ranks, spread 1): the last rank's 1.0294 late start
     assert _pass(4, lane(one, 4, 1).offsets_s) == pytest.approx(14.0 + 1.0294, abs=1e-4)
+
+
+def test_a_hand_off_that_grows_with_the_batch_is_paid_at_tp_above_one_only():
+    """handoff 2 + handoff_per_seq 0.5 x batch 4 = 4 at TP 2 (lead 4 + pass 14 = 18); TP 1 runs in one
+    process: the bare pass, 14."""
+    h = HostStep(handoff_s=2.0, handoff_per_seq_s=0.5)
+    assert lane(h, 2, 4).lead_s == 4.0 and step_s(h, lane(h, 2, 4), _pass()) == 18.0
+    assert lane(h, 1, 4).lead_s == 0.0 and step_s(h, lane(h, 1, 4), _pass()) == 14.0
+
+
+def test_sleeping_readers_wake_within_the_window_and_the_last_sets_the_pace():
+    """Window W = 8: rank 0 writes, ranks 1..n-1 wake at the expected order statistics of n-1 uniforms
+    on [0, 8): r x 8 / n. n = 2: (0, 4); n = 4: (0, 2, 4, 6); n = 8: the last 7. Toy pass on 2 ranks:
+    rank 1 seg0 4-6, ar0 6-10, seg1 10-13, ar1 13-17, seg2 17-18 = 14 + 4; in series with schedule 1:
+    1 + 18 = 19; TP 1 has no reader: 1 + 14 = 15."""
+    h = HostStep(schedule_s=1.0, handoff_wake_s=8.0)
+    assert lane(h, 2, 1).offsets_s == (0.0, 4.0)
+    assert lane(h, 4, 1).offsets_s == (0.0, 2.0, 4.0, 6.0)
+    assert lane(h, 8, 1).stagger_s == 7.0
+    assert _pass(2, lane(h, 2, 1).offsets_s) == 18.0
+    assert step_s(h, lane(h, 2, 1), 14.0) == 19.0 and step_s(h, lane(h, 1, 1), 14.0) == 15.0
+    # with a spread on top, each rank sums both (wake 4 + spread 1/sqrt(pi) x sqrt(pi) = 1): 5
+    both = replace(h, rank_spread_s=math.sqrt(math.pi))
+    assert lane(both, 2, 1).offsets_s == pytest.approx((0.0, 5.0), abs=1e-6)
+
+
+def test_gpu_side_input_broadcasts_run_before_the_pass_at_tp_above_one():
+    """9 broadcasts of 0.5 each (the caller's price on N ranks): lead 4.5 at TP 2, 0 at TP 1 (V0 returns
+    before broadcasting on one rank). In series: 4.5 + 14 = 18.5."""
+    h = HostStep(step_broadcasts=9)
+    assert h.active
+    assert lane(h, 2, 1, broadcast_s=0.5).lead_s == 4.5
+    assert lane(h, 1, 1, broadcast_s=0.5).lead_s == 0.0
+    assert step_s(h, lane(h, 2, 1, 0.5), _pass()) == 18.5
+    with pytest.raises(ValueError, match="host.step_broadcasts must be a count"):
+        HostStep(step_broadcasts=1.5)
+
+
+def test_hidden_output_work_runs_during_the_next_pass():
+    """V0's async output processing: lead 3, pass 14, output 5 -> 3 + max(14, 5) = 17 (not 3 + 14 + 5 = 22);
+    an output longer than the pass shows its excess: output 20 -> 3 + 20 = 23."""
+    h = HostStep(schedule_s=3.0, output_s=5.0, output_hidden=True)
+    assert step_s(h, lane(h, 1, 1), 14.0) == 17.0
+    assert step_s(replace(h, output_hidden=False), lane(h, 1, 1), 14.0) == 22.0
+    long = replace(h, output_s=20.0)
+    assert step_s(long, lane(long, 1, 1), 14.0) == 23.0
+    with pytest.raises(ValueError, match="host.output_hidden"):
+        HostStep(output_hidden=1)
+
+
+def test_predict_prices_each_input_broadcast_as_the_profiles_small_eager_all_gather():
+    """The V0 broadcast count reaches the simulator's lane priced by the profile: TP 2 on h100-sxm, 9
+    broadcasts of batch 4 int64s cost 9 x the eager NCCL all-gather of 64 bytes on 2 ranks."""
+    model, prof = get_model("llama-3.1-8b").truncated(2), load_profile("h100-sxm")
+    w = Workload(model, 2, prof, batch=4, gen_len=4, stack=Stack(host=HostStep(step_broadcasts=9)))
+    sim = Simulator(w)
+    one = sim.cost.collective_s("all_gather", 8 * 4 * 2, 2, "eager", impl="nccl")
+    assert one > 0
+    assert sim.lane(w.decode_step(1)).lead_s == pytest.approx(9 * one, rel=1e-12)
+
+
+def test_the_vllm_v0_preset_pays_its_broadcasts_and_wake_window_at_tp_above_one_only():
+    """vllm@0.6: 9 NCCL broadcasts and the sleep-polling window (the last of N waits W (N-1)/N) at TP > 1;
+    neither at TP 1. Its output work hides under the pass (async output processing)."""
+    h = HostStep(**PRESETS["vllm@0.6"].values["host"])
+    assert h.step_broadcasts == 9 and h.output_hidden and not h.overlap
+    w = h.handoff_wake_s
+    assert [lane(h, n, 1).offsets_s[-1] - lane(replace(h, handoff_wake_s=0.0), n, 1).offsets_s[-1]
+            for n in (2, 4, 8)] == pytest.approx([w / 2, 3 * w / 4, 7 * w / 8])
+    assert lane(h, 1, 1, broadcast_s=1.0).lead_s == pytest.approx(lane(h, 1, 1, broadcast_s=0.0).lead_s)
+    assert lane(h, 2, 1, broadcast_s=1.0).lead_s == pytest.approx(lane(h, 2, 1, broadcast_s=0.0).lead_s + 9)

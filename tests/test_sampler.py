@@ -113,10 +113,15 @@ def test_the_sampler_kernels_in_a_toy_decode_timeline():
 
 def test_presets_name_their_sampler_and_unknown_names_are_refused():
     assert {n: _stack(n).sampler for n in PRESETS} == {
-        "reference": "argmax", "eager": "argmax", "vllm": "vllm-v1-random", "sglang": "sglang-greedy",
-        "trtllm": "trtllm-torch-greedy"}
+        "reference": "argmax", "eager": "argmax", "vllm@0.11": "vllm-v1-random", "vllm@0.6": "vllm-v0-random",
+        "sglang@0.5": "sglang-greedy", "trtllm@1": "trtllm-torch-greedy"}
     for s in sampler.SAMPLERS.values():
         assert s.path and all(k.source for k in s.kernels), s.name
-    assert [s.logits_kernels for s in sampler.SAMPLERS.values()] == [0, 1, 1]
+    assert [s.logits_kernels for s in sampler.SAMPLERS.values()] == [0, 0, 1, 1]
+    # V0's random path: V1's passes plus log_softmax and the probs[indices] copy. Batch 1, vocab 10, bf16:
+    # per logit 6 (cast) + 8 (temperature) + 8 (softmax) + 8 (log_softmax) + 8 (index) + 4 (exponential)
+    # + 12 (div) + 4 (argmax) = 58 B, 580 in all, plus [batch] rows 4 + 8 + 8: 600
+    v0 = sampler.SAMPLERS["vllm-v0-random"]
+    assert len(v0.kernels) == 8 and sum(k.bytes(1, 10, 2) for k in v0.kernels) == 600
     with pytest.raises(ValueError, match="unknown sampler 'multinomial'"):
         Stack(sampler="multinomial")

@@ -240,12 +240,14 @@ def test_the_numbers_no_price_reads_are_read_by_no_price():
                     assert price(a) == price(b), (spec, step.phase, op.name)
 
 
-@pytest.mark.parametrize("name, reruns", [("h100-sxm", 16), ("h100-sxm-coschedule", 36)])
+@pytest.mark.parametrize("name, reruns", [("h100-sxm", 16), ("h100-sxm-coschedule", 44)])
 def test_the_reruns_price_nothing_again_and_simulate_only_the_passes_the_factors_move(name, reruns, monkeypatch):
     """70B TP8, default schedules: each setting's tokens/s equal a fresh prediction on the parsed profile
     at that setting; the reruns share the base prediction's prices and passes. Flat factors (h100-sxm,
     4 settings x 4 contenders, 18 passes each): only ladder's 4 passes, where compute runs beside its
-    all-reduces, are simulated again, 16 instead of 72. Co-scheduling (2 settings): every pass, 36."""
+    all-reduces, are simulated again, 16 instead of 72 (upper-bound's passes, which have no collective,
+    never). Co-scheduling (2 settings): every pass of the 4 contenders (36) and of upper-bound, whose
+    interval is shown too (4 passes a setting), 44."""
     w = Workload(get_model("llama-3.1-70b"), 8, load_profile(name))
     scheds = ["standard", "ladder", "parallel", "spd:0.7", "upper-bound"]
     base = predict(w, scheds, record=False)

@@ -24,7 +24,7 @@ from tpsim.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests" / "fixtures"
-PROSE = ("stack: ", "note: ", "warning: ", "NCCL nNodes ", "decode attention: ")
+PROSE = ("stack: ", "note: ", "warning: ", "NCCL nNodes ", "decode attention: ", "interval: ", "uncalibrated: ")
 NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 COMMANDS = {
@@ -46,6 +46,10 @@ COMMANDS = {
               "--slo", "ttft=300ms"],
     "serve --sweep": ["serve", "--model", "llama-3.2-1b", "--tp", "1", "--requests", "40", "--sweep",
                       "--slo", "ttft=300ms", "--slo", "e2e=4s", "--schedule", "ladder", "--sweep-tol", "0.1"],
+    "predict --stack vllm": ["predict", "--stack", "vllm", "--model", "llama-3.1-70b", "--tp", "8", "--batch", "8",
+                             "--prompt", "32", "--gen", "128"],
+    "stacks": ["stacks"],
+    "stacks --show": ["stacks", "--show", "vllm@0.6"],
     "compare --measured": ["compare", "--measured", str(FIX / "compare" / "measured-tiny-tp2.json"),
                            "--profile", str(FIX / "compare" / "profile.json"), "--out-dir", "cmp"],
 }

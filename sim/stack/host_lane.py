@@ -3,12 +3,18 @@
 One engine step (a prefill, or one decode step of the whole batch) on TP ranks 0..N-1:
 
     scheduler   schedule_s + schedule_per_seq_s * batch          (the engine's scheduler process)
-    hand-off    handoff_s, only when N > 1 (N worker processes)  (vLLM: SchedulerOutput through the
-                shared-memory MessageQueue, vllm/distributed/device_communicators/shm_broadcast.py)
+    hand-off    handoff_s + handoff_per_seq_s * batch, only when N > 1 (N worker processes)  (vLLM:
+                SchedulerOutput through the shared-memory MessageQueue,
+                vllm/distributed/device_communicators/shm_broadcast.py, out and the reply back)
                 rank r reads it r * handoff_per_rank_s after rank 0 (polling/wake-up order), and
                 tree_hops(r) * handoff_tree_hop_s after it when the hand-off is a binomial-tree host
                 broadcast (gloo's; SGLang's broadcast_pyobj over the TP CPU group each scheduler
-                step): see tree_hops
+                step): see tree_hops; readers that sleep between polls (vLLM V0 <= 0.6.3:
+                time.sleep(1e-7), which Linux's timer slack stretches to ~50 us) wake within
+                handoff_wake_s of the write: see wake_offsets
+                step_broadcasts GPU-side broadcasts of the step's input tensors before the pass (vLLM
+                V0's broadcast_tensor_dict: one eager NCCL broadcast per tensor), each priced by the
+                profile as the caller says (`broadcast_s`): serial before the pass, N > 1 only
     spread      rank_spread_s: the spread (standard deviation) of each rank's own host time per step
                 (wake-up, input preparation, launch); the pass starts when the last of N ranks is
                 ready, expected E[max of N] * rank_spread_s after the mean rank (_normal_order_stats)
@@ -19,15 +25,18 @@ One engine step (a prefill, or one decode step of the whole batch) on TP ranks 0
     GPU         the pass (sim.engine.simpy_engine); rank r starts it at lead_s + offsets_s[r]
     output      output_s + output_per_seq_s * batch              (sample / update the requests)
 
-All three place the ranks at different starts, so they reach the pass's first collective at different
+All these place the ranks at different starts, so they reach the pass's first collective at different
 times and the last one sets the pace: the stagger grows with N (linearly for the polling order, as
-floor(log2 N) hops for a tree broadcast, as E[max of N standard normals] ~ sqrt(2 ln N) for the
-spread).
+floor(log2 N) hops for a tree broadcast, as W (N-1)/N for a wake-up window, as E[max of N standard
+normals] ~ sqrt(2 ln N) for the spread). TP_DEPENDENT names the terms that act only at N > 1 or grow
+with N (sim/silent_zeros.py holds every preset to a value or a code proof for each).
 
 In series (`overlap` False: vLLM's default scheduler) a step lasts
     lead_s + gpu_s + post_s,
 gpu_s being the pass with the ranks' staggered starts (a late rank delays everyone at the first
-collective). Overlapped (vLLM V1 async scheduling, SGLang's overlap scheduler, TensorRT-LLM's overlap
+collective); with `output_hidden` (vLLM V0's async output processing: step j's outputs are processed
+while step j+1's pass runs) the output work hides under the pass: lead_s + max(gpu_s, post_s).
+Overlapped (vLLM V1 async scheduling, SGLang's overlap scheduler, TensorRT-LLM's overlap
 scheduler) the host prepares step j+1 while the GPU runs step j, so inputs are ready before the GPU is
 free and the stagger is hidden unless the host is the bottleneck:
     max(gpu_s_without_stagger, lead_s + max(offsets_s) + post_s).
@@ -61,18 +70,36 @@ class HostStep:
     output_s: float = 0.0             # sampling + request update after the pass, per step
     output_per_seq_s: float = 0.0     # ... per sequence
     overlap: bool = False             # the host prepares the next step while the GPU runs this one
+    handoff_per_seq_s: float = 0.0    # the hand-off's growth with the batch (its payload), N > 1 only
+    handoff_wake_s: float = 0.0       # sleeping readers wake within this window of the write (wake_offsets)
+    step_broadcasts: int = 0          # GPU-side broadcasts of the step's inputs before the pass, N > 1 only
+    output_hidden: bool = False       # in series: step j's output work runs during step j+1's pass
 
     def __post_init__(self) -> None:
         for f in fields(self):
             v = getattr(self, f.name)
-            if f.name != "overlap" and not (isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0):
+            if f.name in FLAGS:
+                if not isinstance(v, bool):
+                    raise ValueError(f"host.{f.name} must be true or false, got {v!r}")
+            elif f.name in COUNTS:
+                if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 64:
+                    raise ValueError(f"host.{f.name} must be a count 0..64, got {v!r}")
+            elif not (isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0):
                 raise ValueError(f"host.{f.name} must be a number of seconds >= 0, got {v!r}")
-        if not isinstance(self.overlap, bool):
-            raise ValueError(f"host.overlap must be true or false, got {self.overlap!r}")
 
     @property
     def active(self) -> bool:
-        return any(getattr(self, f.name) for f in fields(self) if f.name != "overlap")
+        return any(getattr(self, f.name) for f in fields(self) if f.name not in FLAGS)
+
+
+# the switches of a lane (not amounts of time) and its counts (not seconds): no range, no fit
+FLAGS = ("overlap", "output_hidden")
+COUNTS = ("step_broadcasts",)
+# The terms that cost nothing at TP 1 or grow with N (the module doc): each preset gives them a value
+# and a range from evidence, or a source that starts "code:" citing the code that proves the work absent
+# (sim/silent_zeros.py, tests/test_silent_zeros.py). The other terms are the same work at any N.
+TP_DEPENDENT = ("handoff_s", "handoff_per_seq_s", "handoff_per_rank_s", "handoff_tree_hop_s", "handoff_wake_s",
+                "rank_spread_s", "step_broadcasts")
 
 
 @dataclass(frozen=True)
@@ -134,18 +161,34 @@ def spread_offsets(n: int, spread_s: float) -> tuple[float, ...]:
     return tuple(spread_s * max(0.0, e) for e in _normal_order_stats(n))
 
 
-def lane(h: HostStep, tp: int, batch: int) -> Lane:
+def wake_offsets(n: int, window_s: float) -> tuple[float, ...]:
+    """Per-rank start delays of readers that sleep between polls of the step's message: rank 0
+    writes it (vLLM V0's driver worker), ranks 1..n-1 each wake at an independent uniform time in
+    [0, window_s) after the write (vllm/distributed/device_communicators/shm_broadcast.py@v0.6.3.post1:
+    time.sleep(RINGBUFFER_SLEEP_INTERVAL = 1e-7) per poll, which the kernel's 50 us timer slack
+    stretches; vllm-project/vllm#9994). Rank r is placed at the expected r-th smallest of n-1 such
+    uniforms, window_s * r / n, so the last comes window_s (n-1)/n late: 1/2, 3/4, 7/8 of the
+    window at n = 2, 4, 8."""
+    if n < 2 or window_s == 0.0:
+        return (0.0,) * n
+    return tuple(window_s * r / n for r in range(n))
+
+
+def lane(h: HostStep, tp: int, batch: int, broadcast_s: float = 0.0) -> Lane:
     """The lane of one step of `batch` sequences on `tp` ranks (one process, no hand-off, at tp 1).
-    A rank's offset sums its hand-off order (polling and tree) and its place in the spread: the
-    last rank is the latest in each (an upper bound on E[max] of the sum; exact when only one of
-    them is non-zero)."""
-    handoff = h.handoff_s if tp > 1 else 0.0
+    `broadcast_s`: the time of one of the step's GPU-side input broadcasts on `tp` ranks (the
+    caller prices it from its profile; h.step_broadcasts of them run, one after another, before
+    the pass). A rank's offset sums its hand-off order (polling, wake-up and tree) and its place in
+    the spread: the last rank is the latest in each (an upper bound on E[max] of the sum; exact
+    when only one of them is non-zero)."""
+    handoff = (h.handoff_s + h.handoff_per_seq_s * batch + h.step_broadcasts * broadcast_s) if tp > 1 else 0.0
     lead = (h.schedule_s + h.schedule_per_seq_s * batch + handoff
             + h.prepare_s + h.prepare_per_seq_s * batch + h.launch_s)
     if tp < 2:
         return Lane(lead, (0.0,), h.output_s + h.output_per_seq_s * batch)
     spread = spread_offsets(tp, h.rank_spread_s)
-    offsets = tuple(r * h.handoff_per_rank_s + tree_hops(r) * h.handoff_tree_hop_s + spread[r]
+    wake = wake_offsets(tp, h.handoff_wake_s)
+    offsets = tuple(r * h.handoff_per_rank_s + tree_hops(r) * h.handoff_tree_hop_s + wake[r] + spread[r]
                     for r in range(tp))
     return Lane(lead, offsets, h.output_s + h.output_per_seq_s * batch)
 
@@ -156,5 +199,7 @@ def step_s(h: HostStep, ln: Lane, gpu_s: float, gpu_staggered_s: float | None = 
     symmetric ranks: after the first collective, which waits for the last rank, they run in step)."""
     staggered = gpu_s + ln.stagger_s if gpu_staggered_s is None else gpu_staggered_s
     if not h.overlap:
+        if h.output_hidden:          # the previous step's outputs are processed during this pass
+            return ln.lead_s + max(staggered, ln.post_s)
         return ln.lead_s + staggered + ln.post_s
     return max(gpu_s, ln.host_s)

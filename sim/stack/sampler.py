@@ -17,7 +17,7 @@ argmax over the logits in the model dtype (hw/kernels.py _sample), unchanged her
 imports from sim (sim.stack.spec validates the names, sim.price.work prices the kernels).
 
 Sources: beside each kernel, and each sampler's `path` names the benchmark's sampling parameters
-and what the code skips on them (vLLM 0.11 line, SGLang 0.4/0.5 line, TensorRT-LLM 1.x PyTorch
+and what the code skips on them (vLLM 0.11 line, vLLM 0.6.3 (V0), SGLang 0.4/0.5 line, TensorRT-LLM 1.x PyTorch
 backend; a commit is the stored version of the file that was read).
 """
 from __future__ import annotations
@@ -64,6 +64,7 @@ class Sampler:
 
 _V_SAMPLER = "vllm/v1/sample/sampler.py@3e342658"
 _V_TOPK = "vllm/v1/sample/ops/topk_topp_sampler.py@01fa3fe7"
+_V0 = "vllm/model_executor/layers/sampler.py@v0.6.3.post1"
 _SG_LOGITS = "python/sglang/srt/layers/logits_processor.py@5993251f LogitsProcessor._get_logits"
 _TR_SAMPLER = "tensorrt_llm/_torch/pyexecutor/sampler.py@28edbcdb"
 
@@ -103,6 +104,34 @@ SAMPLERS: dict[str, Sampler] = {s.name: s for s in (
                        source=f"{_V_SAMPLER} Sampler.forward: sampled.long() (argmax's int64 already: no kernel), "
                               "then sampled.to(torch.int32) ('Use int32 to reduce the tensor size'): int64 in, "
                               "int32 out")),
+    ),
+    Sampler(
+        "vllm-v0-random", "vLLM 0.6 (V0)",
+        "benchmarks/benchmark_latency.py@v0.6.3.post1: SamplingParams(temperature=1.0, top_p=1.0, ignore_eos=True); "
+        f"{_V0} Sampler.forward: no penalties (do_penalties False), top-p/top-k and min-p skipped "
+        "(do_top_p_top_k, do_min_p False), then softmax and log_softmax over fp32, _sample_with_torch's random "
+        "branch (_multinomial, no per-request generators); get_logprobs skips the whole logprob calculation "
+        "(largest_num_logprobs -1: no logprobs requested); sampled_token_ids_tensor None (no spec decode). Runs on "
+        "the driver only, after the logits gather",
+        (SamplerKernel("to_fp32", logits_reads=1, fp32_passes=1,
+                       source=f"{_V0} Sampler.forward: logits = logits.to(torch.float) (bf16 from the LM head)"),
+         SamplerKernel("temperature", fp32_passes=2, row_bytes=4,
+                       source=f"{_V0} Sampler.forward: logits.div_(sampling_tensors.temperatures.unsqueeze(dim=1)), "
+                              "at temperature 1.0 too"),
+         SamplerKernel("softmax", fp32_passes=2,
+                       source=f"{_V0} Sampler.forward: probs = torch.softmax(logits, dim=-1, dtype=torch.float)"),
+         SamplerKernel("log_softmax", fp32_passes=2,
+                       source=f"{_V0} Sampler.forward: logprobs = torch.log_softmax(logits, dim=-1, "
+                              "dtype=torch.float), computed on every step"),
+         SamplerKernel("index_probs", fp32_passes=2, row_bytes=8,
+                       source=f"{_V0} _sample_with_torch: probs[long_sample_indices] (advanced indexing: a copy of "
+                              "fp32 [batch, vocab], int64 indices)"),
+         SamplerKernel("exponential", fp32_passes=1,
+                       source=f"{_V0} _multinomial: q = torch.empty_like(probs); q.exponential_()"),
+         SamplerKernel("div_noise", fp32_passes=3,
+                       source=f"{_V0} _multinomial: probs.div_(q) (reads probs and q, writes probs)"),
+         SamplerKernel("argmax", fp32_passes=1, row_bytes=8,
+                       source=f"{_V0} _multinomial: .argmax(dim=1).view(-1, num_samples): int64 ids")),
     ),
     Sampler(
         "sglang-greedy", "SGLang 0.4/0.5",

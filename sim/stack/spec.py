@@ -81,6 +81,9 @@ class Stack:
     sampler: str = REFERENCE_SAMPLER
     host: HostStep = field(default_factory=HostStep)   # the engine's CPU work per step (sim.stack.host_lane)
     preset: str = "reference"         # the --stack preset (or stack file) these values started from
+    # (field, lo, hi) per host number whose evidence gives an interval (a preset's (value, source, (lo, hi))):
+    # the prediction keeps host's value, sim/sensitivity.py reruns at the ends
+    host_ranges: tuple[tuple[str, float, float], ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.attention_archs, str) or not all(isinstance(a, str) for a in self.attention_archs):
@@ -102,6 +105,14 @@ class Stack:
         for flag in ("engine_kernels", "mm_decompose_m1"):
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"{flag} must be true or false, got {getattr(self, flag)!r}")
+        ranges = ([(k, *v) for k, v in self.host_ranges.items()] if isinstance(self.host_ranges, dict)
+                  else self.host_ranges)
+        ranges = tuple(sorted((str(k), float(lo), float(hi)) for k, lo, hi in ranges))
+        for k, lo, hi in ranges:
+            if not hasattr(self.host, k) or not 0 <= lo < hi:
+                raise ValueError(f"host_ranges: host.{k} [{lo:g}, {hi:g}] must name a host number with 0 <= lo < hi")
+        # a host number replaced by one outside its range (dataclasses.replace(stack, host=...)) has lost it
+        object.__setattr__(self, "host_ranges", tuple(r for r in ranges if r[1] <= getattr(self.host, r[0]) <= r[2]))
 
     def knobs(self, kernel: str) -> dict:
         """The knobs this stack calls decode `kernel` with (its defaults where the stack sets none)."""
@@ -167,15 +178,19 @@ def make_stack(given: dict, profile_defaults: dict | None = None, base: Stack = 
     if given.get("collective") == "auto":
         del given["collective"]
     layers = [dict(profile_defaults or {}), dict(preset or {}), given]
-    host = {}
+    host, ranges = {}, {}
     for layer in layers:
         h = layer.pop("host", None)
+        spans = layer.pop("host_ranges", None) or {}
         if isinstance(h, HostStep):
             h = {f.name: getattr(h, f.name) for f in fields(HostStep)}
         if h is not None:
             if not isinstance(h, dict):
                 raise ValueError(f"host must be an object of host-lane fields, got {h!r}")
             host |= h
+            # a layer that sets a host number replaces the range an earlier layer gave it
+            ranges = {k: v for k, v in ranges.items() if k not in h}
+        ranges |= dict(spans)
     if "attention" in given and "attention_archs" not in given:
         given["attention_archs"] = ()       # an attention the user names runs for every model (--attention-backend)
     chosen = layers[0] | layers[1] | layers[2]
@@ -185,6 +200,8 @@ def make_stack(given: dict, profile_defaults: dict | None = None, base: Stack = 
         if bad:
             raise ValueError(f"unknown host field(s) {', '.join(bad)}; choose from: {', '.join(sorted(known))}")
         chosen["host"] = replace(base.host, **host)
+    if ranges:
+        chosen["host_ranges"] = tuple((k, *v) for k, v in ranges.items())
     names = {f.name for f in fields(Stack)}
     unknown = sorted(set(chosen) - names)
     if unknown:

@@ -119,7 +119,7 @@ def graph_extra(floor_us: float, system: str):
     """What a compiled functional all-reduce adds inside a CUDA-graph step over the bare NCCL kernel:
     no kernel (derived from Inductor's output code; floor_us and system are kept for the source)."""
     return sv(0.0, (
-        "derived: no copy kernel. Under torch.compile the reference stack's all-reduce is the functional "
+        "code: no copy kernel. Under torch.compile the reference stack's all-reduce is the functional "
         "_c10d_functional.all_reduce, which Inductor lowers as clone(input) + in-place all_reduce_ + wait_tensor "
         "(torch/_inductor/comm_lowering.py _all_reduce: 'in most cases, this clone is eliminated via in-place "
         "reuse'). Inductor's output code for the reference's compiled decode steps (hw/derive/inductor_overlap.py "

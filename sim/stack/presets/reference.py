@@ -14,4 +14,19 @@ STACK = {
                               "every linear's M == 1 is statically known, so torch/_inductor/decomposition.py mm "
                               "makes it a generated mul + sum reduction"),
 }
-HOST: dict = {}         # no engine host work beyond the kernels' launches
+# No host lane: each rank is its own Python process that launches its kernels, which sim.price.cost prices.
+# The terms that would grow with TP are proved absent by that structure (sim/silent_zeros.py asks each one):
+_NO_LANE = ("code: one Python process per rank (torchrun) runs the generation loop itself (mayank31398/"
+            "ladder-residual-inference benchmark.py, as gpt-fast generate.py): no engine process, so no step is "
+            "handed to workers")
+HOST = {
+    "handoff_s": (0.0, _NO_LANE),
+    "handoff_per_seq_s": (0.0, _NO_LANE),
+    "handoff_per_rank_s": (0.0, _NO_LANE),
+    "handoff_tree_hop_s": (0.0, _NO_LANE),
+    "handoff_wake_s": (0.0, _NO_LANE),
+    "step_broadcasts": (0, _NO_LANE + "; every rank builds its own inputs"),
+    "rank_spread_s": (0.0, "code: no per-step host lane: each rank's launches are the cost model's per-rank launch "
+                           "chain (sim/price/cost.py issue_s) from the step's start, and a rank's late arrival at a "
+                           "collective is the profile's jitter.arrival per collective, not a lane term"),
+}

@@ -5,13 +5,18 @@ run_scheduler_process per tp_rank), so the batch is scheduled on each rank and n
 handed to workers; new requests reach the other ranks through broadcast_pyobj over the CPU group.
 The overlap ("zero-overhead") scheduler is on by default: the CPU schedules batch j+1 while the GPU
 runs batch j (scheduler.py event_loop_overlap). No public profiler measurement of SGLang's per-step
-host time on CUDA was found: those host terms are 0 (say so), the overlap mechanism stands, and
-`tpsim profiles import-engine-bench` fits the terms from bench_one_batch output. The per-step request
-broadcast's tree hop is a host microbenchmark (bench/gloo_broadcast_hops.py), labelled a proxy.
+host time on CUDA was found: its scheduler terms are 0 (say so), the overlap mechanism stands, and
+`tpsim profiles import-engine-bench` fits the terms from bench_one_batch output. The terms that grow with
+TP carry values and ranges: the per-step request broadcast's tree hop is a host microbenchmark
+(bench/gloo_broadcast_hops.py, labelled a proxy), the ranks' spread another Python engine's measured one;
+the rest is proved absent by the code (sources "code:"). Source read at v0.4.6.post5 and v0.5.23 (PyPI).
+SGLang's bench_one_batch runs the model runner without the scheduler (bench_one_batch.py: no
+broadcast_pyobj, no overlap): the tree and the overlap do not apply to its rows.
 """
 
-NAME = "sglang"
-ENGINE = "SGLang 0.4/0.5"
+NAME, LINE = "sglang", "0.5"
+CURRENT = True          # `--stack sglang`
+ENGINE = "SGLang 0.4.6-0.5.x (server scheduler, overlap on)"
 _SA = "python/sglang/srt/server_args.py"
 STACK = {
     "dtype": ("bf16", f"{_SA} dtype: str = 'auto': the model config's torch_dtype (configs/model_config.py "
@@ -100,6 +105,28 @@ HOST = {
                                      "(no public per-world-size gloo broadcast latency found; pytorch/pytorch#127179 "
                                      "reports ~150 us per gloo broadcast of an 8x8 tensor, host and world size not "
                                      "stated): the thread wake-ups that dominate a hop are likely shorter on a "
-                                     "dedicated server host. Overlapped, the tree hides under the pass"),
-    "rank_spread_s": (0.0, "no public measurement of the spread of SGLang TP schedulers' per-step host time found: 0"),
+                                     "dedicated server host. Overlapped, the tree hides under the pass. Range: 20 us "
+                                     "per hop (one loopback TCP send/recv and two thread wake-ups on a dedicated host, "
+                                     "an estimate; pytorch/pytorch#127179's ~150 us lies inside) to 278 us, the "
+                                     "slowest of the six runs here", (20e-6, 278e-6)),
+    "rank_spread_s": (45e-6, "a PROXY: no SGLang per-rank measurement; every TP rank runs its own Scheduler over the "
+                             "same requests (identical host work per step), so its spread is OS noise and CPython "
+                             "on each rank's core, measured for another Python engine's per-rank step work at 45 us "
+                             "(bench/engine_host_path.py, vLLM v0.32.0 CPU build at TP2: robust sigma of a rank's "
+                             "own host CPU time per step). Range: 10 us (an OS-noise estimate for a dedicated core) "
+                             "to that measurement's high end. Overlapped, it hides under the pass",
+                      (10e-6, 120e-6)),
+    "handoff_s": (0.0, "code: managers/scheduler.py@0.4.6.post5 recv_requests: with no new request (steady decode) "
+                       "broadcast_pyobj sends only the int64 [1] size (utils.py L932-935), the tree hop term; every "
+                       "rank schedules the batch itself, so no step is handed to workers; at TP 1 no broadcast "
+                       "(tp_size != 1 guard, L871)"),
+    "handoff_per_seq_s": (0.0, "code: as handoff_s: the broadcast payload holds new requests only, none in steady "
+                               "decode"),
+    "handoff_per_rank_s": (0.0, "code: broadcast_pyobj is a gloo broadcast (a binomial tree: handoff_tree_hop_s "
+                                "holds the ranks' order), no shared-memory polling"),
+    "handoff_wake_s": (0.0, "code: gloo's blocking recv wakes each rank as its hop arrives; the measured hop "
+                            "(handoff_tree_hop_s, real gloo ranks) holds those wake-ups"),
+    "step_broadcasts": (0, "code: no GPU-side broadcast of step inputs: each rank builds its ForwardBatch itself "
+                           "(scheduler.py get_next_batch_to_run on every rank); DP attention, grammar and "
+                           "SYNC_TOKEN_IDS_ACROSS_TP collectives are off by default (environ.py@0.5.23 L790)"),
 }

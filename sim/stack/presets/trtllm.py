@@ -4,11 +4,15 @@ Each TP rank is an MPI rank running its own PyExecutor loop (tensorrt_llm/_torch
 the overlap scheduler is on by default: the host prepares and launches iteration j+1 while the GPU runs
 iteration j, and the previous iteration's outputs are processed after that launch. Host time per
 iteration from TensorRT-LLM's own host_step_time statistic (a host-time measurement, not an
-end-to-end result) in NVIDIA/TensorRT-LLM#10273.
+end-to-end result) in NVIDIA/TensorRT-LLM#10273. The terms that grow with TP (the per-iteration request
+broadcast over MPI, the ranks' spread) carry values and ranges from the code and estimates, each said
+which; tensorrt_llm/_torch/pyexecutor/executor_request_queue.py and _torch/distributed/communicator.py
+read at the search index's stored version (commit 007a7508).
 """
 
-NAME = "trtllm"
-ENGINE = "TensorRT-LLM 1.x (PyTorch backend)"
+NAME, LINE = "trtllm", "1"
+CURRENT = True          # `--stack trtllm`
+ENGINE = "TensorRT-LLM 1.x (PyTorch backend, overlap scheduler on)"
 _ARGS = "tensorrt_llm/llmapi/llm_args.py"
 STACK = {
     "dtype": ("bf16", f"{_ARGS} dtype: str = 'auto': the checkpoint's torch_dtype, bfloat16 for Llama 3.x, Qwen2.5 "
@@ -70,15 +74,36 @@ HOST = {
     "overlap": (True, f"{_ARGS} disable_overlap_scheduler: bool = Field(default=False)"),
     "schedule_per_seq_s": (1.3e-6, "NVIDIA/TensorRT-LLM#10273: scheduling is ~4.4% of host_step_time "
                                    "(45.11 ms per iteration at 1536 requests per rank, GB200): 1.98 ms / 1536"),
-    "rank_spread_s": (0.0, "no public measurement of the spread of PyExecutor ranks' per-iteration host time "
-                           "found: 0"),
-    "handoff_tree_hop_s": (0.0, "each MPI rank runs its own PyExecutor; rank 0 broadcasts new requests each "
-                                "iteration (NVIDIA/TensorRT-LLM#15134 measures that 'per-iteration request "
-                                "broadcast' only for 40k-token disaggregated requests on GB300). The broadcast is "
-                                "pyexecutor's dist.broadcast(payloads, root=0): mpi4py's pickled-object bcast over "
-                                "the MPI shared-memory transport, not gloo's TCP tree, so the gloo hop "
-                                "(bench/gloo_broadcast_hops.py) does not carry over; no public measurement of "
-                                "mpi4py's small-object bcast at TP sizes found: 0"),
+    "rank_spread_s": (45e-6, "a PROXY: no TensorRT-LLM per-rank measurement; every MPI rank runs its own PyExecutor "
+                             "over the same requests (identical host work per iteration), so its spread is OS noise "
+                             "and CPython on each rank's core, measured for another Python engine's per-rank step "
+                             "work at 45 us (bench/engine_host_path.py, vLLM v0.32.0 CPU build at TP2). Range: 10 us "
+                             "(an OS-noise estimate for a dedicated core) to that measurement's high end. "
+                             "Overlapped, it hides under the pass", (10e-6, 120e-6)),
+    "handoff_s": (5e-6, "code + estimate: every iteration rank 0 broadcasts the new requests, even an empty list "
+                        "(executor_request_queue.py _broadcast_new_requests -> self.dist.broadcast((new_requests, "
+                        "py_request_objects), root=0)); communicator.py safe_broadcast pickles (17 bytes empty: "
+                        "0.41 us dumps, 0.32 us loads, measured here) and runs two blocking MPI Bcasts (an int64 [3] "
+                        "header, then the bytes) over MPI's shared-memory transport, which busy-poll. No public "
+                        "intra-node small-message MPI_Bcast latency at TP sizes found: a few us for two shared-memory "
+                        "Bcasts, an estimate; range 2-20 us. At TP 1 a single-rank Bcast returns at once",
+                  (2e-6, 20e-6)),
+    "handoff_tree_hop_s": (2e-6, "code + estimate: the two MPI Bcasts per iteration (handoff_s) each run MPI's tree over "
+                                 "the ranks (the library's algorithm; binomial assumed, sim.stack.host_lane.tree_hops), "
+                                 "so rank r gets the requests about popcount(r) hops late: ~1 us per hop and Bcast over "
+                                 "shared memory with busy-polling ranks, an estimate (no public osu_bcast figure for "
+                                 "small intra-node messages found); range 0.6-10 us for the two. mpi4py's pickled "
+                                 "bcast is not gloo's TCP tree: bench/gloo_broadcast_hops.py does not carry over",
+                           (0.6e-6, 10e-6)),
+    "handoff_per_seq_s": (0.0, "code: the broadcast payload holds new requests only (executor_request_queue.py "
+                               "_broadcast_new_requests): none in steady decode"),
+    "handoff_per_rank_s": (0.0, "code: the MPI broadcast's tree (handoff_tree_hop_s) holds the ranks' order; no "
+                                "shared-memory ring polled"),
+    "handoff_wake_s": (0.0, "code: blocking MPI collectives busy-poll in the progress engine (no sleep between polls)"),
+    "step_broadcasts": (0, "code: each rank builds its own inputs; without attention DP no other per-iteration "
+                           "collective outside the graph (tp_allgather / tp_gather are attention-DP only: "
+                           "executor_request_queue.py _fetch_new_requests_attention_dp, py_executor.py "
+                           "_enqueue_responses)"),
     "output_per_seq_s": (28.1e-6, "NVIDIA/TensorRT-LLM#10273: the rest of host_step_time, "
                                   "(45.11 - 1.98) ms / 1536 requests"),
 }

