@@ -92,7 +92,7 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
     # user text (an HF folder's name, a profile's name and sources) is printed as text, never as markup
     t = compact_table(title=f"{rich_escape(w.model.name)}  TP{w.tp} ({w.nodes} node{'s' * (w.nodes > 1)})  "
                          f"profile {rich_escape(w.profile.name)}\n"
-                    f"batch {w.batch}  prompt {w.prompt_len}  gen {w.gen_len}  {w.stack.dtype}",
+                    f"batch {w.batch}  prompt {w.prompt_len}  gen {w.gen_len}  {w.stack.precision}",
               title_justify="left")
     # two-line headers: the widest cell, not the header, sets each column's width (fits 80 columns)
     sampled = bool(exact) and not no_jitter       # without jitter every sample is the same: no interval

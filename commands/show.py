@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import click
 
+from tpsim.sim.fp8 import model_given
 from tpsim.sim.model.presets import get_model
 from tpsim.sim.hardware.profile import load_profile
 from tpsim.sim.schedule.language import COMM, SCHEDULE_HELP, build
@@ -35,7 +36,7 @@ def show(model, spec, tp, layer, phase, batch, prompt_len, gen_len, profile, **s
     # the flags, then the profile's stack_defaults (a calibrated CPU profile's fp32, no graphs), then
     # Stack's, as predict assembles it: the ops shown are the ones predict prices for the same flags
     # and profile (their kv_len, dtype, attention kernel)
-    stack = make_stack(stack_given(**stack_flags), load_profile(profile).stack_defaults)
+    stack = make_stack(model_given(m, stack_given(**stack_flags)), load_profile(profile).stack_defaults)
     if phase == "decode" and gen_len < 2:
         raise ValueError("a decode step needs --gen >= 2 (the prefill makes token 1); or --phase prefill")
     step = (Step.prefill(batch, prompt_len, gen_len, stack) if phase == "prefill"

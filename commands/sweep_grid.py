@@ -37,6 +37,7 @@ from tpsim.sim.predict import Workload, predict
 from tpsim.fileio.proc_tie import ParentTie, set_parent_death_signal, tie_pool_worker
 from tpsim.sim.hardware.profile import load_profile, read_raw
 from tpsim.sim.schedule.language import model_change
+from tpsim.sim.fp8 import model_given
 from tpsim.sim.stack.spec import make_stack
 
 # Points of one sweep share a few profiles: parse each once per process (bounded, so memory stays flat).
@@ -59,8 +60,9 @@ def run_point(point: Point, schedules: tuple[str, ...], given: dict | None = Non
     base = asdict(point)
     try:
         prof = _load_profile(point.profile, digest)
-        stack = make_stack(dict(given or {}), prof.stack_defaults, preset=preset)
-        w = Workload(get_model(point.model), point.tp, prof, point.batch,
+        model = get_model(point.model)
+        stack = make_stack(model_given(model, dict(given or {})), prof.stack_defaults, preset=preset)
+        w = Workload(model, point.tp, prof, point.batch,
                      point.prompt_len, point.gen_len, stack, comm_bw_scale=point.bw_scale,
                      comm_lat_scale=point.lat_scale)
         preds = predict(w, list(schedules), record=False)

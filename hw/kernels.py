@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Callable
 import torch
 import torch.nn.functional as F
 
+from tpsim.hw import fp8
 from tpsim.sim.stack.impls import is_flash
 from tpsim.sim.schedule.ir import Op, Schedule
 
@@ -71,6 +72,8 @@ def _rmsnorm(ctx: KernelCtx, op: Op, x: torch.Tensor) -> torch.Tensor:
 
 def _gemm(ctx: KernelCtx, op: Op, x: torch.Tensor) -> torch.Tensor:
     # [m, k] @ W[n, k]^T (+ bias [n], Qwen2's qkv: the IR's bias attr) -> [m, n]
+    if op.get("fp8", 0):        # an FP8 linear: e4m3 weight and input, upcast (hw/fp8.py)
+        return fp8.linear(x, ctx.rm.weights, op.param, op.get("act_scale", "") == "token")
     return F.linear(x, ctx.rm.weights[op.param], ctx.rm.weights.get(f"{op.param}.bias"))
 
 
@@ -205,11 +208,12 @@ def attention(ctx: KernelCtx, op: Op, qkv: torch.Tensor, *after: torch.Tensor, s
     kc, vc = rm.kv[op.param]                                # [batch, max_seq, KVH, D]
     if b0 or B != kc.shape[0]:
         kc, vc = kc[b0:b0 + B], vc[b0:b0 + B]               # this micro-batch's sequences (a view)
-    kc.index_copy_(1, pos, k)
-    vc.index_copy_(1, pos, v)
+    fp8.cache_write(kc, 1, pos, k)                          # an e4m3 cache (kv_dtype fp8) stores e4m3
+    fp8.cache_write(vc, 1, pos, v)
     # the filled cache ends with this chunk; the static one is attended whole (masked)
     L = ctx.kv_len if ctx.stack.kv == "static" else ctx.kv_len - (ctx.step.q_len - q0 - S)
-    keys, vals = kc[:, :L].transpose(1, 2), vc[:, :L].transpose(1, 2)     # [B, KVH, L, D]
+    keys = fp8.cache_read(kc[:, :L], qkv.dtype).transpose(1, 2)          # [B, KVH, L, D]
+    vals = fp8.cache_read(vc[:, :L], qkv.dtype).transpose(1, 2)
     keep = ctx.arange[:L][None, :] <= pos[:, None]                        # [S, L] causal over the cache
     expand = bool(op.attr("expand_gqa"))
     if expand and H != KVH:

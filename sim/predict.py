@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
+from tpsim.sim import fp8
 from tpsim.sim.price import occupancy
 from tpsim.sim.price.cost import CostModel
 from tpsim.sim.engine.simpy_engine import Interference, StepResult, simulate
@@ -72,6 +73,7 @@ class Workload:
         for name, flag in (("batch", "--batch"), ("prompt_len", "--prompt"), ("gen_len", "--gen")):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} ({flag}) must be >= 1, got {getattr(self, name)}")
+        fp8.check_profile(self.profile, self.stack)     # FP8 linears on a GPU without FP8 tensor cores
         if self.stack.dtype not in self.profile.peak_flops:
             raise ValueError(f"profile {self.profile.name} has no matrix peak for {self.stack.dtype} "
                              f"(compute.matmul_tflops has: {', '.join(self.profile.peak_flops)}); choose --dtype "

@@ -303,7 +303,9 @@ def variant(sched: Schedule, device: str, op: Op | None = None) -> str:
         return "prefill"
     if device == "cpu":
         return "decode-cpu"
-    if not sched.stack.mm_decompose_m1:
+    if not sched.stack.mm_decompose_m1 or sched.stack.fp8:
+        # FP8 linears are scaled-mm ops (torch._scaled_mm, the engines' cutlass_scaled_mm), which
+        # Inductor's one-row decomposition (decomposition.py `mm`: aten.mm only) leaves extern
         return EXTERN_DECODE
     mb = micro_batch(sched, op) if op is not None else None
     return "decode-m1" if (mb.nb if mb else st.batch) == 1 else "decode"

@@ -90,7 +90,18 @@ class Builder:
             attrs.append(("b0", mb.b0))
         if self.stack.attention_prep_kernels:          # an engine's own RoPE / cache-write kernels
             attrs.append(("prep", self.stack.attention_prep_kernels))
+        if self.stack.kv_dtype == "fp8":                # an e4m3 cache: 1 byte per K/V element
+            attrs.append(("kv_dtype", "fp8"))
         return attrs
+
+    def linear_attrs(self) -> list[tuple[str, int | str]]:
+        """What a layer linear (qkv, o, gate/up, down) adds to its gemm op's attrs: nothing in 16 bits;
+        with FP8 linears (Stack.weight_dtype) ("fp8", 1), plus ("act_scale", "token") where its input is
+        quantized per token at run time (a kernel of its own that finds each row's absmax; a static
+        scale is one the quantize kernel reads). The op's dtype stays the activations' (its output)."""
+        if not self.stack.fp8:
+            return []
+        return [("fp8", 1)] + ([("act_scale", "token")] if self.stack.fp8_activations == "dynamic" else [])
 
     def attention_impl(self) -> str:
         """The attention kernel the stack runs for this model: Stack.attention, or its attention_fallback
@@ -111,7 +122,8 @@ class Builder:
         # (before RoPE): attrs only when present, so Llama ops keep their signatures
         bias = [("bias", 1)] if self.model.qkv_bias else []
         qkv = self.add_op(f"{p}.qkv", "gemm", [n], [f"{p}.qkv_out"],
-                          [("m", self.rows), ("n", s.qkv_dim), ("k", s.hidden)] + bias, i, f"L{i}.wqkv")
+                          [("m", self.rows), ("n", s.qkv_dim), ("k", s.hidden)] + bias + self.linear_attrs(), i,
+                          f"L{i}.wqkv")
         ins = [qkv]
         if self.mb and self.mb.q0 > 0:
             # causal prefill chunk: it attends to the earlier chunks' K/V, written by their attention
@@ -122,18 +134,18 @@ class Builder:
         if self.mb:
             self._chunk_sdpa[i] = o
         return self.add_op(f"{p}.out", "gemm", [o], [f"{p}.partial"],
-                           [("m", self.rows), ("n", s.hidden), ("k", s.q_dim)], i, f"L{i}.wo")
+                           [("m", self.rows), ("n", s.hidden), ("k", s.q_dim)] + self.linear_attrs(), i, f"L{i}.wo")
 
     def mlp(self, i: int, x: str, norm: bool = True) -> str:
         """SwiGLU MLP of layer i on residual x: returns partial Z_r."""
         s, p = self.shard, f"{self.tag(i)}.mlp"
         n = self.norm(f"{p}.norm", x, i, f"L{i}.mlp_norm") if norm else x
         up = self.add_op(f"{p}.up", "gemm", [n], [f"{p}.up_out"],
-                         [("m", self.rows), ("n", 2 * s.ffn), ("k", s.hidden)], i, f"L{i}.w13")
+                         [("m", self.rows), ("n", 2 * s.ffn), ("k", s.hidden)] + self.linear_attrs(), i, f"L{i}.w13")
         g = self.add_op(f"{p}.act", "swiglu", [up], [f"{p}.act_out"],
                         [("rows", self.rows), ("width", s.ffn)], i)
         return self.add_op(f"{p}.down", "gemm", [g], [f"{p}.partial"],
-                           [("m", self.rows), ("n", s.hidden), ("k", s.ffn)], i, f"L{i}.w2")
+                           [("m", self.rows), ("n", s.hidden), ("k", s.ffn)] + self.linear_attrs(), i, f"L{i}.w2")
 
     def norm(self, name: str, x: str, layer: int | None, param: str, rows: int | None = None) -> str:
         return self.add_op(name, "rmsnorm", [x], [f"{name}_out"],
