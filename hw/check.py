@@ -13,7 +13,8 @@ below) is checked with no code of its own; a layer kind without a reference here
   spd       per TP rank r: P_r = attention heads of r through wo's columns of r;
             Z_r = mlp over FFN columns of r applied to norm(x + P_r); x' = x + sum_r (P_r + Z_r)
             (SPD's output depends on the TP degree by definition, so its reference takes tp)
-  token-split, seq-parallel  the standard reference: they reorder and reshape the same math
+  token-split, seq-parallel, async-tp, dbo, tokenweave  the standard reference: they reorder and reshape
+            the same math
   upper-bound  only checked to run (its outputs are meaningless by design)
 
 Compared: prefill logits and every decode step's logits with the KV cache, teacher-forced (the
@@ -189,6 +190,11 @@ REFERENCES = {
     # same math as standard, only split into micro-batches / token shards: the same outputs
     "token-split": _each(Reference._standard),
     "seq-parallel": _each(Reference._standard),
+    # the engines' free overlap (issue 45): the same math in micro-batches, row blocks and fused kernels
+    # (the harness runs a fused kernel's dataflow unfused)
+    "async-tp": _each(Reference._standard),
+    "dbo": _each(Reference._standard),
+    "tokenweave": _each(Reference._standard),
 }
 UNCHECKED = {"upper-bound": "outputs meaningless by design"}      # why a layer kind has no reference
 

@@ -123,7 +123,11 @@ def _slice(ctx: KernelCtx, op: Op, x: torch.Tensor) -> torch.Tensor:
 
 
 def _concat(ctx: KernelCtx, op: Op, *parts: torch.Tensor) -> torch.Tensor:
-    """Micro-batches back to [batch * q_len, w]: along the batch, or along each sequence's tokens."""
+    """Micro-batches back to [batch * q_len, w]: along the batch, or along each sequence's tokens; async
+    TP's ring (part s is the rows block of rank (rank + s) % group) back in rank order."""
+    if op.attr("axis") == "ring":
+        g = len(parts)
+        return torch.cat([parts[(j - ctx.rank) % g] for j in range(g)], dim=0)
     if op.attr("axis") == "batch":
         return torch.cat(parts, dim=0)
     B, w = op.attr("batch"), parts[0].shape[-1]
@@ -135,10 +139,19 @@ def _pad(ctx: KernelCtx, op: Op, x: torch.Tensor) -> torch.Tensor:
 
 
 def _shard(ctx: KernelCtx, op: Op, x: torch.Tensor) -> torch.Tensor:
-    """This rank's block of rows [rs, w] of x padded to group * rs rows (seq-parallel's residual)."""
-    rs, r = op.attr("rows"), ctx.rank % op.attr("group")
+    """This rank's block of rows [rs, w] of x padded to group * rs rows (seq-parallel's residual); with
+    attr offset k, the block of rank (rank + k) % group (async TP's GEMM + reduce-scatter)."""
+    rs, r = op.attr("rows"), (ctx.rank + op.get("offset", 0)) % op.attr("group")
     block = x[r * rs:(r + 1) * rs]
     return block if block.shape[0] == rs else F.pad(block, (0, 0, 0, rs - block.shape[0]))
+
+
+def _sum(ctx: KernelCtx, op: Op, *parts: torch.Tensor) -> torch.Tensor:
+    """Async TP's local reduce: the sum of the partials of this rank's rows."""
+    out = parts[0].clone()
+    for p in parts[1:]:
+        out += p
+    return out
 
 
 def _sample(ctx: KernelCtx, op: Op, logits: torch.Tensor) -> torch.Tensor:
@@ -233,7 +246,7 @@ def _attention_compiled(ctx: KernelCtx, op: Op, qkv: torch.Tensor, *after: torch
 KERNELS: dict[str, Callable] = {
     "embed": _embed, "rmsnorm": _rmsnorm, "gemm": _gemm, "attention": attention,
     "swiglu": _swiglu, "add": _add, "sample": _sample, "standin": _standin, "wait": _wait,
-    "slice": _slice, "concat": _concat, "pad": _pad, "shard": _shard,
+    "slice": _slice, "concat": _concat, "pad": _pad, "shard": _shard, "sum": _sum,
 }
 
 

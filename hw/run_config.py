@@ -122,6 +122,7 @@ class RunConfig:
     weight_dtype: str = "auto"         # fp8: the layer linears in e4m3, upcast for compute (hw/fp8.py); an FP8
                                        # checkpoint is fp8 whatever this says (sim/fp8.py model_given)
     kv_dtype: str = "auto"             # fp8: an e4m3 KV cache
+    ar_norm_fusion: str = "none"       # the fused all-reduce + add + RMSNorm's boundaries (run unfused: its dataflow)
 
     def __post_init__(self) -> None:
         for f in ("tp", "batch", "prompt_len", "gen_len", "repeats"):
@@ -156,6 +157,7 @@ class RunConfig:
                      collective=stack_collective(self.collective, self.backend),
                      compile=self.compile,
                      mm_decompose_m1=self.mm_decompose_m1, kv_dtype=self.kv_dtype,
+                     ar_norm_fusion=self.ar_norm_fusion,
                      weight_dtype=None if self.weight_dtype == "auto" else self.weight_dtype)
         return make_stack(model_given(self.model_spec(), given))
 
@@ -195,9 +197,13 @@ class RunConfig:
         m = self.model_spec()
         m.shard(self.model_tp)
         m.rope.check_positions(self.prompt_len + self.gen_len)
-        pre, _ = self.steps()
+        pre, dec = self.steps()
         for s in self.schedules:
-            build(s, m, self.model_tp, pre, self.stack())
+            for step in (pre, dec) if dec else (pre,):
+                sched = build(s, m, self.model_tp, step, self.stack())
+                if self.compile and any(op.kind == "shift" for op in sched.ops):
+                    raise ValueError(f"{s}'s ring steps (point-to-point sends) run eager in the harness: no "
+                                     f"functional collective traces them; give --no-compile")
 
     def to_dict(self) -> dict:
         d = asdict(self)

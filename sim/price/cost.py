@@ -82,6 +82,8 @@ class CostModel(CollectiveCost):
         phase is priced from Inductor's kernels for that layer (sim/price/fusion.py)."""
         if op.given_cost_s is not None:          # a stand-in or wait (sim.schedule.transform): its own cost
             return op.given_cost_s
+        if op.get("fused", 0):                   # an add / norm inside a fused all-reduce: priced there
+            return 0.0
         fused, graphs = self.stack.compiled(phase), self.stack.graphs(phase, op.name)
         hit = fusion.lookup(sched, op, self.profile.device) if (fused and sched is not None) else None
         if hit is not None:
@@ -129,7 +131,8 @@ class CostModel(CollectiveCost):
         collective over a group of 1 exchanges nothing (priced "local", 0) and launches nothing. An
         engine sampler's kernels launched by its logits processor (sim/stack/sampler.py in_logits: the fp32
         cast) are captured with the LM head where the head is inside the graph: not launched here."""
-        if self.profile.device != "cuda" or op.given_cost_s is not None or self.stack.graphs(phase, op.name):
+        if (self.profile.device != "cuda" or op.given_cost_s is not None or self.stack.graphs(phase, op.name)
+                or op.get("fused", 0)):
             return 0.0
         if op.is_comm and op.attr("group") == 1:
             return 0.0

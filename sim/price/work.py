@@ -74,7 +74,14 @@ def op_work(op: Op, fused: bool = False, engine: bool = False) -> list[Work]:
         return [Work(0.0, 2 * e * el, 1)] if a.get("copy") or a.get("pad") else []
     if k == "concat":
         el = a["rows"] * a["width"]
+        if a.get("inplace"):                        # the parts were written into the output's slices
+            return []
         return [Work(0.0, 2 * e * el, 1)]           # torch.cat of the micro-batches: one copy kernel
+    if k == "sum":
+        # async TP's local reduce of the n partials: one kernel reading n [rows, w] and writing one
+        el = a["rows"] * a["width"]
+        n = len(op.inputs)
+        return [Work(float((n - 1) * el), (n + 1) * e * el, 1)]
     if k == "sample":
         b, v = a["batch"], a["vocab"]
         engine_sampler = sampler.get(a.get("sampler", sampler.REFERENCE))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 
+from tpsim.sim.stack.ar_fusion import AR_NORM_FUSIONS
 from tpsim.sim.stack.host_lane import HostStep
 
 from tpsim.sim.stack.impls import ATTENTION_IMPLS, FLASH_DECODE_KERNELS  # noqa: F401  (the one registry of implementation names)
@@ -84,6 +85,9 @@ class Stack:
     decode_graphs: bool = True        # decode under CUDA graphs (torch.compile reduce-overhead)
     graph_scope: str = "step"         # what a captured graph covers (GRAPH_OUTSIDE): the rest launches eagerly
     collective: str = "auto"          # a profile table's impl or an engine all-reduce (sim/stack/impls.py); auto: profile default
+    # the engines' fused all-reduce + residual add + RMSNorm kernel (FlashInfer's trtllm_allreduce_fusion) at
+    # the sublayer boundaries of standard TP, inside the engine's size window (sim/stack/ar_fusion.py)
+    ar_norm_fusion: str = "none"
     # Inductor rewrites a one-row matmul (mm with M == 1: every decode linear at batch 1; bmm with one
     # row per batch: the q-len-1 attention bmm's) into a generated
     # mul + sum reduction: torch/_inductor/decomposition.py `mm` / `bmm`, only with
@@ -108,6 +112,7 @@ class Stack:
         _check("weight_dtype", self.weight_dtype, WEIGHT_DTYPES)
         _check("fp8_activations", self.fp8_activations, FP8_ACTIVATIONS)
         _check("kv_dtype", self.kv_dtype, KV_DTYPES)
+        _check("ar_norm_fusion", self.ar_norm_fusion, AR_NORM_FUSIONS)
         _check("head", self.head, HEADS)
         _check("embed", self.embed, EMBEDS)
         _check("graph_scope", self.graph_scope, GRAPH_SCOPES)
@@ -170,6 +175,8 @@ class Stack:
             out += f", fp8 linears ({self.fp8_activations} input scales, {self.dtype} out)"
         if self.kv_dtype == FP8:
             out += ", fp8 KV"
+        if self.ar_norm_fusion != "none":
+            out += f", fused all-reduce + RMSNorm ({self.ar_norm_fusion})"
         if self.preset != "reference":
             out = f"{self.preset}: {out}, {self.collective} all-reduce"
         if self.sampler != REFERENCE_SAMPLER:
