@@ -57,11 +57,18 @@ def epilogue_s(profile, normed_bytes: float) -> float:
 
 
 def _hopper(profile, what: str) -> None:
+    """ValueError unless `profile` is a Hopper-class GPU whose peers are reached over NVLink P2P (the
+    kernels load peers' buffers through CUDA IPC / multicast mappings: a box without GPU P2P, or one
+    that runs with it off, has none -- as vLLM's and TensorRT-LLM's custom all-reduces refuse there)."""
     cc = profile.compute_capability
     if profile.device != "cuda" or (cc is not None and int(cc) < 9):
         raise ValueError(f"{what} needs a Hopper-class GPU (compute capability 9.0+: the engines enable it on "
                          f"SM90/SM100 only); profile {profile.name} is "
                          f"{'a CPU' if profile.device != 'cuda' else f'compute capability {cc:.1f}'}")
+    topo = profile.topology
+    if topo is None or topo.intra != "nvswitch" or not topo.p2p:
+        raise ValueError(f"{what} loads peers' buffers over NVLink P2P; profile {profile.name} has no NVSwitch "
+                         f"P2P (P2P off, or PCIe)")
 
 
 def fused_s(cost, op, mode: str) -> float:

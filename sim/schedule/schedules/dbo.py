@@ -19,7 +19,8 @@ measurement: value 0, range [0, 50 us] per switch), said in a note.
 """
 from __future__ import annotations
 
-from tpsim.sim.schedule.builder import Builder
+from tpsim.sim.schedule.builder import Builder, MicroBatch, micro_batches
+from tpsim.sim.stack.spec import Step
 from tpsim.sim.schedule.schedules import token_split
 from tpsim.sim.schedule.schedules._def import LayerKind, ScheduleDef, each
 from tpsim.sim.schedule.schedules.standard import layer as standard_layer
@@ -28,19 +29,28 @@ DECODE_MIN_TOKENS = 32
 PREFILL_MIN_TOKENS = 512
 
 
+def split(step: Step) -> list[MicroBatch] | None:
+    """The two micro-batches of sequences of `step`, or None where vLLM's thresholds keep it whole (the
+    pricing of compiled layers reads it too: sim/price/fusion.py)."""
+    least = DECODE_MIN_TOKENS if step.phase == "decode" else PREFILL_MIN_TOKENS
+    if step.batch < 2 or step.tokens < least:
+        return None
+    return micro_batches(step, 2, "batch")
+
+
 def layers(b: Builder, first: int, end: int, x: str) -> str:
     st = b.step
     if st.batch < 2:
         raise ValueError("dbo splits a step's sequences into two micro-batches; batch 1 has one sequence (give "
                          "--batch 2 or more, or token-split, which splits a prompt's tokens)")
     least = DECODE_MIN_TOKENS if st.phase == "decode" else PREFILL_MIN_TOKENS
-    if st.tokens < least:
+    if split(st) is None:
         b.note(f"{st.phase} of {st.tokens} tokens is under vLLM's DBO threshold ({least} tokens, "
                f"dbo_{st.phase}_token_threshold): runs standard")
         return each(standard_layer)(b, first, end, x)
     b.note("the two ubatch threads' CPU hand-off at each switch is not priced (no public measurement: 0, range "
            "0-50 us per switch)")
-    return token_split.layers(b, first, end, x, 2, along="batch")
+    return token_split.layers(b, first, end, x, 2, mbs=split(st))
 
 
 def plan(n: int) -> tuple[str, ...]:

@@ -19,6 +19,7 @@ table (noted). The padding rows (up to 255) are not priced (noted when there are
 from __future__ import annotations
 
 from tpsim.sim.schedule.builder import Builder, MicroBatch
+from tpsim.sim.stack.spec import Step
 from tpsim.sim.schedule.schedules import token_split
 from tpsim.sim.schedule.schedules._def import LayerKind, ScheduleDef
 
@@ -36,19 +37,21 @@ def config(tokens: int) -> tuple[int, int, int]:
     return CONFIG[min(CONFIG, key=lambda k: (abs(k - tokens), k))]
 
 
-def halves(b: Builder) -> list[MicroBatch]:
-    """TokenWeave's two halves of a prefill step as micro-batches."""
-    st = b.step
-    t = st.tokens
-    offset, _, _ = config(t)
-    split = min(-(-t // PAD) * PAD // 2 + offset, t - 1)
-    if st.batch == 1:
-        n0 = split
-    else:
-        n0 = max(1, min(st.q_len - 1, round(st.q_len * split / t)))
-        b.note(f"tokenweave splits the flattened tokens at {split}; tpsim splits every sequence's tokens in that "
-               f"proportion ({n0} of {st.q_len})")
-    return [MicroBatch(0, 0, st.batch, 0, n0), MicroBatch(1, 0, st.batch, n0, st.q_len - n0)]
+def split_point(tokens: int) -> int:
+    """Where TokenWeave cuts a step of `tokens` (padded to PAD): round_up(T, 256) / 2 + its offset."""
+    offset, _, _ = config(tokens)
+    return min(-(-tokens // PAD) * PAD // 2 + offset, tokens - 1)
+
+
+def split(step: Step) -> list[MicroBatch] | None:
+    """TokenWeave's two halves of `step` as micro-batches (one sequence: its tokens; several: every
+    sequence's tokens in the same proportion), or None below MIN_TOKENS (fuse-only). The pricing of
+    compiled layers reads it too (sim/price/fusion.py)."""
+    if step.tokens < MIN_TOKENS or step.q_len < 2:
+        return None
+    cut = split_point(step.tokens)
+    n0 = cut if step.batch == 1 else max(1, min(step.q_len - 1, round(step.q_len * cut / step.tokens)))
+    return [MicroBatch(0, 0, step.batch, 0, n0), MicroBatch(1, 0, step.batch, n0, step.q_len - n0)]
 
 
 def _fused(ctas: int) -> list:
@@ -59,7 +62,7 @@ def layers(b: Builder, first: int, end: int, x: str) -> str:
     st = b.step
     if b.model.hidden != 8192 or b.tp != 8:
         b.note("tokenweave's split offsets and CTA counts were tuned for Llama-3.3-70B at TP 8: taken as they are")
-    if st.tokens < MIN_TOKENS or st.q_len < 2:
+    if split(st) is None:
         ctas = max(1, min(FUSE_ONLY_CTAS, -(-st.tokens // b.tp)))
         b.note(f"{st.phase} of {st.tokens} token{'s' * (st.tokens != 1)} is under tokenweave's {MIN_TOKENS}: "
                f"fuse-only (the fused multimem all-reduce + RMSNorm on {ctas} CTA{'s' * (ctas != 1)}, no split); "
@@ -70,9 +73,13 @@ def layers(b: Builder, first: int, end: int, x: str) -> str:
     if st.tokens % PAD:
         b.note(f"tokenweave pads {st.tokens} tokens to {-(-st.tokens // PAD) * PAD}; the padding rows are not priced")
     _, attn_ctas, mlp_ctas = config(st.tokens)
+    mbs = split(st)
+    if st.batch > 1:
+        b.note(f"tokenweave splits the flattened tokens at {split_point(st.tokens)}; tpsim splits every sequence's "
+               f"tokens in that proportion ({mbs[0].nq} of {st.q_len})")
     b.note(f"each half's all-reduce + add + RMSNorm is one multimem kernel ({attn_ctas}/{mlp_ctas} CTAs "
            f"after attention/MLP); the harness runs it unfused")
-    return token_split.layers(b, first, end, x, 2, mbs=halves(b),
+    return token_split.layers(b, first, end, x, 2, mbs=mbs,
                               fuse=lambda half: _fused(attn_ctas if half == "attn" else mlp_ctas))
 
 
