@@ -210,3 +210,23 @@ def test_tokenweave_kernel_against_its_own_cta_sweep():
 def test_bad_input_is_one_line_exit_2(args, why):
     r = CliRunner().invoke(main, ["predict", "--model", "llama-3.1-8b", "--tp", "2", *args])
     assert r.exit_code == 2 and r.output.startswith(why) and r.output.count("\n") == 1, r.output
+
+
+# ---------------------------------------------------------------- both engines
+
+@pytest.mark.parametrize("spec,step", [
+    ("async-tp", Step.decode(2, 8, 4, 1, ST)), ("dbo", Step.decode(32, 8, 4, 1, ST)),
+    ("tokenweave", Step.prefill(1, 1024, 8, ST)), ("tokenweave", Step.decode(8, 1024, 8, 1, ST))])
+@pytest.mark.parametrize("slow", [1.0, 1.5])
+def test_the_heap_engine_runs_them_as_simpy_does(spec, step, slow):
+    """The rank engine of the sampled mode (sim/engine/heap_engine.py) gives SimPy's duration and exposed
+    communication for every new schedule, with and without the overlap slowdown, on 1 and 3 ranks."""
+    from tpsim.sim.engine.heap_engine import compile_schedule, simulate_ranks
+    from tpsim.sim.engine.simpy_engine import Interference
+    inter = Interference(slow, slow)
+    s = build(spec, ONE, 2, step, ST)
+    t = toy({"shift": 1, "all_gather": 1, "all_reduce": 2}, step.tokens, norm=1)
+    for ranks in (1, 3):
+        a = simulate(s, t, ranks=ranks, interference=inter, record=False)
+        d, e = simulate_ranks(compile_schedule(s, t, inter), ranks, inter)
+        assert (d, e) == (pytest.approx(a.duration_s, rel=1e-12), pytest.approx(a.exposed_comm_s, rel=1e-12, abs=1e-12))
