@@ -77,15 +77,15 @@ def best_free(sim, preds: dict | None = None) -> BestFree:
 
 
 def gain(pred, best: BestFree) -> float | None:
-    """tokens/s of a schedule that changes the model over the best that keeps it; None for one that keeps it."""
-    if pred.model_change == "none":
+    """tokens/s of a schedule that changes the model (retrain, drops syncs) over the best that keeps it; None
+    for one that keeps it, and for upper-bound (n/a: no way to run the model)."""
+    if pred.model_change in ("none", "n/a"):
         return None
     return pred.tokens_per_s / best.tokens_per_s
 
 
 def line(preds, best: BestFree) -> str:
     """The line under predict's table: the best free schedule and each model change's gain over it."""
-    gains = [f"{p.schedule} {g - 1:+.1%}" for p in preds if (g := gain(p, best)) is not None and p.model_change
-             != "n/a"]
+    gains = [f"{p.schedule} {g - 1:+.1%}" for p in preds if (g := gain(p, best)) is not None]
     out = f"best keeping the model: {best.name} ({best.tokens_per_s:.1f} tokens/s)"
     return out + (f"; over it: {', '.join(gains)}" if gains else "")

@@ -107,7 +107,7 @@ def test_async_tp_dataflow_one_layer_tp2():
         "L0.mlp.down.blk1", "L0.mlp.down.r1", "L0.mlp.down.shift1", "L0.mlp.down.blk0", "L0.mlp.down.r0",
         "L0.mlp.down.sum", "L0.mlp.add", "L0.sp.gather"]
     assert dict(op(s, "L0.attn.qkv.shift1").attrs) == {"rows": 1, "width": 64, "group": 2, "offset": 1, "barrier": 2}
-    assert dict(op(s, "L0.attn.out.blk1").attrs)["offset"] == -1
+    assert dict(op(s, "L0.attn.out.blk1").attrs)["offset"] == 1           # rank (r - 1) % 2's rows
     assert dict(op(s, "L0.attn.qkv.cat").attrs)["axis"] == "ring"
     assert op(s, "L0.attn.out.sum").inputs == ("L0.attn.out.r0_out", "L0.attn.out.shift1_out")
     assert dict(op(s, "L0.attn.qkv.r1").attrs)["m"] == 1 and model_change("async-tp") == "none"

@@ -79,8 +79,7 @@ def op_work(op: Op, fused: bool = False, engine: bool = False) -> list[Work]:
         return [Work(0.0, 2 * e * el, 1)]           # torch.cat of the micro-batches: one copy kernel
     if k == "sum":
         # async TP's local reduce of the n partials: one kernel reading n [rows, w] and writing one
-        el = a["rows"] * a["width"]
-        n = len(op.inputs)
+        el, n = a["rows"] * a["width"], a["parts"]
         return [Work(float((n - 1) * el), (n + 1) * e * el, 1)]
     if k == "sample":
         b, v = a["batch"], a["vocab"]

@@ -42,7 +42,8 @@ KINDS = {
     "pad": COMPUTE,         # [rows - pad, w] -> [rows, w], zero rows appended (a reduce-scatter's input)
     "shard": COMPUTE,       # [n, w] -> this rank's block of rows [rows, w] of the input padded to group*rows
                             # (attr offset k: the block of rank (rank + k) % group)
-    "sum": COMPUTE,         # k inputs [rows, w] -> their sum [rows, w], one kernel (async TP's local reduce)
+    "sum": COMPUTE,         # attr parts k: k inputs [rows, w] -> their sum [rows, w], one kernel (async TP's
+                            # local reduce)
     "all_reduce": COMM,     # sum over the TP group, [rows, width] in and out
     "all_gather": COMM,     # concat over the TP group along the last dim (attr dim=0: along rows, [group*rows, w])
     "reduce_scatter": COMM, # sum over the TP group, rank r keeps rows block r: [rows, w] -> [rows/group, w]

@@ -81,7 +81,7 @@ def layers(b: Builder, first: int, end: int, x: str) -> str:
         got = []
         for k in range(1, g):
             blk = view(f"{name}.blk{k}", v, layer, [("rows", rs), ("width", k_in), ("group", g), ("pad", 0),
-                                                    ("offset", -k)])
+                                                    ("offset", g - k)])     # rank (r - k) % g's rows
             part = b.add_op(f"{name}.r{k}", "gemm", [blk], [f"{name}.r{k}_out"],
                             [("m", rs), ("n", hidden), ("k", k_in)] + lin, layer, param)
             got.append(ring(f"{name}.shift{k}", part, k, layer, hidden))
@@ -89,7 +89,7 @@ def layers(b: Builder, first: int, end: int, x: str) -> str:
         mine = b.add_op(f"{name}.r0", "gemm", [own], [f"{name}.r0_out"],
                         [("m", rs), ("n", hidden), ("k", k_in)] + lin, layer, param)
         return b.add_op(f"{name}.sum", "sum", [mine, *got], [f"{name}.sum_out"],
-                        [("rows", rs), ("width", hidden)], layer)
+                        [("rows", rs), ("width", hidden), ("parts", g)], layer)
 
     r = b.add_op(f"L{first}.sp.shard", "shard", [x], [f"L{first}.sp.x_in"],
                  [("rows", rs), ("width", hidden), ("group", g), ("pad", pad)], first)
