@@ -296,8 +296,9 @@ def model_bytes(schedules, dtype: str) -> dict[tuple[str, int], set[int]]:
     for sched in schedules:
         for op in sched.collectives:
             a = dict(op.attrs)
-            b = e * a["rows"] * a["width"] * (a["group"] if op.kind == "all_gather" else 1)
-            out.setdefault((op.kind, a["group"]), set()).add(b)
+            kind = "all_gather" if op.kind == "shift" else op.kind     # a ring step: priced from the all-gather
+            b = e * a["rows"] * a["width"] * (a["group"] if kind == "all_gather" else 1)
+            out.setdefault((kind, a["group"]), set()).add(b)
     return out
 
 

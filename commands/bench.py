@@ -107,6 +107,10 @@ def _config(kind: str, **kw):
     backend = kw.pop("backend") or ("nccl" if device == "cuda" else "gloo")
     kw["collective"] = kw.get("collective") or "auto"
     dtype = kw.pop("dtype") or ("fp16" if device == "cuda" else "fp32")
+    if dtype == "fp8":          # e4m3 linears computed in the device's run dtype (hw/fp8.py: upcast for compute)
+        dtype, kw["weight_dtype"] = ("bf16" if device == "cuda" else "fp32"), "fp8"
+    kw["kv_dtype"] = kw.get("kv_dtype") or "auto"
+    kw["ar_norm_fusion"] = kw.get("ar_norm_fusion") or "none"      # the harness runs the fused kernel's dataflow
     kw.update({k: v for k, v in HARNESS_STACK.items() if kw.get(k) is None})
     schedules = kw.pop("schedules") or DEFAULT_SCHEDULES
     defaults = {"bench": (1024, 512), "check": (16, 9)}[kind]

@@ -11,8 +11,10 @@ from tpsim.sim.stack.impls import ENGINE_COLLECTIVES, check_collective_impl
 from tpsim.sim.model.presets import MODELS, get_model
 from tpsim.sim.predict import Workload
 from tpsim.sim.hardware.profile import load_profile
-from tpsim.sim.stack.spec import (ATTENTION_IMPLS, DECODE_KV, DTYPE_BYTES, EMBEDS, HEADS, PREFILL_LOGITS,
-                                  Stack, make_stack)
+from tpsim.sim.fp8 import model_given
+from tpsim.sim.stack.ar_fusion import AR_NORM_FUSIONS
+from tpsim.sim.stack.spec import (ATTENTION_IMPLS, DECODE_KV, DTYPE_CHOICES, EMBEDS, HEADS, KV_DTYPES,
+                                  PREFILL_LOGITS, Stack, make_stack)
 from tpsim.sim.stack.presets import load_stack, names as preset_names
 
 from tpsim.commands.bounds import check_sizes
@@ -110,8 +112,17 @@ def stack_options(fn):
     (predict, trace, sweep, show, bench, check). Each defaults to None: predict and trace then take the
     profile's stack_defaults, else Stack's defaults; bench and check take `HARNESS_STACK`."""
     opts = [
-        click.option("--dtype", type=click.Choice(list(DTYPE_BYTES)), default=None,
-                     help="Default: the profile's stack_defaults, else fp16 (bench/check: fp16 on cuda, fp32 on cpu)."),
+        click.option("--dtype", type=click.Choice(list(DTYPE_CHOICES)), default=None,
+                     help="fp8: e4m3 weights and inputs for the layers' linears (W8A8), bf16 activations, a "
+                          "16-bit all-reduce (docs/fp8.md); an FP8 checkpoint is FP8 whatever this says. Default: "
+                          "the profile's stack_defaults, else fp16 (bench/check: fp16 on cuda, fp32 on cpu)."),
+        click.option("--kv-dtype", type=click.Choice(KV_DTYPES), default=None,
+                     help="fp8: an e4m3 KV cache (vLLM --kv-cache-dtype fp8): half the bytes attention reads "
+                          "and the cache holds. Default: auto (the activations' dtype)."),
+        click.option("--ar-norm-fusion", type=click.Choice(AR_NORM_FUSIONS), default=None,
+                     help="Standard TP's all-reduce, residual add and RMSNorm as one fused kernel (FlashInfer's "
+                          "trtllm_allreduce_fusion) inside an engine's size window: vllm (its AllReduceFusionPass) "
+                          "or sglang (--enable-flashinfer-allreduce-fusion); docs/no-retraining.md. Default: none."),
         click.option("--head", type=click.Choice(HEADS), default=None,
                      help="LM head replicated on every rank, or split over the vocabulary + all-gather. "
                           "Default: the profile's stack_defaults, else replicated."),
@@ -145,21 +156,23 @@ HARNESS_STACK = {"head": "replicated", "embed": "replicated", "attention": "math
 def make_workload(model, tp, profile, batch, prompt_len, gen_len, gpus_per_node, dtype, head, attention, kv,
                   prefill_logits, expand_gqa, decode_graphs, prefill_graphs, collective, memory_check=True,
                   comm_group=None, compile_=None, compile_prefill=None, compile_decode=None, stack_name=None,
-                  embed=None):
+                  embed=None, kv_dtype=None, ar_norm_fusion=None):
     check_sizes(tp, batch, prompt_len, gen_len, gpus_per_node, comm_group)
     preset = load_stack(stack_name) if stack_name is not None else None
     prof = load_profile(profile)
+    spec = get_model(model)
     given = dict(dtype=dtype, head=head, embed=embed, attention=attention, kv=kv, prefill_logits=prefill_logits,
                  expand_gqa=expand_gqa, prefill_graphs=prefill_graphs, decode_graphs=decode_graphs,
                  compile=compile_, compile_prefill=compile_prefill, compile_decode=compile_decode,
-                 collective=collective)
+                 collective=collective, kv_dtype=kv_dtype, ar_norm_fusion=ar_norm_fusion)
+    given = model_given(spec, given)          # an FP8 checkpoint's linears are FP8 (sim/fp8.py)
     # what the user said wins; then the --stack preset; then what the profile's cluster runs by default;
     # then Stack's defaults
     # (an engine's all-reduce that its engine would refuse here is priced as its fallback, with a note:
     # sim/price/comm/custom_allreduce.py)
     stack = make_stack(given, prof.stack_defaults, preset=preset.values if preset else None)
     check_collective_impl(prof, stack.collective)
-    return Workload(get_model(model), tp, prof, batch, prompt_len, gen_len, stack, gpus_per_node,
+    return Workload(spec, tp, prof, batch, prompt_len, gen_len, stack, gpus_per_node,
                     memory_check=memory_check, comm_group=comm_group)
 
 

@@ -6,7 +6,8 @@ import sys
 import click
 
 from tpsim.fileio.policy import json_text
-from tpsim.sim.predict import predict as run
+from tpsim.sim import baseline
+from tpsim.sim.predict import Simulator, predict as run
 from tpsim.sim.schedule.language import DEFAULT_SCHEDULES, SCHEDULE_HELP
 from tpsim.sim.sensitivity import check as sensitivity
 from tpsim.sim.stack.presets import load_stack
@@ -108,6 +109,18 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
            "comm_group": w.comm_group or w.tp,
            "stack": stack_dict(w.stack, kw["stack_name"]),
            "schedules": [p.to_dict() for p in preds]}
+    # the number a user weighs against retraining: the best way to run the same model, and each model
+    # change's gain over it (sim/baseline.py); only where a schedule that changes the model is predicted
+    best = None
+    if any(p.model_change in ("retrain", "drops syncs") for p in preds):
+        # the fast path's own predictions are reused; a sampled or brute-force run's carry jitter: simulate anew
+        reuse = {p.schedule: p for p in preds} if not (exact or exhaustive) else {}
+        best = baseline.best_free(Simulator(w, record=False), reuse)
+        out["best_free"] = best.to_dict()
+        for p, row in zip(preds, out["schedules"]):
+            g = baseline.gain(p, best)
+            if g is not None:
+                row["gain_over_best_free"] = g
     # the profile's and the stack's numbers whose sources give a range, at their ends: each schedule's
     # interval, and does the order of the schedules hold?
     sens = sensitivity(w, schedules, preds)
@@ -134,7 +147,7 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
     # user text (an HF folder's name, a profile's name and sources) is printed as text, never as markup
     t = compact_table(title=f"{rich_escape(w.model.name)}  TP{w.tp} ({w.nodes} node{'s' * (w.nodes > 1)})  "
                          f"profile {rich_escape(w.profile.name)}\n"
-                    f"batch {w.batch}  prompt {w.prompt_len}  gen {w.gen_len}  {w.stack.dtype}",
+                    f"batch {w.batch}  prompt {w.prompt_len}  gen {w.gen_len}  {w.stack.precision}",
               title_justify="left")
     # two-line headers: the widest cell, not the header, sets each column's width (fits 80 columns)
     sampled = bool(exact) and not no_jitter       # without jitter every sample is the same: no interval
@@ -155,6 +168,8 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
     if sens.intervals:
         console.print(interval_table(preds, sens))
         console.print()
+    if best is not None:
+        console.print(rich_escape(baseline.line(preds, best)))        # wrapped at the table's width
     for line in note_lines(preds) + sens.notes() + interval_notes(w.stack, sens):
         console.print(rich_escape(line), soft_wrap=True)
     if jitter_note:

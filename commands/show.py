@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import click
 
+from tpsim.sim.fp8 import model_given
 from tpsim.sim.model.presets import get_model
 from tpsim.sim.hardware.profile import load_profile
 from tpsim.sim.price import decode_grid
@@ -44,7 +45,8 @@ def show(model, spec, tp, layer, phase, batch, prompt_len, gen_len, profile, sta
     # same flags and profile (their kv_len, dtype, attention kernel)
     prof = load_profile(profile)
     preset = load_stack(stack_name) if stack_name is not None else None
-    stack = make_stack(stack_given(**stack_flags), prof.stack_defaults, preset=preset.values if preset else None)
+    stack = make_stack(model_given(m, stack_given(**stack_flags)), prof.stack_defaults,
+                       preset=preset.values if preset else None)
     if phase == "decode" and gen_len < 2:
         raise ValueError("a decode step needs --gen >= 2 (the prefill makes token 1); or --phase prefill")
     step = (Step.prefill(batch, prompt_len, gen_len, stack) if phase == "prefill"

@@ -33,10 +33,12 @@ from tpsim.fileio.policy import (MAX_CHECKPOINT_BYTES, open_append, read_input_b
                                  save_figure)
 from tpsim.sim.grid import Point
 from tpsim.sim.model.presets import get_model
-from tpsim.sim.predict import Workload, predict
+from tpsim.sim.predict import Simulator, Workload, predict
 from tpsim.fileio.proc_tie import ParentTie, set_parent_death_signal, tie_pool_worker
 from tpsim.sim.hardware.profile import load_profile, read_raw
 from tpsim.sim.schedule.language import model_change
+from tpsim.sim import baseline
+from tpsim.sim.fp8 import model_given
 from tpsim.sim.sensitivity import check as sensitivity
 from tpsim.sim.stack.spec import make_stack
 
@@ -48,7 +50,8 @@ def _load_profile(name: str, digest: str = ""):
 
 COLUMNS = ["model", "tp", "batch", "prompt_len", "gen_len", "profile", "bw_scale", "lat_scale", "schedule",
            "prefill_s", "decode_s", "tokens_per_s", "tokens_per_s_lo", "tokens_per_s_hi", "speedup", "speedup_lo",
-           "speedup_hi", "interval_dominant", "exposed_comm_s", "model_change", "stack", "error"]
+           "speedup_hi", "interval_dominant", "exposed_comm_s", "model_change", "stack", "error",
+           "best_free", "best_free_tokens_per_s", "gain_over_best_free"]
 
 
 def run_point(point: Point, schedules: tuple[str, ...], given: dict | None = None, digest: str = "",
@@ -61,19 +64,27 @@ def run_point(point: Point, schedules: tuple[str, ...], given: dict | None = Non
     base = asdict(point)
     try:
         prof = _load_profile(point.profile, digest)
-        stack = make_stack(dict(given or {}), prof.stack_defaults, preset=preset)
-        w = Workload(get_model(point.model), point.tp, prof, point.batch,
+        model = get_model(point.model)
+        stack = make_stack(model_given(model, dict(given or {})), prof.stack_defaults, preset=preset)
+        w = Workload(model, point.tp, prof, point.batch,
                      point.prompt_len, point.gen_len, stack, comm_bw_scale=point.bw_scale,
                      comm_lat_scale=point.lat_scale)
         preds = predict(w, list(schedules), record=False)
         # both ends of the interval the profile's and the stack's ranges give (sim/sensitivity.py, as predict)
         sens = sensitivity(w, list(schedules), preds)
+        # what a user weighs against retraining: the best way to run the model unchanged (sim/baseline.py),
+        # where a schedule that changes it was swept
+        best = (baseline.best_free(Simulator(w, record=False), {p.schedule: p for p in preds})
+                if any(p.model_change in ("retrain", "drops syncs") for p in preds) else None)
     except ValueError as e:
         # one line per row: a multi-line message (the memory gate's table) keeps its headline
         return [base | {"schedule": "", "error": str(e).splitlines()[0].rstrip(":")}]
     # each row says what it priced: the stack (predict's `stack:` line, which names a --stack preset)
     # beside what the schedule asks of the model (model_change)
-    return [base | p.to_dict() | {"stack": stack.describe(), "error": ""} | _ends(p, sens) for p in preds]
+    free = {} if best is None else {"best_free": best.name, "best_free_tokens_per_s": best.tokens_per_s}
+    return [base | p.to_dict() | {"stack": stack.describe(), "error": ""} | _ends(p, sens) | free
+            | ({"gain_over_best_free": g} if best is not None and (g := baseline.gain(p, best)) is not None else {})
+            for p in preds]
 
 
 def _ends(p, sens) -> dict:
@@ -301,11 +312,13 @@ def plot(rows: list[dict], path: str | os.PathLike, view: str = "speedup") -> No
 
 def best_no_retraining(rows: list[dict]) -> dict[tuple, dict]:
     """(model, tp, profile, bw_scale, lat_scale, batch) -> the fastest way to run the point without
-    changing the model: the prefill and the decode steps each with the fastest schedule whose
-    model_change is none (standard, token-split, seq-parallel) -- a serving stack may pick the
-    schedule per phase, as they keep the same model and outputs. The result is a row with
-    schedule "P" when one schedule wins both phases, else "P / D" (prefill / decode), its
-    tokens_per_s and speedup over standard (which must be among the rows)."""
+    changing the model. Where the rows carry run_point's best_free columns (sim/baseline.py: every
+    schedule that keeps the model, per phase, simulated whether swept or not), that; else, from the
+    rows themselves, the prefill and the decode steps each with the fastest swept schedule whose
+    model_change is none -- a serving stack may pick the schedule per phase, as they keep the same
+    model and outputs. The result is a row with schedule "P" when one schedule wins both phases,
+    else "P / D" (prefill / decode), its tokens_per_s and speedup over standard (which must be among
+    the rows)."""
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         if r.get("error") or model_change(r["schedule"]) != "none":
@@ -316,6 +329,13 @@ def best_no_retraining(rows: list[dict]) -> dict[tuple, dict]:
     for k, rs in groups.items():
         std = next((r for r in rs if r["schedule"] == "standard"), None)
         if std is None:
+            continue
+        if std.get("best_free"):
+            name = std["best_free"]
+            pre_s, _, dec_s = name.partition(" / ")
+            best[k] = {"schedule": name, "prefill_schedule": pre_s, "decode_schedule": dec_s or pre_s,
+                       "tokens_per_s": std["best_free_tokens_per_s"],
+                       "speedup": std["best_free_tokens_per_s"] / std["tokens_per_s"]}
             continue
         pre = min(rs, key=lambda r: r["prefill_s"])
         dec = min(rs, key=lambda r: r["decode_s"])
@@ -329,21 +349,27 @@ def best_no_retraining(rows: list[dict]) -> dict[tuple, dict]:
 
 
 def plot_no_retraining(rows: list[dict], path: str | os.PathLike) -> None:
-    """One panel per (model, TP, profile, link scaling): speedup over standard against batch size,
-    for the best schedule that keeps the model (each point labelled with the one that wins) and
-    for every schedule that changes it (ladder, parallel, spd)."""
+    """Panels across TP (columns) and (model, profile, link scaling) (rows): speedup over standard against
+    batch size, for the best schedule that keeps the model (each point labelled with the one that wins,
+    prefill / decode) and for every schedule that changes it (ladder, parallel, spd), whose legend gives
+    its gain over that best at the largest batch."""
     plt = _pyplot()
 
     best = best_no_retraining(rows)
     if not best:
         raise ValueError("nothing to plot: no grid point ran a schedule that keeps the model")
-    panels = list(dict.fromkeys(k[:5] for k in best))
+    lines = list(dict.fromkeys((k[0], k[2], k[3], k[4]) for k in best))
+    tps = sorted({k[1] for k in best})
     changing = list(dict.fromkeys(r["schedule"] for r in rows if not r.get("error")
                                   and model_change(r["schedule"]) in ("retrain", "drops syncs")))
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.0), squeeze=False, sharey=True)
-    for ax, key in zip(axes[0], panels):
-        m, tp, prof, bw, lat = key
+    fig, axes = plt.subplots(len(lines), len(tps), figsize=(5.2 * len(tps), 4.0 * len(lines)), squeeze=False,
+                             sharey=True)
+    for (li, (m, prof, bw, lat)), (ti, tp) in ((a, b) for a in enumerate(lines) for b in enumerate(tps)):
+        ax, key = axes[li][ti], (m, tp, prof, bw, lat)
         pts = sorted((k[5], r) for k, r in best.items() if k[:5] == key)
+        if not pts:
+            ax.set_visible(False)
+            continue
         xs = [b for b, _ in pts]
         ax.plot(xs, [r["speedup"] for _, r in pts], marker="o", lw=2, color="black",
                 label="best keeping the model (prefill / decode schedule)")
@@ -351,17 +377,20 @@ def plot_no_retraining(rows: list[dict], path: str | os.PathLike) -> None:
             ax.annotate(r["schedule"].replace(" / ", "/\n"), (b, r["speedup"]), textcoords="offset points",
                         xytext=(0, -18), ha="center", fontsize=6)
         for s in changing:
-            sp = sorted((r["batch"], r["speedup"]) for r in iter_rows(rows, schedule=s, model=m, tp=tp, profile=prof,
-                                                                       bw_scale=bw, lat_scale=lat) if not r.get("error"))
-            if sp:
-                ax.plot(*zip(*sp), marker="s", ls="--", label=f"{s} ({model_change(s)})")
+            got = sorted((r["batch"], r) for r in iter_rows(rows, schedule=s, model=m, tp=tp, profile=prof,
+                                                            bw_scale=bw, lat_scale=lat) if not r.get("error"))
+            if got:
+                g = got[-1][1].get("gain_over_best_free")
+                tag = f", {g - 1:+.0%} over the best free at b{got[-1][0]}" if isinstance(g, float) else ""
+                ax.plot([b for b, _ in got], [r["speedup"] for _, r in got], marker="s", ls="--",
+                        label=f"{s} ({model_change(s)}{tag})")
         ax.set_xscale("log", base=2)
         ax.set_xticks(xs, [str(b) for b in xs])
         ax.axhline(1.0, color="grey", lw=0.8)
         scale = "" if (bw, lat) == (1.0, 1.0) else f" bw x{bw} lat x{lat}"
         ax.set(title=f"{m} TP{tp} | {prof}{scale}", xlabel="batch size", ylabel="speedup over standard TP")
         ax.title.set_fontsize(9)
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, frameon=False)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=1, frameon=False)
     fig.suptitle("tpsim sweep: the best schedule that keeps the model vs. those that change it", fontsize=10)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     save_figure(fig, path, dpi=110, bbox_inches="tight")

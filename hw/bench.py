@@ -64,7 +64,7 @@ def run_bench(cfg: RunConfig, ctx: hwrank.DistContext) -> dict:
                  build(s, model, tp, dec_step, stack) if dec_step else None) for s in specs}
     rm = build_rank_model(model, tp, ctx.rank, batch=cfg.batch, max_seq=cfg.prompt_len + cfg.gen_len,
                           dtype=cfg.dtype, device=ctx.device, seed=cfg.seed, head=cfg.head,
-                          embed=cfg.embed, checkpoint=cfg.checkpoint)
+                          embed=cfg.embed, checkpoint=cfg.checkpoint, fp8=stack.fp8, kv_fp8=stack.kv_dtype == "fp8")
     group, cpu = dist.group.WORLD, hwrank.cpu_group()
     all_reduce = make_all_reduce(cfg.collective, group, ctx.device, cfg.dtype,
                                  [s for pair in plans.values() for s in pair])
@@ -280,7 +280,7 @@ def assemble(cfg: RunConfig, model_name: str, specs: list[str], per_rank: list[d
     emulated = {"emulated": {"tp": cfg.emulate_tp, "ranks": cfg.tp}} if cfg.emulate_tp else {}
     return emulated | {"model": model_name, "model_spec": dataclasses.asdict(cfg.model_spec()),
             "tp": cfg.model_tp, "profile": "measured", "batch": cfg.batch,
-            "prompt_len": cfg.prompt_len, "gen_len": cfg.gen_len, "dtype": cfg.dtype,
+            "prompt_len": cfg.prompt_len, "gen_len": cfg.gen_len, "dtype": cfg.dtype, "precision": cfg.precision(),
             "stack": cfg.ran()
                      | {"collective_notes": per_rank[0]["env"].get("collective_notes", []),
                         # message bytes -> the kernel rank 0's last all-reduce of that size ran
@@ -335,7 +335,7 @@ def caption(fields: list[str]) -> list[str]:
 def format_result(result: dict) -> str:
     # the caption was one line, 81 columns for tiny at --prompt 16 --gen 5 (85 at bench's defaults)
     lines = caption([result["model"], f"TP {result['tp']}", f"batch {result['batch']}",
-                     f"prompt {result['prompt_len']}", f"gen {result['gen_len']}", result["dtype"],
+                     f"prompt {result['prompt_len']}", f"gen {result['gen_len']}", result.get("precision", result["dtype"]),
                      f"{result['env']['backend']}/{result['env']['device']}",
                      f"(median of {result['repeats']}, interleaved)"])
     lines.append(f"{'schedule':<{SCHEDULE_COLUMN}}{'prefill ms':>11}{'decode ms':>11}{'tok/s':>10}{'speedup':>9}"

@@ -13,9 +13,9 @@ below) is checked with no code of its own; a layer kind without a reference here
   spd       per TP rank r: P_r = attention heads of r through wo's columns of r;
             Z_r = mlp over FFN columns of r applied to norm(x + P_r); x' = x + sum_r (P_r + Z_r)
             (SPD's output depends on the TP degree by definition, so its reference takes tp)
-  token-split, seq-parallel  the standard reference: they reorder and reshape the same math (the
-               registry says so: a schedule that keeps the model names its numerics_reference, so a
-               new one needs no entry here)
+  token-split, seq-parallel, async-tp, dbo, tokenweave  the standard reference: they reorder and
+               reshape the same math (the registry says so: a schedule that keeps the model names its
+               numerics_reference, so a new one needs no entry here)
   upper-bound  only checked to run (its outputs are meaningless by design)
 
 Compared: prefill logits and every decode step's logits with the KV cache, teacher-forced (the
@@ -45,6 +45,12 @@ from tpsim.hw.runner import Runner
 from tpsim.hw.symm_mem import make_all_reduce
 
 TOLERANCE = {"fp32": 1e-4, "fp16": 3e-2, "bf16": 1e-1}
+# An FP8 run (e4m3 linears and inputs, or an e4m3 KV cache: hw/fp8.py) against the reference of the same
+# weights unquantized (an FP8 checkpoint's dequantized): e4m3 keeps 3 mantissa bits, so each operand of a
+# linear is off by up to 2^-4 relative (round to nearest); what reaches the logits, summed over k terms and
+# the layers, stays some percent of their largest value (tiny model, gloo TP2: 0.055-0.095). 0.25 flags a
+# wrong scale or shard (off by factors), not rounding.
+FP8_TOLERANCE = 0.25
 
 
 class Reference:
@@ -229,7 +235,7 @@ def run_check(cfg: RunConfig, ctx: hwrank.DistContext) -> list[dict]:
     max_seq = cfg.prompt_len + cfg.gen_len
     rm = build_rank_model(model, tp, ctx.rank, batch=cfg.batch, max_seq=max_seq, dtype=cfg.dtype,
                           device=ctx.device, seed=cfg.seed, head=cfg.head, embed=cfg.embed,
-                          checkpoint=cfg.checkpoint)
+                          checkpoint=cfg.checkpoint, fp8=stack.fp8, kv_fp8=stack.kv_dtype == "fp8")
     pre_step, dec_step = cfg.steps()
     plans = {spec: (build(spec, model, tp, pre_step, stack), build(spec, model, tp, dec_step, stack) if dec_step
                     else None) for spec in cfg.schedules}
@@ -242,7 +248,7 @@ def run_check(cfg: RunConfig, ctx: hwrank.DistContext) -> list[dict]:
         full = full_weights(model, seed=cfg.seed, dtype=torch.float32, device=ctx.device)
     g = torch.Generator().manual_seed(cfg.seed + 1)
     tokens = torch.randint(0, model.vocab, (cfg.batch, max_seq - 1), generator=g).to(ctx.device)
-    tol = TOLERANCE[cfg.dtype]
+    tol = FP8_TOLERANCE if (stack.fp8 or stack.kv_dtype == "fp8") else TOLERANCE[cfg.dtype]
     rows = []
     run = _compiled(runner, cfg, ctx.rank) if cfg.compile else (lambda s, t, p: runner.forward(s, t, p).logits)
     for spec, (pre, dec) in plans.items():
@@ -302,7 +308,7 @@ def _checked(cfg: RunConfig, ctx) -> dict:
     every = [None] * ctx.world
     dist.all_gather_object(every, rows, group=hwrank.cpu_group())
     merged = _merge(every)
-    return {"model": cfg.model_spec().name, "tp": ctx.world, "dtype": cfg.dtype, "backend": cfg.backend,
+    return {"model": cfg.model_spec().name, "tp": ctx.world, "dtype": cfg.dtype, "precision": cfg.precision(), "backend": cfg.backend,
             "device": cfg.device, "batch": cfg.batch, "prompt_len": cfg.prompt_len, "gen_len": cfg.gen_len,
             "ok": all(r["ok"] for r in merged), "schedules": merged,
             # what ran (check runs no CUDA graphs): a --stack preset's mapping shows here, as in bench's result
@@ -326,7 +332,7 @@ def _merge(per_rank: list[list[dict]]) -> list[dict]:
 
 def format_check(result: dict) -> str:
     # the caption wraps between its fields at 80 columns, as bench's (a long model name or config path)
-    lines = caption([f"check {result['model']}", f"TP {result['tp']}", result["dtype"],
+    lines = caption([f"check {result['model']}", f"TP {result['tp']}", result.get("precision", result["dtype"]),
                      f"{result['backend']}/{result['device']}", f"batch {result['batch']}",
                      f"prompt {result['prompt_len']}", f"gen {result['gen_len']}"])
     lines.append(f"{'schedule':<14}{'prefill err':>13}{'decode err':>13}{'steps':>7}  result")

@@ -34,8 +34,14 @@ from tpsim.sim.model.presets import ModelSpec
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
-# safetensors dtype names -> torch; anything else (I8, U8, F8_*: quantized) is refused
+# safetensors dtype names -> torch; anything else (I8, U8, F8_E5M2, ...: quantized) is refused. F8_E4M3 only
+# for the layer linears of an FP8 checkpoint (its config's quantization_config: sim/model/hf/quant.py)
 DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
+E4M3 = "F8_E4M3"
+# the linears an FP8 checkpoint stores in e4m3, each with `.weight_scale` (per tensor [] / [1], or per
+# channel [out, 1]) and, with static input scales, `.input_scale` ([] / [1]): vLLM Fp8LinearMethod /
+# compressed-tensors CompressedTensorsW8A8Fp8 parameter names
+FP8_LINEARS = ("wq", "wk", "wv", "wo", "w1", "w3", "w2")
 # config.json's torch_dtype (hub) or dtype (transformers 5.x) -> the safetensors name
 CONFIG_DTYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}
 
@@ -59,8 +65,9 @@ NAMES = {
     "attn_norm": "model.layers.{i}.input_layernorm.weight",
     "mlp_norm": "model.layers.{i}.post_attention_layernorm.weight",
 }
-# tensors a checkpoint may carry that the forward does not read (old RoPE caches)
-_IGNORED = ("rotary_emb.inv_freq",)
+# tensors a checkpoint may carry that the forward does not read (old RoPE caches; an FP8 checkpoint's KV
+# cache scales, self_attn.k_scale / v_scale: the harness's e4m3 cache runs with scale 1, vLLM's default)
+_IGNORED = ("rotary_emb.inv_freq", "self_attn.k_scale", "self_attn.v_scale")
 
 
 class CheckpointError(ValueError):
@@ -180,7 +187,8 @@ def _shard_files(root: Path) -> dict[str, Path]:
 def _check(model: ModelSpec, headers: dict, where: str, root: Path) -> str:
     """Names, shapes and one dtype against the config; returns that dtype."""
     want = expected_shapes(model)
-    extra = [n for n in headers if n not in want and not n.endswith(_IGNORED)
+    scales = {f"{n.removesuffix('.weight')}.{k}" for n in fp8_names(model) for k in ("weight_scale", "input_scale")}
+    extra = [n for n in headers if n not in want and n not in scales and not n.endswith(_IGNORED)
              and not (model.tied_embeddings and n == NAMES["head"])]
     if any(".experts." in n or ".gate.weight" in n for n in extra):
         raise CheckpointError(f"{where}: a mixture-of-experts checkpoint ({next(n for n in extra if 'expert' in n or '.gate.' in n)}): "
@@ -194,7 +202,12 @@ def _check(model: ModelSpec, headers: dict, where: str, root: Path) -> str:
     for n, shape in want.items():
         if tuple(headers[n][1]) != shape:
             raise CheckpointError(f"{where}: {n} has shape {headers[n][1]}, the config says {list(shape)}")
-    dtypes = sorted({headers[n][2] for n in want})
+    fp8 = fp8_names(model)
+    if fp8:
+        _check_fp8(model, headers, fp8, where)
+    elif any(h[2] == E4M3 for h in headers.values()):
+        raise CheckpointError(f"{where}: e4m3 tensors, but config.json declares no FP8 quantization_config")
+    dtypes = sorted({headers[n][2] for n in want if n not in fp8})
     bad = [d for d in dtypes if d not in DTYPES]
     if bad:
         raise CheckpointError(f"{where}: tensors of dtype {bad[0]} (quantized?): the harness loads "
@@ -206,6 +219,33 @@ def _check(model: ModelSpec, headers: dict, where: str, root: Path) -> str:
     if isinstance(said, str) and said in CONFIG_DTYPES and CONFIG_DTYPES[said] != dtypes[0]:
         raise CheckpointError(f"{where}: config.json says {said} but the tensors are {dtypes[0]}")
     return dtypes[0]
+
+
+def fp8_names(model: ModelSpec) -> set[str]:
+    """The HF names of an FP8 checkpoint's e4m3 linears (empty for a 16-bit model)."""
+    if not model.quant:
+        return set()
+    return {NAMES[k].format(i=i) for i in range(model.layers) for k in FP8_LINEARS}
+
+
+def _check_fp8(model: ModelSpec, headers: dict, fp8: set[str], where: str) -> None:
+    """Every FP8 linear is e4m3 with a weight_scale of a per-tensor or per-channel shape (and an
+    input_scale where the checkpoint's input scales are static); scales are floats."""
+    for n in sorted(fp8):
+        base = n.removesuffix(".weight")
+        if headers[n][2] != E4M3:
+            raise CheckpointError(f"{where}: {n} is {headers[n][2]}, but config.json declares FP8 linears (e4m3)")
+        out = headers[n][1][0]
+        need = [("weight_scale", ((), (1,), (out, 1), (out,)))]
+        if model.quant == "fp8-static":
+            need.append(("input_scale", ((), (1,))))
+        for key, shapes in need:
+            h = headers.get(f"{base}.{key}")
+            if h is None:
+                raise CheckpointError(f"{where}: {base}.{key} is missing ({model.quant} linears carry one)")
+            if tuple(h[1]) not in shapes or h[2] not in DTYPES:
+                raise CheckpointError(f"{where}: {base}.{key} is {h[2]} {h[1]}: a float scale per tensor or per "
+                                      f"output row was expected")
 
 
 class _Reader:
@@ -229,19 +269,44 @@ class _Reader:
             self._open[path] = safe_open(str(path), framework="pt").__enter__()
         return self._open[path].get_slice(name)
 
-    def rows(self, name: str, lo: int | None = None, hi: int | None = None) -> torch.Tensor:
-        """Rows [lo, hi) of tensor `name` (all rows by default); rows past its end are zero."""
+    def rows(self, name: str, lo: int | None = None, hi: int | None = None, raw: bool = False) -> torch.Tensor:
+        """Rows [lo, hi) of tensor `name` (all rows by default); rows past its end are zero. `raw`: in the
+        file's dtype (an FP8 linear's e4m3), not cast to the run's."""
         s = self._slice(name)
         full = s.get_shape()[0]
         lo, hi = (0, full) if lo is None else (lo, hi)
         t = s[lo:min(hi, full)]
         if hi > full:                                       # vocab-parallel head padding
             t = torch.cat([t, torch.zeros((hi - full, *t.shape[1:]), dtype=t.dtype)])
-        return t.to(device=self.device, dtype=self.dtype)
+        return t.to(device=self.device) if raw else t.to(device=self.device, dtype=self.dtype)
 
-    def cols(self, name: str, lo: int, hi: int) -> torch.Tensor:
-        """Columns [lo, hi) of the 2-D tensor `name`, contiguous."""
-        return self._slice(name)[:, lo:hi].to(device=self.device, dtype=self.dtype).contiguous()
+    def cols(self, name: str, lo: int, hi: int, raw: bool = False) -> torch.Tensor:
+        """Columns [lo, hi) of the 2-D tensor `name`, contiguous (`raw`: in the file's dtype)."""
+        t = self._slice(name)[:, lo:hi]
+        return (t.to(device=self.device) if raw else t.to(device=self.device, dtype=self.dtype)).contiguous()
+
+    def scale(self, linear: str, key: str = "weight_scale") -> torch.Tensor:
+        """An FP8 linear's scale, fp32: a per-tensor scale as a scalar, a per-channel one as [out]."""
+        name = linear.removesuffix(".weight") + "." + key
+        self._slice(name)                                   # opens its file
+        t = self._open[self.ckpt.files[name]].get_tensor(name).float().to(self.device)     # 0-d: no slice
+        return t.reshape(-1) if t.numel() > 1 else t.reshape(())
+
+    def fp8_rows(self, name: str, lo: int, hi: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows [lo, hi) of an FP8 linear, e4m3, and their fp32 scales [hi - lo]."""
+        s = self.scale(name)
+        return self.rows(name, lo, hi, raw=True), (s[lo:hi] if s.dim() else s.expand(hi - lo)).clone()
+
+    def fp8_cols(self, name: str, lo: int, hi: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Columns [lo, hi) of an FP8 linear [out, in], e4m3, and the scales of its out rows [out]."""
+        t = self.cols(name, lo, hi, raw=True)
+        s = self.scale(name)
+        return t, (s if s.dim() else s.expand(t.shape[0])).clone()
+
+    def input_scale(self, names: list[str]) -> torch.Tensor:
+        """The static input scale of linears that read one input (q, k, v; gate, up): their largest, as vLLM
+        requantizes a fused layer to one max scale (Fp8LinearMethod.process_weights_after_loading)."""
+        return torch.stack([self.scale(n, "input_scale") for n in names]).max()
 
 
 def _name(key: str, i: int | None = None) -> str:
@@ -267,11 +332,14 @@ def rank_weights(ckpt: Checkpoint, p: Placement, *, dtype: torch.dtype = torch.f
         w["final_norm"] = r.rows(_name("final_norm"))
         for i in range(m.layers):
             L = f"L{i}"
-            w[f"{L}.wqkv"] = torch.cat([r.rows(_name("wq", i), *q), r.rows(_name("wk", i), *kv),
-                                        r.rows(_name("wv", i), *kv)])           # [q_r + 2 kv_r, hidden]
-            w[f"{L}.wo"] = r.cols(_name("wo", i), *q)                          # [hidden, q_r]
-            w[f"{L}.w13"] = torch.cat([r.rows(_name("w1", i), *f), r.rows(_name("w3", i), *f)])   # [2 f_r, hidden]
-            w[f"{L}.w2"] = r.cols(_name("w2", i), *f)                          # [hidden, f_r]
+            if m.quant:             # e4m3 linears with one fp32 scale per local row (hw/fp8.py's layout)
+                _fp8_layer(r, w, L, i, q, kv, f, m.quant == "fp8-static")
+            else:
+                w[f"{L}.wqkv"] = torch.cat([r.rows(_name("wq", i), *q), r.rows(_name("wk", i), *kv),
+                                            r.rows(_name("wv", i), *kv)])           # [q_r + 2 kv_r, hidden]
+                w[f"{L}.wo"] = r.cols(_name("wo", i), *q)                          # [hidden, q_r]
+                w[f"{L}.w13"] = torch.cat([r.rows(_name("w1", i), *f), r.rows(_name("w3", i), *f)])  # [2 f_r, hidden]
+                w[f"{L}.w2"] = r.cols(_name("w2", i), *f)                          # [hidden, f_r]
             w[f"{L}.attn_norm"] = r.rows(_name("attn_norm", i))
             w[f"{L}.mlp_norm"] = r.rows(_name("mlp_norm", i))
             if m.qkv_bias:
@@ -281,6 +349,22 @@ def rank_weights(ckpt: Checkpoint, p: Placement, *, dtype: torch.dtype = torch.f
                 w[f"{L}.q_norm"] = r.rows(_name("q_norm", i))
                 w[f"{L}.k_norm"] = r.rows(_name("k_norm", i))
     return w
+
+
+def _fp8_layer(r: _Reader, w: dict, L: str, i: int, q: tuple, kv: tuple, f: tuple, static: bool) -> None:
+    """Layer i's FP8 linears of the rank: the fused wqkv / w13 row blocks and the wo / w2 column blocks, e4m3,
+    each with NAME.scale [local out rows] (and NAME.input_scale for static input scales)."""
+    parts = {"wqkv": [("wq", q), ("wk", kv), ("wv", kv)], "w13": [("w1", f), ("w3", f)]}
+    for fused, ps in parts.items():
+        got = [r.fp8_rows(_name(k, i), *span) for k, span in ps]
+        w[f"{L}.{fused}"] = torch.cat([t for t, _ in got])
+        w[f"{L}.{fused}.scale"] = torch.cat([s for _, s in got])
+        if static:
+            w[f"{L}.{fused}.input_scale"] = r.input_scale([_name(k, i) for k, _ in ps])
+    for name, key, span in (("wo", "wo", q), ("w2", "w2", f)):
+        w[f"{L}.{name}"], w[f"{L}.{name}.scale"] = r.fp8_cols(_name(key, i), *span)
+        if static:
+            w[f"{L}.{name}.input_scale"] = r.input_scale([_name(key, i)])
 
 
 def full_weights(ckpt: Checkpoint, *, dtype: torch.dtype = torch.float32,
@@ -298,5 +382,10 @@ def full_weights(ckpt: Checkpoint, *, dtype: torch.dtype = torch.float32,
         per += ["q_norm", "k_norm"] if m.qk_norm else []
         for i in range(m.layers):
             for k in per:
-                w[f"L{i}.{k}"] = r.rows(_name(k, i))
+                if m.quant and k in FP8_LINEARS:        # an FP8 checkpoint's linear, dequantized
+                    t = r.rows(_name(k, i), raw=True).float()
+                    sc = r.scale(_name(k, i))
+                    w[f"L{i}.{k}"] = (t * (sc.reshape(-1, 1) if sc.dim() else sc)).to(dtype)
+                else:
+                    w[f"L{i}.{k}"] = r.rows(_name(k, i))
     return w

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Callable
 import torch
 import torch.nn.functional as F
 
+from tpsim.hw import fp8
 from tpsim.sim.stack.impls import is_flash
 from tpsim.sim.schedule.ir import Op, Schedule
 
@@ -71,6 +72,8 @@ def _rmsnorm(ctx: KernelCtx, op: Op, x: torch.Tensor) -> torch.Tensor:
 
 def _gemm(ctx: KernelCtx, op: Op, x: torch.Tensor) -> torch.Tensor:
     # [m, k] @ W[n, k]^T (+ bias [n], Qwen2's qkv: the IR's bias attr) -> [m, n]
+    if op.get("fp8", 0):        # an FP8 linear: e4m3 weight and input, upcast (hw/fp8.py)
+        return fp8.linear(x, ctx.rm.weights, op.param, op.get("act_scale", "") == "token")
     return F.linear(x, ctx.rm.weights[op.param], ctx.rm.weights.get(f"{op.param}.bias"))
 
 
@@ -120,7 +123,11 @@ def _slice(ctx: KernelCtx, op: Op, x: torch.Tensor) -> torch.Tensor:
 
 
 def _concat(ctx: KernelCtx, op: Op, *parts: torch.Tensor) -> torch.Tensor:
-    """Micro-batches back to [batch * q_len, w]: along the batch, or along each sequence's tokens."""
+    """Micro-batches back to [batch * q_len, w]: along the batch, or along each sequence's tokens; async
+    TP's ring (part s is the rows block of rank (rank + s) % group) back in rank order."""
+    if op.attr("axis") == "ring":
+        g = len(parts)
+        return torch.cat([parts[(j - ctx.rank) % g] for j in range(g)], dim=0)
     if op.attr("axis") == "batch":
         return torch.cat(parts, dim=0)
     B, w = op.attr("batch"), parts[0].shape[-1]
@@ -132,10 +139,19 @@ def _pad(ctx: KernelCtx, op: Op, x: torch.Tensor) -> torch.Tensor:
 
 
 def _shard(ctx: KernelCtx, op: Op, x: torch.Tensor) -> torch.Tensor:
-    """This rank's block of rows [rs, w] of x padded to group * rs rows (seq-parallel's residual)."""
-    rs, r = op.attr("rows"), ctx.rank % op.attr("group")
+    """This rank's block of rows [rs, w] of x padded to group * rs rows (seq-parallel's residual); with
+    attr offset k, the block of rank (rank + k) % group (async TP's GEMM + reduce-scatter)."""
+    rs, r = op.attr("rows"), (ctx.rank + op.get("offset", 0)) % op.attr("group")
     block = x[r * rs:(r + 1) * rs]
     return block if block.shape[0] == rs else F.pad(block, (0, 0, 0, rs - block.shape[0]))
+
+
+def _sum(ctx: KernelCtx, op: Op, *parts: torch.Tensor) -> torch.Tensor:
+    """Async TP's local reduce: the sum of the partials of this rank's rows."""
+    out = parts[0].clone()
+    for p in parts[1:]:
+        out += p
+    return out
 
 
 def _sample(ctx: KernelCtx, op: Op, logits: torch.Tensor) -> torch.Tensor:
@@ -205,11 +221,12 @@ def attention(ctx: KernelCtx, op: Op, qkv: torch.Tensor, *after: torch.Tensor, s
     kc, vc = rm.kv[op.param]                                # [batch, max_seq, KVH, D]
     if b0 or B != kc.shape[0]:
         kc, vc = kc[b0:b0 + B], vc[b0:b0 + B]               # this micro-batch's sequences (a view)
-    kc.index_copy_(1, pos, k)
-    vc.index_copy_(1, pos, v)
+    fp8.cache_write(kc, 1, pos, k)                          # an e4m3 cache (kv_dtype fp8) stores e4m3
+    fp8.cache_write(vc, 1, pos, v)
     # the filled cache ends with this chunk; the static one is attended whole (masked)
     L = ctx.kv_len if ctx.stack.kv == "static" else ctx.kv_len - (ctx.step.q_len - q0 - S)
-    keys, vals = kc[:, :L].transpose(1, 2), vc[:, :L].transpose(1, 2)     # [B, KVH, L, D]
+    keys = fp8.cache_read(kc[:, :L], qkv.dtype).transpose(1, 2)          # [B, KVH, L, D]
+    vals = fp8.cache_read(vc[:, :L], qkv.dtype).transpose(1, 2)
     keep = ctx.arange[:L][None, :] <= pos[:, None]                        # [S, L] causal over the cache
     expand = bool(op.attr("expand_gqa"))
     if expand and H != KVH:
@@ -229,7 +246,7 @@ def _attention_compiled(ctx: KernelCtx, op: Op, qkv: torch.Tensor, *after: torch
 KERNELS: dict[str, Callable] = {
     "embed": _embed, "rmsnorm": _rmsnorm, "gemm": _gemm, "attention": attention,
     "swiglu": _swiglu, "add": _add, "sample": _sample, "standin": _standin, "wait": _wait,
-    "slice": _slice, "concat": _concat, "pad": _pad, "shard": _shard,
+    "slice": _slice, "concat": _concat, "pad": _pad, "shard": _shard, "sum": _sum,
 }
 
 

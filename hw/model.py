@@ -31,8 +31,9 @@ from dataclasses import dataclass
 import torch
 
 from tpsim.sim.model.presets import ModelSpec, RopeSpec
+from tpsim.hw import fp8 as hwfp8
 from tpsim.hw.checkpoint import open_for, rank_weights
-from tpsim.sim.memory import Placement, kv_cache_shape, local_param_shapes
+from tpsim.sim.memory import Placement, is_linear, kv_cache_shape, local_param_shapes
 
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 NORM_EPS = 1e-5                 # likewise ModelSpec.norm_eps
@@ -266,19 +267,27 @@ class RankModel:
 def build_rank_model(model: ModelSpec, tp: int, rank: int, *, batch: int, max_seq: int,
                      dtype: str = "fp32", device: torch.device | str = "cpu", seed: int = 0,
                      head: str = "replicated", checkpoint: str | None = None,
-                     embed: str = "replicated") -> RankModel:
+                     embed: str = "replicated", fp8: bool = False, kv_fp8: bool = False) -> RankModel:
     """Weights shard + zeroed static KV cache of `rank` (of `tp`), allocated directly on `device`:
     drawn (seeded, build_weights), or read from the Hugging Face snapshot `checkpoint`
     (hw.checkpoint.rank_weights: only this rank's slices). `head` / `embed`: the Stack's (the rows
-    of the LM head and of the input embedding this rank holds: sim.memory.Placement)."""
+    of the LM head and of the input embedding this rank holds: sim.memory.Placement). `fp8`: the layer
+    linears held in e4m3 with per-row scales (an FP8 checkpoint's own, else quantized at load:
+    hw/fp8.py); `kv_fp8`: an e4m3 KV cache."""
     p = Placement(model, tp, rank, head, embed)
     td, dev = torch_dtype(dtype), torch.device(device)
     if checkpoint:
         w = rank_weights(open_for(checkpoint, model), p, dtype=td, device=dev)
     else:
         w = build_weights(p, seed=seed, dtype=td, device=dev)
+    if fp8:             # an FP8 checkpoint's linears are e4m3 already; anything else is quantized here
+        hwfp8.quantize_linears(w, [n for n in local_param_shapes(p) if is_linear(n) and w[n].dtype != hwfp8.E4M3])
+    elif any(t.dtype == hwfp8.E4M3 for t in w.values()):
+        raise ValueError(f"{checkpoint}: an FP8 checkpoint runs with FP8 linears (its config's "
+                         f"quantization_config); this run asked for none")
     shape = kv_cache_shape(p, batch, max_seq)
-    kv = {f"L{i}.kv": (torch.zeros(shape, dtype=td, device=dev), torch.zeros(shape, dtype=td, device=dev))
+    kd = hwfp8.E4M3 if kv_fp8 else td
+    kv = {f"L{i}.kv": (torch.zeros(shape, dtype=kd, device=dev), torch.zeros(shape, dtype=kd, device=dev))
           for i in range(model.layers)}
     cos, sin = rope_tables(max_seq, model.head_dim, dev, rope=model.rope)
     return RankModel(p, w, kv, cos, sin, batch, max_seq, td, dev)

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, fields
 from tpsim.sim.memory import GIB, DoesNotFit, MemoryEstimate, estimate
 from tpsim.fileio.shape import finite
 
+from tpsim.sim.fp8 import model_given
 from tpsim.sim.model.presets import ModelSpec, get_model
 from tpsim.sim.schedule.language import build
 from tpsim.sim.stack.spec import Stack, Step, make_stack
@@ -118,6 +119,10 @@ class RunConfig:
                                        # shapes); collectives go over the 1-process group
     checkpoint: str | None = None      # a Hugging Face snapshot folder: its weights instead of drawn ones
     collective: str = "auto"           # how all-reduces run: HARNESS_COLLECTIVES (bench --collective)
+    weight_dtype: str = "auto"         # fp8: the layer linears in e4m3, upcast for compute (hw/fp8.py); an FP8
+                                       # checkpoint is fp8 whatever this says (sim/fp8.py model_given)
+    kv_dtype: str = "auto"             # fp8: an e4m3 KV cache
+    ar_norm_fusion: str = "none"       # the fused all-reduce + add + RMSNorm's boundaries (run unfused: its dataflow)
 
     def __post_init__(self) -> None:
         for f in ("tp", "batch", "prompt_len", "gen_len", "repeats"):
@@ -136,26 +141,44 @@ class RunConfig:
             raise ValueError(f"--emulate-tp {self.emulate_tp} runs one process (--tp 1) as rank 0 of a TP "
                              f"job of that degree; got --tp {self.tp}")
         check_collective(self.collective, self.backend, self.device, self.compile)
-        self.stack()
+        st = self.stack()
+        if (st.fp8 or st.kv_dtype == "fp8") and self.compile:
+            raise ValueError("FP8 runs eager in the harness (e4m3 weights and caches upcast per op, hw/fp8.py): "
+                             "give --no-compile")
 
     def model_spec(self) -> ModelSpec:
         m = get_model(self.model)
         return m.truncated(self.layers) if self.layers else m
 
     def stack(self) -> Stack:
-        return make_stack(dict(dtype=self.dtype, head=self.head, embed=self.embed, attention=self.attention, kv=self.kv,
-                               prefill_logits=self.prefill_logits, expand_gqa=self.expand_gqa,
-                               decode_graphs=self.decode_graphs,
-                               collective=stack_collective(self.collective, self.backend),
-                               compile=self.compile,
-                               mm_decompose_m1=self.mm_decompose_m1))
+        given = dict(dtype=self.dtype, head=self.head, embed=self.embed, attention=self.attention, kv=self.kv,
+                     prefill_logits=self.prefill_logits, expand_gqa=self.expand_gqa,
+                     decode_graphs=self.decode_graphs,
+                     collective=stack_collective(self.collective, self.backend),
+                     compile=self.compile,
+                     mm_decompose_m1=self.mm_decompose_m1, kv_dtype=self.kv_dtype,
+                     ar_norm_fusion=self.ar_norm_fusion,
+                     weight_dtype=None if self.weight_dtype == "auto" else self.weight_dtype)
+        return make_stack(model_given(self.model_spec(), given))
 
     def ran(self, graphs: bool = True) -> dict:
         """The stack choices as this run ran them, a result's "stack" (bench's and check's alike);
         `graphs=False` leaves out decode_graphs for a command that runs none (check)."""
         keys = ("head", "embed", "attention", "kv", "prefill_logits", "expand_gqa",
                 *(("decode_graphs",) if graphs else ()), "compile", "mm_decompose_m1", "collective")
-        return {k: getattr(self, k) for k in keys}
+        out = {k: getattr(self, k) for k in keys}
+        st = self.stack()
+        if st.fp8 or st.kv_dtype == "fp8":       # what FP8 ran (absent in a 16-bit run: its JSON as before)
+            out |= {"weight_dtype": st.weight_dtype, "fp8_activations": st.fp8_activations, "kv_dtype": st.kv_dtype}
+        return out
+
+    def precision(self) -> str:
+        """The run's dtype as a result names it: 'fp32', or 'fp8 (fp32 compute)' where the linears (or the
+        KV cache: '+ fp8 KV') are e4m3, upcast for compute in the run's dtype."""
+        st = self.stack()
+        if not (st.fp8 or st.kv_dtype == "fp8"):
+            return self.dtype
+        return f"{st.precision.replace(st.dtype, 'bf16') if not st.fp8 else st.precision} ({self.dtype} compute)"
 
     def steps(self) -> tuple[Step, Step | None]:
         """The prefill step and the decode step every decode pass reuses (None when gen_len == 1)."""
@@ -174,9 +197,13 @@ class RunConfig:
         m = self.model_spec()
         m.shard(self.model_tp)
         m.rope.check_positions(self.prompt_len + self.gen_len)
-        pre, _ = self.steps()
+        pre, dec = self.steps()
         for s in self.schedules:
-            build(s, m, self.model_tp, pre, self.stack())
+            for step in (pre, dec) if dec else (pre,):
+                sched = build(s, m, self.model_tp, step, self.stack())
+                if self.compile and any(op.kind == "shift" for op in sched.ops):
+                    raise ValueError(f"{s}'s ring steps (point-to-point sends) run eager in the harness: no "
+                                     f"functional collective traces them; give --no-compile")
 
     def to_dict(self) -> dict:
         d = asdict(self)

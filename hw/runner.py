@@ -272,6 +272,19 @@ class Runner:
                 buf = x
                 call = (lambda b: dist.all_reduce(b, group=self.group, async_op=True))
                 finish = (lambda b: scattered_block(op, b, self.rank))
+        elif op.kind == "shift":
+            # async TP's ring step: send [rs, w] to rank (r - offset) % n, receive rank (r + offset)'s; an
+            # emulated rank (a group smaller than the op's) keeps its own block (the real job's shapes)
+            n, off = dist.get_world_size(self.group), op.attr("offset")
+            buf, finish = torch.empty_like(x), _identity
+            if n != op.attr("group"):
+                buf = x
+                call = (lambda b: dist.all_reduce(torch.zeros(1, device=b.device), group=self.group, async_op=True))
+            else:
+                me, src = x.contiguous(), (self.rank + off) % n
+                dst = (self.rank - off) % n
+                call = (lambda b: _Works(dist.batch_isend_irecv([dist.P2POp(dist.isend, me, dst, self.group),
+                                                                  dist.P2POp(dist.irecv, b, src, self.group)])))
         else:
             raise ValueError(f"op {op.name}: no collective for kind {op.kind}")
         if self.cuda:
@@ -346,6 +359,18 @@ def scattered_block(op: Op, summed: torch.Tensor, rank: int) -> torch.Tensor:
 
 def _identity(b: torch.Tensor) -> torch.Tensor:
     return b
+
+
+class _Works:
+    """The work handles of one batch of point-to-point sends and receives, waited together."""
+
+    def __init__(self, works: list):
+        self.works = works
+
+    def wait(self) -> bool:
+        for w in self.works:
+            w.wait()
+        return True
 
 
 # ---------------------------------------------------------------------- CUDA graphs

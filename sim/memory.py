@@ -126,6 +126,28 @@ def local_param_shapes(p: Placement) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+# the layer linears' weights (gemm weights [out, in]): what FP8 stores in e4m3
+LINEARS = ("wqkv", "wo", "w13", "w2")
+
+
+def is_linear(name: str) -> bool:
+    """A layer linear's weight (L{i}.wqkv, .wo, .w13, .w2), not its bias, a norm or the embedding/head."""
+    return name.rpartition(".")[2] in LINEARS and name.startswith("L")
+
+
+def elem_bytes(name: str, stack: Stack) -> int:
+    """Bytes per element of local weight `name`: 1 for a layer linear under FP8 (Stack.weight_dtype), else
+    the stack's dtype. The LM head and the embedding stay 16-bit (vLLM's Fp8Config quantizes LinearBase
+    layers only; compressed-tensors FP8 checkpoints ignore lm_head)."""
+    return 1 if stack.fp8 and is_linear(name) else stack.dtype_bytes
+
+
+def scale_bytes(name: str, shape: tuple[int, ...], stack: Stack) -> int:
+    """The fp32 scales beside an FP8 linear's weight [out, in]: one per output row (per-channel, the larger
+    of the two layouts; a per-tensor scale is one number); 0 elsewhere."""
+    return 4 * shape[0] if stack.fp8 and is_linear(name) else 0
+
+
 def kv_cache_shape(p: Placement, batch: int, max_seq: int) -> tuple[int, int, int, int]:
     """One layer's K (or V) cache on one rank: [batch, max_seq, kv_heads_per_rank, head_dim]."""
     return (batch, max_seq, len(p.kv_heads), p.model.head_dim)
@@ -179,9 +201,10 @@ def estimate(model: ModelSpec, tp: int, batch: int, prompt_len: int, gen_len: in
     # hw.model allocates it
     shapes = local_param_shapes(p)
     embed_head = sum(_numel(s) for k, s in shapes.items() if k in ("embed", "head", "final_norm")) * b
-    layers = sum(_numel(s) for s in shapes.values()) * b - embed_head
+    layers = sum(_numel(s) * elem_bytes(k, stack) + scale_bytes(k, s, stack) for k, s in shapes.items()
+                 if k not in ("embed", "head", "final_norm"))
     max_seq = prompt_len + gen_len
-    kv = 2 * model.layers * _numel(kv_cache_shape(p, batch, max_seq)) * b
+    kv = 2 * model.layers * _numel(kv_cache_shape(p, batch, max_seq)) * stack.kv_bytes
     return MemoryEstimate(model.name, tp, layers, embed_head, kv,
                           _prefill_activation_bytes(p, batch, prompt_len, gen_len, stack),
                           WORKSPACE_BYTES.get(device, WORKSPACE_BYTES["cuda"]))

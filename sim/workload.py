@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tpsim.sim import fp8
 from tpsim.sim.hardware.profile import Profile
 from tpsim.sim.memory import GIB, check_fits, estimate
 from tpsim.sim.model.presets import ModelSpec
@@ -34,6 +35,7 @@ class Workload:
         for name, flag in (("batch", "--batch"), ("prompt_len", "--prompt"), ("gen_len", "--gen")):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} ({flag}) must be >= 1, got {getattr(self, name)}")
+        fp8.check_profile(self.profile, self.stack)     # FP8 linears on a GPU without FP8 tensor cores
         if self.stack.dtype not in self.profile.peak_flops:
             raise ValueError(f"profile {self.profile.name} has no matrix peak for {self.stack.dtype} "
                              f"(compute.matmul_tflops has: {', '.join(self.profile.peak_flops)}); choose --dtype "

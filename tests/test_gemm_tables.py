@@ -116,7 +116,8 @@ def test_builtin_profiles_validate_and_stay_small():
     for name in builtin_names():
         load_profile(name)
     for path in builtin_dir().glob("*.json"):
-        assert path.stat().st_size < 150_000, path
+        # two GEMM tables where the GPU has FP8 tensor cores (16-bit and FP8 linears): ~0.04 s to load
+        assert path.stat().st_size < 200_000, path
 
 
 @pytest.mark.parametrize("edit, field", [

@@ -38,7 +38,7 @@ def attn_only():
 
 def test_every_consumer_has_every_registered_schedule():
     assert SCHEDULE_HELP == schedule_help() and all(d.grammar in SCHEDULE_HELP for d in REGISTRY.values())
-    assert set(no_retraining()) == {"standard", "token-split", "seq-parallel"}
+    assert set(no_retraining()) == {"standard", "token-split", "seq-parallel", "async-tp", "dbo", "tokenweave"}
     shapes = {k for s in ShapeCase(get_model("tiny"), 2, 2, 8, 4, Stack()).schedules() for k in s.plan}
     for d in REGISTRY.values():
         assert d.model_change in MODEL_CHANGES and model_change(d.example_spec) == d.model_change

@@ -109,4 +109,5 @@ def test_rows_say_what_they_priced():
     assert {r["model_change"] for r in rows} == {"none", "retrain"}
     assert all(r["stack"].startswith("prefill eager, decode eager") for r in rows)
     header, first = sw.to_csv(rows).splitlines()[:2]
-    assert header.endswith(",model_change,stack,error") and ",none,\"prefill eager" in first
+    assert header.endswith(",model_change,stack,error,best_free,best_free_tokens_per_s,gain_over_best_free") \
+        and ",none,\"prefill eager" in first

@@ -12,7 +12,8 @@ def parse_gemm_tables(g, already: int = 0) -> tuple[GemmTable, ...]:
 
     Each table: {"source", "dtypes": [...], "m": [m0, m1, ...] (increasing), "rows": [{"n", "k",
     "time_us": [t at m0, t at m1, ...]}, ...]}; a row may say how its (n, k) was obtained
-    ("nk": "interpolated" ...). Kept as GemmTables (their times count towards the compute-points
+    ("nk": "interpolated" ...); "quant": "fp8" marks a table of FP8 linears (W8A8 e4m3, output in
+    `dtypes`). Kept as GemmTables (their times count towards the compute-points
     bound; the cost model indexes them after `compute.tables`, so calibrated points win)."""
     tables, out = [], []
     n_points = already
@@ -41,6 +42,9 @@ def parse_gemm_tables(g, already: int = 0) -> tuple[GemmTable, ...]:
                                              f"points ({BOUNDS['compute_points'].why})")
             n_points += len(dtypes) * len(ms)
             out.append((n, k, tuple(v * 1e-6 for v in us)))
-        tables.append(GemmTable(t["source"], tuple(dtypes), tuple(ms), tuple(out)))
+        quant = t.get("quant", "")
+        if quant not in ("", "fp8"):
+            g.fail(f"{p}.quant", "must be \"fp8\" (a table of FP8 linears) or absent")
+        tables.append(GemmTable(t["source"], tuple(dtypes), tuple(ms), tuple(out), quant))
         out = []
     return tuple(tables)

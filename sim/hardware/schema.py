@@ -134,10 +134,15 @@ class GemmTable:
     dtypes: tuple[str, ...]
     m: tuple[int, ...]                                 # increasing
     rows: tuple[tuple[int, int, tuple[float, ...]], ...]
+    # "fp8": the times of FP8 linears (e4m3 weights and inputs, output in each of `dtypes`): they price
+    # the gemm ops with attr fp8 (sim/price/cost.py); "": 16-bit GEMMs
+    quant: str = ""
 
     def points(self) -> tuple[ComputePoint, ...]:
-        """The same times as gemm ComputePoints (attrs k, m, n): what a reader of points sees."""
-        return tuple(ComputePoint("gemm", (("k", k), ("m", m), ("n", n)), dt, t)
+        """The same times as gemm ComputePoints (attrs k, m, n; fp8 for an FP8 table): what a reader of
+        points sees."""
+        q = (("fp8", 1),) if self.quant == "fp8" else ()
+        return tuple(ComputePoint("gemm", q + (("k", k), ("m", m), ("n", n)), dt, t)
                      for n, k, ts in self.rows for dt in self.dtypes for m, t in zip(self.m, ts))
 
 

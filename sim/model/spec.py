@@ -66,6 +66,10 @@ def rope(theta: float = 500_000.0, type: str = "default", **params) -> RopeSpec:
     return RopeSpec(float(theta), type, tuple(sorted(params.items())))
 
 
+# ModelSpec.quant: what a checkpoint's linears hold (sim/model/hf/quant.py reads it off config.json)
+QUANTS = ("", "fp8-dynamic", "fp8-static")
+
+
 class HeadDims:
     """The projection widths of anything with `heads` query heads and `kv_heads` K/V heads of
     `head_dim` each: a whole model (ModelSpec) or one TP rank's part of it (Shard)."""
@@ -106,6 +110,9 @@ class ModelSpec(HeadDims):
     # the longest sequence (prompt + output) the model serves: config.json max_position_embeddings, what
     # vLLM's max_model_len defaults to (sim/serve refuses a request longer); 0 = not stated
     max_context: int = 0
+    # the checkpoint's quantization (config.json quantization_config, sim.model.hf.quant): "" (16-bit
+    # weights), or FP8 e4m3 linears with "dynamic" per-token or "static" per-tensor input scales
+    quant: str = ""
 
     def __post_init__(self) -> None:
         if isinstance(self.rope, dict):          # read back from JSON (hw.bench's "model_spec")
@@ -115,6 +122,8 @@ class ModelSpec(HeadDims):
         for field in ("hidden", "layers", "heads", "kv_heads", "head_dim", "ffn", "vocab"):
             if getattr(self, field) <= 0:
                 raise ValueError(f"model {self.name!r}: {field} must be positive, got {getattr(self, field)}")
+        if self.quant not in QUANTS:
+            raise ValueError(f"model {self.name!r}: quant must be one of {QUANTS}, got {self.quant!r}")
         if self.sliding_window < 0:
             raise ValueError(f"model {self.name!r}: sliding_window must be >= 0, got {self.sliding_window}")
         if self.max_context < 0:

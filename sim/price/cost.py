@@ -40,7 +40,7 @@ from tpsim.sim.price.comm.collective import CollectiveCost, loglog
 from tpsim.sim.hardware.profile import Profile
 from tpsim.sim.schedule.language import Op, Schedule
 from tpsim.sim.stack.spec import DTYPE_BYTES, GRAPH_OUTSIDE, Stack
-from tpsim.sim.price.work import SEPARABLE_ATTRS, Work, op_work, roofline_s, separable_work
+from tpsim.sim.price.work import SEPARABLE_ATTRS, Work, matmul_dtype, op_work, roofline_s, separable_work
 
 # Kinds whose eager kernels torch.compile fuses: an eager-measured time does not price them in a
 # compiled step, nor a compiled-measured one an eager step (GEMMs are the same cuBLAS kernel either
@@ -89,6 +89,8 @@ class CostModel(CollectiveCost):
         phase is priced from Inductor's kernels for that layer (sim/price/fusion.py)."""
         if op.given_cost_s is not None:          # a stand-in or wait (sim.schedule.transform): its own cost
             return op.given_cost_s
+        if op.get("fused", 0):                   # an add / norm inside a fused all-reduce: priced there
+            return 0.0
         fused, graphs = self.stack.compiled(phase), self.stack.graphs(phase, op.name)
         hit = fusion.lookup(sched, op, self.profile.device) if (fused and sched is not None) else None
         if hit is not None:
@@ -136,7 +138,8 @@ class CostModel(CollectiveCost):
         collective over a group of 1 exchanges nothing (priced "local", 0) and launches nothing. An
         engine sampler's kernels launched by its logits processor (sim/stack/sampler.py in_logits: the fp32
         cast) are captured with the LM head where the head is inside the graph: not launched here."""
-        if self.profile.device != "cuda" or op.given_cost_s is not None or self.stack.graphs(phase, op.name):
+        if (self.profile.device != "cuda" or op.given_cost_s is not None or self.stack.graphs(phase, op.name)
+                or op.get("fused", 0)):
             return 0.0
         if op.is_comm and op.attr("group") == 1:
             return 0.0
@@ -181,7 +184,8 @@ class CostModel(CollectiveCost):
         rule for the GEMMs outside layers: the reference's LM head at batch 1 (the harness
         compiles decode_one_token whole, model.output included)."""
         return (fused and self.stack.mm_decompose_m1 and op.kind == "gemm" and self.profile.device == "cuda"
-                and dict(op.attrs).get("m") == 1 and op.name not in GRAPH_OUTSIDE[self.stack.graph_scope])
+                and dict(op.attrs).get("m") == 1 and op.name not in GRAPH_OUTSIDE[self.stack.graph_scope]
+                and not op.get("fp8", 0))        # a scaled-mm is not decomposed (fusion.variant)
 
     def _compute_s(self, op: Op, fused: bool, graphs: bool) -> float:
         if self.generated_gemv(op, fused):
@@ -209,7 +213,7 @@ class CostModel(CollectiveCost):
             extra = terms[0].extra_kernels if terms is not None else 0
             return self._floor(roofline_s(self.profile, others, op.dtype) + t, sum(w.kernels for w in works) + extra,
                                graphs)
-        return self._floor(roofline_s(self.profile, works, op.dtype), sum(w.kernels for w in works), graphs)
+        return self._floor(roofline_s(self.profile, works, matmul_dtype(op)), sum(w.kernels for w in works), graphs)
 
     def decode_attention(self, op: Op, graphs: bool) -> tuple | None:
         """(Grid, Terms) of a decode-step attention's kernel on this profile (sim/price/decode_grid.py):
@@ -293,6 +297,12 @@ class CostModel(CollectiveCost):
         self._note(f"profile {self.profile.name} has no compute.l2 (L2 bandwidth): the GQA K/V re-reads and "
                    f"weight re-sweeps are priced at the DRAM bytes only")
 
+    def _note_no_fp8_table(self) -> None:
+        """One note that FP8 linears went to the roofline (a profile without a measured FP8 GEMM table)."""
+        self._note(f"profile {self.profile.name} has no measured FP8 GEMM table (compute.gemm_tables with "
+                   f"quant fp8): FP8 linears are priced at the roofline of their bytes and the FP8 peak, with the "
+                   f"16-bit GEMM efficiency curve")
+
     def _resweep_s(self, nbytes: float, extra: float) -> float:
         """`extra` further sweeps over `nbytes` (sim/price/l2_traffic.py resweep_s): hits at the L2
         rate, misses at this profile's DRAM rate for a kernel moving that many bytes; no sweep
@@ -322,6 +332,8 @@ class CostModel(CollectiveCost):
                 return None
             works = separable_work(op, fused, self.stack.engine_kernels)
             return t + self._floor(roofline_s(self.profile, works, op.dtype), sum(w.kernels for w in works), graphs)
+        if not pts and op.kind == "gemm" and attrs.get("fp8"):
+            self._note_no_fp8_table()
         if not pts:
             return None
         xs = [p[0] for p in pts]
@@ -336,8 +348,8 @@ class CostModel(CollectiveCost):
             near = pts[0] if i == 0 else pts[-1]
             near_op = Op(op.name, op.kind, op.inputs, op.outputs,
                          tuple((k, near[0] if k == sweep else v) for k, v in op.attrs), op.dtype)
-            r_here = roofline_s(self.profile, self.works(op, fused), op.dtype)
-            r_near = roofline_s(self.profile, self.works(near_op, fused), op.dtype)
+            r_here = roofline_s(self.profile, self.works(op, fused), matmul_dtype(op))
+            r_near = roofline_s(self.profile, self.works(near_op, fused), matmul_dtype(op))
             t = near[1] * (r_here / r_near if r_near > 0 else 1.0)
         if op.kind == "gemm" and self.profile.device == "cuda":
             # a GEMM is one kernel; database times are device time (kernels back to back), so a GEMM
@@ -378,11 +390,13 @@ def _index_points(profile: Profile, graphs: bool) -> dict:
             continue
         rest = tuple((k, v) for k, v in p.attrs if k != sweep and k not in COST_FREE_ATTRS)
         idx.setdefault((p.kind, p.dtype, rest), {}).setdefault(attrs[sweep], p.time_s)
-    # the GEMM tables after the points (calibrated points win): mode any, swept along m
+    # the GEMM tables after the points (calibrated points win): mode any, swept along m; an FP8 table
+    # (quant fp8) prices the gemm ops of FP8 linears (attr fp8, sim.schedule.builder.Builder.linear_attrs)
     for t in profile.gemm_tables:
+        quant = (("fp8", 1),) if t.quant == "fp8" else ()
         for n, k, times in t.rows:
             for dt in t.dtypes:
-                at = idx.setdefault(("gemm", dt, (("k", k), ("n", n))), {})
+                at = idx.setdefault(("gemm", dt, quant + (("k", k), ("n", n))), {})
                 for m, time_s in zip(t.m, times):
                     at.setdefault(m, time_s)
     return {k: sorted(v.items()) for k, v in idx.items()}

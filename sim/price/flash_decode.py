@@ -157,5 +157,7 @@ def attention_kernel(op, hbm_bytes_per_s: float, compute_capability: float | Non
     if kernel is None or a["q_len"] != 1:
         return None
     hkv = a["heads"] if a["expand_gqa"] and a["kv_heads"] < a["heads"] else a["kv_heads"]
-    kv_bytes = 2.0 * a["batch"] * a["kv_len"] * hkv * a["head_dim"] * DTYPE_BYTES[op.dtype]
+    # an fp8 cache (attr kv_dtype) reads 1 byte per element: the same curve at those bytes (issue 45)
+    elem = 1 if a.get("kv_dtype") == "fp8" else DTYPE_BYTES[op.dtype]
+    kv_bytes = 2.0 * a["batch"] * a["kv_len"] * hkv * a["head_dim"] * elem
     return kernel_s(kernel, kv_bytes, hbm_bytes_per_s), note

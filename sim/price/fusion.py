@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tpsim.sim.schedule.builder import MicroBatch, kind_base, micro_batches
+from tpsim.sim.schedule.schedules import dbo, tokenweave
 from tpsim.sim.price.l2_traffic import SEQUENTIAL_PASSES, has_symbol, l2_bytes, mark_rereads
 from tpsim.sim.schedule.language import Op, Schedule
 
@@ -280,15 +281,35 @@ def pv_splits_at(batch: int, heads: int, kv_heads: int, head_dim: int, gpu_path:
 BOUNDARY_ROLES = frozenset({"split", "merge", "sp.shard", "sp.gather", "sp.gather.unpad"})
 
 
+# Layer kinds built from token-split's micro-batches with a split of their own (issue 45): their compiled
+# layers are priced from the token-split tables role by role (the micro-batch's own b and q), and, where a
+# step is not split, from the standard table. async-tp reorders seq-parallel's layer: its norms, attention,
+# activation and adds from the seq-parallel table; its per-block GEMMs (extern matmuls either way), ring
+# steps' bookkeeping and sum by the analytic fused model.
+SPLITS = {"dbo": dbo.split, "tokenweave": tokenweave.split}
+SEQ_PARALLEL_LIKE = ("seq-parallel", "async-tp")
+
+
+def layer_split(sched: Schedule, layer: int) -> list[MicroBatch] | None:
+    """The micro-batches of the step in `layer`'s kind (token-split, dbo, tokenweave), None unsplit."""
+    kind = sched.plan[layer]
+    base = kind_base(kind)
+    if base == "token-split":
+        return micro_batches(sched.step, int(kind.partition(":")[2] or 2))
+    if base in SPLITS:
+        return SPLITS[base](sched.step)
+    return None
+
+
 def micro_batch(sched: Schedule, op: Op) -> MicroBatch | None:
-    """The token-split micro-batch `op` works on ("L3.mb1.attn.qkv"), None outside one."""
-    if op.layer is None or not sched.plan or kind_base(sched.plan[op.layer]) != "token-split":
+    """The micro-batch `op` works on ("L3.mb1.attn.qkv"), None outside one."""
+    if op.layer is None or not sched.plan or kind_base(sched.plan[op.layer]) not in ("token-split", *SPLITS):
         return None
     tag = op.name.split(".")[1] if op.name.count(".") >= 2 else ""
     if not (tag.startswith("mb") and tag[2:].isdigit()):
         return None
-    splits = int(sched.plan[op.layer].partition(":")[2] or 2)
-    return micro_batches(sched.step, splits)[int(tag[2:])]
+    mbs = layer_split(sched, op.layer)
+    return mbs[int(tag[2:])] if mbs else None
 
 
 def variant(sched: Schedule, device: str, op: Op | None = None) -> str:
@@ -303,7 +324,9 @@ def variant(sched: Schedule, device: str, op: Op | None = None) -> str:
         return "prefill"
     if device == "cpu":
         return "decode-cpu"
-    if not sched.stack.mm_decompose_m1:
+    if not sched.stack.mm_decompose_m1 or sched.stack.fp8:
+        # FP8 linears are scaled-mm ops (torch._scaled_mm, the engines' cutlass_scaled_mm), which
+        # Inductor's one-row decomposition (decomposition.py `mm`: aten.mm only) leaves extern
         return EXTERN_DECODE
     mb = micro_batch(sched, op) if op is not None else None
     return "decode-m1" if (mb.nb if mb else st.batch) == 1 else "decode"
@@ -317,7 +340,7 @@ def symbols(sched: Schedule, op: Op | None = None) -> dict[str, float]:
     b, q = (mb.nb, mb.nq) if mb else (st.batch, st.q_len)
     rs = -(-st.tokens // sched.tp)
     seq_parallel = op is not None and op.layer is not None and sched.plan \
-        and kind_base(sched.plan[op.layer]) == "seq-parallel"
+        and kind_base(sched.plan[op.layer]) in SEQ_PARALLEL_LIKE
     nrows = rs if seq_parallel else b * q            # the rows a norm of this layer reduces
     return {"b": b, "q": q, "L": st.kv_len, "kvh": s.kv_heads, "G": g, "G2": g + 2,
             "hidden": s.hidden, "ffn": s.ffn, "dh": s.head_dim / 2, "vocab": s.vocab,
@@ -346,7 +369,12 @@ def lookup(sched: Schedule, op: Op, device: str) -> tuple[str, str, str] | None:
     var = variant(sched, device, op)
     if role.endswith("attn.sdpa") and var == EXTERN_DECODE:
         return None             # the tables' decode attention is the decomposed-bmm one
-    if kind_base(kind) == "token-split":
+    if kind_base(kind) == "async-tp":
+        # its norms, attention, activation and adds (module comment above SPLITS); its own roles (the
+        # per-block GEMMs, ring bookkeeping, the sum) are no role of that table: the analytic model
+        key = ("seq-parallel", variant(sched, device, op))
+        return key + (role,) if key in table() and role in table()[key] else None
+    if kind_base(kind) in ("token-split", *SPLITS):
         mb = micro_batch(sched, op)
         if mb is None:
             if role in BOUNDARY_ROLES:
@@ -356,7 +384,7 @@ def lookup(sched: Schedule, op: Op, device: str) -> tuple[str, str, str] | None:
             rest = role.split(".", 1)[1]
             if rest in BOUNDARY_ROLES:
                 return None
-            n = len(micro_batches(sched.step, int(sched.plan[op.layer].partition(":")[2] or 2)))
+            n = len(layer_split(sched, op.layer))
             derived = [int(k.partition(":")[2]) for k, v in table() if k.startswith("token-split:") and v == var]
             if not derived:
                 return None

@@ -163,10 +163,15 @@ def nccl_channels(gpu: GpuSpec, algo: str, nbytes: float, group: int) -> int:
 
 
 def comm_kernel(cost: CostModel, gpu: GpuSpec, op: Op, time_s: float) -> Comm:
-    """The NCCL kernel of collective `op` taking `time_s`."""
+    """The NCCL kernel of collective `op` taking `time_s`; an async-TP ring step (shift) is a copy-engine
+    copy (no SMs; its bytes through HBM), a kernel given its CTAs (TokenWeave's, attr ctas) holds those."""
     a = dict(op.attrs)
     p = a["group"]
     nbytes = DTYPE_BYTES[op.dtype] * a["rows"] * a["width"] * (p if op.kind == "all_gather" else 1)
+    if op.kind == "shift" or a.get("ctas"):
+        moved = 2.0 * nbytes if op.kind == "shift" else nbytes * 2.0 * (p - 1) / p
+        hbm = gpu.hbm_per_bus_byte * moved / time_s / 1e9 if time_s > 0 else 0.0
+        return Comm(0 if op.kind == "shift" else a["ctas"], hbm)
     topo = cost.topology()
     algo = topo.pick(op.kind, nbytes, p, cost.gpus_per_node)[0] if topo is not None and p > 1 else "ring/simple"
     bus = nbytes * (2.0 * (p - 1) / p if op.kind == "all_reduce" else (p - 1) / p)

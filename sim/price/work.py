@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from tpsim.sim.stack import sampler
 from tpsim.sim.schedule.ir import Op
 from tpsim.sim.hardware.profile import Profile
-from tpsim.sim.stack.spec import DTYPE_BYTES
+from tpsim.sim.stack.spec import DTYPE_BYTES, FP8, FP8_BYTES
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,14 @@ def op_work(op: Op, fused: bool = False, engine: bool = False) -> list[Work]:
     k = op.kind
     if k == "gemm":
         m, n, kk = a["m"], a["n"], a["k"]
+        if a.get("fp8"):
+            # W8A8: the e4m3 weight [n, k] and input [m, k] at 1 byte, the output [m, n] in the op's
+            # 16-bit dtype (CUTLASS scaled-mm applies both scales in its epilogue), on the FP8 peak
+            # (matmul_dtype); before it the quantize kernel of the input: read [m, k] 16-bit, write it
+            # e4m3 (vLLM ops.scaled_fp8_quant, inside the engines' linear call: what the measured FP8
+            # tables time too, sim/hardware/profiles)
+            return [Work(2.0 * m * n * kk, FP8_BYTES * (m * kk + kk * n) + e * m * n, 1, matmul=True),
+                    Work(float(m * kk), (e + FP8_BYTES) * m * kk, 1)] + separable_work(op, fused)
         return [Work(2.0 * m * n * kk, e * (m * kk + kk * n + m * n), 1, matmul=True)] + separable_work(op, fused)
     if k == "attention":
         return _attention_work(a, e, fused) + separable_work(op, fused, engine)
@@ -66,7 +74,13 @@ def op_work(op: Op, fused: bool = False, engine: bool = False) -> list[Work]:
         return [Work(0.0, 2 * e * el, 1)] if a.get("copy") or a.get("pad") else []
     if k == "concat":
         el = a["rows"] * a["width"]
+        if a.get("inplace"):                        # the parts were written into the output's slices
+            return []
         return [Work(0.0, 2 * e * el, 1)]           # torch.cat of the micro-batches: one copy kernel
+    if k == "sum":
+        # async TP's local reduce of the n partials: one kernel reading n [rows, w] and writing one
+        el, n = a["rows"] * a["width"], a["parts"]
+        return [Work(float((n - 1) * el), (n + 1) * e * el, 1)]
     if k == "sample":
         b, v = a["batch"], a["vocab"]
         engine_sampler = sampler.get(a.get("sampler", sampler.REFERENCE))
@@ -81,7 +95,7 @@ def op_work(op: Op, fused: bool = False, engine: bool = False) -> list[Work]:
 # Attrs that add a separable piece to an op (sim.schedule.language sets them only when a model has them):
 # tables measured without them (a database's plain GEMMs, a Llama calibration) still price the
 # op, plus the roofline of the piece (separable_work).
-SEPARABLE_ATTRS = {"gemm": ("bias",), "attention": ("qk_norm",)}
+SEPARABLE_ATTRS = {"gemm": ("bias", "act_scale"), "attention": ("qk_norm",)}
 
 
 def separable_work(op: Op, fused: bool, engine: bool = False) -> list[Work]:
@@ -93,6 +107,12 @@ def separable_work(op: Op, fused: bool, engine: bool = False) -> list[Work]:
         # Qwen2's qkv bias [n]: cuBLASLt's bias epilogue (eager addmm) or a fused pointwise under
         # torch.compile -- one more add per output element, the bias read once, no extra kernel
         out.append(Work(float(a["m"] * a["n"]), e * a["n"], 0))
+    if op.kind == "gemm" and a.get("act_scale") == "token":
+        # FP8 input scaled per token at run time: a reduction kernel finds each row's absmax over
+        # [m, k] before the quantize kernel reads the scales (vLLM ops.scaled_fp8_quant(...,
+        # use_per_token_if_dynamic=True): dynamic_per_token_scaled_fp8_quant; aiconfigurator's
+        # vllm computescale table times that difference, 1.1-4.5 us on H100): one more read of [m, k]
+        out.append(Work(float(a["m"] * a["k"]), e * a["m"] * a["k"], 1))
     if op.kind == "attention" and a.get("qk_norm"):
         # Qwen3's RMSNorm over head_dim on q [b, q, H, d] and k [b, q, Hk, d] before RoPE: eager runs
         # the same six fp32 passes as the layer norms (op_work "rmsnorm"), per tensor; compiled,
@@ -108,6 +128,17 @@ def separable_work(op: Op, fused: bool, engine: bool = False) -> list[Work]:
     return out
 
 
+def matmul_dtype(op: Op) -> str:
+    """The dtype whose matrix peak prices `op`'s matmul: fp8 for an FP8 linear (attr fp8), else the op's."""
+    return FP8 if op.kind == "gemm" and op.get("fp8", 0) else op.dtype
+
+
+def kv_elem_bytes(a: dict, e: int) -> int:
+    """Bytes of one K/V cache element of an attention op's attrs `a`: 1 for an fp8 cache (attr
+    kv_dtype), else the activations' `e`."""
+    return FP8_BYTES if a.get("kv_dtype") == FP8 else e
+
+
 def _attention_work(a: dict, e: int, fused: bool) -> list[Work]:
     """RoPE + KV-cache write (+ GQA expand) + SDPA over kv_len keys. Per rank:
     q [b, q, H, d], cache [b, kv, Hk, d]; math SDPA materializes scores [b, H, q, kv]. An engine's
@@ -115,8 +146,9 @@ def _attention_work(a: dict, e: int, fused: bool) -> list[Work]:
     in that many kernels, compiled or not."""
     b, q, kv = a["batch"], a["q_len"], a["kv_len"]
     h, hk, d = a["heads"], a["kv_heads"], a["head_dim"]
+    kve = kv_elem_bytes(a, e)                       # an fp8 cache: 1 byte per element written and read
     rope = Work(6.0 * b * q * (h + hk) * d, 2 * e * b * q * (h + hk) * d, 1 if fused else 8)    # RoPE on q, k
-    cache = Work(0.0, 4 * e * b * q * hk * d, 2)                                                 # cache write k, v
+    cache = Work(0.0, 2 * (e + kve) * b * q * hk * d, 2)                                         # cache write k, v
     n = a.get("prep", 0)
     if n == 1:                  # one kernel rotates q, k and writes the cache (TensorRT-LLM)
         out = [Work(rope.flops, rope.bytes + cache.bytes, 1)]
@@ -129,11 +161,12 @@ def _attention_work(a: dict, e: int, fused: bool) -> list[Work]:
         # cache write run inside the first part's kernels, over every token of the step at once
         out = [Work(w.flops, w.bytes, 0) for w in out]
     hkv = hk
+    kv_read = kve
     if a["expand_gqa"] and hk < h:
-        out.append(Work(0.0, 2 * e * b * kv * d * (hk + h), 2))        # repeat_interleave K, V
-        hkv = h
+        out.append(Work(0.0, 2 * b * kv * d * (kve * hk + e * h), 2))   # repeat_interleave K, V (to 16 bits)
+        hkv, kv_read = h, e
     flops = 4.0 * b * h * q * kv * d                                    # QK^T and PV
-    qo_kv = e * (2 * b * h * q * d + 2 * b * hkv * kv * d)
+    qo_kv = e * 2 * b * h * q * d + kv_read * 2 * b * hkv * kv * d
     if a["impl"] == "math":
         scores = b * h * q * kv
         # bmm -> scale/mask -> softmax (fp32) -> cast -> bmm: ~6 passes over the score matrix

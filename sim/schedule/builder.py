@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from tpsim.sim.schedule.ir import TOKENS, Op
 from tpsim.sim.model.presets import ModelSpec, Shard
+from tpsim.sim.stack.ar_fusion import fused_kernel
 from tpsim.sim.stack.sampler import REFERENCE as REFERENCE_SAMPLER
 from tpsim.sim.stack.spec import Stack, Step
 
@@ -46,6 +47,11 @@ class Builder:
         self.notes: list[str] = []
         self.mb: MicroBatch | None = None       # set while building one micro-batch's ops (token-split)
         self._chunk_sdpa: dict[int, str] = {}   # layer -> the previous token chunk's attention output
+        # a fused all-reduce + add + RMSNorm (all_reduce(..., fuse=...)): its output, then the add that reads
+        # it, then the norm of that add's output run inside the one kernel: the add and the norm are ops of
+        # their own (the harness runs the dataflow unfused), marked ("fused", 1) and priced inside the all-reduce
+        self._fused_ar: set[str] = set()
+        self._fused_sum: set[str] = set()
 
     @property
     def rows(self) -> int:
@@ -91,6 +97,8 @@ class Builder:
             attrs.append(("b0", mb.b0))
         if self.stack.attention_prep_kernels:          # an engine's own RoPE / cache-write kernels
             attrs.append(("prep", self.stack.attention_prep_kernels))
+        if self.stack.kv_dtype == "fp8":                # an e4m3 cache: 1 byte per K/V element
+            attrs.append(("kv_dtype", "fp8"))
         return attrs
 
     def _mix_parts(self) -> list[list[tuple[str, int | str]]]:
@@ -125,6 +133,14 @@ class Builder:
             base.append(("prep", self.stack.attention_prep_kernels))
         return [[("batch", c), ("q_len", q), ("start_pos", kv - q), ("kv_len", kv)] + base
                 + ([("prep_shared", 1)] if j else []) for j, (c, q, kv) in enumerate(parts)]
+    def linear_attrs(self) -> list[tuple[str, int | str]]:
+        """What a layer linear (qkv, o, gate/up, down) adds to its gemm op's attrs: nothing in 16 bits;
+        with FP8 linears (Stack.weight_dtype) ("fp8", 1), plus ("act_scale", "token") where its input is
+        quantized per token at run time (a kernel of its own that finds each row's absmax; a static
+        scale is one the quantize kernel reads). The op's dtype stays the activations' (its output)."""
+        if not self.stack.fp8:
+            return []
+        return [("fp8", 1)] + ([("act_scale", "token")] if self.stack.fp8_activations == "dynamic" else [])
 
     def attention_impl(self) -> str:
         """The attention kernel the stack runs for this model: Stack.attention, or its attention_fallback
@@ -145,7 +161,16 @@ class Builder:
         # (before RoPE): attrs only when present, so Llama ops keep their signatures
         bias = [("bias", 1)] if self.model.qkv_bias else []
         qkv = self.add_op(f"{p}.qkv", "gemm", [n], [f"{p}.qkv_out"],
-                          [("m", self.rows), ("n", s.qkv_dim), ("k", s.hidden)] + bias, i, f"L{i}.wqkv")
+                          [("m", self.rows), ("n", s.qkv_dim), ("k", s.hidden)] + bias + self.linear_attrs(), i,
+                          f"L{i}.wqkv")
+        o = self.sdpa(i, qkv)
+        return self.add_op(f"{p}.out", "gemm", [o], [f"{p}.partial"],
+                           [("m", self.rows), ("n", s.hidden), ("k", s.q_dim)] + self.linear_attrs(), i, f"L{i}.wo")
+
+    def sdpa(self, i: int, qkv: str) -> str:
+        """The attention op of layer i (RoPE, cache write, SDPA) on its qkv projection [rows, qkv_dim/tp]:
+        returns [rows, q_dim/tp] (attn() wraps it in its two linears; async TP builds those itself)."""
+        p = f"{self.tag(i)}.attn"
         ins = [qkv]
         if self.mb and self.mb.q0 > 0:
             # causal prefill chunk: it attends to the earlier chunks' K/V, written by their attention
@@ -162,31 +187,57 @@ class Builder:
                             f"L{i}.kv")
         if self.mb:
             self._chunk_sdpa[i] = o
-        return self.add_op(f"{p}.out", "gemm", [o], [f"{p}.partial"],
-                           [("m", self.rows), ("n", s.hidden), ("k", s.q_dim)], i, f"L{i}.wo")
+        return o
 
     def mlp(self, i: int, x: str, norm: bool = True) -> str:
         """SwiGLU MLP of layer i on residual x: returns partial Z_r."""
         s, p = self.shard, f"{self.tag(i)}.mlp"
         n = self.norm(f"{p}.norm", x, i, f"L{i}.mlp_norm") if norm else x
         up = self.add_op(f"{p}.up", "gemm", [n], [f"{p}.up_out"],
-                         [("m", self.rows), ("n", 2 * s.ffn), ("k", s.hidden)], i, f"L{i}.w13")
+                         [("m", self.rows), ("n", 2 * s.ffn), ("k", s.hidden)] + self.linear_attrs(), i, f"L{i}.w13")
         g = self.add_op(f"{p}.act", "swiglu", [up], [f"{p}.act_out"],
                         [("rows", self.rows), ("width", s.ffn)], i)
         return self.add_op(f"{p}.down", "gemm", [g], [f"{p}.partial"],
-                           [("m", self.rows), ("n", s.hidden), ("k", s.ffn)], i, f"L{i}.w2")
+                           [("m", self.rows), ("n", s.hidden), ("k", s.ffn)] + self.linear_attrs(), i, f"L{i}.w2")
 
     def norm(self, name: str, x: str, layer: int | None, param: str, rows: int | None = None) -> str:
+        rows = rows or self.rows
+        fused = [("fused", 1)] if x in self._fused_sum and rows == self.rows else []   # inside the fused all-reduce
         return self.add_op(name, "rmsnorm", [x], [f"{name}_out"],
-                           [("rows", rows or self.rows), ("width", self.model.hidden)], layer, param)
+                           [("rows", rows), ("width", self.model.hidden)] + fused, layer, param)
 
-    def all_reduce(self, name: str, x: str, layer: int | None) -> str:
-        return self.add_op(name, "all_reduce", [x], [f"{name}_out"],
-                           [("rows", self.rows), ("width", self.model.hidden), ("group", self.tp)], layer)
+    def all_reduce(self, name: str, x: str, layer: int | None, fuse: list | None = None) -> str:
+        """An all-reduce of [rows, hidden]; `fuse` (the attrs of a fused kernel: ("fuse", "add_norm"),
+        ("kernel", ...)) makes it the fused all-reduce + add + RMSNorm whose add and norm follow it."""
+        out = self.add_op(name, "all_reduce", [x], [f"{name}_out"],
+                          [("rows", self.rows), ("width", self.model.hidden), ("group", self.tp)] + (fuse or []),
+                          layer)
+        if fuse:
+            self._fused_ar.add(out)
+        return out
 
     def add(self, name: str, a: str, b: str, out: str, layer: int | None, rows: int | None = None) -> str:
-        return self.add_op(name, "add", [a, b], [out], [("rows", rows or self.rows), ("width", self.model.hidden)],
-                           layer)
+        fused = [("fused", 1)] if b in self._fused_ar else []
+        if fused:
+            self._fused_sum.add(out)
+        return self.add_op(name, "add", [a, b], [out], [("rows", rows or self.rows), ("width", self.model.hidden)]
+                           + fused, layer)
+
+    def ar_fusion(self) -> list | None:
+        """The fused-kernel attrs of a sublayer boundary of standard TP under the stack's ar_norm_fusion, at
+        this step's (or micro-batch's) rows; None where the engine runs the three ops apart (its window:
+        sim/stack/ar_fusion.py). Says once which boundaries fused."""
+        engine = self.stack.ar_norm_fusion
+        if engine == "none" or not self.comm:
+            return None
+        k = fused_kernel(engine, self.rows, self.model.hidden, self.tp, self.stack.dtype_bytes)
+        if k is None:
+            self.note(f"fused all-reduce + RMSNorm ({engine}): {self.step.phase} ({self.rows} token rows) is outside "
+                      f"its window: all-reduce and norm run apart")
+            return None
+        self.note(f"fused all-reduce + RMSNorm ({engine}): {self.step.phase} runs {k} fused kernels; the harness "
+                  f"runs their dataflow unfused (all-reduce, add, norm)")
+        return [("fuse", "add_norm"), ("kernel", k)]
 
     def head(self, x: str) -> str:
         """Final norm, LM head (replicated or vocab-parallel + all-gather), sampling by the stack's sampler
@@ -212,10 +263,12 @@ class Builder:
             self.notes.append(text)
 
 
-def micro_batches(step: Step, splits: int) -> list[MicroBatch]:
+def micro_batches(step: Step, splits: int, along: str | None = None) -> list[MicroBatch]:
     """The micro-batches of a token split of `step` into min(splits, units) pieces: along the batch
-    in decode, along the tokens of every sequence in prefill (a single piece: no split)."""
-    if step.phase == "decode":
+    in decode, along the tokens of every sequence in prefill (a single piece: no split); `along`
+    "batch" or "tokens" forces one (two micro-batches of sequences: dbo)."""
+    along = along or ("batch" if step.phase == "decode" else "tokens")
+    if along == "batch":
         pieces = _chunks(step.batch, min(splits, step.batch))
         return [MicroBatch(j, lo, n, 0, step.q_len) for j, (lo, n) in enumerate(pieces)]
     pieces = _chunks(step.q_len, min(splits, step.q_len))

@@ -36,12 +36,19 @@ KINDS = {
     # row bookkeeping of token-split and seq-parallel (a view where the rows are contiguous, else a copy):
     "slice": COMPUTE,       # [>= batch*q_len, w] laid out [batch, q_len] -> sequences b0..b0+nb, positions
                             # q0..q0+nq: [nb*nq, w] (attr copy: 1 when the rows are not contiguous)
-    "concat": COMPUTE,      # micro-batches -> [batch*q_len, w], joined along axis "batch" or "tokens"
+    "concat": COMPUTE,      # micro-batches -> [batch*q_len, w], joined along axis "batch" or "tokens"; axis
+                            # "ring" (async TP): part s is the rows block of rank (rank + s) % group, put in rank
+                            # order; attr inplace 1: the parts were written into the output's slices (no copy)
     "pad": COMPUTE,         # [rows - pad, w] -> [rows, w], zero rows appended (a reduce-scatter's input)
     "shard": COMPUTE,       # [n, w] -> this rank's block of rows [rows, w] of the input padded to group*rows
+                            # (attr offset k: the block of rank (rank + k) % group)
+    "sum": COMPUTE,         # attr parts k: k inputs [rows, w] -> their sum [rows, w], one kernel (async TP's
+                            # local reduce)
     "all_reduce": COMM,     # sum over the TP group, [rows, width] in and out
     "all_gather": COMM,     # concat over the TP group along the last dim (attr dim=0: along rows, [group*rows, w])
     "reduce_scatter": COMM, # sum over the TP group, rank r keeps rows block r: [rows, w] -> [rows/group, w]
+    "shift": COMM,          # a ring step of async TP: rank r sends its [rows, w] to rank (r - offset) % group and
+                            # receives rank (r + offset) % group's (a copy-engine pull from a peer's symmetric buffer)
 }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 
+from tpsim.sim.stack.ar_fusion import AR_NORM_FUSIONS
 from tpsim.sim.stack.host_lane import HostStep
 
 from tpsim.sim.stack.impls import ATTENTION_IMPLS, FLASH_DECODE_KERNELS  # noqa: F401  (the one registry of implementation names)
@@ -20,6 +21,20 @@ from tpsim.sim.stack.sampler import REFERENCE as REFERENCE_SAMPLER, SAMPLER_NAME
 FALLBACK_KERNELS = tuple(k for k in FLASH_DECODE_KERNELS if k != "fa3")    # what runs off Hopper
 
 DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
+# FP8 (e4m3) is a precision of the GEMMs and of the KV cache, not of the activations between them:
+# an FP8 checkpoint's linears take e4m3 weights and e4m3-quantized inputs and write the model's
+# 16-bit dtype (vLLM Fp8LinearMethod: out_dtype = torch.get_default_dtype(); SGLang and TensorRT-LLM
+# alike), so norms, adds, the all-reduce and the LM head stay 16-bit (docs/fp8.md). `--dtype fp8` is
+# that: bf16 activations, Stack.weight_dtype fp8.
+FP8 = "fp8"
+FP8_BYTES = 1
+DTYPE_CHOICES = (*DTYPE_BYTES, FP8)         # what --dtype takes (make_stack turns fp8 into the two fields)
+WEIGHT_DTYPES = ("auto", FP8)               # auto: the linears run in `dtype`
+KV_DTYPES = ("auto", FP8)                   # auto: the cache holds `dtype`
+# how an FP8 linear scales its input: per token at run time (vLLM's default for FP8-dynamic checkpoints
+# and for --quantization fp8 of a 16-bit one: Fp8LinearOp(use_per_token_if_dynamic=cutlass_fp8_supported()))
+# or one static per-tensor scale from the checkpoint (its input_scale)
+FP8_ACTIVATIONS = ("dynamic", "static")
 
 HEADS = ("replicated", "vocab-parallel")
 EMBEDS = ("replicated", "vocab-parallel")
@@ -38,6 +53,12 @@ class Stack:
     """How the serving stack runs the model (all but `dtype` change which ops run or their cost)."""
 
     dtype: str = "fp16"
+    # e4m3 weights and e4m3 inputs for the layers' linears (W8A8; outputs and everything else stay in
+    # `dtype`); the LM head and the embedding stay 16-bit (vLLM's Fp8Config quantizes LinearBase
+    # layers only, ParallelLMHead is not one; compressed-tensors FP8 checkpoints ignore lm_head)
+    weight_dtype: str = "auto"
+    fp8_activations: str = "dynamic"  # FP8_ACTIVATIONS: the input scale of an FP8 linear
+    kv_dtype: str = "auto"            # KV_DTYPES: fp8 = an e4m3 KV cache (vLLM --kv-cache-dtype fp8)
     head: str = "replicated"          # LM head replicated on every rank, or split over vocab + all-gather
     embed: str = "replicated"         # input embedding replicated, or split over vocab: masked lookup + all-reduce
     attention: str = "math"           # math SDPA (materialized scores) or a fused flash kernel (sim/stack/impls.py)
@@ -69,6 +90,9 @@ class Stack:
     decode_graphs: bool = True        # decode under CUDA graphs (torch.compile reduce-overhead)
     graph_scope: str = "step"         # what a captured graph covers (GRAPH_OUTSIDE): the rest launches eagerly
     collective: str = "auto"          # a profile table's impl or an engine all-reduce (sim/stack/impls.py); auto: profile default
+    # the engines' fused all-reduce + residual add + RMSNorm kernel (FlashInfer's trtllm_allreduce_fusion) at
+    # the sublayer boundaries of standard TP, inside the engine's size window (sim/stack/ar_fusion.py)
+    ar_norm_fusion: str = "none"
     # Inductor rewrites a one-row matmul (mm with M == 1: every decode linear at batch 1; bmm with one
     # row per batch: the q-len-1 attention bmm's) into a generated
     # mul + sum reduction: torch/_inductor/decomposition.py `mm` / `bmm`, only with
@@ -90,7 +114,14 @@ class Stack:
             raise ValueError(f"attention_archs must be a list of architecture names, got {self.attention_archs!r}")
         object.__setattr__(self, "attention_archs", tuple(self.attention_archs))   # a stack file's JSON list
         object.__setattr__(self, "attention_knobs", normalize_knobs(self.attention_knobs))
+        if self.dtype == FP8:
+            raise ValueError("dtype fp8 is the linears' precision: give weight_dtype fp8 (the activations stay "
+                             "bf16), or --dtype fp8 on the command line")
         _check("dtype", self.dtype, tuple(DTYPE_BYTES))
+        _check("weight_dtype", self.weight_dtype, WEIGHT_DTYPES)
+        _check("fp8_activations", self.fp8_activations, FP8_ACTIVATIONS)
+        _check("kv_dtype", self.kv_dtype, KV_DTYPES)
+        _check("ar_norm_fusion", self.ar_norm_fusion, AR_NORM_FUSIONS)
         _check("head", self.head, HEADS)
         _check("embed", self.embed, EMBEDS)
         _check("graph_scope", self.graph_scope, GRAPH_SCOPES)
@@ -122,6 +153,23 @@ class Stack:
     def dtype_bytes(self) -> int:
         return DTYPE_BYTES[self.dtype]
 
+    @property
+    def fp8(self) -> bool:
+        """The layers' linears run in FP8 (W8A8 e4m3)."""
+        return self.weight_dtype == FP8
+
+    @property
+    def kv_bytes(self) -> int:
+        """Bytes of one KV cache element."""
+        return FP8_BYTES if self.kv_dtype == FP8 else DTYPE_BYTES[self.dtype]
+
+    @property
+    def precision(self) -> str:
+        """What the run computes in, for titles: 'bf16', 'fp8' (e4m3 linears), '+ fp8 KV' when the
+        cache is FP8."""
+        out = FP8 if self.fp8 else self.dtype
+        return out + (" + fp8 KV" if self.kv_dtype == FP8 else "")
+
     def graphs(self, phase: str, op: str | None = None) -> bool:
         """Kernels replayed from a CUDA graph (launch cost: the graph floor, not a Python launch).
         With an op's name: whether that op is inside the phase's graph (graph_scope leaves the head's
@@ -144,6 +192,12 @@ class Stack:
             out += f", {self.embed} embedding"
         if not self.mm_decompose_m1 and (self.compile_prefill or self.compile_decode):
             out += ", M=1 mm cuBLAS"          # a compiled step that keeps one-row matmuls extern
+        if self.fp8:                          # the all-reduce and the activations stay 16-bit
+            out += f", fp8 linears ({self.fp8_activations} input scales, {self.dtype} out)"
+        if self.kv_dtype == FP8:
+            out += ", fp8 KV"
+        if self.ar_norm_fusion != "none":
+            out += f", fused all-reduce + RMSNorm ({self.ar_norm_fusion})"
         if self.preset != "reference":
             out = f"{self.preset}: {out}, {self.collective} all-reduce"
         if self.sampler != REFERENCE_SAMPLER:
@@ -178,6 +232,10 @@ def make_stack(given: dict, profile_defaults: dict | None = None, base: Stack = 
     if given.get("collective") == "auto":
         del given["collective"]
     layers = [dict(profile_defaults or {}), dict(preset or {}), given]
+    for layer in layers:                    # dtype fp8 (--dtype fp8, a stack file): bf16 activations, FP8 linears
+        if layer.get("dtype") == FP8:
+            layer["dtype"] = "bf16"
+            layer.setdefault("weight_dtype", FP8)
     host, ranges = {}, {}
     for layer in layers:
         h = layer.pop("host", None)

@@ -85,6 +85,18 @@ GEMM_COLLECTOR = ("ai-dynamo/aiconfigurator collector/sglang/collect_gemm.py: bf
                   "earlier versions label the same rows kernel_source 'sglang'")
 
 
+def ir_linear_shapes() -> list[tuple[int, int]]:
+    """The (n, k) of the layers' linears only (qkv, o, gate/up, down) for the built-in models at TP <= 16:
+    what FP8 quantizes (the LM head stays 16-bit)."""
+    shapes = set()
+    for model in MODELS.values():
+        for tp in valid_tp(model, 16):
+            s = model.shard(tp)
+            shapes |= {(s.qkv_dim, model.hidden), (model.hidden, s.q_dim), (2 * s.ffn, model.hidden),
+                       (model.hidden, s.ffn)}
+    return sorted(shapes)
+
+
 def ir_gemm_shapes() -> list[tuple[int, int]]:
     """Every (n, k) the IR (sim/schedule/language.py) emits for a built-in model preset (sim/model/presets.py) at
     each valid TP up to 16: qkv [m, hidden] -> [m, qkv_dim/tp]; attn out [m, q_dim/tp] ->
@@ -132,8 +144,8 @@ class AicGemm:
                 "context_ops": [], "generation_ops": []}
         self.engine = aic.AicEngine.from_spec(aic.engine_spec_bincode_from_json(json.dumps(spec)), systems)
 
-    def ms(self, m: int, n: int, k: int) -> float:
-        op = [{"Gemm": {"name": "g", "scale_factor": 1.0, "n": n, "k": k, "quant_mode": "bfloat16",
+    def ms(self, m: int, n: int, k: int, quant_mode: str = "bfloat16") -> float:
+        op = [{"Gemm": {"name": "g", "scale_factor": 1.0, "n": n, "k": k, "quant_mode": quant_mode,
                         "scale_num_tokens": 1, "low_precision_input": False, "seq_split": 1,
                         "below_grid_sol": False}}]
         # context phase, batch 1, s = m tokens: the GEMM runs with m rows
@@ -185,6 +197,45 @@ def gemm_table(system, rel, kernel):
            f"rate and bytes); the kernel is the cuBLAS GEMM torch runs for nn.Linear, eager and under "
            f"Inductor (extern mm)")
     return {"source": src, "dtypes": GEMM_DTYPES, "m": GEMM_M, "rows": rows}
+
+
+# FP8 linears (W8A8 e4m3, per-tensor scales), vLLM's kernel: aiconfigurator's vLLM collector builds a
+# RowParallelLinear with Fp8Config(is_checkpoint_fp8_serialized=True, activation_scheme="static") and times
+# gemm.forward(x) on a bf16 x (ai-dynamo/aiconfigurator collector/vllm/collect_gemm.py@00e9bded run_gemm),
+# i.e. Fp8LinearMethod.apply: the static per-tensor input quantize kernel (ops.scaled_fp8_quant) + CUTLASS
+# scaled-mm writing bf16, 6 copies in rotation, CUDA graph. Its rows are kernel_source
+# CutlassFP8ScaledMMLinearKernel, gemm_dtype fp8.
+FP8_REL = "vllm/0.24.0"
+FP8_KERNEL = "CutlassFP8ScaledMMLinearKernel"
+FP8_COLLECTOR = ("ai-dynamo/aiconfigurator collector/vllm/collect_gemm.py@00e9bded: RowParallelLinear with "
+                 "Fp8Config(is_checkpoint_fp8_serialized=True, activation_scheme='static'), gemm.forward(x) on bf16 "
+                 "x: the static per-tensor input quantize kernel + cutlass_scaled_mm (bf16 out), 6 copies in "
+                 "rotation, CUDA graph, device time")
+
+
+def fp8_gemm_table(system, rel=FP8_REL, kernel=FP8_KERNEL):
+    """compute.gemm_tables entry of FP8 linears ("quant": "fp8"): one row per layer-linear (n, k) of the
+    built-in models, times at GEMM_M, from aiconfigurator's query in quant mode fp8 (the rows of `kernel`)."""
+    backend, version = rel.split("/")
+    d = pd.read_parquet(DATA / system / "gemm" / rel / "gemm_perf.parquet")
+    d = d[(d.kernel_source == kernel) & (d.gemm_dtype == "fp8")]
+    sites = set(zip(d.n.astype(int), d.k.astype(int)))
+    nmax, kmax, mmax = int(d.n.max()), int(d.k.max()), int(d.m.max())
+    q = AicGemm(system, backend, version)
+    rows = []
+    for n, k in ir_linear_shapes():
+        row = {"n": n, "k": k, "time_us": [float(f"{q.ms(m, n, k, 'fp8') * 1e3:.5g}") for m in GEMM_M]}
+        if (n, k) not in sites:
+            row["nk"] = "extrapolated" if n > nmax or k > kmax else "interpolated"
+        rows.append(row)
+    measured = sum((n, k) in sites for n, k in ir_linear_shapes())
+    src = (f"{AIC} database: systems/data/{system}/gemm/{rel}/gemm_perf.parquet, kernel_source {kernel}, gemm_dtype "
+           f"fp8 ({FP8_COLLECTOR}). Times (us) at each m of 'm' for every layer-linear (n, k) the IR emits for the "
+           f"built-in models at TP <= 16, as aiconfigurator's own GEMM query returns them (quant mode fp8, SILICON): "
+           f"{measured} of {len(rows)} rows are collected sites; the others ('nk') its log2-IDW transfer from "
+           f"neighbour sites, beyond m = {mmax} utilization held. The bf16 and fp16 outputs stand for each other "
+           f"(same bytes). A dynamic per-token input scale adds its reduction kernel (sim/price/work.py)")
+    return {"source": src, "quant": "fp8", "dtypes": GEMM_DTYPES, "m": GEMM_M, "rows": rows}
 
 
 def eager_launch(system, rel):

@@ -22,7 +22,7 @@ import _checkout  # noqa: E402  (this checkout as the package tpsim, whatever is
 _checkout.load()
 
 from common import sv, svr  # noqa: E402
-from compute import eager_launch, gemm_curves, gemm_table  # noqa: E402
+from compute import eager_launch, fp8_gemm_table, gemm_curves, gemm_table  # noqa: E402
 from l2 import l2_section  # noqa: E402
 from collectives import (GRAPH_NET_HOST, JITTER, OVERLAP, P2P_OFF_CHANNELS, custom_allreduce_section,  # noqa: E402
                          custom_tables, graph_extra, graph_nccl_node, overlap_gpu,
@@ -40,6 +40,15 @@ FP32_TFLOPS = {
     "h200_sxm": (67.0, "NVIDIA H200 SXM datasheet: FP32 67 TFLOPS" + _FP32_NOTE),
     "a100_sxm": (19.5, "NVIDIA A100 SXM datasheet: FP32 19.5 TFLOPS" + _FP32_NOTE),
     "l40s": (91.6, "NVIDIA L40S datasheet: FP32 91.6 TFLOPS" + _FP32_NOTE),
+}
+
+# Dense FP8 (e4m3) tensor-core peaks, the datasheets' numbers without sparsity. A100 (sm80) has none:
+# no fp8 entry, and sim/fp8.py refuses FP8 linears there (what vLLM runs instead, weight-only Marlin,
+# is not priced).
+FP8_TFLOPS = {
+    "h100_sxm": (1979.0, "NVIDIA H100 SXM5 datasheet: FP8 Tensor Core 3,958 TFLOPS with sparsity, 1,979 dense"),
+    "h200_sxm": (1979.0, "NVIDIA H200 SXM datasheet: FP8 Tensor Core 3,958 TFLOPS with sparsity, 1,979 dense"),
+    "l40s": (733.0, "NVIDIA L40S datasheet: FP8 Tensor Core 1,466 TFLOPS with sparsity, 733 dense"),
 }
 
 # what the engines' per-architecture choices read (vLLM's FlashAttention version: sim/price/flash_decode.py)
@@ -100,14 +109,16 @@ def nvswitch_box(name, desc, system, nccl_ver, gemm_rel, vllm_rel, mem_gib, mem_
         "compute_capability": sv(*COMPUTE_CAPABILITY[system]),
         "compute": {
             "matmul_tflops": {"fp16": sv(tflops, tflops_src), "bf16": sv(tflops, tflops_src),
-                              "fp32": sv(*FP32_TFLOPS[system])},
+                              "fp32": sv(*FP32_TFLOPS[system]),
+                              **({"fp8": sv(*FP8_TFLOPS[system])} if system in FP8_TFLOPS else {})},
             "memory_gbps": sv(hbm, hbm_src),
             "gemm_efficiency": gemm, "memory_efficiency": memc,
             "launch_us": {"eager": sv(eager_us, eager_src), "graph": sv(floor_us, floor_src)},
             # the GPU's L2 rate and sweep curve (l2.py), where gpu-benches measured that GPU
             **({"l2": l2_section(system)} if l2_section(system) else {}),
             **({"decode_attention": DECODE_ATTENTION[system]} if system in DECODE_ATTENTION else {}),
-            "gemm_tables": [gemm_table(system, gemm_rel, kernel)],
+            "gemm_tables": [gemm_table(system, gemm_rel, kernel)]
+                           + ([fp8_gemm_table(system)] if system in FP8_TFLOPS else []),
         },
         "collectives": {"eager_extra_us": eager_extra, "graph_extra_us": graph_extra(floor_us, system),
                         "graph_nccl_node_us": graph_nccl_node(system),
@@ -262,12 +273,12 @@ def main():
             "matmul_tflops": {"fp16": sv(362.05, "NVIDIA L40S datasheet: FP16/BF16 Tensor 362.05 TFLOPS dense "
                                                  "(733 with sparsity)"),
                               "bf16": sv(362.05, "NVIDIA L40S datasheet: BF16 Tensor 362.05 TFLOPS dense"),
-                              "fp32": sv(*FP32_TFLOPS["l40s"])},
+                              "fp32": sv(*FP32_TFLOPS["l40s"]), "fp8": sv(*FP8_TFLOPS["l40s"])},
             "memory_gbps": sv(864, "NVIDIA L40S datasheet: GDDR6 864 GB/s"),
             "gemm_efficiency": gemm, "memory_efficiency": memc,
             "launch_us": {"eager": sv(eager_us, eager_src), "graph": sv(floor_us, floor_src)},
             "l2": l2_section("l40s"),
-            "gemm_tables": [gemm_table("l40s", "sglang/0.5.14", "sglang_torch_linear")],
+            "gemm_tables": [gemm_table("l40s", "sglang/0.5.14", "sglang_torch_linear"), fp8_gemm_table("l40s")],
         },
         "collectives": {"eager_extra_us": sv(h100_extra["value"], "transferred from h100-sxm (host software "
                                                                    "overhead): " + h100_extra["source"]),

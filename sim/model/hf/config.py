@@ -16,7 +16,7 @@ SwiGLU MLP, Megatron TP split -- and differ only in what ModelSpec carries:
 Anything tpsim would price wrongly is refused with one line that says why: mixture-of-experts
 (no expert routing or expert parallelism in the IR), biases on o_proj or the MLP (a row-parallel
 bias is added once after the all-reduce, not per rank), activations other than SiLU, quantized
-checkpoints, per-layer sliding windows (Qwen's use_sliding_window). Reads one local file: no network.
+checkpoints other than FP8 (sim/model/hf/quant.py), per-layer sliding windows (Qwen's use_sliding_window). Reads one local file: no network.
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from pathlib import Path
 
 from tpsim.sim.model.hf.rope import rope_of
 from tpsim.sim.model.hf.check import check_config, read_config
+from tpsim.sim.model.hf.quant import quant_of
 from tpsim.sim.model.spec import ModelSpec
 
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
@@ -71,11 +72,7 @@ def spec_from_hf(cfg: dict, name: str, where: str = "config.json") -> ModelSpec:
     act = cfg.get("hidden_act", cfg.get("hidden_activation", "silu"))
     if act != "silu":
         raise ValueError(f"{where}: hidden_act {act!r}: tpsim's MLP is SwiGLU (silu); other activations are not priced")
-    if cfg.get("quantization_config"):
-        q = cfg["quantization_config"]
-        method = q.get("quant_method", "?") if isinstance(q, dict) else "?"
-        raise ValueError(f"{where}: a quantized checkpoint ({method}): tpsim prices fp16/bf16/fp32 GEMMs; "
-                         f"drop quantization_config to price the unquantized model")
+    quant = quant_of(cfg, where)         # FP8 linears, or a one-line refusal (sim/model/hf/quant.py)
     if cfg.get("mlp_bias"):
         raise ValueError(f"{where}: mlp_bias: the row-parallel down projection's bias is added after the "
                          f"all-reduce, which tpsim's schedules do not model")
@@ -115,13 +112,15 @@ def spec_from_hf(cfg: dict, name: str, where: str = "config.json") -> ModelSpec:
         notes.append(f"rope {rope.type} (tables only, not priced)")
     if window:
         notes.append(f"sliding window {window}")
+    if quant:
+        notes.append(f"{quant} linears")
     try:
         return ModelSpec(name, hidden, num("num_hidden_layers"), heads, kv, head_dim, num("intermediate_size"),
                          num("vocab_size"), bool(cfg.get("tie_word_embeddings", False)),
                          f"{', '.join(notes)}; from {where}",
                          qkv_bias=(kind == "qwen2"), qk_norm=(kind == "qwen3"), rope=rope,
                          norm_eps=float(eps), sliding_window=int(window or 0), architecture=arch,
-                         max_context=int(context))
+                         max_context=int(context), quant=quant)
     except ValueError as e:
         raise ValueError(f"{where}: {e}") from None
 

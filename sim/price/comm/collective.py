@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 import math
 
+from tpsim.sim.price.comm import async_tp, fused_allreduce
 from tpsim.sim.price.comm import custom_allreduce as car
 from tpsim.sim.stack.impls import engine_collective
 from tpsim.sim.schedule.ir import Op
@@ -42,7 +43,13 @@ class CollectiveCost:
         t = self._cache.get(key)
         if t is None:
             a = dict(op.attrs)
-            t = self._cache[key] = self.collective_s(op.kind, message_bytes(op), a["group"], mode, width=a["width"])
+            if op.kind == "shift":                   # an async-TP ring step (sim/price/comm/async_tp.py)
+                t = async_tp.shift_s(self, op, mode)
+            elif a.get("fuse"):                      # a fused all-reduce + add + RMSNorm (fused_allreduce.py)
+                t = fused_allreduce.fused_s(self, op, mode)
+            else:
+                t = self.collective_s(op.kind, message_bytes(op), a["group"], mode, width=a["width"])
+            self._cache[key] = t
         return t
 
     def host_s(self, op: Op, phase: str) -> float:
@@ -80,6 +87,10 @@ class CollectiveCost:
         """Add a note to `notes` (an empty text adds nothing)."""
         if text:
             self.__dict__.setdefault("_notes", {})[text] = None
+
+    def note(self, text: str) -> None:
+        """What a pricing module beside this one has to say (async_tp): added to `notes`."""
+        self._note(text)
 
     def price(self, collective: str, nbytes: float, group: int, mode: str,
               impl: str | None = None, width: int | None = None) -> tuple[float, str]:

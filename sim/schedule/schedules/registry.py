@@ -1,13 +1,14 @@
 """The registry of schedules (the package docstring says what one holds) and its lookups."""
 from __future__ import annotations
 
-from tpsim.sim.schedule.schedules import (ladder, parallel, seq_parallel, spd, standard, token_split,
-                                          upper_bound)
+from tpsim.sim.schedule.schedules import (async_tp, dbo, ladder, parallel, seq_parallel, spd, standard, token_split,
+                                          tokenweave, upper_bound)
 from tpsim.sim.schedule.schedules._def import (MODEL_CHANGES, LayerKind, Probe, RunBuilder,  # noqa: F401  (public)
                                                ScheduleDef, each, no_argument)
 
 # The built-in schedules, in the order the CLI's help lists them.
-BUILTIN = (standard.DEF, ladder.DEF, spd.DEF, parallel.DEF, upper_bound.DEF, token_split.DEF, seq_parallel.DEF)
+BUILTIN = (standard.DEF, ladder.DEF, spd.DEF, parallel.DEF, upper_bound.DEF, token_split.DEF, seq_parallel.DEF,
+           async_tp.DEF, dbo.DEF, tokenweave.DEF)
 REGISTRY: dict[str, ScheduleDef] = {d.name: d for d in BUILTIN}
 
 

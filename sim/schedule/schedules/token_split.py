@@ -9,7 +9,8 @@ from tpsim.sim.schedule.schedules._def import LayerKind, Probe, ScheduleDef, eac
 from tpsim.sim.schedule.schedules.standard import layer as standard_layer
 
 
-def layers(b: Builder, first: int, end: int, x: str, splits: int = 2) -> str:
+def layers(b: Builder, first: int, end: int, x: str, splits: int = 2, along: str | None = None,
+           mbs: list | None = None, fuse=None) -> str:
     """Token-split overlap (NanoFlow, TokenWeave) on layers first..end-1: standard math per micro-batch.
 
     The step is cut into micro-batches along the batch (decode) or the prompt tokens (prefill);
@@ -19,18 +20,27 @@ def layers(b: Builder, first: int, end: int, x: str, splits: int = 2) -> str:
     the next sublayer of micro-batch 0). Costs the split adds are the IR's own: GEMMs at m/N,
     N x the kernels, the slice/concat copies, and compute slowed while a collective runs
     (the engine's Interference). Where the step cannot be split (decode at batch 1, a 1-token
-    prefill) the layers are standard and the schedule says so in its notes."""
+    prefill) the layers are standard and the schedule says so in its notes.
+
+    Other schedules build on it: `along` forces the split's axis (dbo: sequences in both phases), `mbs`
+    gives the micro-batches themselves (tokenweave's split point), `fuse(half)` the fused-kernel attrs of
+    each micro-batch's all-reduce (tokenweave's multimem all-reduce + add + RMSNorm)."""
     st = b.step
-    along = "batch" if st.phase == "decode" else "tokens"
+    along = along or ("batch" if st.phase == "decode" else "tokens")
+    if mbs is not None:
+        along = "batch" if mbs[0].nq == st.q_len else "tokens"
     units = st.batch if along == "batch" else st.q_len
-    k = min(splits, units)
+    if mbs is None and along == "tokens" and splits > st.q_len:
+        raise ValueError(f"token-split:{splits} splits a prompt's tokens into {splits} micro-batches in prefill; the "
+                         f"prompt has {st.q_len} token{'s' * (st.q_len != 1)}: give at most {st.q_len}")
+    k = len(mbs) if mbs is not None else min(splits, units)
     if k < 2:
         b.note(f"{st.phase} of {units} {'sequence' if along == 'batch' else 'token'}{'s' * (units != 1)} "
                   f"cannot be split along {along}: runs standard")
         return each(standard_layer)(b, first, end, x)
     if k < splits:
         b.note(f"{st.phase} splits into {k}, not {splits} (only {units} along {along})")
-    mbs = micro_batches(st, k)
+    mbs = mbs or micro_batches(st, k, along)
     xs = []
     for mb in mbs:      # a view along the batch; a strided copy along the tokens of several sequences
         copy = int(along == "tokens" and st.batch > 1)
@@ -48,7 +58,8 @@ def layers(b: Builder, first: int, end: int, x: str, splits: int = 2) -> str:
                     xs[j] = b.add(name, xs[j], ar, out, layer)
                 part = b.attn(i, xs[j]) if half == "attn" else b.mlp(i, xs[j])
                 t = b.tag(i)
-                ar = b.all_reduce(f"{t}.{half}.allreduce", part, i)       # async; awaited by the add
+                ar = b.all_reduce(f"{t}.{half}.allreduce", part, i,     # async; awaited by the add
+                                  fuse=fuse(half) if fuse else None)
                 pending[j] = ((f"{t}.attn.add", f"{t}.h", i, ar) if half == "attn"
                               else (f"{t}.mlp.add", f"{t}.x", i, ar))
                 b.mb = None

@@ -57,6 +57,10 @@ class Preset:
     path: str = ""                   # the module or file it was read from
     files: tuple[str, ...] = ()      # the stack files read for it: its own, then each it extends (a preset: none)
     line: str = ""                   # the engine's version line its values were read from ("" for no engine)
+    # the fused all-reduce + add + RMSNorm this engine line ships but leaves off (sim.stack.ar_fusion; the
+    # module's AR_FUSION = (name, source)): a flag away, so sim.baseline counts standard with it on as a way to
+    # run the same model; "none" where the line has none
+    ar_fusion: str = "none"
 
     @property
     def ranges(self) -> dict:
@@ -93,7 +97,7 @@ def _from_module(mod) -> Preset:
     name = preset_name(mod)
     values["preset"] = name
     return Preset(name, mod.ENGINE, values, sources, f"sim/stack/presets/{mod.__name__.rsplit('.', 1)[-1]}.py",
-                  line=getattr(mod, "LINE", ""))
+                  line=getattr(mod, "LINE", ""), ar_fusion=getattr(mod, "AR_FUSION", ("none", ""))[0])
 
 
 def _check_range(where: str, field: str, value, span) -> tuple[float, float]:

@@ -18,10 +18,17 @@ NAME, LINE = "sglang", "0.5"
 CURRENT = True          # `--stack sglang`
 ENGINE = "SGLang 0.4.6-0.5.x (server scheduler, overlap on)"
 _SA = "python/sglang/srt/server_args.py"
+AR_FUSION = ("sglang", "--enable-flashinfer-allreduce-fusion (python/sglang/srt/server_args.py: off by default for Llama; sim/stack/ar_fusion.py)")
 STACK = {
     "dtype": ("bf16", f"{_SA} dtype: str = 'auto': the model config's torch_dtype (configs/model_config.py "
                       "_get_and_verify_dtype), bfloat16 for Llama 3.x, Qwen2.5 and Qwen3 (give --dtype fp16 for an "
                       "fp16 checkpoint)"),
+    "fp8_activations": ("dynamic", "with FP8 linears: python/sglang/srt/layers/quantization/fp8_utils.py apply_fp8_linear: "
+                                   "no input_scale -> sglang_per_token_quant_fp8 (per-token dynamic), then "
+                                   "sgl_kernel.fp8_scaled_mm (CUTLASS) with the input's 16-bit dtype as output, so the "
+                                   "all-reduce stays bf16; priced with vLLM's measured CUTLASS scaled-mm table (the same "
+                                   "kernel family; aiconfigurator's SGLang fp8 rows are not carried). --kv-cache-dtype "
+                                   "fp8_e4m3 (--kv-dtype fp8): an e4m3 cache"),
     "attention": ("fa3", f"{_SA} ServerArgs._handle_attention_backend_compatibility (v0.5 line; model_runner.py "
                          "model_specific_adjustment from v0.4.6): with no --attention-backend, an MHA model "
                          "(is_fa3_default_architecture: LlamaForCausalLM, Qwen2/Qwen3ForCausalLM, Gemma2/3, ...) on "

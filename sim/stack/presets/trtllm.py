@@ -17,6 +17,12 @@ _ARGS = "tensorrt_llm/llmapi/llm_args.py"
 STACK = {
     "dtype": ("bf16", f"{_ARGS} dtype: str = 'auto': the checkpoint's torch_dtype, bfloat16 for Llama 3.x, Qwen2.5 "
                       "and Qwen3 (give --dtype fp16 for an fp16 checkpoint)"),
+    "fp8_activations": ("static", "with FP8 linears: tensorrt_llm/_torch/modules/linear.py FP8QDQLinearMethod (QuantAlgo.FP8, "
+                                  "ModelOpt checkpoints): a per-tensor weight_scale and a static per-tensor input_scale "
+                                  "from the checkpoint's calibration, the linear's output in the model dtype, so the AUTO "
+                                  "all-reduce reduces bf16 (its FP8 LOWPRECISION strategy is opt-in); priced with vLLM's "
+                                  "measured CUTLASS scaled-mm table (aiconfigurator's TRT-LLM fp8 rows, not carried, run "
+                                  "gate/up 1.2-1.5x faster than bf16 where vLLM's run 1.3-1.9x)"),
     "attention": ("xqa", "tensorrt_llm/_torch/attention_backend/trtllm.py TrtllmAttention -> the thop attention op "
                          "(cpp/tensorrt_llm/thop/attentionOp.cpp) -> AttentionOp::enqueueGeneration: the XQA kernel "
                          "for generation (mEnableXQA = true, cpp/tensorrt_llm/common/attentionOp.h), its grid from "

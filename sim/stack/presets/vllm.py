@@ -31,10 +31,21 @@ user's own runs.
 NAME, LINE = "vllm", "0.11"
 CURRENT = True          # `--stack vllm`
 ENGINE = "vLLM 0.11 line (V1 engine, synchronous scheduling)"
+AR_FUSION = ("vllm", "vllm/compilation/collective_fusion.py AllReduceFusionPass (PassConfig.fuse_allreduce_rms) at the v0.11 line: off by default, on with a compilation-config flag (sim/stack/ar_fusion.py)")
 STACK = {
     "dtype": ("bf16", "vllm/config/model.py ModelConfig.dtype 'auto' (_get_and_verify_dtype): the checkpoint config's "
                       "torch_dtype, bfloat16 for Llama 3.x, Qwen2.5 and Qwen3 (give --dtype fp16 for an fp16 checkpoint); "
                       "it decides, among others, whether SymmMemCommunicator (bf16 only) takes a message"),
+    "fp8_activations": ("dynamic", "with FP8 linears (--dtype fp8 = vLLM's --quantization fp8 of a 16-bit checkpoint, or an FP8 "
+                                   "checkpoint): vllm/model_executor/layers/quantization/fp8.py Fp8LinearMethod, W8A8 e4m3 "
+                                   "(per-tensor weight scales per shard; per-channel for a compressed-tensors channel "
+                                   "checkpoint), inputs quantized at run time per token where CUTLASS FP8 is supported "
+                                   "(Fp8LinearOp(use_per_token_if_dynamic=cutlass_fp8_supported())), a static checkpoint's "
+                                   "input_scale used as is (the checkpoint decides: sim/model/hf/quant.py); the GEMM is "
+                                   "cutlass_scaled_mm with a bf16 output, so the all-reduce stays bf16; priced from "
+                                   "aiconfigurator's measured vLLM CutlassFP8ScaledMMLinearKernel table (profile "
+                                   "compute.gemm_tables quant fp8). --kv-cache-dtype fp8 (--kv-dtype fp8): an e4m3 cache "
+                                   "that FA3 reads"),
     "attention": ("fa3", "vllm/platforms/cuda.py get_attn_backend_cls: FLASH_ATTN is V1's default backend on "
                          "sm80+; vllm/attention/utils/fa_utils.py get_flash_attn_version: FA3 on sm90 (Hopper), "
                          "FA2 on any other GPU: a profile stating another compute_capability (a100-sxm 8.0, l40s-pcie 8.9) "
