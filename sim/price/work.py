@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tpsim.sim.price import flash_prefill
 from tpsim.sim.stack import sampler
 from tpsim.sim.schedule.ir import Op
 from tpsim.sim.hardware.profile import Profile
@@ -24,6 +25,7 @@ class Work:
     bytes: float
     kernels: int
     matmul: bool = False      # limited by matrix throughput (gemm efficiency) vs memory
+    rate: float = 1.0         # the kernel's matrix rate over the efficiency curve's (a causal flash prefill's)
 
 
 def op_work(op: Op, fused: bool = False, engine: bool = False) -> list[Work]:
@@ -110,8 +112,9 @@ def separable_work(op: Op, fused: bool, engine: bool = False) -> list[Work]:
 
 def _attention_work(a: dict, e: int, fused: bool) -> list[Work]:
     """RoPE + KV-cache write (+ GQA expand) + SDPA over kv_len keys. Per rank:
-    q [b, q, H, d], cache [b, kv, Hk, d]; math SDPA materializes scores [b, H, q, kv]. An engine's
-    own prep kernels (attr "prep", Stack.attention_prep_kernels) do the RoPE and the cache write
+    q [b, q, H, d], cache [b, kv, Hk, d]; math SDPA materializes scores [b, H, q, kv] and computes
+    all of them; a flash kernel under the causal mask only its tiles up to the diagonal
+    (sim/price/flash_prefill.py). An engine's own prep kernels (attr "prep", Stack.attention_prep_kernels) do the RoPE and the cache write
     in that many kernels, compiled or not."""
     b, q, kv = a["batch"], a["q_len"], a["kv_len"]
     h, hk, d = a["heads"], a["kv_heads"], a["head_dim"]
@@ -134,8 +137,13 @@ def _attention_work(a: dict, e: int, fused: bool) -> list[Work]:
         scores = b * h * q * kv
         # bmm -> scale/mask -> softmax (fp32) -> cast -> bmm: ~6 passes over the score matrix
         out.append(Work(flops, qo_kv + 6 * e * scores, 1 if fused else 6, matmul=True))
-    else:
-        out.append(Work(flops, qo_kv, 1, matmul=True))
+        return out
+    # a flash kernel under the causal mask computes only the key tiles up to each row block's diagonal,
+    # at its causal rate (sim/price/flash_prefill.py); K/V still cross DRAM once (the last row block
+    # reads every key), so the bytes stay
+    tiled = flash_prefill.causal(a["impl"], q, a.get("start_pos", kv - q), kv, d, max(1, h // hkv))
+    frac, rate = tiled if tiled is not None else (1.0, 1.0)
+    out.append(Work(flops * frac, qo_kv, 1, matmul=True, rate=rate))
     return out
 
 
@@ -144,9 +152,9 @@ def roofline_s(profile: Profile, works: list[Work], dtype: str) -> float:
     t = 0.0
     for w in works:
         if not w.kernels:       # rides in another kernel (a GEMM's bias epilogue): no small-kernel efficiency
-            t += max(w.flops / peak if w.matmul else 0.0, w.bytes / profile.mem_bytes_per_s)
+            t += max(w.flops / (peak * w.rate) if w.matmul else 0.0, w.bytes / profile.mem_bytes_per_s)
             continue
-        t_flops = w.flops / (peak * profile.gemm_efficiency(max(w.flops, 1.0))) if w.matmul else 0.0
+        t_flops = w.flops / (peak * profile.gemm_efficiency(max(w.flops, 1.0)) * w.rate) if w.matmul else 0.0
         t_bytes = w.bytes / (profile.mem_bytes_per_s * profile.memory_efficiency(max(w.bytes, 1.0)))
         t += max(t_flops, t_bytes)
     return t
