@@ -45,14 +45,28 @@ def op_work(op: Op, fused: bool = False, engine: bool = False) -> list[Work]:
     if k == "rmsnorm":
         # eager: x.float(), pow, mean, rsqrt, mul, mul(weight), .to(dtype): fp32 passes over [rows, width]
         el = a["rows"] * a["width"]
-        return [Work(4.0 * el, 2 * e * el, 1)] if fused or engine else [Work(4.0 * el, 7 * 4 * el, 6)]
+        if engine and not fused:
+            # the engine's norm kernel reads x [rows, width] and writes y once, and reads its weight
+            # [width] (vLLM csrc/layernorm_kernels.cu rms_norm_kernel / fused_add_rms_norm_kernel;
+            # FlashInfer norm.cuh RMSNorm / FusedAddRMSNorm); a residual add before it rides in it (add)
+            return [Work(4.0 * el, 2 * e * el + e * a["width"], 1)]
+        return [Work(4.0 * el, 2 * e * el, 1)] if fused else [Work(4.0 * el, 7 * 4 * el, 6)]
     if k == "swiglu":
         el = a["rows"] * a["width"]
         return [Work(4.0 * el, 3 * e * el, 1)] if fused or engine else [Work(4.0 * el, 5 * e * el, 2)]
     if k == "add":
         el = a["rows"] * a["width"]
-        # an engine's residual add rides in the next norm's kernel (fused_add_rmsnorm): no launch of its own
-        return [Work(float(el), 3 * e * el, 0 if engine and not fused else 1)]
+        if engine and not fused:
+            # an engine's residual add rides in the next norm's kernel (fused_add_rms_norm), which moves
+            # 4 passes over [rows, width] in all: it reads input and residual, writes the sum back into
+            # residual and the normed output into input; the sum never crosses DRAM again (vLLM
+            # csrc/layernorm_kernels.cu fused_add_rms_norm_kernel re-reads the row it just wrote, an
+            # L1/L2 hit; FlashInfer norm.cuh FusedAddRMSNorm keeps it in shared memory, used by SGLang
+            # sgl_fused_add_rmsnorm and TensorRT-LLM flashinfer_fused_add_rmsnorm). The norm charges
+            # one read and the output write; the add the other read and the sum's write: 2 passes,
+            # no launch of its own
+            return [Work(float(el), 2 * e * el, 0)]
+        return [Work(float(el), 3 * e * el, 1)]
     if k == "embed":
         el = a["rows"] * a["width"]
         if not a.get("masked"):
