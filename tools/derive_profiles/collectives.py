@@ -21,18 +21,36 @@ from shm import shm_flow_gbps
 
 # ---------------------------------------------------------------- collectives
 
+def nccl_runs(system, ver):
+    """Every fp16 row the database holds for NCCL `ver` on `system`, and the folders they came from:
+    aiconfigurator files repeated collections of one release under other folder names, whose `version`
+    column names the release (h100_sxm/comm/nccl/2.27.3 and h200_sxm/.../2.26.2 hold two runs each of
+    NCCL 2.29.2); a folder without that column is the release its name says."""
+    frames, dirs = [], []
+    for f in sorted((DATA / system / "comm" / "nccl").glob("*/nccl_perf.parquet")):
+        d = pd.read_parquet(f)
+        d = d[d.version == ver] if "version" in d.columns else (d if f.parent.name == ver else d.iloc[:0])
+        d = d[(d.nccl_dtype == "half") & (d.kernel_source == "NCCL")]
+        if len(d):
+            frames.append(d)
+            dirs.append(f.parent.name)
+    return pd.concat(frames), dirs
+
+
 def nccl_tables(system, ver):
-    f = DATA / system / "comm" / "nccl" / ver / "nccl_perf.parquet"
-    d = pd.read_parquet(f)
-    d = d[d.nccl_dtype == "half"]
+    d, dirs = nccl_runs(system, ver)
+    where = " + ".join(f"systems/data/{system}/comm/nccl/{x}/nccl_perf.parquet" for x in dirs)
     out = []
     for op in ("all_reduce", "all_gather", "reduce_scatter"):
         for n in sorted(d.num_gpus.unique()):
-            g = d[(d.op_name == op) & (d.num_gpus == n)].groupby("message_size").latency.median().sort_index()
+            rows = d[(d.op_name == op) & (d.num_gpus == n)]
+            g = rows.groupby("message_size").latency.median().sort_index()
+            runs = int(rows.groupby("message_size").size().median())
             out.append({"collective": op, "group": int(n), "scope": "node", "mode": "graph", "impl": "nccl",
                         "bytes": [int(2 * s) for s in g.index], "time_us": [round(float(v) * 1e3, 3) for v in g],
-                        "source": f"{AIC} database: systems/data/{system}/comm/nccl/{ver}/nccl_perf.parquet "
-                                  f"(NCCL {ver}, fp16, {op}, {n} GPUs); message_size is fp16 elements (nccl-tests "
+                        "source": f"{AIC} database: {where} (NCCL {ver}, fp16, {op}, {n} GPUs; the median of the "
+                                  f"{runs} runs of that release the database holds per size, every folder whose "
+                                  f"rows say NCCL {ver}); message_size is fp16 elements (nccl-tests "
                                   f"count: busbw at 512 MiB is NVLS-class only if so), all_gather size = gathered "
                                   f"output; back-to-back device time, filed as graph mode (agrees with "
                                   f"sglang#22734 H200 graph-mode NCCL within 10%)"})
