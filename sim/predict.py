@@ -22,6 +22,7 @@ from typing import Callable
 
 from tpsim.sim.price import occupancy
 from tpsim.sim.price.cost import CostModel
+from tpsim.sim.engine import arrival
 from tpsim.sim.engine.simpy_engine import Interference, StepResult, simulate
 from tpsim.sim.stack import host_lane
 from tpsim.sim.memory import GIB, check_fits, estimate
@@ -348,7 +349,14 @@ class Simulator:
                         record=record, seed=self.seed * 1_000_003 + self._passes,
                         host_s=(lambda op: host(op, phase)) if host is not None else None,
                         rank_delay_s=ln.offsets_s if ln is not None else (),
-                        issue_s=(lambda op: issue(op, phase, sched)) if issue is not None else None)
+                        issue_s=(lambda op: issue(op, phase, sched)) if issue is not None else None,
+                        # the fast path's one rank waits its peers' expected lateness (sim/engine/arrival.py)
+                        arrival_wait_s=self.arrival_wait_s if self.mode == "fast" else None)
+
+    def arrival_wait_s(self, op) -> float:
+        """A collective's expected wait for its last rank under the profile's arrival jitter."""
+        j = self.w.profile.arrival_jitter[self._scope(op)]
+        return arrival.expected_wait_s(j.dist, j.mean_s, self.w.comm_group or op.attr("group"))
 
     def notes(self, spec: str) -> tuple[str, ...]:
         """The builder's notes for the prefill and a decode step, plus what padding costs (seq-parallel:
@@ -375,6 +383,9 @@ class Simulator:
         if pad_s > 1e-12:
             out.append(f"padding costs {pad_s * 1e3:.1f} ms of collective time over the run (prefill + decode)")
         out += [n for n in self.cost.notes if n not in out]      # e.g. an engine refusing its all-reduce kernel
+        j = w.profile.arrival_jitter["net" if w.nodes > 1 else "node"]
+        if self.mode == "fast":     # what the fast path adds to each collective (arrival_wait_s)
+            out += [n for n in (arrival.note(j.dist, j.mean_s, w.comm_group or w.tp),) if n]
         return tuple(out)
 
     def predict(self, spec: str) -> Prediction:

@@ -57,12 +57,13 @@ def test_the_note_names_the_pair_the_count_and_the_setting_that_reverses_it_most
 # ---------------------------------------------------------------- "range" in a profile
 
 def test_builtin_profiles_carry_the_ranges_their_sources_state_and_an_override_drops_them():
+    jitter = {"jitter.arrival.node.mean_us": (0.05, 2.1)}      # each GPU's own speed between collectives
     assert load_profile("h100-sxm").ranges == {"overlap.compute_slowdown": (1.18, 1.24),
-                                               "overlap.comm_slowdown": (1.18, 1.24)}
+                                               "overlap.comm_slowdown": (1.18, 1.24)} | jitter
     assert load_profile("h100-sxm-p2p-off").ranges == load_profile("h100-sxm").ranges      # via extends
     # the co-scheduling twin replaces the flat factors by 1.0 (its leaf has no range) and ranges NCCL's
     # 2x-3x HBM bytes per link byte instead
-    assert load_profile("h100-sxm-coschedule").ranges == {"overlap.gpu.hbm_per_bus_byte": (2.0, 3.0)}
+    assert load_profile("h100-sxm-coschedule").ranges == {"overlap.gpu.hbm_per_bus_byte": (2.0, 3.0)} | jitter
 
 
 def _with(path: str, leaf) -> dict:
@@ -109,7 +110,8 @@ def test_a_range_on_a_choice_is_refused():
 
 WIDE = {"format": "tpsim-profile", "version": 1, "name": "wide", "extends": "h100-sxm",
         "overlap": {"compute_slowdown": {"value": 1.21, "range": [1.0, 3.0], "source": "test: a wide range"},
-                    "comm_slowdown": {"value": 1.21, "source": "test: no range"}}}
+                    "comm_slowdown": {"value": 1.21, "source": "test: no range"}},
+        "jitter": {"arrival": {"node": {"mean_us": {"value": 0.3, "source": "test: no range"}}}}}
 ARGS = ["predict", "--model", "llama-3.1-70b", "--tp", "8", "--schedule", "ladder", "--schedule", "parallel"]
 
 
@@ -185,5 +187,5 @@ def test_an_end_the_profiles_other_fields_do_not_allow_is_a_clear_error(tmp_path
     res = CliRunner().invoke(main, ARGS + ["--profile", str(path)])
     assert res.exit_code == 2
     assert "field 'overlap.gpu.gpc_sms' must list positive whole SM counts summing to overlap.gpu.sms" in res.output
-    assert "with overlap.gpu.sms = 120, overlap.gpu.hbm_per_bus_byte = 2, ends of the ranges" in res.output
+    assert "overlap.gpu.sms = 120, overlap.gpu.hbm_per_bus_byte = 2, ends of the ranges" in res.output
     assert "Traceback" not in res.output

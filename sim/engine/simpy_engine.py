@@ -158,7 +158,8 @@ def simulate(schedule: Schedule, op_time: Callable[[Op], float], ranks: int = 1,
              jitter_s: float = 0.0, seed: int = 0, record: bool = True,
              arrival_mean_s: Callable[[Op], float] | None = None,
              host_s: Callable[[Op], float] | None = None,
-             issue_s: Callable[[Op], float] | None = None) -> StepResult:
+             issue_s: Callable[[Op], float] | None = None,
+             arrival_wait_s: Callable[[Op], float] | None = None) -> StepResult:
     """Run one forward pass of `schedule` on `ranks` simulated ranks.
 
     ranks=1 is the representative-rank fast path: with symmetric ranks and no skew or jitter
@@ -174,6 +175,9 @@ def simulate(schedule: Schedule, op_time: Callable[[Op], float], ranks: int = 1,
     so collective k cannot start on a rank before the sum of the host times of collectives 0..k.
 
     `issue_s(op)`, when given: the CPU seconds to launch each op, chained per rank (module docstring).
+
+    `arrival_wait_s(op)`, when given: a fixed delay before each rank's arrival at that collective, as a
+    drawn one would be -- the fast path's expected wait for the last of its peers (sim/engine/arrival.py).
     """
     env = _CountingEnv()
     rs = [_Rank(env, r) for r in range(ranks)]
@@ -289,6 +293,9 @@ def simulate(schedule: Schedule, op_time: Callable[[Op], float], ranks: int = 1,
             mean = arrival_mean_s(op) if arrival_mean_s is not None else jitter_s
             if mean > 0:
                 yield env.timeout(rng.exponential(mean))
+            wait = arrival_wait_s(op) if arrival_wait_s is not None else 0.0
+            if wait > 0:                    # the expected lateness of the last peer (the fast path)
+                yield env.timeout(wait)
             if cs is not None and rank.compute_busy:     # its kernel waits for the SMs compute holds
                 d = cs.delay_s(op.name, rank.op, rank.work_done(env.now))
                 if d > 0:

@@ -300,11 +300,31 @@ P2P_OFF_CHANNELS = (2, "NVIDIA/nccl-tests#228: an 8-GPU NVSwitch box whose rings
                        "NCCL_P2P_DISABLE=1 makes every GPU-GPU edge")
 
 
-JITTER = {"arrival": {scope: {"dist": "exponential", "mean_us": sv(0.0, (
-    f"not modelled: no public measurement of per-rank arrival spread at {what} collectives on this box "
-    "was found (NCCL / nccl-tests issues discuss it only qualitatively; vLLM PR #57037 injects delays rather "
-    "than measuring natural skew); 0 means --exact adds none, not that real ranks have none. "
-    "`tpsim calibrate` measures it on your cluster"))} for scope, what in (("node", "one-node"), ("net", "cross-node"))}}
+# Per-rank arrival at each collective, GPU side (the per-step spread of the ranks' starts is the stack's
+# host lane). In a CUDA-graph pass of a dense model every rank runs the same kernels and each collective
+# re-aligns them, so what remains is each GPU's own speed over the compute between two collectives: a
+# rank slower by a fraction e of a segment of T arrives e T late. The spread of e: Sinha et al., "Not All
+# GPUs Are Created Equal" (SC'22, arXiv 2208.11035): 8% average (max 22%) performance variation among
+# same-SKU GPUs across whole clusters (V100, MI60; compute-bound kernels under power management); within
+# one box and for decode's memory-bound kernels (HBM clock fixed) smaller: taken as sd 1%, range 0.3-3%,
+# an assumption. Written as the profile's iid exponential per rank (what --exact and `tpsim calibrate`
+# use) with the same expected wait of the last of 8 ranks: m H_8 = sd E[Z_(8:8)] T, so m = sd x 1.4236 x T
+# / 2.7179 (Harter's normal order statistics; H_8). T: the comm-free decode step over its collectives
+# (tpsim predict --schedule upper-bound, TP8): 60 us for 70B at batch 1 on h100-sxm -> 0.31 us; 29 us for
+# 8B at batch 1 with sd 0.3% -> 0.05 us; 133 us for 405B at batch 16 on h200-sxm with sd 3% -> 2.1 us.
+_ARRIVAL_SRC = (
+    "derived, an assumption within a published spread: each GPU's own speed over the compute between two "
+    "collectives (a CUDA-graph pass launches nothing from the host inside it; the per-step spread of the ranks' "
+    "starts is the stack's host lane). Sinha et al. SC'22 (arXiv 2208.11035): 8% average (max 22%) performance "
+    "variation among same-SKU GPUs across clusters (compute-bound, power-managed); taken as sd 1% (range 0.3-3%) "
+    "within one box for memory-bound decode. As iid exponential per rank with the same expected wait of the "
+    "last of 8: m = sd x E[Z_(8:8)] 1.4236 x T / H_8 2.7179, T the comm-free decode step per collective: 60 us "
+    "(70B TP8 batch 1) -> 0.3 us; range from sd 0.3% at 8B TP8 batch 1 (T 29 us: 0.05 us) to sd 3% at 405B "
+    "TP8 batch 16 (T 133 us: 2.1 us). No per-collective arrival measurement of a dense graph on H100/H200 was "
+    "found (the public skews are MoE or host-paced eager runs: 1Cat-vLLM#173, vllm#52911, vllm#52777). "
+    "The net scope takes this (a scope left out takes the other's): the network's own latency is priced in the "
+    "collective. `tpsim calibrate` measures it on your cluster")
+JITTER = {"arrival": {"node": {"dist": "exponential", "mean_us": svr(0.3, 0.05, 2.1, _ARRIVAL_SRC)}}}
 
 
 def write(name, prof):

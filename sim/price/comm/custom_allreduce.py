@@ -23,8 +23,8 @@ fitted ones interpolates linearly in n.
 
 Barriers: floor(n) holds the kernel's flag barriers with the ranks in lockstep (the collector replays
 back-to-back calls in one graph). In a model, a rank that reaches the start barrier late makes its
-peers spin. That wait is not in the tables: it is arrival skew, and the engines add it from the
-profile's jitter.arrival (--exact) and the stack's host-lane offsets. Checked at decode sizes, vLLM
+peers spin. That wait is not in the tables: it is arrival skew, added from the profile's
+jitter.arrival (the fast path its expected value, --exact its draws) and the stack's host-lane offsets. Checked at decode sizes, vLLM
 kernel, graph mode, 16-512 KiB at 8 ranks against the held-apart tables: -2.7..+6.4% on h100-sxm and
 -2.4..+5.9% on h200-sxm (bench/validate_custom_allreduce.py; the searches for an in-model skew number
 are listed in tests/fixtures/engine_bench/public/README.md).
