@@ -383,9 +383,6 @@ class Simulator:
         if pad_s > 1e-12:
             out.append(f"padding costs {pad_s * 1e3:.1f} ms of collective time over the run (prefill + decode)")
         out += [n for n in self.cost.notes if n not in out]      # e.g. an engine refusing its all-reduce kernel
-        j = w.profile.arrival_jitter["net" if w.nodes > 1 else "node"]
-        if self.mode == "fast":     # what the fast path adds to each collective (arrival_wait_s)
-            out += [n for n in (arrival.note(j.dist, j.mean_s, w.comm_group or w.tp),) if n]
         return tuple(out)
 
     def predict(self, spec: str) -> Prediction:

@@ -36,10 +36,9 @@ def expected_wait_s(dist: str, mean_s: float, ranks: int) -> float:
     return mean_s * harmonic(ranks)
 
 
-def note(dist: str, mean_s: float, ranks: int) -> str:
-    """The line predict prints for what the fast path added ("" when nothing)."""
-    wait = expected_wait_s(dist, mean_s, ranks)
-    if wait <= 0:
-        return ""
-    return (f"each collective waits {wait * 1e6:.2f} us on average for the last of its {ranks} ranks (profile "
-            f"jitter.arrival: {dist}, mean {mean_s * 1e6:g} us per rank; --exact samples it)")
+
+def workload_wait_s(profile, tp: int, nodes: int, comm_group: int | None = None) -> tuple[float, object]:
+    """(the expected wait of a TP collective, the jitter it comes from) for a workload: its scope's
+    jitter (net once the group spans nodes), over the ranks the collectives span."""
+    j = profile.arrival_jitter["net" if nodes > 1 else "node"]
+    return expected_wait_s(j.dist, j.mean_s, comm_group or tp), j
