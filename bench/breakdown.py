@@ -93,7 +93,10 @@ def breakdown(w: Workload, spec: str, phase: str) -> dict:
     sched = w.schedule(spec, step)
 
     def op_s(op):
-        return simr.comm_s(op, phase) if op.is_comm else simr.cost.compute_s(op, phase, sched)
+        # a collective: its price plus the expected wait for its last rank (the fast path's, sim/engine/arrival.py)
+        if op.is_comm:
+            return simr.comm_s(op, phase) + simr.arrival_wait_s(op)
+        return simr.cost.compute_s(op, phase, sched)
 
     by_kind: dict = defaultdict(lambda: {"count": 0, "us": 0.0})
     compute_us = comm_us = 0.0

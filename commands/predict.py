@@ -7,6 +7,7 @@ import click
 
 from tpsim.fileio.policy import json_text
 from tpsim.sim import baseline
+from tpsim.sim.engine import arrival
 from tpsim.sim.predict import Simulator, predict as run
 from tpsim.sim.schedule.language import DEFAULT_SCHEDULES, SCHEDULE_HELP
 from tpsim.sim.sensitivity import check as sensitivity
@@ -130,6 +131,14 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
             d["tokens_per_s_range"] = list(sens.intervals[d["schedule"]]["tokens_per_s"])
             d["speedup_range"] = list(sens.intervals[d["schedule"]]["speedup"])
     jitter_note, no_jitter = None, True
+    if not (exact or exhaustive):
+        # what the fast path added before each collective: the expected wait for its last rank
+        wait_s, j = arrival.workload_wait_s(w.profile, w.tp, w.nodes, w.comm_group)
+        out["arrival_wait_us"] = wait_s * 1e6
+        if wait_s > 0:
+            jitter_note = (f"each collective waits {wait_s * 1e6:.2f} us on average for the last of its "
+                           f"{w.comm_group or w.tp} ranks (profile jitter.arrival: {j.dist}, mean {j.mean_s * 1e6:g} us "
+                           f"per rank; --exact draws it per rank)")
     if exact or exhaustive:
         out["mode"] = "sampled" if exact else "brute"
         out["jitter"] = {k: {"dist": j.dist, "mean_us": j.mean_s * 1e6, "source": j.source}

@@ -433,6 +433,9 @@ def stack_harness_options(values: dict, device: str) -> tuple[dict, list[str]]:
     if values.get("sampler", REFERENCE_SAMPLER) != REFERENCE_SAMPLER:
         notes.append(f"sampler {values['sampler']}: the engine's sampler kernels (sim/stack/sampler.py) are priced by the "
                      "simulator only; the harness samples with one argmax over the logits (hw/kernels.py _sample)")
+    if values.get("layer_host_s"):
+        notes.append("layer_host_s: the engine's Python per layer is not reproduced; the harness's own eager "
+                     "module code runs, and the measurement holds its Python instead")
     if values.get("engine_kernels") or values.get("attention_prep_kernels"):
         notes.append("engine kernels: the engine's fused CUDA ops (fused_add_rmsnorm, silu_and_mul, its RoPE and "
                      "cache-write kernels) are not part of PyTorch; the harness runs PyTorch's ops for them")

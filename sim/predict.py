@@ -22,6 +22,7 @@ from typing import Callable
 
 from tpsim.sim.price import occupancy
 from tpsim.sim.price.cost import CostModel
+from tpsim.sim.engine import arrival
 from tpsim.sim.engine.simpy_engine import Interference, StepResult, simulate
 from tpsim.sim.stack import host_lane
 from tpsim.sim.workload import Workload
@@ -122,7 +123,7 @@ class Simulator:
         # sim/sensitivity.py's settings): its cost model, the passes it built and their prices serve this one too
         self._short: dict = like._short if like is not None else {}   # (spec, layer counts, step) -> pass built
         self._priced: dict = like._priced if like is not None else {}  # id(pass) -> (pass, _prices of it)
-        self._apart: dict = like._apart if like is not None else {}    # id(pass) -> (pass, wake_s, timeline)
+        self._apart: dict = like._apart if like is not None else {}    # (id(pass), wake_s, jitter) -> (pass, timeline)
         self.ranks = ranks or (workload.tp if self.exact else 1)  # simulated ranks (a trace may show fewer)
         self.progress = progress            # called once per simulated forward pass (brute force is slow)
         p = workload.profile
@@ -315,12 +316,16 @@ class Simulator:
         """A compressed pass's timeline (fast path). One where no compute ran beside a collective
         (StepResult.apart) is the same at any flat factors with its wake-up: kept, and not simulated
         again by a simulator `like` this one (sim/sensitivity.py's settings of those factors)."""
-        i, hit = self.interference, self._apart.get(id(sched))
-        if hit is not None and hit[0] is sched and hit[1] == i.wake_s and i.active and i.coschedule is None:
-            return hit[2]
+        i = self.interference
+        # the same wake-up and the same arrival waits (the profile's jitter, which does move the timeline)
+        key = (id(sched), i.wake_s,
+               tuple(sorted((k, j.dist, j.mean_s) for k, j in self.w.profile.arrival_jitter.items())))
+        hit = self._apart.get(key)
+        if hit is not None and hit[0] is sched and i.active and i.coschedule is None:
+            return hit[1]
         r = self._simulate(sched, record=False)
         if r.apart and id(sched) in self._priced:       # a kept pass (_short_pass)
-            self._apart[id(sched)] = (sched, i.wake_s, r)
+            self._apart[key] = (sched, r)
         return r
 
     def _simulate(self, sched: Schedule, record: bool) -> StepResult:
@@ -337,7 +342,14 @@ class Simulator:
                         arrival_mean_s=mean, record=record, seed=self.seed * 1_000_003 + self._passes,
                         host_s=(lambda op: host(op, phase)) if host is not None else None,
                         rank_delay_s=ln.offsets_s if ln is not None else (),
-                        issue_s=(lambda op: launch[op.name]) if launch is not None else None)
+                        issue_s=(lambda op: launch[op.name]) if launch is not None else None,
+                        # the fast path's one rank waits its peers' expected lateness (sim/engine/arrival.py)
+                        arrival_wait_s=self.arrival_wait_s if self.mode == "fast" else None)
+
+    def arrival_wait_s(self, op) -> float:
+        """A collective's expected wait for its last rank under the profile's arrival jitter."""
+        j = self.w.profile.arrival_jitter[self._scope(op)]
+        return arrival.expected_wait_s(j.dist, j.mean_s, self.w.comm_group or op.attr("group"))
 
     def notes(self, spec: str) -> tuple[str, ...]:
         """The builder's notes for the prefill and a decode step, plus what padding costs (seq-parallel:

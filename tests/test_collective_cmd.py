@@ -27,7 +27,7 @@ def as_json(*args):
 def test_json_rows_priced_from_the_shm_mechanism():
     """h100-sxm-p2p-off, 4 ranks (one socket: one NCCL node), 8 B: NCCL's tuner picks Ring LL (its PCI
     constants: 6.6 + 6 x 1.0 < NVLS 25 us), and the ring pays 6 SHM steps of 3.54 us: 6.6 + 21.24 +
-    offset (-1.18) = 26.66 us; a compiled graph step adds NCCL's graph-mixing record node (1.31 us, as
+    offset (-0.92) = 26.92 us; a compiled graph step adds NCCL's graph-mixing record node (1.31 us, as
     h100-sxm: independent of the transport) and no copy (graph_extra_us 0: Inductor writes the GEMM's
     output where the in-place all_reduce_ reduces it, hw/inductor_overlap.all_reduce_producers)."""
     bare = as_json("--profile", "h100-sxm-p2p-off", "--group", "4", "--bytes", "8", "--mode", "nccl")
@@ -38,7 +38,7 @@ def test_json_rows_priced_from_the_shm_mechanism():
     (row,) = bare["rows"]
     assert set(row) == {"bytes", "time_us", "busbw_gbps", "path"}
     assert row["path"] == "topology:ring/ll"
-    assert row["time_us"] == pytest.approx(6.6 + 6 * 3.54 - 1.18, abs=0.01)
+    assert row["time_us"] == pytest.approx(6.6 + 6 * 3.54 - 0.92, abs=0.01)
     # busbw = bytes / time * 2(n-1)/n, in GB/s
     assert row["busbw_gbps"] == pytest.approx(round(8 / (row["time_us"] * 1e-6) / 1e9 * 6 / 4, 3), abs=1e-3)
     (g,) = as_json("--profile", "h100-sxm-p2p-off", "--group", "4", "--bytes", "8")["rows"]
@@ -51,11 +51,11 @@ def test_json_rows_priced_from_the_shm_mechanism():
 def test_p2p_off_tp8_shows_two_nccl_nodes_and_the_pick():
     """h100-sxm-p2p-off TP8: two 4-GPU NCCL nodes (cross-socket pairs over NET/IB), so NVLS is off;
     at 8 B the tuner picks Tree LL (tuner 6.8 + 2 x (3 x 1.0 + 1 x 5.0) = 22.8 us < Ring LL
-    6.6 + 10 x 1.0 + 4 x 2.7 = 27.4), which really costs 6.8 + 2 x (3 x 3.54 + 5.0) - 1.18 = 36.86 us."""
+    6.6 + 10 x 1.0 + 4 x 2.7 = 27.4), which really costs 6.8 + 2 x (3 x 3.54 + 5.0) - 0.92 = 37.12 us."""
     out = as_json("--profile", "h100-sxm-p2p-off", "--group", "8", "--bytes", "8", "--mode", "nccl")
     assert out["nccl"]["nnodes"] == 2 and out["nccl"]["ranks_per_node"] == [4, 4]
     assert out["nccl"]["picks"] == ["tree/ll"] and "NET/IB" in out["nccl"]["why"]
-    assert out["rows"][0]["time_us"] == pytest.approx(6.8 + 2 * (3 * 3.54 + 5.0) - 1.18, abs=0.01)
+    assert out["rows"][0]["time_us"] == pytest.approx(6.8 + 2 * (3 * 3.54 + 5.0) - 0.92, abs=0.01)
     r = run("--profile", "h100-sxm-p2p-off", "--group", "8", "--bytes", "8", "--mode", "nccl")
     assert r.exit_code == 0 and "NCCL nNodes 2" in r.output and "tree/ll" in r.output
     flat = " ".join(r.output.split())                            # the title may wrap in a narrow console

@@ -86,7 +86,8 @@ def test_an_engines_own_eager_kernels_price_a_decode_layer_as_it_launches():
     step = Step.decode(8, 64, 8, 1, Stack())
     norm, act, add = (op_named(n, step) for n in ("L0.mlp.norm", "L0.mlp.act", "L0.attn.add"))
     el = 8 * 4096
-    assert op_work(norm) == [Work(4.0 * el, 7 * 4 * el, 6)] and op_work(norm, engine=True) == [Work(4.0 * el, 4 * el, 1)]
+    assert op_work(norm) == [Work(4.0 * el, 7 * 4 * el, 6)]
+    assert op_work(norm, engine=True) == [Work(4.0 * el, 2 * 2 * el + 2 * 4096, 1)]     # + its weight
     assert op_work(act)[0].kernels == 2 and op_work(act, engine=True)[0].kernels == 1
     assert op_work(add)[0].kernels == 1 and op_work(add, engine=True)[0].kernels == 0
     assert op_work(add, fused=True, engine=True)[0].kernels == 1      # compiled: Inductor's kernels, not the engine's
@@ -98,8 +99,23 @@ def test_an_engines_own_eager_kernels_price_a_decode_layer_as_it_launches():
     assert torch_eager.compute_s(norm, "decode") == pytest.approx(6 * floor)
     assert engine.compute_s(norm, "decode") == pytest.approx(max(roofline_s(H100, op_work(norm, engine=True), "fp16"),
                                                                  floor))
-    assert engine.compute_s(add, "decode") == pytest.approx(3 * 2 * el / H100.mem_bytes_per_s)
-    assert engine.compute_s(add, "decode") < 0.05 * torch_eager.compute_s(add, "decode")     # 59 ns vs 3.3 us
+    assert engine.compute_s(add, "decode") == pytest.approx(2 * 2 * el / H100.mem_bytes_per_s)
+    assert engine.compute_s(add, "decode") < 0.05 * torch_eager.compute_s(add, "decode")     # 39 ns vs 3.3 us
+
+
+def test_an_engines_fused_add_rms_norm_moves_four_passes_and_its_weight():
+    """vLLM fused_add_rms_norm (csrc/layernorm_kernels.cu) / FlashInfer FusedAddRMSNorm: read input and
+    residual, write residual and the output: 4 passes over [rows, width], plus the weight [width] once.
+    Toy: 3 rows x 8 wide fp16 (48 B a pass): norm 2 passes + 16 B of weight, the add 2 passes = 208 B,
+    not the 5 passes (240 B) of a norm plus a separate add."""
+    from tpsim.sim.schedule.ir import Op
+    norm = Op("n", "rmsnorm", ("x",), ("y",), (("rows", 3), ("width", 8)), "fp16")
+    add = Op("a", "add", ("x", "r"), ("s",), (("rows", 3), ("width", 8)), "fp16")
+    (wn,), (wa,) = op_work(norm, engine=True), op_work(add, engine=True)
+    assert (wn.bytes, wn.kernels) == (2 * 48 + 16, 1)
+    assert (wa.bytes, wa.kernels) == (2 * 48, 0)
+    assert wn.bytes + wa.bytes == 4 * 48 + 16
+    assert op_work(add)[0].bytes == 3 * 48          # PyTorch's own add kernel: read two, write one
 
 
 def test_an_engines_qk_norm_is_one_kernel_per_tensor():

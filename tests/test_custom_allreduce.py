@@ -156,7 +156,45 @@ def test_one_registry_for_stack_names():
     assert "flashinfer" in ATTENTION_IMPLS and Stack(attention="fa3").attention == "fa3"
     with pytest.raises(ValueError, match="unknown attention"):
         Stack(attention="paged")
-    assert set(E) == {"vllm-custom", "sglang-custom", "trtllm-auto", "trtllm-oneshot", "trtllm-twoshot", "symm-mem"}
+    assert set(E) == {"vllm-custom", "sglang-custom", "trtllm-auto", "trtllm-oneshot", "trtllm-twoshot", "symm-mem",
+                      "symm-mem-multimem"}
+
+
+def test_a_direct_multimem_call_runs_in_place_at_every_size():
+    """symm-mem-multimem: a model file calling torch's multimem_all_reduce_ on its symmetric buffer. Toy
+    h100-sxm (vLLM floor 6 us at 8 ranks; NVLS busbw 480 GB/s -> algbw 480 x 8 / 14 = 1920/7 GB/s):
+    1,920,000 B costs 6 + 7 = 13 us, no copies; vLLM's symm-mem path pays the two copies on top. No
+    size cap: 128 MiB still runs multimem (vLLM's dispatch hands it to NCCL at 64 MiB)."""
+    prof = toy("h100-sxm")
+    direct = CostModel(prof, Stack(collective="symm-mem-multimem", dtype="bf16"))
+    vllm = CostModel(prof, Stack(collective="symm-mem", dtype="bf16"))
+    assert us(direct, 1_920_000, 8) == (13.0, "symm-mem-multimem:multimem-inplace")
+    copy = max(prof.launch_s["graph"], 2 * 1_920_000 / (prof.mem_bytes_per_s * prof.memory_efficiency(3_840_000)))
+    assert us(vllm, 1_920_000, 8) == (pytest.approx(13.0 + 2e6 * copy), "symm-mem:multimem")
+    assert us(direct, 128 << 20, 8)[1] == "symm-mem-multimem:multimem-inplace"
+    assert us(vllm, 128 << 20, 8)[1].endswith("(NCCL for symm-mem)")
+    # 2 ranks (h100-sxm's own constants: the toy has none at 2): vLLM runs two-shot there, a direct caller multimem
+    h100 = load_profile("h100-sxm")
+    assert us(CostModel(h100, Stack(collective="symm-mem", dtype="bf16")), 1024, 2)[1] == "symm-mem:symm-twoshot"
+    assert us(CostModel(h100, Stack(collective="symm-mem-multimem", dtype="bf16")), 1024, 2)[1] == \
+        "symm-mem-multimem:multimem-inplace"
+
+
+def test_a_direct_multimem_call_has_nothing_to_fall_back_to():
+    with pytest.raises(ValueError, match="needs NVLS multicast"):
+        CostModel(load_profile("a100-sxm"), Stack(collective="symm-mem-multimem", dtype="bf16")).price(
+            "all_reduce", 16384, 8, "graph")
+    with pytest.raises(ValueError, match="bf16/fp32 only.*give --dtype bf16"):
+        CostModel(load_profile("h100-sxm"), Stack(collective="symm-mem-multimem")).price("all_reduce", 16384, 8, "graph")
+    r = CliRunner().invoke(main, ["collective", "--profile", "a100-sxm", "--group", "8", "--impl", "symm-mem-multimem"])
+    assert r.exit_code == 2 and r.output.startswith("Error: symm-mem-multimem: ")
+
+
+def test_multimem_launches_a_block_per_16_kib_of_each_ranks_slice():
+    """torch init_elementwise_launch_config, splits = n, at most 8 blocks of 1024 x 16 B: a rank's slice of
+    S / n bytes takes ceil(slice / 16 KiB) blocks, at least 1."""
+    assert [car.multimem_blocks(kib << 10, 8) for kib in (16, 128, 256, 1024, 65536)] == [1, 1, 2, 8, 8]
+    assert [car.multimem_blocks(kib << 10, 2) for kib in (16, 32, 64)] == [1, 1, 2]
 
 
 def test_collective_command_prices_each_impl():

@@ -3,7 +3,7 @@ pinned to hand-computed values on h100-sxm (DGX H100: 8 GPUs on NVSwitch, 8 x 40
 GPU behind its own PCIe switch), 2 nodes x 8 = 16 ranks.
 
 Numbers used below (profile h100-sxm, all from tuning.cc or the datasheet-sourced topology):
-  NVLink ring busbw 367 GB/s (8-GPU chain), NIC 50 GB/s x 8, latency offset -1.18 us;
+  NVLink ring busbw 367 GB/s (8-GPU chain), NIC 50 GB/s x 8, latency offset -0.92 us;
   LL busbw cap across 2 nodes 39.0 GB/s (llMaxBws, Intel host row);
   Tree:  base LL 6.8, LL128 14.0, Simple 8.4; hop NVLink 0.6 / 1.25 / 4.0; NET 5.0 / 8.5 / 14.
   Ring:  base LL128 14.0, Simple 8.4; hop NVLink LL128 1.9, Simple 3.4; NET LL128 4.0, Simple 14.
@@ -16,7 +16,7 @@ import pytest
 from tpsim.sim.hardware.profile import load_profile, read_raw
 from tpsim.sim.price.comm.topology import RING_PLATEAU, TREE_CORRECTION, TopologyModel, nvls_tree_chunk_bytes
 
-OFFSET_US = -1.18
+OFFSET_US = -0.92
 
 
 def _terms(profile="h100-sxm", group=16):

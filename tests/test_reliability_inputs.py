@@ -94,7 +94,7 @@ def test_negative_extras_and_below_floor_values_are_refused(tmp_path, doc, field
 
 
 def test_a_fitted_negative_latency_offset_within_the_ring_base_still_loads(tmp_path):
-    """The built-in h100-sxm fit is -1.18 us: negative is real, below minus the ring base is not."""
+    """The built-in h100-sxm fit is -0.92 us: negative is real, below minus the ring base is not."""
     assert load_profile("h100-sxm").topology.latency_offset_us < 0
     load_profile(str(profile(tmp_path, {"topology": {"latency_offset_us": sv(-6.0)}})))
 

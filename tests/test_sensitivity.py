@@ -66,12 +66,13 @@ def test_the_note_names_the_pair_the_count_and_the_setting_that_reverses_it_most
 def test_builtin_profiles_carry_the_ranges_their_sources_state_and_an_override_drops_them():
     # the per-CTA rate of a decode attention grid: the marginals its source lists (sim/price/decode_grid.py)
     rate = {"compute.decode_attention.cta_gbps": (28.0, 60.0)}
+    jitter = {"jitter.arrival.node.mean_us": (0.05, 2.1)}      # each GPU's own speed between collectives
     assert load_profile("h100-sxm").ranges == rate | {"overlap.compute_slowdown": (1.18, 1.24),
-                                                      "overlap.comm_slowdown": (1.18, 1.24)}
+                                                      "overlap.comm_slowdown": (1.18, 1.24)} | jitter
     assert load_profile("h100-sxm-p2p-off").ranges == load_profile("h100-sxm").ranges      # via extends
     # the co-scheduling twin replaces the flat factors by 1.0 (its leaf has no range) and ranges NCCL's
     # 2x-3x HBM bytes per link byte instead
-    assert load_profile("h100-sxm-coschedule").ranges == rate | {"overlap.gpu.hbm_per_bus_byte": (2.0, 3.0)}
+    assert load_profile("h100-sxm-coschedule").ranges == rate | {"overlap.gpu.hbm_per_bus_byte": (2.0, 3.0)} | jitter
 
 
 def _with(path: str, leaf) -> dict:
@@ -118,7 +119,8 @@ def test_a_range_on_a_choice_is_refused():
 
 WIDE = {"format": "tpsim-profile", "version": 1, "name": "wide", "extends": "h100-sxm",
         "overlap": {"compute_slowdown": {"value": 1.21, "range": [1.0, 3.0], "source": "test: a wide range"},
-                    "comm_slowdown": {"value": 1.21, "source": "test: no range"}}}
+                    "comm_slowdown": {"value": 1.21, "source": "test: no range"}},
+        "jitter": {"arrival": {"node": {"mean_us": {"value": 0.3, "source": "test: no range"}}}}}
 ARGS = ["predict", "--model", "llama-3.1-70b", "--tp", "8", "--schedule", "ladder", "--schedule", "parallel"]
 
 
@@ -194,7 +196,7 @@ def test_an_end_the_profiles_other_fields_do_not_allow_is_a_clear_error(tmp_path
     res = CliRunner().invoke(main, ARGS + ["--profile", str(path)])
     assert res.exit_code == 2
     assert "field 'overlap.gpu.gpc_sms' must list positive whole SM counts summing to overlap.gpu.sms" in res.output
-    assert "with overlap.gpu.sms = 120, overlap.gpu.hbm_per_bus_byte = 2, ends of the ranges" in res.output
+    assert "overlap.gpu.sms = 120, overlap.gpu.hbm_per_bus_byte = 2, ends of the ranges" in res.output
     assert "Traceback" not in res.output
 
 
@@ -240,14 +242,15 @@ def test_the_numbers_no_price_reads_are_read_by_no_price():
                     assert price(a) == price(b), (spec, step.phase, op.name)
 
 
-@pytest.mark.parametrize("name, reruns", [("h100-sxm", 16), ("h100-sxm-coschedule", 44)])
+@pytest.mark.parametrize("name, reruns", [("h100-sxm", 68), ("h100-sxm-coschedule", 88)])
 def test_the_reruns_price_nothing_again_and_simulate_only_the_passes_the_factors_move(name, reruns, monkeypatch):
     """70B TP8, default schedules: each setting's tokens/s equal a fresh prediction on the parsed profile
-    at that setting; the reruns share the base prediction's prices and passes. Flat factors (h100-sxm,
-    4 settings x 4 contenders, 18 passes each): only ladder's 4 passes, where compute runs beside its
-    all-reduces, are simulated again, 16 instead of 72 (upper-bound's passes, which have no collective,
-    never). Co-scheduling (2 settings): every pass of the 4 contenders (36) and of upper-bound, whose
-    interval is shown too (4 passes a setting), 44."""
+    at that setting; the reruns share the base prediction's prices and passes. Flat factors (h100-sxm:
+    the two factors' 4 corners x the arrival jitter's 2 ends, 22 passes a setting): the jitter moves
+    every timeline, so at each of its ends all 22 passes are simulated once, then only ladder's 4 passes,
+    where compute runs beside its all-reduces, at each further corner of the factors: 2 x (22 + 3 x 4) =
+    68 instead of 176 (upper-bound's passes, which have no collective, at each jitter end only).
+    Co-scheduling (hbm_per_bus_byte's 2 ends x the jitter's 2): every pass of every setting, 88."""
     w = Workload(get_model("llama-3.1-70b"), 8, load_profile(name))
     scheds = ["standard", "ladder", "parallel", "spd:0.7", "upper-bound"]
     base = predict(w, scheds, record=False)

@@ -3,7 +3,7 @@
 Errors measured (model vs aiconfigurator 0.12.0 NCCL tables, all_reduce, printed by
 `pytest -s tests/test_topology.py -k report`):
   busbw at the largest measured size (512 MiB):
-    h100-sxm  n=2 +14%  n=4 +5%  n=8 +7%     h200-sxm  n=2 +15%  n=4 +6%  n=8 +3%
+    h100-sxm  n=2 +14%  n=4 +5%  n=8 +7%     h200-sxm  n=2 +14%  n=4 +6%  n=8 +3%
     (the 2-GPU tables still climb at 512 MiB; against the published 2-4 GiB peaks of nccl#1455 the
     H100 model is within 3% at every group size 2..8)
     a100-sxm  n=2 +5%   n=4 -7%  n=8 -9%     l40s-pcie n=2 +19%  (n=4, 8: measured 5.2 and 1.4 GB/s,

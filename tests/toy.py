@@ -62,3 +62,11 @@ COSCHED_PASS = Schedule("p", ONE_LAYER, 2, Step.decode(1, 8, 4, 1, STACK), STACK
     toy_op("tail", "gemm", ["k", "ar"])))
 COSCHED_COST = {"pre": 0.0, "ar": 1.0, "k": 6.0, "tail": 1.0}
 AT_1 = lambda op: 1.0   # noqa: E731  (the collective is ready at t = 1, 1 unit into k)
+
+
+def no_jitter(profile):
+    """`profile` without per-rank arrival jitter: one rank is then every rank, so the fast path and brute
+    force coincide to the bit (with jitter they agree in expectation: sim/engine/arrival.py)."""
+    import dataclasses
+    return dataclasses.replace(profile, arrival_jitter={k: dataclasses.replace(v, mean_s=0.0)
+                                                        for k, v in profile.arrival_jitter.items()})

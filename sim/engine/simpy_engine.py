@@ -128,11 +128,12 @@ class _Pass:
     def __init__(self, schedule: Schedule, op_time: Callable[[Op], float], ranks: int, interference: Interference,
                  rank_delay_s: tuple[float, ...], jitter_s: float, seed: int, record: bool,
                  arrival_mean_s: Callable[[Op], float] | None, host_s: Callable[[Op], float] | None,
-                 issue_s: Callable[[Op], float] | None):
+                 issue_s: Callable[[Op], float] | None, arrival_wait_s: Callable[[Op], float] | None = None):
         self.env = env = _CountingEnv()
         self.schedule, self.phase, self.interference = schedule, schedule.step.phase, interference
         self.rank_delay_s, self.jitter_s = rank_delay_s, jitter_s
         self.arrival_mean_s, self.host_s = arrival_mean_s, host_s
+        self.arrival_wait_s = arrival_wait_s
         self.ranks = [_Rank(self, env, r) for r in range(ranks)]
         self.colls: dict[str, _Collective] = {}
         self.record, self.records = record, []
@@ -375,10 +376,14 @@ class _Rank:
 
     def arrival_delay_s(self, op: Op) -> float:
         """The rank's delay before it arrives at collective `op`'s rendezvous, once ready there: an
-        exponential draw of the collective's scope's jitter (`simulate`'s arrival_mean_s or jitter_s)."""
+        exponential draw of the collective's scope's jitter (`simulate`'s arrival_mean_s or jitter_s),
+        plus, on the fast path's one rank, the expected lateness of its last peer (`arrival_wait_s`,
+        sim/engine/arrival.py: what a rendezvous of n such draws waits on average)."""
         sim = self.sim
         mean = sim.arrival_mean_s(op) if sim.arrival_mean_s is not None else sim.jitter_s
-        return sim.rng.exponential(mean) if mean > 0 else 0.0
+        drawn = sim.rng.exponential(mean) if mean > 0 else 0.0
+        wait = sim.arrival_wait_s(op) if sim.arrival_wait_s is not None else 0.0
+        return drawn + wait if wait > 0 else drawn
 
     def sm_wait_s(self, op: Op) -> float:
         """Co-scheduling: how long `op`'s kernel waits for the SMs the running compute kernel holds."""
@@ -433,7 +438,8 @@ def simulate(schedule: Schedule, op_time: Callable[[Op], float], ranks: int = 1,
              jitter_s: float = 0.0, seed: int = 0, record: bool = True,
              arrival_mean_s: Callable[[Op], float] | None = None,
              host_s: Callable[[Op], float] | None = None,
-             issue_s: Callable[[Op], float] | None = None) -> StepResult:
+             issue_s: Callable[[Op], float] | None = None,
+             arrival_wait_s: Callable[[Op], float] | None = None) -> StepResult:
     """Run one forward pass of `schedule` on `ranks` simulated ranks.
 
     ranks=1 is the representative-rank fast path: with symmetric ranks and no skew or jitter
@@ -449,6 +455,9 @@ def simulate(schedule: Schedule, op_time: Callable[[Op], float], ranks: int = 1,
     so collective k cannot start on a rank before the sum of the host times of collectives 0..k.
 
     `issue_s(op)`, when given: the CPU seconds to launch each op, chained per rank (module docstring).
+
+    `arrival_wait_s(op)`, when given: a fixed delay before each rank's arrival at that collective, as a
+    drawn one would be -- the fast path's expected wait for the last of its peers (sim/engine/arrival.py).
     """
     return _Pass(schedule, op_time, ranks, interference, rank_delay_s, jitter_s, seed, record,
-                 arrival_mean_s, host_s, issue_s).run()
+                 arrival_mean_s, host_s, issue_s, arrival_wait_s).run()

@@ -103,7 +103,10 @@ def parse(data: dict, where: str = "<profile>") -> Profile:
 # path -> (Profile field, its field or None). Another value of one is set in place, with no re-parse.
 AS_READ = {"overlap.compute_slowdown": ("compute_slowdown", None),
            "overlap.comm_slowdown": ("comm_slowdown", None),
-           "overlap.gpu.hbm_per_bus_byte": ("coschedule", "hbm_per_bus_byte")}
+           "overlap.gpu.hbm_per_bus_byte": ("coschedule", "hbm_per_bus_byte"),
+           # a scope's mean, in us in the file, mean_s parsed; a scope the file leaves out takes the first's
+           "jitter.arrival.node.mean_us": ("arrival_jitter", "node"),
+           "jitter.arrival.net.mean_us": ("arrival_jitter", "net")}
 
 
 def set_as_read(profile: Profile, setting: tuple[tuple[str, float], ...]) -> Profile | None:
@@ -115,7 +118,15 @@ def set_as_read(profile: Profile, setting: tuple[tuple[str, float], ...]) -> Pro
     for path, value in setting:
         name, sub = AS_READ[path]
         v = float(value)
-        top[name] = v if sub is None else replace(top.get(name, getattr(profile, name)), **{sub: v})
+        if name == "arrival_jitter":     # as arrival_jitter() reads it: the scopes the file gives, in order
+            given = list(raw["jitter"]["arrival"])
+            jit = dict(top.get(name, profile.arrival_jitter))
+            for scope in jit:
+                if scope == sub or (scope not in given and sub == given[0]):
+                    jit[scope] = replace(jit[scope], mean_s=v * 1e-6)
+            top[name] = jit
+        else:
+            top[name] = v if sub is None else replace(top.get(name, getattr(profile, name)), **{sub: v})
         raw = _with_leaf(raw, path.split("."), v)
     return replace(profile, raw=raw, **top)
 

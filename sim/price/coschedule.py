@@ -66,9 +66,9 @@ src/include/device.h; prims_ll.h's readLL likewise spins on each line's flag):
   reach a collective together (the engines' identical ranks, the fast path's one representative
   rank) never spin: their timelines are exactly those without this rule.
 - start skew between ranks: only what the engines are given (the profile's jitter section, a stack's
-  host-lane offsets); the built-in GPU profiles' jitter is 0 because no public microbenchmark of
-  per-rank kernel-start spread on one box was found (their jitter.arrival sources), so on the
-  reference stack's identical ranks nothing spins.
+  host-lane offsets); the fast path's one rank pays the jitter's expected wait as a delay before each
+  collective (sim/engine/arrival.py), not as spinning, so on the reference stack's identical ranks
+  nothing spins; `--exact` draws the jitter on every rank and the early ones spin.
 Thread-block clusters (sim/hardware/gpc.py, its sources there): where the compute kernel's CTAs leave the
 idle SMs across GPCs is not documented, so it is a named profile option, not a fact; a GPU check
 (issue 25 item 6: %smid of a 112-CTA kernel, then a 4-cluster kernel on a second stream) settles it.

@@ -61,7 +61,10 @@ SWEEP_ATTR = {"gemm": "m", "attention": "kv_len", "rmsnorm": "rows", "swiglu": "
 # byte, which co-scheduling reads from the simulator's own profile: sim/price/occupancy.py comm_kernel): a
 # profile that differs from another only in these prices every op alike (sim/sensitivity.py shares one
 # CostModel between such settings; tests/test_sensitivity.py holds it)
-UNPRICED = ("overlap.compute_slowdown", "overlap.comm_slowdown", "overlap.gpu.hbm_per_bus_byte")
+UNPRICED = ("overlap.compute_slowdown", "overlap.comm_slowdown", "overlap.gpu.hbm_per_bus_byte",
+            # the ranks' arrival jitter: read by the simulation (each collective's expected wait for its last
+            # rank, sim/predict.py arrival_wait_s), never by an op's price
+            "jitter.arrival.node.mean_us", "jitter.arrival.net.mean_us")
 
 
 class CostModel(CollectiveCost):
@@ -135,7 +138,8 @@ class CostModel(CollectiveCost):
         its eager time (an eager table, timed per Python-issued call, or a graph table plus
         eager_extra, sim/price/comm/collective.py) already holds that call on the GPU side, so it is not
         added to the collective's time again -- it only delays what this thread issues after it. A
-        collective over a group of 1 exchanges nothing (priced "local", 0) and launches nothing. An
+        collective over a group of 1 exchanges nothing (priced "local", 0) and launches nothing. An eager
+        phase's attention op also carries the layer's Python beyond its launches (Stack.layer_host_s). An
         engine sampler's kernels launched by its logits processor (sim/stack/sampler.py in_logits: the fp32
         cast) are captured with the LM head where the head is inside the graph: not launched here."""
         if (self.profile.device != "cuda" or op.given_cost_s is not None or self.stack.graphs(phase, op.name)
@@ -153,7 +157,11 @@ class CostModel(CollectiveCost):
             if engine_sampler is not None and self.stack.graphs(phase, "head"):
                 # the cast in the engine's logits processor is captured with the LM head (graph_scope "logits")
                 n -= engine_sampler.logits_kernels
-            t = self._cache[key] = n * self._launch_s(False)
+            t = n * self._launch_s(False)
+            if op.kind == "attention" and not fused:
+                # the layer's Python beyond its launches (Stack.layer_host_s), once per layer: at its attention
+                t += self.stack.layer_host_s
+            self._cache[key] = t
         return t
 
     def _kernel_count(self, op: Op, fused: bool, hit, sched: Schedule | None = None) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tpsim.sim.price import flash_prefill
 from tpsim.sim.stack import sampler
 from tpsim.sim.schedule.ir import Op
 from tpsim.sim.hardware.profile import Profile
@@ -24,6 +25,7 @@ class Work:
     bytes: float
     kernels: int
     matmul: bool = False      # limited by matrix throughput (gemm efficiency) vs memory
+    rate: float = 1.0         # the kernel's matrix rate over the efficiency curve's (a causal flash prefill's)
 
 
 def op_work(op: Op, fused: bool = False, engine: bool = False) -> list[Work]:
@@ -51,14 +53,28 @@ def op_work(op: Op, fused: bool = False, engine: bool = False) -> list[Work]:
     if k == "rmsnorm":
         # eager: x.float(), pow, mean, rsqrt, mul, mul(weight), .to(dtype): fp32 passes over [rows, width]
         el = a["rows"] * a["width"]
-        return [Work(4.0 * el, 2 * e * el, 1)] if fused or engine else [Work(4.0 * el, 7 * 4 * el, 6)]
+        if engine and not fused:
+            # the engine's norm kernel reads x [rows, width] and writes y once, and reads its weight
+            # [width] (vLLM csrc/layernorm_kernels.cu rms_norm_kernel / fused_add_rms_norm_kernel;
+            # FlashInfer norm.cuh RMSNorm / FusedAddRMSNorm); a residual add before it rides in it (add)
+            return [Work(4.0 * el, 2 * e * el + e * a["width"], 1)]
+        return [Work(4.0 * el, 2 * e * el, 1)] if fused else [Work(4.0 * el, 7 * 4 * el, 6)]
     if k == "swiglu":
         el = a["rows"] * a["width"]
         return [Work(4.0 * el, 3 * e * el, 1)] if fused or engine else [Work(4.0 * el, 5 * e * el, 2)]
     if k == "add":
         el = a["rows"] * a["width"]
-        # an engine's residual add rides in the next norm's kernel (fused_add_rmsnorm): no launch of its own
-        return [Work(float(el), 3 * e * el, 0 if engine and not fused else 1)]
+        if engine and not fused:
+            # an engine's residual add rides in the next norm's kernel (fused_add_rms_norm), which moves
+            # 4 passes over [rows, width] in all: it reads input and residual, writes the sum back into
+            # residual and the normed output into input; the sum never crosses DRAM again (vLLM
+            # csrc/layernorm_kernels.cu fused_add_rms_norm_kernel re-reads the row it just wrote, an
+            # L1/L2 hit; FlashInfer norm.cuh FusedAddRMSNorm keeps it in shared memory, used by SGLang
+            # sgl_fused_add_rmsnorm and TensorRT-LLM flashinfer_fused_add_rmsnorm). The norm charges
+            # one read and the output write; the add the other read and the sum's write: 2 passes,
+            # no launch of its own
+            return [Work(float(el), 2 * e * el, 0)]
+        return [Work(float(el), 3 * e * el, 1)]
     if k == "embed":
         el = a["rows"] * a["width"]
         if not a.get("masked"):
@@ -141,8 +157,9 @@ def kv_elem_bytes(a: dict, e: int) -> int:
 
 def _attention_work(a: dict, e: int, fused: bool) -> list[Work]:
     """RoPE + KV-cache write (+ GQA expand) + SDPA over kv_len keys. Per rank:
-    q [b, q, H, d], cache [b, kv, Hk, d]; math SDPA materializes scores [b, H, q, kv]. An engine's
-    own prep kernels (attr "prep", Stack.attention_prep_kernels) do the RoPE and the cache write
+    q [b, q, H, d], cache [b, kv, Hk, d]; math SDPA materializes scores [b, H, q, kv] and computes
+    all of them; a flash kernel under the causal mask only its tiles up to the diagonal
+    (sim/price/flash_prefill.py). An engine's own prep kernels (attr "prep", Stack.attention_prep_kernels) do the RoPE and the cache write
     in that many kernels, compiled or not."""
     b, q, kv = a["batch"], a["q_len"], a["kv_len"]
     h, hk, d = a["heads"], a["kv_heads"], a["head_dim"]
@@ -171,8 +188,13 @@ def _attention_work(a: dict, e: int, fused: bool) -> list[Work]:
         scores = b * h * q * kv
         # bmm -> scale/mask -> softmax (fp32) -> cast -> bmm: ~6 passes over the score matrix
         out.append(Work(flops, qo_kv + 6 * e * scores, 1 if fused else 6, matmul=True))
-    else:
-        out.append(Work(flops, qo_kv, 1, matmul=True))
+        return out
+    # a flash kernel under the causal mask computes only the key tiles up to each row block's diagonal,
+    # at its causal rate (sim/price/flash_prefill.py); K/V still cross DRAM once (the last row block
+    # reads every key), so the bytes stay
+    tiled = flash_prefill.causal(a["impl"], q, a.get("start_pos", kv - q), kv, d, max(1, h // hkv))
+    frac, rate = tiled if tiled is not None else (1.0, 1.0)
+    out.append(Work(flops * frac, qo_kv, 1, matmul=True, rate=rate))
     return out
 
 
@@ -181,9 +203,9 @@ def roofline_s(profile: Profile, works: list[Work], dtype: str) -> float:
     t = 0.0
     for w in works:
         if not w.kernels:       # rides in another kernel (a GEMM's bias epilogue): no small-kernel efficiency
-            t += max(w.flops / peak if w.matmul else 0.0, w.bytes / profile.mem_bytes_per_s)
+            t += max(w.flops / (peak * w.rate) if w.matmul else 0.0, w.bytes / profile.mem_bytes_per_s)
             continue
-        t_flops = w.flops / (peak * profile.gemm_efficiency(max(w.flops, 1.0))) if w.matmul else 0.0
+        t_flops = w.flops / (peak * profile.gemm_efficiency(max(w.flops, 1.0)) * w.rate) if w.matmul else 0.0
         t_bytes = w.bytes / (profile.mem_bytes_per_s * profile.memory_efficiency(max(w.bytes, 1.0)))
         t += max(t_flops, t_bytes)
     return t

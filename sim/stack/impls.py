@@ -4,7 +4,8 @@ the collective pricing and the attention pricing all read.
 Collectives: Stack.collective is either "auto" (the profile's default_impl), a measured table's
 impl of the profile (nccl, custom, gloo, nccl-p2p-off, ...: priced from that table), or one of the
 serving engines' own all-reduce implementations below, each priced from its kernel's mechanism
-(sim/price/comm/custom_allreduce.py) with the rules under which its engine refuses it and falls back to NCCL.
+(sim/price/comm/custom_allreduce.py) with the rules under which its engine refuses it and falls back to NCCL; symm-mem-multimem is no engine's
+dispatch but a model file calling torch's multimem kernel itself, which has no fallback.
 
 Attention: Stack.attention names the prefill/decode attention kernel. "math" is the materialized
 SDPA of the reference harness; "flash" is a fused kernel priced at the roofline of its bytes and
@@ -49,6 +50,14 @@ ENGINE_COLLECTIVES: dict[str, CollectiveImpl] = {c.name: c for c in (
                    "torch.distributed._symmetric_memory: torch.ops.symm_mem.multimem_all_reduce_ / "
                    "two_shot_all_reduce_ (torch/csrc/distributed/c10d/symm_mem/CUDASymmetricMemoryOps.cu) + "
                    "vllm/distributed/device_communicators/symm_mem.py"),
+    # a model file that keeps its activations in the symmetric buffer and calls the kernel itself: in place,
+    # no copy-in/out, no size cap beyond the buffer and no NCCL fallback (it runs multimem or not at all)
+    CollectiveImpl("symm-mem-multimem", "PyTorch symmetric memory, multimem called directly", "symm-mem",
+                   "multimem",
+                   "torch.ops.symm_mem.multimem_all_reduce_(buf, 'sum', group_name) on a tensor in the rendezvoused "
+                   "buffer (torch/csrc/distributed/c10d/symm_mem/CUDASymmetricMemoryOps.cu multimem_all_reduce_: "
+                   "in place, barrier -> multimem.ld_reduce / multimem.st of this rank's 1/n slice -> barrier; "
+                   "needs the buffer's multicast pointer, bf16/fp32 only)"),
 )}
 
 ATTENTION_IMPLS = ("math", "flash", "fa2", "fa3", "flashinfer", "xqa", "vllm-paged")

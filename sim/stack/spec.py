@@ -103,6 +103,11 @@ class Stack:
     # what samples each step's next tokens from the logits [batch, vocab]: "argmax" (the reference harness,
     # one kernel) or an engine's sampler on its latency benchmark's path (sim/stack/sampler.py: its kernels)
     sampler: str = REFERENCE_SAMPLER
+    # seconds of Python per transformer layer of an eager phase beyond its kernels' launches (nn.Module
+    # calls, views and slices that launch nothing, custom-op dispatch): on the rank's launch chain, once per
+    # layer (sim/price/cost.py issue_s). 0: the reference harness, whose layer Python the profile's eager
+    # launch cost holds; an engine preset's value is counted from its code (bench/eager_layer_python.py)
+    layer_host_s: float = 0.0
     host: HostStep = field(default_factory=HostStep)   # the engine's CPU work per step (sim.stack.host_lane)
     preset: str = "reference"         # the --stack preset (or stack file) these values started from
     # (field, lo, hi) per host number whose evidence gives an interval (a preset's (value, source, (lo, hi))):
@@ -133,6 +138,9 @@ class Stack:
         if isinstance(self.attention_prep_kernels, bool) or not isinstance(self.attention_prep_kernels, int) \
                 or not 0 <= self.attention_prep_kernels <= 16:
             raise ValueError(f"attention_prep_kernels must be an integer 0..16, got {self.attention_prep_kernels!r}")
+        if isinstance(self.layer_host_s, bool) or not isinstance(self.layer_host_s, (int, float)) \
+                or not 0 <= self.layer_host_s < 1:
+            raise ValueError(f"layer_host_s must be seconds in [0, 1), got {self.layer_host_s!r}")
         for flag in ("engine_kernels", "mm_decompose_m1"):
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"{flag} must be true or false, got {getattr(self, flag)!r}")

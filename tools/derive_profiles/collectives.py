@@ -21,18 +21,36 @@ from shm import shm_flow_gbps
 
 # ---------------------------------------------------------------- collectives
 
+def nccl_runs(system, ver):
+    """Every fp16 row the database holds for NCCL `ver` on `system`, and the folders they came from:
+    aiconfigurator files repeated collections of one release under other folder names, whose `version`
+    column names the release (h100_sxm/comm/nccl/2.27.3 and h200_sxm/.../2.26.2 hold two runs each of
+    NCCL 2.29.2); a folder without that column is the release its name says."""
+    frames, dirs = [], []
+    for f in sorted((DATA / system / "comm" / "nccl").glob("*/nccl_perf.parquet")):
+        d = pd.read_parquet(f)
+        d = d[d.version == ver] if "version" in d.columns else (d if f.parent.name == ver else d.iloc[:0])
+        d = d[(d.nccl_dtype == "half") & (d.kernel_source == "NCCL")]
+        if len(d):
+            frames.append(d)
+            dirs.append(f.parent.name)
+    return pd.concat(frames), dirs
+
+
 def nccl_tables(system, ver):
-    f = DATA / system / "comm" / "nccl" / ver / "nccl_perf.parquet"
-    d = pd.read_parquet(f)
-    d = d[d.nccl_dtype == "half"]
+    d, dirs = nccl_runs(system, ver)
+    where = " + ".join(f"systems/data/{system}/comm/nccl/{x}/nccl_perf.parquet" for x in dirs)
     out = []
     for op in ("all_reduce", "all_gather", "reduce_scatter"):
         for n in sorted(d.num_gpus.unique()):
-            g = d[(d.op_name == op) & (d.num_gpus == n)].groupby("message_size").latency.median().sort_index()
+            rows = d[(d.op_name == op) & (d.num_gpus == n)]
+            g = rows.groupby("message_size").latency.median().sort_index()
+            runs = int(rows.groupby("message_size").size().median())
             out.append({"collective": op, "group": int(n), "scope": "node", "mode": "graph", "impl": "nccl",
                         "bytes": [int(2 * s) for s in g.index], "time_us": [round(float(v) * 1e3, 3) for v in g],
-                        "source": f"{AIC} database: systems/data/{system}/comm/nccl/{ver}/nccl_perf.parquet "
-                                  f"(NCCL {ver}, fp16, {op}, {n} GPUs); message_size is fp16 elements (nccl-tests "
+                        "source": f"{AIC} database: {where} (NCCL {ver}, fp16, {op}, {n} GPUs; the median of the "
+                                  f"{runs} runs of that release the database holds per size, every folder whose "
+                                  f"rows say NCCL {ver}); message_size is fp16 elements (nccl-tests "
                                   f"count: busbw at 512 MiB is NVLS-class only if so), all_gather size = gathered "
                                   f"output; back-to-back device time, filed as graph mode (agrees with "
                                   f"sglang#22734 H200 graph-mode NCCL within 10%)"})
@@ -282,11 +300,31 @@ P2P_OFF_CHANNELS = (2, "NVIDIA/nccl-tests#228: an 8-GPU NVSwitch box whose rings
                        "NCCL_P2P_DISABLE=1 makes every GPU-GPU edge")
 
 
-JITTER = {"arrival": {scope: {"dist": "exponential", "mean_us": sv(0.0, (
-    f"not modelled: no public measurement of per-rank arrival spread at {what} collectives on this box "
-    "was found (NCCL / nccl-tests issues discuss it only qualitatively; vLLM PR #57037 injects delays rather "
-    "than measuring natural skew); 0 means --exact adds none, not that real ranks have none. "
-    "`tpsim calibrate` measures it on your cluster"))} for scope, what in (("node", "one-node"), ("net", "cross-node"))}}
+# Per-rank arrival at each collective, GPU side (the per-step spread of the ranks' starts is the stack's
+# host lane). In a CUDA-graph pass of a dense model every rank runs the same kernels and each collective
+# re-aligns them, so what remains is each GPU's own speed over the compute between two collectives: a
+# rank slower by a fraction e of a segment of T arrives e T late. The spread of e: Sinha et al., "Not All
+# GPUs Are Created Equal" (SC'22, arXiv 2208.11035): 8% average (max 22%) performance variation among
+# same-SKU GPUs across whole clusters (V100, MI60; compute-bound kernels under power management); within
+# one box and for decode's memory-bound kernels (HBM clock fixed) smaller: taken as sd 1%, range 0.3-3%,
+# an assumption. Written as the profile's iid exponential per rank (what --exact and `tpsim calibrate`
+# use) with the same expected wait of the last of 8 ranks: m H_8 = sd E[Z_(8:8)] T, so m = sd x 1.4236 x T
+# / 2.7179 (Harter's normal order statistics; H_8). T: the comm-free decode step over its collectives
+# (tpsim predict --schedule upper-bound, TP8): 60 us for 70B at batch 1 on h100-sxm -> 0.31 us; 29 us for
+# 8B at batch 1 with sd 0.3% -> 0.05 us; 133 us for 405B at batch 16 on h200-sxm with sd 3% -> 2.1 us.
+_ARRIVAL_SRC = (
+    "derived, an assumption within a published spread: each GPU's own speed over the compute between two "
+    "collectives (a CUDA-graph pass launches nothing from the host inside it; the per-step spread of the ranks' "
+    "starts is the stack's host lane). Sinha et al. SC'22 (arXiv 2208.11035): 8% average (max 22%) performance "
+    "variation among same-SKU GPUs across clusters (compute-bound, power-managed); taken as sd 1% (range 0.3-3%) "
+    "within one box for memory-bound decode. As iid exponential per rank with the same expected wait of the "
+    "last of 8: m = sd x E[Z_(8:8)] 1.4236 x T / H_8 2.7179, T the comm-free decode step per collective: 60 us "
+    "(70B TP8 batch 1) -> 0.3 us; range from sd 0.3% at 8B TP8 batch 1 (T 29 us: 0.05 us) to sd 3% at 405B "
+    "TP8 batch 16 (T 133 us: 2.1 us). No per-collective arrival measurement of a dense graph on H100/H200 was "
+    "found (the public skews are MoE or host-paced eager runs: 1Cat-vLLM#173, vllm#52911, vllm#52777). "
+    "The net scope takes this (a scope left out takes the other's): the network's own latency is priced in the "
+    "collective. `tpsim calibrate` measures it on your cluster")
+JITTER = {"arrival": {"node": {"dist": "exponential", "mean_us": svr(0.3, 0.05, 2.1, _ARRIVAL_SRC)}}}
 
 
 def write(name, prof):

@@ -11,7 +11,9 @@ Mechanism (one kernel, every rank; S = message bytes, n = ranks):
   2 (n-1) S / n per rank, plus the middle barrier's fixed cost (twoshot_extra_us).
 - multimem (symm_mem multimem_all_reduce_, NVLS): each rank multimem.ld_reduce's its S/n slice
   (the NVSwitch reduces) and multimem.st's it to every GPU; priced at the NVLS bus bandwidth NCCL
-  achieves on the same switch (topology nvls_busbw_gbps), busbw = algbw * 2(n-1)/n.
+  achieves on the same switch (topology nvls_busbw_gbps), busbw = algbw * 2(n-1)/n. vLLM copies
+  each message into the symmetric buffer and back (two copy kernels); a model file whose tensor
+  already lives there calls the kernel in place (impl symm-mem-multimem: MULTIMEM_INPLACE).
 time = floor(n) + remote bytes / achieved rate. floor(n): the kernel at the smallest sizes (launch
 from a graph + its barriers), rates: the achieved per-rank rate of that kernel's loads. Both are
 profile constants (collectives.custom_allreduce.<family>.groups.<n>), fitted by
@@ -21,8 +23,8 @@ fitted ones interpolates linearly in n.
 
 Barriers: floor(n) holds the kernel's flag barriers with the ranks in lockstep (the collector replays
 back-to-back calls in one graph). In a model, a rank that reaches the start barrier late makes its
-peers spin. That wait is not in the tables: it is arrival skew, and the engines add it from the
-profile's jitter.arrival (--exact) and the stack's host-lane offsets. Checked at decode sizes, vLLM
+peers spin. That wait is not in the tables: it is arrival skew, added from the profile's
+jitter.arrival (the fast path its expected value, --exact its draws) and the stack's host-lane offsets. Checked at decode sizes, vLLM
 kernel, graph mode, 16-512 KiB at 8 ranks against the held-apart tables: -2.7..+6.4% on h100-sxm and
 -2.4..+5.9% on h200-sxm (bench/validate_custom_allreduce.py; the searches for an in-model skew number
 are listed in tests/fixtures/engine_bench/public/README.md).
@@ -70,7 +72,8 @@ class Hardware:
 
 @dataclass(frozen=True)
 class Pick:
-    kernel: str             # "oneshot" | "twoshot" (the engine's own) | "multimem" | "symm-twoshot" | "nccl"
+    kernel: str             # "oneshot" | "twoshot" (the engine's own) | "multimem" | "symm-twoshot" | "nccl",
+                            # or MULTIMEM_INPLACE (a direct caller's multimem, no copies)
     note: str = ""          # why NCCL, when the engine refused its own kernel
 
 
@@ -133,6 +136,30 @@ def symm_mem_dtype_refusal(dtype: str) -> str:
             f"{dtype} runs NCCL")
 
 
+# A direct caller's multimem: torch's multimem_all_reduce_ on the symmetric buffer itself, in place
+# (CUDASymmetricMemoryOps.cu): no copy into a staging buffer and out of it, no size rule, no fallback.
+# Its launch (init_elementwise_launch_config, splits = n, at most 8 blocks of 1024 threads): one block
+# while a rank's 1/n slice is at most 1024 x 8 elements of 16 B vectors (16 KiB: up to 128 KiB at 8
+# ranks), then one more block per 16 KiB of slice, up to 8.
+MULTIMEM_INPLACE = "multimem-inplace"
+
+
+def multimem_blocks(nbytes: float, n: int) -> int:
+    """CTAs of one multimem_all_reduce_ of `nbytes` over `n` ranks (MULTIMEM_INPLACE's comment)."""
+    per_split = -(-int(nbytes) // (16 * n)) * 16            # round_up(numel, alignment x splits) / splits, bytes
+    return max(1, min(8, -(-per_split // (1024 * 16))))
+
+
+def direct_multimem_refusal(hw: "Hardware", dtype: str) -> str:
+    """Why a direct multimem_all_reduce_ cannot run here ("" when it can): torch checks the buffer's
+    multicast support (SM90 + NVSwitch multicast objects, one node) and dispatches bf16 / fp32 only."""
+    if not (hw.multicast and hw.single_node):
+        return ("symm-mem-multimem: torch's multimem_all_reduce_ needs NVLS multicast in one node (SM90 + "
+                "NVSwitch: the rendezvoused buffer's multicast_ptr); this profile has none")
+    why = symm_mem_dtype_refusal(dtype)
+    return f"symm-mem-multimem: {why.split(': ')[0]}; give --dtype bf16" if why else ""
+
+
 def symm_mem_buffer_bytes(messages, n: int) -> int:
     """The symmetric buffer a group of `n` ranks needs for these all-reduce sizes (bytes): the largest
     message symm_mem_pick would send through symmetric memory on a multicast box, rounded up to 16 B
@@ -192,6 +219,12 @@ def pick(impl: CollectiveImpl, nbytes: float, n: int, hw: Hardware, width: int |
         k = auto_strategy(tokens, hidden, n)
         return Pick(k, "" if k != "nccl" else "TensorRT-LLM AUTO: its lookup table picks NCCL for "
                                               f"[{tokens}, {hidden}] at TP {n}")
+    if impl.family == "symm-mem" and impl.strategy == "multimem":
+        # a direct caller has nothing to fall back to: where the kernel cannot run, neither can the stack
+        why = direct_multimem_refusal(hw, dtype)
+        if why:
+            raise ValueError(why)
+        return Pick(MULTIMEM_INPLACE)
     if impl.family == "symm-mem":
         why = symm_mem_dtype_refusal(dtype)
         return Pick("nccl", why) if why else _symm_mem_pick(nbytes, n, hw)
@@ -246,7 +279,7 @@ def family_consts(profile, family: str, n: int) -> Consts | None:
 
 def kernel_s(profile, family: str, kernel: str, nbytes: float, n: int) -> float | None:
     """Graph-mode seconds of one engine kernel, or None without constants for it."""
-    if kernel in ("multimem", "symm-twoshot"):
+    if kernel in ("multimem", "symm-twoshot", MULTIMEM_INPLACE):
         return _symm_mem_s(profile, kernel, nbytes, n)
     c = family_consts(profile, family, n)
     if c is None:
@@ -265,15 +298,17 @@ def _copy_s(profile, nbytes: float) -> float:
 
 def _symm_mem_s(profile, kernel: str, nbytes: float, n: int) -> float | None:
     """vLLM SymmMemCommunicator.all_reduce: copy into the symmetric buffer, the symm_mem kernel, copy
-    out. The kernel's barriers are the vLLM kernel's (both sync_remote_blocks in / out over signal
-    pads): its fitted floor; multimem at the NVLS bus rate, two-shot at vLLM's two-shot (n = 2: its
-    one-shot) rate."""
+    out; a direct caller's multimem (MULTIMEM_INPLACE) the kernel alone. The kernel's barriers are the
+    vLLM kernel's (both sync_remote_blocks in / out over signal pads): its fitted floor; multimem at
+    the NVLS bus rate, two-shot at vLLM's two-shot (n = 2: its one-shot) rate. The multimem rate is
+    the switch's at every size: what its 1-8 blocks (multimem_blocks) reach below the NVLS bus rate
+    has no public measurement (bench/gpu_symm_mem.py times it on a GPU box)."""
     c = family_consts(profile, "vllm", n)
     topo = profile.topology
     if c is None or topo is None:
         return None
-    copies = 2 * _copy_s(profile, nbytes)
-    if kernel == "multimem":
+    copies = 0.0 if kernel == MULTIMEM_INPLACE else 2 * _copy_s(profile, nbytes)
+    if kernel in ("multimem", MULTIMEM_INPLACE):
         if topo.nvls_busbw_gbps <= 0:
             return None
         algbw = topo.nvls_busbw_gbps * 1e9 * n / (2 * (n - 1))
@@ -289,6 +324,6 @@ def eager_s(profile, family: str, kernel: str, graph_s: float, nbytes: float, n:
     if c is not None and c.eager_floor_s > 0:
         # the copy-in is one more kernel in the eager call: its bytes, not another launch floor
         copy = 2.0 * nbytes / (profile.mem_bytes_per_s * profile.memory_efficiency(max(2.0 * nbytes, 1.0)))
-        t = graph_s + (0.0 if kernel in ("multimem", "symm-twoshot") else copy)
+        t = graph_s + (0.0 if kernel in ("multimem", "symm-twoshot", MULTIMEM_INPLACE) else copy)
         return max(c.eager_floor_s, t), "+eager(copy-in, host floor)"
     return graph_s + profile.eager_extra_s, "+eager_extra"
