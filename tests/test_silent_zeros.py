@@ -11,8 +11,6 @@ from tpsim.sim.stack.presets import PRESETS, Preset
 # Terms another branch owns, each with who settles it (remove an entry when it no longer fires: the
 # last test fails until then, so a stale excuse cannot stay).
 PENDING = {
-    ("*", "jitter.arrival.node.mean_us"): "issue 44 item 3 (branch i44b): rank arrival per collective",
-    ("*", "jitter.arrival.net.mean_us"): "issue 44 item 3 (branch i44b): rank arrival per collective",
     ("*", "collectives.graph_net_host_us"): "issue 44 item 5 (branch i44b): NCCL's graph-mode costs; evidence for "
                                             "it: meta-pytorch/torchcomms#1203 (a per-replay cudaLaunchHostFunc "
                                             "callback costs a ~26 us CPU round trip)",
