@@ -58,8 +58,12 @@ def profile_silent_zeros(raw: dict) -> list[str]:
     (sim.hardware.profile.read_raw). A path the profile does not hold is its parser's default, zero."""
     out = []
     for path in PROFILE_TP_DEPENDENT:
+        parts = path.split(".")
+        arrival = raw.get("jitter", {}).get("arrival") if isinstance(raw.get("jitter"), dict) else None
+        if parts[:2] == ["jitter", "arrival"] and isinstance(arrival, dict) and arrival and parts[2] not in arrival:
+            parts[2] = next(iter(arrival))      # a scope left out takes the first given one's (the parser's rule)
         cur = raw
-        for part in path.split("."):
+        for part in parts:
             cur = cur.get(part) if isinstance(cur, dict) else None
         if cur is None:
             out.append(f"{path}: (absent: the parser's default, 0)")
