@@ -43,6 +43,8 @@ import math
 from dataclasses import dataclass, fields
 from functools import lru_cache
 
+from tpsim.sim.bounds import check_time
+
 
 @dataclass(frozen=True)
 class HostStep:
@@ -64,9 +66,8 @@ class HostStep:
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            v = getattr(self, f.name)
-            if f.name != "overlap" and not (isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0):
-                raise ValueError(f"host.{f.name} must be a number of seconds >= 0, got {v!r}")
+            if f.name != "overlap":     # finite and bounded (sim/bounds.py): 1e308 s divided tokens/s by zero
+                check_time("host_step", getattr(self, f.name), f"host.{f.name}")
         if not isinstance(self.overlap, bool):
             raise ValueError(f"host.overlap must be true or false, got {self.overlap!r}")
 

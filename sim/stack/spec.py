@@ -78,7 +78,11 @@ class Stack:
     preset: str = "reference"         # the --stack preset (or stack file) these values started from
 
     def __post_init__(self) -> None:
-        if isinstance(self.attention_archs, str) or not all(isinstance(a, str) for a in self.attention_archs):
+        for f in fields(self):            # each field of its declared type: "no" was read as true, 5 as a list
+            want, v = _TYPES.get(f.type), getattr(self, f.name)
+            if want and (not isinstance(v, want[0]) or (want[0] is int and isinstance(v, bool))):
+                raise ValueError(f"{f.name} must be {want[1]}, got {v!r:.60}")
+        if not isinstance(self.attention_archs, (list, tuple)) or not all(isinstance(a, str) for a in self.attention_archs):
             raise ValueError(f"attention_archs must be a list of architecture names, got {self.attention_archs!r}")
         object.__setattr__(self, "attention_archs", tuple(self.attention_archs))   # a stack file's JSON list
         _check("dtype", self.dtype, tuple(DTYPE_BYTES))
@@ -93,9 +97,6 @@ class Stack:
         if isinstance(self.attention_prep_kernels, bool) or not isinstance(self.attention_prep_kernels, int) \
                 or not 0 <= self.attention_prep_kernels <= 16:
             raise ValueError(f"attention_prep_kernels must be an integer 0..16, got {self.attention_prep_kernels!r}")
-        for flag in ("engine_kernels", "mm_decompose_m1"):
-            if not isinstance(getattr(self, flag), bool):
-                raise ValueError(f"{flag} must be true or false, got {getattr(self, flag)!r}")
 
     @property
     def dtype_bytes(self) -> int:
@@ -130,6 +131,10 @@ class Stack:
         if self.host.active:
             out += ", host lane " + ("overlapped" if self.host.overlap else "in series")
         return out
+
+
+# a Stack field's declared type -> (the Python type its value must have, how an error names it)
+_TYPES = {"bool": (bool, "true or false"), "str": (str, "a string"), "int": (int, "an integer")}
 
 
 def _check(field: str, value: str, choices: tuple[str, ...]) -> None:

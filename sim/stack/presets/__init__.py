@@ -25,9 +25,10 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from tpsim.fileio.policy import MAX_CONFIG_BYTES, parse_json, read_input_text
-from tpsim.fileio.shape import finite
+from tpsim.fileio.shape import short
+from tpsim.sim.bounds import check_time
 from tpsim.sim.stack.host_lane import HostStep
-from tpsim.sim.stack.spec import Stack
+from tpsim.sim.stack.spec import Stack, make_stack
 from tpsim.sim.stack.presets import eager, reference, sglang, trtllm, vllm
 
 STACK_FORMAT = "tpsim-stack"
@@ -90,9 +91,11 @@ def parse_stack(doc, path: str = "<stack>", _depth: int = 0) -> Preset:
     base_name = doc.get("extends", "reference")
     if _depth > 8:
         raise ValueError(f"{path}: 'extends' nests more than 8 stack files deep")
+    if not isinstance(base_name, str):      # [1] or {} was a TypeError (unhashable) at the lookup below
+        raise ValueError(f"{path}: 'extends' must be a preset name or a stack file path, got {short(base_name)}")
     if base_name in PRESETS:
         base = PRESETS[base_name]
-    elif isinstance(base_name, str) and base_name:      # "" would resolve to the file's own folder
+    elif base_name:                                     # "" would resolve to the file's own folder
         bp = Path(base_name) if Path(base_name).is_absolute() else Path(path).parent / base_name
         try:
             doc_base = _read(bp)
@@ -101,7 +104,7 @@ def parse_stack(doc, path: str = "<stack>", _depth: int = 0) -> Preset:
                              f"nor a readable stack file ({e})") from None
         base = parse_stack(doc_base, str(bp), _depth + 1)
     else:
-        raise ValueError(f"{path}: 'extends' must be a preset name or a stack file path, got {base_name!r}")
+        raise ValueError(f"{path}: 'extends' must be a preset name or a stack file path, got {short(base_name)}")
     stack, host, sources = doc.get("stack", {}), doc.get("host", {}), doc.get("sources", {})
     for key, v in (("stack", stack), ("host", host), ("sources", sources)):
         if not isinstance(v, dict):
@@ -113,13 +116,23 @@ def parse_stack(doc, path: str = "<stack>", _depth: int = 0) -> Preset:
         if bad:
             raise ValueError(f"{path}: unknown {where} field {bad[0]!r}; known: {', '.join(sorted(names))}")
     for k, v in host.items():
-        if k != "overlap" and not (finite(v) and v >= 0):
-            raise ValueError(f"{path}: host.{k} must be a finite number of seconds >= 0, got {v!r}")
+        if k != "overlap":               # the bounds table's span (sim/bounds.py), naming the file
+            check_time("host_step", v, f"{path}: host.{k}")
+    for key in ("name", "engine"):
+        if key in doc and not isinstance(doc[key], str):
+            raise ValueError(f"{path}: '{key}' must be a string, got {short(doc[key])}")
+    bad = next((k for k, v in sources.items() if not isinstance(v, str)), None)
+    if bad is not None:
+        raise ValueError(f"{path}: sources.{bad} must be a string, got {short(sources[bad])}")
     name = doc.get("name") or Path(path).stem
     values = {k: v for k, v in base.values.items() if k != "host"} | stack | {"preset": name}
     merged_host = dict(base.values.get("host", {})) | host
     if merged_host:
         values["host"] = merged_host
+    try:                                 # every value of its type and among its choices, naming the file
+        make_stack({}, preset=values)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None
     srcs = dict(base.sources)
     srcs |= {k: str(sources.get(k, f"stack file {path}")) for k in stack}
     srcs |= {f"host.{k}": str(sources.get(f"host.{k}", f"stack file {path}")) for k in host}
