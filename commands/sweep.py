@@ -93,12 +93,17 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
         json_path = Path(f"{out_path}.json")
     if not to_stdout:
         check_writable(json_path)             # the twin obeys the same policy as --out
+    discarded: list[str] = []
     with (contextlib.nullcontext() if to_stdout else output_lock(out_path, "sweep")):
         with progress_bar("[progress.description]{task.description}", transient=True,
                           disable=not sys.stderr.isatty()) as bar:
             task = bar.add_task("sweep", total=len(points))
             rows = sw.sweep(points, scheds, given=given, jobs=jobs, checkpoint=checkpoint,
-                            progress=lambda done, total: bar.update(task, completed=done), preset=preset)
+                            progress=lambda done, total: bar.update(task, completed=done), preset=preset,
+                            discarded=discarded)
+        if discarded:
+            click.echo(f"{len(discarded)} checkpointed point(s) in {checkpoint} did not hold their point's rows "
+                       f"(another point's, NaN or negative values, none): computed again", err=True)
         write_text_atomic(out_path, sw.to_csv(rows))
         if not to_stdout:
             write_json_atomic(json_path, rows)

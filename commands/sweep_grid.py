@@ -35,6 +35,7 @@ from tpsim.sim.grid import Point
 from tpsim.sim.model.presets import get_model
 from tpsim.sim.predict import Workload, predict
 from tpsim.fileio.proc_tie import ParentTie, set_parent_death_signal, tie_pool_worker
+from tpsim.fileio.shape import finite
 from tpsim.sim.hardware.profile import load_profile, read_raw
 from tpsim.sim.schedule.language import model_change
 from tpsim.sim.stack.spec import make_stack
@@ -70,6 +71,29 @@ def run_point(point: Point, schedules: tuple[str, ...], given: dict | None = Non
     # each row says what it priced: the stack (predict's `stack:` line, which names a --stack preset)
     # beside what the schedule asks of the model (model_change)
     return [base | p.to_dict() | {"stack": stack.describe(), "error": ""} for p in preds]
+
+
+# a row's fields that hold seconds, rates and ratios: finite and >= 0 in every row the simulator writes
+NUMBERS = ("prefill_s", "decode_s", "tokens_per_s", "speedup", "exposed_comm_s")
+TEXTS = ("model_change", "stack", "error")
+
+
+def resumable(rows, point: Point, schedules: tuple[str, ...]) -> bool:
+    """Whether a checkpoint's rows are what run_point gives for `point`: every row holds the point's
+    own fields, and they are either one error row or one row per schedule, in order, whose numbers
+    are finite and >= 0. A hand-edited or foreign line (rows of another point or model, NaN or
+    negative times, `[]`, `[{"foo": 1}]`) is computed again instead of copied into the result."""
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
+        return False
+    own = asdict(point)
+    if any(r.get(k) != v or type(r.get(k)) is not type(v) for r in rows for k, v in own.items()):
+        return False
+    if len(rows) == 1 and rows[0].get("schedule") == "" and isinstance(rows[0].get("error"), str) \
+            and rows[0]["error"]:
+        return True                               # the point could not run: its one error row
+    return [r.get("schedule") for r in rows] == list(schedules) and all(
+        r.get("error") == "" and all(isinstance(r.get(k), str) for k in TEXTS)
+        and all(finite(r.get(k)) and r[k] >= 0 for k in NUMBERS) for r in rows)
 
 
 def point_key(point: Point, schedules: tuple[str, ...], given: dict | None = None, inputs: str = "",
@@ -135,14 +159,21 @@ def _run_chunk(points: list[Point], schedules: tuple[str, ...], given: dict | No
 
 def sweep(points: list[Point], schedules: tuple[str, ...], given: dict | None = None, jobs: int = 1,
           checkpoint: str | os.PathLike | None = None,
-          progress: Callable[[int, int], None] | None = None, preset: dict | None = None) -> list[dict]:
+          progress: Callable[[int, int], None] | None = None, preset: dict | None = None,
+          discarded: list | None = None) -> list[dict]:
     """All rows of the grid, in grid order. With `checkpoint`, finished points are read back
-    from it and skipped, and every newly finished point is appended to it at once. `given` (the
+    from it and skipped (each checked by `resumable`: the key of each one that fails is appended to
+    `discarded`, and it is computed again), and every newly finished point is appended to it at once. `given` (the
     stack flags the user set) and `preset` (the --stack preset's values) go to run_point and into
     each point's key."""
     done: dict[str, list[dict]] = read_checkpoint(checkpoint) if checkpoint else {}
     digests = {prof: input_digest(prof) for prof in dict.fromkeys(p.profile for p in points)}
     keys = {p: point_key(p, schedules, given, digests[p.profile], preset) for p in points}
+    for p in points:                  # a line under a point's key must hold that point's rows (resumable)
+        if keys[p] in done and not resumable(done[keys[p]], p, schedules):
+            del done[keys[p]]
+            if discarded is not None:
+                discarded.append(keys[p])
     todo = [p for p in points if keys[p] not in done]
     total, finished = len(points), len(points) - len(todo)
     if progress:

@@ -12,6 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from tpsim import cli
+from tpsim.commands import sweep_grid as sw
+from tpsim.sim.grid import Point
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests" / "fixtures"
@@ -80,6 +82,68 @@ def test_stack_values_of_the_wrong_type_name_the_file(tmp_path, stack, says):
 def test_stack_file_text_fields_are_strings(tmp_path, doc, says):
     line = one_line_exit_2(CliRunner().invoke(cli.main, [*PREDICT, "--stack", str(stack_file(tmp_path, **doc))]))
     assert says in line, line
+
+
+# ------------------------------------------------------------------ sweep checkpoints
+
+POINTS = [Point("tiny", 2, 1, 8, 4), Point("tiny", 2, 2, 8, 4)]
+SCHEDS = ("standard", "ladder")
+
+
+def _checkpoint(tmp_path) -> tuple[Path, list[dict], list[str]]:
+    ck = tmp_path / "s.csv.partial.jsonl"
+    fresh = sw.sweep(POINTS, SCHEDS, checkpoint=ck)
+    return ck, fresh, [json.loads(x)["key"] for x in ck.read_text().splitlines()]
+
+
+def _bad_rows(fresh: list[dict]) -> list:
+    first = [r for r in fresh if r["batch"] == 1]
+    other = [r for r in fresh if r["batch"] == 2]
+    return ["garbage", 5, None, [{"foo": 1}], [],                      # a traceback in to_csv; [] dropped the point
+            [dict(r, decode_s=float("nan")) for r in first],           # NaN copied into the result
+            [dict(r, prefill_s=-1.0) for r in first],                  # a negative time copied
+            other,                                                      # another point's rows copied
+            [dict(r, model="llama-3.1-8b") for r in first],            # another model's
+            first[:1],                                                  # a schedule missing
+            [dict(r, tokens_per_s="fast") for r in first],
+            [dict(r, tp=2.0) for r in first]]
+
+
+def test_a_resumed_point_is_checked_against_its_point(tmp_path):
+    """Issue 48 item 3: rows of the wrong type crashed to_csv, `rows: []` dropped the point, NaN,
+    negative and another point's rows were copied into the result. Now each such point is computed
+    again and said so (`discarded`); the result equals a fresh sweep's."""
+    ck, fresh, keys = _checkpoint(tmp_path)
+    good = ck.read_text().splitlines()
+    for bad in _bad_rows(fresh):
+        ck.write_text(json.dumps({"key": keys[0], "rows": bad}, allow_nan=True) + "\n" + good[1] + "\n")
+        discarded: list[str] = []
+        rows = sw.sweep(POINTS, SCHEDS, checkpoint=ck, discarded=discarded)
+        assert rows == fresh, bad
+        assert discarded == ([keys[0]] if isinstance(bad, list) and all(isinstance(r, dict) for r in bad) else []), bad
+        sw.to_csv(rows)
+
+
+def test_an_intact_checkpoint_is_reused_row_for_row(tmp_path):
+    ck, fresh, keys = _checkpoint(tmp_path)
+    marked = [dict(r, stack="marked") for r in fresh]          # a valid row, told apart from a recomputed one
+    ck.write_text("".join(json.dumps({"key": k, "rows": [r for r in marked if r["batch"] == p.batch]}) + "\n"
+                          for k, p in zip(keys, POINTS)))
+    discarded: list[str] = []
+    assert sw.sweep(POINTS, SCHEDS, checkpoint=ck, discarded=discarded) == marked and not discarded
+
+
+def test_the_sweep_command_says_it_recomputed_a_bad_point(tmp_path):
+    out = tmp_path / "s.csv"
+    args = ["sweep", "--model", "tiny", "--tp", "2", "--batch", "1", "--prompt", "8", "--gen", "4",
+            "--schedule", "ladder", "--out", str(out)]
+    assert CliRunner().invoke(cli.main, args).exit_code == 0
+    fresh = out.read_text()
+    key = sw.point_key(Point("tiny", 2, 1, 8, 4), SCHEDS, {}, sw.input_digest("h100-sxm"))
+    Path(f"{out}.partial.jsonl").write_text(json.dumps({"key": key, "rows": []}) + "\n")
+    r = CliRunner().invoke(cli.main, args)
+    assert r.exit_code == 0 and "Traceback" not in r.output, r.output
+    assert "1 checkpointed point(s)" in r.output and out.read_text() == fresh
 
 
 # ------------------------------------------------------------------ engine benchmarks, nccl-tests

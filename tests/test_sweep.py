@@ -27,11 +27,12 @@ def test_resume_skips_finished_points(tmp_path):
     ck = tmp_path / "ck.jsonl"
     # a checkpoint holding point 0 with a sentinel value, then a torn line (killed mid-write)
     key0 = sw.point_key(pts[0], ("standard",), None, sw.input_digest("h100-sxm"))
-    sentinel = [dict(json.loads(key0), schedule="standard", tokens_per_s=-1.0, error="")]
+    # (a row as run_point writes it, its tokens/s a marker: a resumed row is checked against its point)
+    sentinel = [dict(r, tokens_per_s=1.0) for r in sw.run_point(pts[0], ("standard",))]
     ck.write_text(json.dumps({"key": key0, "rows": sentinel}) + "\n" + '{"key": "torn')
     seen = []
     rows = sw.sweep(pts, ("standard",), checkpoint=ck, progress=lambda d, t: seen.append((d, t)))
-    assert rows[0]["tokens_per_s"] == -1.0                      # not recomputed
+    assert rows[0]["tokens_per_s"] == 1.0                       # not recomputed
     assert all(r["tokens_per_s"] > 0 for r in rows[1:])
     assert seen[0] == (1, 3) and seen[-1] == (3, 3)
     assert len(sw.read_checkpoint(ck)) == 3
