@@ -20,7 +20,7 @@ from tpsim.sim.stack.presets import load_stack
 
 from tpsim.commands.bounds import check_bounds
 from tpsim.commands.console import progress_bar
-from tpsim.commands.errors import user_errors
+from tpsim.commands.errors import ctrl_c_exits_130, user_errors
 from tpsim.commands.options import compile_options, not_empty, preset_option, stack_given, stack_options
 
 
@@ -94,13 +94,19 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
     if not to_stdout:
         check_writable(json_path)             # the twin obeys the same policy as --out
     discarded: list[str] = []
+    finished = [0]
     with (contextlib.nullcontext() if to_stdout else output_lock(out_path, "sweep")):
-        with progress_bar("[progress.description]{task.description}", transient=True,
-                          disable=not sys.stderr.isatty()) as bar:
+        # Ctrl-C: exit 130 saying what the checkpoint keeps, as every long command does
+        with ctrl_c_exits_130(), _kept_on_interrupt(finished, len(points), checkpoint), \
+                progress_bar("[progress.description]{task.description}", transient=True,
+                             disable=not sys.stderr.isatty()) as bar:
             task = bar.add_task("sweep", total=len(points))
-            rows = sw.sweep(points, scheds, given=given, jobs=jobs, checkpoint=checkpoint,
-                            progress=lambda done, total: bar.update(task, completed=done), preset=preset,
-                            discarded=discarded)
+
+            def progress(done: int, total: int) -> None:
+                finished[0] = done
+                bar.update(task, completed=done)
+            rows = sw.sweep(points, scheds, given=given, jobs=jobs, checkpoint=checkpoint, progress=progress,
+                            preset=preset, discarded=discarded)
         if discarded:
             click.echo(f"{len(discarded)} checkpointed point(s) in {checkpoint} did not hold their point's rows "
                        f"(another point's, NaN or negative values, none): computed again", err=True)
@@ -118,3 +124,16 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
     if plot_path is not None:
         sw.plot(rows, plot_path, plot_view)
         click.echo(f"wrote {plot_path}", err=to_stdout)   # stdout holds the CSV
+
+
+@contextlib.contextmanager
+def _kept_on_interrupt(finished: list[int], total: int, checkpoint: str | None):
+    """A Ctrl-C inside becomes a KeyboardInterrupt saying what the checkpoint keeps (for
+    ctrl_c_exits_130's `Aborted! ...`): the finished points a rerun of the same command resumes from."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        if checkpoint is None:
+            raise KeyboardInterrupt(f"{finished[0]} of {total} points were done; --out - keeps no checkpoint") from None
+        raise KeyboardInterrupt(f"{finished[0]} of {total} points are kept in {checkpoint}: rerun the same "
+                                f"command to continue") from None
