@@ -72,9 +72,11 @@ def _refuse_special(path: str, option: str, stdout_ok: bool = False) -> os.stat_
 
 def check_output(out: str | os.PathLike, option: str = "--out", *, stdout_ok: bool = False) -> None:
     """`out` can be written, checked before any work (so a long run never fails at its last step):
-    `-` where the command prints to stdout (`stdout_ok`), else a regular file or a new name in an
-    existing directory that takes a new file (a probe created and removed: permission bits lie to
-    root and on read-only mounts), and an existing file is writable."""
+    `-` where the command prints to stdout (`stdout_ok`), else a regular file or a new name in a
+    directory that takes a new file (a probe created and removed: permission bits lie to root and on
+    read-only mounts), and an existing file is writable. A directory that does not exist yet is
+    made when the output is written (`make_parent`), as `compare --out-dir` makes its folder: the
+    probe then goes into the nearest one that exists, so nothing is made for a run that fails."""
     out = os.fspath(out)
     if out == STDOUT:
         if stdout_ok:
@@ -84,8 +86,10 @@ def check_output(out: str | os.PathLike, option: str = "--out", *, stdout_ok: bo
         raise ValueError(f"{option} must not be empty")
     st = _refuse_special(out, option, stdout_ok)
     d = os.path.dirname(os.path.abspath(out))
-    if not os.path.isdir(d):
-        raise ValueError(f"{option} {out}: directory {d} does not exist")
+    while not os.path.isdir(d):           # made at the write; what exists on the way must be a folder
+        if os.path.lexists(d):
+            raise ValueError(f"{option} {out}: {d} is not a directory")
+        d = os.path.dirname(d)
     try:
         fd, probe = tempfile.mkstemp(dir=d, prefix=f".{os.path.basename(out)}.", suffix=".probe")
         os.close(fd)
@@ -106,8 +110,7 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes, option: str = "--ou
         sys.stdout.flush()
         return
     _refuse_special(path, option)
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
+    d = make_parent(path)
     fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=os.path.splitext(path)[1])
     try:
         with os.fdopen(fd, "wb") as f:
@@ -120,6 +123,14 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes, option: str = "--ou
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def make_parent(path: str | os.PathLike) -> str:
+    """The folder of output `path`, made (with its parents) where missing; check_output checked
+    beforehand that it can be."""
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    return d
 
 
 def write_text_atomic(path: str | os.PathLike, text: str, option: str = "--out") -> None:
@@ -180,6 +191,7 @@ def open_side_file(path: str | os.PathLike, *, append: bool = False) -> int:
     then it must be a regular file with one link (a hard link to someone's file is refused).
     Returns the fd (read-write, or append-only with `append`)."""
     path = os.fspath(path)
+    make_parent(path)                 # a missing output folder is made (check_output)
     flags = (os.O_WRONLY | os.O_APPEND if append else os.O_RDWR) | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
     try:
         fd = os.open(path, flags, 0o644)
