@@ -6,13 +6,14 @@ import sys
 import click
 
 from tpsim.fileio.policy import json_text
+from tpsim.sim.bounds import BOUNDS
 from tpsim.sim.predict import predict as run
 from tpsim.sim.schedule.language import DEFAULT_SCHEDULES, SCHEDULE_HELP
 from tpsim.sim.sensitivity import check as sensitivity
 from tpsim.sim.stack.presets import load_stack
 
 from tpsim.commands.console import compact_table, progress_bar, rich_escape, stderr_console, terminal_console
-from tpsim.commands.errors import user_errors
+from tpsim.commands.errors import UserError, user_errors
 from tpsim.commands.options import make_workload, not_empty, stack_dict, workload_options
 
 
@@ -27,6 +28,19 @@ def note_lines(preds) -> list[str]:
     shared = set(preds[0].notes).intersection(*(p.notes for p in preds[1:])) if len(preds) > 1 else set()
     out = [f"all schedules: {n}" for n in dict.fromkeys(n for p in preds for n in p.notes if n in shared)]
     return out + [f"{p.schedule}: {n}" for p in preds for n in p.notes if n not in shared]
+
+
+def _check_exhaustive(passes: int, w) -> None:
+    """--exhaustive's work, estimated before any of it runs: schedules x steps x layers x ranks
+    rank-layer steps, refused past the bounds table's entry (405B TP128 with a long --gen would run
+    for days; the default 8B TP8 took 135 s)."""
+    steps = passes * w.model.layers * w.tp
+    b = BOUNDS["exhaustive_steps"]
+    if steps > b.hi:
+        raise UserError(f"--exhaustive would simulate {passes // w.gen_len} schedules x {w.gen_len} steps x "
+                        f"{w.model.layers} layers x {w.tp} ranks = {steps:,} rank-layer steps, more than "
+                        f"{b.hi:,} ({b.why}); use --exact (sampled steps and layers, held to --exhaustive by "
+                        f"tests/test_fast_exact.py), a smaller --gen or the first K layers (--model NAME:K)")
 
 
 @click.command("predict")
@@ -58,6 +72,7 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
     schedules = list(dict.fromkeys(schedules)) or list(DEFAULT_SCHEDULES)     # a schedule given twice: one row
     if exhaustive:  # every rank, layer and decode step: minutes for big models, so show progress
         passes = len(set(schedules) | {"standard"}) * w.gen_len
+        _check_exhaustive(passes, w)
         with progress_bar("exhaustive", transient=True, disable=not sys.stderr.isatty(),
                           console=stderr_console()) as bar:
             task = bar.add_task("exhaustive", total=passes)

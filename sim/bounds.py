@@ -56,6 +56,9 @@ BOUNDS: dict[str, Bound] = {
     "jobs": Bound(1, 1024, "one worker process per core; the largest single hosts have ~1k hardware threads"),
     "repeats": Bound(1, 10 ** 6, "a benchmark repeats each generation a few to a few hundred times"),
     "warmup": Bound(0, 10 ** 6, "unmeasured generations: a few (compile and caches warm after the first)"),
+    # predict --exhaustive: schedules x steps (prefill + gen - 1 decode) x layers x ranks, each simulated
+    "exhaustive_steps": Bound(1, 4_000_000, "~4,500 rank-layer steps a second on one core (8B TP8 gen 512, 5 "
+                                            "schedules: 655,360 in 135 s): 4M is ~15 minutes"),
     "seed": Bound(0, 2 ** 32 - 1, "numpy's seed range; torch.manual_seed takes it too (10^20 crashed the ranks)"),
 }
 
