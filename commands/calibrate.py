@@ -24,6 +24,7 @@ from tpsim.calib.plan import CalibConfig, CalibrationStopped
 
 from tpsim.commands.harness import check_cuda, check_out_path
 from tpsim.commands.bounds import check_bounds
+from tpsim.commands.console import PhaseBar
 from tpsim.commands.errors import ctrl_c_exits_130, user_errors
 from tpsim.commands.options import not_empty
 
@@ -156,25 +157,10 @@ def _default_timeout_s(backend, models, batches, prompts) -> float:
 
 
 def _with_progress(run):
-    """Run with a progress bar that appears at the first finished-group report, so an option refused
-    before any work is one line with no bar drawn above it."""
-    # lazy: rich takes ~30 ms to import; an option refused before any work draws no bar and pays nothing
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    box: list = []
-
-    def cb(done, total, _name):
-        if not box:
-            bar = Progress(TextColumn("calibrating"), BarColumn(), MofNCompleteColumn(), TextColumn("groups"),
-                           TimeElapsedColumn(), transient=False)
-            bar.start()
-            box.append((bar, bar.add_task("calibrate", total=None)))
-        bar, task = box[0]
-        bar.update(task, completed=done, total=total)
-    try:
-        return run(cb)
-    finally:
-        if box:
-            box[0][0].stop()
+    """Run with the one progress bar (commands/console.py), which appears at the first finished-group
+    report, so an option refused before any work is one line with no bar drawn above it."""
+    with PhaseBar() as bar:
+        return run(lambda done, total, _name: bar.update("calibrating: groups", done, total))
 
 
 def _summary(path: str) -> None:

@@ -21,7 +21,7 @@ from tpsim.calib.compare_measure import Point, check_covers
 from tpsim.calib.compare_report import drift_note
 
 from tpsim.commands.bounds import check_bounds
-from tpsim.commands.console import compact_table, rich_escape, terminal_console
+from tpsim.commands.console import PhaseBar, compact_table, rich_escape, terminal_console
 from tpsim.commands.errors import UserError, ctrl_c_exits_130, user_errors
 from tpsim.commands.options import not_empty
 
@@ -85,10 +85,10 @@ def compare_cmd(backend, device, nproc, quick, profile_arg, models, tps, batches
         if not measured_files:             # say so now, not after benchmarking the whole grid
             check_covers(profile, backend, max(p.tp for p in points) if points else 1)
     # Ctrl-C while ranks run (calibration or a point's bench): they are stopped, exit 130 with what is left
-    with ctrl_c_exits_130():
+    with ctrl_c_exits_130(), PhaseBar() as bar:      # calibration's groups, each point's bench: one bar
         result = run_compare(points, schedules, Path(out_dir), profile_arg, backend, device, nproc, quick, repeats,
                              tuple(measured_files), timeout_s, echo=click.echo, compile=compile_,
-                             checkpoint=checkpoint)
+                             checkpoint=checkpoint, progress=bar.update)
     _print_summary(result, Path(out_dir))
     if not result["points"]:             # every point failed: a report of nothing is not a success
         raise click.ClickException(f"nothing could be compared: all {len(result['failed'])} point(s) failed "

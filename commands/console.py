@@ -78,8 +78,40 @@ def stderr_console():
 
 
 def progress_bar(*columns: str, **kw):
-    """A rich Progress with a bar, done/total and the time remaining after `columns` (kw: transient,
-    disable, console)."""
+    """The one progress bar of every phase that can take more than a few seconds (predict --exhaustive,
+    sweep, calibrate, bench, compare's calibration and benches): a rich Progress with `columns`, a bar,
+    done/total, the time spent and the time remaining. It draws on stderr, so stdout keeps only the
+    result (a table, `--json`, `sweep --out -`'s CSV), is cleared when done (transient), and is off
+    where stderr is not a terminal (a log, a pipe, CI). kw overrides those (console, transient, disable)."""
     # lazy: rich (see rich_console); only a long run draws a bar
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
-    return Progress(*columns, BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), **kw)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn, TimeRemainingColumn
+    kw.setdefault("console", stderr_console())
+    kw.setdefault("transient", True)
+    kw.setdefault("disable", not sys.stderr.isatty())
+    return Progress(*columns, BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(), **kw)
+
+
+class PhaseBar:
+    """progress_bar for work whose progress is reported from elsewhere, phase by phase (the ranks' beat
+    files, a calibration's state file): `update(what, done, total)`. The bar appears at the first
+    report, so a command refused before any work draws none; a context manager, it is cleared at
+    the end. Off where stderr is not a terminal."""
+
+    def __init__(self):
+        self.bar = self.task = None
+
+    def __enter__(self) -> "PhaseBar":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+    def update(self, what: str, done: int, total: int | None = None) -> None:
+        if self.bar is None:
+            if not sys.stderr.isatty():
+                return
+            self.bar = progress_bar("{task.description}")
+            self.bar.start()
+            self.task = self.bar.add_task(what, total=total)
+        self.bar.update(self.task, description=what, completed=done, total=total)

@@ -1,7 +1,6 @@
 """`tpsim predict`: prefill, decode, tokens/s and speedup per schedule, from the simulator alone."""
 from __future__ import annotations
 
-import sys
 
 import click
 
@@ -12,7 +11,7 @@ from tpsim.sim.schedule.language import DEFAULT_SCHEDULES, SCHEDULE_HELP
 from tpsim.sim.sensitivity import check as sensitivity
 from tpsim.sim.stack.presets import load_stack
 
-from tpsim.commands.console import compact_table, progress_bar, rich_escape, stderr_console, terminal_console
+from tpsim.commands.console import compact_table, progress_bar, rich_escape, terminal_console
 from tpsim.commands.errors import UserError, user_errors
 from tpsim.commands.options import make_workload, not_empty, stack_dict, workload_options
 
@@ -73,8 +72,7 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
     if exhaustive:  # every rank, layer and decode step: minutes for big models, so show progress
         passes = len(set(schedules) | {"standard"}) * w.gen_len
         _check_exhaustive(passes, w)
-        with progress_bar("exhaustive", transient=True, disable=not sys.stderr.isatty(),
-                          console=stderr_console()) as bar:
+        with progress_bar("exhaustive") as bar:
             task = bar.add_task("exhaustive", total=passes)
             preds = run(w, schedules, mode="brute", record=False, progress=lambda: bar.advance(task))
     else:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import sys
 from pathlib import Path
 
 import click
@@ -98,8 +97,7 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
     with (contextlib.nullcontext() if to_stdout else output_lock(out_path, "sweep")):
         # Ctrl-C: exit 130 saying what the checkpoint keeps, as every long command does
         with ctrl_c_exits_130(), _kept_on_interrupt(finished, len(points), checkpoint), \
-                progress_bar("[progress.description]{task.description}", transient=True,
-                             disable=not sys.stderr.isatty()) as bar:
+                progress_bar("[progress.description]{task.description}") as bar:
             task = bar.add_task("sweep", total=len(points))
 
             def progress(done: int, total: int) -> None:

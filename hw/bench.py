@@ -160,6 +160,7 @@ def compile_passes(runner: Runner, plans: dict, cfg: RunConfig, rank: int) -> di
         if rank == 0:
             print(f"compiling {spec} (prefill + decode, Inductor {backend}; cached for reruns)...",
                   file=sys.stderr, flush=True)
+        hwrank.fault_point(rank, "compile")            # a progress mark per schedule (commands/bench.py's bar)
         tok = torch.zeros(pre.step.batch, pre.step.q_len, dtype=torch.long, device=dev)
         fns[0](pre, tok, out["pos0"])
         if dec is not None:
