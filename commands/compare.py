@@ -113,7 +113,8 @@ def _print_summary(result: dict, out_dir: Path) -> None:
                       rich_escape(measured_speedup_text(s).replace(" ", "\n")),
                       rich_escape(predicted_speedup_text(s).replace(" ", "\n")), s.sign)
     c = terminal_console()
-    c.print(t)
+    if result["points"]:                 # nothing compared: no empty table above the failures
+        c.print(t)
     for spec, s in result["summary"].items():
         why = [f"{n} with the measured interval containing 1" for n in [s["sign_mismatches_within_noise"]] if n]
         why += [f"{n} with only the predicted interval containing 1"
@@ -130,5 +131,10 @@ def _print_summary(result: dict, out_dir: Path) -> None:
             c.print(f"[yellow]not priced as run[/yellow] {rich_escape(pt.label)}: {rich_escape(note)}")
     for f in result["failed"]:
         c.print(f"[red]failed[/red] {f['point']}: {f['error']}")
-    c.print(f"report: {out_dir / 'report.md'}  data: {out_dir / 'compare.json'}  traces (measured beside "
-            f"simulated; ui.perfetto.dev): {out_dir / 'traces'}")
+    # what this run wrote, and only that (a failed run named traces it never wrote)
+    wrote = [f"{what}: {p}" for what, p in (("report", out_dir / "report.md"), ("data", out_dir / "compare.json"))
+             if p.is_file()]
+    traces = sorted({str(Path(pt.trace).parent) for pt in result["points"] if pt.trace})
+    wrote += [f"traces (measured beside simulated; ui.perfetto.dev): {', '.join(traces)}"] if traces else []
+    if wrote:
+        c.print("  ".join(wrote))

@@ -225,3 +225,20 @@ def test_a_rerun_says_which_points_it_reuses(tmp_path):
     assert r.exit_code == 0, r.output
     out = " ".join(r.output.split())
     assert f"[1/1] reuse tiny_tp2_b1_p16_g3: {saved} from an earlier run" in out and "bench tiny" not in out
+
+
+def test_the_summary_names_only_what_the_run_wrote(tmp_path):
+    """Issue 48 item 6: a failed compare named report and trace paths it never wrote (and drew an empty
+    table above the failure)."""
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["compare", "--profile", str(FIX / "profile.json"), "--measured",
+                                  str(tmp_path / "nope.json"), "--out-dir", str(out)])
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    flat = " ".join(r.output.split())            # the console wraps long paths
+    assert "traces" not in flat and "schedule" not in flat, r.output
+    assert f"report: {out / 'report.md'} data: {out / 'compare.json'}" in flat
+    assert (out / "report.md").is_file() and not (out / "traces").exists()
+    r, out = _compare(tmp_path, {})
+    assert r.exit_code == 0, r.output
+    traces = "".join(r.output.split("traces (measured beside simulated; ui.perfetto.dev):")[1].split())
+    assert Path(traces).is_dir() and any(Path(traces).iterdir())
