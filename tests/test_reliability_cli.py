@@ -148,7 +148,8 @@ def test_predict_gen_is_bounded():
 
 @pytest.mark.parametrize("args, says", [
     (["--tp", "8", "--gpus-per-node", "3"], "TP 8 does not fill nodes of 3 ranks evenly"),      # was: "TP8 (3 nodes)"
-    (["--tp", "2", "--comm-group", "3"], "comm_group (--comm-group) must be in 1..2"),
+    (["--tp", "2", "--comm-group", "3"], "comm_group (--comm-group) must divide the TP degree 2"),
+    (["--tp", "4", "--comm-group", "3"], "must divide the TP degree 4 (1: one rank emulated"),   # issue 48: accepted
     (["--tp", "8", "--model", "llama-3.1-8b:4"], "for its first 4 layers write llama-3.1-8b[:4]"),
     (["--tp", "8", "--model", "llama-3.1-8b[:0]"], "(--layers, or K in NAME[:K]) must be in 1..32"),
 ])
