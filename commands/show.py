@@ -6,12 +6,14 @@ import click
 from tpsim.sim.model.presets import get_model
 from tpsim.sim.hardware.profile import load_profile
 from tpsim.sim.schedule.language import COMM, SCHEDULE_HELP, build
+from tpsim.sim.stack.presets import load_stack
 from tpsim.sim.stack.spec import Step, make_stack
 
 from tpsim.commands.bounds import check_sizes
 from tpsim.commands.console import compact_table, rich_escape, terminal_console
 from tpsim.commands.errors import user_errors
-from tpsim.commands.options import compile_options, not_empty, profile_option, stack_given, stack_options
+from tpsim.commands.options import (compile_options, not_empty, preset_option, profile_option, stack_given,
+                                    stack_options)
 
 
 @click.command("show")
@@ -27,22 +29,25 @@ from tpsim.commands.options import compile_options, not_empty, profile_option, s
 @profile_option
 @compile_options
 @stack_options
+@preset_option
 @user_errors
-def show(model, spec, tp, layer, phase, batch, prompt_len, gen_len, profile, **stack_flags):
+def show(model, spec, tp, layer, phase, batch, prompt_len, gen_len, profile, stack_name=None, **stack_flags):
     """Print one layer's ops in issue order with what each waits for, to check a schedule by eye."""
     check_sizes(tp, batch, prompt_len, gen_len)
     m = get_model(model)
     # the flags, then the profile's stack_defaults (a calibrated CPU profile's fp32, no graphs), then
     # Stack's, as predict assembles it: the ops shown are the ones predict prices for the same flags
     # and profile (their kv_len, dtype, attention kernel)
-    stack = make_stack(stack_given(**stack_flags), load_profile(profile).stack_defaults)
+    stack = make_stack(stack_given(**stack_flags), load_profile(profile).stack_defaults,
+                       preset=load_stack(stack_name).values if stack_name is not None else None)
     if phase == "decode" and gen_len < 2:
         raise ValueError("a decode step needs --gen >= 2 (the prefill makes token 1); or --phase prefill")
     step = (Step.prefill(batch, prompt_len, gen_len, stack) if phase == "prefill"
             else Step.decode(batch, prompt_len, gen_len, 1, stack))
     s = build(spec, m, tp, step, stack)
-    if layer is None:
-        layer = min(m.layers - 1, (s.ladder_layers[0] + 1) if s.ladder_layers else 1)
+    if layer is None:                # a layer the schedule changes: the 2nd ladder layer, an SPD block
+        layer = min(m.layers - 1, (s.ladder_layers[0] + 1) if s.ladder_layers else
+                    s.spd_layers[0] if s.spd_layers else 1)
     if not 0 <= layer < m.layers:
         raise ValueError(f"--layer must be in 0..{m.layers - 1}")
     idx = [i for i, op in enumerate(s.ops) if op.layer == layer]
