@@ -20,6 +20,7 @@ from tpsim.hw import harness, require_torch
 from tpsim.hw.run_config import check_timeout, default_timeout_s
 
 from tpsim.calib.imports import check_impl_tag
+from tpsim.calib.overlap_summary import noise_note
 from tpsim.calib.plan import CalibConfig, CalibrationStopped
 
 from tpsim.commands.harness import check_cuda, check_out_path
@@ -176,6 +177,8 @@ def _summary(path: str) -> None:
         wake = f", wake-up {ov['wake_us']['value']:.0f} us" if "wake_us" in ov else ""
         click.echo(f"  overlap: compute x{ov['compute_slowdown']['value']}, comm x{ov['comm_slowdown']['value']}"
                    f"{wake}{early}")
+        if noise_note(sm):
+            click.echo(f"warning: overlap factors {noise_note(sm)}", err=True)
         if len(sm.get("fit", {}).get("cases", [])) == 1:
             click.echo("    one model only: the three overlap parameters are not all determined by it; calibrate "
                        "two models of different compute/collective balance for a profile that extrapolates")
