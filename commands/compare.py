@@ -85,10 +85,16 @@ def compare_cmd(backend, device, nproc, quick, profile_arg, models, tps, batches
         if not measured_files:             # say so now, not after benchmarking the whole grid
             check_covers(profile, backend, max(p.tp for p in points) if points else 1)
     # Ctrl-C while ranks run (calibration or a point's bench): they are stopped, exit 130 with what is left
+    # a rank that failed in the calibration is no user mistake: exit 1 with its report, as `calibrate` (it
+    # was a traceback); a point's failed bench is one failed point
+    failed = () if measured_files else harness("tpsim.hw.dist", "compare").WorkerFailed
     with ctrl_c_exits_130(), PhaseBar() as bar:      # calibration's groups, each point's bench: one bar
-        result = run_compare(points, schedules, Path(out_dir), profile_arg, backend, device, nproc, quick, repeats,
-                             tuple(measured_files), timeout_s, echo=click.echo, compile=compile_,
-                             checkpoint=checkpoint, progress=bar.update)
+        try:
+            result = run_compare(points, schedules, Path(out_dir), profile_arg, backend, device, nproc, quick,
+                                 repeats, tuple(measured_files), timeout_s, echo=click.echo, compile=compile_,
+                                 checkpoint=checkpoint, progress=bar.update)
+        except failed as e:
+            raise click.ClickException(str(e)) from None
     _print_summary(result, Path(out_dir))
     if not result["points"]:             # every point failed: a report of nothing is not a success
         raise click.ClickException(f"nothing could be compared: all {len(result['failed'])} point(s) failed "

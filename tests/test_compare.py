@@ -157,3 +157,16 @@ def test_ctrl_c_while_a_point_benches_exits_130_and_leaves_no_run_folder(tmp_pat
     assert rc == 130, err
     assert err.strip() == "Aborted! all ranks stopped; no rank logs kept", err
     assert out.startswith("[1/1] bench tiny") and list(tmp.glob("tpsim-run-*")) == []
+
+
+def test_a_rank_failing_in_the_calibration_is_one_error_not_a_traceback(tmp_path, monkeypatch):
+    """Found by bench/fuzz_cli.py (issue 48): a rank that died while compare calibrated escaped as a
+    WorkerFailed traceback; `calibrate` reports the same failure as one error, exit 1."""
+    from tpsim.hw.dist import WorkerFailed
+
+    def dies(*a, **k):
+        raise WorkerFailed("rank 1 of 2 exited with code 17 after 0.5 s; stopped the other ranks.")
+    monkeypatch.setattr("tpsim.calib.run.launch", dies)
+    r = CliRunner().invoke(main, ["compare", "--quick", "--model", "tiny", "--out-dir", str(tmp_path / "c")])
+    assert r.exit_code == 1 and (r.exception is None or isinstance(r.exception, SystemExit)), r.exception
+    assert "Error: calibration failed: rank 1 of 2 exited with code 17" in r.output and "Traceback" not in r.output
