@@ -93,12 +93,18 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
         out["jitter"] = {k: {"dist": j.dist, "mean_us": j.mean_s * 1e6, "source": j.source}
                          for k, j in w.profile.arrival_jitter.items()}
         scopes = ["node"] + (["net"] if w.nodes > 1 else [])
-        jitter_note = "arrival jitter per rank and collective: " + "; ".join(
-            f"{k} {w.profile.arrival_jitter[k].dist} mean {w.profile.arrival_jitter[k].mean_s * 1e6:g} us "
-            f"({w.profile.arrival_jitter[k].source})" for k in scopes)
-        no_jitter = all(w.profile.arrival_jitter[k].mean_s == 0 for k in scopes)
-        if no_jitter:
-            jitter_note += ". Zero: the profile has no skew measurement, so none is simulated (= the fast path)"
+        jit = {k: w.profile.arrival_jitter[k] for k in scopes}
+        no_jitter = all(j.mean_s == 0 for j in jit.values())
+        if no_jitter:     # the sources' long why once, where the profile keeps it (it was printed per scope)
+            jitter_note = (f"arrival jitter per rank and collective: none: profile {w.profile.name} has no skew "
+                           f"measurement at {' or '.join(scopes)} collectives (why: tpsim profiles show "
+                           f"{w.profile.name}), so none is simulated (= the fast path)")
+        else:             # each source once, after the scopes it applies to
+            by_source: dict[str, list[str]] = {}
+            for k, j in jit.items():
+                by_source.setdefault(j.source, []).append(f"{k} {j.dist} mean {j.mean_s * 1e6:g} us")
+            jitter_note = "arrival jitter per rank and collective: " + "; ".join(
+                f"{', '.join(what)} ({src})" for src, what in by_source.items())
     if as_json:
         click.echo(json_text(out))               # never a bare NaN (invalid JSON)
         return
