@@ -277,19 +277,30 @@ def plot(rows: list[dict], path: str | os.PathLike, view: str = "speedup") -> No
         x, other = ("bw_scale", "lat_scale") if len(bws) > 1 else ("lat_scale", "bw_scale")
         xlabel = {"bw_scale": "interconnect bandwidth scale", "lat_scale": "collective latency scale"}[x]
         keys = list(dict.fromkeys((r["model"], r["tp"], r["batch"], r[other]) for r in ok))
-        fig, axes = plt.subplots(1, len(profiles), figsize=(6 * len(profiles), 4.2), squeeze=False)
+        scales = bws if x == "bw_scale" else lats
+        fig, axes = plt.subplots(1, len(profiles), figsize=(6 * len(profiles), 4.2), squeeze=False, sharey=True)
+        labels: dict[str, object] = {}
         for ax, prof in zip(axes[0], profiles):
-            for s in scheds:
-                for m, tp, b, o in keys:
+            for n, s in enumerate(scheds):
+                for k, (m, tp, b, o) in enumerate(keys):
                     pts = sorted((r[x], r["speedup"]) for r in iter_rows(ok, schedule=s, profile=prof, model=m,
                                                                          tp=tp, batch=b, **{other: o}))
                     if pts:
                         tag = f" {'bw' if other == 'bw_scale' else 'lat'}x{o:g}" if len(bws) > 1 and len(lats) > 1 else ""
-                        ax.plot(*zip(*pts), marker="o", label=f"{s} {m} TP{tp} b{b}{tag}")
+                        # a colour per model/TP/batch, a line style per schedule: the same in every panel
+                        line, = ax.plot(*zip(*pts), marker="o", color=f"C{k % 10}", ls=("-", "--", ":", "-.")[n % 4],
+                                        label=f"{s} {m} TP{tp} b{b}{tag}")
+                        labels.setdefault(line.get_label(), line)
             ax.set_xscale("log")
+            # a tick at each requested scale, labelled as given (the log axis labelled only 10^k), slanted when
+            # many would touch; no minor ticks between them
+            ax.xaxis.set_minor_locator(plt.NullLocator())
+            ax.set_xticks(scales, [f"{v:g}" for v in scales], rotation=45 if len(scales) > 5 else 0, fontsize=8)
             ax.axhline(1.0, color="grey", lw=0.8)
             ax.set(title=prof, xlabel=xlabel, ylabel="speedup over standard")
-            ax.legend(fontsize=7)
+        # one legend for every panel, under them: inside an axes it covered lines
+        fig.legend(list(labels.values()), list(labels), loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2,
+                   fontsize=7, frameon=False)
     else:
         models = list(dict.fromkeys(r["model"] for r in ok))
         tps = sorted({r["tp"] for r in ok})
