@@ -32,7 +32,7 @@ from tpsim.hw.run_config import HARNESS_COLLECTIVES, RunConfig, check_timeout, d
 from tpsim.commands.bounds import check_bounds
 from tpsim.commands.harness import (check_cuda, check_out_path, cuda_available, memory_gate, model_and_checkpoint,
                                     run_ranks, under_torchrun)
-from tpsim.commands.console import PhaseBar
+from tpsim.commands.console import PhaseBar, echo_wrapped
 from tpsim.commands.errors import UserError, ctrl_c_exits_130, user_errors
 from tpsim.commands.options import HARNESS_STACK, not_empty, preset_option, stack_options
 
@@ -218,7 +218,8 @@ def _stack_preset(command: str, stack_name: str | None, kw: dict, compile_: bool
 def _echo_stack_notes(stack_name: str | None, notes: list[str], cfg) -> None:
     """The --stack preset's notes under the table, one a line (in JSON: the result's stack.notes)."""
     if notes and not cfg.json:
-        click.echo("\n".join(f"stack {stack_name}: {n}" for n in notes))
+        for n in notes:
+            echo_wrapped(f"stack {stack_name}: {n}")
 
 
 # bench's flags that name a preset value of the same name and meaning (RunConfig's names)

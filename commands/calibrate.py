@@ -25,7 +25,7 @@ from tpsim.calib.plan import CalibConfig, CalibrationStopped
 
 from tpsim.commands.harness import check_cuda, check_out_path
 from tpsim.commands.bounds import check_bounds
-from tpsim.commands.console import PhaseBar
+from tpsim.commands.console import PhaseBar, echo_wrapped
 from tpsim.commands.errors import ctrl_c_exits_130, user_errors
 from tpsim.commands.options import not_empty
 
@@ -167,7 +167,7 @@ def _with_progress(run):
 def _summary(path: str) -> None:
     with open(path) as f:
         p = json.load(f)
-    click.echo(f"wrote {path}")
+    echo_wrapped(f"wrote {path}")
     ov = p.get("overlap", {})
     if "compute_slowdown" in ov:
         sm = next((g.get("summary", {}) for g in p.get("raw", {}).get("groups", {}).values()
@@ -175,19 +175,19 @@ def _summary(path: str) -> None:
         early = (f" (in the model's passes; {sm['done_early']:.0%} of the all-reduces finished within their "
                  f"module)" if "done_early" in sm else "")
         wake = f", wake-up {ov['wake_us']['value']:.0f} us" if "wake_us" in ov else ""
-        click.echo(f"  overlap: compute x{ov['compute_slowdown']['value']}, comm x{ov['comm_slowdown']['value']}"
-                   f"{wake}{early}")
+        echo_wrapped(f"  overlap: compute x{ov['compute_slowdown']['value']}, comm x{ov['comm_slowdown']['value']}"
+                     f"{wake}{early}")
         if noise_note(sm):
-            click.echo(f"warning: overlap factors {noise_note(sm)}", err=True)
+            echo_wrapped(f"warning: overlap factors {noise_note(sm)}", err=True)
         if len(sm.get("fit", {}).get("cases", [])) == 1:
-            click.echo("    one model only: the three overlap parameters are not all determined by it; calibrate "
-                       "two models of different compute/collective balance for a profile that extrapolates")
+            echo_wrapped("    one model only: the three overlap parameters are not all determined by it; calibrate "
+                         "two models of different compute/collective balance for a profile that extrapolates")
         for c in sm.get("fit", {}).get("cases", []):
-            click.echo(f"    {c['what'].split(' standard')[0]}: blocking/overlapped pass {c['measured'][0]:.3f}x "
-                       f"measured, {c['fitted'][0]:.3f}x simulated; waiting {c['measured'][1]:.0%} / "
-                       f"{c['fitted'][1]:.0%}")
+            echo_wrapped(f"    {c['what'].split(' standard')[0]}: blocking/overlapped pass {c['measured'][0]:.3f}x "
+                         f"measured, {c['fitted'][0]:.3f}x simulated; waiting {c['measured'][1]:.0%} / "
+                         f"{c['fitted'][1]:.0%}")
     for t in p.get("collectives", {}).get("tables", [])[:4]:
         pairs = ", ".join(f"{b}B {u:.0f}us" for b, u in list(zip(t["bytes"], t["time_us"]))[::max(1, len(t["bytes"]) // 4)])
-        click.echo(f"  {t['impl']} {t['collective']} g{t['group']} {t['mode']}: {pairs}")
+        echo_wrapped(f"  {t['impl']} {t['collective']} g{t['group']} {t['mode']}: {pairs}")
     n = sum(len(t["points"]) for t in p.get("compute", {}).get("tables", []))
-    click.echo(f"  compute points: {n}")
+    echo_wrapped(f"  compute points: {n}")

@@ -135,9 +135,9 @@ def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, c
     if nccl is not None:
         console.print(f"NCCL nNodes {nccl['nnodes']} (ranks per NCCL node {'+'.join(map(str, nccl['ranks_per_node']))}"
                       f"; P2P off: {nccl['why']}); algorithm/protocol the tuner picks: "
-                      f"{', '.join(nccl['picks']) or '-'} (path column, per size)", soft_wrap=True)
+                      f"{', '.join(nccl['picks']) or '-'} (path column, per size)")
     for n in notes:
-        console.print(f"note: {n}", soft_wrap=True)
+        console.print(f"note: {n}")
     if measured is not None:
         med = _median_abs(rows)
         console.print(f"median |error| over {sum(r.measured_us is not None for r in rows)} sizes: "
@@ -153,11 +153,10 @@ def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, c
                           f"{bound:.1f} us of device time its times can be the host launch loop, not the collective "
                           f"(one process per GPU never pays it): {len(flagged)} sizes marked +host-floor?(g{g}); "
                           f"median |error| over the other {len(rows) - len(flagged)} sizes: "
-                          + ("-" if dev is None else f"{dev:.1f}%"), soft_wrap=True)
+                          + ("-" if dev is None else f"{dev:.1f}%"))
         elif flagged:
             console.print(f"warning: {rich_escape(compare_path)}: {reason}: {len(flagged)} sizes marked +first-launch? (their "
-                          f"times include it; nccl-tests -G 10 or more spreads it over ten times the calls)",
-                          soft_wrap=True)
+                          f"times include it; nccl-tests -G 10 or more spreads it over ten times the calls)")
 
 
 def _measured_run(path: str, collective: str, group: int):

@@ -109,7 +109,8 @@ def _print_summary(result: dict, out_dir: Path) -> None:
     # the point column wraps at spaces, never below its longest word: a table too wide for the terminal would
     # otherwise shrink it to 2 columns and fold 'toy-1024' into 4 lines
     word_len = max((len(w) for pt in result["points"] for w in pt.label.split()), default=5)
-    for col in ("point", "schedule", "meas\ntok/s", "pred\ntok/s", "err", "meas\nspeedup", "pred\nspeedup", "sign"):
+    for col in ("point", "schedule", "meas\ntokens\n/s", "pred\ntokens\n/s", "err", "meas\nspeedup", "pred\nspeedup",
+                "sign"):
         t.add_column(col, justify="left" if col in ("point", "schedule") else "right", no_wrap=col != "point",
                      overflow="fold", min_width=word_len if col == "point" else None)
     for pt in result["points"]:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import sys
+import textwrap
+
+import click
 
 
 def rich_console(**kw):
@@ -52,6 +55,19 @@ class TrimmedLines:
     @property
     def encoding(self) -> str:
         return getattr(self.stream, "encoding", "utf-8")
+
+
+def echo_wrapped(text: str, err: bool = False) -> None:
+    """A line of prose (a `wrote ...` summary, a note under a table) wrapped at the width a table gets
+    (terminal_console: the terminal's, at most MAX_WIDTH; 80 when not a terminal), at its spaces, never
+    inside a word or a path; later lines indented 2 more than the first. Every line a command prints
+    fits its terminal (issue 48: lines of 252 and 398 characters), but an `Error:` line: one line, whatever
+    its length."""
+    width = min(MAX_WIDTH, rich_console().width)
+    for line in text.splitlines() or [""]:
+        indent = " " * (len(line) - len(line.lstrip(" ")) + 2)
+        click.echo(textwrap.fill(line, width, subsequent_indent=indent, break_long_words=False,
+                                 break_on_hyphens=False) if len(line) > width else line, err=err)
 
 
 def compact_table(**kw):

@@ -127,10 +127,10 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
         t.add_row(*row)
     console = terminal_console()
     src = f" (values and sources: {load_stack(kw['stack_name']).path})" if kw["stack_name"] is not None else ""
-    console.print(f"stack: {w.stack.describe()}{src}", style="dim", soft_wrap=True)   # one line: greppable
+    console.print(f"stack: {w.stack.describe()}{src}", style="dim")
     console.print(t)
     for line in note_lines(preds) + sens.notes():
-        console.print(rich_escape(line), soft_wrap=True)
+        console.print(rich_escape(line))
     if jitter_note:
         if sampled:     # the intervals on a line of their own: a table column would not fit 80 columns
             jitter_note += ". tokens/s 95% CI: " + ", ".join(

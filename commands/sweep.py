@@ -18,7 +18,7 @@ from tpsim.sim.stack.spec import make_stack
 from tpsim.sim.stack.presets import load_stack
 
 from tpsim.commands.bounds import check_bounds
-from tpsim.commands.console import progress_bar
+from tpsim.commands.console import echo_wrapped, progress_bar
 from tpsim.commands.errors import ctrl_c_exits_130, user_errors
 from tpsim.commands.options import compile_options, not_empty, preset_option, stack_given, stack_options
 
@@ -106,17 +106,17 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
             rows = sw.sweep(points, scheds, given=given, jobs=jobs, checkpoint=checkpoint, progress=progress,
                             preset=preset, discarded=discarded)
         if discarded:
-            click.echo(f"{len(discarded)} checkpointed point(s) in {checkpoint} did not hold their point's rows "
-                       f"(another point's, NaN or negative values, none): computed again", err=True)
+            echo_wrapped(f"{len(discarded)} checkpointed point(s) in {checkpoint} did not hold their point's rows "
+                     f"(another point's, NaN or negative values, none): computed again", err=True)
         write_text_atomic(out_path, sw.to_csv(rows))
         if not to_stdout:
             write_json_atomic(json_path, rows)
             Path(checkpoint).unlink(missing_ok=True)
     failed = [r["error"] for r in rows if r["error"]]
-    click.echo(f"wrote {'stdout' if to_stdout else f'{out_path} (and {json_path})'}: {len(points)} points, "
-               f"{len(rows)} rows"
-               + (f"; {len(failed)} point(s) could not run (see the error column), e.g. {failed[0]}" if failed else ""),
-               err=to_stdout)
+    echo_wrapped(f"wrote {'stdout' if to_stdout else f'{out_path} (and {json_path})'}: {len(points)} points, "
+                 f"{len(rows)} rows"
+                 + (f"; {len(failed)} point(s) could not run (see the error column), e.g. {failed[0]}" if failed else ""),
+                 err=to_stdout)
     if len(failed) == len(points):            # one error row per failed point: nothing ran
         raise ValueError(f"no grid point could run (the error column says why for each), e.g. {failed[0]}")
     if plot_path is not None:

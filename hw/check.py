@@ -32,7 +32,7 @@ from tpsim.sim.model.presets import ModelSpec
 from tpsim.sim.schedule.language import build, kind_base, plan_of, runs
 from tpsim.hw import rank as hwrank
 from tpsim.hw.run_config import RunConfig
-from tpsim.hw.bench import caption
+from tpsim.hw.report import format_check
 from tpsim.hw.checkpoint import full_weights as checkpoint_full_weights, open_for, tensor_name
 from tpsim.hw.inductor_flags import compile_functional_pass, current_inductor_flags
 from tpsim.hw.model import build_rank_model, full_weights, rope_inv_freq
@@ -307,20 +307,3 @@ def _merge(per_rank: list[list[dict]]) -> list[dict]:
         r["ok"] = all(x["ok"] for x in rows)
         out.append(r)
     return out
-
-
-def format_check(result: dict) -> str:
-    # the caption wraps between its fields at 80 columns, as bench's (a long model name or config path)
-    lines = caption([f"check {result['model']}", f"TP {result['tp']}", result["dtype"],
-                     f"{result['backend']}/{result['device']}", f"batch {result['batch']}",
-                     f"prompt {result['prompt_len']}", f"gen {result['gen_len']}"])
-    lines.append(f"{'schedule':<14}{'prefill err':>13}{'decode err':>13}{'steps':>7}  result")
-    for r in result["schedules"]:
-        fmt = lambda e: "-" if e is None else f"{e:.2e}"  # noqa: E731
-        lines.append(f"{r['schedule']:<14}{fmt(r['prefill_err']):>13}{fmt(r['decode_err']):>13}"
-                     f"{r['decode_steps']:>7}  {'ok' if r['ok'] else 'FAIL'}")
-    # each note (why a schedule ran unchecked, a token-split fallback) on its own line under the table, as
-    # bench's: beside its row it took the row past 80 columns
-    lines += [f"{r['schedule']}: {r['note']}" for r in result["schedules"] if r.get("note")]
-    lines.append("all schedules match their references" if result["ok"] else "numerics check FAILED")
-    return "\n".join(lines)

@@ -27,6 +27,7 @@ import json
 import math
 import os
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -213,7 +214,9 @@ def format_plan(r: dict) -> str:
     if r.get("resumed"):
         lines.append(f"resumed: {r['resumed']} of {r['passes']} passes read back from {r['partial']}")
     lines.append("sensitivities only mean something on trained weights (random weights give noise)")
-    return "\n".join(lines)
+    # the prose under the table at the table's 80 columns, broken at spaces (the priced line ran to 160)
+    return "\n".join([lines[0]] + [w for line in lines[1:] for w in textwrap.wrap(
+        line, 80, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False)])
 
 
 def plot_sensitivity(r: dict, path: str) -> None:
