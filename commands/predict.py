@@ -62,8 +62,9 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
     Each schedule also says what it asks of the model (model_change): none (standard, token-split,
     seq-parallel: the same model and outputs), retrain (ladder, parallel: a different architecture
     that must be trained), drops syncs (spd: the trained model with all-reduces skipped, some
-    accuracy lost; spd:0, which drops none, is none), n/a (upper-bound: no communication, a speed
-    ceiling only)."""
+    accuracy lost; spd:0, which drops none, is none), n/a (upper-bound: no communication, the standard
+    layer's speed ceiling; a schedule whose layer has fewer kernels can beat it, parallel on the eager
+    stack)."""
     if exact and exhaustive:
         raise ValueError("--exact and --exhaustive are two ways to simulate the jitter (sampled or brute force); "
                          "choose one")
