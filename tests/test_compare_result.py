@@ -242,3 +242,13 @@ def test_the_summary_names_only_what_the_run_wrote(tmp_path):
     assert r.exit_code == 0, r.output
     traces = "".join(r.output.split("traces (measured beside simulated; ui.perfetto.dev):")[1].split())
     assert Path(traces).is_dir() and any(Path(traces).iterdir())
+
+
+def test_standard_sign_is_not_counted_as_a_result(tmp_path):
+    """Issue 48 item 9: standard's speedup is 1 by definition on both sides, yet its sign was counted as
+    agreeing (a README summed 10/10 signs over 5 schedules x 2 points)."""
+    r, _ = _compare(tmp_path, {})
+    assert r.exit_code == 0, r.output
+    lines = {ln.split()[0]: ln for ln in r.output.splitlines() if "median |err| tokens/s" in ln}
+    assert lines["standard"].endswith("speedup 1 by definition") and "sign" not in lines["standard"]
+    assert lines["ladder"].endswith("speedup sign 1/1")
