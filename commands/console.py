@@ -70,6 +70,20 @@ def echo_wrapped(text: str, err: bool = False) -> None:
                                  break_on_hyphens=False) if len(line) > width else line, err=err)
 
 
+def field_lines(text: str, width: int, sep: str = ", ") -> str:
+    """A header of `sep`-separated fields (predict's `stack:` line) in lines of at most `width`, broken
+    between fields only (later lines indented by 4), as bench's caption wraps (hw/report.py)."""
+    fields = text.split(sep)
+    lines = [fields[0]]
+    for f in fields[1:]:
+        if len(lines[-1]) + len(sep) + len(f) <= width:
+            lines[-1] += sep + f
+        else:
+            lines[-1] += sep.rstrip()
+            lines.append("    " + f)
+    return "\n".join(lines)
+
+
 def compact_table(**kw):
     """A rich Table with light rules and no vertical lines or edge padding: about 2 columns per
     column of the table fewer than rich's default box, what lets predict's 8 columns fit 80."""

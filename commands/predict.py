@@ -11,7 +11,7 @@ from tpsim.sim.schedule.language import DEFAULT_SCHEDULES, SCHEDULE_HELP
 from tpsim.sim.sensitivity import check as sensitivity
 from tpsim.sim.stack.presets import load_stack
 
-from tpsim.commands.console import compact_table, progress_bar, rich_escape, terminal_console
+from tpsim.commands.console import compact_table, field_lines, progress_bar, rich_escape, terminal_console
 from tpsim.commands.errors import UserError, user_errors
 from tpsim.commands.options import make_workload, not_empty, stack_dict, workload_options
 
@@ -128,7 +128,8 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
         t.add_row(*row)
     console = terminal_console()
     src = f" (values and sources: {load_stack(kw['stack_name']).path})" if kw["stack_name"] is not None else ""
-    console.print(f"stack: {w.stack.describe()}{src}", style="dim")
+    # a header of fields: broken between them, not inside one ("static\nKV")
+    console.print(rich_escape(field_lines(f"stack: {w.stack.describe()}{src}", console.width)), style="dim")
     console.print(t)
     for line in note_lines(preds) + sens.notes():
         console.print(rich_escape(line))
