@@ -285,3 +285,18 @@ def test_bad_inputs_one_line_exit_2(fixture, tmp_path, extra, message):
     for k, v in sub.items():
         message = message.replace(f" {k}", f" {v}")
     assert code == 2 and out.strip().splitlines() == [message], out
+
+
+def test_a_partial_line_that_is_not_its_pass_is_measured_again(tmp_path):
+    """Issue 48 item 3, spd-plan's partial file as the sweep's checkpoint: a line under a pass's key that
+    says another spec, or holds a NaN, negative or missing number, is not read into the plan."""
+    part = str(tmp_path / "p.partial.jsonl")
+    row = {"spec": "spd:[1]", "phase": "solo", "nll": 10.0, "tokens": 7, "ppl": 4.2}
+    bad = {"spd:[2]": dict(row),                                   # another pass's row under this key
+           "spd:[3]": dict(row, spec="spd:[3]", nll=float("nan")), "spd:[4]": dict(row, spec="spd:[4]", ppl=-1.0),
+           "spd:[5]": dict(row, spec="spd:[5]", tokens=0), "spd:[6]": dict(row, spec="spd:[6]", tokens=True),
+           "spd:[7]": {k: v for k, v in dict(row, spec="spd:[7]").items() if k != "ppl"},
+           "spd:[8]": dict(row, spec="spd:[8]", phase="x")}
+    lines = [{"key": "d/spd:[1]", "rows": [row]}] + [{"key": f"d/{k}", "rows": [r]} for k, r in bad.items()]
+    Path(part).write_text("".join(json.dumps(x, allow_nan=True) + "\n" for x in lines))
+    assert read_partial(part, "d") == {"spd:[1]": row}

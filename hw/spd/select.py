@@ -159,9 +159,19 @@ def read_partial(path: str | None, digest: str) -> dict[str, dict]:
     out = {}
     for key, rows in read_checkpoint(path).items():
         d, _, spec = key.partition("/")
-        if d == digest and rows:
+        if d == digest and rows and _pass_row(rows[0], spec):
             out[spec] = rows[0]
     return out
+
+
+def _pass_row(row: dict, spec: str) -> bool:
+    """A finished pass as append_partial writes it, for `spec`: a line that says another spec, or holds
+    a NaN, negative or missing number, is measured again (issue 48: a resumed row is checked against
+    its point, as the sweep's are), not read into the plan."""
+    num = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)  # noqa: E731
+    return (row.get("spec") == spec and row.get("phase") in ("baseline", "solo", "set")
+            and num(row.get("nll")) and row["nll"] >= 0 and isinstance(row.get("tokens"), int)
+            and not isinstance(row["tokens"], bool) and row["tokens"] > 0 and num(row.get("ppl")) and row["ppl"] > 0)
 
 
 def append_partial(path: str, digest: str, row: dict) -> None:
