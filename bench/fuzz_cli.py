@@ -41,6 +41,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))          # fuzz_inputs,
 import _checkout  # noqa: E402  (this checkout as the package tpsim, as bench/'s other scripts)
 _checkout.load()
 from tpsim.cli import COMMANDS, main as tpsim_main  # noqa: E402
+from tpsim.commands import sweep_grid as sw  # noqa: E402
+from tpsim.sim.grid import grid  # noqa: E402
+from tpsim.sim.model.presets import get_model  # noqa: E402
 from tpsim.commands.lazy import load  # noqa: E402
 from tpsim.fileio.policy import CONTROL  # noqa: E402
 
@@ -181,7 +184,7 @@ def run_case(kind: str, index: int, seed: int, env: dict, limit_s: float, keep: 
 
 
 def _stub_launch(*_a, **_k):
-    from tpsim.hw.dist import WorkerFailed
+    from tpsim.hw.dist import WorkerFailed   # lazy: torch (hw.dist's ranks); only a harness command gets here
     raise WorkerFailed("fuzz: the launcher is stubbed, no rank starts")
 
 
@@ -189,18 +192,15 @@ def setup(root: Path, kinds: list[str]) -> dict:
     """What cases share: the commands, a sweep checkpoint of this code, a safetensors checkpoint, the
     launcher stubbed (torch kinds only where torch imports)."""
     env = {"root": root, "commands": commands()}
-    from tpsim.commands import sweep_grid as sw
-    from tpsim.sim.grid import grid
     ck = root / "seed.partial.jsonl"
     sw.sweep(grid(["tiny"], [2], [1, 2], ["h100-sxm"], 8, 4), ("standard", "ladder"), given={}, checkpoint=ck)
     env["checkpoint"] = ck.read_text()
     try:
-        import torch
-        from safetensors.torch import save_file
+        import torch                          # lazy: optional; without it the harness kinds are skipped
+        from safetensors.torch import save_file   # lazy: as torch
     except ImportError:
         return env | {"no_torch": True}
-    from tpsim.hw.checkpoint import expected_shapes
-    from tpsim.sim.model.presets import get_model
+    from tpsim.hw.checkpoint import expected_shapes   # lazy: imports torch (present here)
     d = root / "ckpt"
     d.mkdir()
     shutil.copy(FIX / "hf" / "tiny-llama3-v5" / "config.json", d / "config.json")
@@ -220,8 +220,8 @@ def setup(root: Path, kinds: list[str]) -> dict:
 def stubbed_launch():
     """hw.dist.launch (and calib.run's name for it) replaced while fuzzing: no rank ever starts."""
     try:
-        import tpsim.calib.run
-        import tpsim.hw.dist
+        import tpsim.calib.run                # lazy: imports torch, optional
+        import tpsim.hw.dist                  # lazy: as calib.run
     except ImportError:                   # no torch: the harness commands refuse before any launch
         yield
         return

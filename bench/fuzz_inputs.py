@@ -231,7 +231,7 @@ def case(kind: str, rng: random.Random, w: Path, env: dict) -> list[list[str]]:
         (w / "s.csv.partial.jsonl").write_text("\n".join(lines) + "\n")
         return [[*SWEEP, "--out", str(w / "s.csv")]]
     if kind == "state":
-        from tpsim.calib.plan import CalibConfig, state_path
+        from tpsim.calib.plan import CalibConfig, state_path   # lazy: tpsim is loaded by fuzz_cli, after this module
         st = json.loads(_seed(kind, rng).read_text())
         st["fingerprint"] = CalibConfig(out=str(w / "p.json"), models=("tiny",), tps=(2,), prompt_lens=(8,),
                                         gen_lens=(4,), quick=True).fingerprint()

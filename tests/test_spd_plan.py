@@ -232,10 +232,11 @@ def test_greedy_choice_measures_sets_and_stops_at_the_budget():
 
 def test_partial_file_keeps_only_matching_digest(tmp_path):
     p = tmp_path / "x.partial.jsonl"
-    p.write_text(json.dumps({"key": "aaa/standard", "rows": [{"spec": "standard", "ppl": 2.0}]}) + "\n"
-                 + json.dumps({"key": "bbb/standard", "rows": [{"spec": "standard", "ppl": 3.0}]}) + "\n"
+    row = {"spec": "standard", "phase": "baseline", "nll": 10.0, "tokens": 7}       # as append_partial writes it
+    p.write_text(json.dumps({"key": "aaa/standard", "rows": [row | {"ppl": 2.0}]}) + "\n"
+                 + json.dumps({"key": "bbb/standard", "rows": [row | {"ppl": 3.0}]}) + "\n"
                  + '{"key": "aaa/spd:[0]", "ro')                           # torn by a kill
-    assert read_partial(str(p), "aaa") == {"standard": {"spec": "standard", "ppl": 2.0}}
+    assert read_partial(str(p), "aaa") == {"standard": row | {"ppl": 2.0}}
 
 
 def test_the_documented_price_is_the_simulators(tmp_path):
