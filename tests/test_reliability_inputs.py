@@ -160,6 +160,8 @@ def hf(tmp_path, text: str | None = None, **edit) -> Path:
     ({"tie_word_embeddings": "false"}, "'tie_word_embeddings' must be true or false, got 'false'"),
     ({"rms_norm_eps": 0.0}, "'rms_norm_eps' must be a number in"),
     ({"num_key_value_heads": 10 ** 6}, "'num_key_value_heads' must be in 1..1024"),
+    # found by bench/fuzz_cli.py (issue 48): a TypeError (unhashable) in the rope reader
+    ({"rope_scaling": {"rope_type": ["llama3"], "factor": 8.0}}, "rope_type must be a string, got ['llama3']"),
 ])
 def test_hf_configs_of_wrong_types_are_one_line(tmp_path, edit, says):
     line = one_line_exit_2(invoke(["models", "--show", str(hf(tmp_path, **edit))]))
