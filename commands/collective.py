@@ -137,7 +137,7 @@ def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, c
                       f"; P2P off: {nccl['why']}); algorithm/protocol the tuner picks: "
                       f"{', '.join(nccl['picks']) or '-'} (path column, per size)")
     for n in notes:
-        console.print(f"note: {n}")
+        console.print(rich_escape(f"note: {n}"))
     if measured is not None:
         med = _median_abs(rows)
         console.print(f"median |error| over {sum(r.measured_us is not None for r in rows)} sizes: "
@@ -155,7 +155,7 @@ def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, c
                           f"median |error| over the other {len(rows) - len(flagged)} sizes: "
                           + ("-" if dev is None else f"{dev:.1f}%"))
         elif flagged:
-            console.print(f"warning: {rich_escape(compare_path)}: {reason}: {len(flagged)} sizes marked +first-launch? (their "
+            console.print(f"warning: {rich_escape(compare_path)}: {rich_escape(str(reason))}: {len(flagged)} sizes marked +first-launch? (their "
                           f"times include it; nccl-tests -G 10 or more spreads it over ten times the calls)")
 
 

@@ -130,17 +130,19 @@ def _print_summary(result: dict, out_dir: Path) -> None:
         # summed 10/10 signs over 5 schedules x 2 points, standard's two among them)
         sign = ("speedup 1 by definition" if spec == "standard" else f"speedup sign {s['sign_matches']}/{s['points']}"
                 + (f" (undetermined: {'; '.join(why)})" if why else ""))
-        c.print(f"{spec:12} median |err| tokens/s {s['median_abs_err_tokens_per_s']:.1%}  {sign}")
+        c.print(rich_escape(f"{spec:12} median |err| tokens/s {s['median_abs_err_tokens_per_s']:.1%}  {sign}"))
     for note in (interval_note(result), drift_note(result)):
         if note:
             c.print(rich_escape(note))
     for pt in result["points"]:
         if pt.missing_schedules:
-            c.print(f"[yellow]not measured[/yellow] {pt.label}: {', '.join(pt.missing_schedules)}")
+            c.print(f"[yellow]not measured[/yellow] {rich_escape(pt.label)}: {rich_escape(', '.join(pt.missing_schedules))}")
         for note in pt.notes:         # the simulator prices another all-reduce kernel than the run's
             c.print(f"[yellow]not priced as run[/yellow] {rich_escape(pt.label)}: {rich_escape(note)}")
     for f in result["failed"]:
-        c.print(f"[red]failed[/red] {f['point']}: {f['error']}")
+        # a measured file's own text (its name, a field it holds) is printed as text, never as markup:
+        # '[/]' in one was a MarkupError traceback (found by bench/fuzz_cli.py --seed 2, issue 48)
+        c.print(f"[red]failed[/red] {rich_escape(str(f['point']))}: {rich_escape(str(f['error']))}")
     # what this run wrote, and only that (a failed run named traces it never wrote)
     wrote = [f"{what}: {p}" for what, p in (("report", out_dir / "report.md"), ("data", out_dir / "compare.json"))
              if p.is_file()]

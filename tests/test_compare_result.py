@@ -252,3 +252,13 @@ def test_standard_sign_is_not_counted_as_a_result(tmp_path):
     lines = {ln.split()[0]: ln for ln in r.output.splitlines() if "median |err| tokens/s" in ln}
     assert lines["standard"].endswith("speedup 1 by definition") and "sign" not in lines["standard"]
     assert lines["ladder"].endswith("speedup sign 1/1")
+
+
+def test_a_failed_points_text_is_printed_as_text_not_markup(tmp_path):
+    """Found by bench/fuzz_cli.py --seed 2 (issue 48): a measured field holding '[/]' was quoted in the
+    failed point's line and read by rich as markup: a MarkupError traceback."""
+    doc = _measured()
+    doc["schedules"][0]["records"][0]["end_s"] = "[/]"
+    r, _ = _compare(tmp_path, {"m.json": doc})
+    assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
+    assert "got '[/]'" in " ".join(r.output.split()) and "Traceback" not in r.output
