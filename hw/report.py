@@ -34,12 +34,13 @@ def table(columns: list[str], rows: list[list[str]]) -> list[str]:
     the first column left-aligned, wrapping (a long spd:LIST), the others right-aligned, never cut."""
     from rich import box                  # lazy: rich takes ~30 ms to import; only printing a result needs it
     from rich.console import Console      # lazy: as above
+    from rich.markup import escape        # lazy: as above
     from rich.table import Table          # lazy: as above
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     for i, col in enumerate(columns):
         t.add_column(col, justify="left" if i == 0 else "right", no_wrap=i > 0, overflow="fold")
     for r in rows:
-        t.add_row(*r)
+        t.add_row(*map(escape, r))           # a schedule spec's brackets are text, not markup
     buf = io.StringIO()
     Console(file=buf, width=WIDTH, no_color=True, highlight=False).print(t)
     return [line.rstrip() for line in buf.getvalue().splitlines()]

@@ -189,9 +189,11 @@ def append_partial(path: str, digest: str, row: dict) -> None:
 def format_plan(r: dict) -> str:
     """The per-block table, the chosen spd:LIST and its price, as text."""
     from rich.console import Console      # lazy: rich takes ~30 ms to import; only the launcher prints
+    from rich.markup import escape        # lazy: rich (as Console)
     from rich.table import Table          # lazy: rich (as Console)
-    t = Table(title=f"spd-plan {r['model']}  TP {r['tp']}  {r['backend']}/{r['device']}  {r['dtype']}  "
-                         f"{r['windows']} x {r['seq_len']} tokens ({r['tokens_how']})", title_justify="left")
+    # the checkpoint's path is text, not markup ('[/]' in a folder's name was a MarkupError)
+    t = Table(title=escape(f"spd-plan {r['model']}  TP {r['tp']}  {r['backend']}/{r['device']}  {r['dtype']}  "
+                           f"{r['windows']} x {r['seq_len']} tokens ({r['tokens_how']})"), title_justify="left")
     for col in ("layer", "ppl alone", "sensitivity", "rank", "chosen", "cumulative ppl"):
         t.add_column(col, justify="right" if col != "chosen" else "left", overflow="fold")   # wraps, never cut
     for b in r["blocks"]:
