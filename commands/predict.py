@@ -39,7 +39,7 @@ def _check_exhaustive(passes: int, w) -> None:
         raise UserError(f"--exhaustive would simulate {passes // w.gen_len} schedules x {w.gen_len} steps x "
                         f"{w.model.layers} layers x {w.tp} ranks = {steps:,} rank-layer steps, more than "
                         f"{b.hi:,} ({b.why}); use --exact (sampled steps and layers, held to --exhaustive by "
-                        f"tests/test_fast_exact.py), a smaller --gen or the first K layers (--model NAME:K)")
+                        f"tests/test_fast_exact.py), a smaller --gen or the first K layers (--model NAME[:K])")
 
 
 @click.command("predict")
