@@ -50,9 +50,13 @@ def _collective_kinds(points: list[Point], schedules: tuple[str, ...]) -> tuple[
 
 def run_compare(points: list[Point], schedules: tuple[str, ...], out_dir: Path, profile_arg: str | None,
                 backend: str, device: str, nproc: int, quick: bool, repeats: int, measured_files: tuple[str, ...],
-                timeout_s: float, echo=print, compile: bool = False, checkpoint: str | None = None) -> dict:
+                timeout_s: float, echo=print, compile: bool = False, checkpoint: str | None = None,
+                progress=None) -> dict:
     """The comparison, as compare.json holds it (calib.compare_result.comparison_to_dict), but with
-    its points typed (ComparedPoint); also written to out_dir (compare.json, report.md, plots, traces)."""
+    its points typed (ComparedPoint); also written to out_dir (compare.json, report.md, plots, traces).
+    `progress(what, done, total)` hears from the calibration (groups) and each point's bench (rank 0's
+    progress marks): the command's progress bar."""
+    report = progress or (lambda what, done, total: None)
     out_dir.mkdir(parents=True, exist_ok=True)
     if profile_arg is None and not measured_files:
         models = tuple(dict.fromkeys(p.model for p in points))
@@ -62,6 +66,7 @@ def run_compare(points: list[Point], schedules: tuple[str, ...], out_dir: Path, 
         calibrate = harness("tpsim.calib.run", "compare").calibrate
         calibrate(backend, nproc, models, tuple(sorted({p.tp for p in points})), tuple(sorted({p.batch for p in points})),
                   points[0].prompt_len, points[0].gen_len, quick, out_dir / "profile.json",
+                  progress=lambda done, total, _name: report("calibrating: groups", done, total),
                   **({"collectives": used} if quick and used != ("all_reduce",) else {}))
         profile_arg = str(out_dir / "profile.json")
     if profile_arg is None:
@@ -86,8 +91,10 @@ def run_compare(points: list[Point], schedules: tuple[str, ...], out_dir: Path, 
                 continue
             echo(f"[{i + 1}/{len(points)}] bench {p.key} ({len(schedules)} schedules, {repeats} repeats)")
             try:
+                what = f"bench {i + 1}/{len(points)} {p.key}"
                 measured_runs.append((p.key, measure(p, schedules, out_dir, backend, device, repeats=repeats,
-                                                     timeout_s=timeout_s, compile=compile, checkpoint=checkpoint)))
+                                                     timeout_s=timeout_s, compile=compile, checkpoint=checkpoint,
+                                                     progress=lambda done, total, what=what: report(what, done, total))))
             except Exception as e:          # noqa: BLE001 - a failed point is reported, the grid goes on
                 measured_runs.append((p.key, e))
     results, failed, timelines = [], [], {}

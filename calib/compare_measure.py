@@ -66,9 +66,10 @@ def _object_or_empty(d: dict, key: str) -> dict:
 
 def measure(point: Point, schedules: tuple[str, ...], out_dir: Path, backend: str = "gloo", device: str = "cpu",
             repeats: int = 3, warmup: int = 1, timeout_s: float = 120.0, deadline_s: float = 900.0,
-            compile: bool = False, checkpoint: str | None = None) -> dict:
+            compile: bool = False, checkpoint: str | None = None, progress=None) -> dict:
     """Run `tpsim bench` for one point (or reuse its saved result, `saved_run`) and return the
-    measured JSON; `checkpoint` (a snapshot folder, the point's model): its weights instead of drawn ones."""
+    measured JSON; `checkpoint` (a snapshot folder, the point's model): its weights instead of drawn ones.
+    `progress(done, total)`: rank 0's progress marks of RunConfig.bench_marks, a few times a second."""
     old = saved_run(point, schedules, out_dir, backend, device, repeats, compile)
     if old is not None:
         return old
@@ -80,7 +81,9 @@ def measure(point: Point, schedules: tuple[str, ...], out_dir: Path, backend: st
                     checkpoint=checkpoint)
     cfg.validate()
     launch = harness("tpsim.hw.dist", "compare").launch
-    launch("tpsim.hw.bench:worker", cfg.to_dict(), point.tp, timeout_s=timeout_s, deadline_s=deadline_s)
+    on_beat = (lambda st: progress(st.count if st else 0, cfg.bench_marks)) if progress else None
+    launch("tpsim.hw.bench:worker", cfg.to_dict(), point.tp, timeout_s=timeout_s, deadline_s=deadline_s,
+           on_beat=on_beat)
     return json.loads(path.read_text())
 
 

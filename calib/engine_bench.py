@@ -33,6 +33,7 @@ from tpsim.sim.predict import Simulator, Workload
 from tpsim.sim.stack.spec import make_stack
 from tpsim.sim.stack.presets import STACK_FORMAT, preset as builtin_preset
 from tpsim.fileio.policy import MAX_LOG_BYTES, read_input_text
+from tpsim.fileio.shape import short
 
 from tpsim.calib.engine_bench_read import RUN_KEYS, EngineRun, check_run_value, parse_engine_bench
 
@@ -44,15 +45,18 @@ def parse_file_spec(spec: str) -> tuple[str, dict]:
     if not sep or "=" not in tail:
         return spec, {}
     given = {}
+    where = spec if len(spec) <= 120 else path      # a 5,000-digit value is not echoed whole
     for part in tail.split(","):
         k, eq, v = part.partition("=")
-        k = k.strip().replace("-", "_")
-        if not eq or k not in RUN_KEYS or not v.strip().isdigit():
-            raise ValueError(f"{spec}: after ':' give {', '.join(f'{k}=N' for k in RUN_KEYS)} (comma-separated), "
-                             f"got {part!r}")
+        k, v = k.strip().replace("-", "_"), v.strip()
+        if not eq or k not in RUN_KEYS or not v.isdigit():
+            raise ValueError(f"{where}: after ':' give {', '.join(f'{k}=N' for k in RUN_KEYS)} (comma-separated), "
+                             f"got {short(part)}")
         if k in given:               # the last one winning silently hid a typo in the other
-            raise ValueError(f"{spec}: {k} is given twice; give each of {', '.join(RUN_KEYS)} once")
-        given[k] = check_run_value(k, int(v), f"{spec}: {k}")
+            raise ValueError(f"{where}: {k} is given twice; give each of {', '.join(RUN_KEYS)} once")
+        if len(v) > 19:              # int() of 4,300+ digits raises Python's own message; none is in bounds
+            raise ValueError(f"{where}: {k} must be a count of at most 19 digits, got one of {len(v)} digits")
+        given[k] = check_run_value(k, int(v), f"{where}: {k}")
     return path, given
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from tpsim.sim.bounds import check
-from tpsim.fileio.shape import finite
+from tpsim.sim.bounds import check, check_time
+from tpsim.fileio.policy import parse_json
+from tpsim.fileio.shape import short
 
 # `vllm bench latency`'s defaults (vllm/benchmarks/latency.py add_cli_args): --batch-size 8,
 # --input-len 32, --output-len 128; its --output-json holds no run parameters, so a file's TP must be
@@ -51,23 +52,16 @@ def parse_engine_bench(text: str, name: str = "<bench>", **given) -> list[Engine
       * SGLang python/sglang/bench_one_batch.py --result-filename: JSON lines with batch_size,
         input_len, output_len, prefill_latency, median_decode_latency, ... (tp must be given)."""
     given = {k: check_run_value(k, v, f"{name}: {k}") for k, v in given.items() if v is not None}
-    try:
-        docs = [json.loads(text)]
-    except json.JSONDecodeError:
-        docs = None
-    if docs is None:                      # JSON lines (bench_one_batch appends one per run)
-        docs = []
-        for lineno, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    docs.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{name} line {lineno}: not valid JSON ({e.msg})") from None
+    lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    if len(lines) > 1 and _one_value(lines[0][1]):    # JSON lines (bench_one_batch appends one per run)
+        docs = [parse_json(line, f"{name} line {n}") for n, line in lines]
+    else:                                 # one document, by the input policy (no NaN, 5,000-digit numbers, ...)
+        docs = [parse_json(text, name)]
     if len(docs) == 1 and isinstance(docs[0], dict) and "avg_latency" in docs[0]:
         return [_vllm_latency(docs[0], name, given)]
     if len(docs) == 1 and isinstance(docs[0], list) and docs[0] and all(isinstance(r, dict) for r in docs[0]) \
             and all("benchmark" in r for r in docs[0]):
-        return [_vllm_pytorch(r, name, given) for r in docs[0] if (r.get("metric") or {}).get("name") == "latency"]
+        return [_vllm_pytorch(r, name, given) for r in docs[0] if _get(r, name, "metric", "name") == "latency"]
     if docs and all(isinstance(d, dict) and "median_decode_latency" in d for d in docs):
         return [_sglang(d, f"{name} line {i + 1}", name, given) for i, d in enumerate(docs)]
     raise ValueError(f"{name}: neither `vllm bench latency --output-json` output (avg_latency, latencies, "
@@ -98,10 +92,30 @@ def _spec_with(path: str, given: dict, key: str) -> str:
     return f"{path}:{','.join(keys + [f'{key}=N'])}"
 
 
+def _one_value(line: str) -> bool:
+    """The line is one whole JSON value (the first of JSON lines), not the start of a document."""
+    try:
+        json.loads(line)
+    except ValueError:
+        return False
+    return True
+
+
 def _seconds(v, name: str, what: str) -> float:
-    if not finite(v) or v <= 0:
-        raise ValueError(f"{name}: {what} must be a positive number of seconds, got {v!r}")
-    return float(v)
+    """A measured latency within the bounds table's span (sim/bounds.py), naming the file and field."""
+    return check_time("bench_latency", v, f"{name}: {what}")
+
+
+def _get(d, name: str, *keys):
+    """d[k0][k1]... or None where a key is absent; an object expected and something else found is
+    an error naming the field (a string there was an AttributeError)."""
+    for i, k in enumerate(keys):
+        if d is None:
+            return None
+        if not isinstance(d, dict):
+            raise ValueError(f"{name}: '{'.'.join(keys[:i]) or 'the record'}' must be an object, got {short(d)}")
+        d = d.get(k)
+    return d
 
 
 def _vllm_latency(d: dict, name: str, given: dict) -> EngineRun:
@@ -116,14 +130,13 @@ def _vllm_latency(d: dict, name: str, given: dict) -> EngineRun:
 
 
 def _vllm_pytorch(r: dict, name: str, given: dict) -> EngineRun:
-    args = ((r.get("benchmark") or {}).get("extra_info") or {}).get("args") or {}
-    metric = r.get("metric") or {}
-    found = {"tp": args.get("tensor_parallel_size"), "batch": args.get("batch_size"),
-             "input_len": args.get("input_len"), "output_len": args.get("output_len")}
-    vals = metric.get("benchmark_values")
-    avg = (metric.get("extra_info") or {}).get("avg_latency")
+    args = lambda k: _get(r, name, "benchmark", "extra_info", "args", k)      # noqa: E731
+    found = {"tp": args("tensor_parallel_size"), "batch": args("batch_size"),
+             "input_len": args("input_len"), "output_len": args("output_len")}
+    vals = _get(r, name, "metric", "benchmark_values")
+    avg = _get(r, name, "metric", "extra_info", "avg_latency")
     if avg is None and isinstance(vals, list) and vals:
-        avg = sum(vals) / len(vals)
+        avg = sum(_seconds(v, name, "each of metric.benchmark_values") for v in vals) / len(vals)
     return EngineRun("vllm", name, "vllm-pytorch-json", **_shape(name, name, found, given, VLLM_LATENCY_DEFAULTS),
                      latency_s=_seconds(avg, name, "metric.extra_info.avg_latency"))
 

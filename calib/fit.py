@@ -27,7 +27,7 @@ from tpsim.sim.schedule.language import Op
 from tpsim.calib.fit_collectives import model_section, tables
 from tpsim.calib.nccl_import import default_base
 from tpsim.calib.overlap_fit import fit_profile_overlap
-from tpsim.calib.overlap_summary import FACTOR_CAP, profile_factors
+from tpsim.calib.overlap_summary import FACTOR_CAP, noise_note, profile_factors
 
 
 # ------------------------------------------------------------------ compute efficiency
@@ -264,6 +264,9 @@ def _overlap_section(cfg, groups: dict, pv: Provenance) -> dict:
     if s.get("method") == "passes":
         how = {"compute_slowdown": "compute after the first all-reduce, with all-reduces in flight / alone",
                "comm_slowdown": "that compute time / the all-reduce work done during it"}
+    noisy = noise_note(s)
+    if noisy:            # the profile says so beside the numbers, not only the run's output
+        how = {k: v + f" ({noisy})" for k, v in how.items()}
     early = s.get("done_early", 0.0)
     if early > 0.2:      # the in-pass fit assumes each all-reduce outlasts the module it overlaps
         how = {k: v + f" ({early:.0%} of the all-reduces finished within their module, which the fit does "
@@ -338,6 +341,8 @@ def refit_overlap(prof: dict, loaded) -> bool:
         why += ("; ONE model only: its two ratios do not pin three parameters, so the fit reproduces this "
                 "model but extrapolates poorly; calibrate two models of different compute/collective balance "
                 "(e.g. --models toy-512 --models toy-1024)")
+    if noise_note(ov["summary"]):
+        why += f"; {noise_note(ov['summary'])}"
     prof["overlap"] = {
         "compute_slowdown": sourced(got["compute_slowdown"], why),
         "comm_slowdown": sourced(got["comm_slowdown"], why),

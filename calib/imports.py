@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from tpsim.sim.bounds import BOUNDS
+from tpsim.sim.bounds import BOUNDS, check_time
 from tpsim.fileio.policy import MAX_LOG_BYTES, parse_json, read_input_text
 
 _MPI_PREFIX = re.compile(r"^\[\d+,\d+\]<(stdout|stderr)>:")
@@ -185,8 +185,7 @@ def _parse_text(text: str, name: str, group, collective, mode) -> ImportedTable:
             if w not in ("N/A", "0"):
                 raise ValueError(f"{where}: nccl-tests reports {w} wrong results for size {size}: "
                                  f"the measurement is invalid")
-        if not (math.isfinite(t_us) and t_us > 0):
-            raise ValueError(f"{where}: time must be a positive finite number of us, got {t_tok}")
+        check_time("measured_op", t_us, f"{where}: time", "us")     # the profile tables' span, naming the line
         _check_size(where, size)
         run_rows += 1
         if redop is None and "redop" in row:
@@ -300,8 +299,7 @@ def _parse_json(text: str, name: str, group, collective, mode) -> ImportedTable:
         wrong = _wrong_count(rec["out_of_place"].get("wrong", rec["out_of_place"].get("#wrong", 0)), where, i)
         if wrong > 0:
             raise ValueError(f"{where}: nccl-tests reports {wrong} wrong results for size {size}")
-        if not (math.isfinite(t_us) and t_us > 0):
-            raise ValueError(f"{where}: out_of_place.time must be a positive finite number of us, got {t_us}")
+        check_time("measured_op", t_us, f"{where}: out_of_place.time", "us")
         if size > 0:
             rows[size] = t_us
     ranks = set(range(_json_ranks(data, text, name))) if group is None else set()

@@ -127,6 +127,30 @@ def _case_terms(per_rank: list[dict]) -> dict:
     }
 
 
+# the passes' own time varying more than this across trials (p10..p90 over the median): the machine was
+# busy while it measured. The same pass repeated on cores of its own takes about the same time; the
+# factors come from differences of such passes, so another job's load lands in them (issue 48: a loaded
+# 2-core box wrote compute x9.67 where docs/calibrate.md's run shows x2.86)
+NOISY_SPREAD = 0.5
+
+
+def noise_note(summary: dict) -> str | None:
+    """A warning when an in-pass overlap summary's trials say the machine was busy (NOISY_SPREAD),
+    naming the spread; None when they do not, or there are no kept trials (a GPU or older calibration)."""
+    spreads = []
+    for c in summary.get("cases") or []:
+        alone = sorted((c.get("per_trial_s") or {}).get("alone") or [])
+        if len(alone) >= 10 and statistics.median(alone) > 0:
+            q = statistics.quantiles(alone, n=10)
+            spreads.append(((q[-1] - q[0]) / statistics.median(alone), len(alone)))
+    if not spreads or max(s for s, _ in spreads) <= NOISY_SPREAD:
+        return None
+    spread, n = max(spreads)
+    return (f"noisy: the pass measured alone varied by {spread:.0%} of its median across {n} trials (p10..p90), "
+            f"so the overlap factors hold the machine's load (another job on its cores?); calibrate again on an "
+            f"idle machine")
+
+
 def redraw_trials(case: dict, rng) -> dict[str, list[float]]:
     """One bootstrap draw of an in-pass case's kept trials (`per_trial_s`): as many trials as it
     has, with replacement, each trial's values kept together (they are paired)."""

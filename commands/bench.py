@@ -32,6 +32,7 @@ from tpsim.hw.run_config import HARNESS_COLLECTIVES, RunConfig, check_timeout, d
 from tpsim.commands.bounds import check_bounds
 from tpsim.commands.harness import (check_cuda, check_out_path, cuda_available, memory_gate, model_and_checkpoint,
                                     run_ranks, under_torchrun)
+from tpsim.commands.console import PhaseBar, echo_wrapped
 from tpsim.commands.errors import UserError, ctrl_c_exits_130, user_errors
 from tpsim.commands.options import HARNESS_STACK, not_empty, preset_option, stack_options
 
@@ -180,11 +181,22 @@ def _run_stacked(command: str, stack_name: str | None, kw: dict, compile_: bool 
     compile_, notes = _stack_preset(command, stack_name, kw, compile_)
     cfg = _config(command, compile=compile_, deadline_s=deadline_s, **kw)
     memory_gate(cfg, command)
-    with ctrl_c_exits_130():
-        result = run_ranks(f"tpsim.hw.{command}:worker", cfg, deadline_s, command)
+    with ctrl_c_exits_130(), PhaseBar() as bar:
+        # bench counts rank 0's progress marks (RunConfig.bench_marks); check's few passes draw no bar
+        on_beat = (lambda st: bar.update(bench_phase(st, cfg.tp), st.count if st else 0, cfg.bench_marks)) \
+            if command == "bench" else None
+        result = run_ranks(f"tpsim.hw.{command}:worker", cfg, deadline_s, command, on_beat=on_beat)
     if result is not None and stack_name:
         result["stack"] |= {"preset": stack_name, "notes": notes}
     return result, cfg, notes
+
+
+def bench_phase(state, ranks: int) -> str:
+    """What a bench's progress bar says rank 0 is doing (hw.beat.BeatState; None before its first mark)."""
+    if state is None or not state.count:
+        return f"bench: starting {ranks} ranks"
+    return {"compile": "bench: compiling", "prefill": "bench: generations", "decode": "bench: generations"}.get(
+        state.phase, f"bench: {state.phase}")
 
 
 def _stack_preset(command: str, stack_name: str | None, kw: dict, compile_: bool | None) -> tuple[bool, list[str]]:
@@ -210,7 +222,8 @@ def _stack_preset(command: str, stack_name: str | None, kw: dict, compile_: bool
 def _echo_stack_notes(stack_name: str | None, notes: list[str], cfg) -> None:
     """The --stack preset's notes under the table, one a line (in JSON: the result's stack.notes)."""
     if notes and not cfg.json:
-        click.echo("\n".join(f"stack {stack_name}: {n}" for n in notes))
+        for n in notes:
+            echo_wrapped(f"stack {stack_name}: {n}")
 
 
 # bench's flags that name a preset value of the same name and meaning (RunConfig's names)

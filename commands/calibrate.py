@@ -20,10 +20,12 @@ from tpsim.hw import harness, require_torch
 from tpsim.hw.run_config import check_timeout, default_timeout_s
 
 from tpsim.calib.imports import check_impl_tag
+from tpsim.calib.overlap_summary import noise_note
 from tpsim.calib.plan import CalibConfig, CalibrationStopped
 
 from tpsim.commands.harness import check_cuda, check_out_path
 from tpsim.commands.bounds import check_bounds
+from tpsim.commands.console import PhaseBar, echo_wrapped
 from tpsim.commands.errors import ctrl_c_exits_130, user_errors
 from tpsim.commands.options import not_empty
 
@@ -156,31 +158,16 @@ def _default_timeout_s(backend, models, batches, prompts) -> float:
 
 
 def _with_progress(run):
-    """Run with a progress bar that appears at the first finished-group report, so an option refused
-    before any work is one line with no bar drawn above it."""
-    # lazy: rich takes ~30 ms to import; an option refused before any work draws no bar and pays nothing
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    box: list = []
-
-    def cb(done, total, _name):
-        if not box:
-            bar = Progress(TextColumn("calibrating"), BarColumn(), MofNCompleteColumn(), TextColumn("groups"),
-                           TimeElapsedColumn(), transient=False)
-            bar.start()
-            box.append((bar, bar.add_task("calibrate", total=None)))
-        bar, task = box[0]
-        bar.update(task, completed=done, total=total)
-    try:
-        return run(cb)
-    finally:
-        if box:
-            box[0][0].stop()
+    """Run with the one progress bar (commands/console.py), which appears at the first finished-group
+    report, so an option refused before any work is one line with no bar drawn above it."""
+    with PhaseBar() as bar:
+        return run(lambda done, total, _name: bar.update("calibrating: groups", done, total))
 
 
 def _summary(path: str) -> None:
     with open(path) as f:
         p = json.load(f)
-    click.echo(f"wrote {path}")
+    echo_wrapped(f"wrote {path}")
     ov = p.get("overlap", {})
     if "compute_slowdown" in ov:
         sm = next((g.get("summary", {}) for g in p.get("raw", {}).get("groups", {}).values()
@@ -188,17 +175,19 @@ def _summary(path: str) -> None:
         early = (f" (in the model's passes; {sm['done_early']:.0%} of the all-reduces finished within their "
                  f"module)" if "done_early" in sm else "")
         wake = f", wake-up {ov['wake_us']['value']:.0f} us" if "wake_us" in ov else ""
-        click.echo(f"  overlap: compute x{ov['compute_slowdown']['value']}, comm x{ov['comm_slowdown']['value']}"
-                   f"{wake}{early}")
+        echo_wrapped(f"  overlap: compute x{ov['compute_slowdown']['value']}, comm x{ov['comm_slowdown']['value']}"
+                     f"{wake}{early}")
+        if noise_note(sm):
+            echo_wrapped(f"warning: overlap factors {noise_note(sm)}", err=True)
         if len(sm.get("fit", {}).get("cases", [])) == 1:
-            click.echo("    one model only: the three overlap parameters are not all determined by it; calibrate "
-                       "two models of different compute/collective balance for a profile that extrapolates")
+            echo_wrapped("    one model only: the three overlap parameters are not all determined by it; calibrate "
+                         "two models of different compute/collective balance for a profile that extrapolates")
         for c in sm.get("fit", {}).get("cases", []):
-            click.echo(f"    {c['what'].split(' standard')[0]}: blocking/overlapped pass {c['measured'][0]:.3f}x "
-                       f"measured, {c['fitted'][0]:.3f}x simulated; waiting {c['measured'][1]:.0%} / "
-                       f"{c['fitted'][1]:.0%}")
+            echo_wrapped(f"    {c['what'].split(' standard')[0]}: blocking/overlapped pass {c['measured'][0]:.3f}x "
+                         f"measured, {c['fitted'][0]:.3f}x simulated; waiting {c['measured'][1]:.0%} / "
+                         f"{c['fitted'][1]:.0%}")
     for t in p.get("collectives", {}).get("tables", [])[:4]:
         pairs = ", ".join(f"{b}B {u:.0f}us" for b, u in list(zip(t["bytes"], t["time_us"]))[::max(1, len(t["bytes"]) // 4)])
-        click.echo(f"  {t['impl']} {t['collective']} g{t['group']} {t['mode']}: {pairs}")
+        echo_wrapped(f"  {t['impl']} {t['collective']} g{t['group']} {t['mode']}: {pairs}")
     n = sum(len(t["points"]) for t in p.get("compute", {}).get("tables", []))
-    click.echo(f"  compute points: {n}")
+    echo_wrapped(f"  compute points: {n}")

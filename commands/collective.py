@@ -16,7 +16,7 @@ from tpsim.sim.hardware.profile import load_profile
 from tpsim.sim.hardware.topology import nccl_nodes
 from tpsim.sim.price.comm.topology import TopologyModel
 
-from tpsim.calib.imports import read_nccl_tests
+from tpsim.calib.nccl_import import read_files
 
 from tpsim.commands.console import compact_table, rich_escape, terminal_console
 from tpsim.commands.errors import user_errors
@@ -69,9 +69,7 @@ def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, c
     check_collective_impl(prof, impl, "--impl")
     measured = None
     if compare_path is not None:
-        imp = read_nccl_tests(compare_path, collective=collective)
-        if imp.group != group:
-            raise ValueError(f"{compare_path} was measured over {imp.group} ranks, but --group is {group}")
+        imp = _measured_run(compare_path, collective, group)
         measured = dict(zip(imp.bytes, imp.time_us))
     notes: list[str] = []
     rows = collective_rows(prof, collective, group, mode, nbytes or None,
@@ -137,9 +135,9 @@ def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, c
     if nccl is not None:
         console.print(f"NCCL nNodes {nccl['nnodes']} (ranks per NCCL node {'+'.join(map(str, nccl['ranks_per_node']))}"
                       f"; P2P off: {nccl['why']}); algorithm/protocol the tuner picks: "
-                      f"{', '.join(nccl['picks']) or '-'} (path column, per size)", soft_wrap=True)
+                      f"{', '.join(nccl['picks']) or '-'} (path column, per size)")
     for n in notes:
-        console.print(f"note: {n}", soft_wrap=True)
+        console.print(rich_escape(f"note: {n}"))
     if measured is not None:
         med = _median_abs(rows)
         console.print(f"median |error| over {sum(r.measured_us is not None for r in rows)} sizes: "
@@ -155,11 +153,25 @@ def _run(profile_name, collective, group, mode, sizes, gpus_per_node, as_json, c
                           f"{bound:.1f} us of device time its times can be the host launch loop, not the collective "
                           f"(one process per GPU never pays it): {len(flagged)} sizes marked +host-floor?(g{g}); "
                           f"median |error| over the other {len(rows) - len(flagged)} sizes: "
-                          + ("-" if dev is None else f"{dev:.1f}%"), soft_wrap=True)
+                          + ("-" if dev is None else f"{dev:.1f}%"))
         elif flagged:
-            console.print(f"warning: {rich_escape(compare_path)}: {reason}: {len(flagged)} sizes marked +first-launch? (their "
-                          f"times include it; nccl-tests -G 10 or more spreads it over ten times the calls)",
-                          soft_wrap=True)
+            console.print(f"warning: {rich_escape(compare_path)}: {rich_escape(str(reason))}: {len(flagged)} sizes marked +first-launch? (their "
+                          f"times include it; nccl-tests -G 10 or more spreads it over ten times the calls)")
+
+
+def _measured_run(path: str, collective: str, group: int):
+    """The run of an nccl-tests output over `group` ranks, read as import-nccl-tests reads it
+    (calib/nccl_import.py: a file of several runs, e.g. 8 then 16 GPUs, is split at each run's header,
+    not refused): the one run of that size, else a line naming the runs there are."""
+    tables, _, _ = read_files([path], collective=collective)
+    runs = [t for t in tables if t.group == group]
+    if len(runs) == 1:
+        return runs[0]
+    where = lambda ts: " and ".join(f"{t.group} ranks {t.path[len(str(path)):].strip()}".rstrip()  # noqa: E731
+                                    for t in ts)
+    if not runs:
+        raise ValueError(f"{path} was measured over {where(tables)}, but --group is {group}")
+    raise ValueError(f"{path} holds {len(runs)} runs over {where(runs)}; compare each from a file of its own")
 
 
 def _nccl_nodes(prof, group: int, gpus_per_node: int | None, rows) -> dict | None:

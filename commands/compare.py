@@ -21,7 +21,7 @@ from tpsim.calib.compare_measure import Point, check_covers
 from tpsim.calib.compare_report import drift_note
 
 from tpsim.commands.bounds import check_bounds
-from tpsim.commands.console import compact_table, rich_escape, terminal_console
+from tpsim.commands.console import PhaseBar, compact_table, rich_escape, terminal_console
 from tpsim.commands.errors import UserError, ctrl_c_exits_130, user_errors
 from tpsim.commands.options import not_empty
 
@@ -85,10 +85,16 @@ def compare_cmd(backend, device, nproc, quick, profile_arg, models, tps, batches
         if not measured_files:             # say so now, not after benchmarking the whole grid
             check_covers(profile, backend, max(p.tp for p in points) if points else 1)
     # Ctrl-C while ranks run (calibration or a point's bench): they are stopped, exit 130 with what is left
-    with ctrl_c_exits_130():
-        result = run_compare(points, schedules, Path(out_dir), profile_arg, backend, device, nproc, quick, repeats,
-                             tuple(measured_files), timeout_s, echo=click.echo, compile=compile_,
-                             checkpoint=checkpoint)
+    # a rank that failed in the calibration is no user mistake: exit 1 with its report, as `calibrate` (it
+    # was a traceback); a point's failed bench is one failed point
+    failed = () if measured_files else harness("tpsim.hw.dist", "compare").WorkerFailed
+    with ctrl_c_exits_130(), PhaseBar() as bar:      # calibration's groups, each point's bench: one bar
+        try:
+            result = run_compare(points, schedules, Path(out_dir), profile_arg, backend, device, nproc, quick,
+                                 repeats, tuple(measured_files), timeout_s, echo=click.echo, compile=compile_,
+                                 checkpoint=checkpoint, progress=bar.update)
+        except failed as e:
+            raise click.ClickException(str(e)) from None
     _print_summary(result, Path(out_dir))
     if not result["points"]:             # every point failed: a report of nothing is not a success
         raise click.ClickException(f"nothing could be compared: all {len(result['failed'])} point(s) failed "
@@ -103,7 +109,8 @@ def _print_summary(result: dict, out_dir: Path) -> None:
     # the point column wraps at spaces, never below its longest word: a table too wide for the terminal would
     # otherwise shrink it to 2 columns and fold 'toy-1024' into 4 lines
     word_len = max((len(w) for pt in result["points"] for w in pt.label.split()), default=5)
-    for col in ("point", "schedule", "meas\ntok/s", "pred\ntok/s", "err", "meas\nspeedup", "pred\nspeedup", "sign"):
+    for col in ("point", "schedule", "meas\ntokens\n/s", "pred\ntokens\n/s", "err", "meas\nspeedup", "pred\nspeedup",
+                "sign"):
         t.add_column(col, justify="left" if col in ("point", "schedule") else "right", no_wrap=col != "point",
                      overflow="fold", min_width=word_len if col == "point" else None)
     for pt in result["points"]:
@@ -113,22 +120,33 @@ def _print_summary(result: dict, out_dir: Path) -> None:
                       rich_escape(measured_speedup_text(s).replace(" ", "\n")),
                       rich_escape(predicted_speedup_text(s).replace(" ", "\n")), s.sign)
     c = terminal_console()
-    c.print(t)
+    if result["points"]:                 # nothing compared: no empty table above the failures
+        c.print(t)
     for spec, s in result["summary"].items():
         why = [f"{n} with the measured interval containing 1" for n in [s["sign_mismatches_within_noise"]] if n]
         why += [f"{n} with only the predicted interval containing 1"
                 for n in [s.get("sign_mismatches_prediction_uncertain", 0)] if n]
-        c.print(f"{spec:12} median |err| tokens/s {s['median_abs_err_tokens_per_s']:.1%}  "
-                f"speedup sign {s['sign_matches']}/{s['points']}" + (f" (undetermined: {'; '.join(why)})" if why else ""))
+        # standard's speedup is 1 by definition on both sides: its sign is no result to count (a README
+        # summed 10/10 signs over 5 schedules x 2 points, standard's two among them)
+        sign = ("speedup 1 by definition" if spec == "standard" else f"speedup sign {s['sign_matches']}/{s['points']}"
+                + (f" (undetermined: {'; '.join(why)})" if why else ""))
+        c.print(rich_escape(f"{spec:12} median |err| tokens/s {s['median_abs_err_tokens_per_s']:.1%}  {sign}"))
     for note in (interval_note(result), drift_note(result)):
         if note:
             c.print(rich_escape(note))
     for pt in result["points"]:
         if pt.missing_schedules:
-            c.print(f"[yellow]not measured[/yellow] {pt.label}: {', '.join(pt.missing_schedules)}")
+            c.print(f"[yellow]not measured[/yellow] {rich_escape(pt.label)}: {rich_escape(', '.join(pt.missing_schedules))}")
         for note in pt.notes:         # the simulator prices another all-reduce kernel than the run's
             c.print(f"[yellow]not priced as run[/yellow] {rich_escape(pt.label)}: {rich_escape(note)}")
     for f in result["failed"]:
-        c.print(f"[red]failed[/red] {f['point']}: {f['error']}")
-    c.print(f"report: {out_dir / 'report.md'}  data: {out_dir / 'compare.json'}  traces (measured beside "
-            f"simulated; ui.perfetto.dev): {out_dir / 'traces'}")
+        # a measured file's own text (its name, a field it holds) is printed as text, never as markup:
+        # '[/]' in one was a MarkupError traceback (found by bench/fuzz_cli.py --seed 2, issue 48)
+        c.print(f"[red]failed[/red] {rich_escape(str(f['point']))}: {rich_escape(str(f['error']))}")
+    # what this run wrote, and only that (a failed run named traces it never wrote)
+    wrote = [f"{what}: {p}" for what, p in (("report", out_dir / "report.md"), ("data", out_dir / "compare.json"))
+             if p.is_file()]
+    traces = sorted({str(Path(pt.trace).parent) for pt in result["points"] if pt.trace})
+    wrote += [f"traces (measured beside simulated; ui.perfetto.dev): {', '.join(traces)}"] if traces else []
+    if wrote:
+        c.print("  ".join(wrote))

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import sys
+import textwrap
+
+import click
 
 
 def rich_console(**kw):
@@ -54,6 +57,33 @@ class TrimmedLines:
         return getattr(self.stream, "encoding", "utf-8")
 
 
+def echo_wrapped(text: str, err: bool = False) -> None:
+    """A line of prose (a `wrote ...` summary, a note under a table) wrapped at the width a table gets
+    (terminal_console: the terminal's, at most MAX_WIDTH; 80 when not a terminal), at its spaces, never
+    inside a word or a path; later lines indented 2 more than the first. Every line a command prints
+    fits its terminal (issue 48: lines of 252 and 398 characters), but an `Error:` line: one line, whatever
+    its length."""
+    width = min(MAX_WIDTH, rich_console().width)
+    for line in text.splitlines() or [""]:
+        indent = " " * (len(line) - len(line.lstrip(" ")) + 2)
+        click.echo(textwrap.fill(line, width, subsequent_indent=indent, break_long_words=False,
+                                 break_on_hyphens=False) if len(line) > width else line, err=err)
+
+
+def field_lines(text: str, width: int, sep: str = ", ") -> str:
+    """A header of `sep`-separated fields (predict's `stack:` line) in lines of at most `width`, broken
+    between fields only (later lines indented by 4), as bench's caption wraps (hw/report.py)."""
+    fields = text.split(sep)
+    lines = [fields[0]]
+    for f in fields[1:]:
+        if len(lines[-1]) + len(sep) + len(f) <= width:
+            lines[-1] += sep + f
+        else:
+            lines[-1] += sep.rstrip()
+            lines.append("    " + f)
+    return "\n".join(lines)
+
+
 def compact_table(**kw):
     """A rich Table with light rules and no vertical lines or edge padding: about 2 columns per
     column of the table fewer than rich's default box, what lets predict's 8 columns fit 80."""
@@ -78,8 +108,40 @@ def stderr_console():
 
 
 def progress_bar(*columns: str, **kw):
-    """A rich Progress with a bar, done/total and the time remaining after `columns` (kw: transient,
-    disable, console)."""
+    """The one progress bar of every phase that can take more than a few seconds (predict --exhaustive,
+    sweep, calibrate, bench, compare's calibration and benches): a rich Progress with `columns`, a bar,
+    done/total, the time spent and the time remaining. It draws on stderr, so stdout keeps only the
+    result (a table, `--json`, `sweep --out -`'s CSV), is cleared when done (transient), and is off
+    where stderr is not a terminal (a log, a pipe, CI). kw overrides those (console, transient, disable)."""
     # lazy: rich (see rich_console); only a long run draws a bar
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
-    return Progress(*columns, BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), **kw)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn, TimeRemainingColumn
+    kw.setdefault("console", stderr_console())
+    kw.setdefault("transient", True)
+    kw.setdefault("disable", not sys.stderr.isatty())
+    return Progress(*columns, BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(), **kw)
+
+
+class PhaseBar:
+    """progress_bar for work whose progress is reported from elsewhere, phase by phase (the ranks' beat
+    files, a calibration's state file): `update(what, done, total)`. The bar appears at the first
+    report, so a command refused before any work draws none; a context manager, it is cleared at
+    the end. Off where stderr is not a terminal."""
+
+    def __init__(self):
+        self.bar = self.task = None
+
+    def __enter__(self) -> "PhaseBar":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+    def update(self, what: str, done: int, total: int | None = None) -> None:
+        if self.bar is None:
+            if not sys.stderr.isatty():
+                return
+            self.bar = progress_bar("{task.description}")
+            self.bar.start()
+            self.task = self.bar.add_task(what, total=total)
+        self.bar.update(self.task, description=what, completed=done, total=total)

@@ -20,15 +20,26 @@ from typing import Callable
 
 import click
 
+from tpsim.fileio.policy import printable
 from tpsim.sim.errors import UserError
 
-__all__ = ["UserError", "bad_value", "ctrl_c_exits_130", "user_errors"]
+__all__ = ["UserError", "bad_value", "ctrl_c_exits_130", "refused", "user_errors"]
 
 
 class _Refused(click.ClickException):
-    """What `user_errors` and `bad_value` raise: click prints `Error: <message>` and exits 2."""
+    """What `user_errors` and `bad_value` raise: click prints `Error: <message>` and exits 2. The
+    message is shown printable (fileio/policy.py): a control character in text tpsim did not write
+    (a tool log's line, a path) is shown as its escape, never sent to the terminal."""
 
     exit_code = 2
+
+    def __init__(self, message: str):
+        super().__init__(printable(message))
+
+
+def refused(message: str) -> click.ClickException:
+    """The one-line user error (exit 2) for a refusal outside a command's body (the group's own checks)."""
+    return _Refused(message)
 
 
 def user_errors(fn):

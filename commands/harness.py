@@ -78,9 +78,11 @@ def cuda_available(command: str) -> bool:
     return harness("torch", command).cuda.is_available()
 
 
-def run_ranks(target: str, cfg, deadline_s: float | None, command: str, extra: dict | None = None) -> dict | None:
+def run_ranks(target: str, cfg, deadline_s: float | None, command: str, extra: dict | None = None,
+              on_beat=None) -> dict | None:
     """Launcher or rank mode; returns rank 0's result dict (launcher mode) or None (rank mode).
-    `extra` joins the RunConfig's fields in the config every rank gets (a command's own options)."""
+    `extra` joins the RunConfig's fields in the config every rank gets (a command's own options);
+    `on_beat` gets rank 0's progress marks a few times a second (hw.dist.launch: a progress bar)."""
     mod, _, fn = target.partition(":")
     if under_torchrun():
         rc = getattr(harness(mod, command), fn)(replace(cfg, print_result=True).to_dict() | (extra or {}))
@@ -95,7 +97,7 @@ def run_ranks(target: str, cfg, deadline_s: float | None, command: str, extra: d
     dist = harness("tpsim.hw.dist", command)
     try:
         dist.launch(target, replace(cfg, out=os.path.abspath(out)).to_dict() | (extra or {}), cfg.tp,
-                    timeout_s=cfg.timeout_s, deadline_s=deadline_s)
+                    timeout_s=cfg.timeout_s, deadline_s=deadline_s, on_beat=on_beat)
         with open(out) as f:
             return json.load(f)
     except dist.WorkerFailed as e:

@@ -16,6 +16,7 @@ from tpsim.fileio.policy import write_json_atomic
 from tpsim.calib.engine_bench import build_stack, fit, load_stack_doc_check, read_runs
 from tpsim.calib.nccl_import import refuse_overwriting_inputs
 
+from tpsim.commands.console import echo_wrapped
 from tpsim.commands.errors import user_errors
 from tpsim.commands.options import not_empty
 
@@ -53,16 +54,16 @@ def import_engine_bench_cmd(files, out, model, profile, preset, tp, batch, input
     load_stack_doc_check(doc, out)
     write_json_atomic(out, doc)
     t = result["terms"]
-    click.echo(f"wrote {out}: extends {preset}; per step {t['schedule_s'] * 1e3:.3f} ms + "
-               f"{t['handoff_per_rank_s'] * 1e6:.1f} us x (TP-1)"
-               + (f" + {t['schedule_per_seq_s'] * 1e6:.1f} us x batch" if "schedule_per_seq_s" in t else ""))
+    echo_wrapped(f"wrote {out}: extends {preset}; per step {t['schedule_s'] * 1e3:.3f} ms + "
+                 f"{t['handoff_per_rank_s'] * 1e6:.1f} us x (TP-1)"
+                 + (f" + {t['schedule_per_seq_s'] * 1e6:.1f} us x batch" if "schedule_per_seq_s" in t else ""))
     for r in result["runs"]:
-        click.echo(f"  TP {r['tp']} batch {r['batch']}: measured {r['measured_step_s'] * 1e3:.3f} ms/step, "
-                   f"tpsim GPU {r['gpu_step_s'] * 1e3:.3f}, fitted host {r['fitted_step_s'] * 1e3:.3f} "
-                   f"(residual {(r['residual_step_s'] - r['fitted_step_s']) * 1e3:+.3f})  ({r['path']})")
+        echo_wrapped(f"  TP {r['tp']} batch {r['batch']}: measured {r['measured_step_s'] * 1e3:.3f} ms/step, "
+                     f"tpsim GPU {r['gpu_step_s'] * 1e3:.3f}, fitted host {r['fitted_step_s'] * 1e3:.3f} "
+                     f"(residual {(r['residual_step_s'] - r['fitted_step_s']) * 1e3:+.3f})  ({r['path']})")
     for p in result["negative"]:
-        click.echo(f"  note: {p} ran faster than tpsim's GPU-only prediction: the GPU model is slow there, "
-                   f"not the host (host terms are kept >= 0)", err=True)
+        echo_wrapped(f"  note: {p} ran faster than tpsim's GPU-only prediction: the GPU model is slow there, "
+                     f"not the host (host terms are kept >= 0)", err=True)
 
 
 def _model_config(model: str) -> list[str]:

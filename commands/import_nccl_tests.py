@@ -12,6 +12,7 @@ from tpsim.sim.hardware.profile import load_profile, write_profile
 from tpsim.calib.imports import COLLECTIVES, check_impl_tag
 from tpsim.calib.nccl_import import build_profile, default_base, read_files, refuse_overwriting_inputs
 
+from tpsim.commands.console import echo_wrapped
 from tpsim.commands.errors import UserError, user_errors
 from tpsim.commands.options import not_empty
 
@@ -53,10 +54,10 @@ def import_nccl_tests_cmd(files, out, extends, group, mode, collective, impl, na
     write_profile(out, prof)
     click.echo(f"wrote {out}: {len(tables)} table(s), extends {base}")
     for t in sorted(tables, key=lambda t: (t.collective, t.group, t.mode)):
-        click.echo(f"  {t.collective} {t.group} ranks {t.mode}: {len(t.bytes)} sizes "
-                   f"{_fmt_bytes(t.bytes[0])}..{_fmt_bytes(t.bytes[-1])}, "
-                   f"{t.time_us[0]:g}..{t.time_us[-1]:g} us  ({t.path})")
+        echo_wrapped(f"  {t.collective} {t.group} ranks {t.mode}: {len(t.bytes)} sizes "
+                     f"{_fmt_bytes(t.bytes[0])}..{_fmt_bytes(t.bytes[-1])}, "
+                     f"{t.time_us[0]:g}..{t.time_us[-1]:g} us  ({t.path})")
         if t.path in spans and t.group <= per_node:
-            click.echo(f"  note: that run spans {spans[t.path]} hosts, yet {t.group} ranks fit in one node of "
-                       f"{base} ({per_node} GPUs): predict uses it for a {t.group}-rank group inside a node",
-                       err=True)
+            echo_wrapped(f"  note: that run spans {spans[t.path]} hosts, yet {t.group} ranks fit in one node of "
+                         f"{base} ({per_node} GPUs): predict uses it for a {t.group}-rank group inside a node",
+                         err=True)

@@ -13,6 +13,8 @@ import importlib
 
 import click
 
+from tpsim.fileio.policy import CONTROL, control_problem, printable
+
 
 class LazyGroup(click.Group):
     """click.Group plus `lazy_commands`: {name: ("module:attr", short help)}."""
@@ -31,6 +33,20 @@ class LazyGroup(click.Group):
             rows = getattr(importlib.import_module(module), attr)()
             with formatter.section(title):
                 formatter.write_dl(rows)
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """Every argument is plain text (fileio/policy.py control_problem, the rule JSON inputs follow):
+        tpsim prints its arguments (a --model folder's name heads predict's table), so an escape
+        sequence in one would reach the terminal raw."""
+        for i, a in enumerate(args):
+            bad = control_problem(a)
+            if bad:
+                # lazy: the refusal only; `import tpsim.cli` loads the command table alone (tests/test_imports.py)
+                from tpsim.commands.errors import refused
+                at = max(0, control_char_at(a) - 40)     # the argument around its first control character
+                shown = ("..." if at else "") + printable(a[at:at + 60]) + ("..." if len(a) > at + 60 else "")
+                raise refused(f"argument {i + 1} ('{shown}') {bad}")
+        return super().parse_args(ctx, args)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(super().list_commands(ctx)) | set(self.lazy_commands))
@@ -57,6 +73,12 @@ class LazyGroup(click.Group):
                 rows.append((name, stand_in.get_short_help_str(limit)))
         with formatter.section("Commands"):
             formatter.write_dl(rows)
+
+
+def control_char_at(text: str) -> int:
+    """Where the first control character of `text` is (0 when none)."""
+    m = CONTROL.search(text)
+    return m.start() if m else 0
 
 
 def load(path: str) -> click.Command:

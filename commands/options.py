@@ -75,7 +75,8 @@ def workload_options(fn):
 
 
 def preset_option(fn):
-    """--stack NAME|FILE, declared once (predict, trace, bench): a serving engine's preset or a stack file."""
+    """--stack NAME|FILE, declared once (predict, trace, show, sweep, bench, check): a serving engine's preset
+    or a stack file."""
     return click.option(
         "--stack", "stack_name", default=None, metavar="NAME|FILE", callback=not_empty,
         help=f"Serving-stack preset ({', '.join(preset_names())}; `tpsim stacks`) or a stack file (JSON, e.g. from `tpsim profiles "

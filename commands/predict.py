@@ -1,20 +1,20 @@
 """`tpsim predict`: prefill, decode, tokens/s and speedup per schedule, from the simulator alone."""
 from __future__ import annotations
 
-import sys
 
 import click
 
 from tpsim.fileio.policy import json_text
 from tpsim.sim import baseline
+from tpsim.sim.bounds import BOUNDS
 from tpsim.sim.engine import arrival
 from tpsim.sim.predict import Simulator, predict as run
 from tpsim.sim.schedule.language import DEFAULT_SCHEDULES, SCHEDULE_HELP
 from tpsim.sim.sensitivity import check as sensitivity
 from tpsim.sim.stack.presets import load_stack
 
-from tpsim.commands.console import compact_table, progress_bar, rich_escape, stderr_console, terminal_console
-from tpsim.commands.errors import user_errors
+from tpsim.commands.console import compact_table, field_lines, progress_bar, rich_escape, terminal_console
+from tpsim.commands.errors import UserError, user_errors
 from tpsim.commands.options import make_workload, not_empty, stack_dict, workload_options
 
 
@@ -68,6 +68,19 @@ def interval_notes(stack, sens) -> list[str]:
     return out
 
 
+def _check_exhaustive(passes: int, w) -> None:
+    """--exhaustive's work, estimated before any of it runs: schedules x steps x layers x ranks
+    rank-layer steps, refused past the bounds table's entry (405B TP128 with a long --gen would run
+    for days; the default 8B TP8 took 135 s)."""
+    steps = passes * w.model.layers * w.tp
+    b = BOUNDS["exhaustive_steps"]
+    if steps > b.hi:
+        raise UserError(f"--exhaustive would simulate {passes // w.gen_len} schedules x {w.gen_len} steps x "
+                        f"{w.model.layers} layers x {w.tp} ranks = {steps:,} rank-layer steps, more than "
+                        f"{b.hi:,} ({b.why}); use --exact (sampled steps and layers, held to --exhaustive by "
+                        f"tests/test_fast_exact.py), a smaller --gen or the first K layers (--model NAME[:K])")
+
+
 @click.command("predict")
 @workload_options
 @click.option("--schedule", "schedules", multiple=True, metavar="SPEC", callback=not_empty,
@@ -88,8 +101,9 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
     Each schedule also says what it asks of the model (model_change): none (standard, token-split,
     seq-parallel: the same model and outputs), retrain (ladder, parallel: a different architecture
     that must be trained), drops syncs (spd: the trained model with all-reduces skipped, some
-    accuracy lost; spd:0, which drops none, is none), n/a (upper-bound: no communication, a speed
-    ceiling only)."""
+    accuracy lost; spd:0, which drops none, is none), n/a (upper-bound: no communication, the standard
+    layer's speed ceiling; a schedule whose layer has fewer kernels can beat it, parallel on the eager
+    stack)."""
     if exact and exhaustive:
         raise ValueError("--exact and --exhaustive are two ways to simulate the jitter (sampled or brute force); "
                          "choose one")
@@ -97,8 +111,8 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
     schedules = list(dict.fromkeys(schedules)) or list(DEFAULT_SCHEDULES)     # a schedule given twice: one row
     if exhaustive:  # every rank, layer and decode step: minutes for big models, so show progress
         passes = len(set(schedules) | {"standard"}) * w.gen_len
-        with progress_bar("exhaustive", transient=True, disable=not sys.stderr.isatty(),
-                          console=stderr_console()) as bar:
+        _check_exhaustive(passes, w)
+        with progress_bar("exhaustive") as bar:
             task = bar.add_task("exhaustive", total=passes)
             preds = run(w, schedules, mode="brute", record=False, progress=lambda: bar.advance(task))
     else:
@@ -144,12 +158,16 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
         out["jitter"] = {k: {"dist": j.dist, "mean_us": j.mean_s * 1e6, "source": j.source}
                          for k, j in w.profile.arrival_jitter.items()}
         scopes = ["node"] + (["net"] if w.nodes > 1 else [])
-        jitter_note = "arrival jitter per rank and collective: " + "; ".join(
-            f"{k} {w.profile.arrival_jitter[k].dist} mean {w.profile.arrival_jitter[k].mean_s * 1e6:g} us "
-            f"({w.profile.arrival_jitter[k].source})" for k in scopes)
-        no_jitter = all(w.profile.arrival_jitter[k].mean_s == 0 for k in scopes)
-        if no_jitter:
-            jitter_note += ". Zero: the profile has no skew measurement, so none is simulated (= the fast path)"
+        jit = {k: w.profile.arrival_jitter[k] for k in scopes}
+        no_jitter = all(j.mean_s == 0 for j in jit.values())
+        if no_jitter:     # the sources' long why once, where the profile keeps it (it was printed per scope)
+            jitter_note = (f"arrival jitter per rank and collective: none: profile {w.profile.name} has no skew "
+                           f"measurement at {' or '.join(scopes)} collectives (why: tpsim profiles show "
+                           f"{w.profile.name}), so none is simulated (= the fast path)")
+        else:             # the values, and where their sources are kept (a source is a paragraph: --json has it)
+            jitter_note = ("arrival jitter per rank and collective: " + "; ".join(
+                f"{k} {j.dist} mean {j.mean_s * 1e6:g} us" for k, j in jit.items())
+                + f" (sources: tpsim profiles show {w.profile.name})")
     if as_json:
         click.echo(json_text(out))               # never a bare NaN (invalid JSON)
         return
@@ -172,7 +190,8 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
         t.add_row(*row)
     console = terminal_console()
     src = f" (values and sources: {load_stack(kw['stack_name']).path})" if kw["stack_name"] is not None else ""
-    console.print(f"stack: {w.stack.describe()}{src}", style="dim", soft_wrap=True)   # one line: greppable
+    # a header of fields: broken between them, not inside one ("static\nKV")
+    console.print(rich_escape(field_lines(f"stack: {w.stack.describe()}{src}", console.width)), style="dim")
     console.print(t)
     if sens.intervals:
         console.print(interval_table(preds, sens))
@@ -180,7 +199,7 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
     if best is not None:
         console.print(rich_escape(baseline.line(preds, best)))        # wrapped at the table's width
     for line in note_lines(preds) + sens.notes() + interval_notes(w.stack, sens):
-        console.print(rich_escape(line), soft_wrap=True)
+        console.print(rich_escape(line))
     if jitter_note:
         if sampled:     # the intervals on a line of their own: a table column would not fit 80 columns
             jitter_note += ". tokens/s 95% CI: " + ", ".join(

@@ -41,6 +41,21 @@ def profiles_list():
     terminal_console().print(t)
 
 
+FIELD_WIDTH = 26
+
+
+def field_lines(field: str, width: int = FIELD_WIDTH) -> str:
+    """A dotted field name in lines of at most `width`, each broken after a dot (later lines indented)."""
+    lines = [""]
+    for part in field.split("."):
+        part = part if lines == [""] else "." + part
+        if lines[-1] and len(lines[-1]) + len(part) > width:
+            lines.append(" " + part)
+        else:
+            lines[-1] += part
+    return "\n".join(lines)
+
+
 @profiles.command("show")
 @click.argument("name", callback=not_empty)
 @user_errors
@@ -49,10 +64,15 @@ def profiles_show(name):
     p = load_profile(name)
     _, path = read_raw(name)
     t = compact_table(title=rich_escape(f"{p.name}: {p.description}  ({path})"), title_justify="left")  # text, not markup
-    # a field folds past 26 characters (most are shorter; the longest is 37); its source (up to a thousand
-    # characters) goes under its value, in the room the field leaves, and wraps at its spaces
-    t.add_column("field", max_width=26, overflow="fold")
+    # a field past 26 characters (most are shorter; the longest is 37) wraps after one of its dots, never
+    # inside a name (`collectives.custom_allredu` / `ce.sglang` was how it folded; the longest name between
+    # dots is 28); its source (up to a thousand characters) goes under its value, in the room the field
+    # leaves, and wraps at its spaces
+    rows = describe(name)[2:]                            # name and description are in the title
+    width = max([FIELD_WIDTH] + [len(part) + 1 for f, _, _ in rows for part in f.split(".")])
+    t.add_column("field", max_width=width, overflow="fold")
     t.add_column("value\n[dim]source[/dim]", overflow="fold")
-    for field, value, source in describe(name)[2:]:      # name and description are in the title
-        t.add_row(rich_escape(field), f"{rich_escape(value)}\n[dim]{rich_escape(source)}[/dim]")  # text, not markup
+    for field, value, source in rows:
+        t.add_row(rich_escape(field_lines(field, width)),
+                  f"{rich_escape(value)}\n[dim]{rich_escape(source)}[/dim]")  # text, not markup
     terminal_console().print(t)

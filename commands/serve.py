@@ -22,7 +22,7 @@ from tpsim.sim.stack.spec import DTYPE_BYTES, make_stack
 
 from tpsim.commands import serve_report as report
 from tpsim.commands.bounds import check_bounds
-from tpsim.commands.console import progress_bar, rich_escape, stderr_console, terminal_console
+from tpsim.commands.console import field_lines, progress_bar, rich_escape, stderr_console, terminal_console
 from tpsim.commands.errors import user_errors
 from tpsim.commands.options import not_empty, profile_option, stack_dict
 
@@ -213,7 +213,8 @@ def serve(model, tp, profile, stack_name, dtype, schedules, rates, sweep, sweep_
         return
     console = terminal_console()
     src = load_stack(stack_name).path
-    console.print(f"stack: {stack.describe()} (values and sources: {src})", style="dim", soft_wrap=True)
+    console.print(rich_escape(field_lines(f"stack: {stack.describe()} (values and sources: {src})", console.width)),
+                  style="dim")
     head = (f"{rich_escape(m.name)}  TP{tp} x {replicas} replica{'s' * (replicas > 1)}  profile "
             f"{rich_escape(prof.name)}  {su.engine} scheduler\n"
             f"KV {su.kv_tokens:,} tokens/replica  budget {su.budget} tokens  max {su.max_seqs} running"

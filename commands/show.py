@@ -34,7 +34,7 @@ from tpsim.commands.options import (compile_options, not_empty, preset_option, p
 @stack_options
 @preset_option
 @user_errors
-def show(model, spec, tp, layer, phase, batch, prompt_len, gen_len, profile, stack_name, **stack_flags):
+def show(model, spec, tp, layer, phase, batch, prompt_len, gen_len, profile, stack_name=None, **stack_flags):
     """Print one layer's ops in issue order with what each waits for, to check a schedule by eye.
 
     For a decode step, also the attention kernel's grid and KV split, as predict prices them."""
@@ -52,8 +52,9 @@ def show(model, spec, tp, layer, phase, batch, prompt_len, gen_len, profile, sta
     step = (Step.prefill(batch, prompt_len, gen_len, stack) if phase == "prefill"
             else Step.decode(batch, prompt_len, gen_len, 1, stack))
     s = build(spec, m, tp, step, stack)
-    if layer is None:
-        layer = min(m.layers - 1, (s.ladder_layers[0] + 1) if s.ladder_layers else 1)
+    if layer is None:                # a layer the schedule changes: the 2nd ladder layer, an SPD block
+        layer = min(m.layers - 1, (s.ladder_layers[0] + 1) if s.ladder_layers else
+                    s.spd_layers[0] if s.spd_layers else 1)
     if not 0 <= layer < m.layers:
         raise ValueError(f"--layer must be in 0..{m.layers - 1}")
     idx = [i for i, op in enumerate(s.ops) if op.layer == layer]
@@ -81,11 +82,11 @@ def show(model, spec, tp, layer, phase, batch, prompt_len, gen_len, profile, sta
                + (f"; ladder layers {s.ladder_layers[0]}..{s.ladder_layers[-1]}" if s.ladder_layers else "")
                + (f"; SPD blocks {_ranges(s.spd_layers)}" if s.spd_layers else ""))
     for note in s.notes:                    # e.g. token-split falling back, seq-parallel padding
-        click.echo(f"note: {note}")
+        console.print(rich_escape(f"note: {note}"))          # wrapped at the table's width, as predict's notes
     cost = CostModel(prof, stack)           # the decode attention kernel's grid, as predict prices it
     for op in (s.ops[i] for i in range(lo, hi)):
         for line in decode_grid.describe(op, cost, stack.graphs(phase, op.name)):
-            click.echo(line)
+            console.print(rich_escape(line))
 
 
 def _ranges(xs) -> str:

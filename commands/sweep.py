@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import sys
 from pathlib import Path
 
 import click
@@ -19,8 +18,8 @@ from tpsim.sim.stack.spec import make_stack
 from tpsim.sim.stack.presets import load_stack
 
 from tpsim.commands.bounds import check_bounds
-from tpsim.commands.console import progress_bar
-from tpsim.commands.errors import user_errors
+from tpsim.commands.console import echo_wrapped, progress_bar
+from tpsim.commands.errors import ctrl_c_exits_130, user_errors
 from tpsim.commands.options import compile_options, not_empty, preset_option, stack_given, stack_options
 
 
@@ -93,23 +92,46 @@ def sweep(models, tps, batches, profiles_, schedules, bw_scales, lat_scales, pro
         json_path = Path(f"{out_path}.json")
     if not to_stdout:
         check_writable(json_path)             # the twin obeys the same policy as --out
+    discarded: list[str] = []
+    finished = [0]
     with (contextlib.nullcontext() if to_stdout else output_lock(out_path, "sweep")):
-        with progress_bar("[progress.description]{task.description}", transient=True,
-                          disable=not sys.stderr.isatty()) as bar:
+        # Ctrl-C: exit 130 saying what the checkpoint keeps, as every long command does
+        with ctrl_c_exits_130(), _kept_on_interrupt(finished, len(points), checkpoint), \
+                progress_bar("[progress.description]{task.description}") as bar:
             task = bar.add_task("sweep", total=len(points))
-            rows = sw.sweep(points, scheds, given=given, jobs=jobs, checkpoint=checkpoint,
-                            progress=lambda done, total: bar.update(task, completed=done), preset=preset)
+
+            def progress(done: int, total: int) -> None:
+                finished[0] = done
+                bar.update(task, completed=done)
+            rows = sw.sweep(points, scheds, given=given, jobs=jobs, checkpoint=checkpoint, progress=progress,
+                            preset=preset, discarded=discarded)
+        if discarded:
+            echo_wrapped(f"{len(discarded)} checkpointed point(s) in {checkpoint} did not hold their point's rows "
+                     f"(another point's, NaN or negative values, none): computed again", err=True)
         write_text_atomic(out_path, sw.to_csv(rows))
         if not to_stdout:
             write_json_atomic(json_path, rows)
             Path(checkpoint).unlink(missing_ok=True)
     failed = [r["error"] for r in rows if r["error"]]
-    click.echo(f"wrote {'stdout' if to_stdout else f'{out_path} (and {json_path})'}: {len(points)} points, "
-               f"{len(rows)} rows"
-               + (f"; {len(failed)} point(s) could not run (see the error column), e.g. {failed[0]}" if failed else ""),
-               err=to_stdout)
+    echo_wrapped(f"wrote {'stdout' if to_stdout else f'{out_path} (and {json_path})'}: {len(points)} points, "
+                 f"{len(rows)} rows"
+                 + (f"; {len(failed)} point(s) could not run (see the error column), e.g. {failed[0]}" if failed else ""),
+                 err=to_stdout)
     if len(failed) == len(points):            # one error row per failed point: nothing ran
         raise ValueError(f"no grid point could run (the error column says why for each), e.g. {failed[0]}")
     if plot_path is not None:
         sw.plot(rows, plot_path, plot_view)
         click.echo(f"wrote {plot_path}", err=to_stdout)   # stdout holds the CSV
+
+
+@contextlib.contextmanager
+def _kept_on_interrupt(finished: list[int], total: int, checkpoint: str | None):
+    """A Ctrl-C inside becomes a KeyboardInterrupt saying what the checkpoint keeps (for
+    ctrl_c_exits_130's `Aborted! ...`): the finished points a rerun of the same command resumes from."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        if checkpoint is None:
+            raise KeyboardInterrupt(f"{finished[0]} of {total} points were done; --out - keeps no checkpoint") from None
+        raise KeyboardInterrupt(f"{finished[0]} of {total} points are kept in {checkpoint}: rerun the same "
+                                f"command to continue") from None

@@ -35,6 +35,7 @@ from tpsim.sim.grid import Point
 from tpsim.sim.model.presets import get_model
 from tpsim.sim.predict import Simulator, Workload, predict
 from tpsim.fileio.proc_tie import ParentTie, set_parent_death_signal, tie_pool_worker
+from tpsim.fileio.shape import finite
 from tpsim.sim.hardware.profile import load_profile, read_raw
 from tpsim.sim.schedule.language import model_change
 from tpsim.sim import baseline
@@ -93,6 +94,29 @@ def _ends(p, sens) -> dict:
     (tlo, thi), (slo, shi) = (iv["tokens_per_s"], iv["speedup"]) if iv else ((p.tokens_per_s,) * 2, (p.speedup,) * 2)
     return {"tokens_per_s_lo": tlo, "tokens_per_s_hi": thi, "speedup_lo": slo, "speedup_hi": shi,
             "interval_dominant": sens.dominant() or ""}
+
+
+# a row's fields that hold seconds, rates and ratios: finite and >= 0 in every row the simulator writes
+NUMBERS = ("prefill_s", "decode_s", "tokens_per_s", "speedup", "exposed_comm_s")
+TEXTS = ("model_change", "stack", "error")
+
+
+def resumable(rows, point: Point, schedules: tuple[str, ...]) -> bool:
+    """Whether a checkpoint's rows are what run_point gives for `point`: every row holds the point's
+    own fields, and they are either one error row or one row per schedule, in order, whose numbers
+    are finite and >= 0. A hand-edited or foreign line (rows of another point or model, NaN or
+    negative times, `[]`, `[{"foo": 1}]`) is computed again instead of copied into the result."""
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
+        return False
+    own = asdict(point)
+    if any(r.get(k) != v or type(r.get(k)) is not type(v) for r in rows for k, v in own.items()):
+        return False
+    if len(rows) == 1 and rows[0].get("schedule") == "" and isinstance(rows[0].get("error"), str) \
+            and rows[0]["error"]:
+        return True                               # the point could not run: its one error row
+    return [r.get("schedule") for r in rows] == list(schedules) and all(
+        r.get("error") == "" and all(isinstance(r.get(k), str) for k in TEXTS)
+        and all(finite(r.get(k)) and r[k] >= 0 for k in NUMBERS) for r in rows)
 
 
 def point_key(point: Point, schedules: tuple[str, ...], given: dict | None = None, inputs: str = "",
@@ -158,14 +182,21 @@ def _run_chunk(points: list[Point], schedules: tuple[str, ...], given: dict | No
 
 def sweep(points: list[Point], schedules: tuple[str, ...], given: dict | None = None, jobs: int = 1,
           checkpoint: str | os.PathLike | None = None,
-          progress: Callable[[int, int], None] | None = None, preset: dict | None = None) -> list[dict]:
+          progress: Callable[[int, int], None] | None = None, preset: dict | None = None,
+          discarded: list | None = None) -> list[dict]:
     """All rows of the grid, in grid order. With `checkpoint`, finished points are read back
-    from it and skipped, and every newly finished point is appended to it at once. `given` (the
+    from it and skipped (each checked by `resumable`: the key of each one that fails is appended to
+    `discarded`, and it is computed again), and every newly finished point is appended to it at once. `given` (the
     stack flags the user set) and `preset` (the --stack preset's values) go to run_point and into
     each point's key."""
     done: dict[str, list[dict]] = read_checkpoint(checkpoint) if checkpoint else {}
     digests = {prof: input_digest(prof) for prof in dict.fromkeys(p.profile for p in points)}
     keys = {p: point_key(p, schedules, given, digests[p.profile], preset) for p in points}
+    for p in points:                  # a line under a point's key must hold that point's rows (resumable)
+        if keys[p] in done and not resumable(done[keys[p]], p, schedules):
+            del done[keys[p]]
+            if discarded is not None:
+                discarded.append(keys[p])
     todo = [p for p in points if keys[p] not in done]
     total, finished = len(points), len(points) - len(todo)
     if progress:
@@ -269,19 +300,30 @@ def plot(rows: list[dict], path: str | os.PathLike, view: str = "speedup") -> No
         x, other = ("bw_scale", "lat_scale") if len(bws) > 1 else ("lat_scale", "bw_scale")
         xlabel = {"bw_scale": "interconnect bandwidth scale", "lat_scale": "collective latency scale"}[x]
         keys = list(dict.fromkeys((r["model"], r["tp"], r["batch"], r[other]) for r in ok))
-        fig, axes = plt.subplots(1, len(profiles), figsize=(6 * len(profiles), 4.2), squeeze=False)
+        scales = bws if x == "bw_scale" else lats
+        fig, axes = plt.subplots(1, len(profiles), figsize=(6 * len(profiles), 4.2), squeeze=False, sharey=True)
+        labels: dict[str, object] = {}
         for ax, prof in zip(axes[0], profiles):
-            for s in scheds:
-                for m, tp, b, o in keys:
+            for n, s in enumerate(scheds):
+                for k, (m, tp, b, o) in enumerate(keys):
                     pts = sorted((r[x], r["speedup"]) for r in iter_rows(ok, schedule=s, profile=prof, model=m,
                                                                          tp=tp, batch=b, **{other: o}))
                     if pts:
                         tag = f" {'bw' if other == 'bw_scale' else 'lat'}x{o:g}" if len(bws) > 1 and len(lats) > 1 else ""
-                        ax.plot(*zip(*pts), marker="o", label=f"{s} {m} TP{tp} b{b}{tag}")
+                        # a colour per model/TP/batch, a line style per schedule: the same in every panel
+                        line, = ax.plot(*zip(*pts), marker="o", color=f"C{k % 10}", ls=("-", "--", ":", "-.")[n % 4],
+                                        label=f"{s} {m} TP{tp} b{b}{tag}")
+                        labels.setdefault(line.get_label(), line)
             ax.set_xscale("log")
+            # a tick at each requested scale, labelled as given (the log axis labelled only 10^k), slanted when
+            # many would touch; no minor ticks between them
+            ax.xaxis.set_minor_locator(plt.NullLocator())
+            ax.set_xticks(scales, [f"{v:g}" for v in scales], rotation=45 if len(scales) > 5 else 0, fontsize=8)
             ax.axhline(1.0, color="grey", lw=0.8)
             ax.set(title=prof, xlabel=xlabel, ylabel="speedup over standard")
-            ax.legend(fontsize=7)
+        # one legend for every panel, under them: inside an axes it covered lines
+        fig.legend(list(labels.values()), list(labels), loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2,
+                   fontsize=7, frameon=False)
     else:
         models = list(dict.fromkeys(r["model"] for r in ok))
         tps = sorted({r["tp"] for r in ok})

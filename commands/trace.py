@@ -9,6 +9,7 @@ from tpsim.sim.predict import Simulator
 from tpsim.sim.schedule.language import SCHEDULE_HELP
 from tpsim.sim.engine.record import chrome_trace, host_records
 
+from tpsim.commands.console import echo_wrapped
 from tpsim.commands.errors import user_errors
 from tpsim.commands.options import make_workload, not_empty, workload_options
 
@@ -45,5 +46,5 @@ def trace(spec, ranks, out_path, **kw):
                        + "".join(f" [{n}]" for n in notes))
         offset += total_s
     write_json_atomic(out_path, chrome_trace(records, label=spec))
-    click.echo(f"wrote {'stdout' if out_path == STDOUT else out_path}: {len(records)} events, {ranks} rank(s); "
-               + "; ".join(summary) + ". Open it in ui.perfetto.dev or chrome://tracing.", err=out_path == STDOUT)
+    echo_wrapped(f"wrote {'stdout' if out_path == STDOUT else out_path}: {len(records)} events, {ranks} rank(s); "
+                 + "; ".join(summary) + ". Open it in ui.perfetto.dev or chrome://tracing.", err=out_path == STDOUT)

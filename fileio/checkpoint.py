@@ -10,14 +10,19 @@ from .policy import MAX_CHECKPOINT_BYTES, read_input_text
 
 
 def read_checkpoint(path: str | os.PathLike) -> dict[str, list[dict]]:
-    """Finished points from a checkpoint; a torn last line (killed mid-write) is ignored."""
+    """Finished points from a checkpoint; a line that is not `{"key": "...", "rows": [{...}, ...]}`
+    (a torn last line, killed mid-write; a hand edit) is ignored: its point is computed again. What
+    the rows say is the reader's to check against the point they claim to be (commands/sweep_grid.py
+    `resumable`)."""
     out: dict[str, list[dict]] = {}
     if not os.path.lexists(path):
         return out
     for line in read_input_text(path, "checkpoint", MAX_CHECKPOINT_BYTES, lenient=True).splitlines():
         try:
             d = json.loads(line)
-            out[d["key"]] = d["rows"]
-        except (json.JSONDecodeError, KeyError, TypeError):
+        except ValueError:                # not JSON, or Python's limit on a 4,300-digit integer
             continue
+        if isinstance(d, dict) and isinstance(d.get("key"), str) and isinstance(d.get("rows"), list) \
+                and all(isinstance(r, dict) for r in d["rows"]):
+            out[d["key"]] = d["rows"]
     return out

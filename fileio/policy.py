@@ -26,6 +26,7 @@ import io
 import json
 import math
 import os
+import re
 import stat
 import sys
 import tempfile
@@ -40,6 +41,25 @@ MAX_LOG_BYTES = 64 << 20              # an nccl-tests log: ~10 KiB per run; a me
                                       # an engine benchmark's JSON (vllm bench latency, bench_one_batch): ~1 KiB
 MAX_CHECKPOINT_BYTES = 1 << 30        # a sweep checkpoint: ~2 KiB per point, 10^5 points is 200 MiB
 MAX_TEXT_BYTES = 64 << 20             # spd-plan's --text: WikiText-2 (the SPD paper's) is 1.3 MB (test) to 11 MB
+
+
+# C0 and C1 control characters but tab and newline: text tpsim reads from a file or an argument is
+# printed, and an escape sequence there could clear the screen or set the window title (issue 48)
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def control_problem(text: str) -> str | None:
+    """None when `text` is plain text, else what is wrong: "holds a control character ('\\x1b'); ..."
+    (the one rule for third-party text: JSON inputs by parse_json, arguments by the CLI group)."""
+    m = CONTROL.search(text)
+    return None if m is None else (f"holds a control character ({m.group()!r}); text tpsim prints must be "
+                                   f"plain text (an escape sequence could clear the screen or set the window title)")
+
+
+def printable(text: str) -> str:
+    """`text` with each control character but tab and newline shown as its escape ('\\x1b'): for
+    what tpsim prints of text it did not write and could not refuse (a tool log's line in an error)."""
+    return CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 def _kind(mode: int) -> str:
@@ -72,9 +92,11 @@ def _refuse_special(path: str, option: str, stdout_ok: bool = False) -> os.stat_
 
 def check_output(out: str | os.PathLike, option: str = "--out", *, stdout_ok: bool = False) -> None:
     """`out` can be written, checked before any work (so a long run never fails at its last step):
-    `-` where the command prints to stdout (`stdout_ok`), else a regular file or a new name in an
-    existing directory that takes a new file (a probe created and removed: permission bits lie to
-    root and on read-only mounts), and an existing file is writable."""
+    `-` where the command prints to stdout (`stdout_ok`), else a regular file or a new name in a
+    directory that takes a new file (a probe created and removed: permission bits lie to root and on
+    read-only mounts), and an existing file is writable. A directory that does not exist yet is
+    made when the output is written (`make_parent`), as `compare --out-dir` makes its folder: the
+    probe then goes into the nearest one that exists, so nothing is made for a run that fails."""
     out = os.fspath(out)
     if out == STDOUT:
         if stdout_ok:
@@ -84,8 +106,10 @@ def check_output(out: str | os.PathLike, option: str = "--out", *, stdout_ok: bo
         raise ValueError(f"{option} must not be empty")
     st = _refuse_special(out, option, stdout_ok)
     d = os.path.dirname(os.path.abspath(out))
-    if not os.path.isdir(d):
-        raise ValueError(f"{option} {out}: directory {d} does not exist")
+    while not os.path.isdir(d):           # made at the write; what exists on the way must be a folder
+        if os.path.lexists(d):
+            raise ValueError(f"{option} {out}: {d} is not a directory")
+        d = os.path.dirname(d)
     try:
         fd, probe = tempfile.mkstemp(dir=d, prefix=f".{os.path.basename(out)}.", suffix=".probe")
         os.close(fd)
@@ -106,8 +130,7 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes, option: str = "--ou
         sys.stdout.flush()
         return
     _refuse_special(path, option)
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
+    d = make_parent(path)
     fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=os.path.splitext(path)[1])
     try:
         with os.fdopen(fd, "wb") as f:
@@ -120,6 +143,14 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes, option: str = "--ou
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def make_parent(path: str | os.PathLike) -> str:
+    """The folder of output `path`, made (with its parents) where missing; check_output checked
+    beforehand that it can be."""
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    return d
 
 
 def write_text_atomic(path: str | os.PathLike, text: str, option: str = "--out") -> None:
@@ -180,6 +211,7 @@ def open_side_file(path: str | os.PathLike, *, append: bool = False) -> int:
     then it must be a regular file with one link (a hard link to someone's file is refused).
     Returns the fd (read-write, or append-only with `append`)."""
     path = os.fspath(path)
+    make_parent(path)                 # a missing output folder is made (check_output)
     flags = (os.O_WRONLY | os.O_APPEND if append else os.O_RDWR) | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
     try:
         fd = os.open(path, flags, 0o644)
@@ -274,7 +306,7 @@ def _no_duplicates(pairs):
 def parse_json(text: str, where: str, *, max_depth: int = MAX_JSON_DEPTH, walk: bool = True):
     """JSON text -> Python, refusing what no later check could catch: duplicate keys, NaN and
     Infinity, integers of 2**63 or more (or of thousands of digits), nesting deeper than
-    `max_depth`. ValueError `"{where} line N: ..."` or `"{where}: field 'a.b[3]' ..."`. `walk=False`:
+    `max_depth`, a control character in a string or key (control_problem). ValueError `"{where} line N: ..."` or `"{where}: field 'a.b[3]' ..."`. `walk=False`:
     the caller walks the tree itself for depth and non-finite numbers (one walk, not two)."""
     try:
         data = json.loads(text, parse_int=_int, object_pairs_hook=_no_duplicates)
@@ -296,8 +328,9 @@ def parse_json(text: str, where: str, *, max_depth: int = MAX_JSON_DEPTH, walk: 
 
 
 def _first_bad(data, max_depth: int) -> tuple[str, str] | None:
-    """(path, why) of the first value nested deeper than `max_depth` or of the first NaN/Infinity
-    (which Python's json reads, and JSON does not have), walked without recursion."""
+    """(path, why) of the first value nested deeper than `max_depth`, of the first NaN/Infinity
+    (which Python's json reads, and JSON does not have) or of the first string or key holding a
+    control character, walked without recursion."""
     stack = [("", data, 0)]
     while stack:
         path, v, depth = stack.pop()
@@ -305,7 +338,12 @@ def _first_bad(data, max_depth: int) -> tuple[str, str] | None:
             return path or "<top>", f"is nested deeper than {max_depth} levels"
         if isinstance(v, float) and not math.isfinite(v):
             return path or "<top>", f"must be a finite number, got {v} (JSON has no NaN or Infinity)"
+        if isinstance(v, str) and CONTROL.search(v):
+            return path or "<top>", control_problem(v)
         if isinstance(v, dict):
+            for k in v:
+                if CONTROL.search(k):
+                    return f"{path}.{printable(k)}" if path else printable(k), f"is a key that {control_problem(k)}"
             stack += [(f"{path}.{k}" if path else str(k), x, depth + 1) for k, x in v.items()]
         elif isinstance(v, list):
             stack += [(f"{path}[{i}]", x, depth + 1) for i, x in enumerate(v)]

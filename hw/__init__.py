@@ -1,7 +1,7 @@
 """The harness: the schedules run on real torch.distributed process groups (NCCL on GPUs, gloo on CPUs).
 
 Every module of hw/ imports torch at its top, but these: run_config.py (the bench config, plain data),
-beat.py (the ranks' progress and heartbeat files), and spd-plan's spd_select.py (choosing, pricing,
+beat.py (the ranks' progress and heartbeat files), report.py (bench's and check's tables), and spd-plan's spd_select.py (choosing, pricing,
 printing) and spd_text.py (tokens, digest); spd_plan.py is its torch side. The click commands that
 start the harness (bench, check, spd-plan, calibrate, compare) are in tpsim.commands.
 

@@ -37,6 +37,7 @@ from tpsim.hw.run_config import RunConfig, memory_gate
 from tpsim.hw.inductor_flags import compile_functional_pass, current_inductor_flags
 from tpsim.hw.model import build_rank_model
 from tpsim.hw.probe import probe_s
+from tpsim.hw.report import format_result  # noqa: F401  (the rank prints it: hwrank.run_rank)
 from tpsim.hw.runner import DecodeGraph, Runner
 from tpsim.hw.symm_mem import make_all_reduce
 
@@ -160,6 +161,7 @@ def compile_passes(runner: Runner, plans: dict, cfg: RunConfig, rank: int) -> di
         if rank == 0:
             print(f"compiling {spec} (prefill + decode, Inductor {backend}; cached for reruns)...",
                   file=sys.stderr, flush=True)
+        hwrank.fault_point(rank, "compile")            # a progress mark per schedule (commands/bench.py's bar)
         tok = torch.zeros(pre.step.batch, pre.step.q_len, dtype=torch.long, device=dev)
         fns[0](pre, tok, out["pos0"])
         if dec is not None:
@@ -314,48 +316,6 @@ def _env(cfg: RunConfig, per_rank: list[dict]) -> dict:
             "inductor_flags": per_rank[0]["env"].get("inductor_flags"),
             # hw.probe before and after the timed repeats, median over ranks
             "probe_s": [statistics.median(r["env"]["probe_s"][i] for r in per_rank) for i in (0, 1)]}
-
-
-WIDTH = 80         # a terminal's columns when nothing says otherwise: every line of the table fits it
-SCHEDULE_COLUMN = 14
-
-
-def caption(fields: list[str]) -> list[str]:
-    """A table's caption: `fields` joined by two spaces, wrapped between fields to WIDTH columns (later
-    lines indented by 4); a field is never cut (a config.json path as the model may stand alone)."""
-    lines = [fields[0]]
-    for f in fields[1:]:
-        if len(lines[-1]) + 2 + len(f) <= WIDTH:
-            lines[-1] += "  " + f
-        else:
-            lines.append("    " + f)
-    return lines
-
-
-def format_result(result: dict) -> str:
-    # the caption was one line, 81 columns for tiny at --prompt 16 --gen 5 (85 at bench's defaults)
-    lines = caption([result["model"], f"TP {result['tp']}", f"batch {result['batch']}",
-                     f"prompt {result['prompt_len']}", f"gen {result['gen_len']}", result.get("precision", result["dtype"]),
-                     f"{result['env']['backend']}/{result['env']['device']}",
-                     f"(median of {result['repeats']}, interleaved)"])
-    lines.append(f"{'schedule':<{SCHEDULE_COLUMN}}{'prefill ms':>11}{'decode ms':>11}{'tok/s':>10}{'speedup':>9}"
-                 f"{'spread':>13}{'exposed ms':>12}")
-    for r in result["schedules"]:
-        sp = r["spread"]["speedup"]
-        name = r["schedule"]
-        if len(name) >= SCHEDULE_COLUMN:         # a long layer list (spd:3,5,9-12,...): its own line, whole
-            lines.append(name)
-            name = ""
-        exposed = "-" if r["exposed_comm_s"] is None else f"{r['exposed_comm_s'] * 1e3:.2f}"
-        lines.append(f"{name:<{SCHEDULE_COLUMN}}{r['prefill_s'] * 1e3:>11.2f}{r['decode_s'] * 1e3:>11.2f}"
-                     f"{r['tokens_per_s']:>10.1f}{r['speedup']:>8.2f}x"
-                     f"{' ' + format(sp.get('min', 0), '.2f') + '-' + format(sp.get('max', 0), '.2f') + 'x':>13}"
-                     f"{exposed:>12}")
-    if any(r["exposed_comm_s"] is None for r in result["schedules"]):
-        lines.append("exposed ms -: not measured (--compile): the waits are inside the compiled graph")
-    lines += [f"{r['schedule']}: {n}" for r in result["schedules"] for n in r.get("notes", ())]
-    lines += list(result["stack"].get("collective_notes", ()))        # each says "symm-mem: ..." (hw.symm_mem)
-    return "\n".join(lines)
 
 
 def stack_harness_options(values: dict, device: str) -> tuple[dict, list[str]]:

@@ -37,8 +37,8 @@ from tpsim.sim.schedule.language import build, kind_base, plan_of, runs
 from tpsim.sim.schedule.schedules.registry import layer_kinds, numerics_reference
 from tpsim.hw import rank as hwrank
 from tpsim.hw.run_config import RunConfig
-from tpsim.hw.bench import caption
-from tpsim.hw.checkpoint import full_weights as checkpoint_full_weights, open_for
+from tpsim.hw.report import format_check
+from tpsim.hw.checkpoint import full_weights as checkpoint_full_weights, open_for, tensor_name
 from tpsim.hw.inductor_flags import compile_functional_pass, current_inductor_flags
 from tpsim.hw.model import build_rank_model, full_weights, rope_inv_freq
 from tpsim.hw.runner import Runner
@@ -246,6 +246,9 @@ def run_check(cfg: RunConfig, ctx: hwrank.DistContext) -> list[dict]:
         full = checkpoint_full_weights(open_for(cfg.checkpoint, model), dtype=torch.float32, device=ctx.device)
     else:
         full = full_weights(model, seed=cfg.seed, dtype=torch.float32, device=ctx.device)
+    # a weight holding NaN or Inf makes every output NaN: a FAIL says so, naming the tensor
+    bad_weight = next((n for n, t in full.items() if not bool(torch.isfinite(t).all())), None)
+    bad_weight = tensor_name(bad_weight) if bad_weight and cfg.checkpoint else bad_weight
     g = torch.Generator().manual_seed(cfg.seed + 1)
     tokens = torch.randint(0, model.vocab, (cfg.batch, max_seq - 1), generator=g).to(ctx.device)
     tol = FP8_TOLERANCE if (stack.fp8 or stack.kv_dtype == "fp8") else TOLERANCE[cfg.dtype]
@@ -258,12 +261,14 @@ def run_check(cfg: RunConfig, ctx: hwrank.DistContext) -> list[dict]:
             pos = cfg.prompt_len + j - 1
             outs.append(run(dec, tokens[:, pos:pos + 1], pos))
         finite = all(bool(torch.isfinite(o).all()) for o in outs)
+        not_finite = [] if finite else ["its output holds NaN or Inf" + (
+            f": the weights are not finite ({bad_weight} holds NaN or Inf)" if bad_weight else "")]
         plan = plan_of(spec, model.layers)
         unchecked = unchecked_reasons(plan)
         if unchecked:
             why = "; ".join(unchecked)
             rows.append({"schedule": spec, "prefill_err": None, "decode_err": None, "decode_steps": len(outs) - 1,
-                         "ok": finite, "note": f"run only ({why})"})
+                         "ok": finite, "note": "; ".join([f"run only ({why})", *not_finite])})
             continue
         ref = Reference(model, full, plan, tp, cfg.batch, max_seq)
         errs = [_compare(outs[0], ref.forward(tokens[:, :cfg.prompt_len], 0), cfg.batch, model.vocab)]
@@ -272,7 +277,7 @@ def run_check(cfg: RunConfig, ctx: hwrank.DistContext) -> list[dict]:
             errs.append(_compare(outs[j], ref.forward(tokens[:, pos:pos + 1], pos), cfg.batch, model.vocab))
         dec_err = max(errs[1:]) if len(errs) > 1 else None       # --gen 1: no decode step, nothing measured
         # e.g. a token-split fallback; a symm-mem all-reduce that ran NCCL (hw.symm_mem)
-        notes = list(dict.fromkeys(pre.notes + (dec.notes if dec else ()) + tuple(all_reduce.notes)))
+        notes = not_finite + list(dict.fromkeys(pre.notes + (dec.notes if dec else ()) + tuple(all_reduce.notes)))
         rows.append({"schedule": spec, "prefill_err": errs[0], "decode_err": dec_err,
                      "decode_steps": len(errs) - 1, "ok": finite and max(errs) <= tol, "tolerance": tol}
                     | ({"note": "; ".join(notes)} if notes else {}))
@@ -328,20 +333,3 @@ def _merge(per_rank: list[list[dict]]) -> list[dict]:
         r["ok"] = all(x["ok"] for x in rows)
         out.append(r)
     return out
-
-
-def format_check(result: dict) -> str:
-    # the caption wraps between its fields at 80 columns, as bench's (a long model name or config path)
-    lines = caption([f"check {result['model']}", f"TP {result['tp']}", result.get("precision", result["dtype"]),
-                     f"{result['backend']}/{result['device']}", f"batch {result['batch']}",
-                     f"prompt {result['prompt_len']}", f"gen {result['gen_len']}"])
-    lines.append(f"{'schedule':<14}{'prefill err':>13}{'decode err':>13}{'steps':>7}  result")
-    for r in result["schedules"]:
-        fmt = lambda e: "-" if e is None else f"{e:.2e}"  # noqa: E731
-        lines.append(f"{r['schedule']:<14}{fmt(r['prefill_err']):>13}{fmt(r['decode_err']):>13}"
-                     f"{r['decode_steps']:>7}  {'ok' if r['ok'] else 'FAIL'}")
-    # each note (why a schedule ran unchecked, a token-split fallback) on its own line under the table, as
-    # bench's: beside its row it took the row past 80 columns
-    lines += [f"{r['schedule']}: {r['note']}" for r in result["schedules"] if r.get("note")]
-    lines.append("all schedules match their references" if result["ok"] else "numerics check FAILED")
-    return "\n".join(lines)

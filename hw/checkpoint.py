@@ -313,6 +313,12 @@ def _name(key: str, i: int | None = None) -> str:
     return NAMES[key].format(i=i)
 
 
+def tensor_name(key: str) -> str:
+    """The checkpoint's own name of a full_weights key ("L1.w2" -> "model.layers.1.mlp.down_proj.weight")."""
+    layer, _, k = key.partition(".")
+    return _name(k, int(layer[1:])) if k else _name(key)
+
+
 def rank_weights(ckpt: Checkpoint, p: Placement, *, dtype: torch.dtype = torch.float32,
                  device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
     """The local shard of placement `p`, keyed and laid out as hw.model.build_weights."""

@@ -49,9 +49,10 @@ import sys
 import tempfile
 import threading
 import time
+from typing import Callable
 
 import tpsim
-from tpsim.hw.beat import BEAT_ENV, heartbeat_interval_s, read_beat
+from tpsim.hw.beat import BEAT_ENV, BeatState, heartbeat_interval_s, read_beat
 from tpsim.hw.rank import PATH_ENV, free_port
 from tpsim.hw.run_config import check_timeout
 from tpsim.fileio.proc_tie import LAUNCHER_PID_ENV, LOG_TAG, WATCH_FD_ENV, ParentTie
@@ -105,7 +106,8 @@ def _import_path() -> str:
 
 
 def launch(target: str, config: dict, nproc: int, *, timeout_s: float, deadline_s: float | None = None,
-           poll_s: float = 0.05, cancel: threading.Event | None = None, keep_fds: tuple[int, ...] = ()) -> None:
+           poll_s: float = 0.05, cancel: threading.Event | None = None, keep_fds: tuple[int, ...] = (),
+           on_beat: Callable[[BeatState | None], None] | None = None) -> None:
     """Run `target` ("module:function", called with `config`) on `nproc` local ranks; raise on failure.
 
     The first rank to exit nonzero ends the run: the others are terminated and WorkerFailed
@@ -116,7 +118,8 @@ def launch(target: str, config: dict, nproc: int, *, timeout_s: float, deadline_
     Interrupted after killing them. The run folder (config, rank logs, heartbeats) is kept only where
     a rank failed (WorkerFailed names it) or, when the run was interrupted, a rank had reported
     something ([tpsim] lines; Interrupted.logs names it); else it is removed. `keep_fds` are passed
-    on to every rank (an output lock they then hold too).
+    on to every rank (an output lock they then hold too). `on_beat` is called with rank 0's beat file
+    (hw.beat.BeatState; None before it exists) a few times a second: the command's progress bar.
     """
     if nproc < 1:
         raise ValueError(f"--nproc must be >= 1, got {nproc}")
@@ -170,6 +173,8 @@ def launch(target: str, config: dict, nproc: int, *, timeout_s: float, deadline_
             now = time.monotonic()
             if now >= next_beat_check:                     # a few reads of 72 bytes per second
                 next_beat_check = now + 0.25
+                if on_beat is not None:
+                    on_beat(read_beat(beats[0]))
                 stale = _stale_heartbeat(beats, codes, timeout_s)
                 if stale:
                     _kill_all(procs)

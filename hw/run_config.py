@@ -188,6 +188,14 @@ class RunConfig:
         return pre, dec
 
     @property
+    def bench_marks(self) -> int:
+        """The progress marks rank 0 of `tpsim bench` makes (hw/bench.py): one per compiled schedule
+        (compile_passes), then per generation of each schedule (warm-up and measured) one for its
+        prefill and one per decode step: what the launcher's progress bar counts to."""
+        specs = len(dict.fromkeys(("standard", *self.schedules)))
+        return specs * (int(self.compile) + (self.warmup + self.repeats) * self.gen_len)
+
+    @property
     def model_tp(self) -> int:
         """The TP degree whose shards and schedules run (the emulated one, if any)."""
         return self.emulate_tp or self.tp

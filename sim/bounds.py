@@ -6,9 +6,13 @@ must not buy unbounded work: `token-split:1000` ran for 11 minutes, `collective 
 and a profile with 10^9 sockets ran out of memory. Each bound is what a real cluster or model
 has, with headroom, and says why. The profile checks, the HF config reader, the schedule parser,
 the collective command and the CLI's workload sizes all read this table (`check`).
+
+Times a file sets (a stack file's host lane, an engine benchmark's latencies, an nccl-tests table's
+times) are bounded the same way, by SECONDS (`check_time`): finite, within a span with its reason.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -52,6 +56,9 @@ BOUNDS: dict[str, Bound] = {
     "jobs": Bound(1, 1024, "one worker process per core; the largest single hosts have ~1k hardware threads"),
     "repeats": Bound(1, 10 ** 6, "a benchmark repeats each generation a few to a few hundred times"),
     "warmup": Bound(0, 10 ** 6, "unmeasured generations: a few (compile and caches warm after the first)"),
+    # predict --exhaustive: schedules x steps (prefill + gen - 1 decode) x layers x ranks, each simulated
+    "exhaustive_steps": Bound(1, 4_000_000, "~4,500 rank-layer steps a second on one core (8B TP8 gen 512, 5 "
+                                            "schedules: 655,360 in 135 s): 4M is ~15 minutes"),
     "seed": Bound(0, 2 ** 32 - 1, "numpy's seed range; torch.manual_seed takes it too (10^20 crashed the ranks)"),
 }
 
@@ -61,7 +68,7 @@ def problem(name: str, value) -> str | None:
     (why), got 2000"): the one wording of check's errors and of a document's field checks
     (fileio/shape.py). Booleans and non-integers are refused, not truncated."""
     b = BOUNDS[name]
-    shown = f"{value:.3g}" if isinstance(value, (int, float)) and abs(value) >= 1e15 else repr(value)
+    shown = _shown(value) if isinstance(value, (int, float)) and abs(value) >= 1e15 else repr(value)
     if isinstance(value, bool) or not isinstance(value, int):
         if not (isinstance(value, float) and value.is_integer()):
             return f"must be an integer in {b.lo}..{b.hi}, got {value!r}"
@@ -78,3 +85,65 @@ def check(name: str, value, what: str | None = None) -> int:
     if bad:
         raise ValueError(f"{what or name} {bad}")
     return int(value)
+
+
+@dataclass(frozen=True)
+class Span:
+    """A time's range in seconds (a real number, unlike a Bound's count)."""
+
+    lo: float
+    hi: float
+    why: str              # what real system the upper bound is measured against
+
+
+# Times a file can set (a stack file's host lane, an engine benchmark, an nccl-tests table): each must
+# be finite and within its span, or one value buys a nonsense answer (a host term of 1e308 s gave a
+# ZeroDivisionError in predict: tokens/s of 0 over 0; 9.2e18 s was accepted).
+SECONDS: dict[str, Span] = {
+    "host_step": Span(0.0, 60.0, "the presets' host terms are 0.3-255 us per step, rank or sequence "
+                                 "(sim/stack/presets/); a minute is no serving engine's"),
+    "bench_latency": Span(1e-9, 86400.0, "one benchmarked generation or engine step; a day is no latency "
+                                         "benchmark"),
+    "measured_op": Span(1e-9, 1e6, "no kernel or collective is shorter than a nanosecond; one of 11 days "
+                                   "is no measurement"),
+}
+UNITS = {"s": (1.0, "seconds"), "ms": (1e-3, "ms"), "us": (1e-6, "us")}   # unit -> (seconds, its name)
+
+
+def time_problem(name: str, value, unit: str = "s") -> str | None:
+    """None when `value` (in `unit`) is a finite number within SECONDS[name], else what it must be
+    ("must be a number of s in 0..60 (why), got 1e+308"), the value cut to a short line."""
+    s, (u, unit) = SECONDS[name], UNITS[unit]
+    span = f"{s.lo / u:g}..{s.hi / u:g}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value):
+        return f"must be a finite number of {unit} in {span}, got {_shown(value)}"
+    if not s.lo <= value * u <= s.hi:
+        return f"must be a number of {unit} in {span} ({s.why}), got {_shown(value)}"
+    return None
+
+
+def check_time(name: str, value, what: str, unit: str = "s") -> float:
+    """`value` (in `unit`) as a float within SECONDS[name]; ValueError "`what` must be ..." otherwise."""
+    bad = time_problem(name, value, unit)
+    if bad:
+        raise ValueError(f"{what} {bad}")
+    return float(value)
+
+
+def _finite(value: int | float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:              # an int past float's range (a 400-digit JSON number)
+        return False
+
+
+def _shown(value) -> str:
+    """A value for an error message: a number in 3 significant digits, anything else cut to 60 characters
+    (a 5,000-digit number is not echoed whole)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            return f"{value:.3g}"
+        except OverflowError:
+            return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -44,8 +44,9 @@ class Workload:
                 and self.gpus_per_node > self.profile.gpus_per_node):
             raise ValueError(f"profile {self.profile.name} describes nodes of {self.profile.gpus_per_node} GPUs; "
                              f"--gpus-per-node {self.gpus_per_node} needs a profile of such nodes")
-        if self.comm_group is not None and not 1 <= self.comm_group <= self.tp:
-            raise ValueError(f"comm_group (--comm-group) must be in 1..{self.tp} (the TP degree), got {self.comm_group}")
+        if self.comm_group is not None and not (1 <= self.comm_group <= self.tp and self.tp % self.comm_group == 0):
+            raise ValueError(f"comm_group (--comm-group) must divide the TP degree {self.tp} (1: one rank emulated, "
+                             f"as `tpsim bench --emulate-tp` measures it; {self.tp}: every rank), got {self.comm_group}")
         if self.gpus_per_node is not None and self.gpus_per_node < 1:
             raise ValueError(f"gpus_per_node (--gpus-per-node) must be >= 1, got {self.gpus_per_node}")
         per = self.gpus_per_node or self.profile.gpus_per_node

@@ -166,6 +166,22 @@ def test_check_cli_on_a_checkpoint(ckpts, key):
     assert res["ok"] and all(row["prefill_err"] < TOL and row["decode_err"] < TOL for row in res["schedules"])
 
 
+@pytest.mark.slow
+def test_check_on_nan_weights_says_the_weights_are_not_finite(ckpts, tmp_path):
+    """Issue 48 item 6: `check` on a checkpoint holding NaN said FAIL without saying why."""
+    from safetensors.torch import load_file, save_file
+    d = tmp_path / "nan"
+    shutil.copytree(ckpts["llama-v5"][0], d)
+    t = load_file(d / "model.safetensors")
+    t["model.layers.1.mlp.down_proj.weight"][0, 0] = float("nan")
+    save_file(t, d / "model.safetensors")
+    r = CliRunner().invoke(check_cmd, ["--checkpoint", str(d), "--nproc", "2", "--prompt", "8", "--gen", "2",
+                                       "--schedule", "ladder"])
+    assert r.exit_code == 1 and "numerics check FAILED" in r.output, r.output
+    assert ("ladder: its output holds NaN or Inf: the weights are not finite (model.layers.1.mlp.down_proj.weight "
+            "holds NaN or Inf)") in " ".join(r.output.split()), r.output        # the note wraps at 80 columns
+
+
 # ---------------------------------------------------------------- refusals
 
 def _broken(src: Path, dst: Path, how: str) -> Path:

@@ -126,7 +126,7 @@ def test_predict_table():
 
 @pytest.mark.parametrize("args, msg", [
     (["--model", "llama-9", "--tp", "8"], "unknown model 'llama-9'; choose from: llama-3.2-1b"),
-    (["--model", "llama-3.1-70b", "--tp", "8", "--profile", "nope"], "unknown profile 'nope'; built-in profiles:"),
+    (["--model", "llama-3.1-70b", "--tp", "8", "--profile", "nope"], "unknown profile 'nope': no built-in profile and no file of that name; built-in profiles:"),
     (["--model", "llama-2-13b", "--tp", "16"], "does not divide the 40 attention heads"),
     (["--model", "tiny", "--tp", "2", "--schedule", "ladderx"], "unknown schedule 'ladderx'; choose from"),
 ])

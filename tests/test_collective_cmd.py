@@ -151,3 +151,15 @@ def test_dtype_decides_whether_symmetric_memory_takes_the_message():
     fp16 = run("--group", "8", "--bytes", "1M", "--impl", "vllm-custom", "--dtype", "fp16")
     assert fp16.exit_code == 0 and "(NCCL for vllm-custom)" in fp16.output
     assert "symmetric memory takes bf16 only" in fp16.output
+
+
+def test_compare_reads_a_multi_run_file_as_import_does():
+    """Issue 48 item 7: `collective --compare` refused the README's own two-run nccl-tests file (8 then 16
+    A100s), which `import-nccl-tests` accepts; each run compares at its own --group."""
+    f = FIX / "oci_a100_8_then_16.txt"
+    for g in (8, 16):
+        out = as_json("--profile", "a100-sxm", "--mode", "nccl", "--group", str(g), "--compare", str(f))
+        assert out["group"] == g and len(out["rows"]) == 28 and all(r["measured_us"] for r in out["rows"])
+    r = CliRunner().invoke(main, ["collective", "--group", "4", "--compare", str(f)])
+    assert r.exit_code == 2 and r.output.strip() == (f"Error: {f} was measured over 8 ranks (run at line 2) and 16 "
+                                                     f"ranks (run at line 50), but --group is 4")

@@ -23,11 +23,40 @@ def run_dir(tmp_path_factory):
     # alone took 20 s); what is asserted (IR-name joins, every op measured and priced, the comm-free bound
     # faster) does not depend on the model's size, and the bound is faster by more the smaller the model
     out = tmp_path_factory.mktemp("compare")
-    r = CliRunner().invoke(main, ["compare", "--backend", "gloo", "--nproc", "2", "--quick", "--model", "tiny",
-                                  "--prompt", "16", "--gen", "8", "--repeats", "2", "--schedule", "ladder",
-                                  "--schedule", "upper-bound", "--out-dir", str(out)])
+    with pytest.MonkeyPatch.context() as mp:      # what the progress bar hears (test_progress_of_both_phases)
+        mp.setattr("tpsim.commands.compare.PhaseBar", Recorder)
+        r = CliRunner().invoke(main, ["compare", "--backend", "gloo", "--nproc", "2", "--quick", "--model", "tiny",
+                                      "--prompt", "16", "--gen", "8", "--repeats", "2", "--schedule", "ladder",
+                                      "--schedule", "upper-bound", "--out-dir", str(out)])
     assert r.exit_code == 0, r.output
     return out
+
+
+REPORTED: list[tuple[str, int, int | None]] = []
+
+
+class Recorder:
+    """commands.console.PhaseBar's interface, recording each report."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+    def update(self, what, done, total=None):
+        REPORTED.append((what, done, total))
+
+
+@pytest.mark.slow
+def test_progress_of_both_phases(run_dir):
+    """Issue 48 item 2: compare's calibration and bench phases were silent for minutes. Both report to
+    the one progress bar: the calibration's groups, then the point's bench counting rank 0's progress
+    marks to RunConfig.bench_marks (3 schedules x (1 warm-up + 2 repeats) x 8 steps = 72)."""
+    cal = [r for r in REPORTED if r[0] == "calibrating: groups"]
+    bench = [r for r in REPORTED if r[0].startswith("bench 1/1 tiny_tp2_b1_p16_g8")]
+    assert cal and cal[-1][1] == cal[-1][2] > 0
+    assert bench and bench[-1][1:] == (72, 72) and REPORTED.index(cal[-1]) < REPORTED.index(bench[0])
 
 
 @pytest.mark.slow          # the run_dir fixture calibrates and benches on real gloo ranks (minutes)
@@ -128,3 +157,16 @@ def test_ctrl_c_while_a_point_benches_exits_130_and_leaves_no_run_folder(tmp_pat
     assert rc == 130, err
     assert err.strip() == "Aborted! all ranks stopped; no rank logs kept", err
     assert out.startswith("[1/1] bench tiny") and list(tmp.glob("tpsim-run-*")) == []
+
+
+def test_a_rank_failing_in_the_calibration_is_one_error_not_a_traceback(tmp_path, monkeypatch):
+    """Found by bench/fuzz_cli.py (issue 48): a rank that died while compare calibrated escaped as a
+    WorkerFailed traceback; `calibrate` reports the same failure as one error, exit 1."""
+    from tpsim.hw.dist import WorkerFailed
+
+    def dies(*a, **k):
+        raise WorkerFailed("rank 1 of 2 exited with code 17 after 0.5 s; stopped the other ranks.")
+    monkeypatch.setattr("tpsim.calib.run.launch", dies)
+    r = CliRunner().invoke(main, ["compare", "--quick", "--model", "tiny", "--out-dir", str(tmp_path / "c")])
+    assert r.exit_code == 1 and (r.exception is None or isinstance(r.exception, SystemExit)), r.exception
+    assert "Error: calibration failed: rank 1 of 2 exited with code 17" in r.output and "Traceback" not in r.output

@@ -225,3 +225,40 @@ def test_a_rerun_says_which_points_it_reuses(tmp_path):
     assert r.exit_code == 0, r.output
     out = " ".join(r.output.split())
     assert f"[1/1] reuse tiny_tp2_b1_p16_g3: {saved} from an earlier run" in out and "bench tiny" not in out
+
+
+def test_the_summary_names_only_what_the_run_wrote(tmp_path):
+    """Issue 48 item 6: a failed compare named report and trace paths it never wrote (and drew an empty
+    table above the failure)."""
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["compare", "--profile", str(FIX / "profile.json"), "--measured",
+                                  str(tmp_path / "nope.json"), "--out-dir", str(out)])
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    flat = "".join(r.output.split())             # the console wraps (and folds) long paths
+    assert "traces" not in flat and "schedule" not in flat, r.output
+    assert f"report:{out / 'report.md'}data:{out / 'compare.json'}" in flat
+    assert (out / "report.md").is_file() and not (out / "traces").exists()
+    r, out = _compare(tmp_path, {})
+    assert r.exit_code == 0, r.output
+    traces = "".join(r.output.split("traces (measured beside simulated; ui.perfetto.dev):")[1].split())
+    assert Path(traces).is_dir() and any(Path(traces).iterdir())
+
+
+def test_standard_sign_is_not_counted_as_a_result(tmp_path):
+    """Issue 48 item 9: standard's speedup is 1 by definition on both sides, yet its sign was counted as
+    agreeing (a README summed 10/10 signs over 5 schedules x 2 points)."""
+    r, _ = _compare(tmp_path, {})
+    assert r.exit_code == 0, r.output
+    lines = {ln.split()[0]: ln for ln in r.output.splitlines() if "median |err| tokens/s" in ln}
+    assert lines["standard"].endswith("speedup 1 by definition") and "sign" not in lines["standard"]
+    assert lines["ladder"].endswith("speedup sign 1/1")
+
+
+def test_a_failed_points_text_is_printed_as_text_not_markup(tmp_path):
+    """Found by bench/fuzz_cli.py --seed 2 (issue 48): a measured field holding '[/]' was quoted in the
+    failed point's line and read by rich as markup: a MarkupError traceback."""
+    doc = _measured()
+    doc["schedules"][0]["records"][0]["end_s"] = "[/]"
+    r, _ = _compare(tmp_path, {"m.json": doc})
+    assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
+    assert "got '[/]'" in " ".join(r.output.split()) and "Traceback" not in r.output

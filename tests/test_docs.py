@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -263,9 +264,18 @@ def _rerun_sweep(ex: Example, tmp: Path, first_model_only: bool) -> tuple[list[s
     r = CliRunner().invoke(main, argv)
     assert r.exit_code == 0, r.output
     doc_out = _opt(ex.argv, "--out")
-    lines = [ln.rstrip().replace(str(out), doc_out).replace(str(out.with_suffix(".json")), doc_out[:-4] + ".json")
-             for ln in r.output.splitlines()]
-    return [ln for ln in lines if ln], out
+    # a summary line wraps at 80 columns (commands/console.py echo_wrapped) around this run's longer paths:
+    # joined, the paths put back as the docs name them, and wrapped again, it is what the documented command prints
+    joined: list[str] = []
+    for ln in r.output.splitlines():
+        if ln.startswith("  ") and joined:
+            joined[-1] += " " + ln.strip()
+        else:
+            joined.append(ln.rstrip())
+    lines = [textwrap.fill(ln.replace(str(out), doc_out).replace(str(out.with_suffix(".json")), doc_out[:-4] + ".json"),
+                           80, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False)
+             for ln in joined]
+    return [x for ln in lines for x in ln.splitlines() if x], out
 
 
 def _sweep_rows_mismatch(committed: Path, fresh: Path) -> str | None:

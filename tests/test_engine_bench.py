@@ -239,10 +239,17 @@ def test_out_naming_the_model_config_is_refused_however_model_names_it(tmp_path)
 
 
 def test_out_is_checked_before_any_work_like_every_writer(tmp_path):
-    """Before: a missing directory was created, and `--out -` printed the stack between the summary lines."""
+    """Before: `--out -` printed the stack between the summary lines. A missing folder is made when the
+    stack file is written, as by every writer (fileio/policy.py check_output), and not for a run that
+    fails; a file on the way is refused up front."""
     specs = _two_tps(tmp_path)
-    line = _one_error(_bench(*specs, "--model", "llama-3.1-70b", "--out", tmp_path / "nodir" / "x.json"))
-    assert "does not exist" in line and not (tmp_path / "nodir").exists()
+    (tmp_path / "f").write_text("")
+    line = _one_error(_bench(*specs, "--model", "llama-3.1-70b", "--out", tmp_path / "f" / "x.json"))
+    assert "Not a directory" in line
+    line = _one_error(_bench(*specs, "--model", "nope", "--out", tmp_path / "nodir" / "x.json"))
+    assert "nope" in line and not (tmp_path / "nodir").exists()
+    assert _bench(*specs, "--model", "llama-3.1-70b", "--out", tmp_path / "new" / "x.json").exit_code == 0
+    assert (tmp_path / "new" / "x.json").is_file()
     line = _one_error(_bench(*specs, "--model", "llama-3.1-70b", "--out", "-"))
     assert "--out -: this command writes a file" in line
 

@@ -160,6 +160,10 @@ def _one_error(r) -> str:
 
 @pytest.mark.parametrize("impl", ["a b", "auto", "x\x1b[2J", "-nccl"])
 def test_impl_must_be_a_table_tag_as_calibrate_says(tmp_path, impl):
+    if "\x1b" in impl:          # refused sooner, as every argument holding a control character (issue 48)
+        line = _one_error(run(fx("ar_v2_13.txt"), "--impl", impl, "--out", str(tmp_path / "p.json")))
+        assert "('x\\x1b[2J') holds a control character" in line and not (tmp_path / "p.json").exists()
+        return
     """Before: `--impl 'a b'` was written into the profile, while calibrate refused it (one rule now)."""
     line = _one_error(run(fx("ar_v2_13.txt"), "--impl", impl, "--out", str(tmp_path / "p.json")))
     assert "--impl must be a table tag" in line and repr(impl) in line

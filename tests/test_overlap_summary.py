@@ -89,3 +89,16 @@ def test_all_reduces_done_before_their_wait_are_counted():
     a, b = rank_trials() | {"early": [1, 0, 1]}, rank_trials() | {"early": [0, 1, 0]}
     s = summarize_passes([[a], [b]])
     assert s["done_early"] == pytest.approx(0.5) and s["cases"][0]["done_early"] == pytest.approx(0.5)
+
+
+def test_a_busy_machine_is_said_to_be_noisy():
+    """Issue 48 item 7: a loaded box wrote compute x9.67 without a word. Trials whose pass alone varies
+    past NOISY_SPREAD (p10..p90 over the median) get a warning; steady trials, or too few, none."""
+    from tpsim.calib.overlap_summary import NOISY_SPREAD, noise_note
+    steady = summarize_passes([[rank_trials((1.0,) * 10 + (1.1,) * 10)]])
+    assert noise_note(steady) is None
+    # half the trials at 1x, half at 2x the machine's speed: p10..p90 of alone = 6..12, median 9: 67%
+    busy = summarize_passes([[rank_trials((1.0,) * 10 + (2.0,) * 10)]])
+    note = noise_note(busy)
+    assert note.startswith("noisy: the pass measured alone varied by 67% of its median across 20 trials")
+    assert 0.67 > NOISY_SPREAD and noise_note(summarize_passes([[rank_trials((1.0, 3.0, 1.0))]])) is None  # 3 trials

@@ -201,6 +201,26 @@ def test_bad_partial_profile_names_field_file_and_base(tmp_path, patch, field):
     assert "partial.json" in msg and "extends h100-sxm" in msg and f"'{field}'" in msg, msg
 
 
+def test_a_name_that_is_no_built_in_but_a_file_or_folder(tmp_path, monkeypatch):
+    """Issue 48 item 6: `--profile DIR` and an `extends` naming a file without `.json` both said
+    'unknown profile'. A file of that name is read (as --stack reads one), a folder is refused as one."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "dir").mkdir()
+    with pytest.raises(ProfileError, match="^profile dir is a directory; give a profile's JSON file or a built-in name"):
+        load_profile("dir")
+    (tmp_path / "base").write_text((builtin_dir_file("a100-sxm")).read_text())
+    _write(tmp_path, {"format": "tpsim-profile", "version": 1, "name": "x", "extends": "base"}, "x.json")
+    assert load_profile("x.json").name == "x" and load_profile("base").name == "a100-sxm"
+    with pytest.raises(ProfileError, match="unknown profile 'nob': no built-in profile and no file of that name in "
+                                           "its folder"):
+        load_profile(_write(tmp_path, {"format": "tpsim-profile", "version": 1, "extends": "nob"}, "y.json"))
+
+
+def builtin_dir_file(name: str):
+    from tpsim.sim.hardware.profile import builtin_dir
+    return builtin_dir() / f"{name}.json"
+
+
 def test_file_level_errors(tmp_path):
     with pytest.raises(ProfileError, match="not valid JSON"):
         load_profile(_write(tmp_path, "{nope", "bad.json"))

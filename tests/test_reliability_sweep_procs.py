@@ -61,3 +61,29 @@ def test_sweep_workers_die_with_the_sweep(tmp_path, sig):
             p.wait()
     assert_gone(workers, 2.0, "sweep workers")
     assert p.returncode == -sig
+
+
+def test_ctrl_c_of_a_sweep_exits_130_saying_what_the_checkpoint_keeps(tmp_path):
+    """Issue 48 item 7: Ctrl-C exited 1 with a bare `Aborted!`, where every other long command exits 130
+    and says what it kept. One process (--jobs 1): the interrupt lands between points."""
+    out = tmp_path / "o.csv"
+    ckpt = Path(f"{out}.partial.jsonl")
+    args = _grid_args(out)
+    args[args.index("--jobs") + 1] = "1"
+    p = subprocess.Popen([sys.executable, CLI, *args], cwd=tmp_path, stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        end = time.monotonic() + 120
+        while time.monotonic() < end and not (ckpt.exists() and ckpt.read_text().count("\n")):
+            assert p.poll() is None, p.stderr.read()[-2000:]
+            time.sleep(0.02)
+        p.send_signal(signal.SIGINT)
+        err = p.communicate(timeout=30)[1]
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    kept = ckpt.read_text().count("\n")
+    assert p.returncode == 130, err
+    assert f"Aborted! {kept} of " in err and f"points are kept in {ckpt}: rerun the same command to continue" in err
+    assert "Traceback" not in err

@@ -254,7 +254,7 @@ def test_cli_exact_reports_interval_and_jitter_source(tmp_path):
     out = json.loads(r.output)
     assert all(s["tokens_per_s_ci95"] == 0 and s["samples"]["decode"] == 0 for s in out["schedules"])
     r = CliRunner().invoke(main, args + ["--exact", "--profile", str(prof)])
-    assert "Zero: the profile has no skew measurement" in " ".join(r.output.split())
+    assert "profile none has no skew measurement at node collectives" in " ".join(r.output.split())
     prof = tmp_path / "skew.json"
     prof.write_text(json.dumps({"format": "tpsim-profile", "version": 1, "name": "skew", "extends": "h100-sxm",
                                 "jitter": {"arrival": {"node": {"mean_us": {"value": 20.0, "source": "test"}}}}}))
@@ -263,3 +263,27 @@ def test_cli_exact_reports_interval_and_jitter_source(tmp_path):
     assert ladder["samples"]["decode"] >= 32 and ladder["tokens_per_s_ci95"] > 0
     r = CliRunner().invoke(main, args + ["--exhaustive", "--json", "--schedule", "ladder", "--profile", str(prof)])
     assert r.exit_code == 0 and json.loads(r.output)["mode"] == "brute"
+
+
+def test_exact_says_once_that_the_profile_has_no_jitter(tmp_path):
+    """Issue 48 item 8: over two nodes --exact printed the profile's long why (its jitter sources, nearly
+    the same text for node and net) twice, then said 'Zero' once more. Now one short line naming where
+    the why is kept; the table is the fast path's (no jitter drawn). A profile with jitter (the built-ins
+    since issue 44 item 3) gets one short line too: the values, and where their sources are kept."""
+    from click.testing import CliRunner
+    from tpsim.cli import main
+    prof = tmp_path / "none.json"         # no skew at either scope (a scope left out takes the other's)
+    prof.write_text(json.dumps({"format": "tpsim-profile", "version": 1, "name": "none", "extends": "h100-sxm",
+                                "jitter": {"arrival": {"node": {"mean_us": {"value": 0.0, "source": "what-if"}}}}}))
+    args = ["predict", "--model", "llama-3.1-8b", "--tp", "16", "--schedule", "ladder"]
+    r = CliRunner().invoke(main, args + ["--exact", "--profile", str(prof)])
+    assert r.exit_code == 0, r.output
+    flat = " ".join(r.output.split())
+    assert flat.count("arrival jitter") == 1 and "what-if" not in flat, r.output
+    assert ("arrival jitter per rank and collective: none: profile none has no skew measurement at node or "
+            "net collectives (why: tpsim profiles show none), so none is simulated (= the fast path)") in flat
+    r = CliRunner().invoke(main, args + ["--exact"])
+    flat = " ".join(r.output.split())
+    assert flat.count("arrival jitter") == 1 and "Sinha" not in flat, r.output
+    assert ("arrival jitter per rank and collective: node exponential mean 0.3 us; net exponential mean 0.3 us "
+            "(sources: tpsim profiles show h100-sxm)") in flat

@@ -232,10 +232,11 @@ def test_greedy_choice_measures_sets_and_stops_at_the_budget():
 
 def test_partial_file_keeps_only_matching_digest(tmp_path):
     p = tmp_path / "x.partial.jsonl"
-    p.write_text(json.dumps({"key": "aaa/standard", "rows": [{"spec": "standard", "ppl": 2.0}]}) + "\n"
-                 + json.dumps({"key": "bbb/standard", "rows": [{"spec": "standard", "ppl": 3.0}]}) + "\n"
+    row = {"spec": "standard", "phase": "baseline", "nll": 10.0, "tokens": 7}       # as append_partial writes it
+    p.write_text(json.dumps({"key": "aaa/standard", "rows": [row | {"ppl": 2.0}]}) + "\n"
+                 + json.dumps({"key": "bbb/standard", "rows": [row | {"ppl": 3.0}]}) + "\n"
                  + '{"key": "aaa/spd:[0]", "ro')                           # torn by a kill
-    assert read_partial(str(p), "aaa") == {"standard": {"spec": "standard", "ppl": 2.0}}
+    assert read_partial(str(p), "aaa") == {"standard": row | {"ppl": 2.0}}
 
 
 def test_the_documented_price_is_the_simulators(tmp_path):
@@ -285,3 +286,18 @@ def test_bad_inputs_one_line_exit_2(fixture, tmp_path, extra, message):
     for k, v in sub.items():
         message = message.replace(f" {k}", f" {v}")
     assert code == 2 and out.strip().splitlines() == [message], out
+
+
+def test_a_partial_line_that_is_not_its_pass_is_measured_again(tmp_path):
+    """Issue 48 item 3, spd-plan's partial file as the sweep's checkpoint: a line under a pass's key that
+    says another spec, or holds a NaN, negative or missing number, is not read into the plan."""
+    part = str(tmp_path / "p.partial.jsonl")
+    row = {"spec": "spd:[1]", "phase": "solo", "nll": 10.0, "tokens": 7, "ppl": 4.2}
+    bad = {"spd:[2]": dict(row),                                   # another pass's row under this key
+           "spd:[3]": dict(row, spec="spd:[3]", nll=float("nan")), "spd:[4]": dict(row, spec="spd:[4]", ppl=-1.0),
+           "spd:[5]": dict(row, spec="spd:[5]", tokens=0), "spd:[6]": dict(row, spec="spd:[6]", tokens=True),
+           "spd:[7]": {k: v for k, v in dict(row, spec="spd:[7]").items() if k != "ppl"},
+           "spd:[8]": dict(row, spec="spd:[8]", phase="x")}
+    lines = [{"key": "d/spd:[1]", "rows": [row]}] + [{"key": f"d/{k}", "rows": [r]} for k, r in bad.items()]
+    Path(part).write_text("".join(json.dumps(x, allow_nan=True) + "\n" for x in lines))
+    assert read_partial(part, "d") == {"spd:[1]": row}

@@ -27,11 +27,12 @@ def test_resume_skips_finished_points(tmp_path):
     ck = tmp_path / "ck.jsonl"
     # a checkpoint holding point 0 with a sentinel value, then a torn line (killed mid-write)
     key0 = sw.point_key(pts[0], ("standard",), None, sw.input_digest("h100-sxm"))
-    sentinel = [dict(json.loads(key0), schedule="standard", tokens_per_s=-1.0, error="")]
+    # (a row as run_point writes it, its tokens/s a marker: a resumed row is checked against its point)
+    sentinel = [dict(r, tokens_per_s=1.0) for r in sw.run_point(pts[0], ("standard",))]
     ck.write_text(json.dumps({"key": key0, "rows": sentinel}) + "\n" + '{"key": "torn')
     seen = []
     rows = sw.sweep(pts, ("standard",), checkpoint=ck, progress=lambda d, t: seen.append((d, t)))
-    assert rows[0]["tokens_per_s"] == -1.0                      # not recomputed
+    assert rows[0]["tokens_per_s"] == 1.0                       # not recomputed
     assert all(r["tokens_per_s"] > 0 for r in rows[1:])
     assert seen[0] == (1, 3) and seen[-1] == (3, 3)
     assert len(sw.read_checkpoint(ck)) == 3
@@ -79,8 +80,26 @@ def test_plot_draws_a_line_per_swept_link_scale(monkeypatch, tmp_path):
     sw.plot(sw.sweep(both, ("standard", "ladder")), tmp_path / "both.png")
     ax = figs[-1].axes[0]
     assert ax.get_xlabel() == "interconnect bandwidth scale"
-    assert sorted(t.get_text() for t in ax.get_legend().get_texts()) == [
+    # one legend under the panels (issue 48: inside the axes it covered a line)
+    assert ax.get_legend() is None and len(figs[-1].legends) == 1
+    assert sorted(t.get_text() for t in figs[-1].legends[0].get_texts()) == [
         "ladder llama-3.1-70b TP8 b1 latx1", "ladder llama-3.1-70b TP8 b1 latx10"]
+
+
+def test_the_link_scale_plot_labels_each_requested_scale(monkeypatch, tmp_path):
+    """Issue 48 item 8: the log axis labelled only powers of ten (the requested 0.25, 0.5, 2, 4 were bare
+    ticks) and its minor labels overlapped; now a tick per requested scale, labelled as given, slanted when
+    there are many, and no minor ticks."""
+    figs = []
+    monkeypatch.setattr(sw, "save_figure", lambda fig, path, **kw: figs.append(fig))
+    scales = [0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 10.0]
+    rows = sw.sweep(grid(["tiny"], [2], [1], ["h100-sxm", "h100-sxm-p2p-off"], 16, 4, bw_scales=scales),
+                    ("standard", "ladder"))
+    sw.plot(rows, tmp_path / "bw.png")
+    for ax in figs[-1].axes:
+        assert list(ax.get_xticks()) == scales
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["0.1", "0.25", "0.5", "1", "2", "4", "10"]
+        assert ax.get_xticklabels()[0].get_rotation() == 45 and not ax.xaxis.get_minorticklocs().size
 
 
 def test_sweep_cli_refuses_early_and_fails_when_nothing_ran(tmp_path):

@@ -27,6 +27,7 @@ import json
 import math
 import os
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -158,9 +159,19 @@ def read_partial(path: str | None, digest: str) -> dict[str, dict]:
     out = {}
     for key, rows in read_checkpoint(path).items():
         d, _, spec = key.partition("/")
-        if d == digest and rows:
+        if d == digest and rows and _pass_row(rows[0], spec):
             out[spec] = rows[0]
     return out
+
+
+def _pass_row(row: dict, spec: str) -> bool:
+    """A finished pass as append_partial writes it, for `spec`: a line that says another spec, or holds
+    a NaN, negative or missing number, is measured again (issue 48: a resumed row is checked against
+    its point, as the sweep's are), not read into the plan."""
+    num = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)  # noqa: E731
+    return (row.get("spec") == spec and row.get("phase") in ("baseline", "solo", "set")
+            and num(row.get("nll")) and row["nll"] >= 0 and isinstance(row.get("tokens"), int)
+            and not isinstance(row["tokens"], bool) and row["tokens"] > 0 and num(row.get("ppl")) and row["ppl"] > 0)
 
 
 def append_partial(path: str, digest: str, row: dict) -> None:
@@ -178,9 +189,11 @@ def append_partial(path: str, digest: str, row: dict) -> None:
 def format_plan(r: dict) -> str:
     """The per-block table, the chosen spd:LIST and its price, as text."""
     from rich.console import Console      # lazy: rich takes ~30 ms to import; only the launcher prints
+    from rich.markup import escape        # lazy: rich (as Console)
     from rich.table import Table          # lazy: rich (as Console)
-    t = Table(title=f"spd-plan {r['model']}  TP {r['tp']}  {r['backend']}/{r['device']}  {r['dtype']}  "
-                         f"{r['windows']} x {r['seq_len']} tokens ({r['tokens_how']})", title_justify="left")
+    # the checkpoint's path is text, not markup ('[/]' in a folder's name was a MarkupError)
+    t = Table(title=escape(f"spd-plan {r['model']}  TP {r['tp']}  {r['backend']}/{r['device']}  {r['dtype']}  "
+                           f"{r['windows']} x {r['seq_len']} tokens ({r['tokens_how']})"), title_justify="left")
     for col in ("layer", "ppl alone", "sensitivity", "rank", "chosen", "cumulative ppl"):
         t.add_column(col, justify="right" if col != "chosen" else "left", overflow="fold")   # wraps, never cut
     for b in r["blocks"]:
@@ -213,7 +226,9 @@ def format_plan(r: dict) -> str:
     if r.get("resumed"):
         lines.append(f"resumed: {r['resumed']} of {r['passes']} passes read back from {r['partial']}")
     lines.append("sensitivities only mean something on trained weights (random weights give noise)")
-    return "\n".join(lines)
+    # the prose under the table at the table's 80 columns, broken at spaces (the priced line ran to 160)
+    return "\n".join([lines[0]] + [w for line in lines[1:] for w in textwrap.wrap(
+        line, 80, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False)])
 
 
 def plot_sensitivity(r: dict, path: str) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import replace
 
-from tpsim.sim.bounds import BOUNDS
+from tpsim.sim.bounds import BOUNDS, SECONDS
 from tpsim.sim.hardware.schema import (ArrivalJitter, COLLECTIVES, CollectiveTable, ComputePoint, Curve,
                                        JITTER_DISTS, LinkModel, MAX_TABLE_POINTS, MIN_TIME_S, MODES, Profile,
                                        ProfileError, SCOPES, finite, has_source, short)
@@ -384,7 +384,7 @@ class _Getter(Fields):
             if len(b) > MAX_TABLE_POINTS:
                 self.fail(f"{p}.bytes", f"has {len(b)} points; at most {MAX_TABLE_POINTS}")
             for key, vs, lo, hi in (("bytes", b, 1, float(BOUNDS["message_bytes"].hi)),
-                                    ("time_us", us, MIN_TIME_S * 1e6, 1e12)):
+                                    ("time_us", us, SECONDS["measured_op"].lo * 1e6, SECONDS["measured_op"].hi * 1e6)):
                 for i, v in enumerate(vs):
                     if not finite(v) or not lo <= v <= hi:
                         self.fail(f"{p}.{key}[{i}]", f"must be a finite number in [{lo:g}, {hi:g}], got {short(v)}")

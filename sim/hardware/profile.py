@@ -61,10 +61,18 @@ def resolve(name_or_path: str, relative_to: Path | None = None) -> Path:
             raise ProfileError(f"profile file not found: {p}")
         return p
     cand = builtin_dir() / f"{name_or_path}.json"
-    if not cand.is_file():
-        raise ProfileError(f"unknown profile {name_or_path!r}; built-in profiles: {', '.join(builtin_names())} "
-                           f"(or give a path to a profile .json)")
-    return cand
+    if cand.is_file():
+        return cand
+    # not a built-in: a file or folder of that name is what was meant (as --stack reads one)
+    p = Path(name_or_path) if relative_to is None else relative_to / name_or_path
+    if p.is_dir():
+        raise ProfileError(f"profile {p} is a directory; give a profile's JSON file or a built-in name "
+                           f"({', '.join(builtin_names())})")
+    if p.exists():
+        return p
+    raise ProfileError(f"unknown profile {name_or_path!r}: no built-in profile and no file of that name"
+                       f"{f' in its folder ({relative_to})' if relative_to is not None else ''}; built-in profiles: "
+                       f"{', '.join(builtin_names())} (or give a path to a profile .json)")
 
 
 def _check_head(data: dict, where) -> None:

@@ -4,11 +4,10 @@ check catches later (control characters in any text). Field checks: sim/hardware
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 
 from tpsim.sim.bounds import BOUNDS
-from tpsim.fileio.policy import parse_json, read_input_text
+from tpsim.fileio.policy import CONTROL, parse_json, read_input_text
 from tpsim.sim.hardware.schema import MAX_DEPTH, MAX_FILE_BYTES, ProfileError
 
 
@@ -34,7 +33,7 @@ def read_json(path: Path) -> dict:
 
 
 MAX_LIST_ENTRIES = 2 * BOUNDS["compute_points"].hi   # no list of a real profile comes near (raw points: ~10^3)
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")     # C0/C1 controls but tab and newline
+_CONTROL = CONTROL                  # the one rule for text tpsim prints (fileio/policy.py)
 
 
 def first_bad_value(data) -> tuple[str, str] | None:

@@ -52,6 +52,8 @@ import math
 from dataclasses import dataclass, fields
 from functools import lru_cache
 
+from tpsim.sim.bounds import check_time
+
 
 @dataclass(frozen=True)
 class HostStep:
@@ -84,8 +86,8 @@ class HostStep:
             elif f.name in COUNTS:
                 if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 64:
                     raise ValueError(f"host.{f.name} must be a count 0..64, got {v!r}")
-            elif not (isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0):
-                raise ValueError(f"host.{f.name} must be a number of seconds >= 0, got {v!r}")
+            else:               # finite and bounded (sim/bounds.py): 1e308 s divided tokens/s by zero
+                check_time("host_step", v, f"host.{f.name}")
 
     @property
     def active(self) -> bool:

@@ -115,7 +115,11 @@ class Stack:
     host_ranges: tuple[tuple[str, float, float], ...] = ()
 
     def __post_init__(self) -> None:
-        if isinstance(self.attention_archs, str) or not all(isinstance(a, str) for a in self.attention_archs):
+        for f in fields(self):            # each field of its declared type: "no" was read as true, 5 as a list
+            want, v = _TYPES.get(f.type), getattr(self, f.name)
+            if want and (not isinstance(v, want[0]) or (want[0] is int and isinstance(v, bool))):
+                raise ValueError(f"{f.name} must be {want[1]}, got {v!r:.60}")
+        if not isinstance(self.attention_archs, (list, tuple)) or not all(isinstance(a, str) for a in self.attention_archs):
             raise ValueError(f"attention_archs must be a list of architecture names, got {self.attention_archs!r}")
         object.__setattr__(self, "attention_archs", tuple(self.attention_archs))   # a stack file's JSON list
         object.__setattr__(self, "attention_knobs", normalize_knobs(self.attention_knobs))
@@ -213,6 +217,10 @@ class Stack:
         if self.host.active:
             out += ", host lane " + ("overlapped" if self.host.overlap else "in series")
         return out
+
+
+# a Stack field's declared type -> (the Python type its value must have, how an error names it)
+_TYPES = {"bool": (bool, "true or false"), "str": (str, "a string"), "int": (int, "an integer")}
 
 
 def _check(field: str, value: str, choices: tuple[str, ...]) -> None:

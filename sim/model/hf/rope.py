@@ -51,6 +51,8 @@ def rope_of(cfg: dict, where: str) -> RopeSpec:
         raise ValueError(f"{where}: rope_theta must be a number > 1, got {theta!r}")
     kind = src.pop("rope_type", None) or src.pop("type", None) or "default"
     src.pop("type", None)
+    if not isinstance(kind, str):            # ["llama3"] was a TypeError (unhashable) at the lookup below
+        raise ValueError(f"{where}: rope_type must be a string, got {kind!r:.60}")
     if kind == "mrope" or src.get("mrope_section"):
         raise ValueError(f"{where}: multimodal rope ({kind}) belongs to a vision-language model; "
                          f"tpsim prices text decoders")

@@ -10,7 +10,8 @@ from tpsim.sim.schedule.builder import Builder
 #   none         the same model and outputs as standard TP (only the order and shape of the work change)
 #   retrain      a different architecture: the model must be trained (or fine-tuned) for it
 #   drops syncs  the trained model with some all-reduces skipped: outputs change, some accuracy is lost
-#   n/a          not a way to run the model (upper-bound: no communication, a speed ceiling only)
+#   n/a          not a way to run the model (upper-bound: no communication; the standard layer's speed
+#                ceiling, not every schedule's: schedules/upper_bound.py)
 # A spec whose plan keeps every layer standard (spd:0: no block dropped) is none whatever its
 # schedule's (sim/schedule/language.py model_change): it runs standard TP's pass.
 MODEL_CHANGES = ("none", "retrain", "drops syncs", "n/a")

@@ -37,10 +37,11 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from tpsim.fileio.policy import MAX_CONFIG_BYTES, parse_json, read_input_text
-from tpsim.fileio.shape import finite
+from tpsim.fileio.shape import finite, short
+from tpsim.sim.bounds import check_time
 from tpsim.sim.stack.host_lane import COUNTS, FLAGS, HostStep
 from tpsim.sim.stack.impls import normalize_knobs
-from tpsim.sim.stack.spec import Stack
+from tpsim.sim.stack.spec import Stack, make_stack
 from tpsim.sim.stack.presets import eager, reference, sglang, trtllm, vllm, vllm_v0
 
 STACK_FORMAT = "tpsim-stack"
@@ -194,9 +195,11 @@ def parse_stack(doc, path: str = "<stack>", _depth: int = 0) -> Preset:
     base_name = doc.get("extends", "reference")
     if _depth > 8:
         raise ValueError(f"{path}: 'extends' nests more than 8 stack files deep")
-    if isinstance(base_name, str) and preset(base_name) is not None:
+    if not isinstance(base_name, str):      # [1] or {} was a TypeError (unhashable) at the lookup below
+        raise ValueError(f"{path}: 'extends' must be a preset name or a stack file path, got {short(base_name)}")
+    if preset(base_name) is not None:
         base = preset(base_name)
-    elif isinstance(base_name, str) and base_name:      # "" would resolve to the file's own folder
+    elif base_name:                                     # "" would resolve to the file's own folder
         bp = Path(base_name) if Path(base_name).is_absolute() else Path(path).parent / base_name
         try:
             doc_base = _read(bp)
@@ -205,7 +208,7 @@ def parse_stack(doc, path: str = "<stack>", _depth: int = 0) -> Preset:
                              f"nor a readable stack file ({e})") from None
         base = parse_stack(doc_base, str(bp), _depth + 1)
     else:
-        raise ValueError(f"{path}: 'extends' must be a preset name or a stack file path, got {base_name!r}")
+        raise ValueError(f"{path}: 'extends' must be a preset name or a stack file path, got {short(base_name)}")
     stack, host, sources = doc.get("stack", {}), doc.get("host", {}), doc.get("sources", {})
     for key, v in (("stack", stack), ("host", host), ("sources", sources)):
         if not isinstance(v, dict):
@@ -217,6 +220,12 @@ def parse_stack(doc, path: str = "<stack>", _depth: int = 0) -> Preset:
         if bad:
             raise ValueError(f"{path}: unknown {where} field {bad[0]!r}; known: {', '.join(sorted(known))}")
     host, spans, sources = _host_entries(host, sources, path)
+    for key in ("name", "engine"):
+        if key in doc and not isinstance(doc[key], str):
+            raise ValueError(f"{path}: '{key}' must be a string, got {short(doc[key])}")
+    bad = next((k for k, v in sources.items() if not isinstance(v, str)), None)
+    if bad is not None:
+        raise ValueError(f"{path}: sources.{bad} must be a string, got {short(sources[bad])}")
     name = doc.get("name") or Path(path).stem
     values = {k: v for k, v in base.values.items() if k not in ("host", "host_ranges")} | stack | {"preset": name}
     if "attention_knobs" in stack:      # a file's knobs over those of the stack it extends (kernel.knob by kernel.knob)
@@ -229,6 +238,10 @@ def parse_stack(doc, path: str = "<stack>", _depth: int = 0) -> Preset:
     ranges = {k: v for k, v in base.values.get("host_ranges", {}).items() if k not in host} | spans
     if ranges:
         values["host_ranges"] = ranges
+    try:                                 # every value of its type and among its choices, naming the file
+        make_stack({}, preset=values)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None
     srcs = dict(base.sources)
     srcs |= {k: str(sources.get(k, f"stack file {path}")) for k in stack}
     srcs |= {f"host.{k}": str(sources.get(f"host.{k}", f"stack file {path}")) for k in host}
@@ -257,8 +270,8 @@ def _host_entries(host: dict, sources: dict, path: str) -> tuple[dict, dict, dic
         elif k in COUNTS:
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"{path}: host.{k} must be a count (an integer >= 0), got {v!r}")
-        elif not (finite(v) and v >= 0):
-            raise ValueError(f"{path}: host.{k} must be a finite number of seconds >= 0, got {v!r}")
+        else:                           # the bounds table's span of seconds (sim/bounds.py), naming the file
+            check_time("host_step", v, f"{path}: host.{k}")
         values[k] = v
         if span is not None:
             spans[k] = _check_range(f"{path}: host.{k}", k, v, span)
