@@ -218,11 +218,29 @@ def grid_rate_moves(r: Ranged, workload: Workload, schedules: list[str]) -> bool
                                   lambda op: workload.stack.graphs("decode", op.name), r.lo * 1e9)
 
 
+NET_HOST = "collectives.graph_net_host_us"
+
+
+def net_host_moves(r: Ranged, workload: Workload, schedules: list[str]) -> bool:
+    """Whether ranged number `r` can move the workload's prediction: any number but NCCL's graph host node,
+    which only a collective that crosses NCCL's node boundary in a CUDA-graph phase pays (CostModel.host_s,
+    0 elsewhere): checked on the prefill step and the first decode step of every schedule asked for."""
+    if r.path != NET_HOST or workload.comm_group is not None:
+        return True
+    cost = CostModel(replace(workload.profile, graph_net_host_s=max(r.hi, 1.0) * 1e-6), workload.stack,
+                     workload.gpus_per_node)
+    steps = [("prefill", workload.prefill_step())] + ([("decode", workload.decode_step(1))]
+                                                      if workload.gen_len >= 2 else [])
+    return any(cost.host_s(op, phase) > 0 for spec in dict.fromkeys(["standard", *schedules])
+               for phase, st in steps for op in workload.schedule(spec, st).ops if op.is_comm)
+
+
 def check(workload: Workload, schedules: list[str], base: list[Prediction] | None = None) -> Sensitivity:
     """Rerun `schedules` at each setting of the ranged numbers of the workload's profile and stack (the
     module doc). `base`: the fast-path predictions at the given values, when already made."""
     # a number that cannot move this workload's prediction is no setting to rerun (moves: grid_rate_moves)
-    pr = tuple(r for r in ranged_values(workload.profile) if grid_rate_moves(r, workload, schedules))
+    pr = tuple(r for r in ranged_values(workload.profile)
+               if grid_rate_moves(r, workload, schedules) and net_host_moves(r, workload, schedules))
     sr = stack_ranged(workload.stack)
     ranged = pr + sr
     # the speedups' baseline is always a contender: the given predictions serve when they hold it

@@ -9,6 +9,7 @@ from tpsim.sim import fp8
 from tpsim.sim.hardware.profile import Profile
 from tpsim.sim.memory import GIB, check_fits, estimate
 from tpsim.sim.model.presets import ModelSpec
+from tpsim.sim.price import flash_prefill
 from tpsim.sim.schedule.language import Schedule, build
 from tpsim.sim.stack.spec import Stack, Step
 
@@ -65,6 +66,13 @@ class Workload:
     def nodes(self) -> int:
         per = self.gpus_per_node or self.profile.gpus_per_node
         return -(-self.tp // per)
+
+    @property
+    def causal_prefill(self) -> bool:
+        """Whether the stack's prefill attention for this model computes only the key tiles up to the
+        causal diagonal (a flash kernel, sim/price/flash_prefill.py) rather than every score (math SDPA):
+        how a prefill chunk's attention work grows with its length (sim/serve/steptime.py)."""
+        return flash_prefill.skips_masked_tiles(self.stack.attention_for(self.model.architecture))
 
     def schedule(self, spec: str, step: Step) -> Schedule:
         return build(spec, self.model, self.tp, step, self.stack)

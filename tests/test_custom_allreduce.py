@@ -90,13 +90,15 @@ def test_pcie_box_refuses_custom_allreduce_above_two_gpus():
     for impl, engine in (("vllm-custom", "vLLM"), ("sglang-custom", "SGLang")):
         cm = CostModel(prof, Stack(collective=impl))
         t, path = cm.price("all_reduce", 65536, 4, "graph")
-        assert t == nccl._device_price("all_reduce", 65536, 4, "graph", "nccl", "node")[0]
-        assert path == f"table (NCCL for {impl})"
+        # NCCL captured in the graph: its kernel plus NCCL's graph-mixing node (collectives.graph_nccl_node_us)
+        assert t == pytest.approx(nccl._device_price("all_reduce", 65536, 4, "graph", "nccl", "node")[0]
+                                  + prof.graph_nccl_node_s)
+        assert path == f"table+graph_nccl_node (NCCL for {impl})"
         assert cm.notes == (f"{engine}: custom allreduce is disabled because it's not supported on more than two "
                             "PCIe-only GPUs; falls back to NCCL",)
         assert cm.price("all_reduce", 65536, 2, "graph")[1] == f"{impl}:oneshot"
     trt = CostModel(prof, Stack(collective="trtllm-oneshot"))
-    assert trt.price("all_reduce", 65536, 2, "graph")[1] == "table (NCCL for trtllm-oneshot)"
+    assert trt.price("all_reduce", 65536, 2, "graph")[1] == "table+graph_nccl_node (NCCL for trtllm-oneshot)"
 
 
 def test_predict_on_pcie_tp4_says_vllm_fell_back():
@@ -202,7 +204,7 @@ def test_collective_command_prices_each_impl():
                                   "--bytes", "64K", "--json"])
     assert r.exit_code == 0, r.output
     out = json.loads(r.output)
-    assert out["rows"][0]["path"] == "table (NCCL for vllm-custom)" and out["impl"] == "vllm-custom"
+    assert out["rows"][0]["path"] == "table+graph_nccl_node (NCCL for vllm-custom)" and out["impl"] == "vllm-custom"
     assert out["notes"][0].startswith("vLLM: custom allreduce is disabled")
 
 

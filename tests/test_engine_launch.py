@@ -160,6 +160,11 @@ def test_an_eager_engine_layer_pays_its_python_once_at_its_attention():
     assert CostModel(H100, Stack(layer_host_s=7e-6)).issue_s(sdpa, "decode") == 0.0      # a graph replay
     with pytest.raises(ValueError, match="layer_host_s must be seconds"):
         Stack(layer_host_s=-1e-6)
+    # a mixed step (serving): decodes and two chunks are three attention ops of one layer; its Python once
+    mixed = Step.mixed([(3, 1, 100), (1, 16, 16), (1, 16, 48)], EAGER)
+    ops = {o.name: o for o in build("standard", get_model("llama-3.1-8b"), 2, mixed, EAGER).ops}
+    parts = [ops["L0.attn.sdpa"], ops["L0.attn.sdpa.part1"], ops["L0.attn.sdpa.part2"]]
+    assert [py.issue_s(o, "prefill") - plain.issue_s(o, "prefill") for o in parts] == pytest.approx([7e-6, 0, 0])
 
 
 def test_graph_phases_and_cpu_devices_keep_their_launch_rule():

@@ -61,7 +61,9 @@ def test_host_node_only_for_graph_mode_collectives_spanning_nodes():
     assert c.host_s(net, "decode") == 20e-6                      # the reference stack graphs decode
     assert c.host_s(net, "prefill") == 0.0                       # eager prefill: the enqueueing thread posts
     assert c.host_s(node, "decode") == 0.0                       # one node: NCCL skips the host callback
-    assert CostModel(load_profile("h100-sxm"), Stack()).host_s(net, "decode") == 0.0   # field unset
+    unset = dataclasses.replace(prof, graph_net_host_s=0.0)
+    assert CostModel(unset, Stack()).host_s(net, "decode") == 0.0                      # field unset
+    assert CostModel(load_profile("h100-sxm"), Stack()).host_s(net, "decode") == 26e-6  # the built-in's
 
 
 def test_predict_charges_the_chain_only_when_it_falls_behind():

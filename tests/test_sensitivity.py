@@ -18,7 +18,8 @@ from tpsim.sim.model.presets import get_model
 from tpsim.sim.predict import Workload, predict
 from tpsim.sim.price.cost import UNPRICED, CostModel
 from tpsim.sim.schedule.language import build
-from tpsim.sim.sensitivity import Flip, Ranged, Sensitivity, check, order_flips, ranged_values, settings, with_values
+from tpsim.sim.sensitivity import (NET_HOST, Flip, Ranged, Sensitivity, check, net_host_moves, order_flips,
+                                  ranged_values, settings, with_values)
 from tpsim.sim.stack.spec import Stack
 
 
@@ -67,12 +68,28 @@ def test_builtin_profiles_carry_the_ranges_their_sources_state_and_an_override_d
     # the per-CTA rate of a decode attention grid: the marginals its source lists (sim/price/decode_grid.py)
     rate = {"compute.decode_attention.cta_gbps": (28.0, 60.0)}
     jitter = {"jitter.arrival.node.mean_us": (0.05, 2.1)}      # each GPU's own speed between collectives
+    jitter |= {"collectives.graph_net_host_us": (13.0, 85.0)}   # NCCL's graph host node (torchcomms#1203, #3646)
     assert load_profile("h100-sxm").ranges == rate | {"overlap.compute_slowdown": (1.18, 1.24),
                                                       "overlap.comm_slowdown": (1.18, 1.24)} | jitter
     assert load_profile("h100-sxm-p2p-off").ranges == load_profile("h100-sxm").ranges      # via extends
     # the co-scheduling twin replaces the flat factors by 1.0 (its leaf has no range) and ranges NCCL's
     # 2x-3x HBM bytes per link byte instead
     assert load_profile("h100-sxm-coschedule").ranges == rate | {"overlap.gpu.hbm_per_bus_byte": (2.0, 3.0)} | jitter
+
+
+def test_the_graph_host_node_is_a_setting_only_where_a_collective_crosses_nccls_node_boundary():
+    """collectives.graph_net_host_us (26 us, range 13-85) is paid by a captured collective across NCCL nodes
+    only (CostModel.host_s): 70B TP8 in one NVLink box never does, so its ends are no setting to rerun; TP16
+    over two boxes does, and so does TP8 with P2P off (NCCL splits the box into 2 nodes); eager decode
+    (no CUDA graph) does not."""
+    def moves(profile: str, tp: int, stack: Stack = Stack()) -> bool:
+        w = Workload(get_model("llama-3.1-70b"), tp, load_profile(profile), stack=stack, memory_check=False)
+        r = next(r for r in ranged_values(w.profile) if r.path == NET_HOST)
+        return net_host_moves(r, w, ["ladder"])
+    assert not moves("h100-sxm", 8) and moves("h100-sxm", 16) and moves("h100-sxm-p2p-off", 8)
+    assert not moves("h100-sxm-p2p-off", 8, Stack(decode_graphs=False))
+    other = Ranged("overlap.comm_slowdown", 1.21, 1.18, 1.24)
+    assert net_host_moves(other, Workload(get_model("llama-3.1-70b"), 8, load_profile("h100-sxm")), [])
 
 
 def _with(path: str, leaf) -> dict:

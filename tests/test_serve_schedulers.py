@@ -26,7 +26,7 @@ def times(r):
     return (r.first_s - r.arrival_s, r.done_s - r.arrival_s)
 
 
-def per_4_prefill_tokens(dec, kv, tokens, area, chunks):
+def per_4_prefill_tokens(dec, kv, tokens, area, chunks, sq):
     """1 s per iteration + 1 s per 4 prefill tokens (decodes free)."""
     return 1 + tokens // 4
 
@@ -187,7 +187,7 @@ def test_bookkeeping_holds_on_random_traffic(engine):
     kw = {"vllm": dict(budget=24, max_seqs=12, block=4, slots=40),
           "sglang": dict(budget=24, max_seqs=12, block=1, slots=160, max_prefill=48),
           "trtllm": dict(budget=48, max_seqs=12, block=1, slots=160)}[engine]
-    by, run = serve(setup(engine, **kw), reqs, lambda dec, kv, tok, area, ch: 0.05 + 0.01 * dec + 0.002 * tok)
+    by, run = serve(setup(engine, **kw), reqs, lambda dec, kv, tok, area, ch, sq: 0.05 + 0.01 * dec + 0.002 * tok)
     e = run.engines[0]
     assert all(r.generated == r.output and r.done_s >= r.first_s >= r.arrival_s for r in by.values())
     assert e.free == e.total and not e.running and not e.waiting and e.n_dec == 0 and e.kv_sum == 0
@@ -212,7 +212,7 @@ def test_vllm_fast_path_is_the_walk(budget, block, slots):
     n = 150
     reqs = list(zip(np.sort(rng.uniform(0, 20, n)).tolist(), rng.integers(1, 40, n).tolist(),
                     rng.integers(1, 30, n).tolist()))        # at most 70 tokens: any request fits alone
-    price = lambda dec, kv, tok, area, ch: 0.05 + 0.01 * dec + 0.001 * tok + 1e-6 * kv   # noqa: E731
+    price = lambda dec, kv, tok, area, ch, sq: 0.05 + 0.01 * dec + 0.001 * tok + 1e-6 * kv   # noqa: E731
     s = setup(budget=budget, max_seqs=12, block=block, slots=slots)
     a, ra = serve(s, reqs, price)
     b, rb = serve(Walking(**dataclasses.asdict(s)), reqs, price)

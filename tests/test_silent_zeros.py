@@ -10,14 +10,7 @@ from tpsim.sim.stack.presets import PRESETS, Preset
 
 # Terms another branch owns, each with who settles it (remove an entry when it no longer fires: the
 # last test fails until then, so a stale excuse cannot stay).
-PENDING = {
-    ("*", "collectives.graph_net_host_us"): "issue 44 item 5 (branch i44b): NCCL's graph-mode costs; evidence for "
-                                            "it: meta-pytorch/torchcomms#1203 (a per-replay cudaLaunchHostFunc "
-                                            "callback costs a ~26 us CPU round trip)",
-    ("a100-sxm", "collectives.graph_nccl_node_us"): "issue 44 item 5 (branch i44b): NCCL's graph-mode costs",
-    ("a100-sxm-p2p-off", "collectives.graph_nccl_node_us"): "issue 44 item 5 (branch i44b): NCCL's graph-mode costs",
-    ("l40s-pcie", "collectives.graph_nccl_node_us"): "issue 44 item 5 (branch i44b): NCCL's graph-mode costs",
-}
+PENDING: dict[tuple[str, str], str] = {}
 
 
 def _toy(host: dict, sources: dict) -> Preset:

@@ -158,8 +158,9 @@ class CostModel(CollectiveCost):
                 # the cast in the engine's logits processor is captured with the LM head (graph_scope "logits")
                 n -= engine_sampler.logits_kernels
             t = n * self._launch_s(False)
-            if op.kind == "attention" and not fused:
+            if op.kind == "attention" and not fused and not op.get("prep_shared", 0):
                 # the layer's Python beyond its launches (Stack.layer_host_s), once per layer: at its attention
+                # (a mixed step's later attention parts, prep_shared, are the same call's: its first part pays)
                 t += self.stack.layer_host_s
             self._cache[key] = t
         return t

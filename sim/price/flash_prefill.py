@@ -38,6 +38,12 @@ import math
 KERNEL_OF = {"flash": "fa2", "fa2": "fa2", "fa3": "fa3", "flashinfer": "flashinfer"}
 
 
+def skips_masked_tiles(impl: str) -> bool:
+    """Whether the attention `impl` (Stack.attention) runs a causal prefill as the tiles up to the
+    diagonal (a flash kernel) rather than every score (math SDPA, or a kernel this module does not know)."""
+    return impl in KERNEL_OF
+
+
 def tiles(kernel: str, head_dim: int, group: int = 1) -> tuple[int, int]:
     """(Bm positions, Bn keys) of the kernel's causal forward in 16-bit at this head dim.
     FA2: csrc/flash_attn/src/flash_fwd_launch_template.h run_mha_fwd_hdim* (sm80/sm90): 128 x 128 at

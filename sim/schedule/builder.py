@@ -146,7 +146,7 @@ class Builder:
         """The attention kernel the stack runs for this model: Stack.attention, or its attention_fallback
         for an architecture outside the engine's attention_archs (noted)."""
         st, arch = self.stack, self.model.architecture
-        if not st.attention_archs or arch in st.attention_archs:
+        if st.attention_for(arch) == st.attention:
             return st.attention
         self.note(f"attention {st.attention}: the {st.preset} stack picks it for the {len(st.attention_archs)} "
                   f"architectures of its attention_archs only; this model is a {arch}, so it runs "

@@ -32,22 +32,23 @@ WAITING, PREFILL, DECODE, DONE = 0, 1, 2, 3
 class Batch:
     """One iteration: `dec` decoding requests reading `kv` keys in all (their contexts + the new
     token), and prefill `chunks` (request, tokens, start: the tokens it had computed before), which
-    add up to `tokens` tokens and an attention `area` of sum(tokens x keys) (keys = start + tokens:
-    the chunk's own and everything before it)."""
+    add up to `tokens` tokens, an attention `area` of sum(tokens x keys) (keys = start + tokens:
+    the chunk's own and everything before it) and `sq` = sum(tokens^2) (a causal kernel's diagonal)."""
 
-    __slots__ = ("dec", "kv", "chunks", "tokens", "area")
+    __slots__ = ("dec", "kv", "chunks", "tokens", "area", "sq")
 
     def __init__(self, dec: int = 0, kv: int = 0):
-        self.dec, self.kv, self.chunks, self.tokens, self.area = dec, kv, [], 0, 0
+        self.dec, self.kv, self.chunks, self.tokens, self.area, self.sq = dec, kv, [], 0, 0, 0
 
     def add(self, r: Request, n: int, start: int) -> None:
         """A prefill chunk of `n` tokens of `r` from token `start`."""
         self.chunks.append((r, n, start))
         self.tokens += n
         self.area += n * (start + n)
+        self.sq += n * n
 
 
-Price = Callable[[int, int, int, int, int], float]     # (dec, kv, prefill tokens, area, chunks) -> seconds
+Price = Callable[[int, int, int, int, int, int], float]  # (dec, kv, prefill tokens, area, chunks, sq) -> seconds
 
 
 class Engine:
@@ -171,7 +172,7 @@ class Engine:
                 raise RuntimeError(f"engine {self.index}: nothing to run with {len(self.waiting)} waiting "
                                    f"and {len(self.running)} running (a request the KV cache cannot hold)")
             start = env.now
-            dt = self.price(b.dec, b.kv, b.tokens, b.area, len(b.chunks))
+            dt = self.price(b.dec, b.kv, b.tokens, b.area, len(b.chunks), b.sq)
             yield env.timeout(dt)
             self.iterations += 1
             self.busy_s += dt

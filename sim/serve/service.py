@@ -51,7 +51,8 @@ class Service:
             plan_of(spec, self.model.layers)            # a bad spec fails here, before any simulation
             s = self.setup
             self.tables[spec] = StepTable(lambda step: self.sim.step_time(spec, step)[0], self.stack,
-                                          s.max_seqs, s.max_len, max(s.budget, s.max_prefill))
+                                          s.max_seqs, s.max_len, max(s.budget, s.max_prefill),
+                                          self.sim.w.causal_prefill)
         return self.tables[spec]
 
     def run(self, spec: str, traffic: Traffic, record: bool = False,

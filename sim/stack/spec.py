@@ -157,6 +157,13 @@ class Stack:
         # a host number replaced by one outside its range (dataclasses.replace(stack, host=...)) has lost it
         object.__setattr__(self, "host_ranges", tuple(r for r in ranges if r[1] <= getattr(self.host, r[0]) <= r[2]))
 
+    def attention_for(self, architecture: str) -> str:
+        """The attention kernel the stack runs for a model of this architecture: `attention`, or
+        `attention_fallback` for one outside a non-empty `attention_archs`."""
+        if not self.attention_archs or architecture in self.attention_archs:
+            return self.attention
+        return self.attention_fallback
+
     def knobs(self, kernel: str) -> dict:
         """The knobs this stack calls decode `kernel` with (its defaults where the stack sets none)."""
         return knobs_of(self.attention_knobs, kernel)

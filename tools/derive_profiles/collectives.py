@@ -154,10 +154,34 @@ def graph_extra(floor_us: float, system: str):
 _MIXING_GPU = {"h100_sxm": "H100", "h200_sxm": "H200"}
 
 
-def graph_nccl_node(system: str):
+def _mixing_deltas(gpu: str) -> dict[int, float]:
+    """{GPU count: us of NCCL's graph-mixing nodes per captured NCCL launch} of one GPU's arms of the
+    ablation (graph_nccl_node's statistic)."""
+    d = pd.read_csv(MIXING_ABLATION, comment="#")
+    d = d[(d.gpu == gpu) & (d.nx == 128)]
+    deltas = {}
+    for n, g in d.groupby("num_gpus"):
+        fastest = g.groupby("nccl_graph_mixing").runtime_s.min()
+        deltas[int(n)] = round(float(fastest[1] - fastest[0]) / int(g.niter.iloc[0]) * 1e6, 3)
+    return deltas
+
+
+_MIXING_SRC = (
+    "from the public nccl_graphs/jacobi ablation in C-TC/multi-gpu-programming-models "
+    "repro/nccl_graph_ablation (sim/hardware/profiles/_data/nccl-graph-mixing-ablation-jacobi.csv; the author calls it "
+    "'~1 us' on H100, 'sub-us' on H200, near the noise floor). Mechanism, NCCL 2.21 strongstream.cc/enqueue.cc: "
+    "with mixing on every captured NCCL kernel is followed by an event-record node on the comm's serialEvent "
+    "that the comm's next captured NCCL kernel depends on (plus one external event-wait node per graph); "
+    "NCCL_GRAPH_MIXING_SUPPORT=0 removes them (vllm#32106, sglang#27089, TensorRT-LLM#13511 turn it off for "
+    "the bubble before NCCL kernels in graphs). The kernel launch itself (cudaLaunchKernelEx with cluster and "
+    "mem-sync-domain attributes) is the same captured or not, so the tables' bare kernel time holds")
+
+
+def graph_nccl_node(system: str, floor_us: float):
     """What NCCL's graph-mixing nodes cost one captured collective inside a CUDA graph, from the public
     NCCL_GRAPH_MIXING_SUPPORT=1 vs 0 ablation of NVIDIA's nccl_graphs/jacobi (sim/hardware/profiles/_data/
-    nccl-graph-mixing-ablation-jacobi.csv, URL inside); 0 (not set) for a GPU it did not measure.
+    nccl-graph-mixing-ablation-jacobi.csv, URL inside). A GPU it did not measure (A100, L40S) takes the median
+    of every measured arm, with a range from the lowest arm to the profile's graph-replay floor `floor_us`.
 
     Mechanism (NCCL 2.21 src/misc/strongstream.cc + src/enqueue.cc; the same in 2.29/2.30): with mixing
     on (the default), ncclLaunchFinish -> ncclStrongStreamRelease adds a cudaGraphAddEventRecordNode on
@@ -170,36 +194,39 @@ def graph_nccl_node(system: str):
     the other stream outlasts it and hides the node. Median over the 4- and 8-GPU arms."""
     gpu = _MIXING_GPU.get(system)
     if gpu is None:
-        return sv(0.0, "not set (0 = not charged): no public measurement of NCCL's graph-mixing nodes on this GPU "
-                       "(the h100-sxm / h200-sxm profiles take theirs from a NCCL_GRAPH_MIXING_SUPPORT ablation)")
-    d = pd.read_csv(MIXING_ABLATION, comment="#")
-    d = d[(d.gpu == gpu) & (d.nx == 128)]
-    deltas = {}
-    for n, g in d.groupby("num_gpus"):
-        fastest = g.groupby("nccl_graph_mixing").runtime_s.min()
-        deltas[int(n)] = round(float(fastest[1] - fastest[0]) / int(g.niter.iloc[0]) * 1e6, 3)
+        arms = {f"{g} {n} GPUs": v for g in ("H100", "H200") for n, v in sorted(_mixing_deltas(g).items())}
+        us = round(statistics.median(arms.values()), 2)
+        lo, hi = round(min(arms.values()), 2), round(max(floor_us, max(arms.values())), 2)
+        shown = ", ".join(f"{k} {v} us" for k, v in arms.items())
+        return svr(us, lo, hi, (
+            f"transferred (no measurement on this GPU): the nodes are CUDA-graph event nodes the driver runs the "
+            f"same way on every GPU, so the median of every measured arm [{shown}] of the NCCL_GRAPH_MIXING_SUPPORT=1 "
+            f"(default) minus =0 ablation (fastest of 5 reps per arm, /5000 iterations, nx=128); range from the "
+            f"lowest arm to this profile's graph-replay floor {floor_us} us (an event-record node runs no kernel, "
+            f"so it is taken to cost at most a tiny kernel node replayed back to back: an assumption that "
+            f"widens the measured spread by the transfer), " + _MIXING_SRC))
+    deltas = _mixing_deltas(gpu)
     us = round(statistics.median(deltas.values()), 2)
     shown = ", ".join(f"{n} GPUs {v} us" for n, v in sorted(deltas.items()))
     return sv(us, (
         f"derived: NCCL_GRAPH_MIXING_SUPPORT=1 (default) minus =0 per graph-captured NCCL launch, {gpu}, median of "
         f"[{shown}] (fastest of 5 reps per arm, /5000 iterations, nx=128 where the NCCL branch is the graph's critical "
-        f"path) from the public nccl_graphs/jacobi ablation in C-TC/multi-gpu-programming-models "
-        f"repro/nccl_graph_ablation (sim/hardware/profiles/_data/nccl-graph-mixing-ablation-jacobi.csv; the author calls it "
-        f"'~1 us' on H100, 'sub-us' on H200, near the noise floor). Mechanism, NCCL 2.21 strongstream.cc/enqueue.cc: "
-        f"with mixing on every captured NCCL kernel is followed by an event-record node on the comm's serialEvent "
-        f"that the comm's next captured NCCL kernel depends on (plus one external event-wait node per graph); "
-        f"NCCL_GRAPH_MIXING_SUPPORT=0 removes them (vllm#32106, sglang#27089, TensorRT-LLM#13511 turn it off for "
-        f"the bubble before NCCL kernels in graphs). The kernel launch itself (cudaLaunchKernelEx with cluster and "
-        f"mem-sync-domain attributes) is the same captured or not, so the tables' bare kernel time holds"))
+        f"path) " + _MIXING_SRC))
 
 
-GRAPH_NET_HOST = sv(0.0, (
-    "not set (0 = not charged): NCCL adds one host node per collective that crosses the network to a captured "
-    "CUDA graph (src/enqueue.cc: a plan with proxy ops launches hostStreamPlanCallback on its host stream and the "
-    "kernel waits for it; skipped inside a node, NVIDIA/nccl#1805); the nodes chain per rank from the graph's "
-    "launch (the simulator's host lane, sim/engine/simpy_engine.py host_s). No public H100 measurement of one chained graph "
-    "host node was found (meta-pytorch/torchcomms#3646 measures the inline placement on GB200: 52-85 us more per "
-    "replay than NCCL's chained one), so none is assumed; set it from your own measurement"))
+# torchcomms#1203 / #3646: the only public timings of a host node in a replayed CUDA graph
+GRAPH_NET_HOST = svr(26.0, 13.0, 85.0, (
+    "derived from a public measurement of the same mechanism: NCCL adds one host node per collective that crosses "
+    "the network to a captured CUDA graph (src/enqueue.cc: a plan with proxy ops launches hostStreamPlanCallback "
+    "with cudaLaunchHostFunc on its host stream and the kernel waits for it; skipped inside a node, "
+    "NVIDIA/nccl#1805); the nodes chain per rank from the graph's launch (the simulator's host lane, "
+    "sim/engine/simpy_engine.py host_s). One captured cudaLaunchHostFunc per graph replay costs a CPU round trip "
+    "of ~26 us (meta-pytorch/torchcomms#1203, which replaced its per-replay host callback by a device counter "
+    "for that reason): 26 us. Range 13-85 us: low, half of it (a host node whose predecessor is a host node may "
+    "skip one of the round trip's two crossings, the GPU's notification of the CPU: an assumption); high, "
+    "meta-pytorch/torchcomms#3646 on GB200, where moving each collective's captured host node from inline on "
+    "the launch stream to NCCL's chained placement saved 52-85 us per collective replay (a host node in the "
+    "kernel's way costs up to that; NCCL's chained one is taken as at most it)"))
 
 
 def latency_offset(prof: dict, tables: list, where: str):

@@ -31,6 +31,12 @@ from shm import NCCL_CPU_NODES_DGX_A100, nccl_cpu_link  # noqa: E402
 
 # ---------------------------------------------------------------- boxes
 
+
+def as_base(leaf: dict, base: str, why: str) -> dict:
+    """A twin profile's copy of its base's number (value, range if any), its source saying so."""
+    return {**leaf, "source": f"as {base} ({why}): " + leaf["source"]}
+
+
 # FP32 (non-tensor-core) peaks: math SDPA upcasts to fp32 and its bmm's run in fp32. PyTorch's
 # default keeps TF32 off for matmuls (torch.backends.cuda.matmul.allow_tf32 = False since 1.12),
 # so the datasheet's plain FP32 number applies, not its TF32 tensor-core number.
@@ -121,7 +127,7 @@ def nvswitch_box(name, desc, system, nccl_ver, gemm_rel, vllm_rel, mem_gib, mem_
                            + ([fp8_gemm_table(system)] if system in FP8_TFLOPS else []),
         },
         "collectives": {"eager_extra_us": eager_extra, "graph_extra_us": graph_extra(floor_us, system),
-                        "graph_nccl_node_us": graph_nccl_node(system),
+                        "graph_nccl_node_us": graph_nccl_node(system, floor_us),
                         "graph_net_host_us": GRAPH_NET_HOST, "tables": tables,
                         "custom_allreduce": custom_allreduce_section(system)},
         "topology": topo,
@@ -283,7 +289,8 @@ def main():
         "collectives": {"eager_extra_us": sv(h100_extra["value"], "transferred from h100-sxm (host software "
                                                                    "overhead): " + h100_extra["source"]),
                         "graph_extra_us": graph_extra(floor_us, "l40s"),
-                        "graph_nccl_node_us": graph_nccl_node("l40s"), "tables": tables,
+                        "graph_nccl_node_us": graph_nccl_node("l40s", floor_us),
+                        "graph_net_host_us": GRAPH_NET_HOST, "tables": tables,
                         "custom_allreduce": custom_allreduce_section("l40s")},
         "topology": l40_topo, "overlap": OVERLAP, "jitter": JITTER,
     }
@@ -319,12 +326,18 @@ def main():
                 "replace": True,
                 "eager_extra_us": sv(prof["collectives"]["eager_extra_us"]["value"],
                                      f"as {base} (host software overhead, independent of the transport)"),
+                # a code proof stays one: "code:" leads the source (sim/silent_zeros.py)
                 "graph_extra_us": sv(prof["collectives"]["graph_extra_us"]["value"],
-                                     f"as {base} (the functional collective's copy, independent of the transport): "
-                                     + prof["collectives"]["graph_extra_us"]["source"]),
-                "graph_nccl_node_us": sv(prof["collectives"]["graph_nccl_node_us"]["value"],
-                                         f"as {base} (NCCL's graph-capture nodes, independent of the transport): "
-                                         + prof["collectives"]["graph_nccl_node_us"]["source"]),
+                                     f"code: as {base} (the functional collective's copy, independent of the "
+                                     f"transport): " + prof["collectives"]["graph_extra_us"]["source"].removeprefix(
+                                         "code: ")),
+                "graph_nccl_node_us": as_base(prof["collectives"]["graph_nccl_node_us"], base,
+                                              "NCCL's graph-capture nodes, independent of the transport"),
+                # NCCL_P2P_DISABLE=1 splits the box into several NCCL nodes: its collectives carry NET proxy
+                # ops, so their host nodes are paid inside the box (CostModel.host_s)
+                "graph_net_host_us": as_base(prof["collectives"]["graph_net_host_us"], base,
+                                             "NCCL's host node per network collective, independent of the "
+                                             "transport"),
                 "tables": [],
             },
         }
