@@ -42,10 +42,10 @@ def _show(name: str) -> None:
     t = compact_table(title=rich_escape(f"{p.name}: {p.engine}  ({p.path})"), title_justify="left")
     t.add_column("field", max_width=26, overflow="fold")
     t.add_column("value\n[dim]source[/dim]", overflow="fold")
-    rows = [(k, v) for k, v in p.values.items() if k not in ("host", "host_ranges", "preset")]
+    rows = [(k, v) for k, v in p.values.items() if k not in ("host", "host_ranges", "ranges", "preset")]
     rows += [(f"host.{k}", v) for k, v in p.values.get("host", {}).items()]
     for field, v in rows:
-        span = p.ranges.get(field)
+        span = p.ranges.get(field, p.ranges.get(f"stack.{field}"))
         shown = f"{v:g}" if isinstance(v, float) else str(v)
         if span is not None:
             shown += f" (range {span[0]:g}-{span[1]:g})"

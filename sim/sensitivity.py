@@ -3,14 +3,16 @@ tokens/s and speedup, the term that widens it most, and whether the order of the
 
 A profile number may carry `"range": [lo, hi]` beside its `"value"` and `"source"`: the interval the
 source supports when the profile had to pick one value in it (Concerto measured an 18-24% slowdown
-of overlapped work; the built-in profiles take the midpoint, 1.21). A stack's host-lane number may
-carry one too (a preset's (value, source, (lo, hi)); Stack.host_ranges, `host.FIELD` here). The
-prediction is rerun on the fast path at settings of those ranges:
+of overlapped work; the built-in profiles take the midpoint, 1.21). A stack's number may carry one too
+(a preset's (value, source, (lo, hi)), a stack file's "range"): a host-lane number (Stack.host_ranges,
+`host.FIELD` here) or one of the stack's own (Stack.ranges, `stack.FIELD`: the eager layer's Python,
+the fused all-reduce + RMSNorm epilogue's share, TokenWeave's kernel floor, the DBO threads' CPU time;
+sim.stack.spec.RANGEABLE). The prediction is rerun on the fast path at settings of those ranges:
 
-- the profile's numbers at every corner of their ranges (each at its lo or hi; for more than MAX_JOINT
-  numbers, each alone at its ends), each with the host numbers at their values and all at lo and all
-  at hi: a host term only adds time to a step (sim.stack.host_lane), so those two are the ends any mix
-  of them reaches;
+- the profile's and the stack's own numbers (which price ops, as the profile's do) at every corner of
+  their ranges (each at its lo or hi; for more than MAX_JOINT numbers, each alone at its ends), each with
+  the host numbers at their values and all at lo and all at hi: a host term only adds time to a step
+  (sim.stack.host_lane), so those two are the ends any mix of them reaches;
 - the host numbers, at the profile's values, all at lo, all at hi, and each alone at its ends.
 
 The host settings reuse the passes priced for their profile (sim.predict's `passes`: the lane never
@@ -116,7 +118,8 @@ class Sensitivity:
         values = {r.path: r.value for r in self.ranged}
         changed = lambda f: ", ".join(f"{path} {v:g}" for path, v in f.setting if v != values[path])  # noqa: E731
         host = [r for r in self.ranged if r.path.startswith(HOST)]
-        ranges = ", ".join([f"{r.path} {r.value:g} in {r.lo:g}-{r.hi:g}" for r in self.ranged if r not in host]
+        ranges = ", ".join([f"{r.path} {_show(r.path, r.value, r.lo, r.hi)}" if r.path.startswith(STACK) else
+                            f"{r.path} {r.value:g} in {r.lo:g}-{r.hi:g}" for r in self.ranged if r not in host]
                            + ([f"{len(host)} host terms of the stack"] if host else []))
         out = []
         for (a, b), fs in by_pair.items():
@@ -135,6 +138,7 @@ def ranged_values(profile: Profile) -> tuple[Ranged, ...]:
 
 
 HOST = "host."        # a stack's ranged host numbers: "host.FIELD" (a profile has no "host" section)
+STACK = "stack."      # the stack's own ranged numbers: "stack.FIELD" (nor a "stack" section)
 
 
 def stack_ranged(stack: Stack) -> tuple[Ranged, ...]:
@@ -142,10 +146,35 @@ def stack_ranged(stack: Stack) -> tuple[Ranged, ...]:
     return tuple(Ranged(HOST + k, float(getattr(stack.host, k)), lo, hi) for k, lo, hi in stack.host_ranges)
 
 
+def stack_own_ranged(stack: Stack) -> tuple[Ranged, ...]:
+    """The stack's own ranged numbers (Stack.ranges), as "stack.FIELD"."""
+    return tuple(Ranged(STACK + k, float(getattr(stack, k)), lo, hi) for k, lo, hi in stack.ranges)
+
+
 def with_stack_values(stack: Stack, setting: tuple[tuple[str, float], ...]) -> Stack:
-    """The stack with each ("host.FIELD", value) of `setting` in its host lane (other paths ignored)."""
+    """The stack with each ("host.FIELD", value) of `setting` in its host lane and each ("stack.FIELD",
+    value) in the stack (other paths ignored)."""
     host = {path[len(HOST):]: v for path, v in setting if path.startswith(HOST)}
-    return replace(stack, host=replace(stack.host, **host)) if host else stack
+    own = {path[len(STACK):]: v for path, v in setting if path.startswith(STACK)}
+    if host:
+        stack = replace(stack, host=replace(stack.host, **host))
+    return replace(stack, **own) if own else stack
+
+
+def stack_number_moves(r: Ranged, workload: Workload, schedules: list[str]) -> bool:
+    """Whether the stack's own ranged number `r` can move the workload's prediction: some op of the prefill
+    step or the first decode step of a schedule asked for is priced (compute, collective or launch) apart
+    at its ends. A number no op reads (TokenWeave's floor without tokenweave, the fused epilogue without
+    the fused kernel, the layer's Python in compiled phases) is no setting to rerun."""
+    steps = [workload.prefill_step()] + ([workload.decode_step(1)] if workload.gen_len >= 2 else [])
+    scheds = [workload.schedule(spec, st) for spec in dict.fromkeys(["standard", *schedules]) for st in steps]
+    ends = []
+    for v in (r.lo, r.hi):
+        sim = Simulator(replace(workload, stack=with_stack_values(workload.stack, ((r.path, v),)),
+                                memory_check=False), record=False, mode="fast")
+        ends.append([(sim.comm_s(op, s.step.phase) if op.is_comm else sim.cost.compute_s(op, s.step.phase, s),
+                      sim.cost.issue_s(op, s.step.phase, s)) for s in scheds for op in s.ops])
+    return ends[0] != ends[1]
 
 
 def _rel(span: tuple[float, float]) -> float:
@@ -154,8 +183,8 @@ def _rel(span: tuple[float, float]) -> float:
 
 
 def _show(path: str, v: float, lo: float, hi: float) -> str:
-    """A ranged number and its range as the note prints them: host seconds in us, others as given."""
-    if path.startswith(HOST):
+    """A ranged number and its range as the note prints them: a stack's seconds in us, others as given."""
+    if path.startswith(HOST) or (path.startswith(STACK) and path.endswith("_s")):
         return f"{v * 1e6:.4g} us (range {lo * 1e6:.4g}-{hi * 1e6:.4g})"
     return f"{v:g} (range {lo:g}-{hi:g})"
 
@@ -241,6 +270,8 @@ def check(workload: Workload, schedules: list[str], base: list[Prediction] | Non
     # a number that cannot move this workload's prediction is no setting to rerun (moves: grid_rate_moves)
     pr = tuple(r for r in ranged_values(workload.profile)
                if grid_rate_moves(r, workload, schedules) and net_host_moves(r, workload, schedules))
+    # the stack's own numbers price ops as the profile's do: set with them (a setting of its own passes)
+    pr += tuple(r for r in stack_own_ranged(workload.stack) if stack_number_moves(r, workload, schedules))
     sr = stack_ranged(workload.stack)
     ranged = pr + sr
     # the speedups' baseline is always a contender: the given predictions serve when they hold it
@@ -263,7 +294,7 @@ def check(workload: Workload, schedules: list[str], base: list[Prediction] | Non
 
     def run(prof: tuple, host: tuple, profile: Profile, passes: dict, like: Simulator | None = None) -> Simulator:
         # the same run at another speed: whether it fits was the workload's own check
-        w = replace(workload, profile=profile, stack=with_stack_values(workload.stack, host), memory_check=False)
+        w = replace(workload, profile=profile, stack=with_stack_values(workload.stack, prof + host), memory_check=False)
         sim = Simulator(w, record=False, mode="fast", like=like, passes=passes)
         tps = ends[prof + host] = {s: sim.predict(s).tokens_per_s for s in shown}
         flips.extend(Flip(prof + host, a, b, (tps[a], tps[b]))
@@ -275,7 +306,7 @@ def check(workload: Workload, schedules: list[str], base: list[Prediction] | Non
         run(values(pr), host, workload.profile, passes)
     for setting in settings(pr):
         try:
-            profile = with_values(workload.profile, setting)
+            profile = with_values(workload.profile, tuple((k, v) for k, v in setting if not k.startswith(STACK)))
         except ProfileError as e:     # an end another field's check does not allow (gpc_sms must sum to sms)
             raise ProfileError(f"{e}; with {', '.join(f'{k} = {v:g}' for k, v in setting)}, ends of the ranges "
                                f"its sources give (sim/sensitivity.py): narrow those ranges") from None

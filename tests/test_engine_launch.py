@@ -237,3 +237,30 @@ def test_fast_path_is_exact_with_the_launch_chain(preset, model, tp, batch):
     for f, e in zip(predict(w, scheds, record=False), predict(w, scheds, mode="brute", record=False)):
         assert f.prefill_s == pytest.approx(e.prefill_s, rel=1e-12), f.schedule
         assert f.decode_s == pytest.approx(e.decode_s, rel=1e-12), f.schedule
+
+
+def test_dbo_threads_pay_their_start_once_and_a_hand_off_after_each_micro_batch_all_reduce():
+    """vLLM's DBO runs its two ubatches on two Python threads (Stack.ubatch_start_s once a step, at the first
+    split; Stack.ubatch_switch_s after each micro-batch all-reduce, where a thread hands over), on the launch
+    chain of an eager phase only; a graph replay runs neither, and token-split (one thread) pays neither.
+    Toy 8B TP2 prefill of 4 x 256 tokens (DBO splits from 512), 2 layers: 2 layers x 2 halves x 2
+    micro-batches = 8 hand-offs of 3 us and one 40 us start over the plain eager launches."""
+    from tpsim.sim.schedule.language import build
+    model = get_model("llama-3.1-8b").truncated(2)
+    step = Step.prefill(4, 256, 8, EAGER)
+    dbo = build("dbo", model, 2, step, EAGER)
+    plain = CostModel(H100, EAGER)
+    threads = CostModel(H100, dataclasses.replace(EAGER, ubatch_switch_s=3e-6, ubatch_start_s=40e-6))
+    extra = [threads.issue_s(o, "prefill") - plain.issue_s(o, "prefill") for o in dbo.ops]
+    assert sum(extra) == pytest.approx(8 * 3e-6 + 40e-6)
+    assert sorted(round(e * 1e6, 6) for e in extra if e)[-1] == 40.0
+    assert sum(1 for o in dbo.ops if o.get("yield", 0)) == 8
+    split = build("token-split", model, 2, step, EAGER)
+    assert all(threads.issue_s(o, "prefill") == plain.issue_s(o, "prefill") for o in split.ops)
+    graphs = dataclasses.replace(Stack(), ubatch_switch_s=3e-6, ubatch_start_s=40e-6)    # decode replays a graph
+    dec = build("dbo", model, 2, Step.decode(64, 128, 8, 1, graphs), graphs)
+    assert any(o.get("yield", 0) for o in dec.ops)
+    assert all(CostModel(H100, graphs).issue_s(o, "decode") == 0.0 for o in dec.ops)
+    for bad in (dict(ubatch_switch_s=-1e-6), dict(ubatch_start_s=2.0)):
+        with pytest.raises(ValueError, match="must be seconds"):
+            Stack(**bad)

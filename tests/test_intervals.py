@@ -137,3 +137,39 @@ def test_sweep_writes_both_ends_in_the_csv_and_its_json_twin(tmp_path):
         assert j["tokens_per_s_lo"] == pytest.approx(float(r["tokens_per_s_lo"]))
         assert r["interval_dominant"].startswith("host.")
     assert float(rows[0]["tokens_per_s_lo"]) < float(rows[0]["tokens_per_s_hi"])
+
+
+def test_the_stacks_own_ranged_numbers_reach_the_interval_where_an_op_reads_them(tmp_path):
+    """Stack.ranges: a preset's (value, source, (lo, hi)) on one of the stack's own numbers, a stack file's
+    {"value", "range"} beside it, and DEFAULT_RANGES on every stack. A number is a setting only where an op
+    of the workload reads it: vLLM 0.6 runs prefill eagerly, so its layers' Python (55.6 us, range
+    44.5-113.6) moves the answer; TokenWeave's kernel floor does not without tokenweave."""
+    from tpsim.sim.sensitivity import stack_number_moves, stack_own_ranged
+    prof = load_profile("h100-sxm")
+    st = make_stack({}, prof.stack_defaults, preset=load_stack("vllm@0.6").values)
+    own = {r.path: r for r in stack_own_ranged(st)}
+    assert own["stack.layer_host_s"] == Ranged("stack.layer_host_s", 55.6e-6, 44.5e-6, 113.6e-6)
+    assert {"stack.ar_norm_epilogue_share", "stack.tokenweave_floor_s"} <= set(own)
+    w = Workload(get_model("llama-3.1-8b").truncated(2), 2, prof, batch=4, prompt_len=32, gen_len=4, stack=st,
+                 memory_check=False)
+    assert stack_number_moves(own["stack.layer_host_s"], w, ["ladder"])
+    assert not stack_number_moves(own["stack.tokenweave_floor_s"], w, ["ladder"])
+    assert stack_number_moves(own["stack.tokenweave_floor_s"], w, ["tokenweave"])
+    sens = check(w, ["ladder"])
+    paths = {r.path for r in sens.ranged}
+    assert "stack.layer_host_s" in paths and "stack.tokenweave_floor_s" not in paths
+    lad = sens.effects["stack.layer_host_s"][1]          # alone, its ends move tokens/s: hi is slower
+    assert lad[0] < lad[1]
+    lo = with_stack_values(st, (("stack.layer_host_s", 44.5e-6),))
+    assert lo.layer_host_s == 44.5e-6 and lo.ranges == st.ranges
+    # a stack file gives its own value and range; one outside its range, or on a number no range is for, is refused
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps({"format": "tpsim-stack", "extends": "vllm@0.6", "stack": {
+        "layer_host_s": {"value": 3e-5, "range": [2e-5, 9e-5], "source": "my py-spy"}}}))
+    p = load_stack(str(f))
+    assert p.ranges["stack.layer_host_s"] == (2e-5, 9e-5) and p.sources["layer_host_s"] == "my py-spy"
+    for stack, msg in (({"layer_host_s": {"value": 3e-5, "range": [4e-5, 9e-5]}}, "must hold the value"),
+                       ({"kv": {"value": "filled", "range": [0, 1]}}, "a range is for one of the stack's numbers")):
+        f.write_text(json.dumps({"format": "tpsim-stack", "extends": "vllm@0.6", "stack": stack}))
+        with pytest.raises(ValueError, match=msg):
+            load_stack(str(f))

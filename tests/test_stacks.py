@@ -11,7 +11,7 @@ from tpsim.cli import main
 from tpsim.sim.stack.host_lane import HostStep
 from tpsim.sim.model.presets import get_model
 from tpsim.sim.schedule.language import build
-from tpsim.sim.stack.spec import Stack, Step, make_stack
+from tpsim.sim.stack.spec import DEFAULT_RANGES, Stack, Step, make_stack
 from tpsim.sim.stack.presets import PRESETS, load_stack
 
 WORKLOAD = ["--model", "llama-3.1-70b", "--tp", "4", "--batch", "8", "--prompt", "32", "--gen", "128",
@@ -21,15 +21,20 @@ WORKLOAD = ["--model", "llama-3.1-70b", "--tp", "4", "--batch", "8", "--prompt",
 def test_every_preset_value_names_a_source_and_builds_a_stack():
     assert set(PRESETS) == {"reference", "eager", "vllm@0.11", "vllm@0.6", "sglang@0.5", "trtllm@1"}
     for name, p in PRESETS.items():
-        keys = {k for k in p.values if k not in ("host", "preset", "host_ranges")} | \
+        keys = {k for k in p.values if k not in ("host", "preset", "host_ranges", "ranges")} | \
             {f"host.{k}" for k in p.values.get("host", {})}
         assert keys == set(p.sources), name
         assert all(isinstance(s, str) and len(s) > 20 for s in p.sources.values()), name
         st = make_stack({}, None, preset=p.values)
         assert st.preset == name
         # a ranged number holds its value inside its range, and the stack carries the ranges
-        assert {f"host.{k}" for k, _, _ in st.host_ranges} == set(p.ranges), name
+        assert {f"host.{k}" for k, _, _ in st.host_ranges} == {k for k in p.ranges if k.startswith("host.")}, name
         assert all(lo <= getattr(st.host, k) <= hi for k, lo, hi in st.host_ranges), name
+        # the stack's own: the preset's over the defaults every stack has (sim.stack.spec.DEFAULT_RANGES)
+        assert {f"stack.{k}": (lo, hi) for k, lo, hi in st.ranges} == \
+            {f"stack.{k}": (lo, hi) for k, lo, hi in DEFAULT_RANGES} | {k: v for k, v in p.ranges.items()
+                                                                        if k.startswith("stack.")}, name
+        assert all(lo <= getattr(st, k) <= hi for k, lo, hi in st.ranges), name
 
 
 def test_preset_names_carry_the_version_line_and_the_short_name_is_the_current_one():

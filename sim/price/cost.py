@@ -139,7 +139,9 @@ class CostModel(CollectiveCost):
         eager_extra, sim/price/comm/collective.py) already holds that call on the GPU side, so it is not
         added to the collective's time again -- it only delays what this thread issues after it. A
         collective over a group of 1 exchanges nothing (priced "local", 0) and launches nothing. An eager
-        phase's attention op also carries the layer's Python beyond its launches (Stack.layer_host_s). An
+        phase's attention op also carries the layer's Python beyond its launches (Stack.layer_host_s), and an
+        op where a schedule's micro-batch threads hand over ("yield": Stack.ubatch_switch_s) or start
+        ("ubatch_start": Stack.ubatch_start_s) that CPU time (dbo; a graph replay runs neither). An
         engine sampler's kernels launched by its logits processor (sim/stack/sampler.py in_logits: the fp32
         cast) are captured with the LM head where the head is inside the graph: not launched here."""
         if (self.profile.device != "cuda" or op.given_cost_s is not None or self.stack.graphs(phase, op.name)
@@ -158,6 +160,7 @@ class CostModel(CollectiveCost):
                 # the cast in the engine's logits processor is captured with the LM head (graph_scope "logits")
                 n -= engine_sampler.logits_kernels
             t = n * self._launch_s(False)
+            t += op.get("yield", 0) * self.stack.ubatch_switch_s + op.get("ubatch_start", 0) * self.stack.ubatch_start_s
             if op.kind == "attention" and not fused and not op.get("prep_shared", 0):
                 # the layer's Python beyond its launches (Stack.layer_host_s), once per layer: at its attention
                 # (a mixed step's later attention parts, prep_shared, are the same call's: its first part pays)

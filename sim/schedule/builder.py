@@ -206,12 +206,14 @@ class Builder:
         return self.add_op(name, "rmsnorm", [x], [f"{name}_out"],
                            [("rows", rows), ("width", self.model.hidden)] + fused, layer, param)
 
-    def all_reduce(self, name: str, x: str, layer: int | None, fuse: list | None = None) -> str:
+    def all_reduce(self, name: str, x: str, layer: int | None, fuse: list | None = None,
+                   extra: list | None = None) -> str:
         """An all-reduce of [rows, hidden]; `fuse` (the attrs of a fused kernel: ("fuse", "add_norm"),
-        ("kernel", ...)) makes it the fused all-reduce + add + RMSNorm whose add and norm follow it."""
+        ("kernel", ...)) makes it the fused all-reduce + add + RMSNorm whose add and norm follow it; `extra`
+        attrs ride along (a thread hand-off after it: token_split.layers)."""
         out = self.add_op(name, "all_reduce", [x], [f"{name}_out"],
-                          [("rows", self.rows), ("width", self.model.hidden), ("group", self.tp)] + (fuse or []),
-                          layer)
+                          [("rows", self.rows), ("width", self.model.hidden), ("group", self.tp)] + (fuse or [])
+                          + (extra or []), layer)
         if fuse:
             self._fused_ar.add(out)
         return out

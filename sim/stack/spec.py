@@ -46,6 +46,11 @@ GRAPH_OUTSIDE = {"step": (), "logits": ("sample",), "forward": ("head", "head.al
 GRAPH_SCOPES = tuple(GRAPH_OUTSIDE)
 DECODE_KV = ("static", "filled")
 PREFILL_LOGITS = ("all", "last")
+# The Stack numbers whose sources give only an interval, as every stack has them unless a preset or stack
+# file sets its own (Stack.ranges; sim/sensitivity.py reruns their ends): the fused all-reduce + RMSNorm
+# kernel's epilogue share and TokenWeave's kernel floor (sim/price/comm/fused_allreduce.py derives both)
+DEFAULT_RANGES = (("ar_norm_epilogue_share", 0.0, 1.0), ("tokenweave_floor_s", 11.1e-6, 14.0e-6))
+RANGEABLE = ("layer_host_s", "ar_norm_epilogue_share", "tokenweave_floor_s", "ubatch_switch_s", "ubatch_start_s")
 
 
 @dataclass(frozen=True)
@@ -108,11 +113,30 @@ class Stack:
     # layer (sim/price/cost.py issue_s). 0: the reference harness, whose layer Python the profile's eager
     # launch cost holds; an engine preset's value is counted from its code (bench/eager_layer_python.py)
     layer_host_s: float = 0.0
+    # how much of the fused all-reduce + add + RMSNorm kernel's epilogue bytes (residual read, residual and
+    # norm written) is not hidden under its own loads: not measured, 1 (none hidden), range [0, 1]
+    # (sim/price/comm/fused_allreduce.py: TokenWeave's fused-minus-plain kernel sits inside it)
+    ar_norm_epilogue_share: float = 1.0
+    # TokenWeave's multimem all-reduce + add + RMSNorm kernel: seconds at no bytes, from its CTA sweep
+    # (microsoft/tokenweave artifact/csvs/figure_10.csv: 11.1-14.0 us over the CTA counts, median 13.25;
+    # sim/price/comm/fused_allreduce.py)
+    tokenweave_floor_s: float = 13.25e-6
+    # CPU seconds of a schedule whose micro-batches run on two threads (dbo: vLLM's UBatchContext), on the
+    # launch chain of an eager phase: each hand-off from one thread to the other (ubatch_switch_s, at every
+    # micro-batch all-reduce), and the step's thread start, barrier and joins (ubatch_start_s). 0: one
+    # thread issues every micro-batch (the reference harness, hw/runner.py); vLLM's from
+    # bench/dbo_thread_handoff.py (sim/stack/presets/vllm.py). A CUDA-graph replay runs none of it.
+    ubatch_switch_s: float = 0.0
+    ubatch_start_s: float = 0.0
     host: HostStep = field(default_factory=HostStep)   # the engine's CPU work per step (sim.stack.host_lane)
     preset: str = "reference"         # the --stack preset (or stack file) these values started from
     # (field, lo, hi) per host number whose evidence gives an interval (a preset's (value, source, (lo, hi))):
     # the prediction keeps host's value, sim/sensitivity.py reruns at the ends
     host_ranges: tuple[tuple[str, float, float], ...] = ()
+    # (field, lo, hi) per Stack number whose evidence gives an interval (a preset's STACK entry
+    # (value, source, (lo, hi)), a stack file's {"value", "range"}, DEFAULT_RANGES): the same, for the
+    # stack's own numbers (RANGEABLE)
+    ranges: tuple[tuple[str, float, float], ...] = DEFAULT_RANGES
 
     def __post_init__(self) -> None:
         for f in fields(self):            # each field of its declared type: "no" was read as true, 5 as a list
@@ -145,6 +169,13 @@ class Stack:
         if isinstance(self.layer_host_s, bool) or not isinstance(self.layer_host_s, (int, float)) \
                 or not 0 <= self.layer_host_s < 1:
             raise ValueError(f"layer_host_s must be seconds in [0, 1), got {self.layer_host_s!r}")
+        for name in ("tokenweave_floor_s", "ubatch_switch_s", "ubatch_start_s"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
+                raise ValueError(f"{name} must be seconds in [0, 1), got {v!r}")
+        share = self.ar_norm_epilogue_share
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
+            raise ValueError(f"ar_norm_epilogue_share must be a fraction in [0, 1], got {share!r}")
         for flag in ("engine_kernels", "mm_decompose_m1"):
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"{flag} must be true or false, got {getattr(self, flag)!r}")
@@ -156,6 +187,14 @@ class Stack:
                 raise ValueError(f"host_ranges: host.{k} [{lo:g}, {hi:g}] must name a host number with 0 <= lo < hi")
         # a host number replaced by one outside its range (dataclasses.replace(stack, host=...)) has lost it
         object.__setattr__(self, "host_ranges", tuple(r for r in ranges if r[1] <= getattr(self.host, r[0]) <= r[2]))
+        own = [(k, *v) for k, v in self.ranges.items()] if isinstance(self.ranges, dict) else self.ranges
+        own = tuple(sorted((str(k), float(lo), float(hi)) for k, lo, hi in own))
+        for k, lo, hi in own:
+            if k not in RANGEABLE or not 0 <= lo < hi:
+                raise ValueError(f"ranges: {k} [{lo:g}, {hi:g}] must name one of the stack's numbers "
+                                 f"({', '.join(RANGEABLE)}) with 0 <= lo < hi")
+        # ... and so has a stack number set outside its range (a flag, a preset's value over the default's)
+        object.__setattr__(self, "ranges", tuple(r for r in own if r[1] <= getattr(self, r[0]) <= r[2]))
 
     def attention_for(self, architecture: str) -> str:
         """The attention kernel the stack runs for a model of this architecture: `attention`, or
@@ -260,7 +299,9 @@ def make_stack(given: dict, profile_defaults: dict | None = None, base: Stack = 
             layer["dtype"] = "bf16"
             layer.setdefault("weight_dtype", FP8)
     host, ranges = {}, {}
+    own = {k: (lo, hi) for k, lo, hi in base.ranges}       # the stack's own numbers' ranges, layer by layer
     for layer in layers:
+        own = {k: v for k, v in own.items() if k not in layer} | dict(layer.pop("ranges", None) or {})
         h = layer.pop("host", None)
         spans = layer.pop("host_ranges", None) or {}
         if isinstance(h, HostStep):
@@ -283,6 +324,7 @@ def make_stack(given: dict, profile_defaults: dict | None = None, base: Stack = 
         chosen["host"] = replace(base.host, **host)
     if ranges:
         chosen["host_ranges"] = tuple((k, *v) for k, v in ranges.items())
+    chosen["ranges"] = tuple((k, *v) for k, v in own.items())
     names = {f.name for f in fields(Stack)}
     unknown = sorted(set(chosen) - names)
     if unknown:

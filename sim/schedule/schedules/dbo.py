@@ -14,8 +14,10 @@ schedule is the overlapped form #44677 proposes, which token-split:2 already bui
   * a step splits only from vLLM's thresholds (vllm/config/parallel.py): dbo_decode_token_threshold 32
     tokens in decode, dbo_prefill_token_threshold 512 in prefill; below, the step runs standard (noted);
   * batch 1 has one sequence: nothing to split, refused (token-split splits a prompt's tokens).
-Not priced: the CPU hand-off between the ubatch threads at each switch (UBatchContext; no public
-measurement: value 0, range [0, 50 us] per switch), said in a note.
+The two ubatch threads' CPU time (UBatchContext, vllm/v1/worker/ubatching.py _cpu_yield; their start in
+gpu_ubatch_wrapper.py _run_ubatches) is the stack's (Stack.ubatch_switch_s at each micro-batch all-reduce,
+after which a thread hands over; Stack.ubatch_start_s once a step), on the launch chain of an eager phase;
+a step replayed from a full CUDA graph runs neither (UBatchWrapper.__call__ replays the captured ubatches).
 """
 from __future__ import annotations
 
@@ -48,9 +50,7 @@ def layers(b: Builder, first: int, end: int, x: str) -> str:
         b.note(f"{st.phase} of {st.tokens} tokens is under vLLM's DBO threshold ({least} tokens, "
                f"dbo_{st.phase}_token_threshold): runs standard")
         return each(standard_layer)(b, first, end, x)
-    b.note("the two ubatch threads' CPU hand-off at each switch is not priced (no public measurement: 0, range "
-           "0-50 us per switch)")
-    return token_split.layers(b, first, end, x, 2, mbs=split(st))
+    return token_split.layers(b, first, end, x, 2, mbs=split(st), threads=True)
 
 
 def plan(n: int) -> tuple[str, ...]:

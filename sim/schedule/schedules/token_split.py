@@ -10,7 +10,7 @@ from tpsim.sim.schedule.schedules.standard import layer as standard_layer
 
 
 def layers(b: Builder, first: int, end: int, x: str, splits: int = 2, along: str | None = None,
-           mbs: list | None = None, fuse=None) -> str:
+           mbs: list | None = None, fuse=None, threads: bool = False) -> str:
     """Token-split overlap (NanoFlow, TokenWeave) on layers first..end-1: standard math per micro-batch.
 
     The step is cut into micro-batches along the batch (decode) or the prompt tokens (prefill);
@@ -24,7 +24,10 @@ def layers(b: Builder, first: int, end: int, x: str, splits: int = 2, along: str
 
     Other schedules build on it: `along` forces the split's axis (dbo: sequences in both phases), `mbs`
     gives the micro-batches themselves (tokenweave's split point), `fuse(half)` the fused-kernel attrs of
-    each micro-batch's all-reduce (tokenweave's multimem all-reduce + add + RMSNorm)."""
+    each micro-batch's all-reduce (tokenweave's multimem all-reduce + add + RMSNorm), `threads` that each
+    micro-batch runs on a CPU thread of its own (dbo): the first split op carries their start
+    ("ubatch_start", 1) and each micro-batch all-reduce the hand-off to the other thread that follows it
+    ("yield", 1), priced on the launch chain (sim/price/cost.py issue_s)."""
     st = b.step
     along = along or ("batch" if st.phase == "decode" else "tokens")
     if mbs is not None:
@@ -44,10 +47,11 @@ def layers(b: Builder, first: int, end: int, x: str, splits: int = 2, along: str
     xs = []
     for mb in mbs:      # a view along the batch; a strided copy along the tokens of several sequences
         copy = int(along == "tokens" and st.batch > 1)
+        start = [("ubatch_start", 1)] if threads and mb.index == 0 else []
         xs.append(b.add_op(f"L{first}.mb{mb.index}.split", "slice", [x], [f"L{first}.mb{mb.index}.x_in"],
                               [("rows", mb.rows), ("width", b.model.hidden), ("batch", st.batch),
                                ("q_len", st.q_len), ("b0", mb.b0), ("nb", mb.nb), ("q0", mb.q0),
-                               ("nq", mb.nq), ("copy", copy)], first))
+                               ("nq", mb.nq), ("copy", copy)] + start, first))
     pending: list[tuple | None] = [None] * k     # per micro-batch: (add name, output, layer, all-reduce value)
     for i in range(first, end):
         for half in ("attn", "mlp"):
@@ -59,7 +63,7 @@ def layers(b: Builder, first: int, end: int, x: str, splits: int = 2, along: str
                 part = b.attn(i, xs[j]) if half == "attn" else b.mlp(i, xs[j])
                 t = b.tag(i)
                 ar = b.all_reduce(f"{t}.{half}.allreduce", part, i,     # async; awaited by the add
-                                  fuse=fuse(half) if fuse else None)
+                                  fuse=fuse(half) if fuse else None, extra=[("yield", 1)] if threads else None)
                 pending[j] = ((f"{t}.attn.add", f"{t}.h", i, ar) if half == "attn"
                               else (f"{t}.mlp.add", f"{t}.x", i, ar))
                 b.mb = None

@@ -8,22 +8,25 @@ One small module per preset holds its data:
     NAME, LINE = "vllm", "0.11"                 # the engine and the version line whose code the values read
     CURRENT = True                              # `--stack vllm` names this line (else only vllm@0.11 does)
     ENGINE = "vLLM 0.11 (V1 engine)"
-    STACK = {"attention": ("flash", "vllm/platforms/cuda.py ..."), ...}      # Stack field -> (value, source)
+    STACK = {"attention": ("flash", "vllm/platforms/cuda.py ..."),           # Stack field -> (value, source)
+             "layer_host_s": (5.56e-5, "measured ...", (4.45e-5, 1.136e-4))}  # ... or (value, source, (lo, hi))
     HOST = {"overlap": (False, "vllm/config/scheduler.py ..."),              # HostStep field -> (value, source)
             "prepare_s": (5.4e-4, "measured ...", (1.2e-4, 1.14e-3))}       # ... or (value, source, (lo, hi))
 
-A number its source cannot pin carries the interval the evidence supports as (lo, hi): the prediction
-keeps the value and sim/sensitivity.py reruns it at the ends. A zero that the code proves (no such work
+A number its source cannot pin carries the interval the evidence supports as (lo, hi), a host number or
+one of the stack's own (sim.stack.spec.RANGEABLE; Stack.ranges, with DEFAULT_RANGES where no preset
+sets one): the prediction keeps the value and sim/sensitivity.py reruns it at the ends. A zero that the code proves (no such work
 in that version) says so with a source that starts "code:" (sim/silent_zeros.py).
 
 Names: NAME@LINE for every engine preset (`vllm@0.6`), and NAME alone for the line marked CURRENT
 (`vllm` = `vllm@0.11`); `tpsim stacks` lists them.
 
 A stack file (JSON, what `tpsim profiles import-engine-bench` writes) names a preset it extends and
-overrides some values, each with its source; a host number may carry its range as the presets do:
+overrides some values, each with its source; a number may carry its range as the presets do:
 
     {"format": "tpsim-stack", "name": "my-vllm", "extends": "vllm",
-     "stack": {"kv": "filled"}, "host": {"handoff_per_rank_s": 4e-05,
+     "stack": {"kv": "filled", "layer_host_s": {"value": 5e-5, "range": [4e-5, 9e-5], "source": "..."}},
+     "host": {"handoff_per_rank_s": 4e-05,
                                          "prepare_s": {"value": 3e-4, "range": [2e-4, 5e-4], "source": "..."}},
      "sources": {"host.handoff_per_rank_s": "fitted from ... by tpsim"}}
 
@@ -41,7 +44,7 @@ from tpsim.fileio.shape import finite, short
 from tpsim.sim.bounds import check_time
 from tpsim.sim.stack.host_lane import COUNTS, FLAGS, HostStep
 from tpsim.sim.stack.impls import normalize_knobs
-from tpsim.sim.stack.spec import Stack, make_stack
+from tpsim.sim.stack.spec import RANGEABLE, Stack, make_stack
 from tpsim.sim.stack.presets import eager, reference, sglang, trtllm, vllm, vllm_v0
 
 STACK_FORMAT = "tpsim-stack"
@@ -65,8 +68,10 @@ class Preset:
 
     @property
     def ranges(self) -> dict:
-        """"host.FIELD" -> (lo, hi): the interval each ranged host number's evidence supports."""
-        return {f"host.{k}": v for k, v in self.values.get("host_ranges", {}).items()}
+        """"host.FIELD" / "stack.FIELD" -> (lo, hi): the interval each ranged number's evidence supports
+        (the stack's own: those the preset or file sets; a Stack made from it adds DEFAULT_RANGES)."""
+        return ({f"host.{k}": v for k, v in self.values.get("host_ranges", {}).items()}
+                | {f"stack.{k}": v for k, v in self.values.get("ranges", {}).items()})
 
     def to_dict(self) -> dict:
         return {"name": self.name, "engine": self.engine, "from": self.path, "sources": dict(self.sources),
@@ -81,10 +86,15 @@ def _entry(mod, key: str, entry) -> tuple:
 
 
 def _from_module(mod) -> Preset:
-    values = {k: v for k, (v, _) in mod.STACK.items()}
+    values, sources, own = {}, {}, {}
+    for k, entry in mod.STACK.items():
+        values[k], sources[k], span = _entry(mod, k, entry)
+        if span is not None:
+            own[k] = _check_stack_range(f"{mod.__name__} {k}", k, values[k], span)
+    if own:
+        values["ranges"] = own
     if "attention_knobs" in values:     # the form Stack holds, so a stack's value compares equal to its preset's
         values["attention_knobs"] = normalize_knobs(values["attention_knobs"])
-    sources = {k: src for k, (_, src) in mod.STACK.items()}
     host, ranges = {}, {}
     for k, entry in mod.HOST.items():
         v, src, span = _entry(mod, k, entry)
@@ -106,6 +116,17 @@ def _check_range(where: str, field: str, value, span) -> tuple[float, float]:
     if field in FLAGS or field in COUNTS:
         raise ValueError(f"{where}: a range is for a number of seconds; {field} is a "
                          f"{'switch' if field in FLAGS else 'count'}")
+    return _span(where, value, span)
+
+
+def _check_stack_range(where: str, field: str, value, span) -> tuple[float, float]:
+    """A stack number's (lo, hi), as a host number's; only the numbers RANGEABLE names take one."""
+    if field not in RANGEABLE:
+        raise ValueError(f"{where}: a range is for one of the stack's numbers ({', '.join(RANGEABLE)}), not {field}")
+    return _span(where, value, span)
+
+
+def _span(where: str, value, span) -> tuple[float, float]:
     if not (isinstance(span, (list, tuple)) and len(span) == 2 and all(finite(x) and x >= 0 for x in span)):
         raise ValueError(f"{where}.range must be [lo, hi], two finite numbers of seconds >= 0, got {span!r}")
     lo, hi = float(span[0]), float(span[1])
@@ -213,12 +234,14 @@ def parse_stack(doc, path: str = "<stack>", _depth: int = 0) -> Preset:
     for key, v in (("stack", stack), ("host", host), ("sources", sources)):
         if not isinstance(v, dict):
             raise ValueError(f"{path}: '{key}' must be an object")
-    stack_names = {f.name for f in fields(Stack)} - {"host", "preset", "host_ranges"}
+    stack_names = {f.name for f in fields(Stack)} - {"host", "preset", "host_ranges", "ranges"}
     host_names = {f.name for f in fields(HostStep)}
     for key, known, where in ((stack, stack_names, "stack"), (host, host_names, "host")):
         bad = sorted(set(key) - known)
         if bad:
             raise ValueError(f"{path}: unknown {where} field {bad[0]!r}; known: {', '.join(sorted(known))}")
+    stack, own, sources = _entries(stack, "", sources, path)
+    own = {k: _check_stack_range(f"{path}: stack.{k}", k, stack[k], v) for k, v in own.items()}
     host, spans, sources = _host_entries(host, sources, path)
     for key in ("name", "engine"):
         if key in doc and not isinstance(doc[key], str):
@@ -227,7 +250,12 @@ def parse_stack(doc, path: str = "<stack>", _depth: int = 0) -> Preset:
     if bad is not None:
         raise ValueError(f"{path}: sources.{bad} must be a string, got {short(sources[bad])}")
     name = doc.get("name") or Path(path).stem
-    values = {k: v for k, v in base.values.items() if k not in ("host", "host_ranges")} | stack | {"preset": name}
+    values = {k: v for k, v in base.values.items() if k not in ("host", "host_ranges", "ranges")} | stack
+    values["preset"] = name
+    # as a host number's: a value the file sets replaces the base's range with its own (or none)
+    own = {k: v for k, v in base.values.get("ranges", {}).items() if k not in stack} | own
+    if own:
+        values["ranges"] = own
     if "attention_knobs" in stack:      # a file's knobs over those of the stack it extends (kernel.knob by kernel.knob)
         values["attention_knobs"] = normalize_knobs(dict(base.values.get("attention_knobs", ()))
                                                     | dict(normalize_knobs(stack["attention_knobs"])))
@@ -249,21 +277,33 @@ def parse_stack(doc, path: str = "<stack>", _depth: int = 0) -> Preset:
     return Preset(name, engine, values, srcs, path, (path, *base.files), base.line)
 
 
-def _host_entries(host: dict, sources: dict, path: str) -> tuple[dict, dict, dict]:
-    """A stack file's host section: each field a bare value or {"value", "range", "source"} ->
-    (values, ranges, sources with each object's source added)."""
+def _entries(section: dict, prefix: str, sources: dict, path: str) -> tuple[dict, dict, dict]:
+    """A stack file's "stack" (prefix "") or "host" (prefix "host.") section: each field a bare value or
+    {"value", "range", "source"} -> (values, {field: its range as given}, sources with each object's
+    source added, keyed prefix + field)."""
     values, spans, sources = {}, {}, dict(sources)
-    for k, v in host.items():
-        if isinstance(v, dict):
+    where = prefix or "stack."
+    for k, v in section.items():
+        if isinstance(v, dict) and "attention_knobs" != k:
             bad = sorted(set(v) - {"value", "range", "source"})
             if "value" not in v or bad:
-                raise ValueError(f"{path}: host.{k} as an object takes \"value\" with an optional \"range\" "
+                raise ValueError(f"{path}: {where}{k} as an object takes \"value\" with an optional \"range\" "
                                  f"[lo, hi] and \"source\"" + (f", not {bad[0]!r}" if bad else ""))
             if "source" in v:
-                sources[f"host.{k}"] = v["source"]
-            span, v = v.get("range"), v["value"]
-        else:
-            span = None
+                sources[prefix + k] = v["source"]
+            if "range" in v:
+                spans[k] = v["range"]
+            v = v["value"]
+        values[k] = v
+    return values, spans, sources
+
+
+def _host_entries(host: dict, sources: dict, path: str) -> tuple[dict, dict, dict]:
+    """A stack file's host section (_entries), each value checked for its kind -> (values, ranges, sources)."""
+    host, given, sources = _entries(host, "host.", sources, path)
+    values, spans = {}, {}
+    for k, v in host.items():
+        span = given.get(k)
         if k in FLAGS:
             if not isinstance(v, bool):
                 raise ValueError(f"{path}: host.{k} must be true or false, got {v!r}")

@@ -13,6 +13,8 @@ the rest is proved absent by the code (sources "code:"). Source read at v0.4.6.p
 SGLang's bench_one_batch runs the model runner without the scheduler (bench_one_batch.py: no
 broadcast_pyobj, no overlap): the tree and the overlap do not apply to its rows.
 """
+from tpsim.sim.stack.evidence import eager_layer_python
+
 
 NAME, LINE = "sglang", "0.5"
 CURRENT = True          # `--stack sglang`
@@ -94,7 +96,7 @@ STACK = {
     "decode_graphs": (True, f"{_SA} disable_cuda_graph: bool = False (decode batches up to cuda_graph_max_bs "
                             "replay CUDA graphs)"),
     "prefill_graphs": (False, "python/sglang/srt/model_executor/cuda_graph_runner.py captures decode only"),
-    "layer_host_s": (55.6e-6, "measured here from the code: vLLM v0.11's eager CUDA Llama decoder layer (TP > 1, V1 FlashAttention) makes, beyond its 12 kernel launches, 12 nn.Module calls, 13 tensor ops that launch nothing (views, slices, split, unbind, .data, empty: FlashAttentionImpl.forward's own comment, 'view and slice ... are surprisingly slow even in the case they do not invoke any GPU ops'), 1 custom-op dispatch into Python (torch.ops.vllm.unified_attention_with_output) and ~30 Python frames (bench/eager_layer_python.py COUNT, file and function per line); each kind timed on this project's CPU with the same torch: 55.6 us per layer, range [44.5, 113.6] us (bench/results/eager-layer-python-2026-12-06.txt: the count -/+20%, the top at the median repeats of a loaded host). Only an eager phase pays it: compiled, Inductor's graph holds these ops; counted on vLLM's layer: SGLang's eager LlamaDecoderLayer calls the same modules (norms, QKVParallelLinear, get_rope, RadixAttention -> attn_backend.forward, RowParallelLinear, SiluAndMul) with its own views, taken as the same count"),
+    "layer_host_s": eager_layer_python("counted on vLLM's layer: SGLang's eager LlamaDecoderLayer calls the same modules (norms, QKVParallelLinear, get_rope, RadixAttention -> attn_backend.forward, RowParallelLinear, SiluAndMul) with its own views, taken as the same count"),
     "sampler": ("sglang-greedy", "sim/stack/sampler.py SAMPLERS['sglang-greedy']: bench_one_batch samples at temperature=0 (is_all_greedy), so python/sglang/srt/layers/sampler.py Sampler.forward runs one torch.argmax over the fp32 logits that logits_processor.py _get_logits cast with .float() inside the graph"),
     "collective": ("sglang-custom", f"{_SA} disable_custom_all_reduce: bool = False (sgl-kernel's custom all-reduce, "
                              "vLLM's design; priced by sim/price/comm/custom_allreduce.py)"),

@@ -9,6 +9,8 @@ broadcast over MPI, the ranks' spread) carry values and ranges from the code and
 which; tensorrt_llm/_torch/pyexecutor/executor_request_queue.py and _torch/distributed/communicator.py
 read at the search index's stored version (commit 007a7508).
 """
+from tpsim.sim.stack.evidence import eager_layer_python
+
 
 NAME, LINE = "trtllm", "1"
 CURRENT = True          # `--stack trtllm`
@@ -72,7 +74,7 @@ STACK = {
                                "Linears run TRT-LLM's own GEMM ops or F.linear (cuBLAS)"),
     "decode_graphs": (True, f"{_ARGS} cuda_graph_config: CUDA graphs for generation-only batches by default"),
     "prefill_graphs": (False, f"{_ARGS} cuda_graph_config: generation batches only"),
-    "layer_host_s": (55.6e-6, "measured here from the code: vLLM v0.11's eager CUDA Llama decoder layer (TP > 1, V1 FlashAttention) makes, beyond its 12 kernel launches, 12 nn.Module calls, 13 tensor ops that launch nothing (views, slices, split, unbind, .data, empty: FlashAttentionImpl.forward's own comment, 'view and slice ... are surprisingly slow even in the case they do not invoke any GPU ops'), 1 custom-op dispatch into Python (torch.ops.vllm.unified_attention_with_output) and ~30 Python frames (bench/eager_layer_python.py COUNT, file and function per line); each kind timed on this project's CPU with the same torch: 55.6 us per layer, range [44.5, 113.6] us (bench/results/eager-layer-python-2026-12-06.txt: the count -/+20%, the top at the median repeats of a loaded host). Only an eager phase pays it: compiled, Inductor's graph holds these ops; counted on vLLM's layer: TensorRT-LLM's PyTorch-backend LlamaDecoderLayer (tensorrt_llm/_torch/models/modeling_llama.py) calls the same modules in eager Python with its own views, taken as the same count"),
+    "layer_host_s": eager_layer_python("counted on vLLM's layer: TensorRT-LLM's PyTorch-backend LlamaDecoderLayer (tensorrt_llm/_torch/models/modeling_llama.py) calls the same modules in eager Python with its own views, taken as the same count"),
     "sampler": ("trtllm-torch-greedy", "sim/stack/sampler.py SAMPLERS['trtllm-torch-greedy']: trtllm-bench latency sets no temperature/top_k/top_p (GREEDY) and sampler_type auto picks TorchSampler: LogitsProcessor's logits.float() inside the graph, then pyexecutor/sampler.py's argmax and two [batch] token-id kernels (copy_, scatter_) eagerly"),
     "collective": ("trtllm-auto", "tensorrt_llm/_torch/distributed/ops.py AllReduce strategy AUTO: custom one-shot/"
                              "two-shot kernels for small messages, NCCL for large (priced by sim/price/comm/custom_allreduce.py)"),

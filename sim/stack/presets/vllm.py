@@ -27,6 +27,8 @@ What does not transfer to a GPU host (the forward, the sampler's compute, graph 
 not in any term: the pass prices it. `tpsim profiles import-engine-bench` replaces them by a fit of the
 user's own runs.
 """
+from tpsim.sim.stack.evidence import eager_layer_python
+
 
 NAME, LINE = "vllm", "0.11"
 CURRENT = True          # `--stack vllm`
@@ -112,7 +114,26 @@ STACK = {
                                "default_unquantized_gemm on CUDA = torch.nn.functional.linear (layers/utils.py@"
                                "v0.11.0:88-92,189-195; v0.33.0:83-89, 682-690 without --linear-backend), which "
                                "Inductor lowers to an extern mm: cuBLAS"),
-    "layer_host_s": (55.6e-6, "measured here from the code: vLLM v0.11's eager CUDA Llama decoder layer (TP > 1, V1 FlashAttention) makes, beyond its 12 kernel launches, 12 nn.Module calls, 13 tensor ops that launch nothing (views, slices, split, unbind, .data, empty: FlashAttentionImpl.forward's own comment, 'view and slice ... are surprisingly slow even in the case they do not invoke any GPU ops'), 1 custom-op dispatch into Python (torch.ops.vllm.unified_attention_with_output) and ~30 Python frames (bench/eager_layer_python.py COUNT, file and function per line); each kind timed on this project's CPU with the same torch: 55.6 us per layer, range [44.5, 113.6] us (bench/results/eager-layer-python-2026-12-06.txt: the count -/+20%, the top at the median repeats of a loaded host). Only an eager phase pays it: compiled, Inductor's graph holds these ops"),
+    "layer_host_s": eager_layer_python(),
+    # vLLM's DBO (--enable-dbo) runs a step's two ubatches on two Python threads (vllm/v1/worker/
+    # gpu_ubatch_wrapper.py UBatchWrapper._run_ubatches: two threading.Thread started, a Barrier, joined; each
+    # in a UBatchContext, vllm/v1/worker/ubatching.py, whose _cpu_yield sets the other's threading.Event,
+    # waits on its own, clears it, restores the forward context). A step it replays from a full CUDA graph
+    # (captured per token count) runs none of it (UBatchWrapper.__call__); an eager one pays both
+    "ubatch_switch_s": (15.3e-6, "measured here on the same code path: bench/dbo_thread_handoff.py times _cpu_yield's "
+                                 "hand-off (Event.set, the other thread's wake from Event.wait, clear, context "
+                                 "restore) between two Python threads on this project's CPU, CPython 3.11: median "
+                                 "of 3 runs' medians 15.3 us per switch, range [6.4, 61.4] us (half the fastest "
+                                 "repeat for a faster idle host, twice the slowest for a slower or busier one; "
+                                 "bench/results/dbo-thread-handoff-2026-12-07.txt). The two CUDA calls around it "
+                                 "(torch.Event.record, stream wait_event) are not in it",
+                        (6.4e-6, 61.4e-6)),
+    "ubatch_start_s": (455e-6, "measured here on the same code path: bench/dbo_thread_handoff.py times "
+                               "_run_ubatches' thread set-up (two threading.Thread started, Barrier(3).wait, the "
+                               "first Event.set, both joined) with threads that do nothing else: median of 3 runs' "
+                               "medians 455 us per eager step, range [134.5, 1475] us (as ubatch_switch_s; "
+                               "bench/results/dbo-thread-handoff-2026-12-07.txt)",
+                       (134.5e-6, 1475e-6)),
     "sampler": ("vllm-v1-random", "sim/stack/sampler.py SAMPLERS['vllm-v1-random']: vllm/benchmarks/latency.py samples at temperature=1.0, top_p=1.0, so V1's Sampler.forward runs the random path eagerly after compute_logits (graph_scope forward): logits.to(float32), logits.div_(temperature), softmax, q.exponential_(), probs.div_(q), argmax, .to(int32) -- seven kernels, six over fp32 [batch, vocab] (vllm/v1/sample/sampler.py, ops/topk_topp_sampler.py)"),
     "collective": ("vllm-custom", "vllm/distributed/device_communicators/custom_all_reduce.py: CustomAllreduce "
                              "on by default (disable_custom_all_reduce False) for world sizes 2/4/6/8 on "

@@ -19,6 +19,8 @@ What differs in 0.6.4-0.6.6: the readers poll with os.sched_yield (vllm-project/
 choices: no torch.compile (0.6 has none by default), decode under CUDA graphs of the model forward
 (CUDAGraphRunner), FlashAttention-2 through vllm-flash-attn.
 """
+from tpsim.sim.stack.evidence import eager_layer_python
+
 
 NAME, LINE = "vllm", "0.6"
 ENGINE = "vLLM 0.6.0-0.6.3 (V0 engine, synchronous)"
@@ -70,6 +72,12 @@ STACK = {
                             "(_BATCH_SIZES_TO_CAPTURE) replay CUDA graphs (worker/model_runner.py L718-721)"),
     "prefill_graphs": (False, f"{_V}worker/model_runner.py L718: graphs for decode-only batches"),
     "mm_decompose_m1": (False, "no Inductor: every linear is F.linear -> cuBLAS (only read on a compiled phase)"),
+    "layer_host_s": eager_layer_python(f"counted on vLLM v0.11's layer: {_V}model_executor/models/llama.py "
+                                       "LlamaDecoderLayer.forward calls the same modules (RMSNorm, LlamaAttention: "
+                                       "QKVParallelLinear, get_rope, Attention, RowParallelLinear; LlamaMLP) and "
+                                       "attention/backends/flash_attn.py FlashAttentionImpl.forward dispatches into "
+                                       "Python through torch.ops.vllm.unified_flash_attention, which views and "
+                                       "slices q, k, v and the cache as V1's does; taken as the same count"),
     "sampler": ("vllm-v0-random", "sim/stack/sampler.py SAMPLERS['vllm-v0-random']: benchmarks/benchmark_latency.py"
                                   "@v0.6.3.post1 samples at temperature=1.0, top_p=1.0 (V0's Sampler.forward: "
                                   "softmax and log_softmax, then the random path)"),
