@@ -66,7 +66,8 @@ class Prediction:
     jitter_prefill: Estimate | None = None      # sampled mode: the jitter's cost on the prefill
     jitter_decode: Estimate | None = None       # sampled mode: on one decode step (mean over positions)
     speedup_ci: float = 0.0                     # sampled mode: 95% half-width of the speedup
-    # the simulator that made it: sim/sensitivity.py reruns its workload at other numbers no price reads on it
+    # the simulator that made it: sim/sensitivity.py reruns its workload at other numbers no price reads on it,
+    # and sim/baseline.py predicts the schedules that keep the model on it
     simulator: Simulator | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -138,6 +139,11 @@ class Simulator:
                                    p.arrival_jitter, self._scope, self.w.comm_group or workload.tp, WARM_LAYERS,
                                    seed, rel_tol, host_time=self._host_time, start_s=self._offsets(),
                                    issue_time=self._issue_time)
+
+    @property
+    def kept_passes(self) -> dict | None:
+        """The fast-path passes and notes this simulator keeps (its `passes`), None where it keeps none."""
+        return None if isinstance(self._passes_of, _KeepNothing) else self._passes_of
 
     def _op_time(self, op, phase: str, sched: Schedule | None = None) -> float:
         return self.comm_s(op, phase) if op.is_comm else self.cost.compute_s(op, phase, sched)
@@ -438,9 +444,10 @@ def predict(workload: Workload, schedules: list[str], exact: bool = False, recor
     it is listed in the output only if asked for. In brute-force mode `progress` is called after
     each of the (1 + len(non-standard schedules)) * gen_len passes. `passes`: a dict the fast path
     keeps its passes in, for another call on the same profile and stack that differs only in the
-    host lane's numbers (Simulator)."""
+    host lane's numbers (Simulator); not given, a new one (Prediction.simulator.kept_passes:
+    sim/sensitivity.py's host settings read them)."""
     sim = Simulator(workload, exact=exact, record=record, progress=progress, mode=mode, seed=seed, rel_tol=rel_tol,
-                    passes=passes)
+                    passes=passes if passes is not None else {})
     for spec in schedules:                 # fail fast on a bad spec, before any simulation
         plan_of(spec, workload.model.layers)
     base = sim.predict("standard")

@@ -19,6 +19,7 @@ from tpsim.sim.predict import Workload, predict
 from tpsim.sim.price.cost import UNPRICED, CostModel
 from tpsim.sim.schedule.language import build
 from tpsim.sim.sensitivity import Flip, Ranged, Sensitivity, check, order_flips, ranged_values, settings, with_values
+from tpsim.sim.stack.host_lane import HostStep
 from tpsim.sim.stack.spec import Stack
 
 
@@ -269,4 +270,27 @@ def test_the_reruns_price_nothing_again_and_simulate_only_the_passes_the_factors
             cur["value"] = v
         fresh = predict(replace(w, profile=parse(data, w.profile.source_path), memory_check=False), list(tps),
                         record=False)
+        assert tps == {p.schedule: p.tokens_per_s for p in fresh}
+
+
+def test_the_host_settings_at_the_profiles_values_reuse_the_base_predictions_passes(monkeypatch):
+    """A stack with one ranged host term (output_s 1 ms, range 0-3 ms) on a profile with no ranges of its
+    own: the settings are the term's two ends at the profile's values, and the lane never enters a
+    one-rank pass, so they reuse the passes the base prediction kept (Prediction.simulator.kept_passes):
+    no pass is simulated again, and each end's tokens/s equals a fresh prediction with the term there."""
+    prof = replace(load_profile("h100-sxm"), ranges={})
+    stack = Stack(host=HostStep(output_s=1e-3), host_ranges=(("output_s", 0.0, 3e-3),))
+    w = Workload(get_model("llama-3.1-8b").truncated(2), 2, prof, batch=4, prompt_len=16, gen_len=4,
+                 memory_check=False, stack=stack)
+    scheds = ["standard", "ladder"]
+    base = predict(w, scheds, record=False)
+    runs = []
+    real = predict_module.simulate
+    monkeypatch.setattr(predict_module, "simulate", lambda *a, **k: runs.append(a[0].name) or real(*a, **k))
+    sens = check(w, scheds, base)
+    assert runs == [] and len(sens.ends) == 2
+    monkeypatch.undo()
+    for setting, tps in sens.ends.items():
+        out_s = dict(setting)["host.output_s"]
+        fresh = predict(replace(w, stack=replace(stack, host=HostStep(output_s=out_s))), scheds, record=False)
         assert tps == {p.schedule: p.tokens_per_s for p in fresh}
