@@ -243,15 +243,15 @@ def test_the_numbers_no_price_reads_are_read_by_no_price():
                     assert price(a) == price(b), (spec, step.phase, op.name)
 
 
-@pytest.mark.parametrize("name, reruns", [("h100-sxm", 68), ("h100-sxm-coschedule", 88)])
+@pytest.mark.parametrize("name, reruns", [("h100-sxm", 60), ("h100-sxm-coschedule", 88)])
 def test_the_reruns_price_nothing_again_and_simulate_only_the_passes_the_factors_move(name, reruns, monkeypatch):
     """70B TP8, default schedules: each setting's tokens/s equal a fresh prediction on the parsed profile
     at that setting; the reruns share the base prediction's prices and passes. Flat factors (h100-sxm:
     the two factors' 4 corners x the arrival jitter's 2 ends, 22 passes a setting): the jitter moves
-    every timeline, so at each of its ends all 22 passes are simulated once, then only ladder's 4 passes,
-    where compute runs beside its all-reduces, at each further corner of the factors: 2 x (22 + 3 x 4) =
-    68 instead of 176 (upper-bound's passes, which have no collective, at each jitter end only).
-    Co-scheduling (hbm_per_bus_byte's 2 ends x the jitter's 2): every pass of every setting, 88."""
+    every timeline with a collective, so at each of its ends the 18 such passes are simulated once, then
+    only ladder's 4 passes, where compute runs beside its all-reduces, at each further corner of the
+    factors; upper-bound's 4 passes, which have no collective, not at all (the base prediction's serve):
+    2 x (18 + 3 x 4) = 60 instead of 176. Co-scheduling (hbm_per_bus_byte's 2 ends x the jitter's 2): every pass of every setting, 88."""
     w = Workload(get_model("llama-3.1-70b"), 8, load_profile(name))
     scheds = ["standard", "ladder", "parallel", "spd:0.7", "upper-bound"]
     base = predict(w, scheds, record=False)
