@@ -142,6 +142,11 @@ def test_builtin_profiles_validate_and_stay_small():
     (lambda t: t["rows"][0]["time_us"].pop(), "compute.gemm_tables[0].rows[0]"),
     (lambda t: t["rows"][3].update(time_us=[0.0] * len(t["m"])), "compute.gemm_tables[0].rows[3]"),
     (lambda t: t["rows"][1].pop("n"), "compute.gemm_tables[0].rows[1]"),
+    # a time that is no number, true, past 1e12 us or below 1e-3 us, in a row otherwise of floats
+    (lambda t: t["rows"][2]["time_us"].__setitem__(1, "5"), "compute.gemm_tables[0].rows[2]"),
+    (lambda t: t["rows"][2]["time_us"].__setitem__(1, True), "compute.gemm_tables[0].rows[2]"),
+    (lambda t: t["rows"][2]["time_us"].__setitem__(-1, 2e12), "compute.gemm_tables[0].rows[2]"),
+    (lambda t: t["rows"][2]["time_us"].__setitem__(0, 1e-4), "compute.gemm_tables[0].rows[2]"),
     (lambda t: t.update(dtypes="fp16"), "compute.gemm_tables[0].dtypes"),
 ])
 def test_bad_gemm_tables_name_the_field(edit, field):
