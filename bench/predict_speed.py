@@ -1,19 +1,23 @@
 """Prediction time per configuration (fast path), printed as a table; then the start-up share.
 
-    python bench/predict_speed.py [--repeats 3] [--startup-runs 5] [--base /path/to/another/checkout]
+    python bench/predict_speed.py [--repeats 3] [--startup-runs 5] [--base CHECKOUT_DIR | COMMIT] [--stack NAME]
 
 Each row: one `predict` call (all listed schedules + the standard baseline), median wall time
 over repeats, in this process (imports and profile loading excluded).
 
 Start-up: the CPU time (user + system, resource.getrusage of the finished child) of
 fresh processes: the interpreter alone, the libraries the simulator needs, `import tpsim.cli`, and
-a whole `cli.py predict --model llama-3.1-70b --tp 8` (the table printed, as a user runs it). With
---base, the same processes of another checkout (e.g. a worktree of an older commit) run
-interleaved with this one's, --startup-runs each, and the medians' ratio is printed.
+a whole `cli.py predict --model llama-3.1-70b --tp 8` (the table printed, as a user runs it; with
+--stack NAME, `--stack NAME` added to it: an engine's stack, its host terms' intervals and
+decode steps sampled over a filled cache). With --base, the same processes of another checkout
+run interleaved with this one's, --startup-runs each, and the medians' ratio is printed: a
+directory, or a commit of this repository (`git archive` of it into a temporary directory beside
+this checkout's processes, removed after).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
 import statistics
@@ -72,19 +76,33 @@ def child_cpu_s(argv: list[str], pycache: str | None) -> float:
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def startup_processes(root: Path) -> dict[str, list[str]]:
+def startup_processes(root: Path, predict: list[str]) -> dict[str, list[str]]:
     """name -> the command line of each measured process, for the checkout at `root`."""
     load = f"import sys; sys.path.insert(0, {str(root)!r}); import _checkout; _checkout.load(); "
     return {"python -c pass": [sys.executable, "-c", "pass"],
             LIBRARIES: [sys.executable, "-c", LIBRARIES],
             "import tpsim.cli": [sys.executable, "-c", load + "import tpsim.cli"],
             IMPORTS: [sys.executable, "-c", load + PREDICT_IMPORTS],
-            "tpsim " + " ".join(PREDICT): [sys.executable, str(root / "cli.py"), *PREDICT]}
+            "tpsim " + " ".join(predict): [sys.executable, str(root / "cli.py"), *predict]}
 
 
-def startup(runs: int, base: Path | None, byte_cache: bool = True) -> None:
+@contextlib.contextmanager
+def checkout(base: str | None):
+    """The checkout --base names: a directory as is, else a commit of this repository, `git archive`d
+    into a temporary directory for the run (None: no base)."""
+    if base is None or Path(base).is_dir():
+        yield Path(base) if base else None
+        return
+    with tempfile.TemporaryDirectory(prefix=f"tpsim-{base}-") as tmp:
+        tar = subprocess.run(["git", "-C", str(ROOT), "archive", base], check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=tar, check=True)
+        yield Path(tmp)
+
+
+def startup(runs: int, base: Path | None, byte_cache: bool = True, predict: list[str] = PREDICT,
+            label: str | None = None) -> None:
     """Median CPU seconds per process, this checkout's (and --base's) interleaved run by run."""
-    sides = {"this": startup_processes(ROOT)} | ({"base": startup_processes(base)} if base else {})
+    sides = {"this": startup_processes(ROOT, predict)} | ({"base": startup_processes(base, predict)} if base else {})
     times: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="tpsim-pycache-") as pycache:
         for run in range(runs + 1):                           # run 0 fills the byte-code cache, untimed
@@ -98,14 +116,14 @@ def startup(runs: int, base: Path | None, byte_cache: bool = True) -> None:
     med = {k: statistics.median(v) for k, v in times.items()}
     print(f"\nstart-up: CPU s (user + system) of a fresh process "
           f"({'byte code cached' if byte_cache else 'no byte-code cache: every module compiled'}), median of {runs}"
-          + (f"; base = {base}" if base else ""))
+          + (f"; base = {label or base}" if base else ""))
     print(f"{'process':52} {'this':>7}" + (f" {'base':>7} {'ratio':>6}" if base else ""))
     for name in sides["this"]:
         row = f"{name:52} {med['this', name]:>7.3f}"
         if base and ("base", name) in med:
             row += f" {med['base', name]:>7.3f} {med['this', name] / med['base', name]:>5.2f}x"
         print(row)
-    whole = med["this", "tpsim " + " ".join(PREDICT)]
+    whole = med["this", "tpsim " + " ".join(predict)]
     share = {name: med["this", name] / whole for name in sides["this"]}
     print(f"of the whole predict process: import tpsim.cli {share['import tpsim.cli']:.0%}; the interpreter + "
           f"{LIBRARIES!r} {share[LIBRARIES]:.0%}; everything predict imports ({PREDICT_IMPORTS!r}) "
@@ -117,14 +135,18 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--profile", default="h100-sxm")
     ap.add_argument("--startup-runs", type=int, default=5, help="processes of each kind timed (0: skip)")
-    ap.add_argument("--base", type=Path, default=None, help="another checkout to time side by side")
+    ap.add_argument("--base", default=None, help="another checkout (a directory, or a commit of this repository) "
+                    "to time side by side")
+    ap.add_argument("--stack", default=None, help="time `tpsim predict ... --stack NAME` (default: no --stack)")
     ap.add_argument("--no-table", action="store_true", help="only the start-up share")
     ap.add_argument("--no-byte-cache", action="store_true", help="start-up without .pyc files (compiled each time)")
     args = ap.parse_args()
     if not args.no_table:
         table(args)
     if args.startup_runs:
-        startup(args.startup_runs, args.base, byte_cache=not args.no_byte_cache)
+        with checkout(args.base) as base:
+            startup(args.startup_runs, base, byte_cache=not args.no_byte_cache,
+                    predict=PREDICT + (["--stack", args.stack] if args.stack else []), label=args.base)
 
 
 def table(args) -> None:

@@ -128,9 +128,11 @@ def predict(schedules, exact, exhaustive, as_json, **kw):
     # change's gain over it (sim/baseline.py); only where a schedule that changes the model is predicted
     best = None
     if any(p.model_change in ("retrain", "drops syncs") for p in preds):
-        # the fast path's own predictions are reused; a sampled or brute-force run's carry jitter: simulate anew
-        reuse = {p.schedule: p for p in preds} if not (exact or exhaustive) else {}
-        best = baseline.best_free(Simulator(w, record=False), reuse)
+        # the fast path's own predictions and simulator (its prices, its built passes) are reused; a sampled
+        # or brute-force run's carry jitter: simulate anew
+        fast = not (exact or exhaustive)
+        reuse = {p.schedule: p for p in preds} if fast else {}
+        best = baseline.best_free(preds[0].simulator if fast else Simulator(w, record=False), reuse)
         out["best_free"] = best.to_dict()
         for p, row in zip(preds, out["schedules"]):
             g = baseline.gain(p, best)

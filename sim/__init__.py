@@ -6,7 +6,8 @@
     hardware/   profiles and what they describe (topology, GPU geometry), the built-in profiles
     price/      op and collective -> seconds (comm/: collectives)
     engine/     the SimPy and heap engines, `--exact` sampling, per-op records
-    workload.py, predict.py, memory.py, sensitivity.py, grid.py   on top: a workload in, predictions out
+    workload.py, predict.py, prediction.py, memory.py, sensitivity.py, grid.py
+                                                       on top: a workload in, predictions out
     silent_zeros.py                                    on top: which TP-dependent terms are zero without a code proof
     bounds.py, errors.py                               leaves every folder may import
 

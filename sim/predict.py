@@ -17,7 +17,7 @@ profile's jitter drawn once per rank and collective.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Callable
 
 from tpsim.sim.price import occupancy
@@ -26,7 +26,8 @@ from tpsim.sim.engine import arrival
 from tpsim.sim.engine.simpy_engine import Interference, StepResult, simulate
 from tpsim.sim.stack import host_lane
 from tpsim.sim.workload import Workload
-from tpsim.sim.engine.estimate import REL_TOL, Estimate
+from tpsim.sim.engine.estimate import REL_TOL
+from tpsim.sim.prediction import Prediction
 from tpsim.sim.schedule.language import Schedule, build_plan, model_change, plan_of, runs
 from tpsim.sim.stack.spec import Step
 
@@ -47,53 +48,6 @@ def decode_positions(gen_len: int, kv: str) -> list[int]:
         return [1]
     import numpy as np              # lazy: numpy (~0.07 CPU s to import) only where decode steps differ
     return sorted({int(j) for j in np.linspace(1, last, min(DECODE_SAMPLES, last)).round()})
-
-
-@dataclass
-class Prediction:
-    schedule: str
-    prefill_s: float
-    decode_s: float
-    exposed_comm_s: float
-    batch: int
-    gen_len: int
-    speedup: float = 1.0
-    model_change: str = "none"          # what the schedule asks of the model (schedule.model_change)
-    notes: tuple[str, ...] = ()         # what the schedule builder chose (a fallback, padding and its cost)
-    prefill: StepResult | None = field(default=None, repr=False)        # timeline of the prefill
-    decode: StepResult | None = field(default=None, repr=False)         # timeline of decode step 1
-    mode: str = "fast"
-    jitter_prefill: Estimate | None = None      # sampled mode: the jitter's cost on the prefill
-    jitter_decode: Estimate | None = None       # sampled mode: on one decode step (mean over positions)
-    speedup_ci: float = 0.0                     # sampled mode: 95% half-width of the speedup
-    # the simulator that made it: sim/sensitivity.py reruns its workload at other numbers no price reads on it
-    simulator: Simulator | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.batch * self.gen_len / (self.prefill_s + self.decode_s)
-
-    @property
-    def total_ci_s(self) -> float:
-        """95% half-width of prefill_s + decode_s (sampled mode; the two are sampled independently)."""
-        pre = self.jitter_prefill.half_s if self.jitter_prefill else 0.0
-        dec = self.jitter_decode.half_s * (self.gen_len - 1) if self.jitter_decode else 0.0
-        return math.hypot(pre, dec)
-
-    def to_dict(self) -> dict:
-        out = {"schedule": self.schedule, "prefill_s": self.prefill_s, "decode_s": self.decode_s,
-               "tokens_per_s": self.tokens_per_s, "speedup": self.speedup,
-               "exposed_comm_s": self.exposed_comm_s, "model_change": self.model_change,
-               "notes": list(self.notes)}
-        if self.mode == "sampled":
-            pre, dec = self.jitter_prefill or Estimate.zero(), self.jitter_decode or Estimate.zero()
-            total = self.prefill_s + self.decode_s
-            out.update({"prefill_ci95_s": pre.half_s, "decode_ci95_s": dec.half_s * (self.gen_len - 1),
-                        "tokens_per_s_ci95": self.tokens_per_s * self.total_ci_s / total,
-                        "speedup_ci95": self.speedup_ci,
-                        "jitter_prefill_s": pre.delta_s, "jitter_decode_step_s": dec.delta_s,
-                        "decode_step_sd_s": dec.sd_s, "samples": {"prefill": pre.samples, "decode": dec.samples}})
-        return out
 
 
 class _KeepNothing(dict):
@@ -124,6 +78,10 @@ class Simulator:
         self._short: dict = like._short if like is not None else {}   # (spec, layer counts, step) -> pass built
         self._priced: dict = like._priced if like is not None else {}  # id(pass) -> (pass, _prices of it)
         self._apart: dict = like._apart if like is not None else {}    # (id(pass), wake_s, jitter) -> (pass, timeline)
+        # (phase, prices, factors, jitter) -> [(ops, timeline)] of the kept passes simulated: another spec's pass
+        # of the same ops at the same prices has the same timeline (_timed)
+        self._same: dict = like._same if like is not None else {}
+        self._talks: dict = like._talks if like is not None else {}    # id(pass) -> it has a collective
         self.ranks = ranks or (workload.tp if self.exact else 1)  # simulated ranks (a trace may show fewer)
         self.progress = progress            # called once per simulated forward pass (brute force is slow)
         p = workload.profile
@@ -138,6 +96,11 @@ class Simulator:
                                    p.arrival_jitter, self._scope, self.w.comm_group or workload.tp, WARM_LAYERS,
                                    seed, rel_tol, host_time=self._host_time, start_s=self._offsets(),
                                    issue_time=self._issue_time)
+
+    @property
+    def kept_passes(self) -> dict | None:
+        """The fast-path passes and notes this simulator keeps (its `passes`), None where it keeps none."""
+        return None if isinstance(self._passes_of, _KeepNothing) else self._passes_of
 
     def _op_time(self, op, phase: str, sched: Schedule | None = None) -> float:
         return self.comm_s(op, phase) if op.is_comm else self.cost.compute_s(op, phase, sched)
@@ -315,18 +278,44 @@ class Simulator:
     def _timed(self, sched: Schedule) -> StepResult:
         """A compressed pass's timeline (fast path). One where no compute ran beside a collective
         (StepResult.apart) is the same at any flat factors with its wake-up: kept, and not simulated
-        again by a simulator `like` this one (sim/sensitivity.py's settings of those factors)."""
+        again by a simulator `like` this one (sim/sensitivity.py's settings of those factors). A kept
+        pass whose ops and prices equal those of one simulated before (another spec's: a token split of
+        a batch-1 decode step runs standard's layers) takes its timeline."""
         i = self.interference
-        # the same wake-up and the same arrival waits (the profile's jitter, which does move the timeline)
-        key = (id(sched), i.wake_s,
-               tuple(sorted((k, j.dist, j.mean_s) for k, j in self.w.profile.arrival_jitter.items())))
+        kept = id(sched) in self._priced              # a kept pass (_short_pass)
+        # the same wake-up and the same arrival waits (the profile's jitter, which moves the timeline through
+        # the collectives' arrivals only: none for a pass without a collective)
+        jitter = self._jitter if not kept or self._has_collective(sched) else ()
+        key = (id(sched), i.wake_s, jitter)
         hit = self._apart.get(key)
         if hit is not None and hit[0] is sched and i.active and i.coschedule is None:
             return hit[1]
+        same = None
+        if kept and i.coschedule is None:             # a co-scheduling hook reads the schedule itself
+            times, launch = self._prices(sched)
+            same = (sched.step.phase, tuple(times.values()), tuple(launch.values()) if launch is not None else None,
+                    i.compute_slowdown, i.comm_slowdown, i.wake_s, jitter)
+            for ops, r in self._same.get(same, ()):
+                if ops == sched.ops:
+                    return r
         r = self._simulate(sched, record=False)
-        if r.apart and id(sched) in self._priced:       # a kept pass (_short_pass)
+        if same is not None:
+            self._same.setdefault(same, []).append((sched.ops, r))
+        if r.apart and kept:
             self._apart[key] = (sched, r)
         return r
+
+    @property
+    def _jitter(self) -> tuple:
+        """The profile's arrival jitter as a key: (scope, dist, mean_s) per scope."""
+        return tuple(sorted((k, j.dist, j.mean_s) for k, j in self.w.profile.arrival_jitter.items()))
+
+    def _has_collective(self, sched: Schedule) -> bool:
+        """Whether a kept pass has a collective (asked once per pass)."""
+        out = self._talks.get(id(sched))
+        if out is None:
+            out = self._talks[id(sched)] = any(op.is_comm for op in sched.ops)
+        return out
 
     def _simulate(self, sched: Schedule, record: bool) -> StepResult:
         phase = sched.step.phase
@@ -438,9 +427,10 @@ def predict(workload: Workload, schedules: list[str], exact: bool = False, recor
     it is listed in the output only if asked for. In brute-force mode `progress` is called after
     each of the (1 + len(non-standard schedules)) * gen_len passes. `passes`: a dict the fast path
     keeps its passes in, for another call on the same profile and stack that differs only in the
-    host lane's numbers (Simulator)."""
+    host lane's numbers (Simulator); not given, a new one (Prediction.simulator.kept_passes:
+    sim/sensitivity.py's host settings read them)."""
     sim = Simulator(workload, exact=exact, record=record, progress=progress, mode=mode, seed=seed, rel_tol=rel_tol,
-                    passes=passes)
+                    passes=passes if passes is not None else {})
     for spec in schedules:                 # fail fast on a bad spec, before any simulation
         plan_of(spec, workload.model.layers)
     base = sim.predict("standard")

@@ -16,7 +16,8 @@ sim.stack.spec.RANGEABLE). The prediction is rerun on the fast path at settings 
 - the host numbers, at the profile's values, all at lo, all at hi, and each alone at its ends.
 
 The host settings reuse the passes priced for their profile (sim.predict's `passes`: the lane never
-enters a one-rank pass), so they cost the lane's arithmetic only. Each schedule's interval is the
+enters a one-rank pass; at the profile's values, those of the base prediction), so they cost the
+lane's arithmetic only. Each schedule's interval is the
 least and most it reaches over those settings (speedups over standard at the same setting); the term
 that dominates it is the one whose range alone moves some schedule's tokens/s most (a profile
 number's main effect over the corners where it has one). Two schedules whose order by tokens/s at the
@@ -301,8 +302,11 @@ def check(workload: Workload, schedules: list[str], base: list[Prediction] | Non
                      for a, b in order_flips(at_base, {s: tps[s] for s in contenders}))
         return sim
 
-    passes: dict = {}
-    for host in joint + alone:                 # the profile at its values (its passes priced once)
+    # the profile at its values: the base prediction's passes, where its simulator kept them (the host lane
+    # never enters a one-rank pass), else priced here once
+    kept = made.kept_passes if made is not None and made.w is workload else None
+    passes: dict = kept if kept is not None else {}
+    for host in joint + alone:
         run(values(pr), host, workload.profile, passes)
     for setting in settings(pr):
         try:

@@ -39,6 +39,15 @@ def test_best_is_the_fastest_prefill_and_decode_and_gains_are_over_it():
     assert line.startswith(f"best keeping the model: {best.name} (") and "ladder " in line and "upper-bound" not in line
 
 
+def test_on_the_predictions_own_simulator_the_best_is_the_same():
+    """predict hands best_free the simulator its predictions ran on (its prices and built passes serve
+    the candidates too): every candidate's times equal those of a fresh simulator's."""
+    w = Workload(get_model("llama-3.2-1b"), 2, H100, 4, 256, 32)
+    preds = predict(w, ["standard", "ladder"], record=False)
+    shared = baseline.best_free(preds[0].simulator, {p.schedule: p for p in preds})
+    assert shared.times == baseline.best_free(Simulator(w, record=False)).times and len(shared.times) == 7
+
+
 def test_by_hand_per_phase_and_what_cannot_run_is_skipped():
     """Two made-up candidates: A prefill 1 s decode 9 s, B 2 s and 5 s; batch 2, gen 10: the best is A / B,
     20 / 6 tokens/s; a model change at 5 tokens/s gains 5 / (20 / 6) = 1.5."""

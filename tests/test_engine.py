@@ -109,6 +109,18 @@ def test_a_pass_where_no_compute_runs_beside_a_collective_says_so():
     assert not run("standard", 4).apart
 
 
+@pytest.mark.parametrize("spec, waits", [("upper-bound", 8), ("standard", 8 + 4)])
+def test_a_stream_change_nothing_waits_on_schedules_no_event(spec, waits):
+    """Under flat factors each timed op runs as a wait for its end or for a change of its rate: one
+    SimPy condition event more than without factors per such op (8 compute ops of non-zero time, and
+    standard's 4 all-reduces). A stream's start or stop with no such wait on its rank (a serialized
+    pass: never) fires nothing: it would schedule an event that runs nothing (before: 48 more in
+    upper-bound, 56 in standard). The timelines are those without factors (nothing overlaps)."""
+    s = toy_schedule(spec)
+    a, b = simulate(s, toy_time(4), interference=Interference(2.0, 1.5)), simulate(s, toy_time(4))
+    assert a.events == b.events + waits and a.duration_s == b.duration_s
+
+
 def test_late_rank_delays_the_collective_for_all():
     # rank 1 starts 3 late: every rank's first all-reduce starts at 3 + 2 = 5
     res = run("standard", 1, model=ONE_LAYER, ranks=2, rank_delay_s=(0, 3))

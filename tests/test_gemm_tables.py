@@ -6,6 +6,7 @@ digits of latency (ms) x 1000.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -18,6 +19,7 @@ from tpsim.sim.price.cost import CostModel
 from tpsim.sim.price.work import op_work, roofline_s
 from tpsim.sim.model.presets import MODELS, get_model, valid_tp
 from tpsim.sim.hardware.profile import ProfileError, builtin_dir, builtin_names, load_profile, parse, read_raw
+from tpsim.sim.hardware.schema import ComputePoint, GemmTable
 from tpsim.sim.schedule.language import Op, build
 from tpsim.sim.stack.spec import Stack, Step
 
@@ -100,6 +102,20 @@ def test_a_gemm_shorter_than_its_launch_costs_the_launch(h100):
     assert eager_cm.issue_s(op, "decode") == pytest.approx(h100.launch_s["eager"])
 
 
+def test_points_then_tables_first_time_at_each_m_wins(h100):
+    # one (n, k) in a calibrated point (m 2) and in two tables (m 1, 2, 4 and m 2, 8), toy times in us:
+    # the point wins at m 2, the first table at m 1 and 4, the second adds only m 8 (the index makes a
+    # key's points at its first lookup, sim/price/cost.py _Index, in the profile's order)
+    point = ComputePoint("gemm", (("k", 64), ("m", 2), ("n", 32)), "fp16", 5e-6)
+    first = GemmTable("toy", ("fp16",), (1, 2, 4), ((32, 64, (10e-6, 20e-6, 40e-6)),))
+    second = GemmTable("toy", ("fp16",), (2, 8), ((32, 64, (99e-6, 80e-6)),))
+    prof = dataclasses.replace(h100, compute_points=(point,), gemm_tables=(first, second))
+    for graphs in (False, True):
+        pts = CostModel(prof, Stack())._points[graphs][("gemm", "fp16", (("k", 64), ("n", 32)))]
+        assert pts == [(1, 10e-6), (2, 5e-6), (4, 40e-6), (8, 80e-6)]
+    assert CostModel(prof, Stack())._points[False].get(("gemm", "fp16", (("k", 64), ("n", 33)))) is None
+
+
 @pytest.mark.parametrize("name", ["h100-sxm", "h200-sxm", "a100-sxm", "l40s-pcie", "h100-sxm-p2p-off"])
 def test_every_ir_gemm_of_every_preset_has_a_row(name):
     p = load_profile(name)
@@ -126,6 +142,11 @@ def test_builtin_profiles_validate_and_stay_small():
     (lambda t: t["rows"][0]["time_us"].pop(), "compute.gemm_tables[0].rows[0]"),
     (lambda t: t["rows"][3].update(time_us=[0.0] * len(t["m"])), "compute.gemm_tables[0].rows[3]"),
     (lambda t: t["rows"][1].pop("n"), "compute.gemm_tables[0].rows[1]"),
+    # a time that is no number, true, past 1e12 us or below 1e-3 us, in a row otherwise of floats
+    (lambda t: t["rows"][2]["time_us"].__setitem__(1, "5"), "compute.gemm_tables[0].rows[2]"),
+    (lambda t: t["rows"][2]["time_us"].__setitem__(1, True), "compute.gemm_tables[0].rows[2]"),
+    (lambda t: t["rows"][2]["time_us"].__setitem__(-1, 2e12), "compute.gemm_tables[0].rows[2]"),
+    (lambda t: t["rows"][2]["time_us"].__setitem__(0, 1e-4), "compute.gemm_tables[0].rows[2]"),
     (lambda t: t.update(dtypes="fp16"), "compute.gemm_tables[0].dtypes"),
 ])
 def test_bad_gemm_tables_name_the_field(edit, field):

@@ -9,7 +9,7 @@ import pytest
 
 from tpsim.sim.engine.simpy_engine import Interference, simulate
 from tpsim.sim.engine.heap_engine import compile_schedule, simulate_ranks
-from tpsim.sim.stack.host_lane import HostStep, lane, step_s, tree_hops
+from tpsim.sim.stack.host_lane import HostStep, lane, spread_offsets, step_s, tree_hops
 from tpsim.sim.schedule.ir import COMM
 from tpsim.sim.model.presets import get_model
 from tpsim.sim.predict import Simulator, Workload
@@ -285,3 +285,22 @@ def test_the_vllm_v0_preset_pays_its_broadcasts_and_wake_window_at_tp_above_one_
             for n in (2, 4, 8)] == pytest.approx([w / 2, 3 * w / 4, 7 * w / 8])
     assert lane(h, 1, 1, broadcast_s=1.0).lead_s == pytest.approx(lane(h, 1, 1, broadcast_s=0.0).lead_s)
     assert lane(h, 2, 1, broadcast_s=1.0).lead_s == pytest.approx(lane(h, 2, 1, broadcast_s=0.0).lead_s + 9)
+
+
+def test_spread_offsets_are_the_trapezoid_sums_of_the_upper_order_statistics():
+    """A rank's place in the spread is max(0, E[Z_(k:n)]): only k at and above the median are summed by
+    the trapezoid (the grid made once for every k, sim/stack/host_lane.py), bit for bit the plain sum
+    point by point written out here; n = 3: the median's own sum (about 0, its sign as summed), n = 4:
+    0.2970 and 1.0294; the ranks below the median wait nothing."""
+    def direct(n, k):
+        tot = 0.0
+        for j in range(20001):
+            x = j * 1e-3 - 10.0
+            F = 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+            f = math.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+            w = 0.5 if j in (0, 20000) else 1.0
+            tot += w * x * (math.comb(n - 1, k - 1) * n) * F ** (k - 1) * (1.0 - F) ** (n - k) * f
+        return tot * 1e-3
+    assert spread_offsets(3, 1.0) == (0.0, max(0.0, direct(3, 2)), direct(3, 3))
+    assert spread_offsets(4, 1.0) == (0.0, 0.0, direct(4, 3), direct(4, 4))
+    assert spread_offsets(4, 1.0)[2:] == pytest.approx((0.2970, 1.0294), abs=1e-4)

@@ -141,3 +141,20 @@ def test_make_stack_precedence():
     assert make_stack({"compile_decode": False, "decode_graphs": True}).decode_graphs is True
     with pytest.raises(ValueError, match="unknown stack field"):
         make_stack({"heads": "x"})
+
+
+def test_a_pass_of_the_same_ops_at_the_same_prices_is_simulated_once(monkeypatch):
+    """At batch 1 a token split has no second sequence to split a decode step by: token-split builds
+    standard's layers, the same ops at the same prices, so its decode passes take standard's timelines
+    (sim/predict.py Simulator._timed); its prefill, split by tokens, is simulated. 1B: one run of 16
+    layers, two compressed passes (2 and 3 layers) a phase."""
+    from tpsim.sim import predict as predict_module
+    w = Workload(get_model("llama-3.2-1b"), 2, H100, batch=1, prompt_len=256, gen_len=32)
+    runs = []
+    real = predict_module.simulate
+    monkeypatch.setattr(predict_module, "simulate",
+                        lambda *a, **k: runs.append((a[0].name, a[0].step.phase)) or real(*a, **k))
+    std, split = predict(w, ["standard", "token-split"], record=False)
+    assert sorted(runs) == sorted([("standard", "prefill")] * 2 + [("standard", "decode")] * 2
+                                  + [("token-split", "prefill")] * 2)
+    assert split.decode_s == std.decode_s and split.prefill_s != std.prefill_s

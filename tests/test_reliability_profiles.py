@@ -180,3 +180,21 @@ def test_a_misspelt_top_level_field_is_refused_with_the_near_name(tmp_path):
         load_profile(str(p))
     for name in ("h100-sxm", "a100-sxm", "l40s-pcie", "h200-sxm-coschedule"):
         load_profile(name)                                  # the built-ins hold only known fields
+
+
+def test_the_walk_names_the_first_bad_value_and_passes_a_plain_tree():
+    """sim/hardware/read.py first_bad_value: a tree with nothing wrong is told by a walk that builds no
+    path (a list of numbers by its sum); each thing wrong is still found and named, inside a list of
+    numbers too; a sum past the float range is no bad value."""
+    from tpsim.sim.hardware.read import MAX_LIST_ENTRIES, first_bad_value
+    plain = {"a": [1, 2.5, True], "b": {"c": ["x", {"d": 1e308}], "e": [1e308, 1e308]}, "f": []}
+    assert first_bad_value(plain) is None
+    assert first_bad_value({"a": [1.0, float("inf")]}) == ("a[1]", "must be a finite number, got inf")
+    assert first_bad_value({"a": [1, {"b": float("nan")}]}) == ("a[1].b", "must be a finite number, got nan")
+    assert first_bad_value({"a": ["ok", "bell\x07"]})[0] == "a[1]"
+    assert first_bad_value({"a": {"k\x01": 1}})[1] == "is a key holding a control character"
+    assert "entries" in first_bad_value({"a": [0] * (MAX_LIST_ENTRIES + 1)})[1]
+    deep: list = [1.0]
+    for _ in range(200):
+        deep = [deep]
+    assert "nests deeper" in first_bad_value({"a": deep})[1]

@@ -20,6 +20,7 @@ from tpsim.sim.price.cost import UNPRICED, CostModel
 from tpsim.sim.schedule.language import build
 from tpsim.sim.sensitivity import (NET_HOST, Flip, Ranged, Sensitivity, check, net_host_moves, order_flips,
                                   ranged_values, settings, with_values)
+from tpsim.sim.stack.host_lane import HostStep
 from tpsim.sim.stack.spec import Stack
 
 
@@ -259,15 +260,15 @@ def test_the_numbers_no_price_reads_are_read_by_no_price():
                     assert price(a) == price(b), (spec, step.phase, op.name)
 
 
-@pytest.mark.parametrize("name, reruns", [("h100-sxm", 68), ("h100-sxm-coschedule", 88)])
+@pytest.mark.parametrize("name, reruns", [("h100-sxm", 60), ("h100-sxm-coschedule", 88)])
 def test_the_reruns_price_nothing_again_and_simulate_only_the_passes_the_factors_move(name, reruns, monkeypatch):
     """70B TP8, default schedules: each setting's tokens/s equal a fresh prediction on the parsed profile
     at that setting; the reruns share the base prediction's prices and passes. Flat factors (h100-sxm:
     the two factors' 4 corners x the arrival jitter's 2 ends, 22 passes a setting): the jitter moves
-    every timeline, so at each of its ends all 22 passes are simulated once, then only ladder's 4 passes,
-    where compute runs beside its all-reduces, at each further corner of the factors: 2 x (22 + 3 x 4) =
-    68 instead of 176 (upper-bound's passes, which have no collective, at each jitter end only).
-    Co-scheduling (hbm_per_bus_byte's 2 ends x the jitter's 2): every pass of every setting, 88."""
+    every timeline with a collective, so at each of its ends the 18 such passes are simulated once, then
+    only ladder's 4 passes, where compute runs beside its all-reduces, at each further corner of the
+    factors; upper-bound's 4 passes, which have no collective, not at all (the base prediction's serve):
+    2 x (18 + 3 x 4) = 60 instead of 176. Co-scheduling (hbm_per_bus_byte's 2 ends x the jitter's 2): every pass of every setting, 88."""
     w = Workload(get_model("llama-3.1-70b"), 8, load_profile(name))
     scheds = ["standard", "ladder", "parallel", "spd:0.7", "upper-bound"]
     base = predict(w, scheds, record=False)
@@ -286,4 +287,27 @@ def test_the_reruns_price_nothing_again_and_simulate_only_the_passes_the_factors
             cur["value"] = v
         fresh = predict(replace(w, profile=parse(data, w.profile.source_path), memory_check=False), list(tps),
                         record=False)
+        assert tps == {p.schedule: p.tokens_per_s for p in fresh}
+
+
+def test_the_host_settings_at_the_profiles_values_reuse_the_base_predictions_passes(monkeypatch):
+    """A stack with one ranged host term (output_s 1 ms, range 0-3 ms) on a profile with no ranges of its
+    own: the settings are the term's two ends at the profile's values, and the lane never enters a
+    one-rank pass, so they reuse the passes the base prediction kept (Prediction.simulator.kept_passes):
+    no pass is simulated again, and each end's tokens/s equals a fresh prediction with the term there."""
+    prof = replace(load_profile("h100-sxm"), ranges={})
+    stack = Stack(host=HostStep(output_s=1e-3), host_ranges=(("output_s", 0.0, 3e-3),))
+    w = Workload(get_model("llama-3.1-8b").truncated(2), 2, prof, batch=4, prompt_len=16, gen_len=4,
+                 memory_check=False, stack=stack)
+    scheds = ["standard", "ladder"]
+    base = predict(w, scheds, record=False)
+    runs = []
+    real = predict_module.simulate
+    monkeypatch.setattr(predict_module, "simulate", lambda *a, **k: runs.append(a[0].name) or real(*a, **k))
+    sens = check(w, scheds, base)
+    assert runs == [] and len(sens.ends) == 2
+    monkeypatch.undo()
+    for setting, tps in sens.ends.items():
+        out_s = dict(setting)["host.output_s"]
+        fresh = predict(replace(w, stack=replace(stack, host=HostStep(output_s=out_s))), scheds, record=False)
         assert tps == {p.schedule: p.tokens_per_s for p in fresh}

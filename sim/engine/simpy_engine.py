@@ -418,9 +418,12 @@ class _Rank:
         self.notify()
 
     def notify(self) -> None:
-        """Wake whatever runs at a rate that depends on this rank's streams."""
-        old, self.changed = self.changed, self.env.event()
-        old.succeed()
+        """Wake whatever runs at a rate that depends on this rank's streams. Where nothing waits on it
+        (no run_for of this rank's compute or of a collective it is in: `changed` has no callback), the
+        event stays as it is: firing it would schedule an event that runs nothing."""
+        if self.changed.callbacks:
+            old, self.changed = self.changed, self.env.event()
+            old.succeed()
 
 
 class _Collective:

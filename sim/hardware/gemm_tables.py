@@ -2,6 +2,8 @@
 them after the listed points). Kept beside sim/hardware/check.py, which calls `parse_gemm_tables`."""
 from __future__ import annotations
 
+import math
+
 from tpsim.sim.bounds import BOUNDS
 from tpsim.sim.hardware.schema import MIN_TIME_S, GemmTable, finite
 
@@ -32,9 +34,7 @@ def parse_gemm_tables(g, already: int = 0) -> tuple[GemmTable, ...]:
         for ri, r in enumerate(rows):
             n, k, us = (r.get("n"), r.get("k"), r.get("time_us")) if isinstance(r, dict) else (None,) * 3
             if (any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in (n, k))
-                    or not isinstance(us, list) or len(us) != len(ms)
-                    or any(isinstance(v, bool) or not isinstance(v, (int, float)) or not finite(v)
-                           or not MIN_TIME_S * 1e6 <= v <= 1e12 for v in us)):
+                    or not isinstance(us, list) or len(us) != len(ms) or not _times_ok(us)):
                 g.fail(f"{p}.rows[{ri}]", f"needs positive integers 'n', 'k' and 'time_us': {len(ms)} "
                                              f"times in [{MIN_TIME_S * 1e6:g}, 1e12] us, one per m")
             if n_points + len(dtypes) * len(ms) > BOUNDS["compute_points"].hi:
@@ -48,3 +48,18 @@ def parse_gemm_tables(g, already: int = 0) -> tuple[GemmTable, ...]:
         tables.append(GemmTable(t["source"], tuple(dtypes), tuple(ms), tuple(out), quant))
         out = []
     return tuple(tables)
+
+
+def _times_ok(us: list) -> bool:
+    """Every time of a row a finite number (true / false are none) in [MIN_TIME_S * 1e6, 1e12] us. A row
+    of plain ints and floats (every row of a profile read from JSON) is checked at C speed: its sum is
+    finite exactly when each time is, and its least and greatest bound the rest; any other row, or one
+    whose sum leaves the float range, time by time."""
+    lo, hi = MIN_TIME_S * 1e6, 1e12
+    try:
+        if us and set(map(type, us)) <= {int, float} and math.isfinite(sum(us)):
+            return lo <= min(us) and max(us) <= hi
+    except OverflowError:               # an int past the float range
+        pass
+    return not any(isinstance(v, bool) or not isinstance(v, (int, float)) or not finite(v)
+                   or not lo <= v <= hi for v in us)

@@ -39,7 +39,10 @@ _CONTROL = CONTROL                  # the one rule for text tpsim prints (fileio
 def first_bad_value(data) -> tuple[str, str] | None:
     """(field path, what is wrong) of the first non-finite number, too-deep nesting or text holding
     a control character, walking the tree without recursion (so the walk itself cannot hit
-    Python's recursion limit)."""
+    Python's recursion limit). A tree with none (every profile read) is told by a walk that builds no
+    path (_all_plain); only one with something wrong is walked again to name the first."""
+    if _all_plain(data):
+        return None
     stack = [("", data, 0)]
     while stack:
         path, v, depth = stack.pop()
@@ -61,3 +64,33 @@ def first_bad_value(data) -> tuple[str, str] | None:
                               f"(compute points: {BOUNDS['compute_points'].hi}, {BOUNDS['compute_points'].why})")
             stack += [(f"{path}[{i}]", x, depth + 1) for i, x in reversed(list(enumerate(v)))]
     return None
+
+
+def _all_plain(data) -> bool:
+    """True when first_bad_value would find nothing in `data`; False when it may (it then looks). A
+    list of numbers only is checked at C speed: their sum is finite exactly when none is NaN or
+    infinite (a sum past the float range is a false alarm the full walk clears); the texts and keys
+    are searched for control characters at once, joined (a control character is one character)."""
+    stack, texts = [(data, 0)], []
+    while stack:
+        v, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return False
+        if isinstance(v, float):
+            if not math.isfinite(v):
+                return False
+        elif isinstance(v, str):
+            texts.append(v)
+        elif isinstance(v, dict):
+            texts.extend(map(str, v))
+            stack.extend((x, depth + 1) for x in v.values())
+        elif isinstance(v, list):
+            if len(v) > MAX_LIST_ENTRIES or (v and depth + 1 > MAX_DEPTH):
+                return False
+            try:
+                if math.isfinite(sum(v)):
+                    continue                  # numbers only, every one finite
+                return False
+            except (TypeError, OverflowError):     # not numbers only (or past the float range): one by one
+                stack.extend((x, depth + 1) for x in v)
+    return _CONTROL.search("".join(texts)) is None

@@ -387,12 +387,12 @@ def _indexes(profile: Profile) -> dict:
     return hit[2]
 
 
-def _index_points(profile: Profile, graphs: bool) -> dict:
+def _index_points(profile: Profile, graphs: bool) -> _Index:
     """(kind, dtype, attrs without the sweep attr) -> sorted [(sweep value, time_s)]; first wins.
 
     Points are kept for the mode they describe: eager-measured fusable ops do not price a
     graph-mode step, and graph-measured ones do not price eager."""
-    idx: dict = {}
+    groups: dict = {}
     for p in profile.compute_points:
         if p.kind in FUSED_UNDER_GRAPHS and p.mode not in ("any", "graph" if graphs else "eager"):
             continue
@@ -401,14 +401,42 @@ def _index_points(profile: Profile, graphs: bool) -> dict:
         if sweep not in attrs:
             continue
         rest = tuple((k, v) for k, v in p.attrs if k != sweep and k not in COST_FREE_ATTRS)
-        idx.setdefault((p.kind, p.dtype, rest), {}).setdefault(attrs[sweep], p.time_s)
+        groups.setdefault((p.kind, p.dtype, rest), []).append(((attrs[sweep],), (p.time_s,)))
     # the GEMM tables after the points (calibrated points win): mode any, swept along m; an FP8 table
-    # (quant fp8) prices the gemm ops of FP8 linears (attr fp8, sim.schedule.builder.Builder.linear_attrs)
+    # (quant fp8) prices the gemm ops of FP8 linears (attr fp8, sim.schedule.builder.Builder.linear_attrs).
+    # A row is kept as it is, (m, times), and read into points only when a prediction looks its key up
     for t in profile.gemm_tables:
         quant = (("fp8", 1),) if t.quant == "fp8" else ()
         for n, k, times in t.rows:
             for dt in t.dtypes:
-                at = idx.setdefault(("gemm", dt, quant + (("k", k), ("n", n))), {})
-                for m, time_s in zip(t.m, times):
-                    at.setdefault(m, time_s)
-    return {k: sorted(v.items()) for k, v in idx.items()}
+                groups.setdefault(("gemm", dt, quant + (("k", k), ("n", n))), []).append((t.m, times))
+    return _Index(groups)
+
+
+class _Index:
+    """_index_points' mapping, each key's sorted points made at its first lookup (a prediction reads
+    a few dozen of a built-in profile's ~1,200 (n, k, dtype) rows): the points of a key in the order
+    the profile lists them (compute points, then each GEMM table's rows), the first time at each
+    sweep value kept."""
+
+    def __init__(self, groups: dict):
+        self._groups, self._made = groups, {}
+
+    def get(self, key, default=None):
+        out = self._made.get(key)
+        if out is None:
+            parts = self._groups.get(key)
+            if parts is None:
+                return default
+            at: dict = {}
+            for xs, ts in parts:                # (sweep values, times): a point's, or a table row's
+                for x, t in zip(xs, ts):
+                    at.setdefault(x, t)
+            out = self._made[key] = sorted(at.items())
+        return out
+
+    def __getitem__(self, key):
+        out = self.get(key)
+        if out is None:
+            raise KeyError(key)
+        return out

@@ -385,7 +385,7 @@ def lookup(sched: Schedule, op: Op, device: str) -> tuple[str, str, str] | None:
             if rest in BOUNDARY_ROLES:
                 return None
             n = len(layer_split(sched, op.layer))
-            derived = [int(k.partition(":")[2]) for k, v in table() if k.startswith("token-split:") and v == var]
+            derived = _derived_splits(var)
             if not derived:
                 return None
             m, j = _nearest_split(n, mb.index, derived)
@@ -395,7 +395,13 @@ def lookup(sched: Schedule, op: Op, device: str) -> tuple[str, str, str] | None:
     return (kind, var, role) if (kind, var) in table() else None
 
 
-def _nearest_split(n: int, j: int, derived: list[int]) -> tuple[int, int]:
+@functools.cache
+def _derived_splits(var: str) -> tuple[int, ...]:
+    """The split counts m of the table's token-split:m layers derived for variant `var` (asked per op)."""
+    return tuple(int(k.partition(":")[2]) for k, v in table() if k.startswith("token-split:") and v == var)
+
+
+def _nearest_split(n: int, j: int, derived: tuple[int, ...]) -> tuple[int, int]:
     """Micro-batch j of an n-way split -> (m, j') of the derived m-way table nearest n (the larger
     on a tie): the first and the last micro-batch keep their place, a middle one takes a middle
     one (with m = 2, the last: like it, it waits behind an earlier micro-batch)."""
