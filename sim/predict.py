@@ -217,7 +217,7 @@ class Simulator:
         rs = runs(plan_of(spec, self.w.model.layers))
         short = [min(end - first, WARM_LAYERS) for _, first, end in rs]
         chain = settled is not None and self._issue_time is not None and not self.w.stack.graphs(step.phase)
-        base_pass = self._short_pass(spec, rs, short, step)
+        base_pass = self.warm_pass(spec, step)
         base = measure(base_pass)
         ok = not chain or settled(base_pass)
         total = list(base)
@@ -233,6 +233,13 @@ class Simulator:
         if not ok:
             return list(measure(self._short_pass(spec, rs, [end - first for _, first, end in rs], step)))
         return total
+
+    def warm_pass(self, spec: str, step: Step) -> Schedule:
+        """The compressed pass the fast path measures first: each run of identical layers with WARM_LAYERS
+        layers (all of a shorter run). Layers repeat, so it holds an op priced as each op of the whole
+        pass is (what `_over_layers` rests on): a question about every op's price asks it of fewer ops."""
+        rs = runs(plan_of(spec, self.w.model.layers))
+        return self._short_pass(spec, rs, [min(end - first, WARM_LAYERS) for _, first, end in rs], step)
 
     def _issue_sum(self, sched: Schedule) -> float:
         """CPU seconds to launch every op of a pass (the launch chain's length)."""

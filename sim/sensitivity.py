@@ -44,7 +44,7 @@ from tpsim.sim.price import decode_grid
 from tpsim.sim.price.cost import UNPRICED, CostModel
 from tpsim.sim.hardware.check import parse, set_as_read
 from tpsim.sim.hardware.schema import Profile, ProfileError
-from tpsim.sim.stack.spec import Stack
+from tpsim.sim.stack.spec import RANGEABLE, Stack
 
 
 @dataclass(frozen=True)
@@ -162,19 +162,39 @@ def with_stack_values(stack: Stack, setting: tuple[tuple[str, float], ...]) -> S
     return replace(stack, **own) if own else stack
 
 
-def stack_number_moves(r: Ranged, workload: Workload, schedules: list[str]) -> bool:
+# The ops whose price can read each of the stack's own ranged numbers, from the code that reads them
+# (sim/price/cost.py issue_s: the layer's Python at an attention op, DBO's threads at the ops marked
+# "yield" / "ubatch_start"; sim/price/comm/fused_allreduce.py fused_s: the epilogue of a fused all-reduce
+# + RMSNorm kernel, TokenWeave's floor of its multimem one). Every other op is priced alike at any value
+# of the number (tests/test_intervals.py prices every op at both ends to hold this table to the code).
+READERS = {
+    "layer_host_s": lambda op: op.kind == "attention",
+    "ar_norm_epilogue_share": lambda op: op.is_comm and bool(op.get("fuse", "")) and op.get("kernel", "") != "multimem",
+    "tokenweave_floor_s": lambda op: op.is_comm and op.get("kernel", "") == "multimem",
+    "ubatch_switch_s": lambda op: bool(op.get("yield", 0)),
+    "ubatch_start_s": lambda op: bool(op.get("ubatch_start", 0)),
+}
+assert set(READERS) == set(RANGEABLE), "every rangeable stack number names the ops that read it"
+
+
+def stack_number_moves(r: Ranged, workload: Workload, schedules: list[str], passes=None) -> bool:
     """Whether the stack's own ranged number `r` can move the workload's prediction: some op of the prefill
-    step or the first decode step of a schedule asked for is priced (compute, collective or launch) apart
-    at its ends. A number no op reads (TokenWeave's floor without tokenweave, the fused epilogue without
-    the fused kernel, the layer's Python in compiled phases) is no setting to rerun."""
+    step or the first decode step of a schedule asked for that reads it (READERS) is priced (compute,
+    collective or launch) apart at its ends. A number no op reads (TokenWeave's floor without tokenweave,
+    the fused epilogue without the fused kernel, the layer's Python in compiled phases) is no setting to
+    rerun. `passes(spec, step)` gives the ops (Workload.schedule, or a Simulator's warm_pass)."""
     steps = [workload.prefill_step()] + ([workload.decode_step(1)] if workload.gen_len >= 2 else [])
-    scheds = [workload.schedule(spec, st) for spec in dict.fromkeys(["standard", *schedules]) for st in steps]
+    reads, passes = READERS[r.path[len(STACK):]], passes or workload.schedule
+    ops = [(s, op) for spec in dict.fromkeys(["standard", *schedules]) for st in steps
+           for s in [passes(spec, st)] for op in s.ops if reads(op)]
+    if not ops:
+        return False
     ends = []
     for v in (r.lo, r.hi):
         sim = Simulator(replace(workload, stack=with_stack_values(workload.stack, ((r.path, v),)),
                                 memory_check=False), record=False, mode="fast")
         ends.append([(sim.comm_s(op, s.step.phase) if op.is_comm else sim.cost.compute_s(op, s.step.phase, s),
-                      sim.cost.issue_s(op, s.step.phase, s)) for s in scheds for op in s.ops])
+                      sim.cost.issue_s(op, s.step.phase, s)) for s, op in ops])
     return ends[0] != ends[1]
 
 
@@ -232,18 +252,20 @@ def settings(ranged: tuple[Ranged, ...]) -> list[tuple[tuple[str, float], ...]]:
     return [tuple((q.path, v if q is r else q.value) for q in ranged) for r in ranged for v in (r.lo, r.hi)]
 
 
-def grid_rate_moves(r: Ranged, workload: Workload, schedules: list[str]) -> bool:
+def grid_rate_moves(r: Ranged, workload: Workload, schedules: list[str], passes=None) -> bool:
     """Whether ranged number `r` can move the workload's prediction: any number but a decode attention
     grid's (sim/price/decode_grid.py); the per-CTA rate only under a kernel with a grid, and only where
     some decode attention op turns CTA-bound at the rate's low end (its high end only shortens a term the
-    price does not take): checked at the first and last decode step of every schedule asked for."""
+    price does not take): checked at the first and last decode step of every schedule asked for, on the
+    ops `passes(spec, step)` gives (as stack_number_moves)."""
     if not r.path.startswith(decode_grid.GRID_PATHS):
         return True
     if not decode_grid.reads(r.path, workload.stack) or workload.gen_len < 2:
         return False
     steps = [workload.decode_step(j) for j in sorted({1, workload.gen_len - 1})]
+    passes = passes or workload.schedule
     ops = [op for spec in dict.fromkeys(["standard", *schedules]) for st in steps
-           for op in workload.schedule(spec, st).ops if op.kind == "attention"]
+           for op in passes(spec, st).ops if op.kind == "attention"]
     return decode_grid.rate_binds(CostModel(workload.profile, workload.stack), ops,
                                   lambda op: workload.stack.graphs("decode", op.name), r.lo * 1e9)
 
@@ -251,28 +273,39 @@ def grid_rate_moves(r: Ranged, workload: Workload, schedules: list[str]) -> bool
 NET_HOST = "collectives.graph_net_host_us"
 
 
-def net_host_moves(r: Ranged, workload: Workload, schedules: list[str]) -> bool:
+def net_host_moves(r: Ranged, workload: Workload, schedules: list[str], passes=None) -> bool:
     """Whether ranged number `r` can move the workload's prediction: any number but NCCL's graph host node,
     which only a collective that crosses NCCL's node boundary in a CUDA-graph phase pays (CostModel.host_s,
-    0 elsewhere): checked on the prefill step and the first decode step of every schedule asked for."""
+    0 elsewhere): checked on the prefill step and the first decode step of every schedule asked for, on
+    the ops `passes(spec, step)` gives (as stack_number_moves)."""
     if r.path != NET_HOST or workload.comm_group is not None:
         return True
     cost = CostModel(replace(workload.profile, graph_net_host_s=max(r.hi, 1.0) * 1e-6), workload.stack,
                      workload.gpus_per_node)
+    # every collective of a TP job spans at most its tp ranks, and NCCL's node count does not grow as a group
+    # shrinks: a job inside one NCCL node has no collective that pays the host node (no pass to build)
+    if workload.tp <= cost.gpus_per_node and cost.nccl_nnodes(workload.tp) == 1:
+        return False
     steps = [("prefill", workload.prefill_step())] + ([("decode", workload.decode_step(1))]
                                                       if workload.gen_len >= 2 else [])
+    passes = passes or workload.schedule
     return any(cost.host_s(op, phase) > 0 for spec in dict.fromkeys(["standard", *schedules])
-               for phase, st in steps for op in workload.schedule(spec, st).ops if op.is_comm)
+               for phase, st in steps for op in passes(spec, st).ops if op.is_comm)
 
 
 def check(workload: Workload, schedules: list[str], base: list[Prediction] | None = None) -> Sensitivity:
     """Rerun `schedules` at each setting of the ranged numbers of the workload's profile and stack (the
     module doc). `base`: the fast-path predictions at the given values, when already made."""
-    # a number that cannot move this workload's prediction is no setting to rerun (moves: grid_rate_moves)
+    # a number that cannot move this workload's prediction is no setting to rerun (moves: grid_rate_moves),
+    # asked of the warm passes the fast path builds (an op priced as each of the whole pass's)
+    made = base[0].simulator if base else None
+    warm = (made if made is not None and made.w is workload else Simulator(workload, record=False, mode="fast"))
     pr = tuple(r for r in ranged_values(workload.profile)
-               if grid_rate_moves(r, workload, schedules) and net_host_moves(r, workload, schedules))
+               if grid_rate_moves(r, workload, schedules, warm.warm_pass)
+               and net_host_moves(r, workload, schedules, warm.warm_pass))
     # the stack's own numbers price ops as the profile's do: set with them (a setting of its own passes)
-    pr += tuple(r for r in stack_own_ranged(workload.stack) if stack_number_moves(r, workload, schedules))
+    pr += tuple(r for r in stack_own_ranged(workload.stack)
+                if stack_number_moves(r, workload, schedules, warm.warm_pass))
     sr = stack_ranged(workload.stack)
     ranged = pr + sr
     # the speedups' baseline is always a contender: the given predictions serve when they hold it

@@ -4,6 +4,7 @@ hand, a stack file's ranges, and predict's table, --json and sweep's columns on 
 from __future__ import annotations
 
 import csv
+from dataclasses import replace
 import json
 
 import pytest
@@ -173,3 +174,34 @@ def test_the_stacks_own_ranged_numbers_reach_the_interval_where_an_op_reads_them
         f.write_text(json.dumps({"format": "tpsim-stack", "extends": "vllm@0.6", "stack": stack}))
         with pytest.raises(ValueError, match=msg):
             load_stack(str(f))
+
+
+@pytest.mark.parametrize("number", ["layer_host_s", "ar_norm_epilogue_share", "tokenweave_floor_s",
+                                    "ubatch_switch_s", "ubatch_start_s"])
+def test_only_the_ops_readers_names_price_a_stack_number_apart(number):
+    """sim/sensitivity.py READERS, held to the code: every op of every schedule that could read the number
+    (eager and compiled vLLM stacks with the fused all-reduce + RMSNorm on, prefill over DBO's and
+    TokenWeave's thresholds and decode at batch 64), priced at two values of it: the ops priced apart are
+    all among READERS' and there is at least one."""
+    from tpsim.sim.predict import Simulator
+    from tpsim.sim.sensitivity import READERS
+    prof = load_profile("h100-sxm")
+    base = make_stack({"ar_norm_fusion": "vllm"}, prof.stack_defaults, preset=load_stack("vllm").values)
+    moved, outside = 0, []
+    for st in (base, make_stack({"compile_prefill": False, "compile_decode": False, "decode_graphs": False},
+                                base=base)):
+        w = Workload(get_model("llama-3.1-8b").truncated(2), 8, prof, batch=64, prompt_len=1024, gen_len=4,
+                     stack=st, memory_check=False)
+        a, b = getattr(st, number), getattr(st, number) * 0.5 + 1e-6 if number.endswith("_s") else 0.25
+        sims = [Simulator(replace(w, stack=replace(st, **{number: v})), record=False, mode="fast") for v in (a, b)]
+        for spec in ("standard", "dbo", "tokenweave", "token-split"):
+            for step in (w.prefill_step(), w.decode_step(1)):
+                s = w.schedule(spec, step)
+                for op in s.ops:
+                    got = [(sim.comm_s(op, step.phase) if op.is_comm else sim.cost.compute_s(op, step.phase, s),
+                            sim.cost.issue_s(op, step.phase, s)) for sim in sims]
+                    if got[0] != got[1]:
+                        moved += 1
+                        if not READERS[number](op):
+                            outside.append((spec, step.phase, op.name))
+    assert moved and not outside, outside
