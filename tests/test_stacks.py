@@ -249,3 +249,14 @@ def test_a_stack_file_is_read_by_the_input_policy_and_knows_its_chain(tmp_path):
     dup.write_text('{"format": "tpsim-stack", "extends": "vllm", "extends": "sglang"}')
     with pytest.raises(ValueError, match="appears twice"):
         load_stack(str(dup))
+
+
+def test_a_stack_written_as_json_and_read_back_is_the_same_stack():
+    """A calibration case keeps its stack as dataclasses.asdict in the state file (calib/overlap_fit.py) and
+    rebuilds it with make_stack: every preset's stack, its host and own ranges (field, lo, hi) included,
+    comes back equal."""
+    import dataclasses
+    import json
+    for name, p in PRESETS.items():
+        st = make_stack({}, None, preset=p.values)
+        assert make_stack(json.loads(json.dumps(dataclasses.asdict(st)))) == st, name

@@ -274,6 +274,16 @@ def _check(field: str, value: str, choices: tuple[str, ...]) -> None:
         raise ValueError(f"unknown {field} {value!r}; choose from: {', '.join(choices)}")
 
 
+def _spans(given) -> dict:
+    """Ranges as {field: (lo, hi)}: given so (a preset's, a stack file's) or as Stack holds them, (field, lo,
+    hi) triples (a Stack written with dataclasses.asdict and read back: a calibration case's descriptor)."""
+    if not given:
+        return {}
+    if isinstance(given, dict):
+        return dict(given)
+    return {k: (lo, hi) for k, lo, hi in given}
+
+
 def make_stack(given: dict, profile_defaults: dict | None = None, base: Stack = Stack(),
                preset: dict | None = None) -> Stack:
     """The one place a Stack is assembled from user, preset, profile and harness inputs.
@@ -301,9 +311,9 @@ def make_stack(given: dict, profile_defaults: dict | None = None, base: Stack = 
     host, ranges = {}, {}
     own = {k: (lo, hi) for k, lo, hi in base.ranges}       # the stack's own numbers' ranges, layer by layer
     for layer in layers:
-        own = {k: v for k, v in own.items() if k not in layer} | dict(layer.pop("ranges", None) or {})
+        own = {k: v for k, v in own.items() if k not in layer} | _spans(layer.pop("ranges", None))
         h = layer.pop("host", None)
-        spans = layer.pop("host_ranges", None) or {}
+        spans = _spans(layer.pop("host_ranges", None))
         if isinstance(h, HostStep):
             h = {f.name: getattr(h, f.name) for f in fields(HostStep)}
         if h is not None:
