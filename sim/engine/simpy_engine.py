@@ -109,18 +109,6 @@ class _Draws:
         return float(self._rng.exponential(mean_s))
 
 
-class _CountingEnv(simpy.Environment):
-    """An Environment that counts the events it schedules."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.n_events = 0
-
-    def schedule(self, event, priority=simpy.core.NORMAL, delay=0) -> None:
-        self.n_events += 1
-        super().schedule(event, priority, delay)
-
-
 class _Pass:
     """One forward pass on every rank: what the ranks share (the clock, the priced ops, the records) and
     the mechanisms that span ranks: a collective's rendezvous and its run at its slowest rank's pace."""
@@ -129,7 +117,7 @@ class _Pass:
                  rank_delay_s: tuple[float, ...], jitter_s: float, seed: int, record: bool,
                  arrival_mean_s: Callable[[Op], float] | None, host_s: Callable[[Op], float] | None,
                  issue_s: Callable[[Op], float] | None, arrival_wait_s: Callable[[Op], float] | None = None):
-        self.env = env = _CountingEnv()
+        self.env = env = simpy.Environment()
         self.schedule, self.phase, self.interference = schedule, schedule.step.phase, interference
         self.rank_delay_s, self.jitter_s = rank_delay_s, jitter_s
         self.arrival_mean_s, self.host_s = arrival_mean_s, host_s
@@ -157,12 +145,20 @@ class _Pass:
         for r in self.ranks:
             env.process(r.compute_stream())
             env.process(r.comm_stream())
-        env.run()
+        # env.run(), counting the events as they are processed: each scheduled one is, once (the run ends with none
+        # left), so no Python call per event is added to count them as they are scheduled
+        events, step = 0, env.step
+        try:
+            while True:
+                step()
+                events += 1
+        except simpy.core.EmptySchedule:
+            pass
         stalled = [r.rank for r in self.ranks if not r.finished]
         if stalled:     # an op waits for a value no op produces in time: a schedule bug, never silent
             raise RuntimeError(f"schedule {self.schedule.name}: simulation stalled on ranks {stalled}")
         return StepResult(max(r.done_s for r in self.ranks), self.ranks[0].exposed_s,
-                          sorted(self.records, key=lambda x: (x.rank, x.start_s, x.stream)), env.n_events, self.held,
+                          sorted(self.records, key=lambda x: (x.rank, x.start_s, x.stream)), events, self.held,
                           self.active and self.cs is None and not self.overlapped)
 
     def start_delay_s(self, rank: int) -> float:
