@@ -254,7 +254,8 @@ class _Rank:
     def __init__(self, sim: _Pass, env: simpy.Environment, rank: int):
         self.sim, self.env, self.rank = sim, env, rank
         self.start_s = self.host_ready_s = sim.start_delay_s(rank)
-        self.values: dict[str, simpy.Event] = {}
+        self.ready: set[str] = set()          # the values that exist on this rank
+        self.values: dict[str, simpy.Event] = {}   # an event per value an op waited for (value)
         self.comm_queue = simpy.Store(env)
         self.compute_busy = False
         self.comm_busy = False
@@ -286,7 +287,7 @@ class _Rank:
                 continue
             if env.now < ready:
                 yield from self.wait_for_launch(op, ready)
-            pending = [v for v in op.inputs if v != TOKENS and not self.value(v).triggered]
+            pending = [v for v in op.inputs if v != TOKENS and v not in self.ready]
             if pending:
                 yield from self.wait_for_inputs(op, pending)
             start = env.now
@@ -338,7 +339,7 @@ class _Rank:
         if sim.record:
             sim.records.append(Record(op.name, self.rank, COMPUTE, start_s, self.env.now, sim.phase, op.kind))
         for v in op.outputs:
-            self.value(v).succeed()
+            self.produce(v)
 
     def compute_slowdown(self) -> float:
         """Interference: the factor on the running compute op, beside the collective in flight or beside
@@ -359,7 +360,7 @@ class _Rank:
             op, ready = yield self.comm_queue.get()
             if env.now < ready:                   # not launched yet (the rank's launch chain)
                 yield from self.wait_for_launch(op, ready)
-            pending = [self.value(v) for v in op.inputs if not self.value(v).triggered]
+            pending = [self.value(v) for v in op.inputs if v not in self.ready]
             if pending:
                 yield env.all_of(pending)
             # a collective that reads another's result: the rank waited for that one to issue this one
@@ -379,7 +380,7 @@ class _Rank:
                 yield env.timeout(d)
             yield from sim.rendezvous(self, op)
             for v in op.outputs:
-                self.value(v).succeed()
+                self.produce(v)
 
     def host_node_ready_s(self, op: Op) -> float:
         """NCCL's host-node chain (`simulate`'s host_s): when the rank's chain of host nodes, from its start,
@@ -416,11 +417,20 @@ class _Rank:
     # -- what both streams share -------------------------------------------------------------------
 
     def value(self, name: str) -> simpy.Event:
-        """The event that fires once value `name` exists on this rank."""
+        """The event that fires once value `name` exists on this rank (asked by an op that waits for it)."""
         ev = self.values.get(name)
         if ev is None:
             ev = self.values[name] = self.env.event()
         return ev
+
+    def produce(self, name: str) -> None:
+        """Value `name` exists now: the ops waiting for it resume. A value no op waits for (it has no event: most
+        compute outputs, read by a later op of the same stream) schedules nothing: that event would run nothing
+        (as notify's), and such events were a fifth of all (the timelines are the same without them)."""
+        self.ready.add(name)
+        ev = self.values.get(name)
+        if ev is not None:
+            ev.succeed()
 
     def work_done(self, now: float) -> float:
         base, remaining, t0, rate = self.work
@@ -430,7 +440,10 @@ class _Rank:
         return [self.changed]
 
     def set_busy(self, stream: str, busy: bool) -> None:
-        setattr(self, f"{stream}_busy", busy)
+        if stream == COMPUTE:
+            self.compute_busy = busy
+        else:
+            self.comm_busy = busy
         self.notify()
 
     def notify(self) -> None:
