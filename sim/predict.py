@@ -28,7 +28,7 @@ from tpsim.sim.stack import host_lane
 from tpsim.sim.workload import Workload
 from tpsim.sim.engine.estimate import REL_TOL
 from tpsim.sim.prediction import Prediction
-from tpsim.sim.schedule.language import Schedule, build_plan, model_change, plan_of, runs
+from tpsim.sim.schedule.language import Schedule, build_plan, model_change, plan_of, runs_of
 from tpsim.sim.stack.spec import Step
 
 MODES = ("fast", "sampled", "brute")
@@ -214,7 +214,7 @@ class Simulator:
         (`settled`) and each run's layer launches in no more CPU time than the GPU time it adds: then
         the CPU's lead only grows with more layers, so no later op (the pass's tail included) waits
         for its launch either. Otherwise (a launch-bound pass) the pass is simulated whole."""
-        rs = runs(plan_of(spec, self.w.model.layers))
+        rs = runs_of(spec, self.w.model.layers)
         short = [min(end - first, WARM_LAYERS) for _, first, end in rs]
         chain = settled is not None and self._issue_time is not None and not self.w.stack.graphs(step.phase)
         base_pass = self.warm_pass(spec, step)
@@ -238,7 +238,7 @@ class Simulator:
         """The compressed pass the fast path measures first: each run of identical layers with WARM_LAYERS
         layers (all of a shorter run). Layers repeat, so it holds an op priced as each op of the whole
         pass is (what `_over_layers` rests on): a question about every op's price asks it of fewer ops."""
-        rs = runs(plan_of(spec, self.w.model.layers))
+        rs = runs_of(spec, self.w.model.layers)
         return self._short_pass(spec, rs, [min(end - first, WARM_LAYERS) for _, first, end in rs], step)
 
     def _issue_sum(self, sched: Schedule) -> float:

@@ -160,6 +160,10 @@ class _Layers(Mapping):
             self._built[key] = _roles(self._build[key]())
         return self._built[key]
 
+    def __contains__(self, key) -> bool:
+        # a layer built already, without Mapping's way through __getitem__ (lookup asks it of every op priced)
+        return key in self._built or super().__contains__(key)
+
     def __iter__(self):
         return iter(self._build)
 
