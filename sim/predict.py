@@ -20,7 +20,6 @@ import math
 from dataclasses import replace
 from typing import Callable
 
-from tpsim.sim.price import occupancy
 from tpsim.sim.price.cost import CostModel
 from tpsim.sim.engine import arrival
 from tpsim.sim.engine.simpy_engine import Interference, StepResult, simulate
@@ -87,7 +86,10 @@ class Simulator:
         p = workload.profile
         self.cost = like.cost if like is not None else CostModel(p, workload.stack, workload.gpus_per_node)
         # a GPU profile's overlap.gpu: co-scheduling per kernel (sim/price/coschedule.py) instead of flat factors
-        cosched = occupancy.coschedule(self.cost, p.coschedule, self.comm_s) if p.coschedule else None
+        cosched = None
+        if p.coschedule:
+            from tpsim.sim.price import occupancy     # lazy: the co-scheduling model, only for a profile with one
+            cosched = occupancy.coschedule(self.cost, p.coschedule, self.comm_s)
         self.interference = Interference(p.compute_slowdown, p.comm_slowdown, p.wake_s, cosched)
         self.sampler = None
         if self.mode == "sampled":
