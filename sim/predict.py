@@ -277,9 +277,13 @@ class Simulator:
         if hit is not None and hit[0] is sched and hit[1] is not None:
             return hit[1]
         phase, cost, issue = sched.step.phase, self.cost, self._issue_time
-        out = ({op.name: self.comm_s(op, phase) if op.is_comm else cost.compute_s(op, phase, sched)
-                for op in sched.ops},
-               {op.name: issue(op, phase, sched) for op in sched.ops} if issue is not None else None)
+        times: dict[str, float] = {}
+        launch: dict[str, float] | None = {} if issue is not None else None
+        for op in sched.ops:        # an op's time, then its launch: both read its kernels (CostModel.kernels_of)
+            times[op.name] = self.comm_s(op, phase) if op.is_comm else cost.compute_s(op, phase, sched)
+            if launch is not None:
+                launch[op.name] = issue(op, phase, sched)
+        out = (times, launch)
         if hit is not None and hit[0] is sched:
             self._priced[id(sched)] = (sched, out)
         return out
