@@ -166,11 +166,12 @@ def engine_ab(rev: str, rounds: int) -> None:
                                                   issue_s=issue)
                for name, mod in (("A", this_simpy), ("B", base_simpy))}
         a, b = fns["A"](), fns["B"]()
-        assert (a.duration_s, a.exposed_comm_s, a.events) == (b.duration_s, b.exposed_comm_s, b.events), label
+        # the same timeline (the events it takes may differ: one side may schedule fewer for it)
+        assert (a.duration_s, a.exposed_comm_s) == (b.duration_s, b.exposed_comm_s), label
         med = paired(fns, rounds)
         ratios.append(med["A"] / med["B"])
         print(f"    {label:46} A {med['A'] * 1e3:7.3f}  B {med['B'] * 1e3:7.3f}  A/B {ratios[-1]:5.3f}  "
-              f"({a.events} events)", flush=True)
+              f"({a.events} events, B {b.events})", flush=True)
     print(f"    geometric mean A/B {math.prod(ratios) ** (1 / len(ratios)):.3f}")
 
 

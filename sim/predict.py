@@ -20,7 +20,6 @@ import math
 from dataclasses import replace
 from typing import Callable
 
-from tpsim.sim.price import occupancy
 from tpsim.sim.price.cost import CostModel
 from tpsim.sim.engine import arrival
 from tpsim.sim.engine.simpy_engine import Interference, StepResult, simulate
@@ -28,7 +27,7 @@ from tpsim.sim.stack import host_lane
 from tpsim.sim.workload import Workload
 from tpsim.sim.engine.estimate import REL_TOL
 from tpsim.sim.prediction import Prediction
-from tpsim.sim.schedule.language import Schedule, build_plan, model_change, plan_of, runs
+from tpsim.sim.schedule.language import Schedule, build_plan, model_change, plan_of, runs_of
 from tpsim.sim.stack.spec import Step
 
 MODES = ("fast", "sampled", "brute")
@@ -87,7 +86,10 @@ class Simulator:
         p = workload.profile
         self.cost = like.cost if like is not None else CostModel(p, workload.stack, workload.gpus_per_node)
         # a GPU profile's overlap.gpu: co-scheduling per kernel (sim/price/coschedule.py) instead of flat factors
-        cosched = occupancy.coschedule(self.cost, p.coschedule, self.comm_s) if p.coschedule else None
+        cosched = None
+        if p.coschedule:
+            from tpsim.sim.price import occupancy     # lazy: the co-scheduling model, only for a profile with one
+            cosched = occupancy.coschedule(self.cost, p.coschedule, self.comm_s)
         self.interference = Interference(p.compute_slowdown, p.comm_slowdown, p.wake_s, cosched)
         self.sampler = None
         if self.mode == "sampled":
@@ -214,7 +216,7 @@ class Simulator:
         (`settled`) and each run's layer launches in no more CPU time than the GPU time it adds: then
         the CPU's lead only grows with more layers, so no later op (the pass's tail included) waits
         for its launch either. Otherwise (a launch-bound pass) the pass is simulated whole."""
-        rs = runs(plan_of(spec, self.w.model.layers))
+        rs = runs_of(spec, self.w.model.layers)
         short = [min(end - first, WARM_LAYERS) for _, first, end in rs]
         chain = settled is not None and self._issue_time is not None and not self.w.stack.graphs(step.phase)
         base_pass = self.warm_pass(spec, step)
@@ -238,7 +240,7 @@ class Simulator:
         """The compressed pass the fast path measures first: each run of identical layers with WARM_LAYERS
         layers (all of a shorter run). Layers repeat, so it holds an op priced as each op of the whole
         pass is (what `_over_layers` rests on): a question about every op's price asks it of fewer ops."""
-        rs = runs(plan_of(spec, self.w.model.layers))
+        rs = runs_of(spec, self.w.model.layers)
         return self._short_pass(spec, rs, [min(end - first, WARM_LAYERS) for _, first, end in rs], step)
 
     def _issue_sum(self, sched: Schedule) -> float:
@@ -275,9 +277,13 @@ class Simulator:
         if hit is not None and hit[0] is sched and hit[1] is not None:
             return hit[1]
         phase, cost, issue = sched.step.phase, self.cost, self._issue_time
-        out = ({op.name: self.comm_s(op, phase) if op.is_comm else cost.compute_s(op, phase, sched)
-                for op in sched.ops},
-               {op.name: issue(op, phase, sched) for op in sched.ops} if issue is not None else None)
+        times: dict[str, float] = {}
+        launch: dict[str, float] | None = {} if issue is not None else None
+        for op in sched.ops:        # an op's time, then its launch: both read its kernels (CostModel.kernels_of)
+            times[op.name] = self.comm_s(op, phase) if op.is_comm else cost.compute_s(op, phase, sched)
+            if launch is not None:
+                launch[op.name] = issue(op, phase, sched)
+        out = (times, launch)
         if hit is not None and hit[0] is sched:
             self._priced[id(sched)] = (sched, out)
         return out

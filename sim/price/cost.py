@@ -75,6 +75,7 @@ class CostModel(CollectiveCost):
         self.profile, self.stack = profile, stack
         self.gpus_per_node = gpus_per_node or profile.gpus_per_node
         self._cache: dict = {}
+        self._last_lookup: tuple | None = None      # kernels_of's last (schedule, op, answer)
         # measured points by the mode they price: keyed by "compiled" (fused kernels) or not
         self._points = _indexes(profile)
         # compute.l2 (sim/price/l2_traffic.py): a CUDA profile without it prices DRAM bytes only, noted once
@@ -95,7 +96,7 @@ class CostModel(CollectiveCost):
         if op.get("fused", 0):                   # an add / norm inside a fused all-reduce: priced there
             return 0.0
         fused, graphs = self.stack.compiled(phase), self.stack.graphs(phase, op.name)
-        hit = fusion.lookup(sched, op, self.profile.device) if (fused and sched is not None) else None
+        hit = self.kernels_of(sched, op) if (fused and sched is not None) else None
         if hit is not None:
             # the micro-batch's size is in the op's signature (its m / rows / batch / q_len attrs)
             key = ("compiled", op.signature, hit, sched.step, sched.model, sched.tp, graphs)
@@ -115,6 +116,16 @@ class CostModel(CollectiveCost):
                 extra = self._cache[key] = self._kernels_s(op, split, sched, graphs)
             t += extra
         return t
+
+    def kernels_of(self, sched: Schedule, op: Op) -> tuple[str, str, str] | None:
+        """fusion.lookup of `op` in `sched` on this profile's device. The last answer is kept (by identity): the
+        simulator prices an op's time and then its launch (compute_s, issue_s), and both ask it."""
+        last = self._last_lookup
+        if last is not None and last[0] is sched and last[1] is op:
+            return last[2]
+        hit = fusion.lookup(sched, op, self.profile.device)
+        self._last_lookup = (sched, op, hit)
+        return hit
 
     def _launch_s(self, graphs: bool) -> float:
         return self.profile.launch_s["graph" if graphs else "eager"]
@@ -150,7 +161,7 @@ class CostModel(CollectiveCost):
         if op.is_comm and op.attr("group") == 1:
             return 0.0
         fused = self.stack.compiled(phase)
-        hit = fusion.lookup(sched, op, self.profile.device) if (fused and sched is not None and not op.is_comm) else None
+        hit = self.kernels_of(sched, op) if (fused and sched is not None and not op.is_comm) else None
         key = ("issue", op.signature, phase, hit)
         t = self._cache.get(key)
         if t is None:

@@ -45,6 +45,7 @@ from tpsim.sim.schedule.builder import MicroBatch, kind_base, micro_batches
 from tpsim.sim.schedule.schedules import dbo, tokenweave
 from tpsim.sim.price.l2_traffic import SEQUENTIAL_PASSES, has_symbol, l2_bytes, mark_rereads
 from tpsim.sim.schedule.language import Op, Schedule
+from tpsim.sim.stack.spec import Step
 
 TABLE_PATH = Path(__file__).with_name("compiled_kernels.json")
 # The GPU decode table: the reference harness's decode graph through Inductor's Triton path
@@ -159,6 +160,10 @@ class _Layers(Mapping):
         if key not in self._built:
             self._built[key] = _roles(self._build[key]())
         return self._built[key]
+
+    def __contains__(self, key) -> bool:
+        # a layer built already, without Mapping's way through __getitem__ (lookup asks it of every op priced)
+        return key in self._built or super().__contains__(key)
 
     def __iter__(self):
         return iter(self._build)
@@ -290,14 +295,20 @@ SPLITS = {"dbo": dbo.split, "tokenweave": tokenweave.split}
 SEQ_PARALLEL_LIKE = ("seq-parallel", "async-tp")
 
 
-def layer_split(sched: Schedule, layer: int) -> list[MicroBatch] | None:
+def layer_split(sched: Schedule, layer: int) -> tuple[MicroBatch, ...] | None:
     """The micro-batches of the step in `layer`'s kind (token-split, dbo, tokenweave), None unsplit."""
-    kind = sched.plan[layer]
+    return _split(sched.plan[layer], sched.step)
+
+
+@functools.lru_cache(maxsize=4096)
+def _split(kind: str, step: Step) -> tuple[MicroBatch, ...] | None:
+    """layer_split's, once per (layer kind, step): pricing asks it of every op of a split layer, twice."""
     base = kind_base(kind)
     if base == "token-split":
-        return micro_batches(sched.step, int(kind.partition(":")[2] or 2))
+        return tuple(micro_batches(step, int(kind.partition(":")[2] or 2)))
     if base in SPLITS:
-        return SPLITS[base](sched.step)
+        mbs = SPLITS[base](step)
+        return tuple(mbs) if mbs is not None else None
     return None
 
 

@@ -81,7 +81,7 @@ class Op:
 
     @property
     def is_comm(self) -> bool:
-        return self.stream == COMM
+        return KINDS[self.kind] == COMM      # self.stream's, without its call: asked of every op of every pass
 
     def attr(self, key: str) -> int | str:
         for k, v in self.attrs:

@@ -102,6 +102,18 @@ def plan_of(spec: "str | ScheduleSpec", n_layers: int) -> tuple[str, ...]:
     return _plan(text, n_layers, schedule_def(text.partition(":")[0]))
 
 
+def runs_of(spec: str | ScheduleSpec, n_layers: int) -> tuple[tuple[str, int, int], ...]:
+    """runs(plan_of(spec, n_layers)), found once per (spec, depth): the fast path asks for them at every
+    pass it compresses (a walk over every layer each time)."""
+    text = str(spec)
+    return _runs(text, n_layers, schedule_def(text.partition(":")[0]))
+
+
+@functools.lru_cache(maxsize=1024)
+def _runs(spec: str, n_layers: int, defn) -> tuple[tuple[str, int, int], ...]:
+    return tuple(runs(_plan(spec, n_layers, defn)))      # keyed by the ScheduleDef too, as _plan
+
+
 def build_plan(name: str, plan: tuple[str, ...], model: ModelSpec, tp: int, step: Step,
                stack: Stack = Stack()) -> Schedule:
     """The ops of one forward pass whose layers follow `plan` (len(plan) == model.layers)."""

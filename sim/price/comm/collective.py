@@ -67,10 +67,16 @@ class CollectiveCost:
     def nccl_nnodes(self, group: int) -> int:
         """NCCL's nNodes for a group: boxes spanned, or more where P2P off splits a box
         (TopologyModel.nccl_nnodes); without a topology section, the boxes spanned."""
-        topo = self.topology()
-        if topo is None or (group > self.gpus_per_node and not topo.spec.multi_node):
-            return -(-group // self.gpus_per_node)
-        return topo.nccl_nnodes(group, self.gpus_per_node)
+        key = ("nccl_nnodes", group)            # once per group: host_s asks it at every collective simulated
+        n = self._cache.get(key)
+        if n is None:
+            topo = self.topology()
+            if topo is None or (group > self.gpus_per_node and not topo.spec.multi_node):
+                n = -(-group // self.gpus_per_node)
+            else:
+                n = topo.nccl_nnodes(group, self.gpus_per_node)
+            self._cache[key] = n
+        return n
 
     def collective_s(self, collective: str, nbytes: float, group: int, mode: str, impl: str | None = None,
                      width: int | None = None) -> float:
