@@ -103,7 +103,14 @@ STACK = {
 }
 HOST = {
     "overlap": (True, f"{_SA} disable_overlap_schedule: bool = False (scheduler.py event_loop_overlap)"),
-    "schedule_s": (0.0, "no public profiler measurement of SGLang's CUDA scheduler step found; 0 until fitted"),
+    "schedule_s": (71e-6, "a PROXY: no public profiler measurement of SGLang's scheduler step found; another Python "
+                          "engine's scheduler step measured here (bench/engine_host_path.py, vLLM v0.32.0 CPU build: "
+                          "Scheduler.schedule's intercept 71.3 us, sim/stack/presets/vllm.py): SGLang's event loop "
+                          "(managers/scheduler.py event_loop_overlap: recv_requests, get_next_batch_to_run, "
+                          "process_batch_result) is other Python doing the same kinds of work per iteration. Range: "
+                          "that measurement's low end, 35 us, to twice its high end, 290 us (the loop does more "
+                          "than vLLM's schedule call: its result processing too). Overlapped, it hides under the "
+                          "pass unless longer", (35e-6, 290e-6)),
     "handoff_tree_hop_s": (255.3e-6, "python/sglang/srt/managers/scheduler.py recv_requests: at tp_size > 1 every "
                                      "loop iteration calls broadcast_pyobj(recv_reqs, ..., self.tp_cpu_group); with no "
                                      "new request (steady decode) that is one gloo broadcast of an int64 [1] tensor "
