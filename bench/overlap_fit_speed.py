@@ -26,7 +26,7 @@ _checkout.load(args.checkout)
 
 from tpsim.calib.overlap_fit import case_descriptor, decode_schedule, fit_profile_overlap, pass_ratios  # noqa: E402
 from tpsim.sim.price.cost import CostModel  # noqa: E402
-from tpsim.sim.engine.simpy_engine import Interference  # noqa: E402
+from tpsim.sim.engine.step import Interference  # noqa: E402
 from tpsim.sim.model.presets import get_model  # noqa: E402
 from tpsim.sim.hardware.profile import load_profile  # noqa: E402
 from tpsim.sim.stack.spec import make_stack  # noqa: E402

@@ -2,7 +2,7 @@
 the calibration kept, and whether a measured speedup is determined at all given its spread."""
 from __future__ import annotations
 
-from tpsim.sim.engine.simpy_engine import Interference
+from tpsim.sim.engine.step import Interference
 from tpsim.sim.predict import Simulator, Workload
 
 from tpsim.calib.overlap_summary import factor_samples, profile_factors

@@ -34,7 +34,7 @@ from scipy.optimize import minimize
 
 from tpsim.sim.schedule import transform
 from tpsim.sim.price.cost import CostModel
-from tpsim.sim.engine.simpy_engine import Interference
+from tpsim.sim.engine.step import Interference
 from tpsim.sim.engine.heap_engine import compile_schedule, simulate_ranks
 from tpsim.sim.model.presets import get_model
 from tpsim.sim.schedule.language import Op, Schedule, build

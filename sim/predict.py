@@ -22,7 +22,8 @@ from typing import Callable
 
 from tpsim.sim.price.cost import CostModel
 from tpsim.sim.engine import arrival
-from tpsim.sim.engine.simpy_engine import Interference, StepResult, simulate
+from tpsim.sim.engine.step import Interference, StepResult
+from tpsim.sim.engine.simpy_engine import simulate
 from tpsim.sim.stack import host_lane
 from tpsim.sim.workload import Workload
 from tpsim.sim.engine.estimate import REL_TOL

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tpsim.sim.engine.estimate import Estimate
-from tpsim.sim.engine.simpy_engine import StepResult
+from tpsim.sim.engine.step import StepResult
 
 if TYPE_CHECKING:
     from tpsim.sim.predict import Simulator

@@ -7,7 +7,7 @@ import pytest
 from tpsim.sim.price.coschedule import Comm, CoSchedule, Kernel, memory_waves_s, pair_factors, start_delay_s
 from tpsim.sim.hardware.schema import GpuSpec
 from tpsim.sim.price.cost import CostModel
-from tpsim.sim.engine.simpy_engine import Interference
+from tpsim.sim.engine.step import Interference
 from tpsim.sim.model.presets import get_model
 from tpsim.sim.price.occupancy import nccl_channels, op_kernels
 from tpsim.sim.hardware.gemm_grids import RULE, GemmTile, gemm_tile

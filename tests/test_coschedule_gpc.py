@@ -7,7 +7,7 @@ import pytest
 
 from tpsim.sim.price.coschedule import Comm, CoSchedule, Kernel, start_delay_s
 from tpsim.sim.hardware.schema import GpuSpec
-from tpsim.sim.engine.simpy_engine import Interference
+from tpsim.sim.engine.step import Interference
 from tpsim.sim.hardware.gpc import cluster_size, clusters_free, fits, spread_idle
 from tpsim.sim.hardware.profile import ProfileError, load_profile
 from toy import AT_1, COSCHED_COST as COST, COSCHED_PASS as PASS, both, span

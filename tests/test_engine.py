@@ -1,7 +1,8 @@
 """Timelines pinned on toy integer costs (tests/toy.py): attention 2, MLP 3, collective C."""
 import pytest
 
-from tpsim.sim.engine.simpy_engine import Interference, simulate
+from tpsim.sim.engine.step import Interference
+from tpsim.sim.engine.simpy_engine import simulate
 from toy import ONE_LAYER, toy_schedule, toy_time
 
 

@@ -9,7 +9,8 @@ import pytest
 
 from tpsim.sim.price.cost import CostModel
 from tpsim.sim.price.work import op_work, roofline_s
-from tpsim.sim.engine.simpy_engine import Interference, simulate
+from tpsim.sim.engine.step import Interference
+from tpsim.sim.engine.simpy_engine import simulate
 from tpsim.sim.engine.heap_engine import compile_schedule, simulate_ranks
 from tpsim.sim.schedule.ir import COMM, COMPUTE
 from tpsim.sim.model.presets import get_model

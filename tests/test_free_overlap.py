@@ -222,7 +222,7 @@ def test_the_heap_engine_runs_them_as_simpy_does(spec, step, slow):
     """The rank engine of the sampled mode (sim/engine/heap_engine.py) gives SimPy's duration and exposed
     communication for every new schedule, with and without the overlap slowdown, on 1 and 3 ranks."""
     from tpsim.sim.engine.heap_engine import compile_schedule, simulate_ranks
-    from tpsim.sim.engine.simpy_engine import Interference
+    from tpsim.sim.engine.step import Interference
     inter = Interference(slow, slow)
     s = build(spec, ONE, 2, step, ST)
     t = toy({"shift": 1, "all_gather": 1, "all_reduce": 2}, step.tokens, norm=1)

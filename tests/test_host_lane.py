@@ -7,7 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from tpsim.sim.engine.simpy_engine import Interference, simulate
+from tpsim.sim.engine.step import Interference
+from tpsim.sim.engine.simpy_engine import simulate
 from tpsim.sim.engine.heap_engine import compile_schedule, simulate_ranks
 from tpsim.sim.stack.host_lane import HostStep, lane, spread_offsets, step_s, tree_hops
 from tpsim.sim.schedule.ir import COMM

@@ -8,7 +8,7 @@ differs, and a comm stream that runs collectives in issue order starts each one 
 either way. Toy costs (tests/toy.py): attention 2, MLP 3, collective C."""
 import pytest
 
-from tpsim.sim.engine.simpy_engine import Interference
+from tpsim.sim.engine.step import Interference
 from tpsim.sim.schedule.language import Schedule
 from tpsim.sim.schedule.transform import wait
 from toy import both, span, toy_schedule, toy_time

@@ -6,7 +6,8 @@ op 0; collectives a fixed time (latency-bound)."""
 import pytest
 
 from tpsim.sim.price.cost import CostModel
-from tpsim.sim.engine.simpy_engine import Interference, simulate
+from tpsim.sim.engine.step import Interference
+from tpsim.sim.engine.simpy_engine import simulate
 from tpsim.sim.model.presets import ModelSpec, get_model
 from tpsim.sim.hardware.profile import load_profile
 from tpsim.sim.schedule.language import build, model_change, parse_schedule

@@ -3,7 +3,7 @@ pinned on hand-computed timelines, and the engine's wake-up of a rank blocked on
 import pytest
 
 from tpsim.calib.overlap_fit import fit, pass_ratios
-from tpsim.sim.engine.simpy_engine import Interference
+from tpsim.sim.engine.step import Interference
 from tpsim.sim.schedule.language import Schedule
 from tpsim.sim.stack.spec import Step
 from toy import ONE_LAYER, STACK, TWO_AR_COST, TWO_AR_PASS, toy_op, toy_schedule, toy_time

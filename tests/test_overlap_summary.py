@@ -3,7 +3,8 @@ the simulator's engine reproduces the measured passes, pinned on hand-computed t
 import pytest
 
 from tpsim.calib.overlap_summary import summarize_passes
-from tpsim.sim.engine.simpy_engine import Interference, simulate
+from tpsim.sim.engine.step import Interference
+from tpsim.sim.engine.simpy_engine import simulate
 from tpsim.sim.schedule.language import Op, Schedule
 from toy import ONE_LAYER, STACK
 from tpsim.sim.stack.spec import Step

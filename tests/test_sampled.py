@@ -8,7 +8,8 @@ import pytest
 
 from tpsim.sim.price.coschedule import Comm, CoSchedule, Kernel
 from tpsim.sim.hardware.schema import GpuSpec
-from tpsim.sim.engine.simpy_engine import Interference, simulate
+from tpsim.sim.engine.step import Interference
+from tpsim.sim.engine.simpy_engine import simulate
 from tpsim.sim.engine.heap_engine import compile_schedule, simulate_ranks
 from tpsim.sim.model.presets import get_model
 from tpsim.sim.predict import Simulator, Workload, predict

@@ -55,7 +55,7 @@ COMMANDS = {
     # the long prose of issue 48: the sensitivity note (398 columns), a preset's stack line (259), the jitter
     # note of --exact over two nodes, a P2P-off NCCL line (235), trace's and import's summaries (173, 136)
     "predict p2p-off": ["predict", "--model", "llama-3.1-8b", "--tp", "8", "--profile", "h100-sxm-p2p-off"],
-    "predict --stack vllm": ["predict", "--stack", "vllm", "--model", "llama-3.1-70b", "--tp", "8", "--batch", "8"],
+    "predict --stack vllm batch 8": ["predict", "--stack", "vllm", "--model", "llama-3.1-70b", "--tp", "8", "--batch", "8"],
     "predict --exact 2 nodes": ["predict", "--model", "llama-3.1-8b", "--tp", "16", "--exact", "--schedule", "ladder"],
     "collective p2p-off": ["collective", "--profile", "h100-sxm-p2p-off", "--group", "8", "--bytes", "8"],
     "trace": ["trace", "--model", "llama-3.1-8b", "--tp", "4", "--schedule", "ladder", "--out", "t.json"],

@@ -2,7 +2,8 @@
 and the timelines the engine gives them on hand-written costs."""
 import pytest
 
-from tpsim.sim.engine.simpy_engine import Interference, simulate
+from tpsim.sim.engine.step import Interference
+from tpsim.sim.engine.simpy_engine import simulate
 from tpsim.sim.model.presets import get_model
 from tpsim.sim.schedule.language import build
 from tpsim.sim.stack.spec import Stack, Step

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from tpsim.sim.engine.simpy_engine import Interference
+from tpsim.sim.engine.step import Interference
 from tpsim.sim.schedule.ir import Op, Schedule, TOKENS
 
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 from tpsim.sim.engine.compiled import Compiled, compile_schedule  # noqa: F401  (the engine's input, re-exported)
-from tpsim.sim.engine.simpy_engine import Interference
+from tpsim.sim.engine.step import Interference
 
 
 class Event(IntEnum):
