@@ -3,7 +3,7 @@ protocol (docs/design.md), the software stack, and the checks that it can run at
 predicts it)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from tpsim.sim import fp8
 from tpsim.sim.hardware.profile import Profile
@@ -12,8 +12,6 @@ from tpsim.sim.model.presets import ModelSpec
 from tpsim.sim.price import flash_prefill
 from tpsim.sim.schedule.language import Schedule, build
 from tpsim.sim.stack.spec import Stack, Step
-
-KEPT_PASSES = 64
 
 
 @dataclass(frozen=True)
@@ -31,10 +29,6 @@ class Workload:
     memory_check: bool = True             # refuse a workload whose rank does not fit the profile's memory
     comm_group: int | None = None         # ranks the collectives really span (1: one rank of a TP job
                                           # emulated on one GPU, as `tpsim bench --emulate-tp`); None: tp
-    # the full passes schedule() built, kept while the workload lives: predict's checks ask for the same
-    # (schedule, step) pairs again (sim/sensitivity.py: which ranged numbers an op reads); at most
-    # KEPT_PASSES of them (a serving run prices many mixed steps, each once)
-    passes: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not (self.comm_bw_scale > 0 and self.comm_lat_scale > 0):
@@ -81,14 +75,7 @@ class Workload:
         return flash_prefill.skips_masked_tiles(self.stack.attention_for(self.model.architecture))
 
     def schedule(self, spec: str, step: Step) -> Schedule:
-        """The pass of schedule `spec` for `step`, built once per workload (Schedule and its ops are frozen)."""
-        key = (str(spec), step)
-        got = self.passes.get(key)
-        if got is None:
-            got = build(spec, self.model, self.tp, step, self.stack)
-            if len(self.passes) < KEPT_PASSES:
-                self.passes[key] = got
-        return got
+        return build(spec, self.model, self.tp, step, self.stack)
 
     def prefill_step(self) -> Step:
         return Step.prefill(self.batch, self.prompt_len, self.gen_len, self.stack)
