@@ -53,14 +53,20 @@ def main() -> None:
         plot(data, args.out)
 
 
+STYLES = ("-", "-", "-", ":", "-", "--", "-.")
+MARKERS = ("o", "s", "^", "v", "D", "x", "P")
+
+
 def plot(data: list[dict], out: str) -> None:
     import matplotlib                # lazy: the plot extra, only for the figure
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # lazy: see above
     fig, axes = plt.subplots(1, len(SCHEDULES), figsize=(10, 4), sharey=True)
     for ax, s in zip(axes, SCHEDULES):
-        for (name, style, mark) in zip(PRESETS, ("-", "-", "-", ":", "-", "--"), ("o", "s", "^", "v", "D", "x")):
-            pts = [r for r in data if r["stack"] == name]     # dashed: trtllm can coincide with sglang
+        # one style per preset, in PRESETS' order; an older version line dotted or dashed, trtllm@1 dashed as it
+        # can coincide with sglang; a preset added without a style here fails the zip (strict)
+        for (name, style, mark) in zip(PRESETS, STYLES, MARKERS, strict=True):
+            pts = [r for r in data if r["stack"] == name]
             ax.plot([r["batch"] for r in pts], [r[s] for r in pts], marker=mark, ls=style, label=name)
         ax.set_xscale("log", base=2)
         ax.set_xticks(BATCHES, [str(b) for b in BATCHES])

@@ -88,8 +88,36 @@ def test_xqa_ctas_per_kv_head_from_the_past_length():
     # the graph fixes M at capture: 90 CTAs per head, of which cdiv(7000, 256) = 28 have a tile
     g = dg.xqa(shape(), 132, knobs("xqa", graph_capture_kv_len=131071), graphs=True)
     assert (g.splits_launched, g.splits, g.active, g.tokens, g.combine) == (90, 28, 56, 256, "in-kernel")
-    off = dg.xqa(shape(), 132, knobs("xqa", multi_block=False), graphs=True)
-    assert (off.ctas, off.active, off.tokens, off.combine, off.extra_kernels) == (2, 2, 7000, "", 0)
+    # multi-block off with 20 sequences x 2 KV heads = 40 CTAs (40 x 4 >= 132: the dispatcher keeps XQA)
+    off = dg.xqa(shape(batch=20), 132, knobs("xqa", multi_block=False), graphs=True)
+    assert (off.kernel, off.ctas, off.active, off.tokens, off.combine, off.extra_kernels) == ("xqa", 40, 40, 7000, "", 0)
+
+
+def test_the_xqa_dispatcher_falls_back_to_masked_mha_where_it_sees_no_gain():
+    """mayHavePerfGain, 132 SMs: XQA only when KV heads x batch x M, times 4, reaches 132. Multi-block off:
+    M = 1, so 2 KV heads x 1 sequence = 2 (8 < 132) -> masked MHA; 17 sequences: 34 x 4 = 136 -> XQA. On
+    (1.x, 128-token blocks, at least 1): past 6999 -> 54 x 2 = 108 -> XQA; past 199 -> 1 x 2 -> MHA. The
+    'cap8' runners count 512-token blocks with no floor: past 511 -> 0 CTAs -> MHA."""
+    assert dg.xqa_has_gain(1, 2, 6999, 132, knobs("xqa", multi_block=False)) == (False, 2)
+    assert dg.xqa_has_gain(17, 2, 6999, 132, knobs("xqa", multi_block=False)) == (True, 34)
+    assert dg.xqa_has_gain(1, 2, 6999, 132, knobs("xqa")) == (True, 108)
+    assert dg.xqa_has_gain(1, 2, 199, 132, knobs("xqa")) == (False, 2)
+    assert dg.xqa_has_gain(1, 2, 511, 132, knobs("xqa", heuristic="cap8")) == (False, 0)
+    # masked MHA, multi-block off, 16 query heads x 1 sequence: the launch grows the CTA to
+    # min(256 x min(cdiv(132 x 4, 16) = 33, 4), 1024) = 1024 threads; each of the 16 CTAs streams all 7000 tokens
+    g = dg.xqa(shape(), 132, knobs("xqa", multi_block=False), graphs=False)
+    assert (g.kernel, g.ctas, g.active, g.splits, g.tokens, g.combine, g.extra_kernels) == \
+        ("mmha", 16, 16, 1, 7000, "", 0)
+    assert "1024 threads per CTA" in g.rule and "mayHavePerfGain false" in g.rule
+    assert "per (sequence, query head)" in g.describe()
+    # 200 CTAs: 256 x cdiv(528, 200) = 768 -> 512; 400: 256 x 2 = 512; 600: 256 x 1 = 256
+    assert [dg.mmha_block_size(n, 132) for n in (16, 200, 400, 600)] == [1024, 512, 512, 256]
+    # multi-block on, past 1999 (MHA: 30 x 4 < 132): 1024 threads, one resident per SM, cdiv(132, 16) = 9
+    # blocks balanced, at most cdiv(2000, cdiv(1024, 16) x 8 = 512) = 4: 4 tiles of 500 tokens, merged in-kernel
+    m = dg.xqa(shape(kv_len=2000), 132, knobs("xqa"), graphs=False)
+    assert (m.kernel, m.ctas, m.splits, m.tokens, m.combine, m.extra_kernels) == ("mmha", 64, 4, 500, "in-kernel", 1)
+    # under a graph the dispatcher decides at capture: 1.x's 131071-token capture always takes XQA
+    assert dg.xqa(shape(kv_len=200), 132, knobs("xqa", graph_capture_kv_len=131071), graphs=True).kernel == "xqa"
 
 
 def test_flashinfer_and_paged_attention_grids():
@@ -213,6 +241,18 @@ def test_a_stack_file_overrides_a_presets_knobs_knob_by_knob(tmp_path):
     assert make_stack({}, preset=PRESETS["vllm"].values).attention_knobs == PRESETS["vllm"].values["attention_knobs"]
 
 
+def _decode_70b_tp4(prof, stack, prompt: int) -> tuple:
+    """70B TP4 batch 1, upper-bound (no collectives): (the first decode step's seconds, its layer-1 attention
+    op's compute seconds, the op's (Grid, Terms) or None)."""
+    w = Workload(get_model("llama-3.1-70b"), 4, prof, 1, prompt, 2, stack, memory_check=False)
+    sim = Simulator(w, record=False)
+    step = w.decode_step(1)
+    sched = w.schedule("upper-bound", step)
+    op = next(op for op in sched.ops if op.kind == "attention")
+    return (sim.step_time("upper-bound", step)[0], sim.cost.compute_s(op, "decode", sched),
+            sim.cost.decode_attention(op, stack.graphs("decode", op.name)))
+
+
 @pytest.mark.parametrize("name", ["vllm", "sglang", "trtllm", "reference", "eager"])
 def test_each_presets_decode_step_grows_with_the_context_as_its_kernel_dictates(name):
     """70B TP4 batch 1 on h100-sxm, upper-bound (no collectives): a decode step at a 2000- and a 32000-token
@@ -222,16 +262,7 @@ def test_each_presets_decode_step_grows_with_the_context_as_its_kernel_dictates(
     48 GB/s per layer. Math SDPA (reference, eager) has no grid (eager's step: its launch chain hides part)."""
     prof = load_profile("h100-sxm")
     stack = make_stack({}, prof.stack_defaults, preset=PRESETS[name].values)
-    steps = {}
-    for prompt in (2000, 32000):
-        w = Workload(get_model("llama-3.1-70b"), 4, prof, 1, prompt, 2, stack, memory_check=False)
-        sim = Simulator(w, record=False)
-        step = w.decode_step(1)
-        sched = w.schedule("upper-bound", step)
-        op = next(op for op in sched.ops if op.kind == "attention")
-        steps[prompt] = (sim.step_time("upper-bound", step)[0], sim.cost.compute_s(op, "decode", sched),
-                         sim.cost.decode_attention(op, stack.graphs("decode", op.name)))
-    (s0, a0, g0), (s1, a1, g1) = steps[2000], steps[32000]
+    (s0, a0, g0), (s1, a1, g1) = (_decode_70b_tp4(prof, stack, prompt) for prompt in (2000, 32000))
     if stack.decode_graphs:
         assert s1 - s0 == pytest.approx(80 * (a1 - a0), rel=1e-6) and a1 > a0
     else:       # eager: the CPU's launch chain runs ahead of short kernels, and hides part of the growth
@@ -249,6 +280,30 @@ def test_each_presets_decode_step_grows_with_the_context_as_its_kernel_dictates(
     assert t[1].s - t[0].s == pytest.approx(30000 * 512 / 48e9)
 
 
+def test_the_tensorrt_engine_line_streams_each_query_heads_context_in_one_cta():
+    """trtllm@0.11 (multi-block off, no CUDA graphs), 70B TP4 batch 1 on h100-sxm, upper-bound: the XQA
+    dispatcher sees 2 KV heads x 1 sequence (8 < 132) and runs masked MHA, 16 CTAs of 1024 threads, each
+    streaming its query head's whole context: from 2001 to 32001 tokens one CTA reads 30000 x 512 B more, at
+    48 GB/s 320 us per layer, CTA-bound at both ends. The step grows by at most 80 layers of it (eager: the
+    launch chain runs ahead of short kernels). The 1.x line (trtllm: XQA multi-block under its graphs) grows
+    far less: bandwidth-bound, 2 x 30000 x 512 B over the HBM roofline per layer."""
+    prof = load_profile("h100-sxm")
+    got = {}
+    for name in ("trtllm@0.11", "trtllm"):
+        stack = make_stack({}, prof.stack_defaults, preset=PRESETS[name].values)
+        for prompt in (2000, 32000):
+            step_s, attn_s, (grid, t) = _decode_70b_tp4(prof, stack, prompt)
+            got[name, prompt] = (step_s, attn_s, grid, t)
+    (s0, a0, g0, t0), (s1, a1, g1, t1) = got["trtllm@0.11", 2000], got["trtllm@0.11", 32000]
+    assert (g0.kernel, g0.ctas, g0.tokens, g1.tokens) == ("mmha", 16, 2001, 32001)
+    assert t0.bound == t1.bound == "CTAs" and t1.s - t0.s == pytest.approx(30000 * 512 / 48e9)
+    assert a1 - a0 == pytest.approx(t1.s - t0.s)
+    assert 0.9 * 80 * (a1 - a0) < s1 - s0 <= 80 * (a1 - a0) * (1 + 1e-9)
+    (n0, _, h0, u0), (n1, _, h1, u1) = got["trtllm", 2000], got["trtllm", 32000]
+    assert h0.kernel == h1.kernel == "xqa" and u0.bound == u1.bound == "bandwidth"
+    assert (n1 - n0) < (s1 - s0) / 4
+
+
 def test_show_prints_the_grid_and_split_of_the_decode_attention():
     res = CliRunner().invoke(main, ["show", "--stack", "vllm", "--model", "llama-3.1-70b", "--tp", "4",
                                     "--prompt", "7000", "--gen", "100"])
@@ -257,6 +312,12 @@ def test_show_prints_the_grid_and_split_of_the_decode_attention():
     assert ("decode attention: L1.attn.sdpa, kv_len 7001, 16/2 heads per rank: fa3: 56 of 64 CTAs stream KV, 28 "
             "splits per (sequence, KV head) (32 launched), <= 256 tokens per CTA" in flat)
     assert "bandwidth-bound on 132 SMs (CUDA graph)" in flat
+    res = CliRunner().invoke(main, ["show", "--stack", "trtllm@0.11", "--model", "llama-3.1-70b", "--tp", "4",
+                                    "--prompt", "7000", "--gen", "100"])
+    flat = " ".join(res.output.split())
+    assert ("mmha: 16 of 16 CTAs stream KV, 1 split per (sequence, query head), <= 7001 tokens per CTA; XQA "
+            "dispatcher: 2 CTAs x 4 < 132 SMs (mayHavePerfGain false)" in flat)
+    assert "one CTA's 3500 KiB at 48 GB/s 74.7 us + combine 0.0 us): CTAs-bound on 132 SMs" in flat
     res = CliRunner().invoke(main, ["show", "--model", "llama-3.1-70b", "--tp", "4"])
     assert "math SDPA, bmm + softmax + bmm over the cache (no split-KV kernel" in " ".join(res.output.split())
 

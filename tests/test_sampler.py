@@ -114,7 +114,8 @@ def test_the_sampler_kernels_in_a_toy_decode_timeline():
 def test_presets_name_their_sampler_and_unknown_names_are_refused():
     assert {n: _stack(n).sampler for n in PRESETS} == {
         "reference": "argmax", "eager": "argmax", "vllm@0.11": "vllm-v1-random", "vllm@0.6": "vllm-v0-random",
-        "sglang@0.5": "sglang-greedy", "trtllm@1": "trtllm-torch-greedy"}
+        "sglang@0.5": "sglang-greedy", "trtllm@1": "trtllm-torch-greedy",
+        "trtllm@0.11": "trtllm-torch-greedy"}
     for s in sampler.SAMPLERS.values():
         assert s.path and all(k.source for k in s.kernels), s.name
     assert [s.logits_kernels for s in sampler.SAMPLERS.values()] == [0, 0, 1, 1]

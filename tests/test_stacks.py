@@ -19,7 +19,7 @@ WORKLOAD = ["--model", "llama-3.1-70b", "--tp", "4", "--batch", "8", "--prompt",
 
 
 def test_every_preset_value_names_a_source_and_builds_a_stack():
-    assert set(PRESETS) == {"reference", "eager", "vllm@0.11", "vllm@0.6", "sglang@0.5", "trtllm@1"}
+    assert set(PRESETS) == {"reference", "eager", "vllm@0.11", "vllm@0.6", "sglang@0.5", "trtllm@1", "trtllm@0.11"}
     for name, p in PRESETS.items():
         keys = {k for k in p.values if k not in ("host", "preset", "host_ranges", "ranges")} | \
             {f"host.{k}" for k in p.values.get("host", {})}
@@ -95,7 +95,7 @@ def test_predict_every_preset_runs_and_reports_it(preset):
     assert r.exit_code == 0, r.output
     out = json.loads(r.output)
     assert out["stack"]["preset"] == preset
-    module = {"vllm@0.6": "vllm_v0"}.get(preset, preset.partition("@")[0])
+    module = {"vllm@0.6": "vllm_v0", "trtllm@0.11": "trtllm_trt"}.get(preset, preset.partition("@")[0])
     assert out["stack"]["preset_info"]["from"] == f"sim/stack/presets/{module}.py"
     assert set(out["stack"]["host"]) >= {"schedule_s", "overlap"}
     assert {s["schedule"] for s in out["schedules"]} == {"ladder"}

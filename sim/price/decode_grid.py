@@ -15,7 +15,8 @@ Price: the larger of
     profile's per-CTA rate (compute.decode_attention.cta_gbps, a kernel-level number with the range its
     sources give), plus the combine where the split has one.
 So an unsplit kernel at long context grows with the context at one CTA's rate, a split one is bandwidth-
-bound. The combine: a separate kernel (FA2/FA3 combine, FlashInfer's merge, paged v2's reduce) reads the
+bound. TensorRT-LLM's XQA is reached through its dispatcher, which falls back to masked MHA (mmha) where it
+expects no gain: the TensorRT-engine line (0.9-0.12, multi-block off by default) at small batch. The combine: a separate kernel (FA2/FA3 combine, FlashInfer's merge, paged v2's reduce) reads the
 splits' fp32 partials and writes the output, at the profile's roofline with one kernel's device floor;
 XQA merges in-kernel (its last CTA per head reads the others' partials, at the per-CTA rate) after a
 semaphore memset (one more node, a device floor).
@@ -26,7 +27,7 @@ dim d, L the KV length the op reads; one KV token of one head is 2 d dtype bytes
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tpsim.sim.price import flash_decode
 from tpsim.sim.price.work import Work, roofline_s
@@ -55,6 +56,10 @@ class Shape:
         return 2 * self.head_dim * self.dtype_bytes
 
 
+# the kernels whose CTAs each serve one query head (no GQA sharing): their splits are per (sequence, query head)
+PER_QUERY_HEAD = ("mmha", "vllm-paged")
+
+
 @dataclass(frozen=True)
 class Grid:
     """What a decode kernel launches for one step: `ctas` in the grid (`active` of them with KV to
@@ -73,8 +78,9 @@ class Grid:
     rule: str                # one line: the rule's choice and why
 
     def describe(self) -> str:
+        unit = "query head" if self.kernel in PER_QUERY_HEAD else "KV head"
         head = (f"{self.kernel}: {self.active} of {self.ctas} CTAs stream KV, {self.splits} split"
-                f"{'s' if self.splits != 1 else ''} per (sequence, KV head)")
+                f"{'s' if self.splits != 1 else ''} per (sequence, {unit})")
         if self.splits_launched != self.splits:
             head += f" ({self.splits_launched} launched)"
         comb = {"kernel": ", + combine kernel", "in-kernel": ", combined in-kernel", "": ""}[self.combine]
@@ -237,14 +243,36 @@ def xqa_ctas_per_head(batch: int, kv_heads: int, history: int, sms: int, heurist
     return max(min(m, XQA_MAX_SUB_SEQ // batch if heuristic == "sqrt" else 8), 1)
 
 
+def xqa_has_gain(batch: int, kv_heads: int, history: int, sms: int, k: dict) -> tuple[bool, int]:
+    """(whether the XQA dispatcher runs XQA, its CTA estimate): mayHavePerfGain (decoderXQAImplJIT.cpp in 1.x;
+    the older runners' XQAKernelList, decoderXQARunner.cpp): block_count = KV heads x batch x M, M = 1 with
+    multi-block off, else past length // kMinHistoryTokensPerBlock (1.x: at least 1 of 128-token blocks;
+    'cap8' runners: 512, no floor); XQA only when block_count x kEnableMinBlockFactor (4.0) >= SMs, else
+    the generation step falls back to masked MHA (mmha). TRTLLM_FORCE_XQA (not modelled) skips the test."""
+    if not k["multi_block"]:
+        m = 1
+    elif k["heuristic"] == "sqrt":
+        m = max(1, history // 128)
+    else:
+        m = history // 512
+    blocks = kv_heads * batch * m
+    return blocks * 4.0 >= sms, blocks
+
+
 def xqa(s: Shape, sms: int, k: dict, graphs: bool) -> Grid:
     """XQA: grid (M, hkv, b), 256-token tiles, CTA i takes tiles i, i + M, ... (interleaved), the whole GQA
     group in one CTA; M from the past length (max_past_kv_length), which a CUDA graph fixes at capture
     (TRT-LLM 1.x captures each generation graph with one dummy request of max_seq_len - 1 tokens:
     _torch/pyexecutor/model_engine.py _create_cuda_graph_warmup_request; knob graph_capture_kv_len).
-    Multi-block off (knob multi_block): one CTA per (sequence, KV head) streams the whole context."""
+    Multi-block off (knob multi_block): one CTA per (sequence, KV head) streams the whole context. Where
+    the dispatcher sees no gain (xqa_has_gain: few KV heads x sequences, multi-block off or a short past)
+    masked MHA runs instead (mmha), decided at capture under a graph."""
     capture = k["graph_capture_kv_len"] if graphs else 0
     history = max(s.kv_len - 1, capture)
+    gain, blocks = xqa_has_gain(s.batch, s.kv_heads, history, sms, k)
+    if not gain:
+        g = mmha(s, sms, k["multi_block"], history)
+        return replace(g, rule=f"XQA dispatcher: {blocks} CTAs x 4 < {sms} SMs (mayHavePerfGain false) -> {g.rule}")
     m = xqa_ctas_per_head(s.batch, s.kv_heads, history, sms, k["heuristic"]) if k["multi_block"] else 1
     tiles = cdiv(s.kv_len, XQA_TILE)
     active = min(m, tiles)
@@ -254,6 +282,48 @@ def xqa(s: Shape, sms: int, k: dict, graphs: bool) -> Grid:
                 min(cdiv(tiles, m) * XQA_TILE, s.kv_len), "in-kernel" if m > 1 else "",
                 _partials(s.batch * s.heads, active, s.head_dim) / max(s.batch * s.kv_heads, 1) if m > 1 else 0.0,
                 int(m > 1), why)
+
+
+# -- TensorRT-LLM masked multi-head attention, XQA's fallback (cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttention/
+#    decoderMaskedMultiheadAttentionLaunch.h mmha_launch_kernel_ex and multi_block_grid_setup, read at
+#    v0.11.0 = 05316d33, the tensorrt_llm submodule of triton-inference-server/tensorrtllm_backend v0.11.0)
+
+MMHA_THREADS = 256          # mmha_launch_kernel_dispatch: THDS_PER_BLOCK 256
+MMHA_WARPS_PER_SM = 32      # the launch's comment: 'The max number of warps we can launch per SM is 32 limited by registers'
+MMHA_THREADS_PER_VALUE = 16  # threads_per_value<T>(dh_max(Dh)): 128 x 2 B / 16 B per load, bf16/fp16 at head_dim 128
+MMHA_KV_LOOP_UNROLL = 8     # multi_block_grid_setup: 'each block at least processes one loop of kv (unroll size 8)'
+
+
+def mmha_block_size(ctas: int, sms: int) -> int:
+    """The dynamic block size: with batch x heads < 4 x SMs the launch grows the CTA to fill the SMs,
+    min(256 x min(cdiv(SMs x blocks_per_sm, ctas), blocks_per_sm), 1024), rounded down to 256, 512 or 1024
+    (blocks_per_sm: the occupancy query at 256 threads, 32 warps / 8 = 4 by the code's comment)."""
+    per_sm = MMHA_WARPS_PER_SM * 32 // MMHA_THREADS
+    size = min(MMHA_THREADS * min(cdiv(sms * per_sm, ctas), per_sm), 1024)
+    return 256 if size < 512 else 512 if size < 1024 else 1024
+
+
+def mmha(s: Shape, sms: int, multi_block: bool, timestep: int) -> Grid:
+    """Masked MHA: grid (hq, b, seq_len_tile), one CTA per query head and sequence (no GQA sharing: each of
+    a group's CTAs reads its KV head), RoPE and the cache write inside the kernel. Multi-block off: one
+    CTA streams the whole context (timestep + 1 tokens), 256 threads, or up to 1024 when batch x heads <
+    4 x SMs (mmha_block_size). Multi-block on: seq_len_tile = clamp(cdiv(SMs x resident CTAs, b x hq), 1,
+    cdiv(timestep + 1, cdiv(block, 16) x 8)) (multi_block_grid_setup; the op's max_seq_len_tile, a bound
+    set elsewhere, not modelled), the partials reduced in-kernel by each (head, sequence)'s last CTA
+    (params.block_counter)."""
+    ctas = s.batch * s.heads
+    block = MMHA_THREADS if (not multi_block and ctas >= 4 * sms) else mmha_block_size(ctas, sms)
+    tiles, length = 1, timestep + 1
+    if multi_block:
+        resident = MMHA_WARPS_PER_SM * 32 // block
+        per_loop = cdiv(block, MMHA_THREADS_PER_VALUE) * MMHA_KV_LOOP_UNROLL
+        tiles = max(min(cdiv(sms * resident, ctas), cdiv(length, per_loop)), 1)
+    tokens = min(cdiv(length, tiles), s.kv_len)
+    active = cdiv(s.kv_len, tokens)
+    why = (f"masked MHA, {block} threads per CTA, " +
+           (f"{tiles} blocks per sequence" if tiles > 1 else "one CTA per query head streams the whole context"))
+    return Grid("mmha", ctas * tiles, ctas * active, active, tiles, tokens, "in-kernel" if tiles > 1 else "",
+                _partials(ctas, active, s.head_dim) / ctas if tiles > 1 else 0.0, int(tiles > 1), why)
 
 
 # -- vLLM paged attention v1/v2 (vllm/attention/ops/paged_attn.py, csrc/attention/attention_kernels.cu)

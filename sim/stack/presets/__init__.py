@@ -45,7 +45,7 @@ from tpsim.sim.bounds import check_time
 from tpsim.sim.stack.host_lane import COUNTS, FLAGS, HostStep
 from tpsim.sim.stack.impls import normalize_knobs
 from tpsim.sim.stack.spec import RANGEABLE, Stack, make_stack
-from tpsim.sim.stack.presets import eager, reference, sglang, trtllm, vllm, vllm_v0
+from tpsim.sim.stack.presets import eager, reference, sglang, trtllm, trtllm_trt, vllm, vllm_v0
 
 STACK_FORMAT = "tpsim-stack"
 
@@ -160,7 +160,7 @@ class _Registry(dict):
         return self[key] if key in self else default
 
 
-_MODULES = (reference, eager, vllm, vllm_v0, sglang, trtllm)
+_MODULES = (reference, eager, vllm, vllm_v0, sglang, trtllm, trtllm_trt)
 # the registry: one module each, NAME@LINE for an engine's line; NAME alone names its CURRENT line
 # (`--stack vllm` = vllm@0.11)
 ALIASES: dict[str, str] = {m.NAME: preset_name(m) for m in _MODULES if getattr(m, "CURRENT", False)}
