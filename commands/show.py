@@ -46,7 +46,7 @@ def show(model, spec, tp, layer, phase, batch, prompt_len, gen_len, profile, sta
     prof = load_profile(profile)
     preset = load_stack(stack_name) if stack_name is not None else None
     stack = make_stack(model_given(m, stack_given(**stack_flags)), prof.stack_defaults,
-                       preset=preset.values if preset else None)
+                       preset=preset.values if preset else None).for_model(m.max_context)   # as Workload sets it
     if phase == "decode" and gen_len < 2:
         raise ValueError("a decode step needs --gen >= 2 (the prefill makes token 1); or --phase prefill")
     step = (Step.prefill(batch, prompt_len, gen_len, stack) if phase == "prefill"

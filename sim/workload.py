@@ -31,6 +31,9 @@ class Workload:
                                           # emulated on one GPU, as `tpsim bench --emulate-tp`); None: tp
 
     def __post_init__(self) -> None:
+        # a decode kernel's graph length that follows the model's context (an engine's capture or page-table
+        # width: Stack.for_model) is set here, once, for every path that prices this workload
+        object.__setattr__(self, "stack", self.stack.for_model(self.model.max_context))
         if not (self.comm_bw_scale > 0 and self.comm_lat_scale > 0):
             raise ValueError("bandwidth and latency scales must be positive")
         for name, flag in (("batch", "--batch"), ("prompt_len", "--prompt"), ("gen_len", "--gen")):

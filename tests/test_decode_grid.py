@@ -236,7 +236,8 @@ def test_a_stack_file_overrides_a_presets_knobs_knob_by_knob(tmp_path):
     f.write_text(json.dumps({"format": "tpsim-stack", "extends": "trtllm",
                              "stack": {"attention_knobs": {"xqa": {"multi_block": False}}}}))
     st = make_stack({}, preset=load_stack(str(f)).values)
-    assert st.knobs("xqa") == {"multi_block": False, "heuristic": "sqrt", "graph_capture_kv_len": 131071}
+    assert st.knobs("xqa") == {"multi_block": False, "heuristic": "sqrt", "graph_capture_kv_len": 131071,
+                               "graph_len_model": True}
     # the preset's value compares equal to the stack's (predict --json lists its source)
     assert make_stack({}, preset=PRESETS["vllm"].values).attention_knobs == PRESETS["vllm"].values["attention_knobs"]
 
@@ -251,6 +252,34 @@ def _decode_70b_tp4(prof, stack, prompt: int) -> tuple:
     op = next(op for op in sched.ops if op.kind == "attention")
     return (sim.step_time("upper-bound", step)[0], sim.cost.compute_s(op, "decode", sched),
             sim.cost.decode_attention(op, stack.graphs("decode", op.name)))
+
+
+def test_a_graph_length_that_follows_the_model_takes_its_context():
+    """graph_len_model (Stack.for_model, set once by Workload): SGLang's page table spans the model's context,
+    TensorRT-LLM 1.x captures at context - 1, vLLM V0's table is min(8192, the context). Llama 3 (8192):
+    8192 / 8191 / 8192; Llama 2 (4096): 4096 / 4095 / 4096; a model stating no context (ladder-405b, 0) keeps
+    the preset's number; a stack file that turns graph_len_model off keeps its own."""
+    def knob(name, model, kernel, key):
+        st = make_stack({}, preset=PRESETS[name].values)
+        return st.for_model(get_model(model).max_context).knobs(kernel)[key]
+    for model, want in (("llama-3-8b", (8192, 8191, 8192)), ("llama-2-7b", (4096, 4095, 4096)),
+                        ("llama-3.1-8b", (131072, 131071, 8192)), ("ladder-405b", (131072, 131071, 8192))):
+        assert (knob("sglang", model, "fa3", "graph_table_kv_len"), knob("trtllm", model, "xqa", "graph_capture_kv_len"),
+                knob("vllm@0.6", model, "fa2", "graph_table_kv_len")) == want, model
+    own = dataclasses.replace(make_stack({}, preset=PRESETS["trtllm"].values), attention_knobs=(
+        ("xqa.graph_capture_kv_len", 32767), ("xqa.graph_len_model", False)))
+    assert own.for_model(8192) is own
+    # Workload sets it: Llama 3 70B at TP4 batch 1 under trtllm's graphs, M = computeMultiBlockCount at 8191 = 22
+    prof = load_profile("h100-sxm")
+    w = Workload(get_model("llama-3-70b"), 4, prof, 1, 7000, 2, make_stack({}, prof.stack_defaults,
+                 preset=PRESETS["trtllm"].values), memory_check=False)
+    assert w.stack.knobs("xqa")["graph_capture_kv_len"] == 8191
+    op = next(op for op in w.schedule("upper-bound", w.decode_step(1)).ops if op.kind == "attention")
+    grid, _ = Simulator(w, record=False).cost.decode_attention(op, True)
+    assert (grid.splits_launched, grid.tokens) == (22, 512)           # 28 tiles of 256 over 22 CTAs: 2 for some
+    res = CliRunner().invoke(main, ["show", "--stack", "trtllm", "--model", "llama-3-70b", "--tp", "4",
+                                    "--prompt", "7000", "--gen", "100"])
+    assert "computeMultiBlockCount(sqrt) at capture past length 8191" in " ".join(res.output.split())
 
 
 @pytest.mark.parametrize("name", ["vllm", "sglang", "trtllm", "reference", "eager"])

@@ -49,7 +49,8 @@ def test_each_architecture(name, shape, flags, params_b):
         assert m.name == name
 
 
-@pytest.mark.parametrize("name", ["qwen2.5-7b", "qwen2.5-72b", "qwen3-8b", "mistral-7b-v0.3", "llama-3.1-8b"])
+@pytest.mark.parametrize("name", ["qwen2.5-7b", "qwen2.5-72b", "qwen3-8b", "mistral-7b-v0.3", "llama-3.1-8b",
+                                  "llama-3-8b"])
 def test_presets_are_their_configs(name):
     m = get_model(hf(name))
     assert replace(m, description=MODELS[name].description) == MODELS[name]

@@ -25,12 +25,14 @@ _LLAMA31 = rope(5e5, "llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor
                 original_max_position_embeddings=8192)
 _LLAMA32 = rope(5e5, "llama3", factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0,
                 original_max_position_embeddings=8192)
+_LLAMA3 = rope(5e5)            # Llama 3 (8B/70B, April 2024): rope_theta 500000, rope_scaling null
 _LLAMA2, _CODELLAMA, _QWEN = rope(1e4), rope(1e6), rope(1e6)
 # max_position_embeddings of the same config.json files (ModelSpec.max_context): Llama 3.1 and 3.2 131072
-# (tests/fixtures/hf/llama-3.1-8b; meta-llama/Llama-3.2-1B states the same), Llama 2 4096
+# (tests/fixtures/hf/llama-3.1-8b; meta-llama/Llama-3.2-1B states the same), Llama 3 8192
+# (tests/fixtures/hf/llama-3-8b; meta-llama/Meta-Llama-3-70B states the same), Llama 2 4096
 # (meta-llama/Llama-2-7b-hf), CodeLlama 16384 (codellama/CodeLlama-34b-hf); the Qwen and Mistral presets'
 # from their fixtures below. The Ladder paper's shapes and the toys state none (0).
-_CTX = {"llama-3.1": 131072, "llama-2": 4096, "codellama": 16384}
+_CTX = {"llama-3.1": 131072, "llama-3": 8192, "llama-2": 4096, "codellama": 16384}
 
 # Preset registry: name -> spec. Also feeds the CLI's choices.
 MODELS: dict[str, ModelSpec] = {m.name: m for m in [
@@ -41,6 +43,10 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in [
     _m("llama-3.1-8b", 4096, 32, 32, 8, 128, 14336, 128256, desc="Llama 3.1 8B", rope=_LLAMA31, max_context=_CTX["llama-3.1"]),
     _m("llama-3.1-70b", 8192, 80, 64, 8, 128, 28672, 128256, desc="Llama 3.1 70B", rope=_LLAMA31, max_context=_CTX["llama-3.1"]),
     _m("llama-3.1-405b", 16384, 126, 128, 8, 128, 53248, 128256, desc="Llama 3.1 405B", rope=_LLAMA31, max_context=_CTX["llama-3.1"]),
+    _m("llama-3-8b", 4096, 32, 32, 8, 128, 14336, 128256, desc="Llama 3 8B (8K context)", rope=_LLAMA3,
+       max_context=_CTX["llama-3"]),
+    _m("llama-3-70b", 8192, 80, 64, 8, 128, 28672, 128256, desc="Llama 3 70B (8K context)", rope=_LLAMA3,
+       max_context=_CTX["llama-3"]),
     _m("llama-2-7b", 4096, 32, 32, 32, 128, 11008, 32000, desc="Llama 2 7B (MHA)", rope=_LLAMA2, max_context=_CTX["llama-2"]),
     _m("llama-2-13b", 5120, 40, 40, 40, 128, 13824, 32000, desc="Llama 2 13B (MHA)", rope=_LLAMA2, max_context=_CTX["llama-2"]),
     _m("llama-2-70b", 8192, 80, 64, 8, 128, 28672, 32000, desc="Llama 2 70B", rope=_LLAMA2, max_context=_CTX["llama-2"]),

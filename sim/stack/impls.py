@@ -77,12 +77,18 @@ ATTENTION_KNOBS: dict[str, dict[str, tuple]] = {
                               "v2.5.7: '128 threads per block'; 1 in v2.2.0-v2.5.6)"),
         "graph_table_kv_len": (0, int, "under CUDA graphs the heuristic reads the block table's width in tokens, "
                                        "not the sequence's length (vLLM V0: max_seq_len_to_capture); 0: the step's"),
+        "graph_len_model": (False, bool, "the table's width is min(graph_table_kv_len, the model's context) (vLLM V0: "
+                                         "min(max_seq_len_to_capture, max_model_len)); a model stating no context "
+                                         "keeps graph_table_kv_len (Stack.for_model)"),
     },
     "fa3": {
         "graph_num_splits": (0, int, "the num_splits the engine passes under CUDA graphs, a static bound the "
                                      "per-sequence dynamic split stays under; 0: the heuristic picks it"),
         "graph_table_kv_len": (0, int, "under CUDA graphs the static heuristic reads the page table's width in "
                                        "tokens (SGLang: the model's context length); 0: the step's own length"),
+        "graph_len_model": (False, bool, "graph_table_kv_len is the model's context (SGLang's page table spans the "
+                                         "server's context length, the model's by default); a model stating none "
+                                         "keeps the number given (Stack.for_model). Set it false to give your own"),
         "block_m": (128, int, "packed query rows per tile at head_dim 128 (128 upstream; 64 in vLLM's fork for "
                               "decode, use_one_mma_wg)"),
         "prepare_per_call": (False, bool, "the split-scheduling kernel runs inside every call (the engine passes "
@@ -99,6 +105,9 @@ ATTENTION_KNOBS: dict[str, dict[str, tuple]] = {
                                                 "per CTA, at most 8)"),
         "graph_capture_kv_len": (0, int, "under CUDA graphs the CTA count is computed once, at capture, from this "
                                          "past length in tokens; 0: from the step's own"),
+        "graph_len_model": (False, bool, "graph_capture_kv_len is the model's context - 1 (TensorRT-LLM 1.x captures at "
+                                         "max_seq_len - 1, max_seq_len the model's by default); a model stating none "
+                                         "keeps the number given (Stack.for_model). Set it false to give your own"),
     },
     "vllm-paged": {},
 }
@@ -143,6 +152,27 @@ def knobs_of(pairs: tuple[tuple[str, object], ...], kernel: str) -> dict:
     out = {knob: default for knob, (default, _, _) in ATTENTION_KNOBS.get(kernel, {}).items()}
     out |= {k.partition(".")[2]: v for k, v in pairs if k.partition(".")[0] == kernel}
     return out
+
+
+# kernel -> (the length knob a model's context sets, that length from the context and the knob's own number)
+MODEL_LENGTH_KNOBS = {
+    "fa2": ("graph_table_kv_len", lambda ctx, own: min(own, ctx) if own else ctx),
+    "fa3": ("graph_table_kv_len", lambda ctx, own: ctx),
+    "xqa": ("graph_capture_kv_len", lambda ctx, own: ctx - 1),
+}
+
+
+def knobs_for_model(pairs: tuple[tuple[str, object], ...], max_context: int) -> tuple[tuple[str, object], ...]:
+    """The normalized knob pairs with each kernel's graph_len_model applied for a model whose context is
+    `max_context` tokens (ModelSpec.max_context; 0: not stated, the pairs unchanged)."""
+    if max_context <= 0:
+        return pairs
+    out = dict(pairs)
+    for kernel, (knob, length) in MODEL_LENGTH_KNOBS.items():
+        k = knobs_of(pairs, kernel)
+        if k["graph_len_model"]:
+            out[f"{kernel}.{knob}"] = length(max_context, k[knob])
+    return tuple(sorted(out.items()))
 
 
 def is_flash(attention: str) -> bool:

@@ -15,7 +15,7 @@ from tpsim.sim.stack.ar_fusion import AR_NORM_FUSIONS
 from tpsim.sim.stack.host_lane import HostStep
 
 from tpsim.sim.stack.impls import ATTENTION_IMPLS, FLASH_DECODE_KERNELS  # noqa: F401  (the one registry of implementation names)
-from tpsim.sim.stack.impls import knobs_of, normalize_knobs
+from tpsim.sim.stack.impls import knobs_for_model, knobs_of, normalize_knobs
 from tpsim.sim.stack.sampler import REFERENCE as REFERENCE_SAMPLER, SAMPLER_NAMES
 
 FALLBACK_KERNELS = tuple(k for k in FLASH_DECODE_KERNELS if k != "fa3")    # what runs off Hopper
@@ -206,6 +206,12 @@ class Stack:
     def knobs(self, kernel: str) -> dict:
         """The knobs this stack calls decode `kernel` with (its defaults where the stack sets none)."""
         return knobs_of(self.attention_knobs, kernel)
+
+    def for_model(self, max_context: int) -> Stack:
+        """This stack for a model whose context is `max_context` tokens (ModelSpec.max_context): the attention
+        knobs whose graph length follows the model's (graph_len_model) set from it; itself if none changes."""
+        pairs = knobs_for_model(self.attention_knobs, max_context)
+        return self if pairs == self.attention_knobs else replace(self, attention_knobs=pairs)
 
     @property
     def dtype_bytes(self) -> int:

@@ -50,15 +50,17 @@ STACK = {
     "attention_fallback": ("flashinfer", f"{_SA} the same auto-select: off Hopper (A100 8.0, L40S 8.9) the default is "
                                          "\"flashinfer\" (is_flashinfer_available), priced from FlashInfer's "
                                          "batch-decode curve"),
-    "attention_knobs": ({"fa3": {"graph_table_kv_len": 131072, "prepare_per_call": True}},
+    "attention_knobs": ({"fa3": {"graph_table_kv_len": 131072, "graph_len_model": True, "prepare_per_call": True}},
                         "python/sglang/srt/layers/attention/flashattention_backend.py (v0.5 line): num_splits = 0 "
                         "(1 only with enable_deterministic_inference) and no scheduler_metadata, so FA3's split "
                         "heuristic and its prepare kernel (flash_prepare_scheduler.cu) run inside every call; "
                         "max_seqlen_k is not passed, so FA3 takes seqlen_k = page_table.size(1) x page_size "
                         "(hopper/flash_api.cpp mha_fwd), and under CUDA graphs the page table is init_cuda_graph_"
                         "state's [max_bs, ceil(max_context_len / page_size)] buffer: the static split bound comes "
-                        "from the model's context length, 131072 (max_position_embeddings of the Llama 3.1 presets' "
-                        "config.json; another model's: set fa3.graph_table_kv_len in a stack file). FlashInfer (the "
+                        "from the model's context length (graph_len_model: ModelSpec.max_context, max_position_embeddings "
+                        "of its config.json, what the server's context_length defaults to; 131072 for a model that "
+                        "states none, Llama 3.1's; a server started with --context-length N: a stack file with "
+                        "graph_len_model false and graph_table_kv_len N). FlashInfer (the "
                         "fallback) keeps its defaults: page_size 1 (server_args _handle_page_size)"),
     "attention_prep_kernels": (3, "python/sglang/srt/layers/rotary_embedding.py RotaryEmbedding.forward_cuda: one "
                                   "kernel for q and k (apply_rope_with_cos_sin_cache_inplace); python/sglang/srt/"

@@ -30,7 +30,7 @@ STACK = {
                          "for generation (mEnableXQA = true, cpp/tensorrt_llm/common/attentionOp.h), its grid from "
                          "computeMultiBlockCount (sim/price/decode_grid.py xqa); context FMHA for prefill (a fused "
                          "flash-style kernel, priced at its roofline)"),
-    "attention_knobs": ({"xqa": {"graph_capture_kv_len": 131071}},
+    "attention_knobs": ({"xqa": {"graph_capture_kv_len": 131071, "graph_len_model": True}},
                         "multi_block on: attentionOp.h bool mMultiBlockMode = true, which the PyTorch op never clears "
                         "(only a runtime_perf_knobs value or forced-deterministic attention would); heuristic 'sqrt': "
                         "decoderXQAImplCommon.h computeMultiBlockCount (max_past_kv_length, kMinHistoryTokensPerBlock "
@@ -39,9 +39,10 @@ STACK = {
                         "_create_cuda_graph_warmup_request captures each generation graph with one dummy request of "
                         "min(available tokens, max_seq_len - 1, max_position_embeddings - draft_len) tokens ('Insert "
                         "the longest request first to simulate padding'), max_seq_len defaulting to the checkpoint's "
-                        "max_position_embeddings (_infer_max_seq_len_from_config; llama3 rope is not rescaled): "
-                        "131072 - 1 for the Llama 3.1 presets. A server started with --max_seq_len N captures at "
-                        "N - 1: set xqa.graph_capture_kv_len in a stack file"),
+                        "max_position_embeddings (_infer_max_seq_len_from_config; llama3 rope is not rescaled): the "
+                        "model's context - 1 (graph_len_model: ModelSpec.max_context; 131071 for a model that states "
+                        "none, Llama 3.1's). A server started with --max_seq_len N captures at N - 1: a stack file "
+                        "with graph_len_model false and graph_capture_kv_len N - 1"),
     "attention_prep_kernels": (1, "tensorrt_llm/_torch/attention_backend/trtllm.py TrtllmAttention.support_fused_rope() "
                                   "and support_fused_qkv() are True: the attention op takes the fused qkv and its "
                                   "QKV-preprocessing kernel applies RoPE and writes the new K/V into the paged cache "

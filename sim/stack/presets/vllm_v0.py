@@ -38,8 +38,10 @@ STACK = {
                          "fp16/bf16 (vllm/attention/backends/flash_attn.py: vllm_flash_attn's FlashAttention-2 "
                          "flash_attn_with_kvcache for decode over the block table)"),
     "attention_fallback": ("fa2", f"{_V}the same backend on every sm80+ GPU (no FA3 in 0.6)"),
-    "attention_knobs": ({"fa2": {"graph_table_kv_len": 8192}},
-                        f"{_V}vllm/engine/arg_utils.py EngineArgs.max_seq_len_to_capture = 8192; "
+    "attention_knobs": ({"fa2": {"graph_table_kv_len": 8192, "graph_len_model": True}},
+                        f"{_V}vllm/engine/arg_utils.py EngineArgs.max_seq_len_to_capture = 8192, and vllm/config.py "
+                        "ModelConfig._verify_cuda_graph takes min(max_seq_len_to_capture, max_model_len) "
+                        "(graph_len_model: the model's context, ModelSpec.max_context, when it states one); "
                         "vllm/worker/model_runner.py GPUModelRunnerBase.__init__: graph_block_tables = np.zeros("
                         "(max batch, get_max_block_per_batch())), get_max_block_per_batch = ceil(max_seq_len_to_capture "
                         "/ block_size), the table every captured decode graph reads; attention/backends/flash_attn.py "
