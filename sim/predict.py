@@ -381,6 +381,7 @@ class Simulator:
         if pad_s > 1e-12:
             out.append(f"padding costs {pad_s * 1e3:.1f} ms of collective time over the run (prefill + decode)")
         out += [n for n in self.cost.notes if n not in out]      # e.g. an engine refusing its all-reduce kernel
+        out += [n for n in (w.context_note(),) if n]
         self._passes_of[("notes", spec)] = tuple(out)
         return tuple(out)
 

@@ -65,6 +65,15 @@ class Workload:
                            self.profile.device)
             check_fits(est, int(self.profile.memory_gib * GIB), f"one {self.profile.name} GPU")
 
+    def context_note(self) -> str | None:
+        """A note when prompt + gen runs past the model's context (ModelSpec.max_context; a model that states
+        none never gets one): engines refuse such a request, tpsim prices it as asked."""
+        ctx, total = self.model.max_context, self.prompt_len + self.gen_len
+        if not ctx or total <= ctx:
+            return None
+        return (f"prompt + gen = {total} tokens is longer than {self.model.name}'s context ({ctx}, its "
+                f"max_position_embeddings): a serving engine refuses such a request; priced as asked")
+
     @property
     def nodes(self) -> int:
         per = self.gpus_per_node or self.profile.gpus_per_node

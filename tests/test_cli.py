@@ -124,6 +124,16 @@ def test_predict_table():
         assert s in r.output
 
 
+def test_predict_says_when_a_request_is_longer_than_the_models_context():
+    """Llama 3 8B states 8192 tokens (max_position_embeddings): 8000 + 500 is priced, with a note; 7000 + 500
+    has none."""
+    r = run("predict", "--model", "llama-3-8b", "--tp", "1", "--prompt", "8000", "--gen", "500", "--schedule", "standard")
+    assert r.exit_code == 0, r.output
+    assert "prompt + gen = 8500 tokens is longer than llama-3-8b's context (8192," in " ".join(r.output.split())
+    r = run("predict", "--model", "llama-3-8b", "--tp", "1", "--prompt", "7000", "--gen", "500", "--schedule", "standard")
+    assert r.exit_code == 0 and "longer than" not in r.output
+
+
 @pytest.mark.parametrize("args, msg", [
     (["--model", "llama-9", "--tp", "8"], "unknown model 'llama-9'; choose from: llama-3.2-1b"),
     (["--model", "llama-3.1-70b", "--tp", "8", "--profile", "nope"], "unknown profile 'nope': no built-in profile and no file of that name; built-in profiles:"),
