@@ -34,7 +34,7 @@ import _checkout  # noqa: E402  (this checkout as the package tpsim, whatever is
 _checkout.load(str(_here))
 
 from tpsim import sim  # noqa: E402
-from tpsim.sim.price import decode_grid, fusion  # noqa: E402
+from tpsim.sim.price import decode_price, fusion  # noqa: E402
 from tpsim.sim.model.presets import get_model  # noqa: E402
 from tpsim.sim.predict import Simulator, Workload  # noqa: E402
 from tpsim.sim.hardware.profile import load_profile  # noqa: E402
@@ -135,7 +135,7 @@ def decode_attention_terms(simr: Simulator, sched, phase: str) -> dict | None:
     if op is None or phase != "decode":
         return None
     graphs = simr.cost.stack.graphs(phase, op.name)
-    out = {"lines": decode_grid.describe(op, simr.cost, graphs)}
+    out = {"lines": decode_price.describe(op, simr.cost, graphs)}
     got = simr.cost.decode_attention(op, graphs)
     if got is not None:
         grid, t = got

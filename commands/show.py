@@ -6,7 +6,7 @@ import click
 from tpsim.sim.fp8 import model_given
 from tpsim.sim.model.presets import get_model
 from tpsim.sim.hardware.profile import load_profile
-from tpsim.sim.price import decode_grid
+from tpsim.sim.price import decode_price
 from tpsim.sim.price.cost import CostModel
 from tpsim.sim.schedule.language import COMM, SCHEDULE_HELP, build
 from tpsim.sim.stack.presets import load_stack
@@ -85,7 +85,7 @@ def show(model, spec, tp, layer, phase, batch, prompt_len, gen_len, profile, sta
         console.print(rich_escape(f"note: {note}"))          # wrapped at the table's width, as predict's notes
     cost = CostModel(prof, stack)           # the decode attention kernel's grid, as predict prices it
     for op in (s.ops[i] for i in range(lo, hi)):
-        for line in decode_grid.describe(op, cost, stack.graphs(phase, op.name)):
+        for line in decode_price.describe(op, cost, stack.graphs(phase, op.name)):
             console.print(rich_escape(line))
 
 

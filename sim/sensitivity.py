@@ -40,7 +40,7 @@ import itertools
 from dataclasses import dataclass, field, replace
 
 from tpsim.sim.predict import Prediction, Simulator, Workload, predict
-from tpsim.sim.price import decode_grid
+from tpsim.sim.price import decode_price
 from tpsim.sim.price.cost import UNPRICED, CostModel
 from tpsim.sim.hardware.check import parse, set_as_read
 from tpsim.sim.hardware.schema import Profile, ProfileError
@@ -254,19 +254,19 @@ def settings(ranged: tuple[Ranged, ...]) -> list[tuple[tuple[str, float], ...]]:
 
 def grid_rate_moves(r: Ranged, workload: Workload, schedules: list[str], passes=None) -> bool:
     """Whether ranged number `r` can move the workload's prediction: any number but a decode attention
-    grid's (sim/price/decode_grid.py); the per-CTA rate only under a kernel with a grid, and only where
+    grid's (sim/price/decode_grid.py, priced by decode_price.py); the per-CTA rate only under a kernel with a grid, and only where
     some decode attention op turns CTA-bound at the rate's low end (its high end only shortens a term the
     price does not take): checked at the first and last decode step of every schedule asked for, on the
     ops `passes(spec, step)` gives (as stack_number_moves)."""
-    if not r.path.startswith(decode_grid.GRID_PATHS):
+    if not r.path.startswith(decode_price.GRID_PATHS):
         return True
-    if not decode_grid.reads(r.path, workload.stack) or workload.gen_len < 2:
+    if not decode_price.reads(r.path, workload.stack) or workload.gen_len < 2:
         return False
     steps = [workload.decode_step(j) for j in sorted({1, workload.gen_len - 1})]
     passes = passes or workload.schedule
     ops = [op for spec in dict.fromkeys(["standard", *schedules]) for st in steps
            for op in passes(spec, st).ops if op.kind == "attention"]
-    return decode_grid.rate_binds(CostModel(workload.profile, workload.stack), ops,
+    return decode_price.rate_binds(CostModel(workload.profile, workload.stack), ops,
                                   lambda op: workload.stack.graphs("decode", op.name), r.lo * 1e9)
 
 

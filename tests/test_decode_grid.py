@@ -11,6 +11,7 @@ from tpsim.sim.hardware.profile import load_profile
 from tpsim.sim.model.presets import get_model
 from tpsim.sim.predict import Simulator, Workload
 from tpsim.sim.price import decode_grid as dg
+from tpsim.sim.price import decode_price as dp
 from tpsim.sim.price.cost import CostModel
 from tpsim.sim.schedule.language import build
 from tpsim.sim.stack.presets import PRESETS, load_stack
@@ -150,7 +151,7 @@ def test_each_rule_unsplit_grows_with_the_context_split_is_bandwidth_bound(kerne
     def priced(kv_len, sms, **kw):
         s = dataclasses.replace(TOY, kv_len=kv_len)
         g = dg.RULES[kernel](s, sms, knobs(kernel, **kw), False)
-        return g, dg.price(g, s, 1000e-6, RATE, 5e-6 if g.combine else 0.0, curve_holds_combine=True)
+        return g, dp.price(g, s, 1000e-6, RATE, 5e-6 if g.combine else 0.0, curve_holds_combine=True)
     unsplit = {"multi_block": False} if kernel == "xqa" else {}
     for kv, want in ((2000, 2000e-6), (4000, 4000e-6)):
         g, t = priced(kv, 1, **unsplit)
@@ -170,8 +171,8 @@ def cdiv(a, b):
 def test_a_roofline_kernel_adds_its_combine_to_the_bandwidth_bound_a_curve_holds_it():
     g = dg.xqa(shape(), 132, knobs("xqa", graph_capture_kv_len=131071), graphs=True)
     s = shape()
-    assert dg.price(g, s, 10e-6, 48e9, 3e-6, curve_holds_combine=False).bandwidth_s == pytest.approx(13e-6)
-    t = dg.price(g, s, 10e-6, 48e9, 3e-6, curve_holds_combine=True)
+    assert dp.price(g, s, 10e-6, 48e9, 3e-6, curve_holds_combine=False).bandwidth_s == pytest.approx(13e-6)
+    t = dp.price(g, s, 10e-6, 48e9, 3e-6, curve_holds_combine=True)
     # one CTA's 256 tokens x 512 B = 131072 B at 48 GB/s = 2.73 us, + 3 us of combine < 10 us
     assert (t.bandwidth_s, t.stream_s, t.s) == (pytest.approx(10e-6), pytest.approx(131072 / 48e9), pytest.approx(10e-6))
 
@@ -194,9 +195,9 @@ def test_knobs_are_validated_and_the_later_of_two_wins():
 
 
 def test_the_rate_is_a_sensitivity_setting_only_where_a_grid_is_priced():
-    assert dg.reads("compute.decode_attention.cta_gbps", Stack(attention="fa3"))
-    assert not dg.reads("compute.decode_attention.cta_gbps", Stack(attention="math"))
-    assert dg.reads("overlap.comm_slowdown", Stack(attention="math"))
+    assert dp.reads("compute.decode_attention.cta_gbps", Stack(attention="fa3"))
+    assert not dp.reads("compute.decode_attention.cta_gbps", Stack(attention="math"))
+    assert dp.reads("overlap.comm_slowdown", Stack(attention="math"))
 
 
 # -- on a profile: the hook, show, and each preset's decode step against the context

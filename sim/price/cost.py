@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import bisect
 
-from tpsim.sim.price import decode_grid, flash_decode, fusion, l2_traffic
+from tpsim.sim.price import decode_grid, decode_price, flash_decode, fusion, l2_traffic
 from tpsim.sim.stack import sampler
 from tpsim.sim.price.comm.collective import CollectiveCost, loglog
 from tpsim.sim.hardware.profile import Profile
@@ -239,8 +239,8 @@ class CostModel(CollectiveCost):
         return self._floor(roofline_s(self.profile, works, matmul_dtype(op)), sum(w.kernels for w in works), graphs)
 
     def decode_attention(self, op: Op, graphs: bool) -> tuple | None:
-        """(Grid, Terms) of a decode-step attention's kernel on this profile (sim/price/decode_grid.py):
-        its grid as the stack's kernel rule picks it and the priced limits; None for any other op, math
+        """(Grid, Terms) of a decode-step attention's kernel on this profile: its grid as the stack's kernel
+        rule picks it (sim/price/decode_grid.py) and the priced limits (decode_price.py); None for any other op, math
         SDPA, a CPU device, or a profile without compute.decode_attention (noted once: its decode is then
         priced by the bytes alone)."""
         if self.profile.device != "cuda":
@@ -261,7 +261,7 @@ class CostModel(CollectiveCost):
             main = [w for w in self.works(op, False) if w.matmul]
             bw = curve[0] if curve is not None else roofline_s(self.profile, main, op.dtype)
             rate = spec.cta_bytes_per_s
-            out = (grid, decode_grid.price(grid, shape, bw, rate, decode_grid.combine_s(grid, self.profile, rate),
+            out = (grid, decode_price.price(grid, shape, bw, rate, decode_price.combine_s(grid, self.profile, rate),
                                            curve is not None))
         self._cache[key] = out
         return out
