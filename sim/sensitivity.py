@@ -173,6 +173,7 @@ READERS = {
     "tokenweave_floor_s": lambda op: op.is_comm and op.get("kernel", "") == "multimem",
     "ubatch_switch_s": lambda op: bool(op.get("yield", 0)),
     "ubatch_start_s": lambda op: bool(op.get("ubatch_start", 0)),
+    "launch_host_s": lambda op: True,        # every op an eager phase launches (issue_s)
 }
 assert set(READERS) == set(RANGEABLE), "every rangeable stack number names the ops that read it"
 

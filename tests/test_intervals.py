@@ -177,7 +177,7 @@ def test_the_stacks_own_ranged_numbers_reach_the_interval_where_an_op_reads_them
 
 
 @pytest.mark.parametrize("number", ["layer_host_s", "ar_norm_epilogue_share", "tokenweave_floor_s",
-                                    "ubatch_switch_s", "ubatch_start_s"])
+                                    "ubatch_switch_s", "ubatch_start_s", "launch_host_s"])
 def test_only_the_ops_readers_names_price_a_stack_number_apart(number):
     """sim/sensitivity.py READERS, held to the code: every op of every schedule that could read the number
     (eager and compiled vLLM stacks with the fused all-reduce + RMSNorm on, prefill over DBO's and

@@ -143,7 +143,8 @@ class CostModel(CollectiveCost):
     def issue_s(self, op: Op, phase: str, sched: Schedule | None = None) -> float:
         """CPU seconds the rank's Python thread spends launching `op`: on a GPU, for an op launched
         eagerly (an eager phase, or an op the stack's graph_scope leaves outside the graph), its kernels
-        x launch_s["eager"] -- the kernels compute_s prices, counted the same way; 0 under a CUDA graph
+        x launch_s["eager"] (Stack.launch_host_s instead where the engine launches from C++) -- the kernels
+        compute_s prices, counted the same way; 0 under a CUDA graph
         (the replay's launch is the host lane's, sim/stack/host_lane.py), on a CPU device (_floor adds the
         launches to the op) and for a stand-in (a given cost). An eager collective costs one launch:
         its eager time (an eager table, timed per Python-issued call, or a graph table plus
@@ -170,7 +171,8 @@ class CostModel(CollectiveCost):
             if engine_sampler is not None and self.stack.graphs(phase, "head"):
                 # the cast in the engine's logits processor is captured with the LM head (graph_scope "logits")
                 n -= engine_sampler.logits_kernels
-            t = n * self._launch_s(False)
+            # each launch: the engine's own from C++ (Stack.launch_host_s) or PyTorch's (the profile's eager)
+            t = n * (self.stack.launch_host_s or self._launch_s(False))
             t += op.get("yield", 0) * self.stack.ubatch_switch_s + op.get("ubatch_start", 0) * self.stack.ubatch_start_s
             if op.kind == "attention" and not fused and not op.get("prep_shared", 0):
                 # the layer's Python beyond its launches (Stack.layer_host_s), once per layer: at its attention

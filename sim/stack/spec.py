@@ -50,7 +50,8 @@ PREFILL_LOGITS = ("all", "last")
 # file sets its own (Stack.ranges; sim/sensitivity.py reruns their ends): the fused all-reduce + RMSNorm
 # kernel's epilogue share and TokenWeave's kernel floor (sim/price/comm/fused_allreduce.py derives both)
 DEFAULT_RANGES = (("ar_norm_epilogue_share", 0.0, 1.0), ("tokenweave_floor_s", 11.1e-6, 14.0e-6))
-RANGEABLE = ("layer_host_s", "ar_norm_epilogue_share", "tokenweave_floor_s", "ubatch_switch_s", "ubatch_start_s")
+RANGEABLE = ("layer_host_s", "ar_norm_epilogue_share", "tokenweave_floor_s", "ubatch_switch_s", "ubatch_start_s",
+             "launch_host_s")
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,10 @@ class Stack:
     # layer (sim/price/cost.py issue_s). 0: the reference harness, whose layer Python the profile's eager
     # launch cost holds; an engine preset's value is counted from its code (bench/eager_layer_python.py)
     layer_host_s: float = 0.0
+    # CPU seconds to launch one kernel of an eager phase when the engine launches from C++ (TensorRT's enqueue:
+    # the driver's launch call, no Python dispatch); 0: through PyTorch, at the profile's launch_us.eager
+    # (sim/price/cost.py issue_s). A preset sets it from a driver-launch microbenchmark, with its range
+    launch_host_s: float = 0.0
     # how much of the fused all-reduce + add + RMSNorm kernel's epilogue bytes (residual read, residual and
     # norm written) is not hidden under its own loads: not measured, 1 (none hidden), range [0, 1]
     # (sim/price/comm/fused_allreduce.py: TokenWeave's fused-minus-plain kernel sits inside it)
@@ -169,7 +174,7 @@ class Stack:
         if isinstance(self.layer_host_s, bool) or not isinstance(self.layer_host_s, (int, float)) \
                 or not 0 <= self.layer_host_s < 1:
             raise ValueError(f"layer_host_s must be seconds in [0, 1), got {self.layer_host_s!r}")
-        for name in ("tokenweave_floor_s", "ubatch_switch_s", "ubatch_start_s"):
+        for name in ("tokenweave_floor_s", "ubatch_switch_s", "ubatch_start_s", "launch_host_s"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
                 raise ValueError(f"{name} must be seconds in [0, 1), got {v!r}")

@@ -73,10 +73,18 @@ STACK = {
                              "default false): each step enqueues the engine (IExecutionContext enqueue), which launches "
                              "its kernels from C++"),
     "prefill_graphs": (False, "as decode: no CUDA graphs"),
-    "layer_host_s": (0.0, "code: no Python per layer: TensorRT's enqueue walks the engine's kernels and plugins in C++. "
-                          "Their launches are priced at the profile's eager launch cost, which holds PyTorch's Python "
-                          "dispatch (an upper estimate for a C++ launch) and so stands for the attention plugin's "
-                          "host work per call too"),
+    "layer_host_s": (5e-6, "an ESTIMATE: no Python per layer (TensorRT's enqueue walks the engine's kernels and plugins in "
+                           "C++), but the attention plugin's enqueue does host work each call beyond its launches: "
+                           "GPTAttentionPlugin::enqueue fills its params, runs the XQA dispatcher's checks and, for "
+                           "masked MHA, queries occupancy twice (mmha_launch_kernel_ex: "
+                           "cudaOccupancyMaxActiveBlocksPerMultiprocessor, then MMHA_LAUNCH_CHECK at the chosen block "
+                           "size); no public timing of it: a few us, range 1-20 us", (1e-6, 20e-6)),
+    "launch_host_s": (3.3e-6, "the CUDA driver's launch, no Python: meta-pytorch/tritonbench#1017 measured a raw "
+                              "cuLaunchKernel at 3.0 us (no arguments) and 3.3 us (19 arguments) per launch (GB200, "
+                              "its nop_triton_direct_culaunch row), and ~1.3 us in its summary; TensorRT's enqueue "
+                              "adds its own dispatch per kernel, unmeasured. Range: 1.3 us to h100-sxm's eager launch "
+                              "through PyTorch, 8.81 us (Python dispatch included, as if TensorRT's per-kernel "
+                              "dispatch cost as much)", (1.3e-6, 8.81e-6)),
     "sampler": ("trtllm-torch-greedy", "the C++ decoder's greedy step (runtime/gptDecoderBatched.cpp, DynamicDecodeLayer "
                                        "with top-k 1) on the engine's float32 logits, taken as the same kernels as 1.x's "
                                        "greedy sampler (sim/stack/sampler.py): a full-vocabulary pass and the [batch] "
