@@ -144,18 +144,17 @@ class CostModel(CollectiveCost):
         """CPU seconds the rank's Python thread spends launching `op`: on a GPU, for an op launched
         eagerly (an eager phase, or an op the stack's graph_scope leaves outside the graph), its kernels
         x launch_s["eager"] (Stack.launch_host_s instead where the engine launches from C++) -- the kernels
-        compute_s prices, counted the same way; 0 under a CUDA graph
-        (the replay's launch is the host lane's, sim/stack/host_lane.py), on a CPU device (_floor adds the
-        launches to the op) and for a stand-in (a given cost). An eager collective costs one launch:
-        its eager time (an eager table, timed per Python-issued call, or a graph table plus
-        eager_extra, sim/price/comm/collective.py) already holds that call on the GPU side, so it is not
-        added to the collective's time again -- it only delays what this thread issues after it. A
-        collective over a group of 1 exchanges nothing (priced "local", 0) and launches nothing. An eager
-        phase's attention op also carries the layer's Python beyond its launches (Stack.layer_host_s), and an
-        op where a schedule's micro-batch threads hand over ("yield": Stack.ubatch_switch_s) or start
-        ("ubatch_start": Stack.ubatch_start_s) that CPU time (dbo; a graph replay runs neither). An
-        engine sampler's kernels launched by its logits processor (sim/stack/sampler.py in_logits: the fp32
-        cast) are captured with the LM head where the head is inside the graph: not launched here."""
+        compute_s prices, counted the same way; 0 under a CUDA graph (the replay's launch is the host lane's,
+        sim/stack/host_lane.py), on a CPU device (_floor adds the launches to the op) and for a stand-in (a
+        given cost). An eager collective costs one launch: its eager time (an eager table, timed per
+        Python-issued call, or a graph table plus eager_extra, sim/price/comm/collective.py) already holds that
+        call on the GPU side, so it is not added to the collective's time again -- it only delays what this
+        thread issues after it. A collective over a group of 1 exchanges nothing (priced "local", 0) and
+        launches nothing. An eager phase's attention op also carries the layer's Python beyond its launches
+        (Stack.layer_host_s), and an op where a schedule's micro-batch threads hand over ("yield":
+        Stack.ubatch_switch_s) or start ("ubatch_start": Stack.ubatch_start_s) that CPU time (dbo; a graph
+        replay runs neither). An engine sampler's kernels launched by its logits processor (sim/stack/sampler.py
+        in_logits: the fp32 cast) are captured with the LM head where the head is inside the graph."""
         if (self.profile.device != "cuda" or op.given_cost_s is not None or self.stack.graphs(phase, op.name)
                 or op.get("fused", 0)):
             return 0.0
@@ -171,7 +170,6 @@ class CostModel(CollectiveCost):
             if engine_sampler is not None and self.stack.graphs(phase, "head"):
                 # the cast in the engine's logits processor is captured with the LM head (graph_scope "logits")
                 n -= engine_sampler.logits_kernels
-            # each launch: the engine's own from C++ (Stack.launch_host_s) or PyTorch's (the profile's eager)
             t = n * (self.stack.launch_host_s or self._launch_s(False))
             t += op.get("yield", 0) * self.stack.ubatch_switch_s + op.get("ubatch_start", 0) * self.stack.ubatch_start_s
             if op.kind == "attention" and not fused and not op.get("prep_shared", 0):

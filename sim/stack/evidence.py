@@ -3,6 +3,9 @@
 - The host lane of a harness whose every rank is its own Python process (the reference harness, plain
   eager): no engine process, so every TP-dependent lane term is proved absent by that structure
   (`process_per_rank_host`, its `why` naming the harness's loop).
+- The per-iteration request broadcast of an engine whose TP ranks are MPI ranks (TensorRT-LLM, both its
+  PyTorch executor and its C++ one): two blocking MPI Bcasts over shared memory (`mpi_request_broadcast`,
+  its `how` naming the engine's call).
 - The eager decoder layer's Python beyond its kernel launches (Stack.layer_host_s), counted on vLLM
   v0.11's layer and timed here (`eager_layer_python`, its `how` saying why another engine's layer is taken
   as the same count).
@@ -25,6 +28,26 @@ def process_per_rank_host(why: str) -> dict:
                                "launch chain (sim/price/cost.py issue_s) from the step's start, and a rank's late "
                                "arrival at a collective is the profile's jitter.arrival per collective, not a "
                                "lane term"),
+    }
+
+
+def mpi_request_broadcast(how: str) -> dict:
+    """HOST entries (field -> (value, source[, range])) for an engine whose rank 0 broadcasts each iteration's
+    new requests, even none, with two blocking MPI Bcasts (a size header, then the bytes); `how` names the
+    engine's call and what it adds."""
+    return {
+        "handoff_s": (5e-6, f"code + estimate: {how}; two blocking MPI Bcasts over MPI's shared-memory transport, "
+                            "which busy-poll. No public intra-node small-message MPI_Bcast latency at TP sizes found: "
+                            "a few us for two shared-memory Bcasts, an estimate; range 2-20 us. At TP 1 a single-rank "
+                            "Bcast returns at once", (2e-6, 20e-6)),
+        "handoff_tree_hop_s": (2e-6, "code + estimate: the two MPI Bcasts per iteration (handoff_s) each run MPI's tree "
+                                     "over the ranks (the library's algorithm; binomial assumed, sim.stack.host_lane."
+                                     "tree_hops), so rank r gets the requests about popcount(r) hops late: ~1 us per hop "
+                                     "and Bcast over shared memory with busy-polling ranks, an estimate (no public "
+                                     "osu_bcast figure for small intra-node messages found); range 0.6-10 us for the two. "
+                                     "gloo's TCP tree is another mechanism: bench/gloo_broadcast_hops.py does not carry over",
+                               (0.6e-6, 10e-6)),
+        "handoff_wake_s": (0.0, "code: blocking MPI collectives busy-poll in the progress engine (no sleep between polls)"),
     }
 
 

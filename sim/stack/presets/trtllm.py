@@ -9,7 +9,7 @@ broadcast over MPI, the ranks' spread) carry values and ranges from the code and
 which; tensorrt_llm/_torch/pyexecutor/executor_request_queue.py and _torch/distributed/communicator.py
 read at the search index's stored version (commit 007a7508).
 """
-from tpsim.sim.stack.evidence import eager_layer_python
+from tpsim.sim.stack.evidence import eager_layer_python, mpi_request_broadcast
 
 
 NAME, LINE = "trtllm", "1"
@@ -90,26 +90,15 @@ HOST = {
                              "work at 45 us (bench/engine_host_path.py, vLLM v0.32.0 CPU build at TP2). Range: 10 us "
                              "(an OS-noise estimate for a dedicated core) to that measurement's high end. "
                              "Overlapped, it hides under the pass", (10e-6, 120e-6)),
-    "handoff_s": (5e-6, "code + estimate: every iteration rank 0 broadcasts the new requests, even an empty list "
-                        "(executor_request_queue.py _broadcast_new_requests -> self.dist.broadcast((new_requests, "
-                        "py_request_objects), root=0)); communicator.py safe_broadcast pickles (17 bytes empty: "
-                        "0.41 us dumps, 0.32 us loads, measured here) and runs two blocking MPI Bcasts (an int64 [3] "
-                        "header, then the bytes) over MPI's shared-memory transport, which busy-poll. No public "
-                        "intra-node small-message MPI_Bcast latency at TP sizes found: a few us for two shared-memory "
-                        "Bcasts, an estimate; range 2-20 us. At TP 1 a single-rank Bcast returns at once",
-                  (2e-6, 20e-6)),
-    "handoff_tree_hop_s": (2e-6, "code + estimate: the two MPI Bcasts per iteration (handoff_s) each run MPI's tree over "
-                                 "the ranks (the library's algorithm; binomial assumed, sim.stack.host_lane.tree_hops), "
-                                 "so rank r gets the requests about popcount(r) hops late: ~1 us per hop and Bcast over "
-                                 "shared memory with busy-polling ranks, an estimate (no public osu_bcast figure for "
-                                 "small intra-node messages found); range 0.6-10 us for the two. mpi4py's pickled "
-                                 "bcast is not gloo's TCP tree: bench/gloo_broadcast_hops.py does not carry over",
-                           (0.6e-6, 10e-6)),
+    **mpi_request_broadcast("every iteration rank 0 broadcasts the new requests, even an empty list "
+                            "(executor_request_queue.py _broadcast_new_requests -> self.dist.broadcast((new_requests, "
+                            "py_request_objects), root=0)); communicator.py safe_broadcast pickles them (17 bytes "
+                            "empty: 0.41 us dumps, 0.32 us loads, measured here) and sends an int64 [3] header, then "
+                            "the bytes"),
     "handoff_per_seq_s": (0.0, "code: the broadcast payload holds new requests only (executor_request_queue.py "
                                "_broadcast_new_requests): none in steady decode"),
     "handoff_per_rank_s": (0.0, "code: the MPI broadcast's tree (handoff_tree_hop_s) holds the ranks' order; no "
                                 "shared-memory ring polled"),
-    "handoff_wake_s": (0.0, "code: blocking MPI collectives busy-poll in the progress engine (no sleep between polls)"),
     "step_broadcasts": (0, "code: each rank builds its own inputs; without attention DP no other per-iteration "
                            "collective outside the graph (tp_allgather / tp_gather are attention-DP only: "
                            "executor_request_queue.py _fetch_new_requests_attention_dp, py_executor.py "

@@ -21,6 +21,9 @@ The executor and batch manager ship as a static library in 0.11 (no source); its
 later open executorImpl.cpp, taken as the same design, and its host numbers are the 1.x line's where
 no C++ measurement exists, each said so (the C++ loop does less per request than 1.x's Python).
 """
+from tpsim.sim.stack.evidence import mpi_request_broadcast
+
+
 NAME, LINE = "trtllm", "0.11"
 ENGINE = "TensorRT-LLM 0.11 (TensorRT engine backend, C++ executor; multi-block off by default through 0.12)"
 _TRT = "NVIDIA/TensorRT-LLM v0.11.0 (05316d33, the tensorrt_llm submodule of tensorrtllm_backend v0.11.0) "
@@ -112,21 +115,12 @@ HOST = {
                              "the per-rank step work measured for a Python engine, 45 us (bench/engine_host_path.py, "
                              "vLLM v0.32.0 CPU build at TP2), a high estimate for a C++ loop. Range: 10 us (an OS-noise "
                              "estimate for a dedicated core) to that measurement's high end", (10e-6, 120e-6)),
-    "handoff_s": (5e-6, f"code + estimate: {_EXEC.split(' (')[0]} fetchNewRequests: every iteration the leader "
-                        "broadcasts the serialized new requests, even none, over the TP communicator "
-                        "(mCommTensorParallel->bcast(packed, 0): the vector's size, then its bytes, two blocking MPI "
-                        "Bcasts over shared memory, which busy-poll); trtllm@1's estimate for the same two Bcasts: a "
-                        "few us (no public intra-node small-message MPI_Bcast latency at TP sizes found), range 2-20 "
-                        "us. At TP 1 a single-rank Bcast returns at once", (2e-6, 20e-6)),
-    "handoff_tree_hop_s": (2e-6, "code + estimate: the two MPI Bcasts per iteration (handoff_s) each run MPI's tree over "
-                                 "the ranks (the library's algorithm; binomial assumed, sim.stack.host_lane.tree_hops), so "
-                                 "rank r gets the requests about popcount(r) hops late: ~1 us per hop and Bcast over "
-                                 "shared memory with busy-polling ranks, trtllm@1's estimate; range 0.6-10 us for the two",
-                           (0.6e-6, 10e-6)),
+    **mpi_request_broadcast(f"{_EXEC.split(' (')[0]} fetchNewRequests: every iteration the leader broadcasts the "
+                            "serialized new requests, even none, over the TP communicator (mCommTensorParallel->"
+                            "bcast(packed, 0): the vector's size, then its bytes)"),
     "handoff_per_seq_s": (0.0, "code: the broadcast holds the new requests only (fetchNewRequests): none in steady "
                                "decode"),
     "handoff_per_rank_s": (0.0, "code: the MPI broadcast's tree (handoff_tree_hop_s) holds the ranks' order"),
-    "handoff_wake_s": (0.0, "code: blocking MPI collectives busy-poll in the progress engine (no sleep between polls)"),
     "step_broadcasts": (0, "code: each rank builds its own engine inputs from the broadcast requests; no other "
                            "per-iteration collective outside the engine"),
 }
